@@ -1,0 +1,1 @@
+"""gengroup: a Kafka consumer-group SDK for structured-concurrency Python."""

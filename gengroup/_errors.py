@@ -1,0 +1,294 @@
+"""The exception hierarchy of gengroup and the complete Kafka error-code table.
+
+Theory of operation:
+
+Foreign exceptions are translated at the boundary (socket errors, kio decode
+errors, compression errors) into this small, documented hierarchy, like
+httpcore's ``map_exceptions``. Two families matter most:
+
+* :class:`BrokerError` -- the broker answered with a non-zero error code. Every
+  code of Kafka's table (taken from kio's generated ``ErrorCode`` enum, which is
+  generated from Apache Kafka's ``Errors.java``) maps to an instance carrying
+  ``code``, ``name`` and ``retriable``; the codes a client acts on get their own
+  subclass so callers can ``except`` them by type. Each class also says what a
+  client does about it: :attr:`BrokerError.action` is one of
+  ``"find_coordinator"``, ``"refresh_metadata"``, ``"rejoin"``,
+  ``"reset_member"``, ``"retry"`` or ``"fail"``.
+* Connection failures separate "you closed it" (:class:`ConnectionClosed`)
+  from "it broke" (:class:`BrokenConnection`), like trio's
+  ``ClosedResourceError`` / ``BrokenResourceError``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Final, Literal
+
+from kio.schema.errors import ErrorCode
+
+__all__ = [
+    "BrokenConnection",
+    "BrokerError",
+    "ConfigError",
+    "ConnectionClosed",
+    "CoordinatorError",
+    "CorruptRecordError",
+    "GengroupError",
+    "GenerationEnded",
+    "KafkaConnectionError",
+    "ProtocolError",
+    "RebalanceError",
+    "RequestTimedOut",
+    "StaleMetadataError",
+    "TaskStuckError",
+    "UnsupportedVersion",
+    "error_for_code",
+    "raise_for_code",
+]
+
+Action = Literal[
+    "find_coordinator", "refresh_metadata", "rejoin", "reset_member", "retry", "fail"
+]
+
+
+class GengroupError(Exception):
+    """Base class of every exception gengroup raises on purpose."""
+
+
+class ConfigError(GengroupError, ValueError):
+    """A configuration value is invalid (raised at construction, before any I/O)."""
+
+
+class ProtocolError(GengroupError):
+    """Bytes from the peer could not be parsed: truncated, corrupted or hostile input."""
+
+
+class CorruptRecordError(ProtocolError):
+    """A record batch failed its CRC check or its contents are inconsistent."""
+
+
+class UnsupportedVersion(GengroupError):
+    """The broker and gengroup share no version of an API that is needed."""
+
+
+class KafkaConnectionError(GengroupError):
+    """Base class of connection-level failures."""
+
+
+class BrokenConnection(KafkaConnectionError):
+    """The connection to a broker broke (reset, refused, EOF, malformed frame).
+
+    Every request in flight on a broken connection fails with this error.
+    """
+
+
+class ConnectionClosed(KafkaConnectionError):
+    """The connection was closed by this process (``aclose()`` was called)."""
+
+
+class RequestTimedOut(KafkaConnectionError):
+    """A request got no response within its timeout; the connection is closed."""
+
+
+class GenerationEnded(GengroupError):
+    """An operation was attempted on a generation that has already ended.
+
+    Raised locally: nothing was sent to the broker.
+    """
+
+
+class TaskStuckError(GengroupError):
+    """A generation's task did not return within the teardown deadline after cancellation."""
+
+
+class BrokerError(GengroupError):
+    """The broker answered with a non-zero error code.
+
+    Attributes:
+        code: Kafka's numeric error code.
+        name: Kafka's name for it, e.g. ``ILLEGAL_GENERATION``.
+        retriable: whether Kafka marks it retriable.
+        action: what a client does about it.
+    """
+
+    action: ClassVar[Action] = "fail"
+
+    def __init__(self, code: int, message: str | None = None) -> None:
+        self.code = code
+        try:
+            ec = ErrorCode(code)
+            self.name = ec.name.upper()
+            self.retriable = bool(ec.retriable)
+        except ValueError:
+            self.name = f"UNKNOWN_ERROR_CODE_{code}"
+            self.retriable = False
+        text = f"{self.name} ({code})"
+        if message:
+            text += f": {message}"
+        super().__init__(text)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.code,))
+
+
+class RetriableBrokerError(BrokerError):
+    """A transient broker error: retry after a backoff."""
+
+    action: ClassVar[Action] = "retry"
+
+
+class CoordinatorError(BrokerError):
+    """The group coordinator moved or is unavailable: look it up again."""
+
+    action: ClassVar[Action] = "find_coordinator"
+
+
+class StaleMetadataError(BrokerError):
+    """Partition leadership or topic existence changed: refresh metadata."""
+
+    action: ClassVar[Action] = "refresh_metadata"
+
+
+class RebalanceError(BrokerError):
+    """The group is rebalancing: end the generation and rejoin with the same member id."""
+
+    action: ClassVar[Action] = "rejoin"
+
+
+class MemberResetError(BrokerError):
+    """The member or its generation is no longer known: rejoin with an empty member id."""
+
+    action: ClassVar[Action] = "reset_member"
+
+
+class OffsetOutOfRange(BrokerError):
+    """The requested offset is outside the partition's log."""
+
+
+class UnknownTopicOrPartition(StaleMetadataError):
+    """The topic or partition does not exist on this broker."""
+
+
+class NotLeaderOrFollower(StaleMetadataError):
+    """This broker does not lead the partition."""
+
+
+class CoordinatorLoadInProgress(RetriableBrokerError):
+    """The coordinator is loading the group's state: retry."""
+
+
+class CoordinatorNotAvailable(CoordinatorError):
+    """The coordinator is not available."""
+
+
+class NotCoordinator(CoordinatorError):
+    """This broker is not the group's coordinator."""
+
+
+class IllegalGeneration(MemberResetError):
+    """The generation id is not the group's current one."""
+
+
+class UnknownMemberId(MemberResetError):
+    """The member id is not known to the coordinator."""
+
+
+class RebalanceInProgress(RebalanceError):
+    """The group is rebalancing."""
+
+
+class MemberIdRequired(BrokerError):
+    """KIP-394: rejoin with the member id the coordinator generated."""
+
+    action: ClassVar[Action] = "rejoin"
+
+
+class FencedInstanceId(BrokerError):
+    """Another member with the same ``group.instance.id`` took over (fatal)."""
+
+
+class GroupIdNotFound(BrokerError):
+    """The group does not exist."""
+
+
+class TopicAlreadyExists(BrokerError):
+    """The topic already exists."""
+
+
+class InvalidSessionTimeout(BrokerError):
+    """The session timeout is outside the broker's allowed range."""
+
+
+class InconsistentGroupProtocol(BrokerError):
+    """The member's protocols share nothing with the group's."""
+
+
+class UnsupportedVersionError(BrokerError):
+    """The broker does not support the version of the request."""
+
+
+class GroupMaxSizeReached(BrokerError):
+    """The group is full."""
+
+
+_SPECIFIC: Final[dict[int, type[BrokerError]]] = {
+    ErrorCode.offset_out_of_range: OffsetOutOfRange,
+    ErrorCode.unknown_topic_or_partition: UnknownTopicOrPartition,
+    ErrorCode.not_leader_or_follower: NotLeaderOrFollower,
+    ErrorCode.coordinator_load_in_progress: CoordinatorLoadInProgress,
+    ErrorCode.coordinator_not_available: CoordinatorNotAvailable,
+    ErrorCode.not_coordinator: NotCoordinator,
+    ErrorCode.illegal_generation: IllegalGeneration,
+    ErrorCode.unknown_member_id: UnknownMemberId,
+    ErrorCode.rebalance_in_progress: RebalanceInProgress,
+    ErrorCode.member_id_required: MemberIdRequired,
+    ErrorCode.fenced_instance_id: FencedInstanceId,
+    ErrorCode.group_id_not_found: GroupIdNotFound,
+    ErrorCode.topic_already_exists: TopicAlreadyExists,
+    ErrorCode.invalid_session_timeout: InvalidSessionTimeout,
+    ErrorCode.inconsistent_group_protocol: InconsistentGroupProtocol,
+    ErrorCode.unsupported_version: UnsupportedVersionError,
+    ErrorCode.group_max_size_reached: GroupMaxSizeReached,
+}
+
+# Codes that mean "the metadata is stale" beyond the two with their own class.
+_REFRESH_METADATA: Final = frozenset(
+    {
+        ErrorCode.leader_not_available,
+        ErrorCode.replica_not_available,
+        ErrorCode.kafka_storage_error,
+        ErrorCode.fenced_leader_epoch,
+        ErrorCode.unknown_leader_epoch,
+        ErrorCode.offset_not_available,
+        ErrorCode.unknown_topic_id,
+        ErrorCode.inconsistent_topic_id,
+        ErrorCode.not_controller,
+    }
+)
+
+
+def error_for_code(code: int, message: str | None = None) -> BrokerError:
+    """Return the typed exception for a non-zero Kafka error code.
+
+    Args:
+        code: the error code from a response.
+        message: optional context (API, topic, partition, broker message).
+
+    Returns:
+        An instance of the most specific :class:`BrokerError` subclass.
+    """
+    cls = _SPECIFIC.get(code)
+    if cls is None:
+        if code in _REFRESH_METADATA:
+            cls = StaleMetadataError
+        else:
+            try:
+                cls = RetriableBrokerError if ErrorCode(code).retriable else BrokerError
+            except ValueError:
+                cls = BrokerError
+    return cls(code, message)
+
+
+def raise_for_code(code: int, message: str | None = None) -> None:
+    """Raise :func:`error_for_code` unless ``code`` is zero."""
+    if code:
+        raise error_for_code(code, message)

@@ -1,0 +1,366 @@
+"""Partition logs of the embedded broker (sans-IO, in memory).
+
+Theory of operation:
+
+A :class:`PartitionLog` is an append-only list of record batches kept exactly
+as a producer sent them, each as a :class:`StoredBatch` ``(base_offset,
+last_offset, data, max_timestamp)``, plus two numbers: the log start offset
+(where the retained log begins) and the high watermark. There is no
+replication -- every replica of a partition is this one object -- so the high
+watermark, the log end offset and the last stable offset are the same number:
+the offset the next appended record will get.
+
+Appending (:meth:`PartitionLog.append`) validates the batch the way Kafka's
+``LogValidator`` does for a client append -- exactly one magic-2 batch, CRC-32C
+over ``attributes`` .. end, an offset range consistent with the record count,
+consecutive record offsets, no control batch -- by decoding it with
+:mod:`gengroup.protocol.records`. It then re-stamps the fields a broker owns:
+``baseOffset`` and ``partitionLeaderEpoch`` (both outside the CRC, so the CRC is
+untouched) and, for topics with ``message.timestamp.type=LogAppendTime``, the
+timestamp-type attribute bit and ``maxTimestamp`` (under the CRC, which is then
+recomputed). Nothing else in the producer's bytes changes, so a fetch returns
+them byte for byte, compressed batches included.
+
+Reading (:meth:`PartitionLog.read`) finds the batch holding the requested
+offset by bisection over the batches' last offsets and returns whole batches
+from that one on (a consumer skips the records before its position, as with
+Kafka). It honours a byte limit, except that ``min_one`` lets the first batch
+through whatever its size, which is KIP-74's rule for the first partition of a
+fetch response. Offset lookups by timestamp (:meth:`PartitionLog.offset_for`)
+scan batch max-timestamps and decode only the one batch that holds the answer.
+
+Time never comes from a clock here: the caller passes ``now_ms`` (epoch
+milliseconds) when the log needs it (log-append time).
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from dataclasses import dataclass
+from typing import Final, NamedTuple
+
+from crc32c import crc32c
+
+from .._errors import CorruptRecordError, ProtocolError
+from ..protocol.records import decode_batches
+
+__all__ = [
+    "EARLIEST_LOCAL_TIMESTAMP",
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIERED_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "AppendResult",
+    "LogError",
+    "PartitionLog",
+    "StoredBatch",
+]
+
+#: ListOffsets special timestamps (Kafka's ``ListOffsetsRequest`` constants).
+LATEST_TIMESTAMP: Final = -1
+EARLIEST_TIMESTAMP: Final = -2
+MAX_TIMESTAMP: Final = -3
+EARLIEST_LOCAL_TIMESTAMP: Final = -4
+LATEST_TIERED_TIMESTAMP: Final = -5
+
+# Kafka error codes used here (kio's ErrorCode values).
+_CORRUPT_MESSAGE: Final = 2
+_MESSAGE_TOO_LARGE: Final = 10
+_INVALID_RECORD: Final = 87
+_OFFSET_OUT_OF_RANGE: Final = 1
+
+_HEADER_SIZE: Final = 61
+_LOG_OVERHEAD: Final = 12
+_CRC_START: Final = 21
+_MAGIC_OFFSET: Final = 16
+_ATTRIBUTES_OFFSET: Final = 21
+_MAX_TIMESTAMP_OFFSET: Final = 35
+_ATTR_TIMESTAMP_TYPE: Final = 0x08
+_ATTR_CONTROL: Final = 0x20
+_PREFIX: Final = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+_U32: Final = struct.Struct(">I")
+_I64: Final = struct.Struct(">q")
+
+
+class LogError(Exception):
+    """An append or read was refused; ``code`` is the Kafka error code to answer.
+
+    Attributes:
+        code: the Kafka error code (e.g. 2 CORRUPT_MESSAGE, 87 INVALID_RECORD,
+            1 OFFSET_OUT_OF_RANGE, 10 MESSAGE_TOO_LARGE).
+    """
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """One batch as stored: its offsets, bytes and max timestamp.
+
+    Attributes:
+        base_offset: offset of the batch's first record.
+        last_offset: offset of its last record.
+        data: the batch's bytes as served to consumers.
+        max_timestamp: the batch's ``maxTimestamp`` (epoch ms).
+        leader_epoch: the leader epoch stamped on append.
+    """
+
+    base_offset: int
+    last_offset: int
+    data: bytes
+    max_timestamp: int
+    leader_epoch: int
+
+
+class AppendResult(NamedTuple):
+    """What a successful append tells the producer.
+
+    Attributes:
+        base_offset: the offset given to the batch's first record.
+        log_append_time: the append time (epoch ms) for log-append-time
+            topics, else -1.
+        log_start_offset: the log start offset after the append.
+    """
+
+    base_offset: int
+    log_append_time: int
+    log_start_offset: int
+
+
+def validate_batch(data: bytes, *, max_message_bytes: int) -> tuple[int, int]:
+    """Validate a produced partition payload the way Kafka validates a client append.
+
+    Args:
+        data: the ``records`` bytes of one partition of a Produce request.
+        max_message_bytes: the largest batch accepted (Kafka's ``max.message.bytes``).
+
+    Returns:
+        ``(record_count, max_timestamp)`` of the one batch.
+
+    Raises:
+        LogError: with INVALID_RECORD (not exactly one well-formed magic-2
+            batch, inconsistent offsets or counts, a control batch),
+            CORRUPT_MESSAGE (CRC mismatch) or MESSAGE_TOO_LARGE.
+    """
+    size = len(data)
+    if size < _HEADER_SIZE:
+        raise LogError(_INVALID_RECORD, "a produce request must carry exactly one record batch")
+    _, batch_length, _ = _PREFIX.unpack_from(data, 0)
+    if data[_MAGIC_OFFSET] != 2:
+        raise LogError(_INVALID_RECORD, f"record batch magic {data[_MAGIC_OFFSET]} is not 2")
+    if batch_length + _LOG_OVERHEAD != size:
+        if batch_length + _LOG_OVERHEAD < size:
+            raise LogError(_INVALID_RECORD, "a produce request must carry exactly one batch")
+        raise LogError(_INVALID_RECORD, "record batch is truncated (premature end of data)")
+    if size > max_message_bytes:
+        raise LogError(
+            _MESSAGE_TOO_LARGE, f"record batch of {size} bytes exceeds {max_message_bytes}"
+        )
+    (crc,) = _U32.unpack_from(data, 17)
+    if crc32c(memoryview(data)[_CRC_START:]) != crc:
+        raise LogError(_CORRUPT_MESSAGE, "record batch failed its CRC check")
+    try:
+        batches = decode_batches(data, verify_crc=False)
+    except (CorruptRecordError, ProtocolError) as exc:
+        raise LogError(_INVALID_RECORD, f"invalid record batch: {exc}") from exc
+    if len(batches) != 1:
+        raise LogError(_INVALID_RECORD, "a produce request must carry exactly one batch")
+    batch = batches[0]
+    if batch.is_control:
+        raise LogError(_INVALID_RECORD, "clients may not write control batches")
+    count = len(batch.records)
+    if count <= 0 or batch.last_offset_delta + 1 != count:
+        raise LogError(_INVALID_RECORD, "inconsistent batch offset range and record count")
+    base = batch.base_offset
+    for index, record in enumerate(batch.records):
+        if record.offset != base + index:
+            raise LogError(_INVALID_RECORD, "record offsets in the batch are not consecutive")
+    if batch.producer_id >= 0 and batch.base_sequence < 0:
+        raise LogError(_INVALID_RECORD, "invalid sequence number for an idempotent batch")
+    return count, batch.max_timestamp
+
+
+class PartitionLog:
+    """One partition's log: batches in memory, log start offset, high watermark.
+
+    Args:
+        log_start_offset: the first offset of the log (normally 0).
+    """
+
+    def __init__(self, log_start_offset: int = 0) -> None:
+        self.batches: list[StoredBatch] = []
+        self._last_offsets: list[int] = []
+        self.log_start_offset = log_start_offset
+        self.high_watermark = log_start_offset
+        self.size_bytes = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<PartitionLog start={self.log_start_offset} hw={self.high_watermark} "
+            f"batches={len(self.batches)}>"
+        )
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next record will get (equal to the high watermark here)."""
+        return self.high_watermark
+
+    def append(
+        self,
+        data: bytes,
+        *,
+        now_ms: int,
+        leader_epoch: int = 0,
+        log_append_time: bool = False,
+        max_message_bytes: int = 1048588,
+    ) -> AppendResult:
+        """Validate one produced batch and append it.
+
+        Args:
+            data: the producer's batch bytes (exactly one batch).
+            now_ms: current time in epoch milliseconds (for log-append time).
+            leader_epoch: the partition leader epoch to stamp on the batch.
+            log_append_time: stamp the batch with log-append time.
+            max_message_bytes: the largest batch accepted.
+
+        Returns:
+            The assigned base offset, the append time (or -1) and the log start offset.
+
+        Raises:
+            LogError: the batch was refused (see :func:`validate_batch`).
+        """
+        data = bytes(data)
+        count, max_timestamp = validate_batch(data, max_message_bytes=max_message_bytes)
+        base = self.high_watermark
+        buf = bytearray(data)
+        _I64.pack_into(buf, 0, base)
+        _I32.pack_into(buf, 12, leader_epoch)
+        append_time = -1
+        if log_append_time:
+            append_time = now_ms
+            max_timestamp = now_ms
+            (attributes,) = _I16.unpack_from(buf, _ATTRIBUTES_OFFSET)
+            _I16.pack_into(buf, _ATTRIBUTES_OFFSET, attributes | _ATTR_TIMESTAMP_TYPE)
+            _I64.pack_into(buf, _MAX_TIMESTAMP_OFFSET, now_ms)
+            _U32.pack_into(buf, 17, crc32c(memoryview(buf)[_CRC_START:]))
+        last = base + count - 1
+        self.batches.append(StoredBatch(base, last, bytes(buf), max_timestamp, leader_epoch))
+        self._last_offsets.append(last)
+        self.high_watermark = last + 1
+        self.size_bytes += len(buf)
+        return AppendResult(base, append_time, self.log_start_offset)
+
+    def _index_of(self, offset: int) -> int:
+        """Index of the first batch whose last offset is >= ``offset``."""
+        return bisect.bisect_left(self._last_offsets, offset)
+
+    def read(self, offset: int, max_bytes: int, *, min_one: bool) -> list[bytes]:
+        """Whole batches from the one holding ``offset`` on, within ``max_bytes``.
+
+        Args:
+            offset: the fetch position.
+            max_bytes: byte budget for the returned batches.
+            min_one: return the first batch even if it alone exceeds ``max_bytes``.
+
+        Returns:
+            The batches' bytes, in offset order (empty at the high watermark).
+
+        Raises:
+            LogError: OFFSET_OUT_OF_RANGE if ``offset`` is below the log start
+                offset or above the high watermark.
+        """
+        if offset < self.log_start_offset or offset > self.high_watermark:
+            raise LogError(
+                _OFFSET_OUT_OF_RANGE,
+                f"offset {offset} outside [{self.log_start_offset}, {self.high_watermark}]",
+            )
+        out: list[bytes] = []
+        used = 0
+        for index in range(self._index_of(offset), len(self.batches)):
+            data = self.batches[index].data
+            if used + len(data) > max_bytes and not (min_one and not out):
+                break
+            out.append(data)
+            used += len(data)
+        return out
+
+    def bytes_from(self, offset: int) -> int:
+        """How many bytes a read from ``offset`` could return (no limit)."""
+        if offset < self.log_start_offset or offset >= self.high_watermark:
+            return 0
+        return sum(len(b.data) for b in self.batches[self._index_of(offset) :])
+
+    def epoch_at(self, offset: int, current_epoch: int) -> int:
+        """The leader epoch of the batch holding ``offset`` (``current_epoch`` past the end)."""
+        index = self._index_of(offset)
+        if index >= len(self.batches) or self.batches[index].base_offset > offset:
+            return current_epoch
+        return self.batches[index].leader_epoch
+
+    def offset_for(self, timestamp: int) -> tuple[int, int]:
+        """ListOffsets: resolve a timestamp (or a special value) to ``(offset, timestamp)``.
+
+        Args:
+            timestamp: epoch ms, or one of :data:`LATEST_TIMESTAMP`,
+                :data:`EARLIEST_TIMESTAMP`, :data:`MAX_TIMESTAMP`,
+                :data:`EARLIEST_LOCAL_TIMESTAMP`, :data:`LATEST_TIERED_TIMESTAMP`.
+
+        Returns:
+            ``(offset, timestamp)``; ``(-1, -1)`` when no record qualifies.
+        """
+        if timestamp == LATEST_TIMESTAMP:
+            return self.high_watermark, -1
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return self.log_start_offset, -1
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return -1, -1  # no tiered storage
+        live = [b for b in self.batches if b.last_offset >= self.log_start_offset]
+        if timestamp == MAX_TIMESTAMP:
+            if not live:
+                return -1, -1
+            best = max(b.max_timestamp for b in live)
+            batch = next(b for b in live if b.max_timestamp == best)
+            for record in decode_batches(batch.data, verify_crc=False)[0].records:
+                if record.offset >= self.log_start_offset and record.timestamp == best:
+                    return record.offset, record.timestamp
+            return batch.base_offset, best  # pragma: no cover - max_timestamp is a record's
+        for batch in live:
+            if batch.max_timestamp < timestamp:
+                continue
+            for record in decode_batches(batch.data, verify_crc=False)[0].records:
+                if record.offset >= self.log_start_offset and record.timestamp >= timestamp:
+                    return record.offset, record.timestamp
+        return -1, -1
+
+    def delete_records(self, before: int) -> int:
+        """Advance the log start offset to ``before`` (DeleteRecords semantics).
+
+        Whole batches entirely below the new start offset are dropped.
+
+        Args:
+            before: the new log start offset; ``-1`` means the high watermark.
+
+        Returns:
+            The new log start offset.
+
+        Raises:
+            LogError: OFFSET_OUT_OF_RANGE if ``before`` is above the high watermark.
+        """
+        if before == -1:
+            before = self.high_watermark
+        if before > self.high_watermark or before < 0:
+            raise LogError(_OFFSET_OUT_OF_RANGE, f"offset {before} is beyond the high watermark")
+        if before <= self.log_start_offset:
+            return self.log_start_offset
+        self.log_start_offset = before
+        drop = bisect.bisect_left(self._last_offsets, before)
+        for batch in self.batches[:drop]:
+            self.size_bytes -= len(batch.data)
+        del self.batches[:drop]
+        del self._last_offsets[:drop]
+        return before

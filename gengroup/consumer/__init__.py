@@ -1,0 +1,1 @@
+"""The consumer group, its generations and the worker pool."""

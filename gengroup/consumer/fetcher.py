@@ -1,0 +1,295 @@
+"""The generation's fetcher: one fetch loop per broker, bounded per-partition buffers.
+
+Theory of operation:
+
+A :class:`Fetcher` runs as one task of the generation. Inside it, one loop per
+leader broker sends a single Fetch request covering every assigned partition
+that broker leads *and whose buffer has room* -- never a request per partition.
+Each partition has a bounded buffer (``partition_buffer_bytes`` of record
+payload): when a worker falls behind, its partition drops out of the fetch
+requests until the worker drains it, so memory stays bounded and a slow worker
+applies backpressure to its own partition only.
+
+Errors are handled where they are understood: stale leadership refreshes
+metadata and moves the partition to its new leader's loop; OFFSET_OUT_OF_RANGE
+resets the position per ``start_offset`` or, with ``"error"``, is delivered to
+the partition's worker, like any other non-retriable error: the worker's
+``async for`` raises it, the worker exits, and the generation ends with that
+exception. Nothing is swallowed.
+
+Workers read through :meth:`Fetcher.iterate`, an async iterator (not an async
+generator, so there is nothing to finalise) that ends when the generation's
+scope is cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from .._config import GroupConfig
+from .._errors import (
+    BrokerError,
+    KafkaConnectionError,
+    OffsetOutOfRange,
+    ProtocolError,
+    RetriableBrokerError,
+    StaleMetadataError,
+)
+from .._types import TopicPartition
+from ..io.cluster import Cluster
+from ..io.fetch import fetch_once
+from ..protocol.records import Record
+
+__all__ = ["FetchedBatch", "Fetcher"]
+
+log = logging.getLogger("gengroup")
+
+_RECORD_OVERHEAD = 64
+
+
+@dataclass(slots=True)
+class FetchedBatch:
+    """The records of one partition from one fetch, handed to a worker whole.
+
+    Attributes:
+        topic: the topic.
+        partition: the partition.
+        records: the records, in offset order (never empty).
+        next_offset: the offset to mark once the batch is processed.
+        high_watermark: the partition's high watermark when fetched (lag =
+            ``high_watermark - next_offset``).
+    """
+
+    topic: str
+    partition: int
+    records: list[Record]
+    next_offset: int
+    high_watermark: int
+    size: int = 0
+
+    @property
+    def tp(self) -> TopicPartition:
+        """The batch's topic and partition."""
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(eq=False)
+class _Partition:
+    tp: TopicPartition
+    position: int
+    leader: int = -1
+    queue: deque[FetchedBatch] = field(default_factory=deque)
+    buffered: int = 0
+    error: BaseException | None = None
+    wake: anyio.Event = field(default_factory=anyio.Event)
+
+
+class Fetcher:
+    """Fetches a generation's partitions (one loop per broker) into bounded buffers."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        config: GroupConfig,
+        positions: Mapping[TopicPartition, int],
+        reset_offset: Callable[[TopicPartition], Awaitable[int]],
+        on_first_batch: Callable[[], None] | None = None,
+    ) -> None:
+        self._cluster = cluster
+        self._config = config
+        self._parts = {tp: _Partition(tp, off) for tp, off in positions.items()}
+        self._reset_offset = reset_offset
+        self._on_first_batch = on_first_batch
+        self._loops: set[int] = set()
+        self._space = anyio.Event()
+        self._reroute = anyio.Event()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ workers' side
+
+    def iterate(self, tp: TopicPartition) -> _PartitionIterator:
+        """An async iterator over ``tp``'s batches."""
+        return _PartitionIterator(self, self._parts[tp])
+
+    def _consumed(self, part: _Partition, batch: FetchedBatch) -> None:
+        before = part.buffered
+        part.buffered -= batch.size
+        limit = self._config.partition_buffer_bytes
+        if before >= limit > part.buffered:
+            self._space.set()
+            self._space = anyio.Event()
+        if self._on_first_batch is not None:
+            callback, self._on_first_batch = self._on_first_batch, None
+            callback()
+
+    # ------------------------------------------------------------------ loops
+
+    async def run(self) -> None:
+        """Run the fetch loops until cancelled (a task of the generation)."""
+        if not self._parts:
+            await anyio.sleep_forever()
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                while True:
+                    await self._assign_leaders()
+                    event = self._reroute
+                    await event.wait()
+                    self._reroute = anyio.Event()
+        finally:
+            self._closed = True
+            for part in self._parts.values():
+                part.wake.set()
+
+    async def _assign_leaders(self) -> None:
+        attempt = 0
+        while True:
+            missing = [p for p in self._parts.values() if p.leader < 0]
+            if not missing:
+                break
+            try:
+                await self._cluster.refresh_metadata({p.tp.topic for p in missing})
+            except (KafkaConnectionError, BrokerError, ProtocolError) as exc:
+                log.warning("group %s: metadata refresh failed: %s", self._config.group_id, exc)
+            for part in missing:
+                part.leader = self._cluster.leader_for(part.tp)
+            if all(p.leader >= 0 for p in self._parts.values()):
+                break
+            await self._cluster.backoff(attempt)
+            attempt += 1
+        assert self._tg is not None
+        for node in {p.leader for p in self._parts.values()} - self._loops:
+            self._loops.add(node)
+            self._tg.start_soon(self._broker_loop, node, name=f"gengroup-fetch-{node}")
+
+    def _stale(self, part: _Partition) -> None:
+        part.leader = -1
+        self._reroute.set()
+
+    async def _broker_loop(self, node: int) -> None:
+        cfg = self._config
+        attempt = 0
+        try:
+            while True:
+                mine = [p for p in self._parts.values() if p.leader == node]
+                if not mine:
+                    return
+                ready = {
+                    p.tp: p.position
+                    for p in mine
+                    if p.error is None and p.buffered < cfg.partition_buffer_bytes
+                }
+                if not ready:
+                    space = self._space
+                    await space.wait()
+                    continue
+                try:
+                    result = await fetch_once(
+                        self._cluster,
+                        node,
+                        ready,
+                        max_wait=cfg.fetch_max_wait,
+                        min_bytes=cfg.fetch_min_bytes,
+                        max_bytes=cfg.fetch_max_bytes,
+                        partition_max_bytes=cfg.partition_buffer_bytes,
+                        isolation_level=cfg.isolation_level,
+                    )
+                except (KafkaConnectionError, ProtocolError, StaleMetadataError) as exc:
+                    log.info("group %s: fetch from broker %d failed: %s", cfg.group_id, node, exc)
+                    for p in mine:
+                        self._stale(p)
+                    await self._cluster.backoff(attempt)
+                    attempt += 1
+                    return
+                attempt = 0
+                for tp, pf in result.items():
+                    part = self._parts.get(tp)
+                    if part is None or part.position != ready.get(tp):
+                        continue
+                    await self._deliver(part, pf)
+        finally:
+            self._loops.discard(node)
+
+    async def _deliver(self, part: _Partition, pf: Any) -> None:
+        error = pf.error
+        if error is not None:
+            if isinstance(error, StaleMetadataError):
+                self._stale(part)
+            elif isinstance(error, OffsetOutOfRange) and self._config.start_offset != "error":
+                new = await self._reset_offset(part.tp)
+                log.warning(
+                    "group %s: %s offset %d out of range, reset to %d (start_offset=%s)",
+                    self._config.group_id,
+                    part.tp,
+                    part.position,
+                    new,
+                    self._config.start_offset,
+                )
+                part.position = new
+            elif isinstance(error, RetriableBrokerError):
+                log.info("group %s: %s fetch error %s, retrying", self._config.group_id, part.tp, error)
+            else:
+                part.error = error
+                part.wake.set()
+            return
+        position = part.position
+        records: list[Record] = []
+        for batch in pf.batches:
+            if batch.base_offset >= position:
+                records.extend(batch.records)
+            else:
+                records.extend(r for r in batch.records if r.offset >= position)
+        part.position = max(position, pf.next_offset)
+        if not records:
+            return
+        size = 0
+        for r in records:
+            size += _RECORD_OVERHEAD
+            if r.value is not None:
+                size += len(r.value)
+            if r.key is not None:
+                size += len(r.key)
+        part.queue.append(
+            FetchedBatch(
+                part.tp.topic,
+                part.tp.partition,
+                records,
+                part.position,
+                pf.high_watermark,
+                size,
+            )
+        )
+        part.buffered += size
+        part.wake.set()
+
+
+class _PartitionIterator:
+    """Async iterator of one partition's batches; ends when the fetcher stops."""
+
+    def __init__(self, fetcher: Fetcher, part: _Partition) -> None:
+        self._fetcher = fetcher
+        self._part = part
+
+    def __aiter__(self) -> _PartitionIterator:
+        return self
+
+    async def __anext__(self) -> FetchedBatch:
+        part = self._part
+        while not part.queue:
+            if part.error is not None:
+                raise part.error
+            if self._fetcher._closed:
+                raise StopAsyncIteration
+            part.wake = anyio.Event()
+            await part.wake.wait()
+        batch = part.queue.popleft()
+        self._fetcher._consumed(part, batch)
+        return batch

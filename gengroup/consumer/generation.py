@@ -1,0 +1,315 @@
+"""A Generation: one rebalance's worth of membership, owning a nursery of tasks.
+
+Theory of operation:
+
+The :class:`~gengroup.consumer.group.ConsumerGroup` run loop creates a
+:class:`Generation` after SyncGroup and OffsetFetch, opens the generation's
+task group inside a cancel scope, starts the internal tasks (heartbeat,
+partition watcher, committer, fetcher) in it and hands the object to the user
+over a channel. Tasks the user starts with :meth:`Generation.start_soon` run in
+the same task group, wrapped so that the first one to exit -- returning or
+raising -- cancels the generation's scope (kafka-go's "the first goroutine to
+return closes the generation").
+
+A generation moves through three stages: *live* (its scope is not cancelled),
+*ending* (cancelled: tasks are finishing; commits are still allowed, since the
+coordinator accepts commits of the current generation while the group
+rebalances, and we do not rejoin before every task returned) and *ended* (every
+task returned and the final commit of marked offsets was made). From then on
+:meth:`commit` raises :class:`GenerationEnded` without sending anything.
+
+Marks only move forward; commits never send an offset lower than one this
+member already committed for the partition, so a late commit cannot move a
+committed offset backwards.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+
+from .._errors import GenerationEnded, error_for_code
+from .._types import TopicPartition
+from ..group.member import Outcome
+from ..io import group_api
+
+if TYPE_CHECKING:
+    from .fetcher import FetchedBatch, Fetcher
+    from .group import ConsumerGroup
+
+__all__ = ["Generation", "RebalanceTimings"]
+
+log = logging.getLogger("gengroup")
+
+
+@dataclass(slots=True)
+class RebalanceTimings:
+    """How long each step of forming a generation took, in seconds.
+
+    ``first_record`` is measured from the end of the offset fetch to the first
+    batch handed to a worker, and stays None until one is.
+    """
+
+    find_coordinator: float = 0.0
+    join: float = 0.0
+    sync: float = 0.0
+    offset_fetch: float = 0.0
+    first_record: float | None = None
+
+    @property
+    def total(self) -> float:
+        """Coordinator lookup + join + sync + offset fetch."""
+        return self.find_coordinator + self.join + self.sync + self.offset_fetch
+
+
+@dataclass(eq=False)
+class _UserTask:
+    name: str
+    coro: Any = None
+    done: bool = False
+
+
+def _innermost_frames(coro: Any) -> list[FrameType]:
+    frames: list[FrameType] = []
+    obj = coro
+    seen = 0
+    while obj is not None and seen < 200:
+        seen += 1
+        frame = getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None)
+        if frame is not None:
+            frames.append(frame)
+        nxt = getattr(obj, "cr_await", None)
+        if nxt is None:
+            nxt = getattr(obj, "gi_yieldfrom", None)
+        obj = nxt
+    return frames
+
+
+def describe_stack(coro: Any) -> str:
+    """Where a coroutine is suspended, as 'file:line in func' lines (outermost first)."""
+    lines = [
+        f"  {f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}"
+        for f in _innermost_frames(coro)
+    ]
+    return "\n".join(lines) if lines else "  (no Python frame: not started or finished)"
+
+
+@dataclass(eq=False)
+class Generation:
+    """One generation of the group, as seen by this member.
+
+    Obtained from ``async for gen in group``; never constructed by users.
+
+    Attributes:
+        id: the generation id every commit carries.
+        member_id: this member's id in the generation.
+        group_id: the group.
+        is_leader: whether this member ran the balancer.
+        protocol: the balancer chosen by the coordinator.
+        assignments: each assigned partition and the offset its fetch starts at.
+        timings: how long forming the generation took.
+    """
+
+    id: int
+    member_id: str
+    group_id: str
+    is_leader: bool
+    protocol: str
+    assignments: Mapping[TopicPartition, int]
+    timings: RebalanceTimings
+    _group: ConsumerGroup = field(repr=False)
+    _fetcher: Fetcher = field(repr=False)
+    _scope: anyio.CancelScope = field(default_factory=anyio.CancelScope, repr=False)
+    _tg: anyio.abc.TaskGroup | None = field(default=None, repr=False)
+    _marks: dict[TopicPartition, int] = field(default_factory=dict, repr=False)
+    _committed: dict[TopicPartition, int] = field(default_factory=dict, repr=False)
+    _tasks: list[_UserTask] = field(default_factory=list, repr=False)
+    _ended: anyio.Event = field(default_factory=anyio.Event, repr=False)
+    _commit_lock: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
+    _ending: anyio.Event = field(default_factory=anyio.Event, repr=False)
+    _partition_counts: dict[str, int] = field(default_factory=dict, repr=False)
+    end_outcome: Outcome | None = None
+    end_reason: str | None = None
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def ending(self) -> bool:
+        """True once the generation was cancelled (tasks may still be finishing)."""
+        return self._scope.cancel_called
+
+    @property
+    def ended(self) -> bool:
+        """True once every task returned and the final commit was made."""
+        return self._ended.is_set()
+
+    async def wait_ended(self) -> None:
+        """Wait until the generation has fully ended."""
+        await self._ended.wait()
+
+    def cancel(self, reason: str = "cancelled by the application") -> None:
+        """End the generation: cancel its tasks (the group then rejoins)."""
+        self._end(Outcome.REJOIN, reason)
+
+    def _end(self, outcome: Outcome, reason: str) -> None:
+        if self.end_outcome is None:
+            self.end_outcome = outcome
+            self.end_reason = reason
+            log.debug(
+                "group %s generation %d member %s ending: %s",
+                self.group_id,
+                self.id,
+                self.member_id,
+                reason,
+            )
+        self._scope.cancel()
+        self._ending.set()
+
+    # ------------------------------------------------------------------ tasks
+
+    def _check_live(self, what: str) -> anyio.abc.TaskGroup:
+        if self.ended or self._tg is None:
+            raise GenerationEnded(f"{what}: generation {self.id} of {self.group_id} has ended")
+        return self._tg
+
+    def start_soon(
+        self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None
+    ) -> None:
+        """Start a task in the generation's nursery.
+
+        The first task to exit, returning or raising, ends the generation; an
+        exception reaches the code iterating the group.
+
+        Raises:
+            GenerationEnded: the generation is over.
+        """
+        tg = self._check_live("start_soon")
+        task = _UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
+        tg.start_soon(self._run_task, task, fn, args, None, name=task.name)
+
+    async def start(
+        self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None
+    ) -> Any:
+        """Start a task and wait until it calls ``task_status.started(value)``.
+
+        ``fn`` must accept a ``task_status`` keyword argument.
+
+        Returns:
+            The value passed to ``task_status.started``.
+        """
+        tg = self._check_live("start")
+        task = _UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
+
+        async def runner(*, task_status: anyio.abc.TaskStatus[Any]) -> None:
+            await self._run_task(task, fn, args, task_status)
+
+        return await tg.start(runner, name=task.name)
+
+    async def _run_task(
+        self,
+        task: _UserTask,
+        fn: Callable[..., Awaitable[Any]],
+        args: tuple[Any, ...],
+        task_status: anyio.abc.TaskStatus[Any] | None,
+    ) -> None:
+        self._tasks.append(task)
+        try:
+            if task_status is None:
+                task.coro = fn(*args)
+            else:
+                task.coro = fn(*args, task_status=task_status)
+            await task.coro
+        finally:
+            task.done = True
+            self._end(Outcome.REJOIN, f"task {task.name!r} exited")
+
+    def stuck_tasks(self) -> list[tuple[str, str]]:
+        """(name, stack) of each user task that has not returned yet."""
+        return [
+            (t.name, describe_stack(t.coro)) for t in self._tasks if not t.done
+        ]
+
+    # ------------------------------------------------------------------ records
+
+    def fetch(self, tp: TopicPartition) -> AsyncIterator[FetchedBatch]:
+        """Iterate the batches of an assigned partition from its start offset.
+
+        Each batch carries ``records`` and ``next_offset`` (the offset to mark
+        once the batch is processed). Iteration ends when the generation ends.
+
+        Raises:
+            KeyError: ``tp`` is not assigned to this member in this generation.
+            GenerationEnded: the generation is over.
+        """
+        self._check_live("fetch")
+        if tp not in self.assignments:
+            raise KeyError(f"{tp} is not assigned to member {self.member_id} in generation {self.id}")
+        return self._fetcher.iterate(tp)
+
+    def mark(self, tp: TopicPartition, offset: int) -> None:
+        """Record that everything before ``offset`` in ``tp`` was processed.
+
+        The mark is committed with this generation's id by the periodic
+        committer, by :meth:`commit` and when the generation ends. Marks only
+        move forward.
+        """
+        if tp not in self.assignments:
+            raise KeyError(f"{tp} is not assigned to member {self.member_id} in generation {self.id}")
+        if offset > self._marks.get(tp, -1):
+            self._marks[tp] = offset
+
+    @property
+    def marks(self) -> Mapping[TopicPartition, int]:
+        """The offsets marked so far."""
+        return dict(self._marks)
+
+    @property
+    def committed(self) -> Mapping[TopicPartition, int]:
+        """The offsets this member has committed (or found committed) per partition."""
+        return dict(self._committed)
+
+    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commit offsets with this generation's id and member id.
+
+        Args:
+            offsets: what to commit; default: every marked offset. Offsets not
+                above what this member already committed are left out, so a
+                committed offset never moves backwards.
+
+        Raises:
+            GenerationEnded: the generation has ended; nothing was sent.
+            IllegalGeneration, UnknownMemberId, RebalanceInProgress: the
+                coordinator refused the commit (typed :class:`BrokerError`).
+        """
+        if self.ended:
+            raise GenerationEnded(
+                f"commit: generation {self.id} of {self.group_id} has ended; nothing was sent"
+            )
+        async with self._commit_lock:
+            wanted = dict(self._marks if offsets is None else offsets)
+            for tp in wanted:
+                if tp not in self.assignments:
+                    raise KeyError(f"{tp} is not assigned in generation {self.id}")
+            due = {tp: o for tp, o in wanted.items() if o > self._committed.get(tp, -1)}
+            if not due:
+                return
+            results = await self._group._commit(self, due)
+            failed = {tp: code for tp, code in results.items() if code}
+            for tp, off in due.items():
+                if tp not in failed:
+                    self._committed[tp] = max(off, self._committed.get(tp, -1))
+            if failed:
+                tp, code = next(iter(sorted(failed.items())))
+                raise error_for_code(
+                    code,
+                    f"OffsetCommit of {self.group_id} generation {self.id} member "
+                    f"{self.member_id}: {len(failed)} partition(s) refused, e.g. {tp}",
+                )
+
+

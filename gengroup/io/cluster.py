@@ -1,0 +1,364 @@
+"""The cluster view: bootstrap, metadata, the connection pool, coordinator lookup.
+
+Theory of operation:
+
+A :class:`Cluster` is an async context manager owning one task group in which
+every :class:`~gengroup.io.connection.BrokerConnection`'s reader task runs. At
+most one connection per broker is kept; a broken one is dropped from the pool
+and replaced on next use. Connection attempts to one node are serialised by a
+per-node lock so that a burst of callers opens one socket, not many.
+
+Metadata is fetched on demand and cached: the broker map (node id -> address),
+and per topic its id and each partition's leader and epoch. Callers that get
+NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION (any
+:class:`~gengroup._errors.StaleMetadataError`) call :meth:`Cluster.refresh_metadata`
+and retry. Requests that may go to any broker use the least-loaded usable
+connection, falling back to the bootstrap addresses in turn.
+
+FindCoordinator retries NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE /
+COORDINATOR_LOAD_IN_PROGRESS and connection failures with backoff until its
+deadline.
+"""
+
+from __future__ import annotations
+
+import datetime
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
+from uuid import UUID
+
+import anyio
+import anyio.abc
+
+from .._errors import (
+    BrokenConnection,
+    ConfigError,
+    CoordinatorError,
+    GengroupError,
+    KafkaConnectionError,
+    RetriableBrokerError,
+    error_for_code,
+)
+from .._types import TopicPartition
+from ..protocol.framing import build, request_module
+from ..protocol.versions import ApiKey, require
+from .connection import BrokerConnection
+
+__all__ = ["BrokerInfo", "Cluster", "PartitionInfo", "TopicInfo", "ms"]
+
+
+def ms(seconds: float) -> datetime.timedelta:
+    """A kio duration field from float seconds."""
+    return datetime.timedelta(milliseconds=round(seconds * 1000))
+
+
+def parse_address(addr: str) -> tuple[str, int]:
+    """Split ``host:port`` (IPv6 as ``[::1]:9092``) into its parts."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"broker address {addr!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """A broker from the metadata."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition's leadership as last seen in metadata."""
+
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...] = ()
+    error_code: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """One topic as last seen in metadata."""
+
+    name: str
+    topic_id: UUID | None
+    partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+    error_code: int = 0
+    is_internal: bool = False
+
+
+class Cluster:
+    """A pool of broker connections and the cached cluster metadata.
+
+    Args:
+        bootstrap: ``host:port`` addresses to start from.
+        client_id: sent in every request header.
+        connect_timeout: seconds to connect and negotiate versions.
+        request_timeout: default seconds to wait for a response.
+        retry_backoff: base seconds between retries (jittered, doubling, capped at 1 s).
+
+    Example::
+
+        async with Cluster(["127.0.0.1:9092"]) as cluster:
+            await cluster.refresh_metadata(["payments"])
+    """
+
+    def __init__(
+        self,
+        bootstrap: Sequence[str] | str,
+        *,
+        client_id: str = "gengroup",
+        connect_timeout: float = 10.0,
+        request_timeout: float = 30.0,
+        retry_backoff: float = 0.1,
+    ) -> None:
+        if isinstance(bootstrap, str):
+            bootstrap = [a for a in bootstrap.split(",") if a]
+        if not bootstrap:
+            raise ConfigError("at least one bootstrap broker address is required")
+        self.bootstrap = [parse_address(a) for a in bootstrap]
+        self.client_id = client_id
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self.retry_backoff = retry_backoff
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self.cluster_id: str | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._conns: dict[int | tuple[str, int], BrokerConnection] = {}
+        self._locks: dict[int | tuple[str, int], anyio.Lock] = {}
+        self._inflight: dict[BrokerConnection, int] = {}
+        self._metadata_lock = anyio.Lock()
+
+    async def __aenter__(self) -> Self:
+        self._tg_cm = anyio.create_task_group()
+        self._tg = await self._tg_cm.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> bool | None:
+        await self.aclose()
+        assert self._tg_cm is not None
+        return await self._tg_cm.__aexit__(*exc)  # type: ignore[arg-type]
+
+    async def aclose(self) -> None:
+        """Close every pooled connection."""
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for conn in conns:
+            await conn.aclose()
+
+    # ------------------------------------------------------------------ connections
+
+    def _address(self, node_id: int) -> tuple[str, int]:
+        info = self.brokers.get(node_id)
+        if info is None:
+            raise BrokenConnection(f"broker {node_id} is not in the cluster metadata")
+        return info.host, info.port
+
+    async def _open(self, key: int | tuple[str, int]) -> BrokerConnection:
+        conn = self._conns.get(key)
+        if conn is not None and conn.is_usable:
+            return conn
+        lock = self._locks.setdefault(key, anyio.Lock())
+        async with lock:
+            conn = self._conns.get(key)
+            if conn is not None and conn.is_usable:
+                return conn
+            if self._tg is None:
+                raise GengroupError("the Cluster is not open: use `async with Cluster(...)`")
+            if isinstance(key, int):
+                host, port = self._address(key)
+                node_id = key
+            else:
+                (host, port), node_id = key, -1
+            new = BrokerConnection(
+                host,
+                port,
+                node_id=node_id,
+                client_id=self.client_id,
+                connect_timeout=self.connect_timeout,
+                request_timeout=self.request_timeout,
+            )
+            await self._tg.start(new.serve)
+            self._conns[key] = new
+            return new
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        """The pooled connection to broker ``node_id`` (opened if needed)."""
+        return await self._open(node_id)
+
+    async def any_connection(self) -> BrokerConnection:
+        """A connection to any reachable broker, preferring the least loaded."""
+        usable = [c for c in self._conns.values() if c.is_usable]
+        if usable:
+            return min(usable, key=lambda c: self._inflight.get(c, 0))
+        errors: list[str] = []
+        candidates: list[int | tuple[str, int]] = list(self.brokers)
+        random.shuffle(candidates)
+        candidates += list(self.bootstrap)
+        for key in candidates:
+            try:
+                return await self._open(key)
+            except KafkaConnectionError as exc:
+                errors.append(str(exc))
+        raise BrokenConnection("no broker reachable: " + "; ".join(errors))
+
+    async def request(
+        self, node_id: int | None, request: Any, *, timeout: float | None = None
+    ) -> Any:
+        """Send ``request`` to ``node_id`` (None: any broker) and return the response."""
+        conn = await (self.any_connection() if node_id is None else self.connection(node_id))
+        self._inflight[conn] = self._inflight.get(conn, 0) + 1
+        try:
+            return await conn.request(request, timeout=timeout)
+        finally:
+            self._inflight[conn] -= 1
+            if not self._inflight[conn]:
+                del self._inflight[conn]
+
+    async def version(self, node_id: int | None, key: ApiKey) -> int:
+        """The negotiated version of ``key`` with ``node_id`` (None: any broker)."""
+        conn = await (self.any_connection() if node_id is None else self.connection(node_id))
+        return require(conn.versions, key)
+
+    async def backoff(self, attempt: int) -> None:
+        """Sleep a jittered exponential backoff for retry ``attempt`` (0-based)."""
+        base = min(self.retry_backoff * (2**attempt), 1.0)
+        await anyio.sleep(base * random.uniform(0.8, 1.2))
+
+    # ------------------------------------------------------------------ metadata
+
+    async def refresh_metadata(
+        self, topics: Iterable[str] | None = None, *, allow_auto_create: bool = False
+    ) -> dict[str, TopicInfo]:
+        """Fetch metadata for ``topics`` (None: every topic) and update the cache.
+
+        Returns:
+            The topics in the response, by name (with their error codes: a
+            missing topic has ``UNKNOWN_TOPIC_OR_PARTITION``).
+        """
+        names = None if topics is None else sorted(set(topics))
+        async with self._metadata_lock:
+            conn = await self.any_connection()
+            version = require(conn.versions, ApiKey.METADATA)
+            mod = request_module(ApiKey.METADATA, version)
+            req_topics = (
+                None
+                if names is None
+                else tuple(build(mod.MetadataRequestTopic, name=n, topic_id=None) for n in names)
+            )
+            req = build(
+                mod.MetadataRequest,
+                topics=req_topics,
+                allow_auto_topic_creation=allow_auto_create,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False,
+            )
+            resp: Any = await conn.request(req)
+            self.cluster_id = resp.cluster_id
+            brokers = {
+                int(b.node_id): BrokerInfo(int(b.node_id), b.host, int(b.port), b.rack)
+                for b in resp.brokers
+            }
+            if brokers:
+                self.brokers = brokers
+            result: dict[str, TopicInfo] = {}
+            for t in resp.topics:
+                if t.name is None:
+                    continue
+                parts = {
+                    int(p.partition_index): PartitionInfo(
+                        int(p.partition_index),
+                        int(p.leader_id),
+                        int(p.leader_epoch),
+                        tuple(int(r) for r in p.replica_nodes),
+                        int(p.error_code),
+                    )
+                    for p in t.partitions
+                }
+                topic_id = t.topic_id if getattr(t, "topic_id", None) else None
+                info = TopicInfo(t.name, topic_id, parts, int(t.error_code), bool(t.is_internal))
+                result[t.name] = info
+                if info.error_code == 0:
+                    self.topics[t.name] = info
+                else:
+                    self.topics.pop(t.name, None)
+            if names is None:
+                for gone in set(self.topics) - set(result):
+                    del self.topics[gone]
+            return result
+
+    def leader_for(self, tp: TopicPartition) -> int:
+        """The cached leader of ``tp`` (-1 if unknown)."""
+        topic = self.topics.get(tp.topic)
+        if topic is None:
+            return -1
+        part = topic.partitions.get(tp.partition)
+        return -1 if part is None else part.leader
+
+    def partition_count(self, topic: str) -> int | None:
+        """The cached partition count of ``topic`` (None if unknown)."""
+        info = self.topics.get(topic)
+        return None if info is None else len(info.partitions)
+
+    async def leader_connection(self, tp: TopicPartition) -> BrokerConnection:
+        """The connection to ``tp``'s leader, refreshing metadata if it is unknown."""
+        leader = self.leader_for(tp)
+        if leader < 0:
+            await self.refresh_metadata([tp.topic])
+            leader = self.leader_for(tp)
+            if leader < 0:
+                raise error_for_code(3, f"no leader for {tp}")
+        return await self.connection(leader)
+
+    # ------------------------------------------------------------------ coordinator
+
+    async def find_coordinator(
+        self, key: str, *, key_type: int = 0, timeout: float | None = None
+    ) -> int:
+        """Find the coordinator of group ``key`` (key_type 0) and return its node id.
+
+        Retries coordinator errors and connection failures with backoff until
+        ``timeout`` (default: ``request_timeout``) passes.
+
+        Raises:
+            BrokerError: a non-retriable error (e.g. GROUP_AUTHORIZATION_FAILED).
+            TimeoutError: no coordinator was found in time.
+        """
+        limit = self.request_timeout if timeout is None else timeout
+        attempt = 0
+        last: Exception | None = None
+        with anyio.move_on_after(limit):
+            while True:
+                try:
+                    return await self._find_coordinator_once(key, key_type)
+                except (CoordinatorError, RetriableBrokerError, KafkaConnectionError) as exc:
+                    last = exc
+                await self.backoff(attempt)
+                attempt += 1
+        raise TimeoutError(f"no coordinator for {key!r} within {limit} s (last error: {last})")
+
+    async def _find_coordinator_once(self, key: str, key_type: int) -> int:
+        conn = await self.any_connection()
+        version = require(conn.versions, ApiKey.FIND_COORDINATOR)
+        mod = request_module(ApiKey.FIND_COORDINATOR, version)
+        req = build(
+            mod.FindCoordinatorRequest, key=key, key_type=key_type, coordinator_keys=(key,)
+        )
+        resp: Any = await conn.request(req)
+        if version >= 4:
+            entry = resp.coordinators[0]
+        else:
+            entry = resp
+        if entry.error_code:
+            raise error_for_code(int(entry.error_code), entry.error_message)
+        node = int(entry.node_id)
+        self.brokers.setdefault(node, BrokerInfo(node, entry.host, int(entry.port)))
+        return node

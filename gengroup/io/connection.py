@@ -1,0 +1,308 @@
+"""One TCP connection to one Kafka broker, multiplexed by correlation id.
+
+Theory of operation:
+
+A :class:`BrokerConnection` is served by exactly one task, :meth:`serve`,
+started in a task group its owner controls (the :class:`~gengroup.io.cluster.Cluster`
+or :func:`open_connection`). ``serve`` connects, negotiates API versions, reports
+readiness through ``task_status`` and then reads frames forever, routing each to
+the waiter registered under its correlation id. It never raises: when the
+connection breaks it fails every request in flight with :class:`BrokenConnection`
+(or :class:`ConnectionClosed` when we closed it) and returns, so a broken broker
+connection never tears down the owner's task group.
+
+Any number of tasks may call :meth:`request` concurrently: each registers a
+waiter, writes its frame under a send lock and waits. Responses are decoded in
+the caller's task, so a malformed response fails only that request (with
+:class:`ProtocolError`) while the framing, and so the connection, stays intact.
+A request that outlives its timeout closes the connection, as the Java client
+does: its response would otherwise arrive late into an unknown state.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+import anyio.abc
+from kio.index import load_response_schema
+from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsRequestV0
+from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsRequestV3
+from kio.schema.errors import ErrorCode
+
+from .._errors import (
+    BrokenConnection,
+    ConnectionClosed,
+    KafkaConnectionError,
+    ProtocolError,
+    RequestTimedOut,
+    error_for_code,
+)
+from ..protocol.framing import FrameBuffer, decode_response, encode_request, read_correlation_id
+from ..protocol.versions import ApiKey, negotiate
+
+__all__ = ["BrokerConnection", "open_connection"]
+
+T = TypeVar("T")
+
+_SOFTWARE_NAME = "gengroup"
+_SOFTWARE_VERSION = "0.1.0"
+
+
+@dataclass(eq=False)
+class _Waiter:
+    response_cls: type[Any]
+    event: anyio.Event = field(default_factory=anyio.Event)
+    frame: bytes | None = None
+    error: BaseException | None = None
+
+
+class BrokerConnection:
+    """A multiplexed connection to one broker.
+
+    Create it with :func:`open_connection`, or start :meth:`serve` in a task
+    group you own (``conn = await tg.start(BrokerConnection(...).serve)``).
+
+    Args:
+        host: the broker's host.
+        port: the broker's port.
+        node_id: the broker's node id, if known (-1 for a bootstrap address).
+        client_id: sent in every request header.
+        connect_timeout: seconds to establish TCP and negotiate versions.
+        request_timeout: default seconds to wait for a response.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        node_id: int = -1,
+        client_id: str = "gengroup",
+        connect_timeout: float = 10.0,
+        request_timeout: float = 30.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.node_id = node_id
+        self.client_id = client_id
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        #: api key -> negotiated version (filled in during :meth:`serve`).
+        self.versions: dict[ApiKey, int] = {}
+        #: api key -> (min, max) the broker advertised.
+        self.broker_versions: dict[int, tuple[int, int]] = {}
+        self._stream: anyio.abc.ByteStream | None = None
+        self._waiters: dict[int, _Waiter] = {}
+        self._cids = itertools.count(1)
+        self._send_lock = anyio.Lock()
+        self._failure: KafkaConnectionError | None = None
+        self._closed = anyio.Event()
+
+    def __repr__(self) -> str:
+        return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
+
+    @property
+    def is_usable(self) -> bool:
+        """True while the connection is open and not broken."""
+        return self._stream is not None and self._failure is None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[BrokerConnection]) -> None:
+        """Connect, negotiate versions, report readiness, then read until closed.
+
+        Raises (before readiness only):
+            BrokenConnection: the broker could not be reached or negotiated with.
+        """
+        try:
+            with anyio.fail_after(self.connect_timeout):
+                self._stream = await anyio.connect_tcp(self.host, self.port)
+        except (OSError, TimeoutError) as exc:
+            raise BrokenConnection(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
+        failure: BaseException | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._read_loop)
+                try:
+                    with anyio.fail_after(self.connect_timeout):
+                        await self._negotiate()
+                except (TimeoutError, KafkaConnectionError, ProtocolError) as exc:
+                    failure = exc
+                    self._fail(BrokenConnection(f"{self}: version negotiation failed: {exc!r}"))
+                    await self._close_stream()
+                else:
+                    task_status.started(self)
+        finally:
+            await self._close_stream()
+        if failure is not None:
+            raise BrokenConnection(f"{self}: version negotiation failed: {failure!r}") from failure
+
+    async def _negotiate(self) -> None:
+        req: Any = ApiVersionsRequestV3(
+            client_software_name=_SOFTWARE_NAME, client_software_version=_SOFTWARE_VERSION
+        )
+        resp: Any = await self.request(req)
+        if resp.error_code == ErrorCode.unsupported_version:
+            resp = await self.request(ApiVersionsRequestV0())
+        if resp.error_code != ErrorCode.none:
+            raise BrokenConnection(f"{self}: ApiVersions failed: {error_for_code(resp.error_code)}")
+        self.broker_versions = {
+            int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys
+        }
+        self.versions = negotiate(self.broker_versions)
+
+    async def aclose(self) -> None:
+        """Close the connection; requests in flight fail with :class:`ConnectionClosed`."""
+        self._fail(ConnectionClosed(f"{self} was closed"))
+        await self._close_stream()
+
+    async def _close_stream(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+        self._closed.set()
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection is closed or broken."""
+        await self._closed.wait()
+
+    def _fail(self, error: KafkaConnectionError) -> None:
+        if self._failure is None:
+            self._failure = error
+        for waiter in self._waiters.values():
+            if waiter.error is None and waiter.frame is None:
+                waiter.error = error
+            waiter.event.set()
+        self._waiters.clear()
+
+    async def _read_loop(self) -> None:
+        buf = FrameBuffer()
+        stream = self._stream
+        assert stream is not None
+        try:
+            while True:
+                data = await stream.receive()
+                buf.feed(data)
+                while (frame := buf.next_frame()) is not None:
+                    cid = read_correlation_id(frame)
+                    waiter = self._waiters.pop(cid, None)
+                    if waiter is None:
+                        raise ProtocolError(f"response with unknown correlation id {cid}")
+                    waiter.frame = frame
+                    waiter.event.set()
+        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError) as exc:
+            self._fail(BrokenConnection(f"{self} broke: {exc!r}"))
+        except anyio.ClosedResourceError:
+            self._fail(ConnectionClosed(f"{self} was closed"))
+        except ProtocolError as exc:
+            self._fail(BrokenConnection(f"{self}: malformed frame: {exc}"))
+        finally:
+            self._fail(BrokenConnection(f"{self} is no longer read"))
+            await self._close_stream()
+
+    # ------------------------------------------------------------------ requests
+
+    async def request(
+        self, request: Any, *, timeout: float | None = None, expect_response: bool = True
+    ) -> Any:
+        """Send one request and wait for its response.
+
+        Args:
+            request: a kio request instance.
+            timeout: seconds to wait for the response (default: ``request_timeout``).
+            expect_response: False for requests the broker does not answer
+                (Produce with acks=0).
+
+        Returns:
+            The decoded kio response.
+
+        Raises:
+            ConnectionClosed: the connection was closed by this process.
+            BrokenConnection: the connection broke before the response arrived.
+            RequestTimedOut: no response in time (the connection is then closed).
+            ProtocolError: the response could not be decoded.
+        """
+        if self._failure is not None:
+            raise type(self._failure)(str(self._failure))
+        if self._stream is None:
+            raise ConnectionClosed(f"{self} is not connected")
+        cid = next(self._cids)
+        api_key = int(type(request).__api_key__)
+        version = int(type(request).__version__)
+        waiter = _Waiter(load_response_schema(api_key, version))
+        frame = encode_request(request, correlation_id=cid, client_id=self.client_id)
+        if expect_response:
+            self._waiters[cid] = waiter
+        try:
+            async with self._send_lock:
+                stream = self._stream
+                if stream is None or self._failure is not None:
+                    raise ConnectionClosed(f"{self} is not connected")
+                await stream.send(frame)
+        except (anyio.BrokenResourceError, OSError) as exc:
+            self._fail(BrokenConnection(f"{self} broke while sending: {exc!r}"))
+            raise BrokenConnection(f"{self} broke while sending: {exc!r}") from exc
+        except anyio.ClosedResourceError as exc:
+            raise ConnectionClosed(f"{self} was closed") from exc
+        except BaseException:
+            self._waiters.pop(cid, None)
+            raise
+        if not expect_response:
+            return None
+        limit = self.request_timeout if timeout is None else timeout
+        try:
+            with anyio.move_on_after(limit if limit is not None else math.inf) as scope:
+                await waiter.event.wait()
+        finally:
+            if not waiter.event.is_set():
+                self._waiters.pop(cid, None)
+        if scope.cancelled_caught and not waiter.event.is_set():
+            err = RequestTimedOut(
+                f"{self}: no response to {type(request).__name__} within {limit} s"
+            )
+            self._fail(err)
+            await self._close_stream()
+            raise err
+        if waiter.error is not None:
+            raise type(waiter.error)(str(waiter.error)) from waiter.error
+        assert waiter.frame is not None
+        _, response = decode_response(waiter.response_cls, waiter.frame)
+        return response
+
+
+@asynccontextmanager
+async def open_connection(
+    host: str,
+    port: int,
+    *,
+    client_id: str = "gengroup",
+    connect_timeout: float = 10.0,
+    request_timeout: float = 30.0,
+) -> AsyncIterator[BrokerConnection]:
+    """Open a standalone connection to one broker.
+
+    Example::
+
+        async with open_connection("127.0.0.1", 9092) as conn:
+            resp = await conn.request(request)
+    """
+    conn = BrokerConnection(
+        host,
+        port,
+        client_id=client_id,
+        connect_timeout=connect_timeout,
+        request_timeout=request_timeout,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(conn.serve)
+        try:
+            yield conn
+        finally:
+            await conn.aclose()

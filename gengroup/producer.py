@@ -1,0 +1,939 @@
+"""A batching Kafka producer: ``await send(...)`` resolves when the broker acknowledges.
+
+Theory of operation:
+
+``send()`` picks a partition (explicit, murmur2 of the key, or the null-key
+strategy), appends a pending record to that partition's queue and waits on the
+record's own event. Nothing is sent from the caller's task.
+
+One *sender* task owns all network scheduling. It wakes when a record lands in
+an empty queue, a queue fills up, a flush starts, an in-flight request
+finishes, metadata changes, or a linger/backoff deadline passes. Each wake it
+*drains*: for every partition that is not waiting on a request of its own, it
+takes either the batch due for a retry (once its backoff passed) or up to
+``max_batch_bytes`` of queued records, once ``linger`` has passed since the
+oldest queued record arrived, the batch is full, or a flush is in progress.
+The drained batches are grouped by their leader's node id and each group goes
+out as one Produce request in a task of its own, so one request per broker
+carries every ready partition and a slow broker never delays another.
+
+At most one batch per partition is in flight. That keeps records of a
+partition in ``send`` order across retries without idempotence (which this
+producer does not implement: a retry after a lost response may write a batch
+twice, as with ``enable.idempotence=false`` in the Java client).
+
+Every response is settled per partition: success resolves each record with
+``base_offset + index``; a retriable error (Kafka's ``retriable`` flag, stale
+metadata, a broken or timed-out connection) puts the batch back at the head of
+its partition with an exponential backoff and, for leadership errors, asks the
+metadata task for a refresh; anything else fails the batch's records with the
+typed error. A record that cannot be delivered within ``delivery_timeout``
+seconds of its ``send`` fails with the last error seen. Records whose leader
+is unknown wait for the metadata task, which refreshes the producer's topics
+on demand (rate-limited by ``retry_backoff``) and every ``metadata_max_age``.
+
+Null-key records use the *sticky* strategy by default (KIP-480): every null-key
+record of a topic goes to one randomly chosen partition with a leader until a
+batch for that partition is drained, then another partition is chosen; this
+fills batches quickly. ``partitioner="round_robin"`` spreads them one by one.
+
+Cancelling a ``send`` only stops waiting: the record stays queued and is still
+delivered, like a Java ``Future`` that nobody reads. ``flush()`` makes every
+queued record ready at once and waits until each has an outcome. Leaving the
+``async with`` block normally flushes; leaving it with an exception fails
+whatever is still queued with :class:`~gengroup._errors.ConnectionClosed`.
+
+Throttling hints (``throttle_time``) are ignored: the broker mutes the
+connection itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+import random
+import struct
+import time
+from collections import defaultdict, deque
+from collections.abc import Iterable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any, Final, Literal, Self, overload
+
+import anyio
+import anyio.abc
+
+from ._errors import (
+    BrokenConnection,
+    BrokerError,
+    ConfigError,
+    ConnectionClosed,
+    GengroupError,
+    KafkaConnectionError,
+    ProtocolError,
+    RequestTimedOut,
+    StaleMetadataError,
+    error_for_code,
+)
+from ._types import TopicPartition
+from .io.cluster import Cluster, ms
+from .protocol.framing import build, request_module
+from .protocol.records import Compression, Header, encode_batch
+from .protocol.versions import ApiKey, require
+
+__all__ = [
+    "Compression",
+    "Producer",
+    "ProducerRecord",
+    "RecordMetadata",
+    "murmur2",
+    "partition_for_key",
+]
+
+# ---------------------------------------------------------------------------- partitioner
+
+_M32: Final = 0xFFFFFFFF
+_MURMUR2_SEED: Final = 0x9747B28C
+_MURMUR2_M: Final = 0x5BD1E995
+_LE_U32: Final = struct.Struct("<I")
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's 32-bit murmur2 hash, as the Java client's ``Utils.murmur2`` computes it.
+
+    Args:
+        data: the bytes to hash (a record key).
+
+    Returns:
+        The hash as a signed 32-bit integer (Java ``int``).
+    """
+    length = len(data)
+    h = (_MURMUR2_SEED ^ length) & _M32
+    body = length & ~3
+    for (k,) in _LE_U32.iter_unpack(data[:body]):
+        k = (k * _MURMUR2_M) & _M32
+        k ^= k >> 24
+        k = (k * _MURMUR2_M) & _M32
+        h = ((h * _MURMUR2_M) & _M32) ^ k
+    extra = length & 3
+    if extra == 3:
+        h ^= data[body + 2] << 16
+    if extra >= 2:
+        h ^= data[body + 1] << 8
+    if extra >= 1:
+        h ^= data[body]
+        h = (h * _MURMUR2_M) & _M32
+    h ^= h >> 13
+    h = (h * _MURMUR2_M) & _M32
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    """The partition the Java client's default partitioner picks for a non-null key.
+
+    ``toPositive(murmur2(key)) % num_partitions`` with ``toPositive(x) = x & 0x7fffffff``;
+    librdkafka's ``murmur2`` / ``murmur2_random`` partitioners agree.
+
+    Args:
+        key: the serialized key.
+        num_partitions: the topic's partition count (> 0).
+
+    Returns:
+        A partition index in ``[0, num_partitions)``.
+    """
+    if num_partitions <= 0:
+        raise ValueError(f"num_partitions must be positive, not {num_partitions}")
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+# ---------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where an acknowledged record was written.
+
+    Attributes:
+        topic: the topic.
+        partition: the partition.
+        offset: the record's offset, or -1 when ``acks=0`` (the broker says nothing).
+        timestamp: the record's timestamp in ms: the broker's append time for
+            topics with ``message.timestamp.type=LogAppendTime``, else the
+            create time that was sent.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerRecord:
+    """A record for :meth:`Producer.send_many`.
+
+    Attributes:
+        value: the value (None for a tombstone).
+        key: the key (None: no key).
+        headers: ``(name, value)`` pairs; values may be None.
+        partition: an explicit partition, or None to let the partitioner choose.
+        timestamp_ms: the create time in ms (None: now).
+    """
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: Sequence[Header] = ()
+    partition: int | None = None
+    timestamp_ms: int | None = None
+
+
+Acks = Literal[-1, 0, 1, "all"]
+Partitioner = Literal["sticky", "round_robin"]
+
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_ONE_MS: Final = datetime.timedelta(milliseconds=1)
+_RECORD_OVERHEAD: Final = 26  # upper bound of a record's varint framing
+_BATCH_OVERHEAD: Final = 61
+_INT32_MAX: Final = (1 << 31) - 1
+
+
+def _now_ms() -> int:
+    # Record timestamps are wall-clock time by definition (not the event loop's clock).
+    return time.time_ns() // 1_000_000
+
+
+def _estimate(key: bytes | None, value: bytes | None, headers: Sequence[Header]) -> int:
+    size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+    for name, hv in headers:
+        size += 10 + len(name) * 4 + (len(hv) if hv else 0)
+    return size
+
+
+def _check_bytes(what: str, value: object) -> None:
+    if value is not None and not isinstance(value, bytes | bytearray | memoryview):
+        raise TypeError(f"{what} must be bytes or None, not {type(value).__name__}")
+
+
+def _copy_error(exc: BaseException) -> BaseException:
+    """A fresh instance of ``exc``'s type for one more waiter (tracebacks stay separate)."""
+    if isinstance(exc, BrokerError):
+        return type(exc)(exc.code, str(exc).partition(": ")[2] or None)
+    try:
+        return type(exc)(str(exc))
+    except Exception:
+        return exc
+
+
+class _Pending:
+    """One record from ``send`` until its outcome is known."""
+
+    __slots__ = (
+        "created",
+        "error",
+        "event",
+        "headers",
+        "key",
+        "result",
+        "size",
+        "timestamp",
+        "value",
+    )
+
+    def __init__(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: tuple[Header, ...],
+        timestamp: int,
+        size: int,
+        created: float,
+    ) -> None:
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.timestamp = timestamp
+        self.size = size
+        self.created = created
+        self.event = anyio.Event()
+        self.result: RecordMetadata | None = None
+        self.error: BaseException | None = None
+
+
+class _Batch:
+    """Records of one partition sent (and retried) together."""
+
+    __slots__ = ("attempts", "encoded", "last_error", "not_before", "records", "tp")
+
+    def __init__(self, tp: TopicPartition, records: list[_Pending]) -> None:
+        self.tp = tp
+        self.records = records
+        self.encoded: bytes | None = None
+        self.attempts = 0
+        self.not_before = 0.0
+        self.last_error: BaseException | None = None
+
+    @property
+    def created(self) -> float:
+        return self.records[0].created
+
+
+class _Queue:
+    """The records waiting for one partition."""
+
+    __slots__ = ("bytes", "first_arrival", "in_flight", "records", "retry", "tp")
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.records: deque[_Pending] = deque()
+        self.bytes = 0
+        self.first_arrival = 0.0
+        self.retry: _Batch | None = None
+        self.in_flight = False
+
+
+# ---------------------------------------------------------------------------- producer
+
+
+class Producer:
+    """An asynchronous, batching Kafka producer.
+
+    Args:
+        cluster: an open :class:`Cluster` to share (not closed by the producer),
+            or bootstrap addresses for a cluster the producer owns.
+        acks: ``-1``/``"all"`` (every in-sync replica), ``1`` (the leader) or
+            ``0`` (no acknowledgement: offsets are reported as -1).
+        compression: the codec of every batch.
+        linger: seconds a partition's first queued record waits for company.
+        max_batch_bytes: estimated uncompressed bytes per batch (a larger
+            single record is sent alone).
+        buffer_bytes: estimated bytes queued before ``send`` waits for room.
+        delivery_timeout: seconds from ``send`` until a record that could not
+            be delivered (retries included) fails.
+        request_timeout: seconds the broker may take to replicate (the
+            Produce ``timeout`` field) and, plus 5 s, the client waits for it.
+        max_block: seconds ``send`` waits for the topic's metadata.
+        retry_backoff: base seconds between retries (doubling, capped at 1 s).
+        metadata_max_age: seconds between background metadata refreshes.
+        partitioner: strategy for null-key records, ``"sticky"`` or ``"round_robin"``.
+        client_id: client id of an owned cluster.
+
+    Example::
+
+        async with Producer("127.0.0.1:9092") as producer:
+            meta = await producer.send("payments", b"42", key=b"account-7")
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster | Sequence[str] | str,
+        *,
+        acks: Acks = -1,
+        compression: Compression = Compression.NONE,
+        linger: float = 0.005,
+        max_batch_bytes: int = 1_000_000,
+        buffer_bytes: int = 64 * 1024 * 1024,
+        delivery_timeout: float = 120.0,
+        request_timeout: float = 30.0,
+        max_block: float = 10.0,
+        retry_backoff: float = 0.1,
+        metadata_max_age: float = 300.0,
+        partitioner: Partitioner = "sticky",
+        client_id: str = "gengroup-producer",
+    ) -> None:
+        if acks == "all":
+            acks = -1
+        if acks not in (-1, 0, 1):
+            raise ConfigError(f"acks must be -1, 'all', 0 or 1, not {acks!r}")
+        if partitioner not in ("sticky", "round_robin"):
+            raise ConfigError(f"partitioner must be 'sticky' or 'round_robin', not {partitioner!r}")
+        if linger < 0 or max_batch_bytes <= 0 or buffer_bytes <= 0:
+            raise ConfigError("linger must be >= 0 and the byte limits positive")
+        if delivery_timeout <= 0 or request_timeout <= 0 or max_block < 0:
+            raise ConfigError("timeouts must be positive")
+        if isinstance(cluster, Cluster):
+            self.cluster = cluster
+            self._owns_cluster = False
+        else:
+            self.cluster = Cluster(cluster, client_id=client_id, request_timeout=request_timeout)
+            self._owns_cluster = True
+        self.acks: int = int(acks)
+        self.compression = Compression(compression)
+        self.linger = linger
+        self.max_batch_bytes = max_batch_bytes
+        self.buffer_bytes = buffer_bytes
+        self.delivery_timeout = delivery_timeout
+        self.request_timeout = request_timeout
+        self.max_block = max_block
+        self.retry_backoff = retry_backoff
+        self.metadata_max_age = metadata_max_age
+        self.partitioner: Partitioner = partitioner
+
+        self._queues: dict[TopicPartition, _Queue] = {}
+        self._outstanding: set[_Pending] = set()
+        self._buffered = 0
+        self._space = anyio.Event()
+        self._wakeup = anyio.Event()
+        self._metadata_wanted = anyio.Event()
+        self._metadata_error: BaseException | None = None
+        self._topic_errors: dict[str, BrokerError] = {}
+        self._topics: set[str] = set()
+        self._topic_locks: dict[str, anyio.Lock] = {}
+        self._sticky: dict[str, int] = {}
+        self._round_robin: dict[str, int] = defaultdict(int)
+        self._flushing = 0
+        self._closed = False
+        self._started = False
+        self._stack: AsyncExitStack | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Self:
+        if self._started:
+            raise GengroupError("a Producer can be entered only once")
+        self._started = True
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            if self._owns_cluster:
+                await stack.enter_async_context(self.cluster)
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            self._tg.start_soon(self._guarded, self._sender_loop, name="producer sender")
+            self._tg.start_soon(self._guarded, self._metadata_loop, name="producer metadata")
+        except BaseException as exc:
+            await stack.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        stack, self._stack = self._stack, None
+        assert stack is not None, "__aexit__ without __aenter__"
+        flush_error: BaseException | None = None
+        if exc_info[0] is None:
+            try:
+                await self.flush()
+            except BaseException as exc:  # cancelled while flushing: still shut down
+                flush_error = exc
+        self._shutdown(ConnectionClosed("the Producer was closed before the record was sent"))
+        if flush_error is not None:
+            await stack.__aexit__(type(flush_error), flush_error, flush_error.__traceback__)
+            raise flush_error
+        return await stack.__aexit__(*exc_info)
+
+    def _shutdown(self, error: BaseException) -> None:
+        self._closed = True
+        self._fail_outstanding(error)
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+
+    def _fail_outstanding(self, error: BaseException) -> None:
+        for pending in list(self._outstanding):
+            self._settle(pending, None, error)
+        for queue in self._queues.values():
+            queue.records.clear()
+            queue.bytes = 0
+            queue.retry = None
+
+    async def _guarded(self, loop: Any) -> None:
+        """Run a background loop; if it crashes, fail every waiting sender, then re-raise."""
+        try:
+            await loop()
+        except Exception as exc:
+            err = GengroupError(f"the producer's background task failed: {exc!r}")
+            err.__cause__ = exc
+            self._shutdown(err)
+            raise
+
+    # ------------------------------------------------------------------ public API
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Sequence[Header] = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordMetadata:
+        """Send one record and wait until the broker acknowledges it.
+
+        Args:
+            topic: the topic.
+            value: the value (None: a tombstone).
+            key: the key; non-null keys choose the partition by murmur2.
+            headers: ``(name, value)`` pairs; header values may be None.
+            partition: an explicit partition.
+            timestamp_ms: the create time in ms since the epoch (default: now).
+
+        Returns:
+            Where the record was written.
+
+        Raises:
+            TypeError: key, value or headers have the wrong types.
+            UnknownTopicOrPartition: the topic (or the explicit partition) does
+                not exist within ``max_block``.
+            BrokerError: the broker refused the record (e.g. MESSAGE_TOO_LARGE),
+                or the last retriable error once ``delivery_timeout`` passed.
+            KafkaConnectionError: the last connection error once
+                ``delivery_timeout`` passed.
+            ConnectionClosed: the producer was closed before delivery.
+        """
+        pending = await self._enqueue(
+            topic, ProducerRecord(value, key, headers, partition, timestamp_ms)
+        )
+        return await self._outcome(pending)
+
+    @overload
+    async def send_many(
+        self,
+        topic: str,
+        records: Iterable[ProducerRecord | bytes | None],
+        *,
+        return_exceptions: Literal[False] = False,
+    ) -> list[RecordMetadata]: ...
+
+    @overload
+    async def send_many(
+        self,
+        topic: str,
+        records: Iterable[ProducerRecord | bytes | None],
+        *,
+        return_exceptions: Literal[True],
+    ) -> list[RecordMetadata | BaseException]: ...
+
+    async def send_many(
+        self,
+        topic: str,
+        records: Iterable[ProducerRecord | bytes | None],
+        *,
+        return_exceptions: bool = False,
+    ) -> list[RecordMetadata] | list[RecordMetadata | BaseException]:
+        """Queue many records at once and wait for all of them.
+
+        Args:
+            topic: the topic.
+            records: :class:`ProducerRecord` objects, or bare values (no key).
+            return_exceptions: return each record's exception in its slot
+                instead of raising.
+
+        Returns:
+            One :class:`RecordMetadata` per record, in order (or the exception
+            of a record that failed, with ``return_exceptions``).
+
+        Raises:
+            Exception: without ``return_exceptions``, the first record's error
+                in order, after every record has an outcome.
+        """
+        pendings: list[_Pending] = []
+        for item in records:
+            rec = item if isinstance(item, ProducerRecord) else ProducerRecord(item)
+            pendings.append(await self._enqueue(topic, rec))
+        results: list[RecordMetadata | BaseException] = []
+        for pending in pendings:
+            await pending.event.wait()
+        for pending in pendings:
+            if pending.error is not None:
+                if not return_exceptions:
+                    raise _copy_error(pending.error) from pending.error
+                results.append(pending.error)
+            else:
+                assert pending.result is not None
+                results.append(pending.result)
+        return results
+
+    async def flush(self) -> None:
+        """Send every queued record now and wait until each has an outcome.
+
+        Outcomes (including failures) are reported to the ``send`` callers;
+        ``flush`` itself does not raise them.
+        """
+        waiting = list(self._outstanding)
+        if not waiting:
+            return
+        self._flushing += 1
+        self._wake()
+        try:
+            for pending in waiting:
+                await pending.event.wait()
+        finally:
+            self._flushing -= 1
+
+    # ------------------------------------------------------------------ enqueueing
+
+    async def _outcome(self, pending: _Pending) -> RecordMetadata:
+        await pending.event.wait()
+        if pending.error is not None:
+            raise _copy_error(pending.error) from pending.error
+        assert pending.result is not None
+        return pending.result
+
+    async def _enqueue(self, topic: str, rec: ProducerRecord) -> _Pending:
+        if self._closed or self._tg is None:
+            raise ConnectionClosed("the Producer is not open")
+        _check_bytes("key", rec.key)
+        _check_bytes("value", rec.value)
+        headers: list[Header] = []
+        for header in rec.headers:
+            if (
+                isinstance(header, str | bytes)
+                or len(header) != 2
+                or not isinstance(header[0], str)
+            ):
+                raise TypeError(f"headers must be (str, bytes | None) pairs, not {header!r}")
+            _check_bytes("header value", header[1])
+            hv = header[1]
+            headers.append((header[0], bytes(hv) if hv is not None else None))
+        key = bytes(rec.key) if rec.key is not None else None
+        value = bytes(rec.value) if rec.value is not None else None
+        count = await self._partition_count(topic)
+        partition = rec.partition
+        if partition is None:
+            partition = self._choose_partition(topic, key, count)
+        elif not 0 <= partition < count:
+            count = await self._partition_count(topic, refresh=True)
+            if not 0 <= partition < count:
+                raise error_for_code(3, f"topic {topic!r} has {count} partitions, not {partition}")
+        size = _estimate(key, value, headers)
+        while self._buffered and self._buffered + size > self.buffer_bytes:
+            await self._space.wait()
+        if self._closed:
+            raise ConnectionClosed("the Producer was closed")
+        now = anyio.current_time()
+        timestamp = _now_ms() if rec.timestamp_ms is None else int(rec.timestamp_ms)
+        pending = _Pending(key, value, tuple(headers), timestamp, size, now)
+        tp = TopicPartition(topic, partition)
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = _Queue(tp)
+        if not queue.records:
+            queue.first_arrival = now
+        queue.records.append(pending)
+        queue.bytes += size
+        self._buffered += size
+        self._outstanding.add(pending)
+        if len(queue.records) == 1 or queue.bytes >= self.max_batch_bytes:
+            self._wake()
+        return pending
+
+    async def _partition_count(self, topic: str, *, refresh: bool = False) -> int:
+        if not refresh:
+            info = self.cluster.topics.get(topic)
+            if info is not None and info.partitions:
+                self._topics.add(topic)
+                return len(info.partitions)
+        lock = self._topic_locks.setdefault(topic, anyio.Lock())
+        async with lock:
+            info = self.cluster.topics.get(topic)
+            if not refresh and info is not None and info.partitions:
+                return len(info.partitions)
+            last: BaseException | None = None
+            attempt = 0
+            with anyio.move_on_after(self.max_block):
+                while True:
+                    try:
+                        md = await self.cluster.refresh_metadata([topic])
+                    except KafkaConnectionError as exc:
+                        last = exc
+                    else:
+                        got = md.get(topic)
+                        if got is not None and not got.error_code and got.partitions:
+                            self._topics.add(topic)
+                            return len(got.partitions)
+                        code = got.error_code if got is not None else 3
+                        err = error_for_code(code or 3, f"metadata for topic {topic!r}")
+                        if not (err.retriable or isinstance(err, StaleMetadataError)):
+                            raise err
+                        last = err
+                    await self.cluster.backoff(attempt)
+                    attempt += 1
+            if last is None:
+                last = error_for_code(3, f"no metadata for topic {topic!r}")
+            if isinstance(last, BrokerError):
+                raise error_for_code(
+                    last.code, f"topic {topic!r}: still failing after {self.max_block} s"
+                ) from last
+            raise type(last)(f"no metadata for topic {topic!r}: {last}") from last
+
+    def _choose_partition(self, topic: str, key: bytes | None, count: int) -> int:
+        if key is not None:
+            return partition_for_key(key, count)
+        info = self.cluster.topics.get(topic)
+        available = (
+            sorted(p for p, part in info.partitions.items() if part.leader >= 0 and p < count)
+            if info is not None
+            else []
+        )
+        choices = available or list(range(count))
+        if self.partitioner == "round_robin":
+            n = self._round_robin[topic]
+            self._round_robin[topic] = n + 1
+            return choices[n % len(choices)]
+        sticky = self._sticky.get(topic)
+        if sticky is None or sticky >= count:
+            sticky = random.choice(choices)
+            self._sticky[topic] = sticky
+        return sticky
+
+    def _next_sticky(self, tp: TopicPartition) -> None:
+        """A batch of the sticky partition was drained: stick to another partition next."""
+        if self._sticky.get(tp.topic) != tp.partition:
+            return
+        info = self.cluster.topics.get(tp.topic)
+        if info is None:
+            del self._sticky[tp.topic]
+            return
+        others = [
+            p for p, part in info.partitions.items() if part.leader >= 0 and p != tp.partition
+        ]
+        if others:
+            self._sticky[tp.topic] = random.choice(others)
+
+    # ------------------------------------------------------------------ sender
+
+    def _wake(self) -> None:
+        self._wakeup.set()
+
+    async def _sender_loop(self) -> None:
+        assert self._tg is not None
+        while True:
+            self._wakeup = anyio.Event()
+            now = anyio.current_time()
+            ready, wake_at = self._drain(now)
+            for node, batches in ready.items():
+                self._tg.start_soon(self._send_batches, node, batches)
+            with anyio.move_on_after(max(0.0, wake_at - now)):
+                await self._wakeup.wait()
+
+    def _drain(self, now: float) -> tuple[dict[int, list[_Batch]], float]:
+        ready: dict[int, list[_Batch]] = defaultdict(list)
+        wake_at = now + 3600.0
+        urgent = self._flushing > 0 or self._closed
+        for queue in self._queues.values():
+            if queue.in_flight:
+                continue
+            batch = queue.retry
+            if batch is not None:
+                if batch.not_before > now:
+                    wake_at = min(wake_at, batch.not_before)
+                    continue
+                queue.retry = None
+            elif queue.records:
+                due = queue.first_arrival + self.linger
+                if not urgent and queue.bytes < self.max_batch_bytes and due > now:
+                    wake_at = min(wake_at, due)
+                    continue
+                batch = self._take_batch(queue, now)
+                self._next_sticky(queue.tp)
+            else:
+                continue
+            if now - batch.created >= self.delivery_timeout:
+                self._fail_batch(batch, self._timeout_error(batch))
+                wake_at = now
+                continue
+            leader = self.cluster.leader_for(batch.tp)
+            if leader < 0:
+                batch.last_error = self._topic_errors.get(batch.tp.topic) or (
+                    self._metadata_error
+                    or error_for_code(5, f"no leader known for {batch.tp}")  # LEADER_NOT_AVAILABLE
+                )
+                batch.not_before = now + self.retry_backoff
+                queue.retry = batch
+                wake_at = min(wake_at, batch.not_before)
+                self._want_metadata()
+                continue
+            queue.in_flight = True
+            ready[leader].append(batch)
+        return ready, wake_at
+
+    def _take_batch(self, queue: _Queue, now: float) -> _Batch:
+        records: list[_Pending] = []
+        size = _BATCH_OVERHEAD
+        while queue.records:
+            nxt = queue.records[0]
+            if records and size + nxt.size > self.max_batch_bytes:
+                break
+            records.append(queue.records.popleft())
+            size += nxt.size
+            queue.bytes -= nxt.size
+        if queue.records:
+            queue.first_arrival = queue.records[0].created
+        return _Batch(queue.tp, records)
+
+    def _timeout_error(self, batch: _Batch) -> BaseException:
+        if batch.last_error is not None:
+            return batch.last_error
+        return RequestTimedOut(
+            f"{batch.tp}: {len(batch.records)} record(s) not delivered within "
+            f"delivery_timeout={self.delivery_timeout} s"
+        )
+
+    def _encode(self, batch: _Batch) -> bytes:
+        if batch.encoded is None:
+            batch.encoded = encode_batch(
+                [(p.key, p.value, p.headers, p.timestamp) for p in batch.records],
+                compression=self.compression,
+            )
+        return batch.encoded
+
+    async def _send_batches(self, node: int, batches: list[_Batch]) -> None:
+        try:
+            await self._send_batches_once(node, batches)
+        finally:
+            for batch in batches:
+                queue = self._queues.get(batch.tp)
+                if queue is not None:
+                    queue.in_flight = False
+            self._wake()
+
+    async def _send_batches_once(self, node: int, batches: list[_Batch]) -> None:
+        sendable: dict[TopicPartition, tuple[_Batch, bytes]] = {}
+        for batch in batches:
+            try:
+                sendable[batch.tp] = (batch, self._encode(batch))
+            except (TypeError, ValueError) as exc:
+                self._fail_batch(batch, exc)
+        if not sendable:
+            return
+        try:
+            conn = await self.cluster.connection(node)
+            version = require(conn.versions, ApiKey.PRODUCE)
+            request = self._build_request(version, sendable)
+            if self.acks == 0:
+                await conn.request(request, expect_response=False)
+            else:
+                response: Any = await conn.request(request, timeout=self.request_timeout + 5.0)
+        except (BrokenConnection, RequestTimedOut) as exc:
+            self._want_metadata()
+            for batch, _ in sendable.values():
+                self._retry_or_fail(batch, exc)
+            return
+        except (ConnectionClosed, ProtocolError, GengroupError) as exc:
+            for batch, _ in sendable.values():
+                self._fail_batch(batch, exc)
+            return
+        if self.acks == 0:
+            for batch, _ in sendable.values():
+                self._complete(batch, -1, None)
+            return
+        for topic_resp in response.responses:
+            for part in topic_resp.partition_responses:
+                tp = TopicPartition(topic_resp.name, int(part.index))
+                entry = sendable.pop(tp, None)
+                if entry is None:
+                    continue
+                batch = entry[0]
+                code = int(part.error_code)
+                if code == 0:
+                    self._complete(batch, int(part.base_offset), part.log_append_time)
+                    continue
+                detail = part.error_message or "; ".join(
+                    f"record {e.batch_index}: {e.batch_index_error_message}"
+                    for e in part.record_errors
+                )
+                err = error_for_code(code, f"Produce to {tp} on broker {node}: {detail}")
+                if isinstance(err, StaleMetadataError):
+                    self._want_metadata()
+                if err.retriable or isinstance(err, StaleMetadataError):
+                    self._retry_or_fail(batch, err)
+                else:
+                    self._fail_batch(batch, err)
+        for batch, _ in sendable.values():
+            self._fail_batch(
+                batch, ProtocolError(f"broker {node} did not answer for {batch.tp} in Produce")
+            )
+
+    def _build_request(
+        self, version: int, sendable: dict[TopicPartition, tuple[_Batch, bytes]]
+    ) -> Any:
+        mod = request_module(ApiKey.PRODUCE, version)
+        by_topic: dict[str, list[Any]] = defaultdict(list)
+        for tp, (_, data) in sendable.items():
+            by_topic[tp.topic].append(
+                build(mod.PartitionProduceData, index=tp.partition, records=data)
+            )
+        return build(
+            mod.ProduceRequest,
+            transactional_id=None,
+            acks=self.acks,
+            timeout=ms(min(self.request_timeout, _INT32_MAX / 1000)),
+            topic_data=tuple(
+                build(mod.TopicProduceData, name=topic, partition_data=tuple(parts))
+                for topic, parts in by_topic.items()
+            ),
+        )
+
+    # ------------------------------------------------------------------ outcomes
+
+    def _settle(
+        self, pending: _Pending, result: RecordMetadata | None, error: BaseException | None
+    ) -> None:
+        if pending.event.is_set():
+            return
+        pending.result = result
+        pending.error = error
+        pending.event.set()
+        self._outstanding.discard(pending)
+        self._buffered -= pending.size
+        self._space.set()
+        self._space = anyio.Event()
+
+    def _complete(self, batch: _Batch, base_offset: int, append_time: Any) -> None:
+        append_ms: int | None = None
+        if isinstance(append_time, datetime.datetime):
+            append_ms = (append_time - _EPOCH) // _ONE_MS
+        for index, pending in enumerate(batch.records):
+            offset = base_offset + index if base_offset >= 0 else -1
+            stamp = pending.timestamp if append_ms is None else append_ms
+            self._settle(
+                pending, RecordMetadata(batch.tp.topic, batch.tp.partition, offset, stamp), None
+            )
+
+    def _fail_batch(self, batch: _Batch, error: BaseException) -> None:
+        for pending in batch.records:
+            self._settle(pending, None, error)
+
+    def _retry_or_fail(self, batch: _Batch, error: BaseException) -> None:
+        now = anyio.current_time()
+        batch.last_error = error
+        batch.attempts += 1
+        delay = min(self.retry_backoff * (2 ** (batch.attempts - 1)), 1.0)
+        delay *= random.uniform(0.8, 1.2)
+        if now + delay - batch.created >= self.delivery_timeout or self._closed:
+            self._fail_batch(batch, error)
+            return
+        batch.not_before = now + delay
+        queue = self._queues[batch.tp]
+        queue.retry = batch
+
+    # ------------------------------------------------------------------ metadata
+
+    def _want_metadata(self) -> None:
+        self._metadata_wanted.set()
+
+    async def _metadata_loop(self) -> None:
+        while True:
+            with anyio.move_on_after(self.metadata_max_age):
+                await self._metadata_wanted.wait()
+            self._metadata_wanted = anyio.Event()
+            topics = sorted(self._topics)
+            if topics:
+                try:
+                    md = await self.cluster.refresh_metadata(topics)
+                except (KafkaConnectionError, ProtocolError) as exc:
+                    # Kept for the records waiting on a leader: they fail with it
+                    # if it persists until their delivery timeout.
+                    self._metadata_error = exc
+                else:
+                    self._metadata_error = None
+                    for name in topics:
+                        info = md.get(name)
+                        if info is not None and info.error_code:
+                            self._topic_errors[name] = error_for_code(
+                                info.error_code, f"metadata for topic {name!r}"
+                            )
+                        else:
+                            self._topic_errors.pop(name, None)
+                self._wake()
+            await anyio.sleep(self.retry_backoff)

@@ -1,0 +1,240 @@
+"""Kafka request/response framing over kio, sans-IO.
+
+Theory of operation:
+
+Every Kafka message on the wire is ``int32 length`` followed by a header and a
+payload. kio provides the generated header and payload dataclasses and a native
+reader/writer; this module adds the framing, picks the right header version
+(ApiVersions responses always use response header v0, even when flexible), and
+translates every decoding failure into :class:`~gengroup._errors.ProtocolError`
+so that no foreign exception escapes to the I/O layer.
+
+:class:`FrameBuffer` splits an incoming byte stream into frames; it enforces a
+maximum frame size so a hostile peer cannot make us allocate without bound.
+Nothing here touches a socket or a clock: bytes in, objects out.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import sys
+from dataclasses import fields as dc_fields
+from types import ModuleType
+from typing import Any, Final, TypeVar
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.serial import entity_reader, entity_writer
+
+from .._errors import ProtocolError, UnsupportedVersion
+
+__all__ = [
+    "API_VERSIONS_KEY",
+    "DEFAULT_MAX_FRAME",
+    "FrameBuffer",
+    "build",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "request_module",
+    "response_module",
+]
+
+API_VERSIONS_KEY: Final = 18
+DEFAULT_MAX_FRAME: Final = 128 * 1024 * 1024
+
+_I32 = struct.Struct(">i")
+_HDR_PREFIX = struct.Struct(">hhi")
+
+T = TypeVar("T")
+
+
+def _writer_for(cls: type[Any]) -> Any:
+    return entity_writer(cls)
+
+
+def _frame(parts: list[bytes]) -> bytes:
+    body = b"".join(parts)
+    return _I32.pack(len(body)) + body
+
+
+def _encode_entity(entity: Any) -> bytes:
+    buf = io.BytesIO()
+    _writer_for(type(entity))(buf, entity)
+    return buf.getvalue()
+
+
+def encode_request(request: Any, *, correlation_id: int, client_id: str | None) -> bytes:
+    """Encode a kio request payload into a length-prefixed frame.
+
+    Args:
+        request: a kio request dataclass instance (any API, any version).
+        correlation_id: the id the response will carry.
+        client_id: the client id sent in the header.
+
+    Returns:
+        The bytes to write to the socket.
+    """
+    header_cls = type(request).__header_schema__
+    header = header_cls(
+        request_api_key=type(request).__api_key__,
+        request_api_version=type(request).__version__,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    return _frame([_encode_entity(header), _encode_entity(request)])
+
+
+def response_header_cls(response_cls: type[Any]) -> type[Any]:
+    """The header class a response of this type is framed with."""
+    if int(response_cls.__api_key__) == API_VERSIONS_KEY:
+        return ResponseHeaderV0
+    return response_cls.__header_schema__  # type: ignore[no-any-return]
+
+
+def read_correlation_id(payload: bytes | memoryview) -> int:
+    """Read the correlation id at the start of a response frame's payload."""
+    if len(payload) < 4:
+        raise ProtocolError(f"response frame of {len(payload)} bytes has no correlation id")
+    return int(_I32.unpack_from(payload, 0)[0])
+
+
+def decode_response(response_cls: type[T], payload: bytes | memoryview) -> tuple[int, T]:
+    """Decode a response frame payload (without its length prefix).
+
+    Args:
+        response_cls: the kio response class expected for the request.
+        payload: the frame's bytes after the int32 length.
+
+    Returns:
+        ``(correlation_id, response)``.
+
+    Raises:
+        ProtocolError: the bytes are not a valid response of that type.
+    """
+    try:
+        header, hsize = entity_reader(response_header_cls(response_cls))(payload, 0)
+        body, bsize = entity_reader(response_cls)(payload, hsize)  # type: ignore[type-var]
+    except ProtocolError:
+        raise
+    except Exception as exc:  # kio raises many types on bad input
+        raise ProtocolError(
+            f"malformed {response_cls.__name__} ({len(payload)} bytes): {exc!r}"
+        ) from exc
+    if hsize + bsize != len(payload):
+        raise ProtocolError(
+            f"{response_cls.__name__}: {len(payload) - hsize - bsize} trailing bytes in frame"
+        )
+    return int(header.correlation_id), body
+
+
+def decode_request(payload: bytes | memoryview) -> tuple[Any, Any]:
+    """Decode a request frame payload (broker side).
+
+    Returns:
+        ``(header, request)``.
+
+    Raises:
+        UnsupportedVersion: the API key or version is unknown to kio; the
+            header's api key, version and correlation id are on the exception
+            as ``api_key``, ``api_version`` and ``correlation_id``.
+        ProtocolError: the bytes are malformed.
+    """
+    if len(payload) < _HDR_PREFIX.size:
+        raise ProtocolError("request frame too short for a header")
+    api_key, api_version, correlation_id = _HDR_PREFIX.unpack_from(payload, 0)
+    try:
+        request_cls = load_request_schema(api_key, api_version)
+    except Exception as exc:
+        err = UnsupportedVersion(f"unknown api key {api_key} version {api_version}")
+        err.api_key = api_key  # type: ignore[attr-defined]
+        err.api_version = api_version  # type: ignore[attr-defined]
+        err.correlation_id = correlation_id  # type: ignore[attr-defined]
+        raise err from exc
+    try:
+        header, hsize = entity_reader(request_cls.__header_schema__)(payload, 0)
+        body, _ = entity_reader(request_cls)(payload, hsize)
+    except Exception as exc:
+        raise ProtocolError(f"malformed {request_cls.__name__}: {exc!r}") from exc
+    return header, body
+
+
+def encode_response(response: Any, *, correlation_id: int) -> bytes:
+    """Encode a kio response payload with its header into a length-prefixed frame."""
+    header = response_header_cls(type(response))(correlation_id=correlation_id)
+    return _frame([_encode_entity(header), _encode_entity(response)])
+
+
+class FrameBuffer:
+    """Splits a byte stream into Kafka frames.
+
+    Feed it whatever the socket returned; take complete frame payloads out.
+    A declared length that is negative or above ``max_frame`` raises
+    :class:`ProtocolError` (the connection must then be closed).
+    """
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self._buf = bytearray()
+        self._max = max_frame
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Append received bytes."""
+        self._buf += data
+
+    def next_frame(self) -> bytes | None:
+        """Return the next complete frame payload, or None if more bytes are needed."""
+        buf = self._buf
+        if len(buf) < 4:
+            return None
+        (size,) = _I32.unpack_from(buf, 0)
+        if size < 0 or size > self._max:
+            raise ProtocolError(f"frame length {size} outside [0, {self._max}]")
+        end = 4 + size
+        if len(buf) < end:
+            return None
+        frame = bytes(buf[4:end])
+        del buf[:end]
+        return frame
+
+    @property
+    def buffered(self) -> int:
+        """Number of bytes received but not yet returned as a frame."""
+        return len(self._buf)
+
+
+# --------------------------------------------------------------------------- building
+
+
+def request_module(api_key: int, version: int) -> ModuleType:
+    """The kio module holding a request version's classes (nested types included)."""
+    try:
+        return sys.modules[load_request_schema(api_key, version).__module__]
+    except Exception as exc:
+        raise UnsupportedVersion(f"no request schema for api {api_key} v{version}") from exc
+
+
+def response_module(api_key: int, version: int) -> ModuleType:
+    """The kio module holding a response version's classes."""
+    try:
+        return sys.modules[load_response_schema(api_key, version).__module__]
+    except Exception as exc:
+        raise UnsupportedVersion(f"no response schema for api {api_key} v{version}") from exc
+
+
+_FIELD_CACHE: dict[type[Any], frozenset[str]] = {}
+
+
+def build(cls: type[T], /, **values: Any) -> T:
+    """Instantiate a kio dataclass, dropping fields this version does not have.
+
+    This lets one code path build a request for a range of API versions: pass
+    every field any supported version knows; the ones absent from ``cls`` are
+    ignored.
+    """
+    names = _FIELD_CACHE.get(cls)
+    if names is None:
+        names = frozenset(f.name for f in dc_fields(cls))  # type: ignore[arg-type]
+        _FIELD_CACHE[cls] = names
+    return cls(**{k: v for k, v in values.items() if k in names})

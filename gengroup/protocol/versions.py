@@ -1,0 +1,103 @@
+"""API keys, the versions gengroup implements, and ApiVersions negotiation (sans-IO).
+
+Theory of operation:
+
+Each connection asks the broker for its ``ApiVersions`` once, then every
+request uses the highest version both sides support. :data:`CLIENT_VERSIONS`
+is the table of what gengroup's client code knows how to build and read; the
+ranges are chosen so the same code path covers each range (fields a version
+lacks are dropped by :func:`gengroup.protocol.framing.build`). Topic-ID-only
+versions (Fetch v13+, OffsetFetch v10) are left out: they buy nothing for a
+consumer that already knows topic names.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Final
+
+from .._errors import UnsupportedVersion
+
+__all__ = ["ApiKey", "CLIENT_VERSIONS", "negotiate"]
+
+
+class ApiKey(enum.IntEnum):
+    """The Kafka API keys gengroup uses or serves."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+
+
+#: (min, max) versions the gengroup client implements, per API.
+CLIENT_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.METADATA: (9, 12),
+    ApiKey.PRODUCE: (8, 11),
+    ApiKey.FETCH: (11, 12),
+    ApiKey.LIST_OFFSETS: (4, 7),
+    ApiKey.FIND_COORDINATOR: (3, 4),
+    ApiKey.JOIN_GROUP: (5, 9),
+    ApiKey.SYNC_GROUP: (3, 5),
+    ApiKey.HEARTBEAT: (3, 4),
+    ApiKey.LEAVE_GROUP: (3, 5),
+    ApiKey.OFFSET_COMMIT: (7, 9),
+    ApiKey.OFFSET_FETCH: (6, 7),
+    ApiKey.DESCRIBE_GROUPS: (4, 5),
+    ApiKey.LIST_GROUPS: (3, 4),
+    ApiKey.CREATE_TOPICS: (5, 7),
+    ApiKey.DELETE_TOPICS: (4, 5),
+    ApiKey.CREATE_PARTITIONS: (2, 3),
+    ApiKey.DELETE_GROUPS: (1, 2),
+}
+
+
+def negotiate(
+    broker: Mapping[int, tuple[int, int]],
+    client: Mapping[ApiKey, tuple[int, int]] = CLIENT_VERSIONS,
+) -> dict[ApiKey, int]:
+    """Pick, per API, the highest version both sides support.
+
+    Args:
+        broker: api key -> (min, max) from the broker's ApiVersions response.
+        client: the client's table (defaults to :data:`CLIENT_VERSIONS`).
+
+    Returns:
+        api key -> version, only for APIs both sides share a version of.
+    """
+    chosen: dict[ApiKey, int] = {}
+    for key, (cmin, cmax) in client.items():
+        rng = broker.get(int(key))
+        if rng is None:
+            continue
+        lo, hi = max(cmin, rng[0]), min(cmax, rng[1])
+        if lo <= hi:
+            chosen[key] = hi
+    return chosen
+
+
+def require(versions: Mapping[ApiKey, int], key: ApiKey) -> int:
+    """The negotiated version of ``key``, or :class:`UnsupportedVersion`."""
+    try:
+        return versions[key]
+    except KeyError:
+        lo, hi = CLIENT_VERSIONS[key]
+        raise UnsupportedVersion(
+            f"the broker supports no version of {key.name} in gengroup's range v{lo}-v{hi}"
+        ) from None

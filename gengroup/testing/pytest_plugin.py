@@ -1,0 +1,88 @@
+"""pytest fixtures running a real Apache Kafka broker for a test session.
+
+Load it from a ``conftest.py`` with::
+
+    pytest_plugins = ["gengroup.testing.pytest_plugin"]
+
+Fixtures:
+
+* ``kafka`` (session scope, sync): a started
+  :class:`~gengroup.testing.kafka.KafkaBroker`, shared by the whole session and
+  stopped at its end. Sync because pytest-trio cannot run session-scoped async
+  fixtures; async tests use it as is (``kafka.bootstrap``). Tests that kill or
+  restart a broker should start their own with
+  :func:`~gengroup.testing.kafka.kafka_broker` instead of disturbing this one.
+  Set ``GENGROUP_KAFKA_KEEP=1`` to keep its data directory and ``broker.log``.
+* ``unique_name``: a function ``unique_name(prefix) -> str`` returning a fresh
+  topic or group name, so tests sharing the broker never collide.
+
+Importing this module has no side effects; it also registers the ``kafka``
+marker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from gengroup.testing.kafka import KafkaBroker
+
+__all__ = ["kafka", "make_unique_name", "unique_name"]
+
+_ILLEGAL = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``kafka`` marker.
+
+    Args:
+        config: The pytest configuration.
+    """
+    config.addinivalue_line(
+        "markers", "kafka: needs the real Apache Kafka broker started by the harness"
+    )
+
+
+def make_unique_name(prefix: str = "gengroup") -> str:
+    """Return a new name that is valid as a Kafka topic and group id.
+
+    Args:
+        prefix: A readable prefix; characters a topic name cannot hold become ``-``.
+
+    Returns:
+        ``"<prefix>-<12 hex digits>"``.
+    """
+    clean = _ILLEGAL.sub("-", prefix).strip("-")[:200] or "gengroup"
+    return f"{clean}-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[KafkaBroker]:
+    """A real Apache Kafka broker shared by the test session.
+
+    Yields:
+        The started broker; ``kafka.bootstrap`` is ``"127.0.0.1:PORT"``.
+
+    Raises:
+        KafkaHarnessError: The broker could not be started (an error, never a skip).
+    """
+    broker = KafkaBroker(keep=os.environ.get("GENGROUP_KAFKA_KEEP", "") not in ("", "0"))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def unique_name() -> Callable[[str], str]:
+    """A function returning fresh topic/group names: ``unique_name("orders")``.
+
+    Returns:
+        :func:`make_unique_name`.
+    """
+    return make_unique_name

@@ -1,0 +1,317 @@
+"""Tests of the real-Kafka harness: gengroup.testing.kafka and its pytest plugin."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+import trio
+
+from gengroup._errors import GengroupError
+from gengroup.testing.kafka import (
+    INSTALL_HINT,
+    KafkaBroker,
+    KafkaHarnessError,
+    ensure_jars,
+    jar_dir,
+    kafka_broker,
+    new_cluster_id,
+    probe_api_versions,
+)
+
+# Idempotent with the same line in tests/conftest.py (a plugin is loaded once).
+pytest_plugins = ["gengroup.testing.pytest_plugin"]
+
+JOIN_GROUP = 11
+API_VERSIONS = 18
+OWNER_FLAG = "-Dgengroup.harness.owner="
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:  # a zombie still answers kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _harness_jvms(owner: int) -> list[int]:
+    """Pids of live broker JVMs started by the process `owner`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        mine = b"kafka.Kafka" in args and f"{OWNER_FLAG}{owner}".encode() in args
+        if mine and not _pid_gone(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def _wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return bool(predicate())
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _read_line(proc: subprocess.Popen[bytes], timeout: float) -> bytes:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, f"no output within {timeout} s"
+    return proc.stdout.readline()
+
+
+def _spawn_cli(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+    stderr_path = tmp_path / "cli-stderr.txt"
+    with stderr_path.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gengroup.testing.kafka", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+    return proc, stderr_path
+
+
+# ---------------------------------------------------------------- with a broker
+
+
+@pytest.mark.kafka
+def test_session_broker_answers_api_versions(kafka: KafkaBroker) -> None:
+    assert kafka.running
+    assert kafka.bootstrap == f"127.0.0.1:{kafka.port}"
+    versions = probe_api_versions(kafka.host, kafka.port)
+    assert versions[API_VERSIONS][0] == 0
+    low, high = versions[JOIN_GROUP]
+    assert low <= 9 <= high
+    assert versions[14][1] >= 5  # SyncGroup
+    assert kafka.log_path is not None and kafka.log_path.is_file()
+
+
+@pytest.mark.kafka
+async def test_async_broker_kill_and_restart(tmp_path: Path) -> None:
+    async with kafka_broker(base_dir=tmp_path) as broker:
+        port, data_dir, pid = broker.port, broker.data_dir, broker.pid
+        assert data_dir is not None and pid is not None
+        versions = await trio.to_thread.run_sync(probe_api_versions, broker.host, port)
+        assert versions[JOIN_GROUP][1] >= 9
+
+        await trio.to_thread.run_sync(broker.kill)
+        assert not broker.running
+        assert _pid_gone(pid) and _group_gone(pid)
+        with pytest.raises(OSError):
+            probe_api_versions(broker.host, port, timeout=2.0)
+        assert data_dir.is_dir()  # kept for restart
+
+        await trio.to_thread.run_sync(broker.restart)
+        new_pid = broker.pid
+        assert new_pid is not None and new_pid != pid
+        assert broker.port == port and broker.data_dir == data_dir
+        assert JOIN_GROUP in await trio.to_thread.run_sync(probe_api_versions, broker.host, port)
+    assert not broker.running
+    assert _pid_gone(new_pid) and _group_gone(new_pid)
+    assert not data_dir.exists()
+
+
+@pytest.mark.kafka
+def test_async_broker_under_asyncio() -> None:
+    async def run() -> tuple[int, int | None]:
+        async with kafka_broker() as broker:
+            versions = await anyio.to_thread.run_sync(probe_api_versions, broker.host, broker.port)
+            return versions[JOIN_GROUP][1], broker.pid
+
+    join_max, pid = anyio.run(run, backend="asyncio")
+    assert join_max >= 9
+    assert pid is not None and _pid_gone(pid)
+
+
+@pytest.mark.kafka
+def test_cli_prints_bootstrap_and_stops_on_sigterm(tmp_path: Path) -> None:
+    port = _free_port()
+    proc, stderr_path = _spawn_cli(tmp_path, "--port", str(port))
+    try:
+        line = _read_line(proc, 150)
+        assert line == f"bootstrap 127.0.0.1:{port}\n".encode(), stderr_path.read_text()
+        assert JOIN_GROUP in probe_api_versions("127.0.0.1", port)
+        jvms = _harness_jvms(proc.pid)
+        assert len(jvms) == 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, stderr_path.read_text()
+        assert proc.stdout is not None and proc.stdout.read() == b""  # exactly one line
+        assert _pid_gone(jvms[0]) and _group_gone(jvms[0])
+        assert _harness_jvms(proc.pid) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@pytest.mark.kafka
+def test_watchdog_stops_broker_when_owner_is_sigkilled(tmp_path: Path) -> None:
+    proc, stderr_path = _spawn_cli(tmp_path)
+    try:
+        line = _read_line(proc, 150)
+        assert re.fullmatch(rb"bootstrap 127\.0\.0\.1:\d+\n", line), stderr_path.read_text()
+        match = re.search(r"log (\S+)/broker\.log", stderr_path.read_text())
+        assert match is not None
+        data_dir = Path(match.group(1))
+        jvms = _harness_jvms(proc.pid)
+        assert len(jvms) == 1 and data_dir.is_dir()
+        proc.kill()  # no atexit, no finally: only the watchdog can clean up
+        proc.wait()
+        assert _wait_until(lambda: _group_gone(jvms[0]), 30), "the JVM outlived its owner"
+        assert _wait_until(lambda: not data_dir.exists(), 10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        for pid in _harness_jvms(proc.pid):
+            os.killpg(pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- without a broker
+
+
+def test_missing_java_path_is_a_typed_error(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-jdk" / "bin" / "java"
+    with pytest.raises(KafkaHarnessError) as info:
+        KafkaBroker(java=missing).start()
+    message = str(info.value)
+    assert str(missing) in message and INSTALL_HINT in message
+    assert isinstance(info.value, GengroupError)
+
+
+def test_java_absent_from_path_is_a_typed_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(KafkaHarnessError, match="`java`") as info:
+        KafkaBroker().start()
+    assert INSTALL_HINT in str(info.value)
+
+
+def test_missing_mvn_is_a_typed_error(tmp_path: Path) -> None:
+    with pytest.raises(KafkaHarnessError, match="Maven") as info:
+        ensure_jars("9.9.9", cache_root=tmp_path, mvn=tmp_path / "no-mvn")
+    assert INSTALL_HINT in str(info.value)
+    assert not jar_dir("9.9.9", tmp_path).exists()
+
+
+def _fake_mvn(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "fake-mvn"
+    script.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do case "$a" in\n'
+        '  -DoutputDirectory=*) out="${a#-DoutputDirectory=}";;\n'
+        '  -Dkafka.version=*) v="${a#-Dkafka.version=}";;\n'
+        "esac; done\n" + textwrap.dedent(body)
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_concurrent_fetches_run_maven_once(tmp_path: Path) -> None:
+    runs = tmp_path / "runs.txt"
+    mvn = _fake_mvn(
+        tmp_path,
+        f"""\
+        echo run >> {runs}
+        sleep 1
+        mkdir -p "$out"
+        echo jar > "$out/kafka_2.13-$v.jar"
+        echo jar > "$out/kafka-clients-$v.jar"
+        echo jar > "$out/scala-library-2.13.18.jar"
+        """,
+    )
+    cache = tmp_path / "cache"
+    code = (
+        "import sys; from gengroup.testing.kafka import ensure_jars; "
+        "print(ensure_jars('9.9.9', cache_root=sys.argv[1], mvn=sys.argv[2]))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(cache), str(mvn)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(3)
+    ]
+    outputs = [proc.communicate(timeout=60) for proc in procs]
+    lib = jar_dir("9.9.9", cache)
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err.decode()
+        assert out.decode().strip() == str(lib)
+    assert runs.read_text().splitlines() == ["run"]
+    assert sorted(p.name for p in lib.iterdir()) == [
+        ".gengroup-complete",
+        "kafka-clients-9.9.9.jar",
+        "kafka_2.13-9.9.9.jar",
+        "scala-library-2.13.18.jar",
+    ]
+    assert [p.name for p in lib.parent.iterdir() if p.name.startswith(".fetch-")] == []
+    # A damaged cache (a listed jar gone) is fetched again.
+    (lib / "scala-library-2.13.18.jar").unlink()
+    assert ensure_jars("9.9.9", cache_root=cache, mvn=mvn) == lib
+    assert runs.read_text().splitlines() == ["run", "run"]
+
+
+def test_failed_or_incomplete_fetch_leaves_no_cache(tmp_path: Path) -> None:
+    failing = _fake_mvn(tmp_path, "echo 'Could not resolve dependencies' >&2\nexit 1\n")
+    with pytest.raises(KafkaHarnessError, match="Could not resolve dependencies"):
+        ensure_jars("9.9.9", cache_root=tmp_path / "c", mvn=failing)
+    empty = _fake_mvn(tmp_path, 'mkdir -p "$out"\n')
+    with pytest.raises(KafkaHarnessError, match=r"incomplete \(missing kafka_2\.13-9\.9\.9\.jar"):
+        ensure_jars("9.9.9", cache_root=tmp_path / "c", mvn=empty)
+    lib = jar_dir("9.9.9", tmp_path / "c")
+    assert not lib.exists()
+    assert [p.name for p in lib.parent.iterdir()] == [".lock"]
+
+
+def test_cluster_ids_and_unique_names(unique_name: Callable[[str], str]) -> None:
+    for _ in range(200):
+        cluster_id = new_cluster_id()
+        assert len(cluster_id) == 22 and not cluster_id.startswith("-")
+        assert re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster_id)
+    names = {unique_name("orders") for _ in range(100)}
+    assert len(names) == 100 and all(n.startswith("orders-") for n in names)
+    assert re.fullmatch(r"a-b-[0-9a-f]{12}", unique_name("a b/"))
