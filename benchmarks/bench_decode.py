@@ -24,6 +24,7 @@ import random
 import struct
 import time
 from collections.abc import Callable
+from functools import partial
 
 import cramjam
 from crc32c import crc32c
@@ -133,13 +134,11 @@ def main() -> None:
     for name in args.codecs.split(","):
         codec = Compression[name.strip().upper()]
         data = build(args.records, args.batch_size, args.value_size, codec)
-        ours, n_ours = best_rate(lambda data=data: gengroup_decode(data), args.repeat)
+        ours, n_ours = best_rate(partial(gengroup_decode, data), args.repeat)
         if codec == Compression.NONE:
-            peer, n_peer = best_rate(lambda data=data: kio_decode_plain(data), args.repeat)
+            peer, n_peer = best_rate(partial(kio_decode_plain, data), args.repeat)
         else:
-            peer, n_peer = best_rate(
-                lambda data=data, codec=codec: kio_decode_compressed(data, codec), args.repeat
-            )
+            peer, n_peer = best_rate(partial(kio_decode_compressed, data, codec), args.repeat)
         if n_ours != n_peer or n_ours != args.records:
             raise SystemExit(f"record count mismatch: {n_ours} vs {n_peer}")
         print(f"{codec.name:<8} {len(data):>10} {ours:>16,.0f} {peer:>16,.0f} {ours / peer:>6.1f}x")

@@ -454,7 +454,9 @@ def error_response(
                 mod.OffsetFetchResponse,
                 throttle_time=_ZERO,
                 groups=tuple(
-                    build(mod.OffsetFetchResponseGroup, group_id=g.group_id, topics=(), error_code=e)
+                    build(
+                        mod.OffsetFetchResponseGroup, group_id=g.group_id, topics=(), error_code=e
+                    )
                     for g in request.groups
                 ),
             )
@@ -554,7 +556,12 @@ def error_response(
             mod.CreatePartitionsResponse,
             throttle_time=_ZERO,
             results=tuple(
-                build(mod.CreatePartitionsTopicResult, name=t.name, error_code=e, error_message=message)
+                build(
+                    mod.CreatePartitionsTopicResult,
+                    name=t.name,
+                    error_code=e,
+                    error_message=message,
+                )
                 for t in request.topics
             ),
         )

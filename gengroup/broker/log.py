@@ -29,6 +29,15 @@ through whatever its size, which is KIP-74's rule for the first partition of a
 fetch response. Offset lookups by timestamp (:meth:`PartitionLog.offset_for`)
 scan batch max-timestamps and decode only the one batch that holds the answer.
 
+The cluster's topic metadata lives here too, also sans-IO: :class:`Topics`
+creates and deletes topics with Kafka's validation (legal names, collisions
+between ``.`` and ``_``, partition counts, replication factors, replica
+assignments), places replicas round-robin over the brokers so that partition
+leaders spread over the cluster, and re-elects leaders when brokers go down or
+come back (first online replica; leader epoch bumped on every change; -1, an
+offline partition, when no replica is up). Since one log serves every replica
+of a partition, all replicas are always in sync.
+
 Time never comes from a clock here: the caller passes ``now_ms`` (epoch
 milliseconds) when the log needs it (log-append time).
 """
@@ -37,8 +46,10 @@ from __future__ import annotations
 
 import bisect
 import struct
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
+from uuid import UUID
 
 from crc32c import crc32c
 
@@ -53,8 +64,13 @@ __all__ = [
     "MAX_TIMESTAMP",
     "AppendResult",
     "LogError",
+    "Partition",
     "PartitionLog",
     "StoredBatch",
+    "Topic",
+    "Topics",
+    "topic_name_error",
+    "validate_batch",
 ]
 
 #: ListOffsets special timestamps (Kafka's ``ListOffsetsRequest`` constants).
@@ -364,3 +380,350 @@ class PartitionLog:
         del self.batches[:drop]
         del self._last_offsets[:drop]
         return before
+
+
+# --------------------------------------------------------------------------- topics
+
+_TOPIC_ALREADY_EXISTS: Final = 36
+_INVALID_PARTITIONS: Final = 37
+_INVALID_REPLICATION_FACTOR: Final = 38
+_INVALID_REPLICA_ASSIGNMENT: Final = 39
+_INVALID_CONFIG: Final = 40
+_INVALID_REQUEST: Final = 42
+_INVALID_TOPIC: Final = 17
+_UNKNOWN_TOPIC_OR_PARTITION: Final = 3
+_LEGAL_TOPIC_CHARS: Final = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+)
+_MAX_TOPIC_NAME: Final = 249
+_TIMESTAMP_TYPES: Final = ("CreateTime", "LogAppendTime")
+_INT_CONFIGS: Final = frozenset(
+    {"max.message.bytes", "retention.ms", "retention.bytes", "segment.bytes", "segment.ms"}
+)
+
+
+def topic_name_error(name: str) -> str | None:
+    """Why ``name`` is not a legal Kafka topic name, or ``None`` if it is.
+
+    Kafka's rule: 1 to 249 characters from ``[a-zA-Z0-9._-]``, and not ``.``
+    or ``..``.
+    """
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name cannot be {name!r}"
+    if len(name) > _MAX_TOPIC_NAME:
+        return f"topic name is longer than {_MAX_TOPIC_NAME} characters"
+    if not set(name) <= _LEGAL_TOPIC_CHARS:
+        return f"topic name {name!r} has characters outside [a-zA-Z0-9._-]"
+    return None
+
+
+@dataclass(eq=False)
+class Partition:
+    """One partition: its log, replica placement and leadership.
+
+    There is one log per partition however many replicas it has: every replica
+    is always in sync, so the ISR is the set of online replicas.
+
+    Attributes:
+        index: the partition index.
+        log: the partition's log.
+        replicas: the replica broker ids, preferred leader first.
+        leader: the leader's node id, -1 while no replica is online.
+        leader_epoch: bumped on every leadership change.
+    """
+
+    index: int
+    log: PartitionLog
+    replicas: list[int]
+    leader: int
+    leader_epoch: int = 0
+
+
+@dataclass(eq=False)
+class Topic:
+    """A topic and its partitions.
+
+    Attributes:
+        name: the topic name.
+        topic_id: its UUID (Metadata v10+, CreateTopics v7+).
+        partitions: its partitions, by index.
+        configs: topic configs set at creation (``message.timestamp.type``
+            and ``max.message.bytes`` are honoured; others are stored only).
+        internal: True for ``__consumer_offsets``.
+    """
+
+    name: str
+    topic_id: UUID
+    partitions: list[Partition]
+    configs: dict[str, str]
+    internal: bool = False
+
+    @property
+    def replication_factor(self) -> int:
+        """The number of replicas of partition 0."""
+        return len(self.partitions[0].replicas) if self.partitions else 0
+
+    @property
+    def log_append_time(self) -> bool:
+        """Whether appends are stamped with log-append time."""
+        return self.configs.get("message.timestamp.type") == "LogAppendTime"
+
+    def max_message_bytes(self, default: int) -> int:
+        """The topic's ``max.message.bytes``, or ``default``."""
+        value = self.configs.get("max.message.bytes")
+        return default if value is None else int(value)
+
+
+class Topics:
+    """The cluster's topics: creation, deletion, placement and leader election (sans-IO).
+
+    Args:
+        uuid_factory: makes topic ids (inject a seeded one for determinism).
+    """
+
+    def __init__(self, uuid_factory: Callable[[], UUID]) -> None:
+        self._uuid = uuid_factory
+        self.by_name: dict[str, Topic] = {}
+        self.by_id: dict[UUID, Topic] = {}
+        self._next_start = 0
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.by_name
+
+    def get(self, name: str) -> Topic | None:
+        """The topic called ``name``, or ``None``."""
+        return self.by_name.get(name)
+
+    def partition(self, name: str, index: int) -> Partition | None:
+        """Partition ``index`` of topic ``name``, or ``None`` if either does not exist."""
+        topic = self.by_name.get(name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            return None
+        return topic.partitions[index]
+
+    def _place(
+        self, first: int, count: int, replication_factor: int, brokers: Sequence[int]
+    ) -> list[list[int]]:
+        """Round-robin replica placement (Kafka's rack-unaware assignment, simplified)."""
+        n = len(brokers)
+        start = self._next_start
+        return [
+            [brokers[(start + p + r) % n] for r in range(replication_factor)]
+            for p in range(first, first + count)
+        ]
+
+    @staticmethod
+    def _check_assignments(
+        assignments: Sequence[Sequence[int]], known: Sequence[int], expected_rf: int | None
+    ) -> None:
+        for replicas in assignments:
+            if not replicas or len(set(replicas)) != len(replicas):
+                raise LogError(
+                    _INVALID_REPLICA_ASSIGNMENT, "replica lists must be non-empty and distinct"
+                )
+            if expected_rf is not None and len(replicas) != expected_rf:
+                raise LogError(
+                    _INVALID_REPLICA_ASSIGNMENT, "every partition needs the same replication factor"
+                )
+            unknown = [b for b in replicas if b not in known]
+            if unknown:
+                raise LogError(_INVALID_REPLICA_ASSIGNMENT, f"unknown broker ids {unknown}")
+
+    @staticmethod
+    def _check_configs(configs: dict[str, str]) -> None:
+        for key, value in configs.items():
+            if not key or not set(key) <= set("abcdefghijklmnopqrstuvwxyz0123456789."):
+                raise LogError(_INVALID_CONFIG, f"unknown topic config {key!r}")
+            if key == "message.timestamp.type" and value not in _TIMESTAMP_TYPES:
+                raise LogError(_INVALID_CONFIG, f"invalid value {value!r} for {key}")
+            if key in _INT_CONFIGS:
+                try:
+                    int(value)
+                except ValueError:
+                    raise LogError(_INVALID_CONFIG, f"invalid value {value!r} for {key}") from None
+
+    def create(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        *,
+        brokers: Sequence[int],
+        online: Collection[int],
+        configs: dict[str, str] | None = None,
+        assignments: Sequence[Sequence[int]] | None = None,
+        internal: bool = False,
+        validate_only: bool = False,
+    ) -> Topic:
+        """Create a topic (Kafka's CreateTopics checks, in Kafka's order).
+
+        Args:
+            name: the topic name.
+            num_partitions: partition count (ignored when ``assignments`` is given).
+            replication_factor: replicas per partition (ignored with ``assignments``).
+            brokers: every broker id of the cluster, sorted.
+            online: the ids of the brokers that are up.
+            configs: topic configs.
+            assignments: explicit replica lists, one per partition.
+            internal: mark the topic internal.
+            validate_only: check everything but create nothing.
+
+        Returns:
+            The new topic (a detached one if ``validate_only``).
+
+        Raises:
+            LogError: INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS,
+                INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR,
+                INVALID_REPLICA_ASSIGNMENT or INVALID_CONFIG.
+        """
+        reason = topic_name_error(name)
+        if reason is not None:
+            raise LogError(_INVALID_TOPIC, reason)
+        if name in self.by_name:
+            raise LogError(_TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        folded = name.replace(".", "_")
+        for other in self.by_name:
+            if other.replace(".", "_") == folded:
+                raise LogError(_INVALID_TOPIC, f"topic {name!r} collides with existing {other!r}")
+        configs = dict(configs or {})
+        self._check_configs(configs)
+        if assignments:
+            self._check_assignments(assignments, brokers, len(assignments[0]))
+            placement = [list(r) for r in assignments]
+        else:
+            if num_partitions <= 0:
+                raise LogError(_INVALID_PARTITIONS, "number of partitions must be larger than 0")
+            if replication_factor <= 0:
+                raise LogError(
+                    _INVALID_REPLICATION_FACTOR, "replication factor must be larger than 0"
+                )
+            live = [b for b in brokers if b in online]
+            if replication_factor > len(live):
+                raise LogError(
+                    _INVALID_REPLICATION_FACTOR,
+                    f"replication factor {replication_factor} is larger than the "
+                    f"{len(live)} available brokers",
+                )
+            placement = self._place(0, num_partitions, replication_factor, live)
+        partitions = [
+            Partition(i, PartitionLog(), replicas, _first_online(replicas, online))
+            for i, replicas in enumerate(placement)
+        ]
+        topic = Topic(name, self._uuid(), partitions, configs, internal)
+        if not validate_only:
+            self._next_start += 1
+            self.by_name[name] = topic
+            self.by_id[topic.topic_id] = topic
+        return topic
+
+    def delete(self, name: str) -> Topic:
+        """Delete topic ``name``.
+
+        Raises:
+            LogError: UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION for
+                an internal topic.
+        """
+        topic = self.by_name.get(name)
+        if topic is None:
+            raise LogError(_UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        if topic.internal:
+            raise LogError(_INVALID_TOPIC, f"internal topic {name!r} cannot be deleted")
+        del self.by_name[name]
+        del self.by_id[topic.topic_id]
+        return topic
+
+    def add_partitions(
+        self,
+        name: str,
+        count: int,
+        *,
+        brokers: Sequence[int],
+        online: Collection[int],
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> Topic:
+        """Grow topic ``name`` to ``count`` partitions (CreatePartitions).
+
+        Raises:
+            LogError: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS,
+                INVALID_REPLICA_ASSIGNMENT or INVALID_REPLICATION_FACTOR.
+        """
+        topic = self.by_name.get(name)
+        if topic is None:
+            raise LogError(_UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        current = len(topic.partitions)
+        if count < current:
+            raise LogError(
+                _INVALID_PARTITIONS, f"topic has {current} partitions; it cannot shrink to {count}"
+            )
+        if count == current:
+            raise LogError(_INVALID_PARTITIONS, f"topic already has {current} partitions")
+        added = count - current
+        rf = topic.replication_factor
+        if assignments is not None:
+            if len(assignments) != added:
+                raise LogError(
+                    _INVALID_REPLICA_ASSIGNMENT,
+                    f"{len(assignments)} assignments given for {added} new partitions",
+                )
+            self._check_assignments(assignments, brokers, rf)
+            placement = [list(r) for r in assignments]
+        else:
+            live = [b for b in brokers if b in online]
+            if rf > len(live):
+                raise LogError(
+                    _INVALID_REPLICATION_FACTOR,
+                    f"replication factor {rf} is larger than the {len(live)} available brokers",
+                )
+            placement = self._place(current, added, rf, live)
+        if not validate_only:
+            for i, replicas in enumerate(placement, start=current):
+                topic.partitions.append(
+                    Partition(i, PartitionLog(), replicas, _first_online(replicas, online))
+                )
+        return topic
+
+    def elect_leaders(self, online: Collection[int]) -> bool:
+        """Re-elect leaders after brokers went down or came back.
+
+        A partition whose leader is offline moves to its first online replica
+        (or to -1 if none is online); an offline partition gets a leader as
+        soon as one of its replicas is back. Leadership never moves back to a
+        preferred replica on its own. Every change bumps the leader epoch.
+
+        Returns:
+            True if any leadership changed.
+        """
+        changed = False
+        for topic in self.by_name.values():
+            for part in topic.partitions:
+                if part.leader in online:
+                    continue
+                leader = _first_online(part.replicas, online)
+                if leader != part.leader:
+                    part.leader = leader
+                    part.leader_epoch += 1
+                    changed = True
+        return changed
+
+    def move_leader(self, name: str, index: int, broker_id: int) -> Partition:
+        """Make ``broker_id`` the leader of a partition, adding it as a replica if needed.
+
+        Raises:
+            LogError: UNKNOWN_TOPIC_OR_PARTITION.
+        """
+        part = self.partition(name, index)
+        if part is None:
+            raise LogError(_UNKNOWN_TOPIC_OR_PARTITION, f"{name}[{index}] does not exist")
+        if broker_id not in part.replicas:
+            part.replicas.append(broker_id)
+        if part.leader != broker_id:
+            part.leader = broker_id
+            part.leader_epoch += 1
+        return part
+
+
+def _first_online(replicas: Sequence[int], online: Collection[int]) -> int:
+    return next((b for b in replicas if b in online), -1)

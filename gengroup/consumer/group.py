@@ -229,6 +229,7 @@ class ConsumerGroup:
             try:
                 await self._tg_cm.__aexit__(*exc_info)
             finally:
+                self._recv.close()
                 await self._cluster.__aexit__(None, None, None)
         return None
 
@@ -364,8 +365,8 @@ class ConsumerGroup:
         cfg = self.config
         member = self._member
         attempt = 0
+        timings = RebalanceTimings()
         while not self._closing:
-            timings = RebalanceTimings()
             try:
                 node = await self._coordinator_node(timings)
                 t0 = anyio.current_time()
@@ -388,7 +389,7 @@ class ConsumerGroup:
                     leader=res.leader,
                     members=res.members,
                 )
-                timings.join = anyio.current_time() - t0
+                timings.join += anyio.current_time() - t0
                 if isinstance(joined, Retry):
                     if self._handle_retry(joined):
                         await self._backoff(attempt)
@@ -416,7 +417,7 @@ class ConsumerGroup:
                     member.on_io_failure()
                     raise
                 synced = member.on_sync(error_code=code, assignment=raw)
-                timings.sync = anyio.current_time() - t0
+                timings.sync += anyio.current_time() - t0
                 if isinstance(synced, Retry):
                     if self._handle_retry(synced):
                         await self._backoff(attempt)
@@ -425,7 +426,7 @@ class ConsumerGroup:
                 t0 = anyio.current_time()
                 partitions = synced.partitions()
                 positions, committed = await self._start_positions(node, partitions)
-                timings.offset_fetch = anyio.current_time() - t0
+                timings.offset_fetch += anyio.current_time() - t0
             except (KafkaConnectionError, NotCoordinator, TimeoutError) as exc:
                 log.info("group %s: coordinator unreachable (%s); looking it up again", cfg.group_id, exc)
                 self._coordinator = None

@@ -245,7 +245,15 @@ class BrokerConnection:
                 stream = self._stream
                 if stream is None or self._failure is not None:
                     raise ConnectionClosed(f"{self} is not connected")
-                await stream.send(frame)
+                # A frame is written whole or the connection is dropped: a
+                # cancellation half-way through would corrupt the stream.
+                with anyio.CancelScope(shield=True):
+                    with anyio.move_on_after(self.request_timeout) as send_scope:
+                        await stream.send(frame)
+                    if send_scope.cancelled_caught:
+                        self._fail(RequestTimedOut(f"{self}: send blocked for {self.request_timeout} s"))
+                        await self._close_stream()
+                        raise RequestTimedOut(f"{self}: send blocked for {self.request_timeout} s")
         except (anyio.BrokenResourceError, OSError) as exc:
             self._fail(BrokenConnection(f"{self} broke while sending: {exc!r}"))
             raise BrokenConnection(f"{self} broke while sending: {exc!r}") from exc
@@ -257,12 +265,10 @@ class BrokerConnection:
         if not expect_response:
             return None
         limit = self.request_timeout if timeout is None else timeout
-        try:
-            with anyio.move_on_after(limit if limit is not None else math.inf) as scope:
-                await waiter.event.wait()
-        finally:
-            if not waiter.event.is_set():
-                self._waiters.pop(cid, None)
+        # If the caller is cancelled, the waiter stays registered so that the
+        # late response is recognised and dropped by the reader.
+        with anyio.move_on_after(limit if limit is not None else math.inf) as scope:
+            await waiter.event.wait()
         if scope.cancelled_caught and not waiter.event.is_set():
             err = RequestTimedOut(
                 f"{self}: no response to {type(request).__name__} within {limit} s"

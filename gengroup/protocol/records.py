@@ -623,6 +623,10 @@ def _bounded(
 
     cramjam stops as soon as the output buffer is full, so a decompression
     bomb costs at most ``limit`` bytes of memory and the work to fill them.
+    A full buffer is reported as Rust's ``WriteZero`` I/O error ("failed to
+    write whole buffer"); only that error makes the buffer grow, any other is
+    corruption. (The tests decompress batches larger than the first guess, so
+    a change of that message in cramjam would not go unnoticed.)
     """
     size = hint if hint is not None else max(_MIN_GUESS, 8 * len(src))
     size = max(1, min(size, limit))
@@ -631,13 +635,13 @@ def _bounded(
         try:
             written = decompress_into(src, out)
         except cramjam.DecompressionError as exc:
-            if size >= limit:
-                if "write whole buffer" in str(exc):
-                    raise ProtocolError(
-                        f"decompressed records exceed max_decompressed_size={limit}"
-                    ) from exc
+            if "write whole buffer" not in str(exc):
                 raise
-            # The buffer may simply have been too small (a missing or lying size hint).
+            if size >= limit:
+                raise ProtocolError(
+                    f"decompressed records exceed max_decompressed_size={limit}"
+                ) from exc
+            # Missing or lying size hint: grow geometrically (bounded total work).
             size = min(limit, size * 4)
             continue
         return bytes(out) if written == size else memoryview(out)[:written].tobytes()

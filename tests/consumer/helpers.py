@@ -1,0 +1,103 @@
+"""Shared pieces of the consumer-group tests against a real broker."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import anyio
+
+from gengroup import Admin, ConsumerGroup, Generation, Producer, TopicPartition
+from gengroup.producer import ProducerRecord
+
+FAST = {
+    "session_timeout": 6.0,
+    "heartbeat_interval": 0.3,
+    "rebalance_timeout": 10.0,
+    "partition_watch_interval": 0.5,
+    "commit_interval": 0.3,
+    "join_backoff": 0.2,
+    "fetch_max_wait": 0.2,
+}
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    async with Admin(bootstrap) as admin:
+        await admin.create_topics({topic: partitions})
+
+
+async def produce_ids(bootstrap: str, topic: str, ids: Iterable[int]) -> None:
+    """Produce one record per id, value b"id-<n>", spread round-robin by key."""
+    async with Producer(bootstrap) as producer:
+        await producer.send_many(
+            topic,
+            [ProducerRecord(value=f"id-{i}".encode(), key=f"k{i}".encode()) for i in ids],
+        )
+
+
+@dataclass
+class Ledger:
+    """What every member's workers did, checked for the group's invariants."""
+
+    owners: dict[TopicPartition, tuple[str, int]] = field(default_factory=dict)
+    overlaps: list[str] = field(default_factory=list)
+    processed: Counter[bytes] = field(default_factory=Counter)
+    generations: dict[str, list[Generation]] = field(default_factory=dict)
+    start_offsets: list[tuple[int, TopicPartition, int]] = field(default_factory=list)
+    last_marks: dict[TopicPartition, int] = field(default_factory=dict)
+    handover_gaps: list[str] = field(default_factory=list)
+    changed: anyio.Event = field(default_factory=anyio.Event)
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+    async def worker(self, name: str, gen: Generation, tp: TopicPartition) -> None:
+        if tp in self.owners:
+            self.overlaps.append(f"{tp}: {name} gen {gen.id} while {self.owners[tp]} owns it")
+        self.owners[tp] = (name, gen.id)
+        start = gen.assignments[tp]
+        self.start_offsets.append((gen.id, tp, start))
+        previous = self.last_marks.get(tp)
+        if previous is not None and previous != start:
+            self.handover_gaps.append(f"{tp}: gen {gen.id} starts at {start}, last mark {previous}")
+        try:
+            async for batch in gen.fetch(tp):
+                for record in batch.records:
+                    assert record.value is not None
+                    self.processed[record.value] += 1
+                gen.mark(tp, batch.next_offset)
+                self.last_marks[tp] = batch.next_offset
+                self.notify()
+        finally:
+            if self.owners.get(tp) == (name, gen.id):
+                del self.owners[tp]
+
+    async def member(self, name: str, group: ConsumerGroup) -> None:
+        async for gen in group:
+            self.generations.setdefault(name, []).append(gen)
+            self.notify()
+            for tp in gen.assignments:
+                gen.start_soon(self.worker, name, gen, tp, name=f"{name} {tp}")
+
+    def current(self) -> dict[str, Generation]:
+        return {n: gens[-1] for n, gens in self.generations.items() if gens and not gens[-1].ending}
+
+    async def wait_for(self, predicate: object, what: str, timeout: float = 60.0) -> None:
+        assert callable(predicate)
+        try:
+            with anyio.fail_after(timeout):
+                while not predicate():
+                    await anyio.sleep(0.05)
+        except TimeoutError:
+            raise AssertionError(f"timed out waiting for {what}") from None
+
+
+def covers_exactly_once(gens: Iterable[Generation], partitions: set[TopicPartition]) -> bool:
+    seen: list[TopicPartition] = [tp for g in gens for tp in g.assignments]
+    return len(seen) == len(set(seen)) and set(seen) == partitions
+
+
+def all_partitions(topic: str, n: int) -> set[TopicPartition]:
+    return {TopicPartition(topic, p) for p in range(n)}

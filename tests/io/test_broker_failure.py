@@ -1,0 +1,145 @@
+"""A broker that dies mid-request gives callers typed errors, never a hang.
+
+These tests start their own broker (the session one must stay up) and SIGKILL it.
+``anyio.fail_after`` is only a hang guard here, not a timing assertion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import pytest
+
+from gengroup._errors import BrokenConnection, KafkaConnectionError
+from gengroup._types import TopicPartition
+from gengroup.admin import Admin
+from gengroup.io.cluster import Cluster
+from gengroup.io.connection import open_connection
+from gengroup.io.fetch import build_fetch_request, fetch_once, read_partition
+from gengroup.producer import Producer
+from gengroup.protocol.framing import build, request_module
+from gengroup.protocol.versions import ApiKey
+from gengroup.testing.kafka import kafka_broker
+
+HANG_GUARD = 60.0
+
+
+@pytest.mark.kafka
+async def test_kill_during_long_poll_fetch_raises_broken_connection(
+    unique_name: Callable[[str], str],
+) -> None:
+    topic = unique_name("kill-fetch")
+    tp = TopicPartition(topic, 0)
+    async with kafka_broker() as broker, Cluster(broker.bootstrap, connect_timeout=3) as cluster:
+        await Admin(cluster).create_topics({topic: 1})
+        leader = cluster.leader_for(tp)
+        # A second, standalone connection with a request in flight at the kill.
+        host, port = broker.bootstrap.rsplit(":", 1)
+        async with open_connection(host, int(port)) as conn:
+            version = conn.versions[ApiKey.FETCH]
+            errors: dict[str, BaseException] = {}
+            in_flight = anyio.Event()
+
+            async def long_poll_cluster() -> None:
+                in_flight.set()
+                try:
+                    await fetch_once(cluster, leader, {tp: 0}, max_wait=20.0)
+                except BaseException as exc:
+                    errors["cluster"] = exc
+
+            async def long_poll_connection() -> None:
+                req = build_fetch_request(
+                    version,
+                    {tp: 0},
+                    max_wait=20.0,
+                    min_bytes=1,
+                    max_bytes=1 << 20,
+                    partition_max_bytes=1 << 20,
+                    isolation_level="read_uncommitted",
+                )
+                try:
+                    await conn.request(req, timeout=60.0)
+                except BaseException as exc:
+                    errors["connection"] = exc
+
+            with anyio.fail_after(HANG_GUARD):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(long_poll_cluster)
+                    tg.start_soon(long_poll_connection)
+                    await in_flight.wait()
+                    await anyio.sleep(1.0)  # both requests are parked in the broker
+                    await anyio.to_thread.run_sync(broker.kill)
+            assert isinstance(errors.get("cluster"), BrokenConnection), errors
+            assert isinstance(errors.get("connection"), BrokenConnection), errors
+            assert not conn.is_usable
+
+            # Everything afterwards fails typed, and fast.
+            with anyio.fail_after(HANG_GUARD):
+                with pytest.raises(BrokenConnection):
+                    await conn.request(req_metadata(conn.versions[ApiKey.METADATA]))
+                with pytest.raises(BrokenConnection):
+                    await fetch_once(cluster, leader, {tp: 0}, max_wait=1.0)
+                with pytest.raises(BrokenConnection):
+                    await cluster.refresh_metadata([topic])
+                with pytest.raises(TimeoutError, match="last error"):
+                    await read_partition(cluster, tp, 0, 1, time_limit=2.0)
+
+
+def req_metadata(version: int) -> object:
+    mod = request_module(ApiKey.METADATA, version)
+    return build(
+        mod.MetadataRequest,
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+
+
+@pytest.mark.kafka
+async def test_producer_fails_typed_when_broker_stays_dead(
+    unique_name: Callable[[str], str],
+) -> None:
+    topic = unique_name("kill-produce")
+    async with (
+        kafka_broker() as broker,
+        Producer(broker.bootstrap, delivery_timeout=3.0, retry_backoff=0.05) as producer,
+    ):
+        await Admin(producer.cluster).create_topics({topic: 2})
+        first = await producer.send(topic, b"before")
+        assert first.offset == 0
+        await anyio.to_thread.run_sync(broker.kill)
+        with anyio.fail_after(HANG_GUARD):
+            with pytest.raises(KafkaConnectionError):
+                await producer.send(topic, b"after", partition=first.partition)
+            outcome = await producer.send_many(topic, [b"x", b"y"], return_exceptions=True)
+            assert all(isinstance(o, KafkaConnectionError) for o in outcome), outcome
+
+
+@pytest.mark.kafka
+async def test_producer_retries_across_a_broker_restart(
+    unique_name: Callable[[str], str],
+) -> None:
+    topic = unique_name("restart-produce")
+    async with (
+        kafka_broker() as broker,
+        Producer(broker.bootstrap, delivery_timeout=90.0) as producer,
+    ):
+        await Admin(producer.cluster).create_topics({topic: 1})
+        await producer.send(topic, b"one")
+        await anyio.to_thread.run_sync(broker.kill)
+        results: list[int] = []
+
+        async def send_while_down() -> None:
+            results.append((await producer.send(topic, b"two")).offset)
+
+        with anyio.fail_after(HANG_GUARD + 60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(send_while_down)
+                await anyio.sleep(1.0)  # the send is retrying against a dead broker
+                assert not results
+                await anyio.to_thread.run_sync(broker.restart)
+        assert results == [1]
+        records = await read_partition(producer.cluster, TopicPartition(topic, 0), 0, 2)
+        assert [r.value for r in records] == [b"one", b"two"]

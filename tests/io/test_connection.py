@@ -1,0 +1,361 @@
+"""BrokerConnection against the real broker, and against a tiny scripted fake server."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
+from kio.schema.errors import ErrorCode
+
+from gengroup._errors import (
+    BrokenConnection,
+    ConnectionClosed,
+    KafkaConnectionError,
+    ProtocolError,
+    RequestTimedOut,
+)
+from gengroup._types import TopicPartition
+from gengroup.admin import Admin
+from gengroup.io.connection import BrokerConnection, open_connection
+from gengroup.io.fetch import build_fetch_request
+from gengroup.protocol.framing import (
+    FrameBuffer,
+    build,
+    decode_request,
+    encode_response,
+    request_module,
+    response_module,
+)
+from gengroup.protocol.versions import ApiKey
+from gengroup.testing.kafka import KafkaBroker
+
+HANG_GUARD = 30.0
+
+
+def metadata_request(version: int = 12) -> Any:
+    mod = request_module(ApiKey.METADATA, version)
+    return build(
+        mod.MetadataRequest,
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+
+
+def api_versions_request() -> Any:
+    mod = request_module(ApiKey.API_VERSIONS, 3)
+    return mod.ApiVersionsRequest(client_software_name="gengroup-test", client_software_version="0")
+
+
+def list_offsets_request(topic: str, version: int) -> Any:
+    mod = request_module(ApiKey.LIST_OFFSETS, version)
+    return build(
+        mod.ListOffsetsRequest,
+        replica_id=-1,
+        isolation_level=0,
+        topics=(
+            build(
+                mod.ListOffsetsTopic,
+                name=topic,
+                partitions=(build(mod.ListOffsetsPartition, partition_index=0, timestamp=-1),),
+            ),
+        ),
+    )
+
+
+def split(bootstrap: str) -> tuple[str, int]:
+    host, port = bootstrap.rsplit(":", 1)
+    return host, int(port)
+
+
+# ---------------------------------------------------------------------------- real broker
+
+
+@pytest.mark.kafka
+async def test_many_concurrent_requests_are_matched_by_correlation_id(
+    kafka: KafkaBroker, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("conn-many")
+    async with Admin(kafka.bootstrap) as admin:
+        await admin.create_topics({topic: 1})
+    async with open_connection(*split(kafka.bootstrap)) as conn:
+        lo_version = conn.versions[ApiKey.LIST_OFFSETS]
+        md_version = conn.versions[ApiKey.METADATA]
+        makers: list[tuple[Callable[[], Any], str]] = [
+            (lambda: metadata_request(md_version), "MetadataResponse"),
+            (api_versions_request, "ApiVersionsResponse"),
+            (lambda: list_offsets_request(topic, lo_version), "ListOffsetsResponse"),
+        ]
+        results: dict[int, tuple[str, Any]] = {}
+
+        async def one(i: int) -> None:
+            make, expected = makers[i % len(makers)]
+            results[i] = (expected, await conn.request(make()))
+
+        with anyio.fail_after(HANG_GUARD):
+            async with anyio.create_task_group() as tg:
+                for i in range(150):
+                    tg.start_soon(one, i)
+        assert len(results) == 150
+        for expected, resp in results.values():
+            assert type(resp).__name__ == expected
+            if expected == "ListOffsetsResponse":
+                assert resp.topics[0].name == topic
+        assert conn.is_usable
+
+
+@pytest.mark.kafka
+async def test_request_timeout_raises_and_closes_the_connection(
+    kafka: KafkaBroker, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("conn-timeout")
+    async with Admin(kafka.bootstrap) as admin:
+        await admin.create_topics({topic: 1})
+    async with open_connection(*split(kafka.bootstrap)) as conn:
+        fetch = build_fetch_request(
+            conn.versions[ApiKey.FETCH],
+            {TopicPartition(topic, 0): 0},
+            max_wait=10.0,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            partition_max_bytes=1 << 20,
+            isolation_level=0,
+        )
+        with anyio.fail_after(HANG_GUARD), pytest.raises(RequestTimedOut):
+            await conn.request(fetch, timeout=0.3)
+        assert not conn.is_usable
+        with pytest.raises(KafkaConnectionError):
+            await conn.request(metadata_request())
+
+
+@pytest.mark.kafka
+async def test_aclose_fails_waiters_with_connection_closed(
+    kafka: KafkaBroker, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("conn-aclose")
+    async with Admin(kafka.bootstrap) as admin:
+        await admin.create_topics({topic: 1})
+    async with open_connection(*split(kafka.bootstrap)) as conn:
+        fetch = build_fetch_request(
+            conn.versions[ApiKey.FETCH],
+            {TopicPartition(topic, 0): 0},
+            max_wait=10.0,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            partition_max_bytes=1 << 20,
+            isolation_level=0,
+        )
+        errors: list[BaseException] = []
+
+        async def waiter() -> None:
+            try:
+                await conn.request(fetch)
+            except KafkaConnectionError as exc:
+                errors.append(exc)
+
+        with anyio.fail_after(HANG_GUARD):
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+                    tg.start_soon(waiter)
+                await anyio.sleep(0.3)
+                await conn.aclose()
+        assert len(errors) == 3
+        assert all(type(e) is ConnectionClosed for e in errors), errors
+        with pytest.raises(ConnectionClosed):
+            await conn.request(metadata_request())
+        await conn.wait_closed()
+
+
+async def test_connect_refused_is_broken_connection() -> None:
+    # Grab a free port, close it, and connect to nothing.
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    await listener.aclose()
+    # (Started the way Cluster starts it: ``open_connection`` currently wraps
+    # the error in its task group's ExceptionGroup.)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(HANG_GUARD), pytest.raises(BrokenConnection):
+            await tg.start(BrokerConnection("127.0.0.1", port, connect_timeout=2.0).serve)
+
+
+# ---------------------------------------------------------------------------- fake server
+
+Handler = Callable[[anyio.abc.ByteStream, Any, Any], Awaitable[None]]
+
+
+def api_versions_response() -> ApiVersionsResponse:
+    return ApiVersionsResponse(
+        error_code=ErrorCode.none,
+        api_keys=(
+            ApiVersion(api_key=ApiKey.API_VERSIONS, min_version=0, max_version=3),
+            ApiVersion(api_key=ApiKey.METADATA, min_version=0, max_version=12),
+        ),
+        throttle_time=datetime.timedelta(0),
+    )
+
+
+def metadata_response(cluster_id: str) -> Any:
+    mod = response_module(ApiKey.METADATA, 12)
+    return mod.MetadataResponse(
+        throttle_time=datetime.timedelta(0),
+        brokers=(),
+        cluster_id=cluster_id,
+        controller_id=-1,
+        topics=(),
+    )
+
+
+@asynccontextmanager
+async def fake_broker(on_request: Handler) -> AsyncIterator[int]:
+    """A loopback server: answers ApiVersions itself, hands other requests to ``on_request``."""
+
+    async def serve_one(stream: anyio.abc.ByteStream) -> None:
+        buf = FrameBuffer()
+        try:
+            while True:
+                buf.feed(await stream.receive())
+                while (frame := buf.next_frame()) is not None:
+                    header, request = decode_request(frame)
+                    if header.request_api_key == ApiKey.API_VERSIONS:
+                        await stream.send(
+                            encode_response(
+                                api_versions_response(), correlation_id=header.correlation_id
+                            )
+                        )
+                    else:
+                        await on_request(stream, header, request)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve_one)
+        try:
+            yield port
+        finally:
+            tg.cancel_scope.cancel()
+
+
+async def test_out_of_order_responses_reach_their_own_waiters() -> None:
+    parked: list[int] = []
+    all_in = anyio.Event()
+    streams: list[anyio.abc.ByteStream] = []
+
+    async def on_request(stream: anyio.abc.ByteStream, header: Any, request: Any) -> None:
+        parked.append(header.correlation_id)
+        streams.append(stream)
+        if len(parked) == 5:
+            all_in.set()
+            for cid in reversed(parked):  # answer newest first
+                await stream.send(
+                    encode_response(metadata_response(f"cid-{cid}"), correlation_id=cid)
+                )
+
+    async with fake_broker(on_request) as port, open_connection("127.0.0.1", port) as conn:
+        answers: dict[int, str] = {}
+        order: list[int] = []
+
+        async def ask(i: int) -> None:
+            resp = await conn.request(metadata_request())
+            answers[i] = resp.cluster_id
+            order.append(i)
+
+        with anyio.fail_after(HANG_GUARD):
+            async with anyio.create_task_group() as tg:
+                for i in range(5):
+                    tg.start_soon(ask, i)
+                    await anyio.sleep(0.01)  # deterministic send order
+        # Request i got correlation id parked[i]; each got the answer made for it.
+        assert answers == {i: f"cid-{parked[i]}" for i in range(5)}
+        assert order == [4, 3, 2, 1, 0]
+        assert conn.is_usable
+
+
+@pytest.mark.parametrize(
+    ("garbage", "what"),
+    [
+        (struct.pack(">i", -5), "negative frame length"),
+        (struct.pack(">ii", 4, 987654), "unknown correlation id"),
+        (struct.pack(">i", 1_000_000_000), "oversized frame length"),
+    ],
+)
+async def test_garbage_frames_break_the_connection(garbage: bytes, what: str) -> None:
+    async def on_request(stream: anyio.abc.ByteStream, header: Any, request: Any) -> None:
+        await stream.send(garbage)
+
+    async with fake_broker(on_request) as port, open_connection("127.0.0.1", port) as conn:
+        with anyio.fail_after(HANG_GUARD), pytest.raises(BrokenConnection):
+            await conn.request(metadata_request())
+        assert not conn.is_usable, what
+        with pytest.raises(BrokenConnection):
+            await conn.request(metadata_request())
+
+
+async def test_malformed_body_fails_only_that_request() -> None:
+    calls = 0
+
+    async def on_request(stream: anyio.abc.ByteStream, header: Any, request: Any) -> None:
+        nonlocal calls
+        calls += 1
+        cid = header.correlation_id
+        if calls == 1:
+            # A well-framed response whose body is nonsense for a MetadataResponse.
+            body = struct.pack(">i", cid) + b"\x00\xff\xff\xff\xff\x42"
+            await stream.send(struct.pack(">i", len(body)) + body)
+        else:
+            await stream.send(encode_response(metadata_response("fine"), correlation_id=cid))
+
+    async with fake_broker(on_request) as port, open_connection("127.0.0.1", port) as conn:
+        with anyio.fail_after(HANG_GUARD):
+            with pytest.raises(ProtocolError):
+                await conn.request(metadata_request())
+            assert conn.is_usable
+            resp = await conn.request(metadata_request())
+        assert resp.cluster_id == "fine"
+
+
+async def test_eof_mid_response_is_broken_connection() -> None:
+    async def on_request(stream: anyio.abc.ByteStream, header: Any, request: Any) -> None:
+        await stream.send(struct.pack(">ii", 100, header.correlation_id))  # 8 of 104 bytes
+        await stream.aclose()
+
+    async with fake_broker(on_request) as port, open_connection("127.0.0.1", port) as conn:
+        with anyio.fail_after(HANG_GUARD), pytest.raises(BrokenConnection):
+            await conn.request(metadata_request())
+
+
+async def test_garbage_during_version_negotiation_fails_the_open() -> None:
+    async def serve_one(stream: anyio.abc.ByteStream) -> None:
+        await stream.receive()
+        await stream.send(b"\x00\x00\x00\x03abc")  # a frame too short for anything
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve_one)
+        with anyio.fail_after(HANG_GUARD), pytest.raises(BrokenConnection):
+            await tg.start(BrokerConnection("127.0.0.1", port, connect_timeout=5.0).serve)
+        tg.cancel_scope.cancel()
+
+
+async def test_serve_reports_readiness_and_negotiated_versions() -> None:
+    async def on_request(stream: anyio.abc.ByteStream, header: Any, request: Any) -> None:
+        await stream.send(
+            encode_response(metadata_response("x"), correlation_id=header.correlation_id)
+        )
+
+    async with fake_broker(on_request) as port, anyio.create_task_group() as tg:
+        conn = await tg.start(BrokerConnection("127.0.0.1", port, node_id=7).serve)
+        assert conn.versions == {ApiKey.API_VERSIONS: 3, ApiKey.METADATA: 12}
+        assert conn.broker_versions[int(ApiKey.METADATA)] == (0, 12)
+        assert (await conn.request(metadata_request())).cluster_id == "x"
+        await conn.aclose()
