@@ -1,0 +1,65 @@
+"""The embedded Kafka-compatible broker: what kfake is to franz-go, for Python.
+
+An in-process broker on anyio speaking the real Kafka wire protocol on
+loopback, for the demo, local development without a JVM, and deterministic
+tests in virtual time (trio's ``MockClock``)::
+
+    from gengroup.broker import FakeCluster
+
+    async with FakeCluster(brokers=3, topics={"payments": 6}) as cluster:
+        print(cluster.bootstrap)   # "127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3"
+"""
+
+from .cluster import EmbeddedBroker as EmbeddedBroker
+from .cluster import FakeCluster as FakeCluster
+from .cluster import MemoryByteStream as MemoryByteStream
+from .cluster import memory_byte_stream_pair as memory_byte_stream_pair
+from .faults import PASS as PASS
+from .faults import Action as Action
+from .faults import Control as Control
+from .faults import ControlHandler as ControlHandler
+from .faults import Delay as Delay
+from .faults import Disconnect as Disconnect
+from .faults import Drop as Drop
+from .faults import Fail as Fail
+from .faults import Intercepted as Intercepted
+from .faults import Pass as Pass
+from .faults import Respond as Respond
+from .faults import error_response as error_response
+from .log import LogError as LogError
+from .log import PartitionLog as PartitionLog
+from .server import OFFSETS_TOPIC as OFFSETS_TOPIC
+from .server import SUPPORTED_VERSIONS as SUPPORTED_VERSIONS
+from .server import BrokerServer as BrokerServer
+from .server import BrokerSettings as BrokerSettings
+from .server import ClusterState as ClusterState
+from .server import coordinator_partition as coordinator_partition
+from .server import java_string_hash as java_string_hash
+
+__all__ = [
+    "OFFSETS_TOPIC",
+    "PASS",
+    "SUPPORTED_VERSIONS",
+    "Action",
+    "BrokerServer",
+    "BrokerSettings",
+    "ClusterState",
+    "Control",
+    "ControlHandler",
+    "Delay",
+    "Disconnect",
+    "Drop",
+    "EmbeddedBroker",
+    "Fail",
+    "FakeCluster",
+    "Intercepted",
+    "LogError",
+    "MemoryByteStream",
+    "Pass",
+    "PartitionLog",
+    "Respond",
+    "coordinator_partition",
+    "error_response",
+    "java_string_hash",
+    "memory_byte_stream_pair",
+]

@@ -102,13 +102,14 @@ outside the group coordinator (``KafkaApis`` and the request classes):
 Divergences from Apache Kafka
 -----------------------------
 
-* **Member order.** Kafka keeps members in a ``java.util.HashMap`` keyed by
-  member id, so "the first member" (the new leader when the leader leaves or
-  did not rejoin) and the order of the member list sent to the leader and shown
-  by DescribeGroups depend on the hash of random member ids. Here members are
-  kept in insertion order (join order), which is deterministic and just as
-  arbitrary from a client's point of view: when a leader is replaced, the
-  earliest-joined eligible member becomes leader.
+* **Member and group order.** Kafka keeps members in a ``java.util.HashMap``
+  keyed by member id, so "the first member" (the new leader when the leader
+  leaves or did not rejoin) and the order of the member list sent to the leader
+  and shown by DescribeGroups depend on the hash of random member ids. Here
+  members are kept in insertion order (join order), which is deterministic and
+  just as arbitrary from a client's point of view: when a leader is replaced,
+  the earliest-joined eligible member becomes leader. Likewise ListGroups lists
+  groups in creation order rather than hash order.
 * **Protocol vote ties.** Kafka counts votes in a ``HashMap`` and keeps the first
   protocol with the highest count in that map's iteration order. The vote here
   reproduces that order (Java's ``String.hashCode`` and ``HashMap`` bucket
@@ -130,6 +131,12 @@ Divergences from Apache Kafka
 * **No transactions.** There are no transactional offset commits, so
   ``require_stable`` in OffsetFetch is accepted and has no effect
   (UNSTABLE_OFFSET_COMMIT is never returned).
+* **Dead is transient.** A deleted group passes through ``Dead`` and is dropped
+  at once, so no request ever finds a ``Dead`` group (Kafka also drops deleted
+  groups; its remaining ``Dead`` cases come from coordinator fail-over, which
+  does not exist here). The ``Dead`` branches are kept for fidelity:
+  COORDINATOR_NOT_AVAILABLE for JoinGroup, SyncGroup, Heartbeat, LeaveGroup and
+  OffsetCommit, GROUP_ID_NOT_FOUND for DeleteGroups.
 * **Classic groups only.** KIP-848 consumer groups, share groups and streams
   groups, and the online upgrade/downgrade between them, are not implemented;
   ListGroups' type filter matches only ``"classic"``.
@@ -998,8 +1005,8 @@ class ClassicGroupMember:
     protocols: tuple[tuple[str, bytes], ...]
     assignment: bytes = b""
     is_new: bool = False
-    _awaiting_join: _Parked | None = field(default=None, repr=False)
-    _awaiting_sync: _Parked | None = field(default=None, repr=False)
+    _awaiting_join: _Parked | None = field(default=None, init=False, repr=False)
+    _awaiting_sync: _Parked | None = field(default=None, init=False, repr=False)
 
     @property
     def is_static(self) -> bool:
@@ -1565,6 +1572,13 @@ class GroupCoordinator:
 
     def heartbeat(self, now_ms: int, token: object, request: HeartbeatInput) -> list[Reply]:
         """Handle a Heartbeat request (always answered at once).
+
+        Stable and CompletingRebalance answer NONE, PreparingRebalance answers
+        REBALANCE_IN_PROGRESS; all three restart the member's session. Checked
+        first, in order: INVALID_GROUP_ID (empty id), UNKNOWN_MEMBER_ID (unknown
+        group), COORDINATOR_NOT_AVAILABLE (Dead), FENCED_INSTANCE_ID /
+        UNKNOWN_MEMBER_ID (member), ILLEGAL_GENERATION. An Empty group has no
+        members, so it answers UNKNOWN_MEMBER_ID.
 
         Args:
             now_ms: The current time.

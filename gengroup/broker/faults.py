@@ -308,7 +308,7 @@ def error_response(
                             index=p.index,
                             error_code=e,
                             base_offset=-1,
-                            log_append_time=-1,
+                            log_append_time=None,
                             log_start_offset=-1,
                             record_errors=(),
                             error_message=message,

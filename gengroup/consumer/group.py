@@ -542,8 +542,11 @@ class ConsumerGroup:
         try:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watchdog, gen, name="gengroup-teardown-watchdog")
-                with gen._scope:
-                    try:
+                # The except clause sits outside the generation's scope: the
+                # scope first strips the Cancelled exceptions its own
+                # cancellation caused, leaving only what the tasks raised.
+                try:
+                    with gen._scope:
                         async with anyio.create_task_group() as tg:
                             gen._tg = tg
                             tg.start_soon(self._heartbeat_loop, gen, name="gengroup-heartbeat")
@@ -553,9 +556,9 @@ class ConsumerGroup:
                             if cfg.commit_interval > 0:
                                 tg.start_soon(self._commit_loop, gen, name="gengroup-committer")
                             await self._send.send(gen)
-                    except Exception as exc:
-                        error = _unwrap(exc)
-                        gen._end(Outcome.FATAL, f"task raised {error!r}")
+                except Exception as exc:
+                    error = _unwrap(exc)
+                    gen._end(Outcome.FATAL, f"task raised {error!r}")
                 outer.cancel_scope.cancel()
         finally:
             gen._tg = None

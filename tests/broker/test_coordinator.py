@@ -1309,6 +1309,21 @@ def test_static_member_with_known_id_rejoining_stable_group() -> None:
     assert d.answer(d.join(10_000, static, instance="i-x")).error_code is E.unknown_member_id
 
 
+def test_static_member_without_heartbeats_expires_after_its_session() -> None:
+    d = Driver()
+    static, dynamic, generation = _static_group(d, leader_static=False)
+    # Both synced at 6000; the dynamic member keeps heartbeating.
+    assert d.c.session_deadline("g", static) == 16_000
+    assert d.heartbeat(12_000, dynamic, generation) is E.none
+    d.run_until(16_000)
+    assert static not in d.group().members
+    assert d.group().static_member_id("i-s") is None
+    assert d.state() is PREPARING
+    td = d.join(16_500, dynamic)
+    assert d.answer(td).generation_id == generation + 1
+    assert d.answer(td).members == (JoinGroupMember(dynamic, None, b"meta"),)
+
+
 def test_leave_group_by_instance_id() -> None:
     d = Driver()
     static, _dynamic, _ = _static_group(d, leader_static=False)
@@ -1569,6 +1584,20 @@ def test_delete_groups() -> None:
     [fetched] = d.fetch(5_003, OffsetFetchGroup("idle", [OffsetFetchTopic("t", [0])])).groups
     assert fetched.topics[0].partitions[0].committed_offset == -1
     assert [g.group_id for g in d.list(5_004)] == ["busy"]
+
+
+def test_groups_are_independent() -> None:
+    d = Driver()
+    t1 = d.new_member(0, client="a", group="g1")[1]
+    t2 = d.new_member(1_000, client="b", group="g2")[1]
+    d.run_until(3_000)
+    assert d.answered_at(t1) == 3_000
+    assert not d.answered(t2)
+    d.run_until(4_000)
+    assert d.answered_at(t2) == 4_000
+    assert d.answer(t1).members == (JoinGroupMember("a-1", None, b"meta"),)
+    assert d.answer(t2).members == (JoinGroupMember("b-2", None, b"meta"),)
+    assert d.answer(t1).generation_id == d.answer(t2).generation_id == 1
 
 
 # ---------------------------------------------------------------------------

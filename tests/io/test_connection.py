@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -220,20 +221,21 @@ async def fake_broker(on_request: Handler) -> AsyncIterator[int]:
     async def serve_one(stream: anyio.abc.ByteStream) -> None:
         buf = FrameBuffer()
         try:
-            while True:
-                buf.feed(await stream.receive())
-                while (frame := buf.next_frame()) is not None:
-                    header, request = decode_request(frame)
-                    if header.request_api_key == ApiKey.API_VERSIONS:
-                        await stream.send(
-                            encode_response(
-                                api_versions_response(), correlation_id=header.correlation_id
-                            )
-                        )
-                    else:
-                        await on_request(stream, header, request)
+            async with stream:
+                await serve_frames(stream, buf)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
             return
+
+    async def serve_frames(stream: anyio.abc.ByteStream, buf: FrameBuffer) -> None:
+        while True:
+            buf.feed(await stream.receive())
+            while (frame := buf.next_frame()) is not None:
+                header, request = decode_request(frame)
+                if header.request_api_key == ApiKey.API_VERSIONS:
+                    answer = api_versions_response()
+                    await stream.send(encode_response(answer, correlation_id=header.correlation_id))
+                else:
+                    await on_request(stream, header, request)
 
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
@@ -255,10 +257,11 @@ async def test_out_of_order_responses_reach_their_own_waiters() -> None:
         streams.append(stream)
         if len(parked) == 5:
             all_in.set()
-            for cid in reversed(parked):  # answer newest first
+            for cid in reversed(parked):  # answer newest first, one at a time
                 await stream.send(
                     encode_response(metadata_response(f"cid-{cid}"), correlation_id=cid)
                 )
+                await anyio.sleep(0.05)
 
     async with fake_broker(on_request) as port, open_connection("127.0.0.1", port) as conn:
         answers: dict[int, str] = {}
@@ -335,8 +338,11 @@ async def test_eof_mid_response_is_broken_connection() -> None:
 
 async def test_garbage_during_version_negotiation_fails_the_open() -> None:
     async def serve_one(stream: anyio.abc.ByteStream) -> None:
-        await stream.receive()
-        await stream.send(b"\x00\x00\x00\x03abc")  # a frame too short for anything
+        async with stream:
+            await stream.receive()
+            await stream.send(b"\x00\x00\x00\x03abc")  # a frame too short for anything
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                await stream.receive()  # until the client hangs up
 
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
     port = listener.extra(anyio.abc.SocketAttribute.local_port)

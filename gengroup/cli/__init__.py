@@ -1,0 +1,46 @@
+"""The ``gengroup`` command: argparse dispatch to subcommands.
+
+Each subcommand lives in its own module exposing ``add_parser(subparsers)``,
+which registers the subcommand's parser and sets ``func`` (taking the parsed
+arguments, returning the exit code) as a default. Add a subcommand by writing
+such a module and listing it in :data:`SUBCOMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import serve
+
+__all__ = ["SUBCOMMANDS", "build_parser", "main"]
+
+#: ``add_parser`` functions of the subcommands, in help order.
+SUBCOMMANDS: list[Callable[[Any], None]] = [serve.add_parser]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="gengroup",
+        description="gengroup: Kafka consumer groups for structured-concurrency Python.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add_parser in SUBCOMMANDS:
+        add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``gengroup`` command.
+
+    Args:
+        argv: the arguments after the program name (default: ``sys.argv[1:]``).
+
+    Returns:
+        The process exit code.
+    """
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    return func(args)

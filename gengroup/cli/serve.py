@@ -1,0 +1,107 @@
+"""``gengroup serve``: run the embedded broker standalone (memory only).
+
+Prints exactly ``bootstrap 127.0.0.1:PORT[,127.0.0.1:PORT...]`` on stdout,
+flushed, once every broker listens, then serves until SIGINT or SIGTERM and
+exits with status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Any
+
+import anyio
+
+from ..broker import BrokerSettings, FakeCluster
+
+__all__ = ["add_parser", "parse_topic", "run"]
+
+
+def parse_topic(text: str) -> tuple[str, int]:
+    """Parse ``NAME:PARTITIONS`` (``NAME`` alone means one partition).
+
+    Raises:
+        argparse.ArgumentTypeError: the text is not of that form.
+    """
+    name, sep, count = text.rpartition(":")
+    if not sep:
+        name, count = text, "1"
+    if not name or not count.isdigit() or int(count) < 1:
+        raise argparse.ArgumentTypeError(f"expected NAME:PARTITIONS, got {text!r}")
+    return name, int(count)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the ``serve`` subcommand."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "serve",
+        help="run the embedded Kafka-compatible broker",
+        description=(
+            "Run the embedded Kafka-compatible broker in memory on loopback. "
+            "Prints 'bootstrap HOST:PORT[,...]' once ready; stops on SIGINT/SIGTERM."
+        ),
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="port of the first broker; the others take the next ones (0: any free ports)",
+    )
+    parser.add_argument("--brokers", type=int, default=1, help="number of brokers (default 1)")
+    parser.add_argument(
+        "--topic",
+        dest="topics",
+        action="append",
+        type=parse_topic,
+        default=[],
+        metavar="NAME:PARTITIONS",
+        help="create a topic at start (repeatable)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument(
+        "--no-auto-create-topics",
+        dest="auto_create_topics",
+        action="store_false",
+        help="do not create unknown topics on Metadata requests",
+    )
+    parser.add_argument(
+        "--initial-rebalance-delay-ms",
+        type=int,
+        default=3000,
+        help="group.initial.rebalance.delay.ms (default 3000, as Kafka)",
+    )
+    parser.add_argument(
+        "--offsets-topic-partitions",
+        type=int,
+        default=50,
+        help="offsets.topic.num.partitions (default 50, as Kafka)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM; return the exit code."""
+    if args.brokers < 1:
+        print("gengroup serve: --brokers must be at least 1", file=sys.stderr)
+        return 2
+    anyio.run(_serve, args, backend="trio")
+    return 0
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    settings = BrokerSettings(
+        host=args.host,
+        auto_create_topics=args.auto_create_topics,
+        group_initial_rebalance_delay_ms=args.initial_rebalance_delay_ms,
+        offsets_topic_num_partitions=args.offsets_topic_partitions,
+    )
+    ports = [args.port + i for i in range(args.brokers)] if args.port else None
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with FakeCluster(
+            args.brokers, topics=args.topics, ports=ports, settings=settings
+        ) as cluster:
+            print(f"bootstrap {cluster.bootstrap}", flush=True)
+            async for _ in signals:
+                break

@@ -1,0 +1,200 @@
+"""Generation semantics against the real Apache Kafka broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import anyio
+import pytest
+
+from gengroup import (
+    Admin,
+    ConsumerGroup,
+    Generation,
+    GenerationEnded,
+    IllegalGeneration,
+    TaskStuckError,
+    TopicPartition,
+)
+from gengroup._errors import error_for_code
+from gengroup.io import group_api
+from gengroup.testing.kafka import KafkaBroker
+from gengroup.testing.pytest_plugin import make_unique_name
+
+from .helpers import FAST, Ledger, all_partitions, covers_exactly_once, create_topic, produce_ids
+
+pytestmark = pytest.mark.kafka
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+async def test_vanished_member_is_evicted_after_session_timeout(kafka: KafkaBroker) -> None:
+    topic, group_id = make_unique_name("evict"), make_unique_name("g")
+    await create_topic(kafka.bootstrap, topic, 4)
+    session = 3.0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.consumer.member_process", kafka.bootstrap, group_id, topic, str(session)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = await anyio.to_thread.run_sync(proc.stdout.readline)
+        assert line.startswith("generation "), line
+        ledger = Ledger()
+        async with ConsumerGroup(group_id, [topic], kafka.bootstrap, client_id="survivor", **FAST) as group:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ledger.member, "survivor", group)
+                # Both members share the 4 partitions.
+                await ledger.wait_for(
+                    lambda: len(ledger.current().get("survivor", Generation.__new__(Generation)).__dict__.get("assignments", {})) == 2
+                    if "survivor" in ledger.current()
+                    else False,
+                    "the survivor to get half the partitions",
+                )
+                killed_at = anyio.current_time()
+                proc.send_signal(signal.SIGKILL)
+                await anyio.to_thread.run_sync(proc.wait)
+                # No LeaveGroup was sent: only the session timeout moves the partitions.
+                await ledger.wait_for(
+                    lambda: "survivor" in ledger.current()
+                    and covers_exactly_once([ledger.current()["survivor"]], all_partitions(topic, 4)),
+                    "the survivor to own all 4 partitions",
+                    timeout=30,
+                )
+                elapsed = anyio.current_time() - killed_at
+                tg.cancel_scope.cancel()
+        assert elapsed >= session * 0.5, f"partitions moved after {elapsed:.2f} s, before eviction"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+async def test_commit_from_ended_generation_is_refused_locally_and_old_ids_by_the_broker(
+    kafka: KafkaBroker,
+) -> None:
+    topic, group_id = make_unique_name("commit"), make_unique_name("g")
+    await create_topic(kafka.bootstrap, topic, 2)
+    await produce_ids(kafka.bootstrap, topic, range(10))
+    tp = TopicPartition(topic, 0)
+    async with ConsumerGroup(group_id, [topic], kafka.bootstrap, **FAST) as group:
+        first = await group.next()
+        first.mark(tp, 3)
+        await first.commit()
+        first.cancel("test: force a new generation")
+        second = await group.next()
+        assert second.id >= first.id
+        assert first.ended
+        with pytest.raises(GenerationEnded):
+            await first.commit({tp: 5})
+        with pytest.raises(GenerationEnded):
+            first.start_soon(anyio.sleep, 1)
+        # A second member forces a real new generation id; then send the old
+        # id on purpose: the broker refuses it, typed.
+        async with ConsumerGroup(group_id, [topic], kafka.bootstrap, **FAST) as other:
+            async with anyio.create_task_group() as tg:
+                gens: list[Generation] = []
+
+                async def follow() -> None:
+                    async for g in other:
+                        gens.append(g)
+
+                tg.start_soon(follow)
+                third = await group.next()
+                assert third.id > first.id
+                coordinator = await group.cluster.find_coordinator(group_id)
+                codes = await group_api.commit_offsets(
+                    group.cluster,
+                    coordinator,
+                    group_id=group_id,
+                    generation_id=first.id,
+                    member_id=third.member_id,
+                    group_instance_id=None,
+                    offsets={tp: 1},
+                )
+                assert isinstance(error_for_code(codes[tp]), IllegalGeneration)
+                tg.cancel_scope.cancel()
+        async with Admin(kafka.bootstrap) as admin:
+            committed = await admin.fetch_offsets(group_id)
+        assert committed[tp] == 3, "the refused commit must not move the offset"
+
+
+async def test_new_partitions_and_new_topics_lead_to_a_generation_including_them(
+    kafka: KafkaBroker,
+) -> None:
+    t1, t2, group_id = make_unique_name("grow"), make_unique_name("late"), make_unique_name("g")
+    await create_topic(kafka.bootstrap, t1, 2)
+    ledger = Ledger()
+    async with ConsumerGroup(group_id, [t1, t2], kafka.bootstrap, **FAST) as group:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ledger.member, "m", group)
+            await ledger.wait_for(
+                lambda: "m" in ledger.current()
+                and set(ledger.current()["m"].assignments) == all_partitions(t1, 2),
+                "the first generation",
+            )
+            async with Admin(kafka.bootstrap) as admin:
+                await admin.create_partitions(t1, 5)
+            await ledger.wait_for(
+                lambda: "m" in ledger.current()
+                and set(ledger.current()["m"].assignments) == all_partitions(t1, 5),
+                "a generation with the added partitions",
+            )
+            await create_topic(kafka.bootstrap, t2, 3)
+            await ledger.wait_for(
+                lambda: "m" in ledger.current()
+                and set(ledger.current()["m"].assignments)
+                == all_partitions(t1, 5) | all_partitions(t2, 3),
+                "a generation with the topic created after the join",
+            )
+            tg.cancel_scope.cancel()
+
+
+class Boom(Exception):
+    pass
+
+
+async def test_user_task_exception_surfaces_from_the_iteration(kafka: KafkaBroker) -> None:
+    topic, group_id = make_unique_name("boom"), make_unique_name("g")
+    await create_topic(kafka.bootstrap, topic, 1)
+
+    async def explode(gen: Generation) -> None:
+        await anyio.sleep(0.1)
+        raise Boom("worker failed")
+
+    with anyio.fail_after(60):
+        async with ConsumerGroup(group_id, [topic], kafka.bootstrap, **FAST) as group:
+            with pytest.raises(Boom, match="worker failed"):
+                async for gen in group:
+                    gen.start_soon(explode, gen)
+
+
+async def test_task_ignoring_cancellation_is_reported_after_the_deadline(kafka: KafkaBroker) -> None:
+    topic, group_id = make_unique_name("stuck"), make_unique_name("g")
+    await create_topic(kafka.bootstrap, topic, 1)
+    settings = dict(FAST, rebalance_timeout=2.0)
+
+    async def stubborn() -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(5.0)
+
+    with anyio.fail_after(60):
+        async with ConsumerGroup(group_id, [topic], kafka.bootstrap, **settings) as group:
+            gen = await group.next()
+            gen.start_soon(stubborn, name="stubborn-task")
+            await anyio.sleep(0.2)
+            t0 = anyio.current_time()
+            gen.cancel("test")
+            with pytest.raises(TaskStuckError) as info:
+                await group.next()
+            waited = anyio.current_time() - t0
+    assert "stubborn-task" in str(info.value)
+    assert "in stubborn" in str(info.value), "the report says where the task is suspended"
+    assert 1.5 <= waited < 5.0

@@ -1,0 +1,129 @@
+"""One group mixing gengroup members and librdkafka (confluent-kafka) consumers."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import anyio
+import confluent_kafka
+import pytest
+
+from gengroup import ConsumerGroup, RangeBalancer, RoundRobinBalancer, TopicPartition
+from gengroup.group.balancers import Balancer
+from gengroup.testing.kafka import KafkaBroker
+from gengroup.testing.pytest_plugin import make_unique_name
+
+from .helpers import FAST, Ledger, all_partitions, create_topic
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 6
+
+
+class LibrdkafkaMember:
+    """A confluent-kafka consumer polled in a thread, recording its assignment."""
+
+    def __init__(self, bootstrap: str, group_id: str, topic: str, strategy: str) -> None:
+        self.consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group_id,
+                "partition.assignment.strategy": strategy,
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 300,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "client.id": "librdkafka-member",
+            }
+        )
+        self.assignment: set[TopicPartition] = set()
+        self.generations = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.error: BaseException | None = None
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        with self._lock:
+            self.assignment = {TopicPartition(p.topic, p.partition) for p in partitions}
+            self.generations += 1
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        with self._lock:
+            self.assignment = set()
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.consumer.poll(0.1)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def current(self) -> set[TopicPartition]:
+        with self._lock:
+            return set(self.assignment)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(10)
+        self.consumer.close()
+
+
+@pytest.mark.parametrize("strategy", ["range", "roundrobin"])
+@pytest.mark.parametrize("gengroup_leads", [True, False], ids=["gengroup-leader", "gengroup-follower"])
+async def test_mixed_group_covers_every_partition_once(
+    kafka: KafkaBroker, strategy: str, gengroup_leads: bool
+) -> None:
+    topic, group_id = make_unique_name("mixed"), make_unique_name("g")
+    await create_topic(kafka.bootstrap, topic, PARTITIONS)
+    balancer: Balancer = RangeBalancer() if strategy == "range" else RoundRobinBalancer()
+    every = all_partitions(topic, PARTITIONS)
+    peer = LibrdkafkaMember(kafka.bootstrap, group_id, topic, strategy)
+    ledger = Ledger()
+    try:
+        if not gengroup_leads:
+            peer.start()
+            with anyio.fail_after(60):
+                while peer.current() != every:
+                    await anyio.sleep(0.05)
+        async with ConsumerGroup(
+            group_id, [topic], kafka.bootstrap, balancers=[balancer], **FAST
+        ) as group:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ledger.member, "gengroup", group)
+                if gengroup_leads:
+                    await ledger.wait_for(
+                        lambda: "gengroup" in ledger.current()
+                        and set(ledger.current()["gengroup"].assignments) == every,
+                        "gengroup alone to own every partition",
+                    )
+                    peer.start()
+
+                def shared() -> bool:
+                    cur = ledger.current().get("gengroup")
+                    if cur is None:
+                        return False
+                    mine = set(cur.assignments)
+                    theirs = peer.current()
+                    return bool(mine) and bool(theirs) and not (mine & theirs) and mine | theirs == every
+
+                await ledger.wait_for(shared, "both clients to share the partitions", timeout=60)
+                gen = ledger.current()["gengroup"]
+                assert gen.is_leader is gengroup_leads
+                assert gen.protocol == strategy
+                mine = sorted(gen.assignments)
+                tg.cancel_scope.cancel()
+        if strategy == "range":
+            # Java's RangeAssignor gives contiguous ranges, 3 partitions each.
+            assert len(mine) == 3
+            assert [tp.partition for tp in mine] in ([0, 1, 2], [3, 4, 5])
+        else:
+            assert len(mine) == 3
+        assert peer.error is None
+    finally:
+        peer.close()
