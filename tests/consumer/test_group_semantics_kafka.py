@@ -19,7 +19,9 @@ from gengroup import (
     TaskStuckError,
     TopicPartition,
 )
+from gengroup import Producer as Producer_
 from gengroup._errors import error_for_code
+from gengroup.producer import ProducerRecord as ProducerRecord_
 from gengroup.io import group_api
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
@@ -198,3 +200,112 @@ async def test_task_ignoring_cancellation_is_reported_after_the_deadline(kafka: 
     assert "stubborn-task" in str(info.value)
     assert "in stubborn" in str(info.value), "the report says where the task is suspended"
     assert 1.5 <= waited < 5.0
+
+
+def _transactional_produce(bootstrap: str, topic: str) -> None:
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": make_unique_name("tx")}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=f"aborted-{i}".encode(), partition=0)
+    producer.flush(30)  # the aborted records must reach the log before the marker
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=f"committed-{i}".encode(), partition=0)
+    producer.commit_transaction(30)
+    producer.flush(30)
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+async def test_read_committed_filters_aborted_transactions(kafka: KafkaBroker, isolation: str) -> None:
+    topic, group_id = make_unique_name("tx"), make_unique_name("g")
+    await create_topic(kafka.bootstrap, topic, 1)
+    await anyio.to_thread.run_sync(_transactional_produce, kafka.bootstrap, topic)
+    seen: list[bytes] = []
+    with anyio.fail_after(60):
+        async with ConsumerGroup(
+            group_id, [topic], kafka.bootstrap, isolation_level=isolation, **FAST  # type: ignore[arg-type]
+        ) as group:
+            gen = await group.next()
+            async for batch in gen.fetch(TopicPartition(topic, 0)):
+                seen.extend(r.value or b"" for r in batch.records)
+                if any(v.startswith(b"committed-4") for v in seen):
+                    break
+    committed = [f"committed-{i}".encode() for i in range(5)]
+    aborted = [f"aborted-{i}".encode() for i in range(5)]
+    if isolation == "read_committed":
+        assert seen == committed
+    else:
+        assert seen == aborted + committed
+
+
+async def _commit_far_ahead(bootstrap: str, group_id: str, topic: str) -> None:
+    async with ConsumerGroup(group_id, [topic], bootstrap, **FAST) as group:
+        gen = await group.next()
+        await gen.commit({TopicPartition(topic, 0): 1_000_000})
+
+
+async def test_offset_out_of_range_follows_start_offset(kafka: KafkaBroker) -> None:
+    topic, group_id = make_unique_name("oor"), make_unique_name("g")
+    await create_topic(kafka.bootstrap, topic, 1)
+    await produce_ids(kafka.bootstrap, topic, range(5))
+    await _commit_far_ahead(kafka.bootstrap, group_id, topic)
+    with anyio.fail_after(60):
+        async with ConsumerGroup(group_id, [topic], kafka.bootstrap, start_offset="earliest", **FAST) as group:
+            gen = await group.next()
+            tp = TopicPartition(topic, 0)
+            assert gen.assignments[tp] == 1_000_000
+            batch = await gen.fetch(tp).__anext__()
+            assert batch.records[0].offset == 0
+
+
+async def test_offset_out_of_range_raises_with_start_offset_error(kafka: KafkaBroker) -> None:
+    from gengroup import OffsetOutOfRange
+
+    topic, group_id = make_unique_name("oor"), make_unique_name("g")
+    await create_topic(kafka.bootstrap, topic, 1)
+    await produce_ids(kafka.bootstrap, topic, range(5))
+    await _commit_far_ahead(kafka.bootstrap, group_id, topic)
+
+    async def read(gen: Generation, tp: TopicPartition) -> None:
+        async for _ in gen.fetch(tp):
+            pass
+
+    with anyio.fail_after(60):
+        async with ConsumerGroup(group_id, [topic], kafka.bootstrap, start_offset="error", **FAST) as group:
+            with pytest.raises(OffsetOutOfRange):
+                async for gen in group:
+                    for tp in gen.assignments:
+                        gen.start_soon(read, gen, tp)
+
+
+async def test_slow_worker_bounds_its_partition_buffer(kafka: KafkaBroker) -> None:
+    topic, group_id = make_unique_name("slow"), make_unique_name("g")
+    await create_topic(kafka.bootstrap, topic, 1)
+    async with Producer_(kafka.bootstrap) as producer:
+        await producer.send_many(topic, [ProducerRecord_(value=b"x" * 1000) for _ in range(2000)])
+    limit = 16 * 1024
+    tp = TopicPartition(topic, 0)
+    peak = 0
+    handled = 0
+    with anyio.fail_after(120):
+        async with ConsumerGroup(
+            group_id, [topic], kafka.bootstrap, partition_buffer_bytes=limit, **FAST
+        ) as group:
+            gen = await group.next()
+            part = gen._fetcher._parts[tp]
+            async for batch in gen.fetch(tp):
+                handled += len(batch.records)
+                peak = max(peak, part.buffered)
+                await anyio.sleep(0.01)  # a slow worker
+                if handled >= 2000:
+                    break
+    # At most one fetch beyond the bound is ever buffered (a fetch is only
+    # sent while the buffer is below it, and asks for at most the bound).
+    assert peak <= 2 * limit + 64 * 1024, peak
+    assert handled >= 2000
