@@ -168,6 +168,18 @@ class GroupDescription:
     members: tuple[MemberDescription, ...]
 
 
+def _remaining(deadline: float) -> float:
+    return max(0.0, deadline - anyio.current_time())
+
+
+class _Final(Exception):
+    """Carries an error that must not be retried even though its class is retriable."""
+
+    def __init__(self, error: BrokerError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def _is_retriable(exc: Exception) -> bool:
     if isinstance(exc, KafkaConnectionError):
         return True
@@ -215,10 +227,11 @@ class Admin:
             await self.cluster.__aenter__()
         return self
 
-    async def __aexit__(self, *exc: object) -> bool | None:
+    async def __aexit__(self, *exc: object) -> None:
+        # The body's exception is not handed to the cluster's task group, which
+        # would wrap it in an ExceptionGroup; it propagates unchanged.
         if self._owns_cluster:
-            return await self.cluster.__aexit__(*exc)
-        return None
+            await self.cluster.__aexit__(None, None, None)
 
     # ------------------------------------------------------------------ helpers
 
@@ -238,6 +251,8 @@ class Admin:
             while True:
                 try:
                     return await attempt_fn()
+                except _Final as final:
+                    raise final.error from None
                 except (BrokerError, KafkaConnectionError) as exc:
                     if not _is_retriable(exc):
                         raise
@@ -361,22 +376,24 @@ class Admin:
             if first_error is not None:
                 raise first_error
 
-        with anyio.fail_after(limit):
-            await self._retrying("CreateTopics", attempt, limit)
-            counts = {t.name: t.partitions for t in new}
+        deadline = anyio.current_time() + limit
+        await self._retrying("CreateTopics", attempt, limit)
+        counts = {t.name: t.partitions for t in new}
 
-            def ready(md: dict[str, Any]) -> bool:
-                for name, count in counts.items():
-                    info = md.get(name)
-                    if info is None or info.error_code:
-                        return False
-                    if not exist_ok and len(info.partitions) < count:
-                        return False
-                    if not info.partitions or any(p.leader < 0 for p in info.partitions.values()):
-                        return False
-                return True
+        def ready(md: dict[str, Any]) -> bool:
+            for name, count in counts.items():
+                info = md.get(name)
+                if info is None or info.error_code:
+                    return False
+                if not exist_ok and len(info.partitions) < count:
+                    return False
+                if not info.partitions or any(p.leader < 0 for p in info.partitions.values()):
+                    return False
+            return True
 
-            await self._wait_for_metadata(f"topics {sorted(counts)}", sorted(counts), ready, limit)
+        await self._wait_for_metadata(
+            f"topics {sorted(counts)}", sorted(counts), ready, _remaining(deadline)
+        )
 
     async def delete_topics(
         self,
@@ -429,7 +446,7 @@ class Admin:
                 if isinstance(err, UnknownTopicOrPartition):
                     if missing_ok:
                         continue
-                    raise err
+                    raise _Final(err)
                 if _is_retriable(err):
                     retry.append(result.name)
                     first_error = first_error or err
@@ -439,13 +456,13 @@ class Admin:
             if first_error is not None:
                 raise first_error
 
-        with anyio.fail_after(limit):
-            await self._retrying("DeleteTopics", attempt, limit)
+        deadline = anyio.current_time() + limit
+        await self._retrying("DeleteTopics", attempt, limit)
 
-            def gone(md: dict[str, Any]) -> bool:
-                return all(md.get(n) is None or md[n].error_code for n in topics)
+        def gone(md: dict[str, Any]) -> bool:
+            return all(md.get(n) is None or md[n].error_code for n in topics)
 
-            await self._wait_for_metadata(f"deletion of {topics}", topics, gone, limit)
+        await self._wait_for_metadata(f"deletion of {topics}", topics, gone, _remaining(deadline))
 
     async def create_partitions(
         self,
@@ -482,25 +499,26 @@ class Admin:
             )
             for result in resp.results:
                 if result.error_code:
-                    raise error_for_code(
+                    err = error_for_code(
                         int(result.error_code), f"topic {result.name!r}: {result.error_message}"
                     )
+                    raise _Final(err) if isinstance(err, UnknownTopicOrPartition) else err
 
-        with anyio.fail_after(limit):
-            await self._retrying("CreatePartitions", attempt, limit)
+        deadline = anyio.current_time() + limit
+        await self._retrying("CreatePartitions", attempt, limit)
 
-            def ready(md: dict[str, Any]) -> bool:
-                info = md.get(topic)
-                return (
-                    info is not None
-                    and not info.error_code
-                    and len(info.partitions) >= total_count
-                    and all(p.leader >= 0 for p in info.partitions.values())
-                )
-
-            await self._wait_for_metadata(
-                f"{total_count} partitions of {topic!r}", [topic], ready, limit
+        def ready(md: dict[str, Any]) -> bool:
+            info = md.get(topic)
+            return (
+                info is not None
+                and not info.error_code
+                and len(info.partitions) >= total_count
+                and all(p.leader >= 0 for p in info.partitions.values())
             )
+
+        await self._wait_for_metadata(
+            f"{total_count} partitions of {topic!r}", [topic], ready, _remaining(deadline)
+        )
 
     # ------------------------------------------------------------------ offsets
 

@@ -416,10 +416,13 @@ class Producer:
             except BaseException as exc:  # cancelled while flushing: still shut down
                 flush_error = exc
         self._shutdown(ConnectionClosed("the Producer was closed before the record was sent"))
+        # The body's exception is not handed to the task groups: they would wrap
+        # it in an ExceptionGroup. It propagates unchanged once they have exited;
+        # a crash of a background task propagates from here instead.
+        await stack.__aexit__(None, None, None)
         if flush_error is not None:
-            await stack.__aexit__(type(flush_error), flush_error, flush_error.__traceback__)
             raise flush_error
-        return await stack.__aexit__(*exc_info)
+        return None
 
     def _shutdown(self, error: BaseException) -> None:
         self._closed = True

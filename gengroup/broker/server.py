@@ -1733,7 +1733,7 @@ class BrokerServer:
                             )
                             for k, val in topic.configs.items()
                         )
-                        if ok and topic is not None
+                        if ok and topic is not None and v >= 5
                         else None
                     ),
                 )

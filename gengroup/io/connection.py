@@ -17,6 +17,12 @@ the caller's task, so a malformed response fails only that request (with
 :class:`ProtocolError`) while the framing, and so the connection, stays intact.
 A request that outlives its timeout closes the connection, as the Java client
 does: its response would otherwise arrive late into an unknown state.
+
+The read loop is shielded from cancellation: the connection lives until its
+owner closes it, so that shielded clean-up in a cancelled scope (the final
+offset commit of a generation, LeaveGroup) can still use it. Owners therefore
+always close their connections on exit (``Cluster.__aexit__``,
+``open_connection``).
 """
 
 from __future__ import annotations
@@ -183,6 +189,14 @@ class BrokerConnection:
         self._waiters.clear()
 
     async def _read_loop(self) -> None:
+        # Shielded: cancelling the owner's scope must not cut a connection
+        # that shielded clean-up (a final offset commit, LeaveGroup) still
+        # needs. The loop ends when the stream is closed -- the owner's
+        # ``aclose()`` -- or breaks.
+        with anyio.CancelScope(shield=True):
+            await self._read_frames()
+
+    async def _read_frames(self) -> None:
         buf = FrameBuffer()
         stream = self._stream
         assert stream is not None
@@ -251,7 +265,9 @@ class BrokerConnection:
                     with anyio.move_on_after(self.request_timeout) as send_scope:
                         await stream.send(frame)
                     if send_scope.cancelled_caught:
-                        self._fail(RequestTimedOut(f"{self}: send blocked for {self.request_timeout} s"))
+                        self._fail(
+                            RequestTimedOut(f"{self}: send blocked for {self.request_timeout} s")
+                        )
                         await self._close_stream()
                         raise RequestTimedOut(f"{self}: send blocked for {self.request_timeout} s")
         except (anyio.BrokenResourceError, OSError) as exc:

@@ -1,0 +1,403 @@
+"""Tests of the embedded broker, and helpers shared by them.
+
+The helpers build kio requests of any advertised version from one set of
+keyword arguments (fields a version lacks are dropped by
+:func:`gengroup.protocol.framing.build`), so each test can sweep versions.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+from kio.index import load_response_schema
+
+from gengroup.broker import FakeCluster
+from gengroup.io.connection import BrokerConnection, open_connection
+from gengroup.protocol.framing import (
+    FrameBuffer,
+    build,
+    decode_response,
+    encode_request,
+    request_module,
+)
+from gengroup.protocol.records import encode_batch
+from gengroup.protocol.versions import ApiKey
+
+NIL = uuid.UUID(int=0)
+
+
+def ms(value: float) -> datetime.timedelta:
+    """A kio duration in milliseconds."""
+    return datetime.timedelta(milliseconds=value)
+
+
+def batch(*values: bytes, ts: int = 1_000) -> bytes:
+    """One record batch holding ``values`` (null keys)."""
+    return encode_batch([(None, v, (), ts) for v in values])
+
+
+@asynccontextmanager
+async def connect(
+    cluster: FakeCluster, broker_id: int = 0, *, request_timeout: float = 30.0
+) -> AsyncIterator[BrokerConnection]:
+    """A gengroup client connection to one broker of ``cluster``."""
+    host, port = cluster.address(broker_id)
+    async with open_connection(
+        host, port, client_id="embedded-test", request_timeout=request_timeout
+    ) as conn:
+        yield conn
+
+
+async def raw_roundtrip(stream: anyio.abc.ByteStream, request: Any, cid: int = 7) -> Any:
+    """Send one request on a raw byte stream and decode its response."""
+    await stream.send(encode_request(request, correlation_id=cid, client_id="raw"))
+    buf = FrameBuffer()
+    while (frame := buf.next_frame()) is None:
+        buf.feed(await stream.receive())
+    cls = load_response_schema(int(type(request).__api_key__), int(type(request).__version__))
+    got_cid, response = decode_response(cls, frame)
+    assert got_cid == cid
+    return response
+
+
+def frame(payload: bytes) -> bytes:
+    """A length-prefixed frame."""
+    return struct.pack(">i", len(payload)) + payload
+
+
+# --------------------------------------------------------------------------- request builders
+
+
+def api_versions(v: int) -> Any:
+    mod = request_module(ApiKey.API_VERSIONS, v)
+    return build(
+        mod.ApiVersionsRequest, client_software_name="embedded-test", client_software_version="1.0"
+    )
+
+
+def metadata(v: int, topics: Sequence[str] | None, *, auto: bool = True) -> Any:
+    mod = request_module(ApiKey.METADATA, v)
+    entries = (
+        None
+        if topics is None
+        else tuple(build(mod.MetadataRequestTopic, name=t, topic_id=NIL) for t in topics)
+    )
+    if entries is None and v == 0:
+        entries = ()
+    return build(
+        mod.MetadataRequest,
+        topics=entries,
+        allow_auto_topic_creation=auto,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+
+
+def produce(v: int, topic: str, partition: int, records: bytes | None, *, acks: int = -1) -> Any:
+    mod = request_module(ApiKey.PRODUCE, v)
+    return build(
+        mod.ProduceRequest,
+        transactional_id=None,
+        acks=acks,
+        timeout=ms(5000),
+        topic_data=(
+            build(
+                mod.TopicProduceData,
+                name=topic,
+                partition_data=(build(mod.PartitionProduceData, index=partition, records=records),),
+            ),
+        ),
+    )
+
+
+def fetch(
+    v: int,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    max_wait: float = 0,
+    min_bytes: int = 1,
+    max_bytes: int = 50 * 1024 * 1024,
+    partition_max_bytes: int = 1024 * 1024,
+    session_id: int = 0,
+    session_epoch: int = -1,
+    leader_epoch: int = -1,
+    extra_partitions: Sequence[tuple[str, int, int]] = (),
+) -> Any:
+    mod = request_module(ApiKey.FETCH, v)
+    wanted = [(topic, partition, offset), *extra_partitions]
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for t, p, o in wanted:
+        by_topic.setdefault(t, []).append((p, o))
+    return build(
+        mod.FetchRequest,
+        cluster_id=None,
+        replica_id=-1,
+        max_wait=ms(max_wait),
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=session_id,
+        session_epoch=session_epoch,
+        topics=tuple(
+            build(
+                mod.FetchTopic,
+                topic=t,
+                partitions=tuple(
+                    build(
+                        mod.FetchPartition,
+                        partition=p,
+                        current_leader_epoch=leader_epoch,
+                        fetch_offset=o,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=partition_max_bytes,
+                    )
+                    for p, o in parts
+                ),
+            )
+            for t, parts in by_topic.items()
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+
+
+def list_offsets(v: int, topic: str, partition: int, timestamp: int) -> Any:
+    mod = request_module(ApiKey.LIST_OFFSETS, v)
+    return build(
+        mod.ListOffsetsRequest,
+        replica_id=-1,
+        isolation_level=0,
+        timeout=ms(1000),
+        topics=(
+            build(
+                mod.ListOffsetsTopic,
+                name=topic,
+                partitions=(
+                    build(
+                        mod.ListOffsetsPartition,
+                        partition_index=partition,
+                        current_leader_epoch=-1,
+                        timestamp=timestamp,
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+def find_coordinator(v: int, key: str, key_type: int = 0) -> Any:
+    mod = request_module(ApiKey.FIND_COORDINATOR, v)
+    return build(mod.FindCoordinatorRequest, key=key, key_type=key_type, coordinator_keys=(key,))
+
+
+def join_group(
+    v: int,
+    group: str,
+    member_id: str = "",
+    *,
+    session_ms: int = 10_000,
+    rebalance_ms: int = 10_000,
+    protocols: Sequence[tuple[str, bytes]] = (("range", b"meta"),),
+    instance_id: str | None = None,
+) -> Any:
+    mod = request_module(ApiKey.JOIN_GROUP, v)
+    return build(
+        mod.JoinGroupRequest,
+        group_id=group,
+        session_timeout=ms(session_ms),
+        rebalance_timeout=ms(rebalance_ms),
+        member_id=member_id,
+        group_instance_id=instance_id,
+        protocol_type="consumer",
+        protocols=tuple(
+            build(mod.JoinGroupRequestProtocol, name=n, metadata=m) for n, m in protocols
+        ),
+        reason=None,
+    )
+
+
+def sync_group(
+    v: int,
+    group: str,
+    generation: int,
+    member_id: str,
+    assignments: Sequence[tuple[str, bytes]] = (),
+    *,
+    protocol: str | None = "range",
+) -> Any:
+    mod = request_module(ApiKey.SYNC_GROUP, v)
+    return build(
+        mod.SyncGroupRequest,
+        group_id=group,
+        generation_id=generation,
+        member_id=member_id,
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocol_name=protocol,
+        assignments=tuple(
+            build(mod.SyncGroupRequestAssignment, member_id=m, assignment=a) for m, a in assignments
+        ),
+    )
+
+
+def heartbeat(v: int, group: str, generation: int, member_id: str) -> Any:
+    mod = request_module(ApiKey.HEARTBEAT, v)
+    return build(
+        mod.HeartbeatRequest,
+        group_id=group,
+        generation_id=generation,
+        member_id=member_id,
+        group_instance_id=None,
+    )
+
+
+def leave_group(v: int, group: str, member_id: str) -> Any:
+    mod = request_module(ApiKey.LEAVE_GROUP, v)
+    if v < 3:
+        return build(mod.LeaveGroupRequest, group_id=group, member_id=member_id)
+    identity = build(mod.MemberIdentity, member_id=member_id, group_instance_id=None, reason=None)
+    return build(mod.LeaveGroupRequest, group_id=group, members=(identity,))
+
+
+def offset_commit(
+    v: int, group: str, generation: int, member_id: str, offsets: Sequence[tuple[str, int, int]]
+) -> Any:
+    mod = request_module(ApiKey.OFFSET_COMMIT, v)
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for t, p, o in offsets:
+        by_topic.setdefault(t, []).append((p, o))
+    return build(
+        mod.OffsetCommitRequest,
+        group_id=group,
+        generation_id_or_member_epoch=generation,
+        member_id=member_id,
+        group_instance_id=None,
+        retention_time=ms(-1),
+        topics=tuple(
+            build(
+                mod.OffsetCommitRequestTopic,
+                name=t,
+                partitions=tuple(
+                    build(
+                        mod.OffsetCommitRequestPartition,
+                        partition_index=p,
+                        committed_offset=o,
+                        committed_leader_epoch=-1,
+                        committed_metadata="m",
+                    )
+                    for p, o in parts
+                ),
+            )
+            for t, parts in by_topic.items()
+        ),
+    )
+
+
+def offset_fetch(v: int, group: str, partitions: Sequence[tuple[str, int]] | None) -> Any:
+    mod = request_module(ApiKey.OFFSET_FETCH, v)
+    by_topic: dict[str, list[int]] = {}
+    for t, p in partitions or ():
+        by_topic.setdefault(t, []).append(p)
+    if v >= 8:
+        topics = (
+            None
+            if partitions is None
+            else tuple(
+                build(mod.OffsetFetchRequestTopics, name=t, partition_indexes=tuple(ps))
+                for t, ps in by_topic.items()
+            )
+        )
+        return build(
+            mod.OffsetFetchRequest,
+            groups=(
+                build(
+                    mod.OffsetFetchRequestGroup,
+                    group_id=group,
+                    member_id=None,
+                    member_epoch=-1,
+                    topics=topics,
+                ),
+            ),
+            require_stable=False,
+        )
+    topics = (
+        None
+        if partitions is None
+        else tuple(
+            build(mod.OffsetFetchRequestTopic, name=t, partition_indexes=tuple(ps))
+            for t, ps in by_topic.items()
+        )
+    )
+    return build(mod.OffsetFetchRequest, group_id=group, topics=topics, require_stable=False)
+
+
+def describe_groups(v: int, *groups: str) -> Any:
+    mod = request_module(ApiKey.DESCRIBE_GROUPS, v)
+    return build(mod.DescribeGroupsRequest, groups=groups, include_authorized_operations=False)
+
+
+def list_groups(v: int) -> Any:
+    mod = request_module(ApiKey.LIST_GROUPS, v)
+    return build(mod.ListGroupsRequest, states_filter=(), types_filter=())
+
+
+def delete_groups(v: int, *groups: str) -> Any:
+    mod = request_module(ApiKey.DELETE_GROUPS, v)
+    return build(mod.DeleteGroupsRequest, groups_names=groups)
+
+
+def create_topics(
+    v: int,
+    *topics: tuple[str, int],
+    rf: int = 1,
+    configs: dict[str, str] | None = None,
+    validate_only: bool = False,
+) -> Any:
+    mod = request_module(ApiKey.CREATE_TOPICS, v)
+    return build(
+        mod.CreateTopicsRequest,
+        topics=tuple(
+            build(
+                mod.CreatableTopic,
+                name=name,
+                num_partitions=count,
+                replication_factor=rf,
+                assignments=(),
+                configs=tuple(
+                    build(mod.CreatableTopicConfig, name=k, value=val)
+                    for k, val in (configs or {}).items()
+                ),
+            )
+            for name, count in topics
+        ),
+        timeout=ms(5000),
+        validate_only=validate_only,
+    )
+
+
+def delete_topics(v: int, *names: str) -> Any:
+    mod = request_module(ApiKey.DELETE_TOPICS, v)
+    if v >= 6:
+        states = tuple(build(mod.DeleteTopicState, name=n, topic_id=NIL) for n in names)
+        return build(mod.DeleteTopicsRequest, topics=states, timeout=ms(5000))
+    return build(mod.DeleteTopicsRequest, topic_names=names, timeout=ms(5000))
+
+
+def create_partitions(v: int, topic: str, count: int) -> Any:
+    mod = request_module(ApiKey.CREATE_PARTITIONS, v)
+    return build(
+        mod.CreatePartitionsRequest,
+        topics=(build(mod.CreatePartitionsTopic, name=topic, count=count, assignments=None),),
+        timeout=ms(5000),
+        validate_only=False,
+    )
