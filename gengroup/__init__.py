@@ -11,39 +11,82 @@ A rebalance is a generation, and a generation is a nursery::
 
 from ._errors import (
     BrokenConnection as BrokenConnection,
+)
+from ._errors import (
     BrokerError as BrokerError,
+)
+from ._errors import (
     ConfigError as ConfigError,
+)
+from ._errors import (
     ConnectionClosed as ConnectionClosed,
+)
+from ._errors import (
     CoordinatorError as CoordinatorError,
+)
+from ._errors import (
     CorruptRecordError as CorruptRecordError,
+)
+from ._errors import (
     FencedInstanceId as FencedInstanceId,
+)
+from ._errors import (
     GenerationEnded as GenerationEnded,
+)
+from ._errors import (
     GengroupError as GengroupError,
+)
+from ._errors import (
     IllegalGeneration as IllegalGeneration,
+)
+from ._errors import (
     KafkaConnectionError as KafkaConnectionError,
+)
+from ._errors import (
     OffsetOutOfRange as OffsetOutOfRange,
+)
+from ._errors import (
     ProtocolError as ProtocolError,
+)
+from ._errors import (
     RebalanceInProgress as RebalanceInProgress,
+)
+from ._errors import (
     RequestTimedOut as RequestTimedOut,
+)
+from ._errors import (
     TaskStuckError as TaskStuckError,
+)
+from ._errors import (
     UnknownMemberId as UnknownMemberId,
+)
+from ._errors import (
     UnknownTopicOrPartition as UnknownTopicOrPartition,
 )
 from ._types import TopicPartition as TopicPartition
 from .admin import Admin as Admin
 from .consumer.fetcher import FetchedBatch as FetchedBatch
-from .consumer.generation import Generation as Generation, RebalanceTimings as RebalanceTimings
+from .consumer.generation import Generation as Generation
+from .consumer.generation import RebalanceTimings as RebalanceTimings
 from .consumer.group import ConsumerGroup as ConsumerGroup
 from .consumer.workers import run_workers as run_workers
 from .group.balancers import (
     Balancer as Balancer,
+)
+from .group.balancers import (
     GroupMember as GroupMember,
+)
+from .group.balancers import (
     RangeBalancer as RangeBalancer,
+)
+from .group.balancers import (
     RoundRobinBalancer as RoundRobinBalancer,
 )
 from .io.cluster import Cluster as Cluster
-from .producer import Producer as Producer, RecordMetadata as RecordMetadata
-from .protocol.records import Compression as Compression, Record as Record
+from .producer import Producer as Producer
+from .producer import RecordMetadata as RecordMetadata
+from .protocol.records import Compression as Compression
+from .protocol.records import Record as Record
 
 __all__ = [
     "Admin",

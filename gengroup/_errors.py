@@ -45,9 +45,7 @@ __all__ = [
     "raise_for_code",
 ]
 
-Action = Literal[
-    "find_coordinator", "refresh_metadata", "rejoin", "reset_member", "retry", "fail"
-]
+Action = Literal["find_coordinator", "refresh_metadata", "rejoin", "reset_member", "retry", "fail"]
 
 
 class GengroupError(Exception):

@@ -38,6 +38,13 @@ __all__ = ["DemoConfig", "Scoreboard", "main", "run_demo"]
 
 TOPIC = "payments"
 
+EXPLANATION = (
+    "Members join and leave the group 'demo-billing' on the embedded broker. Each change "
+    "makes the group rebalance into a new generation: a numbered membership in which every "
+    "partition has exactly one owner. All of generation N's workers stop, and their positions "
+    "are committed under N's id, before generation N+1 starts."
+)
+
 
 @dataclass(frozen=True, slots=True)
 class DemoConfig:
@@ -141,12 +148,12 @@ def _render(board: Scoreboard, cluster: FakeCluster, group_id: str) -> Any:
         )
         for name, gen_id in sorted(board.members.items()):
             view = board.generations.get(gen_id)
-            parts = view.owners.get(name, []) if view else []
+            owned = view.owners.get(name, []) if view else []
             current = gen_id == latest.id
             members.add_row(
                 f"[bold]{name}[/]" + (" (leader)" if view and view.leader == name else ""),
                 str(gen_id) if current else f"[dim]{gen_id}[/]",
-                " ".join(f"p{p}" for p in parts) or "[dim]none[/]",
+                " ".join(f"p{p}" for p in owned) or "[dim]none[/]",
                 f"{board.rate(name):,.0f}",
                 f"{board.per_member[name]:,}",
             )
@@ -167,7 +174,7 @@ def _render(board: Scoreboard, cluster: FakeCluster, group_id: str) -> Any:
     log = "\n".join(board.events) or "…"
     header = (
         f"[bold]gengroup demo[/]  ·  {board.now():4.1f}s  ·  produced {board.produced:,}  ·  "
-        f"processed {len(board.processed):,} distinct"
+        f"processed {len(board.processed):,} distinct\n[dim]{EXPLANATION}[/]"
     )
     return RichGroup(
         Panel(header),
@@ -256,7 +263,7 @@ async def run_demo(cfg: DemoConfig = DemoConfig()) -> Scoreboard:
             stop_producing.set()
             board.event("producer stops; the group drains what is left")
             with anyio.move_on_after(10.0):
-                while len(board.processed) < board.produced:
+                while len(board.processed) < board.produced:  # noqa: ASYNC110 (a UI poll)
                     await anyio.sleep(0.1)
             for name in list(scopes):
                 board.event(f"{name} leaves the group")
@@ -275,6 +282,7 @@ async def _view(board: Scoreboard, cluster: FakeCluster, group_id: str, cfg: Dem
                 await anyio.sleep(0.125)
                 live.update(_render(board, cluster, group_id))
     else:
+        print(EXPLANATION, flush=True)
         shown = 0
         while True:
             await anyio.sleep(0.1)

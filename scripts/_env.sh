@@ -12,8 +12,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  echo "installing gengroup and its development dependencies into .venv ..." >&2
+  if ! { .venv/bin/python -m pip install -q --upgrade pip &&
+         .venv/bin/python -m pip install -q -e '.[dev]'; } > .venv/install.log 2>&1; then
+    cat .venv/install.log >&2
+    echo "installation failed (log above)" >&2
+    exit 1
+  fi
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

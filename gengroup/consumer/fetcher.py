@@ -235,7 +235,9 @@ class Fetcher:
                 )
                 part.position = new
             elif isinstance(error, RetriableBrokerError):
-                log.info("group %s: %s fetch error %s, retrying", self._config.group_id, part.tp, error)
+                log.info(
+                    "group %s: %s fetch error %s, retrying", self._config.group_id, part.tp, error
+                )
             else:
                 part.error = error
                 part.wake.set()

@@ -37,7 +37,6 @@ import anyio.abc
 from .._errors import GenerationEnded, error_for_code
 from .._types import TopicPartition
 from ..group.member import Outcome
-from ..io import group_api
 
 if TYPE_CHECKING:
     from .fetcher import FetchedBatch, Fetcher
@@ -231,9 +230,7 @@ class Generation:
 
     def stuck_tasks(self) -> list[tuple[str, str]]:
         """(name, stack) of each user task that has not returned yet."""
-        return [
-            (t.name, describe_stack(t.coro)) for t in self._tasks if not t.done
-        ]
+        return [(t.name, describe_stack(t.coro)) for t in self._tasks if not t.done]
 
     # ------------------------------------------------------------------ records
 
@@ -249,7 +246,9 @@ class Generation:
         """
         self._check_live("fetch")
         if tp not in self.assignments:
-            raise KeyError(f"{tp} is not assigned to member {self.member_id} in generation {self.id}")
+            raise KeyError(
+                f"{tp} is not assigned to member {self.member_id} in generation {self.id}"
+            )
         return self._fetcher.iterate(tp)
 
     def mark(self, tp: TopicPartition, offset: int) -> None:
@@ -260,7 +259,9 @@ class Generation:
         move forward.
         """
         if tp not in self.assignments:
-            raise KeyError(f"{tp} is not assigned to member {self.member_id} in generation {self.id}")
+            raise KeyError(
+                f"{tp} is not assigned to member {self.member_id} in generation {self.id}"
+            )
         if offset > self._marks.get(tp, -1):
             self._marks[tp] = offset
 
@@ -311,5 +312,3 @@ class Generation:
                     f"OffsetCommit of {self.group_id} generation {self.id} member "
                     f"{self.member_id}: {len(failed)} partition(s) refused, e.g. {tp}",
                 )
-
-

@@ -334,7 +334,8 @@ class ConsumerGroup:
         if self._coordinator is None:
             t0 = anyio.current_time()
             self._coordinator = await self._cluster.find_coordinator(
-                self.config.group_id, timeout=max(self.config.request_timeout, self.config.session_timeout)
+                self.config.group_id,
+                timeout=max(self.config.request_timeout, self.config.session_timeout),
             )
             timings.find_coordinator += anyio.current_time() - t0
         return self._coordinator
@@ -428,7 +429,9 @@ class ConsumerGroup:
                 positions, committed = await self._start_positions(node, partitions)
                 timings.offset_fetch += anyio.current_time() - t0
             except (KafkaConnectionError, NotCoordinator, TimeoutError) as exc:
-                log.info("group %s: coordinator unreachable (%s); looking it up again", cfg.group_id, exc)
+                log.info(
+                    "group %s: coordinator unreachable (%s); looking it up again", cfg.group_id, exc
+                )
                 self._coordinator = None
                 if member.phase.name != "UNJOINED":
                     member.generation_ended(Outcome.REJOIN, "coordinator lost")
@@ -673,7 +676,9 @@ class ConsumerGroup:
             except (KafkaConnectionError, ProtocolError) as exc:
                 log.info("group %s: periodic commit failed (%s); will retry", gen.group_id, exc)
 
-    async def _commit(self, gen: Generation, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    async def _commit(
+        self, gen: Generation, offsets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
         node = self._coordinator
         if node is None:
             raise NotCoordinator(16, "no coordinator known")

@@ -202,9 +202,7 @@ class Synced:
 
     def partitions(self) -> list[TopicPartition]:
         """The assigned partitions, sorted."""
-        return sorted(
-            TopicPartition(t, p) for t, parts in self.assignment.items() for p in parts
-        )
+        return sorted(TopicPartition(t, p) for t, parts in self.assignment.items() for p in parts)
 
 
 @dataclass(slots=True)

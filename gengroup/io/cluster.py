@@ -349,14 +349,9 @@ class Cluster:
         conn = await self.any_connection()
         version = require(conn.versions, ApiKey.FIND_COORDINATOR)
         mod = request_module(ApiKey.FIND_COORDINATOR, version)
-        req = build(
-            mod.FindCoordinatorRequest, key=key, key_type=key_type, coordinator_keys=(key,)
-        )
+        req = build(mod.FindCoordinatorRequest, key=key, key_type=key_type, coordinator_keys=(key,))
         resp: Any = await conn.request(req)
-        if version >= 4:
-            entry = resp.coordinators[0]
-        else:
-            entry = resp
+        entry = resp.coordinators[0] if version >= 4 else resp
         if entry.error_code:
             raise error_for_code(int(entry.error_code), entry.error_message)
         node = int(entry.node_id)

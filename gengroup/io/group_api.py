@@ -47,9 +47,11 @@ async def _req(cluster: Cluster, node: int, key: ApiKey) -> tuple[int, Any]:
     return version, request_module(key, version)
 
 
-async def join_group(cluster: Cluster, node: int, params: JoinParams, *, client_timeout: float) -> JoinResult:
+async def join_group(
+    cluster: Cluster, node: int, params: JoinParams, *, client_timeout: float
+) -> JoinResult:
     """Send JoinGroup; the coordinator may hold it up to the rebalance timeout."""
-    version, mod = await _req(cluster, node, ApiKey.JOIN_GROUP)
+    _, mod = await _req(cluster, node, ApiKey.JOIN_GROUP)
     req = build(
         mod.JoinGroupRequest,
         group_id=params.group_id,
@@ -90,7 +92,7 @@ async def sync_group(
     client_timeout: float,
 ) -> tuple[int, bytes]:
     """Send SyncGroup; returns (error_code, assignment bytes)."""
-    version, mod = await _req(cluster, node, ApiKey.SYNC_GROUP)
+    _, mod = await _req(cluster, node, ApiKey.SYNC_GROUP)
     req = build(
         mod.SyncGroupRequest,
         group_id=group_id,

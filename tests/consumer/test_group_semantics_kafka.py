@@ -21,8 +21,8 @@ from gengroup import (
 )
 from gengroup import Producer as Producer_
 from gengroup._errors import error_for_code
-from gengroup.producer import ProducerRecord as ProducerRecord_
 from gengroup.io import group_api
+from gengroup.producer import ProducerRecord as ProducerRecord_
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
@@ -38,7 +38,15 @@ async def test_vanished_member_is_evicted_after_session_timeout(kafka: KafkaBrok
     await create_topic(kafka.bootstrap, topic, 4)
     session = 3.0
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.consumer.member_process", kafka.bootstrap, group_id, topic, str(session)],
+        [
+            sys.executable,
+            "-m",
+            "tests.consumer.member_process",
+            kafka.bootstrap,
+            group_id,
+            topic,
+            str(session),
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -48,28 +56,43 @@ async def test_vanished_member_is_evicted_after_session_timeout(kafka: KafkaBrok
         line = await anyio.to_thread.run_sync(proc.stdout.readline)
         assert line.startswith("generation "), line
         ledger = Ledger()
-        async with ConsumerGroup(group_id, [topic], kafka.bootstrap, client_id="survivor", **FAST) as group:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(ledger.member, "survivor", group)
-                # Both members share the 4 partitions.
-                await ledger.wait_for(
-                    lambda: len(ledger.current().get("survivor", Generation.__new__(Generation)).__dict__.get("assignments", {})) == 2
+        async with (
+            ConsumerGroup(
+                group_id, [topic], kafka.bootstrap, client_id="survivor", **FAST
+            ) as group,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(ledger.member, "survivor", group)
+            # Both members share the 4 partitions.
+            await ledger.wait_for(
+                lambda: (
+                    len(
+                        ledger.current()
+                        .get("survivor", Generation.__new__(Generation))
+                        .__dict__.get("assignments", {})
+                    )
+                    == 2
                     if "survivor" in ledger.current()
-                    else False,
-                    "the survivor to get half the partitions",
-                )
-                killed_at = anyio.current_time()
-                proc.send_signal(signal.SIGKILL)
-                await anyio.to_thread.run_sync(proc.wait)
-                # No LeaveGroup was sent: only the session timeout moves the partitions.
-                await ledger.wait_for(
-                    lambda: "survivor" in ledger.current()
-                    and covers_exactly_once([ledger.current()["survivor"]], all_partitions(topic, 4)),
-                    "the survivor to own all 4 partitions",
-                    timeout=30,
-                )
-                elapsed = anyio.current_time() - killed_at
-                tg.cancel_scope.cancel()
+                    else False
+                ),
+                "the survivor to get half the partitions",
+            )
+            killed_at = anyio.current_time()
+            proc.send_signal(signal.SIGKILL)
+            await anyio.to_thread.run_sync(proc.wait)
+            # No LeaveGroup was sent: only the session timeout moves the partitions.
+            await ledger.wait_for(
+                lambda: (
+                    "survivor" in ledger.current()
+                    and covers_exactly_once(
+                        [ledger.current()["survivor"]], all_partitions(topic, 4)
+                    )
+                ),
+                "the survivor to own all 4 partitions",
+                timeout=30,
+            )
+            elapsed = anyio.current_time() - killed_at
+            tg.cancel_scope.cancel()
         assert elapsed >= session * 0.5, f"partitions moved after {elapsed:.2f} s, before eviction"
     finally:
         if proc.poll() is None:
@@ -138,22 +161,28 @@ async def test_new_partitions_and_new_topics_lead_to_a_generation_including_them
         async with anyio.create_task_group() as tg:
             tg.start_soon(ledger.member, "m", group)
             await ledger.wait_for(
-                lambda: "m" in ledger.current()
-                and set(ledger.current()["m"].assignments) == all_partitions(t1, 2),
+                lambda: (
+                    "m" in ledger.current()
+                    and set(ledger.current()["m"].assignments) == all_partitions(t1, 2)
+                ),
                 "the first generation",
             )
             async with Admin(kafka.bootstrap) as admin:
                 await admin.create_partitions(t1, 5)
             await ledger.wait_for(
-                lambda: "m" in ledger.current()
-                and set(ledger.current()["m"].assignments) == all_partitions(t1, 5),
+                lambda: (
+                    "m" in ledger.current()
+                    and set(ledger.current()["m"].assignments) == all_partitions(t1, 5)
+                ),
                 "a generation with the added partitions",
             )
             await create_topic(kafka.bootstrap, t2, 3)
             await ledger.wait_for(
-                lambda: "m" in ledger.current()
-                and set(ledger.current()["m"].assignments)
-                == all_partitions(t1, 5) | all_partitions(t2, 3),
+                lambda: (
+                    "m" in ledger.current()
+                    and set(ledger.current()["m"].assignments)
+                    == all_partitions(t1, 5) | all_partitions(t2, 3)
+                ),
                 "a generation with the topic created after the join",
             )
             tg.cancel_scope.cancel()
@@ -178,7 +207,9 @@ async def test_user_task_exception_surfaces_from_the_iteration(kafka: KafkaBroke
                     gen.start_soon(explode, gen)
 
 
-async def test_task_ignoring_cancellation_is_reported_after_the_deadline(kafka: KafkaBroker) -> None:
+async def test_task_ignoring_cancellation_is_reported_after_the_deadline(
+    kafka: KafkaBroker,
+) -> None:
     topic, group_id = make_unique_name("stuck"), make_unique_name("g")
     await create_topic(kafka.bootstrap, topic, 1)
     settings = dict(FAST, rebalance_timeout=2.0)
@@ -222,14 +253,20 @@ def _transactional_produce(bootstrap: str, topic: str) -> None:
 
 
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
-async def test_read_committed_filters_aborted_transactions(kafka: KafkaBroker, isolation: str) -> None:
+async def test_read_committed_filters_aborted_transactions(
+    kafka: KafkaBroker, isolation: str
+) -> None:
     topic, group_id = make_unique_name("tx"), make_unique_name("g")
     await create_topic(kafka.bootstrap, topic, 1)
     await anyio.to_thread.run_sync(_transactional_produce, kafka.bootstrap, topic)
     seen: list[bytes] = []
     with anyio.fail_after(60):
         async with ConsumerGroup(
-            group_id, [topic], kafka.bootstrap, isolation_level=isolation, **FAST  # type: ignore[arg-type]
+            group_id,
+            [topic],
+            kafka.bootstrap,
+            isolation_level=isolation,
+            **FAST,  # type: ignore[arg-type]
         ) as group:
             gen = await group.next()
             async for batch in gen.fetch(TopicPartition(topic, 0)):
@@ -256,7 +293,9 @@ async def test_offset_out_of_range_follows_start_offset(kafka: KafkaBroker) -> N
     await produce_ids(kafka.bootstrap, topic, range(5))
     await _commit_far_ahead(kafka.bootstrap, group_id, topic)
     with anyio.fail_after(60):
-        async with ConsumerGroup(group_id, [topic], kafka.bootstrap, start_offset="earliest", **FAST) as group:
+        async with ConsumerGroup(
+            group_id, [topic], kafka.bootstrap, start_offset="earliest", **FAST
+        ) as group:
             gen = await group.next()
             tp = TopicPartition(topic, 0)
             assert gen.assignments[tp] == 1_000_000
@@ -277,7 +316,9 @@ async def test_offset_out_of_range_raises_with_start_offset_error(kafka: KafkaBr
             pass
 
     with anyio.fail_after(60):
-        async with ConsumerGroup(group_id, [topic], kafka.bootstrap, start_offset="error", **FAST) as group:
+        async with ConsumerGroup(
+            group_id, [topic], kafka.bootstrap, start_offset="error", **FAST
+        ) as group:
             with pytest.raises(OffsetOutOfRange):
                 async for gen in group:
                     for tp in gen.assignments:

@@ -75,7 +75,9 @@ class LibrdkafkaMember:
 
 
 @pytest.mark.parametrize("strategy", ["range", "roundrobin"])
-@pytest.mark.parametrize("gengroup_leads", [True, False], ids=["gengroup-leader", "gengroup-follower"])
+@pytest.mark.parametrize(
+    "gengroup_leads", [True, False], ids=["gengroup-leader", "gengroup-follower"]
+)
 async def test_mixed_group_covers_every_partition_once(
     kafka: KafkaBroker, strategy: str, gengroup_leads: bool
 ) -> None:
@@ -91,33 +93,39 @@ async def test_mixed_group_covers_every_partition_once(
             with anyio.fail_after(60):
                 while peer.current() != every:
                     await anyio.sleep(0.05)
-        async with ConsumerGroup(
-            group_id, [topic], kafka.bootstrap, balancers=[balancer], **FAST
-        ) as group:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(ledger.member, "gengroup", group)
-                if gengroup_leads:
-                    await ledger.wait_for(
-                        lambda: "gengroup" in ledger.current()
-                        and set(ledger.current()["gengroup"].assignments) == every,
-                        "gengroup alone to own every partition",
-                    )
-                    peer.start()
+        async with (
+            ConsumerGroup(
+                group_id, [topic], kafka.bootstrap, balancers=[balancer], **FAST
+            ) as group,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(ledger.member, "gengroup", group)
+            if gengroup_leads:
+                await ledger.wait_for(
+                    lambda: (
+                        "gengroup" in ledger.current()
+                        and set(ledger.current()["gengroup"].assignments) == every
+                    ),
+                    "gengroup alone to own every partition",
+                )
+                peer.start()
 
-                def shared() -> bool:
-                    cur = ledger.current().get("gengroup")
-                    if cur is None:
-                        return False
-                    mine = set(cur.assignments)
-                    theirs = peer.current()
-                    return bool(mine) and bool(theirs) and not (mine & theirs) and mine | theirs == every
+            def shared() -> bool:
+                cur = ledger.current().get("gengroup")
+                if cur is None:
+                    return False
+                mine = set(cur.assignments)
+                theirs = peer.current()
+                return (
+                    bool(mine) and bool(theirs) and not (mine & theirs) and mine | theirs == every
+                )
 
-                await ledger.wait_for(shared, "both clients to share the partitions", timeout=60)
-                gen = ledger.current()["gengroup"]
-                assert gen.is_leader is gengroup_leads
-                assert gen.protocol == strategy
-                mine = sorted(gen.assignments)
-                tg.cancel_scope.cancel()
+            await ledger.wait_for(shared, "both clients to share the partitions", timeout=60)
+            gen = ledger.current()["gengroup"]
+            assert gen.is_leader is gengroup_leads
+            assert gen.protocol == strategy
+            mine = sorted(gen.assignments)
+            tg.cancel_scope.cancel()
         if strategy == "range":
             # Java's RangeAssignor gives contiguous ranges, 3 partitions each.
             assert len(mine) == 3

@@ -57,7 +57,9 @@ async def three_then_four(bootstrap: str) -> dict[str, object]:
         tg.start_soon(watch_commits)
         for name in ("m1", "m2", "m3"):
             await tg.start(run_member, name)
-        await ledger.wait_for(lambda: stable({"m1", "m2", "m3"}), "3 members to share 12 partitions")
+        await ledger.wait_for(
+            lambda: stable({"m1", "m2", "m3"}), "3 members to share 12 partitions"
+        )
         gen3 = ledger.current()["m1"].id
         await produce_ids(bootstrap, topic, range(1200, 1800))
         await tg.start(run_member, "m4")
