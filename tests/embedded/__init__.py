@@ -151,6 +151,7 @@ def fetch(
             build(
                 mod.FetchTopic,
                 topic=t,
+                topic_id=NIL,
                 partitions=tuple(
                     build(
                         mod.FetchPartition,

@@ -1,0 +1,1 @@
+"""Conformance suite: the embedded broker's classic group coordinator against Apache Kafka."""
