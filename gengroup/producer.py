@@ -220,7 +220,7 @@ def _copy_error(exc: BaseException) -> BaseException:
         return type(exc)(exc.code, str(exc).partition(": ")[2] or None)
     try:
         return type(exc)(str(exc))
-    except Exception:
+    except Exception:  # a constructor with another signature: re-raise the original
         return exc
 
 
@@ -400,8 +400,8 @@ class Producer:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg.start_soon(self._guarded, self._sender_loop, name="producer sender")
             self._tg.start_soon(self._guarded, self._metadata_loop, name="producer metadata")
-        except BaseException as exc:
-            await stack.__aexit__(type(exc), exc, exc.__traceback__)
+        except BaseException:
+            await stack.__aexit__(None, None, None)
             raise
         self._stack = stack
         return self
@@ -783,6 +783,13 @@ class Producer:
     async def _send_batches(self, node: int, batches: list[_Batch]) -> None:
         try:
             await self._send_batches_once(node, batches)
+        except Exception as exc:
+            # A bug, not a Kafka error (those are settled per batch): fail every
+            # waiting sender rather than leave them hanging, then crash loudly.
+            err = GengroupError(f"sending to broker {node} failed unexpectedly: {exc!r}")
+            err.__cause__ = exc
+            self._shutdown(err)
+            raise
         finally:
             for batch in batches:
                 queue = self._queues.get(batch.tp)

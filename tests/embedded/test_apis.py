@@ -293,9 +293,7 @@ async def test_group_flow_every_version(v: int, autojump_clock: trio.testing.Moc
             fc = await conn.request(find_coordinator(pick(ApiKey.FIND_COORDINATOR), group))
             entry = fc.coordinators[0] if pick(ApiKey.FIND_COORDINATOR) >= 4 else fc
             assert (entry.error_code, entry.node_id) == (0, 0)
-            member, generation = await _join_sync(
-                conn, v, pick(ApiKey.SYNC_GROUP), group
-            )
+            member, generation = await _join_sync(conn, v, pick(ApiKey.SYNC_GROUP), group)
             hb = await conn.request(heartbeat(pick(ApiKey.HEARTBEAT), group, generation, member))
             assert hb.error_code == 0
             commit = await conn.request(

@@ -8,6 +8,7 @@ import anyio
 import pytest
 import trio
 import trio.testing
+from kio.schema.errors import ErrorCode
 
 from gengroup._errors import BrokenConnection, RequestTimedOut
 from gengroup.broker import (
@@ -22,7 +23,18 @@ from gengroup.broker import (
 from gengroup.protocol.framing import build, response_module
 from gengroup.protocol.versions import ApiKey
 
-from . import batch, connect, fetch, find_coordinator, heartbeat, join_group, metadata, produce
+from . import (
+    batch,
+    connect,
+    fetch,
+    find_coordinator,
+    heartbeat,
+    join_group,
+    metadata,
+    ms,
+    produce,
+    sync_group,
+)
 
 
 @pytest.fixture
@@ -33,8 +45,6 @@ def autojump_clock() -> trio.testing.MockClock:
 async def _member(conn: Any, group: str) -> tuple[str, int]:
     resp = await conn.request(join_group(9, group))
     resp = await conn.request(join_group(9, group, resp.member_id))
-    from . import sync_group
-
     await conn.request(sync_group(5, group, resp.generation_id, resp.member_id, []))
     return resp.member_id, resp.generation_id
 
@@ -128,8 +138,7 @@ async def test_delay_and_then(autojump_clock: trio.testing.MockClock) -> None:
 async def test_respond_and_disconnect(autojump_clock: trio.testing.MockClock) -> None:
     async with FakeCluster() as cluster:
         mod = response_module(ApiKey.HEARTBEAT, 4)
-        custom = build(mod.HeartbeatResponse, throttle_time=__import__("datetime").timedelta(0),
-                       error_code=__import__("kio.schema.errors", fromlist=["ErrorCode"]).ErrorCode(25))
+        custom = build(mod.HeartbeatResponse, throttle_time=ms(0), error_code=ErrorCode(25))
         cluster.control(ApiKey.HEARTBEAT, lambda call: Respond(custom), once=True)
         async with connect(cluster) as conn:
             assert (await conn.request(heartbeat(4, "g", 1, "m"))).error_code == 25

@@ -145,7 +145,9 @@ async def test_api_versions_v3_with_an_invalid_software_name(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with FakeCluster() as cluster, connect(cluster) as conn:
-        request = type(api_versions(3))(client_software_name="bad name!", client_software_version="1")
+        request = type(api_versions(3))(
+            client_software_name="bad name!", client_software_version="1"
+        )
         resp = await conn.request(request)
         assert resp.error_code == 42  # INVALID_REQUEST, like Kafka
         assert (await conn.request(api_versions(3))).error_code == 0
