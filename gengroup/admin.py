@@ -11,8 +11,10 @@ Topic-level operations (create, delete, add partitions) go to any broker (in
 KRaft mode brokers forward them to the controller). They are followed by a
 metadata wait: Kafka answers CreateTopics before every broker knows the topic,
 so the call polls Metadata until each topic shows the requested partitions,
-each with a leader, before returning. Callers can therefore produce right
-after ``create_topics`` returns.
+each with a leader, and then until every leader answers ListOffsets for its
+partitions without error (a leader named in metadata may not have opened the
+partition's log yet). Callers can therefore produce and fetch right after
+``create_topics`` returns.
 
 Group operations go to the group's coordinator, found with FindCoordinator;
 coordinator errors (moved, loading, not available) and connection failures are
@@ -303,10 +305,10 @@ class Admin:
         self,
         topics: Mapping[str, int] | Iterable[NewTopic],
         *,
-        timeout: float | None = None,  # noqa: ASYNC109 (also sent to the broker)
+        timeout: float | None = None,
         exist_ok: bool = False,
     ) -> None:
-        """Create topics and wait until metadata shows them with a leader for every partition.
+        """Create topics and wait until every partition has a leader that serves it.
 
         Args:
             topics: ``{name: partitions}`` or :class:`NewTopic` objects.
@@ -318,7 +320,7 @@ class Admin:
             TopicAlreadyExists: a topic exists and ``exist_ok`` is False.
             BrokerError: the broker refused a topic (invalid name, partitions,
                 replication factor or config ...); the message names the topic.
-            TimeoutError: the topics did not appear with leaders in time.
+            TimeoutError: the topics did not appear with serving leaders in time.
         """
         if isinstance(topics, Mapping):
             new = [NewTopic(name, int(count)) for name, count in topics.items()]
@@ -394,12 +396,27 @@ class Admin:
         await self._wait_for_metadata(
             f"topics {sorted(counts)}", sorted(counts), ready, _remaining(deadline)
         )
+        await self._wait_until_served(sorted(counts), deadline)
+
+    async def _wait_until_served(self, topics: Sequence[str], deadline: float) -> None:
+        """Wait until each partition's leader serves it (answers ListOffsets without error).
+
+        Metadata names a leader slightly before that broker has opened the
+        partition's log; requests in that window get NOT_LEADER_OR_FOLLOWER.
+        """
+        tps = {
+            TopicPartition(name, p)
+            for name in topics
+            if name in self.cluster.topics
+            for p in self.cluster.topics[name].partitions
+        }
+        await self._list_offsets(tps, _LATEST_TIMESTAMP, False, _remaining(deadline))
 
     async def delete_topics(
         self,
         names: Iterable[str],
         *,
-        timeout: float | None = None,  # noqa: ASYNC109 (also sent to the broker)
+        timeout: float | None = None,
         missing_ok: bool = False,
     ) -> None:
         """Delete topics and wait until metadata no longer shows them.
@@ -469,7 +486,7 @@ class Admin:
         topic: str,
         total_count: int,
         *,
-        timeout: float | None = None,  # noqa: ASYNC109 (also sent to the broker)
+        timeout: float | None = None,
     ) -> None:
         """Grow ``topic`` to ``total_count`` partitions and wait until metadata shows them.
 
@@ -519,6 +536,7 @@ class Admin:
         await self._wait_for_metadata(
             f"{total_count} partitions of {topic!r}", [topic], ready, _remaining(deadline)
         )
+        await self._wait_until_served([topic], deadline)
 
     # ------------------------------------------------------------------ offsets
 
@@ -555,7 +573,15 @@ class Admin:
             ts = spec
         else:
             raise ValueError(f"offset spec must be 'earliest', 'latest' or ms >= 0, not {spec!r}")
-        wanted = set(tps)
+        return await self._list_offsets(set(tps), ts, read_committed, None)
+
+    async def _list_offsets(
+        self,
+        wanted: set[TopicPartition],
+        ts: int,
+        read_committed: bool,
+        budget: float | None,
+    ) -> dict[TopicPartition, int]:
         result: dict[TopicPartition, int] = {}
         if not wanted:
             return result
@@ -600,7 +626,7 @@ class Admin:
             if stale is not None:
                 raise stale
 
-        await self._retrying("ListOffsets", attempt, None, on_stale=refresh)
+        await self._retrying("ListOffsets", attempt, budget, on_stale=refresh)
         return {tp: result[tp] for tp in wanted}
 
     async def _list_offsets_on(

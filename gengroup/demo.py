@@ -185,7 +185,11 @@ def _render(board: Scoreboard, cluster: FakeCluster, group_id: str) -> Any:
 
 
 async def _produce(
-    cluster: FakeCluster, board: Scoreboard, cfg: DemoConfig, stop: anyio.Event
+    cluster: FakeCluster,
+    board: Scoreboard,
+    cfg: DemoConfig,
+    stop: anyio.Event,
+    finished: anyio.Event,
 ) -> None:
     next_id = 0
     tick = 0.05
@@ -202,6 +206,7 @@ async def _produce(
             board.produced = next_id
             deadline += tick
             await anyio.sleep_until(deadline)
+    finished.set()
 
 
 async def _member(
@@ -246,10 +251,10 @@ async def run_demo(cfg: DemoConfig = DemoConfig()) -> Scoreboard:
         brokers=3, topics={TOPIC: cfg.partitions}, initial_rebalance_delay_ms=300
     ) as cluster:
         board = Scoreboard(started=anyio.current_time())
-        stop_producing = anyio.Event()
+        stop_producing, producer_finished = anyio.Event(), anyio.Event()
         scopes: dict[str, anyio.CancelScope] = {}
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_produce, cluster, board, cfg, stop_producing)
+            tg.start_soon(_produce, cluster, board, cfg, stop_producing, producer_finished)
             tg.start_soon(_view, board, cluster, group_id, cfg)
             for at, action, name in cfg.timeline:
                 await anyio.sleep_until(board.started + at)
@@ -261,6 +266,7 @@ async def run_demo(cfg: DemoConfig = DemoConfig()) -> Scoreboard:
                     scopes.pop(name).cancel()
             await anyio.sleep_until(board.started + cfg.duration - 3.0)
             stop_producing.set()
+            await producer_finished.wait()
             board.event("producer stops; the group drains what is left")
             with anyio.move_on_after(10.0):
                 while len(board.processed) < board.produced:  # noqa: ASYNC110 (a UI poll)
@@ -327,27 +333,35 @@ def summarise(board: Scoreboard) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``gengroup demo``: run the demo on an embedded broker."""
-    parser = argparse.ArgumentParser(prog="gengroup demo", description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's command-line options."""
     parser.add_argument("--duration", type=float, default=30.0, help="seconds (default 30)")
-    parser.add_argument("--rate", type=int, default=2000, help="records per second produced")
-    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--rate", type=int, default=2000, help="records produced per second")
+    parser.add_argument("--partitions", type=int, default=8, help="partitions of the topic")
     parser.add_argument("--plain", action="store_true", help="plain lines instead of a live table")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo from parsed options; the exit code is 1 if a record was lost."""
     scale = args.duration / 30.0
-    base = DemoConfig()
     cfg = DemoConfig(
         partitions=args.partitions,
         rate=args.rate,
         duration=args.duration,
         live=not args.plain,
-        timeline=tuple((t * scale, a, n) for t, a, n in base.timeline),
+        timeline=tuple((t * scale, a, n) for t, a, n in DemoConfig().timeline),
     )
     board = anyio.run(run_demo, cfg)
     print(summarise(board))
     lost = sum(1 for i in range(board.produced) if i not in board.processed)
     return 1 if lost else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gengroup.demo``: the same as ``gengroup demo``."""
+    parser = argparse.ArgumentParser(prog="gengroup demo", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -139,6 +139,9 @@ class FakeCluster:
         offsets_topic_num_partitions: shortcut for
             ``settings.offsets_topic_num_partitions``.
 
+    A cluster is entered once, and its methods are called from the event
+    loop's thread (from worker threads, go through ``anyio.from_thread``).
+
     Example::
 
         async with FakeCluster(brokers=3, topics={"payments": 6}) as cluster:
@@ -182,10 +185,14 @@ class FakeCluster:
         items = topics.items() if isinstance(topics, Mapping) else (topics or ())
         self._seed_topics = [(name, int(count)) for name, count in items]
         self._tg: anyio.abc.TaskGroup | None = None
+        self._entered = False
 
     # ------------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> Self:
+        if self._entered:
+            raise RuntimeError("a FakeCluster can be entered only once; create a new one")
+        self._entered = True
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg

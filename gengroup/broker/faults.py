@@ -12,7 +12,10 @@ action that *handles* it:
 
 * :class:`Delay` -- hold the request for some seconds of event-loop time, then
   serve it normally (or apply a follow-up action);
-* :class:`Drop` -- swallow it: no response is ever sent, so the client times out;
+* :class:`Drop` -- swallow it: no response is ever sent, so the client times out.
+  Kafka answers a connection's requests in order, so a request that never
+  completes stalls its connection: nothing after it is answered either, until
+  the client gives up and closes it (what a hung broker looks like);
 * :class:`Fail` -- answer it with an error code, in the shape Kafka uses for
   that API and version (:func:`error_response`);
 * :class:`Respond` -- answer it with a response object the test built;
@@ -105,7 +108,11 @@ class Delay:
 
 @dataclass(frozen=True, slots=True)
 class Drop:
-    """Never answer the request (the connection stays open)."""
+    """Never answer the request.
+
+    The connection stays open but stalls: later requests on it are read and
+    discarded, as behind a request that never completes on a real broker.
+    """
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import enum
 import logging
 import math
 import random
@@ -232,6 +233,9 @@ class BrokerSettings:
         group_max_size: ``group.max.size``.
         connections_max_idle: seconds after which an idle connection is
             closed (``connections.max.idle.ms``); ``None`` disables it.
+        validate_records: decode every produced record to validate a batch
+            (Kafka's ``LogValidator``); False checks only the batch header and
+            CRC, for benchmarks.
         cluster_id: the cluster id reported in Metadata (generated if None).
     """
 
@@ -249,6 +253,7 @@ class BrokerSettings:
     group_max_session_timeout_ms: int = 1800000
     group_max_size: int = 2**31 - 1
     connections_max_idle: float | None = None
+    validate_records: bool = True
     cluster_id: str | None = None
 
 
@@ -414,6 +419,10 @@ class ClusterState:
         Raises:
             LogError: the topic cannot be created (the code says why).
         """
+        if name == OFFSETS_TOPIC and not validate_only:
+            if name in self.topics:
+                raise LogError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+            return self.offsets_topic()  # internal topics get their own settings
         merged = {"message.timestamp.type": self.settings.log_message_timestamp_type}
         merged.update(configs or {})
         topic = self.topics.create(
@@ -454,6 +463,7 @@ class ClusterState:
                 assignments=assignments,
                 internal=True,
             )
+            self.notify()
         return topic
 
     def coordinator_for(self, group_id: str) -> int:
@@ -562,6 +572,14 @@ class ClusterState:
 
 
 # --------------------------------------------------------------------------- connections
+
+
+class _Next(enum.Enum):
+    """What a connection does after a request."""
+
+    SERVE = "serve"
+    CLOSE = "close"
+    STALL = "stall"
 
 
 class _NoResponse:
@@ -739,35 +757,43 @@ class BrokerServer:
                         return  # idle for too long: Kafka's connections.max.idle.ms
                 buf.feed(data)
                 continue
-            out, close = await self._process(conn, frame)
+            out, after = await self._process(conn, frame)
             if out is not None:
                 await stream.send(out)
-            if close:
+            if after is _Next.CLOSE:
                 return
+            if after is _Next.STALL:
+                # A dropped request: like a broker whose request never
+                # completes, nothing more is answered on this connection (Kafka
+                # answers in order). Discard input until the client gives up.
+                while True:
+                    await stream.receive()
 
-    async def _process(self, conn: _Connection, frame: bytes) -> tuple[bytes | None, bool]:
-        """Handle one request frame: ``(bytes to send or None, close afterwards)``."""
+    async def _process(self, conn: _Connection, frame: bytes) -> tuple[bytes | None, _Next]:
+        """Handle one request frame: ``(bytes to send or None, what to do next)``."""
         try:
             header, request = decode_request(frame)
         except UnsupportedVersion as exc:
             if getattr(exc, "api_key", None) == API_VERSIONS_KEY:
-                return self._api_versions_unsupported(int(getattr(exc, "correlation_id", 0))), False
+                return self._api_versions_unsupported(
+                    int(getattr(exc, "correlation_id", 0))
+                ), _Next.SERVE
             log.debug("broker %d: closing connection: %s", self.node_id, exc)
-            return None, True
+            return None, _Next.CLOSE
         except ProtocolError as exc:
             log.debug("broker %d: closing connection: %s", self.node_id, exc)
-            return None, True
+            return None, _Next.CLOSE
         api_key = int(header.request_api_key)
         version = int(header.request_api_version)
         cid = int(header.correlation_id)
         supported = SUPPORTED_VERSIONS.get(ApiKey(api_key)) if api_key in _KEYS else None
         if supported is None or not supported[0] <= version <= supported[1]:
             if api_key == API_VERSIONS_KEY:
-                return self._api_versions_unsupported(cid), False
+                return self._api_versions_unsupported(cid), _Next.SERVE
             log.debug(
                 "broker %d: api %d v%d not supported: closing", self.node_id, api_key, version
             )
-            return None, True
+            return None, _Next.CLOSE
 
         call = Intercepted(
             broker_id=self.node_id,
@@ -784,9 +810,9 @@ class BrokerServer:
                 await anyio.sleep(action.seconds)
                 action = action.then
             if isinstance(action, Drop):
-                return None, False
+                return None, _Next.STALL
             if isinstance(action, Disconnect):
-                return None, True
+                return None, _Next.CLOSE
             if isinstance(action, Fail):
                 response = error_response(
                     api_key, version, request, action.error_code, action.message
@@ -796,17 +822,17 @@ class BrokerServer:
             else:
                 response = await self._handlers[api_key](conn, header, request, version)
             if response is _NO_RESPONSE:
-                return None, False
+                return None, _Next.SERVE
             if response is _CLOSE:
-                return None, True
-            return encode_response(response, correlation_id=cid), False
+                return None, _Next.CLOSE
+            return encode_response(response, correlation_id=cid), _Next.SERVE
         except Exception as exc:
             self.state.record_error(exc, f"broker {self.node_id} api {api_key} v{version}")
             try:
                 response = error_response(api_key, version, request, ErrorCode.unknown_server_error)
-                return encode_response(response, correlation_id=cid), False
+                return encode_response(response, correlation_id=cid), _Next.SERVE
             except Exception:  # pragma: no cover - the error response itself failed
-                return None, True
+                return None, _Next.CLOSE
 
     # ------------------------------------------------------------------ helpers
 
@@ -1023,6 +1049,7 @@ class BrokerServer:
                             max_message_bytes=topic.max_message_bytes(
                                 state.settings.max_message_bytes
                             ),
+                            validate_records=state.settings.validate_records,
                         )
                     except LogError as exc:
                         code, message = exc.code, str(exc)

@@ -132,8 +132,8 @@ class Cluster:
         self.topics: dict[str, TopicInfo] = {}
         self.cluster_id: str | None = None
         self._tg: anyio.abc.TaskGroup | None = None
-        self._conns: dict[int | tuple[str, int], BrokerConnection] = {}
-        self._locks: dict[int | tuple[str, int], anyio.Lock] = {}
+        self._conns: dict[tuple[int | tuple[str, int], str], BrokerConnection] = {}
+        self._locks: dict[tuple[int | tuple[str, int], str], anyio.Lock] = {}
         self._inflight: dict[BrokerConnection, int] = {}
         self._metadata_lock = anyio.Lock()
 
@@ -162,13 +162,14 @@ class Cluster:
             raise BrokenConnection(f"broker {node_id} is not in the cluster metadata")
         return info.host, info.port
 
-    async def _open(self, key: int | tuple[str, int]) -> BrokerConnection:
-        conn = self._conns.get(key)
+    async def _open(self, key: int | tuple[str, int], channel: str = "default") -> BrokerConnection:
+        slot = (key, channel)
+        conn = self._conns.get(slot)
         if conn is not None and conn.is_usable:
             return conn
-        lock = self._locks.setdefault(key, anyio.Lock())
+        lock = self._locks.setdefault(slot, anyio.Lock())
         async with lock:
-            conn = self._conns.get(key)
+            conn = self._conns.get(slot)
             if conn is not None and conn.is_usable:
                 return conn
             if self._tg is None:
@@ -187,16 +188,26 @@ class Cluster:
                 request_timeout=self.request_timeout,
             )
             await self._tg.start(new.serve)
-            self._conns[key] = new
+            self._conns[slot] = new
             return new
 
-    async def connection(self, node_id: int) -> BrokerConnection:
-        """The pooled connection to broker ``node_id`` (opened if needed)."""
-        return await self._open(node_id)
+    async def connection(self, node_id: int, channel: str = "default") -> BrokerConnection:
+        """The pooled connection to broker ``node_id`` (opened if needed).
+
+        Args:
+            node_id: the broker.
+            channel: which of the broker's connections. A broker answers the
+                requests of one connection strictly in order, so traffic that
+                waits on the broker -- Fetch long polls (``"fetch"``), parked
+                JoinGroup/SyncGroup (``"group"``) -- gets a connection of its
+                own and never delays heartbeats, commits or metadata (as the
+                Java client keeps a separate coordinator connection).
+        """
+        return await self._open(node_id, channel)
 
     async def any_connection(self) -> BrokerConnection:
         """A connection to any reachable broker, preferring the least loaded."""
-        usable = [c for c in self._conns.values() if c.is_usable]
+        usable = [c for (_, ch), c in self._conns.items() if ch == "default" and c.is_usable]
         if usable:
             return min(usable, key=lambda c: self._inflight.get(c, 0))
         errors: list[str] = []
@@ -211,10 +222,20 @@ class Cluster:
         raise BrokenConnection("no broker reachable: " + "; ".join(errors))
 
     async def request(
-        self, node_id: int | None, request: Any, *, timeout: float | None = None
+        self,
+        node_id: int | None,
+        request: Any,
+        *,
+        timeout: float | None = None,
+        channel: str = "default",
     ) -> Any:
-        """Send ``request`` to ``node_id`` (None: any broker) and return the response."""
-        conn = await (self.any_connection() if node_id is None else self.connection(node_id))
+        """Send ``request`` to ``node_id`` (None: any broker) and return the response.
+
+        ``channel`` picks one of the broker's connections (see :meth:`connection`).
+        """
+        conn = await (
+            self.any_connection() if node_id is None else self.connection(node_id, channel)
+        )
         self._inflight[conn] = self._inflight.get(conn, 0) + 1
         try:
             return await conn.request(request, timeout=timeout)
@@ -223,9 +244,11 @@ class Cluster:
             if not self._inflight[conn]:
                 del self._inflight[conn]
 
-    async def version(self, node_id: int | None, key: ApiKey) -> int:
+    async def version(self, node_id: int | None, key: ApiKey, channel: str = "default") -> int:
         """The negotiated version of ``key`` with ``node_id`` (None: any broker)."""
-        conn = await (self.any_connection() if node_id is None else self.connection(node_id))
+        conn = await (
+            self.any_connection() if node_id is None else self.connection(node_id, channel)
+        )
         return require(conn.versions, key)
 
     async def backoff(self, attempt: int) -> None:

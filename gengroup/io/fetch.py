@@ -309,7 +309,7 @@ async def fetch_once(
     """
     if not positions:
         return {}
-    version = await cluster.version(node_id, ApiKey.FETCH)
+    version = await cluster.version(node_id, ApiKey.FETCH, channel="fetch")
     request = build_fetch_request(
         version,
         positions,
@@ -319,7 +319,9 @@ async def fetch_once(
         partition_max_bytes=partition_max_bytes,
         isolation_level=isolation_level,
     )
-    resp = await cluster.request(node_id, request, timeout=max_wait + cluster.request_timeout)
+    resp = await cluster.request(
+        node_id, request, timeout=max_wait + cluster.request_timeout, channel="fetch"
+    )
     return parse_fetch_response(resp, isolation_level=isolation_level, positions=positions)
 
 

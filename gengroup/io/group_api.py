@@ -65,7 +65,7 @@ async def join_group(
         ),
         reason=params.reason,
     )
-    resp: Any = await cluster.request(node, req, timeout=client_timeout)
+    resp: Any = await cluster.request(node, req, timeout=client_timeout, channel="group")
     return JoinResult(
         error_code=int(resp.error_code),
         member_id=resp.member_id,
@@ -106,7 +106,7 @@ async def sync_group(
             for k, v in assignments.items()
         ),
     )
-    resp: Any = await cluster.request(node, req, timeout=client_timeout)
+    resp: Any = await cluster.request(node, req, timeout=client_timeout, channel="group")
     return int(resp.error_code), bytes(resp.assignment)
 
 

@@ -15,9 +15,9 @@ behaved the same:
 
 * error codes become their names (``"REBALANCE_IN_PROGRESS"``);
 * member ids, random on both brokers, become labels. A member's first id is
-  labelled with the member's name (``"A"``); a later, different id of the same
-  member gets a prime (``"A'"``, ``"A''"``); an id nobody was given is labelled
-  ``"?1"``, ``"?2"``... in order of appearance;
+  labelled with the member's name (``"A"``); a later, different id given to a
+  member of the same name gets a prime (``"A'"``, ``"A''"``); an id nobody was
+  given is labelled ``"?1"``, ``"?2"``... in order of appearance;
 * topic names, unique per scenario, become their aliases (``"t"``);
 * JoinGroup protocol metadata and SyncGroup/DescribeGroups assignments are
   decoded with :mod:`gengroup.protocol.consumer_protocol` into short strings
@@ -135,11 +135,22 @@ class Names:
 
     def __init__(self) -> None:
         self._labels: dict[str, str] = {}
+        self._used: set[str] = set()
         self._unknown = 0
 
-    def bind(self, value: str, label: str) -> None:
-        """Label ``value`` (a member id or a topic name) as ``label``."""
-        self._labels.setdefault(value, label)
+    def bind(self, value: str, label: str) -> str:
+        """Label ``value`` (a member id or a topic name) as ``label``, primed until unique.
+
+        Returns:
+            The label of ``value`` (its existing one if it already had one).
+        """
+        if value in self._labels:
+            return self._labels[value]
+        while label in self._used:
+            label += "'"
+        self._labels[value] = label
+        self._used.add(label)
+        return label
 
     def knows(self, value: str) -> bool:
         """Whether ``value`` already has a label."""
@@ -152,7 +163,7 @@ class Names:
         found = self._labels.get(value)
         if found is None:
             self._unknown += 1
-            found = self._labels[value] = f"?{self._unknown}"
+            found = self.bind(value, f"?{self._unknown}")
         return found
 
     def subscription(self, data: bytes) -> str:
@@ -174,7 +185,7 @@ class Names:
         except ProtocolError:
             return f"0x{bytes(data).hex()}"
         return ";".join(
-            f"{self.label(topic)}:{','.join(str(p) for p in parts)}"
+            f"{topic}:{','.join(str(p) for p in parts)}"
             for topic, parts in sorted(
                 (str(self.label(t)), ps) for t, ps in decoded.as_mapping().items()
             )
@@ -341,15 +352,11 @@ class Member(_Client):
         self.member_id = ""
         self.generation = -1
         self.protocol: str | None = None
-        self._ids: list[str] = []
 
     def _adopt(self, member_id: str) -> None:
-        if not member_id or member_id == self.member_id:
-            return
-        if not self.names.knows(member_id):
-            self.names.bind(member_id, self.name + "'" * len(self._ids))
-            self._ids.append(member_id)
-        self.member_id = member_id
+        if member_id:
+            self.names.bind(member_id, self.name)
+            self.member_id = member_id
 
     @property
     def label(self) -> str:
@@ -474,19 +481,19 @@ class Member(_Client):
         )
         return error_name(resp.error_code)
 
-    async def heartbeat_until_error(self, *, interval: float = 0.2) -> str:
-        """Heartbeat every ``interval`` seconds until the answer is not NONE; return it."""
-        while True:
-            answer = await self.heartbeat()
-            if answer != "NONE":
-                return answer
+    async def heartbeat_until_not(self, answer: str, *, interval: float = 0.2) -> str:
+        """Heartbeat every ``interval`` seconds while the answer is ``answer``; return the next."""
+        first = await self.heartbeat()
+        while first == answer:
             await anyio.sleep(interval)
+            first = await self.heartbeat()
+        return first
 
     async def leave(
         self,
         *,
         member_id: str | None = None,
-        instance_id: str | None | bool = True,
+        instance_id: str | bool | None = True,
         group_id: str | None = None,
         version: int | None = None,
     ) -> dict[str, Any]:
@@ -513,7 +520,9 @@ class Member(_Client):
                 mod.LeaveGroupRequest,
                 group_id=gid,
                 members=(
-                    build(mod.MemberIdentity, member_id=mid, group_instance_id=instance, reason=None),
+                    build(
+                        mod.MemberIdentity, member_id=mid, group_instance_id=instance, reason=None
+                    ),
                 ),
             )
         )
@@ -549,7 +558,9 @@ class Member(_Client):
 class Admin(_Client):
     """The connection that is no group member: topics, group admin, fetches."""
 
-    async def create_topic(self, name: str, partitions: int, *, wait: bool = True) -> dict[str, Any]:
+    async def create_topic(
+        self, name: str, partitions: int, *, wait: bool = True
+    ) -> dict[str, Any]:
         """CreateTopics of one topic; with ``wait``, until its partitions are led.
 
         Returns:
@@ -610,7 +621,9 @@ class Admin(_Client):
         """
         _, mod = self.module(ApiKey.DESCRIBE_GROUPS, version)
         resp = await self.send(
-            build(mod.DescribeGroupsRequest, groups=(group_id,), include_authorized_operations=False)
+            build(
+                mod.DescribeGroupsRequest, groups=(group_id,), include_authorized_operations=False
+            )
         )
         (group,) = resp.groups
         return {
@@ -638,20 +651,31 @@ class Admin(_Client):
             await anyio.sleep(POLL_INTERVAL)
 
     async def list_group(
-        self, group_id: str, *, states: Sequence[str] = (), version: int | None = None
-    ) -> tuple[str, str] | str:
-        """ListGroups, reduced to one group.
+        self,
+        group_id: str,
+        *,
+        states: Sequence[str] = (),
+        types: Sequence[str] = (),
+        version: int | None = None,
+    ) -> tuple[str, ...] | str:
+        """ListGroups (with optional state and, v5+, type filters), reduced to one group.
 
         Returns:
-            ``(state, protocol_type)`` of ``group_id`` if listed, else ``"absent"``.
+            ``(state, protocol_type)`` of ``group_id`` if listed (v5+: and its
+            group type), else ``"absent"``.
         """
         _, mod = self.module(ApiKey.LIST_GROUPS, version)
-        resp = await self.send(build(mod.ListGroupsRequest, states_filter=tuple(states)))
+        resp = await self.send(
+            build(mod.ListGroupsRequest, states_filter=tuple(states), types_filter=tuple(types))
+        )
         if resp.error_code != ErrorCode.none:
             return error_name(resp.error_code)
         for g in resp.groups:
             if g.group_id == group_id:
-                return (g.group_state, g.protocol_type)
+                group_type = getattr(g, "group_type", None)
+                if group_type is None:
+                    return (g.group_state, g.protocol_type)
+                return (g.group_state, g.protocol_type, group_type)
         return "absent"
 
     async def delete_group(self, group_id: str) -> str:

@@ -33,6 +33,7 @@ from . import (
     metadata,
     ms,
     produce,
+    raw_roundtrip,
     sync_group,
 )
 
@@ -258,3 +259,34 @@ async def test_move_coordinator_answers_parked_joins_not_coordinator(
             resp = await conn.request(join_group(9, group, member))
             assert resp.error_code == 0  # the group state moved with it
         assert not cluster.errors
+
+
+async def test_a_dropped_request_stalls_its_connection(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Kafka answers in order: nothing after a request that never completes is answered."""
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        cluster.control(ApiKey.HEARTBEAT, lambda call: Drop(), once=True)
+        stream = cluster.connect_memory()
+        async with stream:
+            with trio.move_on_after(60) as scope:
+                await raw_roundtrip(stream, heartbeat(4, "g", 1, "m"), cid=1)
+            assert scope.cancelled_caught
+            with trio.move_on_after(60) as scope:
+                await raw_roundtrip(stream, metadata(12, ["t"]), cid=2)
+            assert scope.cancelled_caught
+        # other connections are unaffected
+        stream = cluster.connect_memory()
+        async with stream:
+            resp = await raw_roundtrip(stream, metadata(12, ["t"]), cid=3)
+            assert resp.topics[0].error_code == 0
+        assert not cluster.errors
+
+
+async def test_a_cluster_is_entered_once(autojump_clock: trio.testing.MockClock) -> None:
+    cluster = FakeCluster()
+    async with cluster:
+        pass
+    with pytest.raises(RuntimeError):
+        async with cluster:
+            pass  # pragma: no cover

@@ -114,9 +114,7 @@ async def test_producer_and_consumer_group_with_rebalance(compression: str) -> N
                 await wait_for(lambda: a.assigned == set(range(PARTITIONS)))
                 await wait_for(lambda: len(a.values) == 200)
                 assert sorted(a.values) == sorted(values)
-                await wait_for(
-                    lambda: sum(cluster.committed_offsets("billing").values()) == 200
-                )
+                await wait_for(lambda: sum(cluster.committed_offsets("billing").values()) == 200)
                 first_generation = cluster.state.coordinator.group("billing")
                 assert first_generation is not None
                 generation = first_generation.generation_id
@@ -124,10 +122,12 @@ async def test_producer_and_consumer_group_with_rebalance(compression: str) -> N
                 # a second member joins: the group rebalances and splits the partitions
                 tg.start_soon(anyio.to_thread.run_sync, b.run)
                 await wait_for(
-                    lambda: bool(a.assigned)
-                    and bool(b.assigned)
-                    and a.assigned | b.assigned == set(range(PARTITIONS))
-                    and not a.assigned & b.assigned
+                    lambda: (
+                        bool(a.assigned)
+                        and bool(b.assigned)
+                        and a.assigned | b.assigned == set(range(PARTITIONS))
+                        and not a.assigned & b.assigned
+                    )
                 )
                 described = cluster.describe_group("billing")
                 assert described.group_state == "Stable"
@@ -142,9 +142,7 @@ async def test_producer_and_consumer_group_with_rebalance(compression: str) -> N
                 assert errors == []
                 await wait_for(lambda: len(a.values) + len(b.values) == 240)
                 assert sorted(a.values[200:] + b.values) == sorted(more)
-                await wait_for(
-                    lambda: sum(cluster.committed_offsets("billing").values()) == 240
-                )
+                await wait_for(lambda: sum(cluster.committed_offsets("billing").values()) == 240)
                 committed = cluster.committed_offsets("billing")
                 assert set(committed) == {TopicPartition(TOPIC, p) for p in range(PARTITIONS)}
                 a.stop.set()

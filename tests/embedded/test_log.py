@@ -222,3 +222,16 @@ def test_batch_header_layout_assumptions() -> None:
     assert struct.unpack_from(">qii", data, 0)[0] == 5
     assert struct.unpack_from(">qii", data, 0)[2] == 7
     assert data[16] == 2
+
+
+def test_header_only_validation() -> None:
+    log = PartitionLog()
+    good = batch(b"a", b"b", b"c")
+    assert log.append(good, now_ms=0, validate_records=False).base_offset == 0
+    assert log.high_watermark == 3
+    with pytest.raises(LogError) as info:
+        log.append(good[:-1] + bytes([good[-1] ^ 1]), now_ms=0, validate_records=False)
+    assert info.value.code == 2
+    with pytest.raises(LogError) as info:
+        log.append(batch(b"a", last_offset_delta=3), now_ms=0, validate_records=False)
+    assert info.value.code == 87

@@ -176,3 +176,42 @@ async def test_many_clients_survive_a_hostile_one(autojump_clock: trio.testing.M
                 for conn in (a, b, c):
                     await still_served(conn)
         assert not cluster.errors
+
+
+async def test_idle_connections_are_closed_when_configured(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    settings = BrokerSettings(connections_max_idle=600)
+    async with FakeCluster(topics={"t": 1}, settings=settings) as cluster, raw(cluster) as idle:
+        start = trio.current_time()
+        assert await closed_by_peer_after(idle, 700)
+        assert trio.current_time() - start == pytest.approx(600)
+
+
+async def closed_by_peer_after(stream: anyio.abc.SocketStream, seconds: float) -> bool:
+    try:
+        with anyio.fail_after(seconds):
+            await stream.receive()
+    except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionResetError):
+        return True
+    return False  # pragma: no cover
+
+
+async def test_creating_the_offsets_topic_explicitly(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from . import create_topics
+
+    async with FakeCluster(brokers=2, offsets_topic_num_partitions=4) as cluster:
+        async with connect(cluster) as conn:
+            resp = await conn.request(create_topics(7, ("__consumer_offsets", 1)))
+            assert resp.topics[0].error_code == 0
+            topic = cluster.state.topics.by_name["__consumer_offsets"]
+            assert topic.internal
+            assert len(topic.partitions) == 4
+            resp = await conn.request(create_topics(7, ("__consumer_offsets", 1)))
+            assert resp.topics[0].error_code == 36
+            all_topics = await conn.request(metadata(12, None))
+            (internal,) = all_topics.topics
+            assert internal.is_internal
+        assert not cluster.errors

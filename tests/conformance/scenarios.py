@@ -1,0 +1,866 @@
+"""Classic group coordinator scenarios, run the same way against any broker.
+
+Theory of operation:
+
+Each scenario is an ``async`` function taking a bootstrap address and
+returning a :data:`~tests.conformance.client.Transcript`: the list of
+``(step, normalised answer)`` pairs it observed, in the order the scenario
+records them (not the order the broker answered: requests parked in the
+background are recorded when the scenario collects them). A scenario never
+asserts; it drives simulated members through one corner of the protocol and
+the test compares the transcript with the one Apache Kafka produces.
+
+Everything a scenario waits for is a broker-side condition observed with
+DescribeGroups polling (``wait_state``) or the answer of a parked request.
+The only sleeps are the ones that let a timeout elapse (session, rebalance)
+or let a background request reach the broker; they are generous compared
+with the timeouts involved and never asserted on. Group and topic names are
+unique per run, so scenarios can share a broker with other tests.
+
+Timeouts: members use a 10 s session and a 5 s rebalance timeout unless the
+scenario is about a timeout, which then uses the broker minimum (1 s session)
+or a 3 s rebalance timeout. The tests wrap each scenario in a hang guard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final
+
+import anyio
+
+from gengroup.testing.pytest_plugin import make_unique_name
+
+from .client import (
+    Member,
+    Session,
+    Transcript,
+    id_shape,
+    open_session,
+    subscription_bytes,
+)
+
+__all__ = ["SCENARIOS"]
+
+SHORT_REBALANCE_MS: Final = 3_000
+"""Rebalance timeout of the scenarios that wait for it to expire."""
+
+MIN_SESSION_MS: Final = 1_000
+"""``group.min.session.timeout.ms`` of both brokers under test."""
+
+MAX_SESSION_MS: Final = 1_800_000
+"""``group.max.session.timeout.ms`` (Kafka's default) of both brokers under test."""
+
+PARK_DELAY: Final = 0.3
+"""Seconds allowed for a background request to reach the broker and park."""
+
+UNKNOWN_ID: Final = "conf-X-00000000-0000-4000-8000-000000000000"
+"""A member id no broker ever handed out (labelled ``"X"``)."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _group() -> str:
+    return make_unique_name("conf-g")
+
+
+async def _topic(s: Session, alias: str, partitions: int) -> str:
+    name = s.topic(make_unique_name(f"conf-{alias}"), alias)
+    answer = await s.admin.create_topic(name, partitions)
+    assert answer["error"] == "NONE", answer
+    return name
+
+
+async def _join_new(s: Session, m: Member, **kwargs: Any) -> dict[str, Any]:
+    """The KIP-394 handshake of a new dynamic member; both answers are recorded."""
+    s.record(f"{m.name} join without id", await m.join(**kwargs))
+    return s.record(f"{m.name} join with id", await m.join(**kwargs))
+
+
+async def _lead_alone(
+    s: Session, m: Member, assignment: Mapping[str, Sequence[int]], **kwargs: Any
+) -> None:
+    """``m`` creates a group alone and syncs its own assignment (generation 1)."""
+    await _join_new(s, m, **kwargs)
+    s.record(f"{m.name} sync", await m.sync({m: assignment}))
+
+
+async def _rebalance_in(
+    s: Session,
+    newcomer: Member,
+    joined: Sequence[Member],
+    *,
+    newcomer_kwargs: Mapping[str, Any] | None = None,
+    rejoin_kwargs: Mapping[Member, Mapping[str, Any]] | None = None,
+) -> None:
+    """A new dynamic member joins a group: handshake, rebalance, everyone rejoins.
+
+    Records the newcomer's two answers (``join without id``, ``join with id``)
+    and each existing member's ``rejoin``, in that order.
+    """
+    kw = dict(newcomer_kwargs or {})
+    s.record(f"{newcomer.name} join without id", await newcomer.join(**kw))
+    parked = s.spawn(lambda: newcomer.join(**kw))
+    await s.admin.wait_state(newcomer.group_id, "PreparingRebalance")
+    rejoins = [s.spawn(_bind_join(m, (rejoin_kwargs or {}).get(m, {}))) for m in joined]
+    s.record(f"{newcomer.name} join with id", await parked.result())
+    for m, pending in zip(joined, rejoins, strict=True):
+        s.record(f"{m.name} rejoin", await pending.result())
+
+
+def _bind_join(m: Member, kwargs: Mapping[str, Any]) -> Callable[[], Awaitable[dict[str, Any]]]:
+    async def run() -> dict[str, Any]:
+        return await m.join(**kwargs)
+
+    return run
+
+
+def _bind_sync(m: Member) -> Callable[[], Awaitable[dict[str, Any]]]:
+    async def run() -> dict[str, Any]:
+        return await m.sync()
+
+    return run
+
+
+async def _sync_all(
+    s: Session,
+    leader: Member,
+    followers: Sequence[Member],
+    assignments: Mapping[Member, Mapping[str, Sequence[int]]],
+) -> None:
+    """Followers send SyncGroup (parked), then the leader; records leader then followers."""
+    pending = [s.spawn(_bind_sync(f)) for f in followers]
+    await anyio.sleep(PARK_DELAY)
+    plan: dict[Member | str, Mapping[str, Sequence[int]] | bytes] = {
+        m: parts for m, parts in assignments.items()
+    }
+    s.record(f"{leader.name} sync", await leader.sync(plan))
+    for f, p in zip(followers, pending, strict=True):
+        s.record(f"{f.name} sync", await p.result())
+
+
+async def _two_member_group(
+    s: Session, group: str, topic: str, **kwargs: Any
+) -> tuple[Member, Member]:
+    """A leads generation 1 alone, B joins: generation 2, A gets t:0, B gets t:1."""
+    a = await s.member("A", group, topics=[topic])
+    b = await s.member("B", group, topics=[topic])
+    await _lead_alone(s, a, {topic: [0, 1]}, **kwargs)
+    await _rebalance_in(s, b, [a], newcomer_kwargs=kwargs, rejoin_kwargs={a: kwargs})
+    await _sync_all(s, a, [b], {a: {topic: [0]}, b: {topic: [1]}})
+    return a, b
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+async def member_id_required(bootstrap: str) -> Transcript:
+    """KIP-394: JoinGroup v4+ with an empty member id, then with the given id; v3 joins at once."""
+    async with open_session(bootstrap) as s:
+        group, old_group = _group(), _group()
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        await s.admin.wait_coordinator(group)
+        await s.admin.wait_coordinator(old_group)
+        a = await s.member("A", group, topics=[topic])
+        s.record("A join v9 without id", await a.join())
+        s.record("A member id shape", id_shape(a.member_id))
+        s.record("describe: a pending member is no member", await s.admin.describe(group))
+        s.record("A join v9 with id", await a.join())
+        b = await s.member("B", group, topics=[topic])
+        s.record("B join v4 without id", await b.join(version=4))
+        c = await s.member("C", old_group, topics=[topic])
+        s.record("C join v3 without id", await c.join(version=3))
+        s.record("C member id shape", id_shape(c.member_id))
+        return s.transcript
+
+
+async def pending_member_expires(bootstrap: str) -> Transcript:
+    """A member id handed out with MEMBER_ID_REQUIRED expires after the session timeout."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        await s.admin.wait_coordinator(group)
+        a = await s.member("A", group, topics=[topic])
+        s.record("A join without id", await a.join(session_ms=MIN_SESSION_MS))
+        await anyio.sleep(3 * MIN_SESSION_MS / 1000)
+        s.record("A join with the expired id", await a.join(session_ms=MIN_SESSION_MS))
+        a.member_id = ""
+        await _join_new(s, a, session_ms=MIN_SESSION_MS)
+        return s.transcript
+
+
+async def single_member_lifecycle(bootstrap: str) -> Transcript:
+    """One member: join, heartbeat while CompletingRebalance, sync, heartbeat, leave."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        await s.admin.wait_coordinator(group)
+        a = await s.member("A", group, topics=[topic])
+        await _join_new(s, a)
+        s.record("describe after join", await s.admin.describe(group))
+        s.record("A heartbeat while CompletingRebalance", await a.heartbeat())
+        s.record("A sync", await a.sync({a: {topic: [0, 1]}}))
+        s.record("A heartbeat while Stable", await a.heartbeat())
+        s.record("describe after sync", await s.admin.describe(group))
+        s.record("A sync again with another assignment", await a.sync({a: {topic: [0]}}))
+        s.record("A sync v3 while Stable", await a.sync(version=3))
+        s.record("A heartbeat v0", await a.heartbeat(version=0))
+        s.record("A leave", await a.leave())
+        s.record("describe after leave", await s.admin.describe(group))
+        s.record("A heartbeat after leave", await a.heartbeat())
+        s.record("A sync after leave", await a.sync())
+        s.record("A leave again", await a.leave())
+        return s.transcript
+
+
+async def second_member_rebalance(bootstrap: str) -> Transcript:
+    """A second member joins a Stable group; the first learns it from its heartbeat."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        await s.admin.wait_coordinator(group)
+        a = await s.member("A", group, topics=[topic])
+        b = await s.member("B", group, topics=[topic])
+        await _lead_alone(s, a, {topic: [0, 1]})
+        s.record("B join without id", await b.join())
+        s.record("describe: the pending B starts no rebalance", await s.admin.describe(group))
+        s.record("A heartbeat", await a.heartbeat())
+        parked = s.spawn(b.join)
+        await s.admin.wait_state(group, "PreparingRebalance")
+        s.record("describe while B waits", await s.admin.describe(group))
+        s.record("A heartbeat during the rebalance", await a.heartbeat())
+        s.record("A sync during the rebalance", await a.sync())
+        s.record("A rejoin", await a.join())
+        s.record("B join with id", await parked.result())
+        s.record("A heartbeat while CompletingRebalance", await a.heartbeat())
+        await _sync_all(s, a, [b], {a: {topic: [0]}, b: {topic: [1]}})
+        s.record("A heartbeat", await a.heartbeat())
+        s.record("B heartbeat", await b.heartbeat())
+        s.record("describe", await s.admin.describe(group))
+        return s.transcript
+
+
+async def leader_never_syncs(bootstrap: str) -> Transcript:
+    """The leader never sends SyncGroup: the parked follower and the rebalance timeout."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        await s.admin.wait_coordinator(group)
+        kw: dict[str, Any] = {"rebalance_ms": SHORT_REBALANCE_MS}
+        a = await s.member("A", group, topics=[topic])
+        b = await s.member("B", group, topics=[topic])
+        await _lead_alone(s, a, {topic: [0, 1]}, **kw)
+        await _rebalance_in(s, b, [a], newcomer_kwargs=kw, rejoin_kwargs={a: kw})
+        parked = s.spawn(b.sync)
+        await anyio.sleep(PARK_DELAY)
+        s.record("B sync still parked", not parked.done)
+        s.record("describe while B waits for the leader", await s.admin.describe(group))
+        s.record("B sync after the rebalance timeout", await parked.result())
+        s.record("describe after the timeout", await s.admin.describe(group))
+        s.record("A heartbeat", await a.heartbeat())
+        s.record("A sync (too late)", await a.sync({a: {topic: [0]}, b: {topic: [1]}}))
+        s.record("B heartbeat", await b.heartbeat())
+        s.record("B rejoin", await b.join(**kw))
+        s.record("B sync", await b.sync({b: {topic: [0, 1]}}))
+        s.record("describe", await s.admin.describe(group))
+        return s.transcript
+
+
+async def follower_never_syncs(bootstrap: str) -> Transcript:
+    """A follower never sends SyncGroup: removed after the rebalance timeout, even when Stable."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        await s.admin.wait_coordinator(group)
+        kw: dict[str, Any] = {"rebalance_ms": SHORT_REBALANCE_MS}
+        a = await s.member("A", group, topics=[topic])
+        b = await s.member("B", group, topics=[topic])
+        await _lead_alone(s, a, {topic: [0, 1]}, **kw)
+        await _rebalance_in(s, b, [a], newcomer_kwargs=kw, rejoin_kwargs={a: kw})
+        s.record("A sync", await a.sync({a: {topic: [0]}, b: {topic: [1]}}))
+        s.record("describe before the timeout", await s.admin.describe(group))
+        s.record("A heartbeats until an error", await a.heartbeat_until_not("NONE"))
+        s.record("describe after the timeout", await s.admin.describe(group))
+        s.record("B heartbeat", await b.heartbeat())
+        s.record("B sync (too late)", await b.sync())
+        s.record("A rejoin", await a.join(**kw))
+        return s.transcript
+
+
+async def member_misses_rejoin(bootstrap: str) -> Transcript:
+    """A member that only heartbeats during a rebalance is dropped when the join completes."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        other = s.topic(make_unique_name("conf-u"), "u")
+        await s.admin.wait_coordinator(group)
+        kw: dict[str, Any] = {"rebalance_ms": SHORT_REBALANCE_MS}
+        a, b = await _two_member_group(s, group, topic, **kw)
+        changed = (("range", subscription_bytes(topic, other)),)
+        parked = s.spawn(lambda: b.join(protocols=changed, **kw))
+        await s.admin.wait_state(group, "PreparingRebalance")
+        s.record(
+            "A heartbeats while REBALANCE_IN_PROGRESS, never rejoins",
+            await a.heartbeat_until_not("REBALANCE_IN_PROGRESS"),
+        )
+        s.record("B rejoin", await parked.result())
+        s.record("describe", await s.admin.describe(group))
+        s.record("A join with its old id", await a.join(**kw))
+        return s.transcript
+
+
+async def join_during_completing_rebalance(bootstrap: str) -> Transcript:
+    """A member joins while followers wait for the leader's SyncGroup: their syncs fail."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        await s.admin.wait_coordinator(group)
+        a = await s.member("A", group, topics=[topic])
+        b = await s.member("B", group, topics=[topic])
+        c = await s.member("C", group, topics=[topic])
+        await _lead_alone(s, a, {topic: [0, 1]})
+        await _rebalance_in(s, b, [a])
+        parked_sync = s.spawn(b.sync)
+        await anyio.sleep(PARK_DELAY)
+        s.record("C join without id", await c.join())
+        s.record("describe: the pending C changes nothing", await s.admin.describe(group))
+        parked_join = s.spawn(c.join)
+        await s.admin.wait_state(group, "PreparingRebalance")
+        s.record("B sync, parked before C joined", await parked_sync.result())
+        s.record("A sync (too late)", await a.sync({a: {topic: [0]}, b: {topic: [1]}}))
+        rejoin_a = s.spawn(a.join)
+        rejoin_b = s.spawn(b.join)
+        s.record("C join with id", await parked_join.result())
+        s.record("A rejoin", await rejoin_a.result())
+        s.record("B rejoin", await rejoin_b.result())
+        return s.transcript
+
+
+async def parked_join_blocks_connection(bootstrap: str) -> Transcript:
+    """A broker answers one connection's requests in order: a parked JoinGroup blocks the next."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        await s.admin.wait_coordinator(group)
+        a = await s.member("A", group, topics=[topic])
+        b = await s.member("B", group, topics=[topic])
+        await _lead_alone(s, a, {topic: [0, 1]})
+        s.record("B join without id", await b.join())
+        parked = s.spawn(b.join)
+        await s.admin.wait_state(group, "PreparingRebalance")
+        # Sent with generation -1 while the join is parked, on the same connection.
+        queued = s.spawn(b.heartbeat)
+        await anyio.sleep(PARK_DELAY)
+        s.record("B heartbeat still waiting behind the join", not queued.done)
+        s.record("A rejoin", await a.join())
+        s.record("B join with id", await parked.result())
+        s.record("B heartbeat sent during the join", await queued.result())
+        return s.transcript
+
+
+async def session_expiry(bootstrap: str) -> Transcript:
+    """A member stops heartbeating: removed after its session timeout, the other rebalances."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        await s.admin.wait_coordinator(group)
+        a = await s.member("A", group, topics=[topic])
+        b = await s.member("B", group, topics=[topic])
+        await _lead_alone(s, a, {topic: [0, 1]})
+        short: dict[str, Any] = {"session_ms": MIN_SESSION_MS}
+        await _rebalance_in(s, b, [a], newcomer_kwargs=short)
+        await _sync_all(s, a, [b], {a: {topic: [0]}, b: {topic: [1]}})
+        # B goes silent from here on.
+        s.record("A heartbeats until an error", await a.heartbeat_until_not("NONE"))
+        s.record("describe after B expired", await s.admin.describe(group))
+        s.record("B heartbeat", await b.heartbeat())
+        s.record("B sync", await b.sync())
+        s.record("B join with its old id", await b.join(**short))
+        s.record("A rejoin", await a.join())
+        s.record("A sync", await a.sync({a: {topic: [0, 1]}}))
+        s.record("describe", await s.admin.describe(group))
+        return s.transcript
+
+
+async def stale_generation(bootstrap: str) -> Transcript:
+    """Heartbeat, SyncGroup and OffsetCommit with a generation that is not the group's."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        await s.admin.wait_coordinator(group)
+        topic = await _topic(s, "t", 1)
+        a = await s.member("A", group, topics=[topic])
+        await _lead_alone(s, a, {topic: [0]})
+        s.record("A rejoin (the leader rejoins a Stable group)", await a.join())
+        s.record("A sync", await a.sync({a: {topic: [0]}}))
+        s.record("A heartbeat generation 1", await a.heartbeat(generation=1))
+        s.record("A heartbeat generation 3", await a.heartbeat(generation=3))
+        s.record("A sync generation 1", await a.sync(generation=1))
+        s.record(
+            "A commit generation 1", await a.commit_offsets(topic, {0: (1, None)}, generation=1)
+        )
+        s.record("A commit generation 2", await a.commit_offsets(topic, {0: (2, None)}))
+        s.record("A sync with another protocol name", await a.sync(protocol_name="roundrobin"))
+        s.record("A sync with another protocol type", await a.sync(protocol_type="connect"))
+        s.record("A sync without protocol type and name", await a.sync(protocol_type=None))
+        s.record("A heartbeat", await a.heartbeat())
+        return s.transcript
+
+
+async def unknown_member(bootstrap: str) -> Transcript:
+    """Requests from a member id the group does not know, and to a group that does not exist."""
+    async with open_session(bootstrap) as s:
+        group, nowhere = _group(), _group()
+        s.names.bind(UNKNOWN_ID, "X")
+        await s.admin.wait_coordinator(group)
+        await s.admin.wait_coordinator(nowhere)
+        topic = await _topic(s, "t", 1)
+        a = await s.member("A", group, topics=[topic])
+        await _lead_alone(s, a, {topic: [0]})
+        x: dict[str, Any] = {"member_id": UNKNOWN_ID}
+        s.record("heartbeat", await a.heartbeat(**x))
+        s.record("sync", await a.sync(**x))
+        s.record("join", await a.join(**x))
+        s.record("commit", await a.commit_offsets(topic, {0: (1, None)}, **x))
+        s.record("leave", await a.leave(**x))
+        s.record("describe: A is alone and Stable", await s.admin.describe(group))
+        s.record("A heartbeat", await a.heartbeat())
+        s.record("heartbeat, unknown group", await a.heartbeat(group_id=nowhere, **x))
+        s.record("join with an id, unknown group", await a.join(group_id=nowhere, **x))
+        s.record("leave, unknown group", await a.leave(group_id=nowhere, **x))
+        s.record(
+            "commit generation 1, unknown group, v8",
+            await a.commit(
+                nowhere,
+                generation=1,
+                member_id=UNKNOWN_ID,
+                instance_id=None,
+                topic=topic,
+                offsets={0: (1, None)},
+            ),
+        )
+        s.record(
+            "commit generation 1, unknown group, v9",
+            await a.commit(
+                nowhere,
+                generation=1,
+                member_id=UNKNOWN_ID,
+                instance_id=None,
+                topic=topic,
+                offsets={0: (1, None)},
+                version=9,
+            ),
+        )
+        s.record("describe: the unknown group was not created", await s.admin.describe(nowhere))
+        s.record("describe v6, unknown group", await s.admin.describe(nowhere, version=6))
+        return s.transcript
+
+
+async def offset_commit_states(bootstrap: str) -> Transcript:
+    """OffsetCommit in every group state, with OffsetFetch checking what was stored."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        await s.admin.wait_coordinator(group)
+        topic = await _topic(s, "t", 2)
+        admin = s.admin
+
+        async def fetch(step: str) -> None:
+            s.record(step, await admin.fetch_offsets(group, topic, [0, 1]))
+
+        await fetch("fetch, unknown group")
+        s.record(
+            "simple commit, unknown group",
+            await admin.commit(
+                group,
+                generation=-1,
+                member_id="",
+                instance_id=None,
+                topic=topic,
+                offsets={0: (10, "simple")},
+            ),
+        )
+        s.record("describe after the simple commit", await admin.describe(group))
+        await fetch("fetch after the simple commit")
+        a = await s.member("A", group, topics=[topic])
+        b = await s.member("B", group, topics=[topic])
+        await _join_new(s, a)
+        s.record(
+            "A commit while CompletingRebalance",
+            await a.commit_offsets(topic, {0: (11, "completing")}),
+        )
+        s.record(
+            "simple commit, non-empty group",
+            await admin.commit(
+                group,
+                generation=-1,
+                member_id="",
+                instance_id=None,
+                topic=topic,
+                offsets={0: (12, "simple2")},
+            ),
+        )
+        s.record("A sync", await a.sync({a: {topic: [0, 1]}}))
+        s.record("A commit while Stable", await a.commit_offsets(topic, {0: (20, "stable")}))
+        await fetch("fetch while Stable")
+        s.record("B join without id", await b.join())
+        parked = s.spawn(b.join)
+        await admin.wait_state(group, "PreparingRebalance")
+        s.record(
+            "A commit while PreparingRebalance",
+            await a.commit_offsets(topic, {0: (30, "preparing")}),
+        )
+        s.record(
+            "A commit generation 0 while PreparingRebalance",
+            await a.commit_offsets(topic, {0: (31, "stale")}, generation=0),
+        )
+        # B's own connection is blocked behind its parked JoinGroup: commit as B elsewhere.
+        s.record(
+            "B commit before its first generation",
+            await admin.commit(
+                group,
+                generation=-1,
+                member_id=b.member_id,
+                instance_id=None,
+                topic=topic,
+                offsets={1: (32, "joining")},
+            ),
+        )
+        s.record("A rejoin", await a.join())
+        s.record("B join with id", await parked.result())
+        s.record(
+            "A commit generation 2 while CompletingRebalance",
+            await a.commit_offsets(topic, {0: (40, "completing")}),
+        )
+        s.record(
+            "A commit generation 1 while CompletingRebalance",
+            await a.commit_offsets(topic, {0: (41, "stale")}, generation=1),
+        )
+        await fetch("fetch after the rebalance")
+        await _sync_all(s, a, [b], {a: {topic: [0]}, b: {topic: [1]}})
+        s.record("B commit while Stable", await b.commit_offsets(topic, {1: (50, None)}))
+        await fetch("fetch at the end")
+        return s.transcript
+
+
+async def leave_unknown_member(bootstrap: str) -> Transcript:
+    """LeaveGroup of unknown members, alone and batched with a known one."""
+    async with open_session(bootstrap) as s:
+        group, nowhere = _group(), _group()
+        s.names.bind(UNKNOWN_ID, "X")
+        await s.admin.wait_coordinator(group)
+        await s.admin.wait_coordinator(nowhere)
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        a = await s.member("A", group, topics=[topic])
+        await _lead_alone(s, a, {topic: [0]})
+        s.record("leave X", await a.leave(member_id=UNKNOWN_ID))
+        s.record("leave X, unknown group", await a.leave(member_id=UNKNOWN_ID, group_id=nowhere))
+        s.record(
+            "leave X by instance id only",
+            await a.leave(member_id="", instance_id="conf-no-such-instance"),
+        )
+        s.record("leave X, v2", await a.leave(member_id=UNKNOWN_ID, version=2))
+        s.record(
+            "leave X, unknown group, v2",
+            await a.leave(member_id=UNKNOWN_ID, group_id=nowhere, version=2),
+        )
+        s.record("describe: A unaffected", await s.admin.describe(group))
+        s.record("A heartbeat", await a.heartbeat())
+        s.record("A leave", await a.leave())
+        s.record("describe after A left", await s.admin.describe(group))
+        return s.transcript
+
+
+async def static_membership(bootstrap: str) -> Transcript:
+    """group.instance.id: a restarted static member takes over; the old id is fenced."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        await s.admin.wait_coordinator(group)
+        topic = await _topic(s, "t", 1)
+        instance = "conf-i1"
+        old = await s.member("A", group, topics=[topic], instance_id=instance)
+        s.record("A join without id (static)", await old.join())
+        s.record("A member id shape", id_shape(old.member_id))
+        s.record("A sync", await old.sync({old: {topic: [0]}}))
+        new = await s.member("A", group, topics=[topic], instance_id=instance)
+        s.record("A' join without id, same instance", await new.join())
+        s.record("describe after the replacement", await s.admin.describe(group))
+        s.record("old A heartbeat", await old.heartbeat())
+        s.record("old A sync", await old.sync())
+        s.record("old A commit", await old.commit_offsets(topic, {0: (1, None)}))
+        s.record("old A join with its id", await old.join())
+        s.record("old A heartbeat without instance id", await _without_instance(old))
+        s.record("old A leave", await old.leave())
+        s.record("A' heartbeat", await new.heartbeat())
+        s.record("A' sync", await new.sync())
+        s.record("A' rejoin with its id", await new.join())
+        s.record("A' sync", await new.sync({new: {topic: [0]}}))
+        s.record("leave by instance id only", await new.leave(member_id=""))
+        s.record("describe after the leave", await s.admin.describe(group))
+        return s.transcript
+
+
+async def _without_instance(m: Member) -> str:
+    instance, m.instance_id = m.instance_id, None
+    try:
+        return await m.heartbeat()
+    finally:
+        m.instance_id = instance
+
+
+async def describe_list_lifecycle(bootstrap: str) -> Transcript:
+    """DescribeGroups and ListGroups state names through a group's whole life."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        await s.admin.wait_coordinator(group)
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        admin = s.admin
+
+        async def look(when: str) -> None:
+            s.record(f"describe {when}", await admin.describe(group))
+            s.record(f"list {when}", await admin.list_group(group))
+
+        await look("before any join")
+        a = await s.member("A", group, topics=[topic])
+        b = await s.member("B", group, topics=[topic])
+        s.record("A join without id", await a.join())
+        await look("with a pending member")
+        s.record("A join with id", await a.join())
+        await look("after the first join")
+        s.record(
+            "list Stable only, while CompletingRebalance",
+            await admin.list_group(group, states=["Stable"]),
+        )
+        s.record("A sync", await a.sync({a: {topic: [0, 1]}}))
+        await look("when Stable")
+        s.record("list Stable only", await admin.list_group(group, states=["Stable"]))
+        s.record("list Empty only", await admin.list_group(group, states=["Empty"]))
+        s.record("list Stable only, lower case", await admin.list_group(group, states=["stable"]))
+        s.record(
+            "list v5, classic only", await admin.list_group(group, types=["classic"], version=5)
+        )
+        s.record(
+            "list v5, consumer only", await admin.list_group(group, types=["consumer"], version=5)
+        )
+        s.record("describe v6 when Stable", await admin.describe(group, version=6))
+        s.record("B join without id", await b.join())
+        parked = s.spawn(b.join)
+        await admin.wait_state(group, "PreparingRebalance")
+        await look("while rebalancing")
+        s.record("A rejoin", await a.join())
+        s.record("B join with id", await parked.result())
+        await _sync_all(s, a, [b], {a: {topic: [0]}, b: {topic: [1]}})
+        s.record("A (leader) leave", await a.leave())
+        await look("after the leader left")
+        s.record("B rejoin", await b.join())
+        s.record("B sync", await b.sync({b: {topic: [0, 1]}}))
+        await look("with B leading")
+        s.record("B leave", await b.leave())
+        await look("after everyone left")
+        s.record("delete", await admin.delete_group(group))
+        await look("after delete")
+        s.record("describe v6 after delete", await admin.describe(group, version=6))
+        return s.transcript
+
+
+async def delete_groups(bootstrap: str) -> Transcript:
+    """DeleteGroups: NON_EMPTY_GROUP while a member is in, success once it left."""
+    async with open_session(bootstrap) as s:
+        group, offsets_only, nowhere = _group(), _group(), _group()
+        for g in (group, offsets_only, nowhere):
+            await s.admin.wait_coordinator(g)
+        topic = await _topic(s, "t", 1)
+        a = await s.member("A", group, topics=[topic])
+        await _lead_alone(s, a, {topic: [0]})
+        s.record("A commit", await a.commit_offsets(topic, {0: (5, "x")}))
+        s.record("delete while Stable", await s.admin.delete_group(group))
+        s.record("A heartbeat", await a.heartbeat())
+        s.record("A leave", await a.leave())
+        s.record("delete after the leave", await s.admin.delete_group(group))
+        s.record("delete again", await s.admin.delete_group(group))
+        s.record("fetch offsets after delete", await s.admin.fetch_offsets(group, topic, [0]))
+        s.record("describe after delete", await s.admin.describe(group))
+        s.record("A join with its old id", await a.join())
+        s.record(
+            "simple commit",
+            await s.admin.commit(
+                offsets_only,
+                generation=-1,
+                member_id="",
+                instance_id=None,
+                topic=topic,
+                offsets={0: (7, None)},
+            ),
+        )
+        s.record("delete a group holding only offsets", await s.admin.delete_group(offsets_only))
+        s.record("delete a group that never existed", await s.admin.delete_group(nowhere))
+        return s.transcript
+
+
+async def follower_rejoin_stable(bootstrap: str) -> Transcript:
+    """A known follower rejoining a Stable group: same generation unless its metadata changed."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        await s.admin.wait_coordinator(group)
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        other = s.topic(make_unique_name("conf-u"), "u")
+        a, b = await _two_member_group(s, group, topic)
+        s.record("B rejoin, unchanged metadata", await b.join())
+        s.record("describe", await s.admin.describe(group))
+        s.record("A heartbeat", await a.heartbeat())
+        s.record("B heartbeat", await b.heartbeat())
+        s.record("B sync", await b.sync())
+        changed = (("range", subscription_bytes(topic, other)),)
+        parked = s.spawn(lambda: b.join(protocols=changed))
+        await s.admin.wait_state(group, "PreparingRebalance")
+        s.record("A heartbeat after B changed its subscription", await a.heartbeat())
+        s.record("A rejoin", await a.join())
+        s.record("B rejoin, new metadata", await parked.result())
+        return s.transcript
+
+
+async def protocol_vote(bootstrap: str) -> Transcript:
+    """Members offering different protocol lists: candidates, votes, inconsistent protocols."""
+    async with open_session(bootstrap) as s:
+        group, fresh, fresh2 = _group(), _group(), _group()
+        for g in (group, fresh, fresh2):
+            await s.admin.wait_coordinator(g)
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        sub = subscription_bytes(topic)
+        range_rr: dict[str, Any] = {"protocols": (("range", sub), ("roundrobin", sub))}
+        rr_range: dict[str, Any] = {"protocols": (("roundrobin", sub), ("range", sub))}
+        a = await s.member("A", group, topics=[topic])
+        b = await s.member("B", group, topics=[topic])
+        c = await s.member("C", group, topics=[topic])
+        await _join_new(s, a, **range_rr)
+        s.record("A sync", await a.sync({a: {topic: [0]}}))
+        # One vote each for range and roundrobin: Kafka keeps the first in HashMap order.
+        await _rebalance_in(s, b, [a], newcomer_kwargs=rr_range, rejoin_kwargs={a: range_rr})
+        await _sync_all(s, a, [b], {a: {topic: [0]}})
+        # Two votes for roundrobin.
+        await _rebalance_in(
+            s, c, [a, b], newcomer_kwargs=rr_range, rejoin_kwargs={a: range_rr, b: rr_range}
+        )
+        await _sync_all(s, a, [b, c], {a: {topic: [0]}})
+        d = await s.member("D", group, topics=[topic])
+        s.record(
+            "D join offering only sticky",
+            await d.join(protocols=(("sticky", sub),)),
+        )
+        s.record(
+            "D join with protocol type connect", await d.join(protocol_type="connect", **rr_range)
+        )
+        s.record("describe", await s.admin.describe(group))
+        e = await s.member("E", fresh, topics=[topic])
+        s.record("E join with no protocol, fresh group", await e.join(protocols=()))
+        f = await s.member("F", fresh2, topics=[topic])
+        s.record("F join with an empty protocol type, fresh group", await f.join(protocol_type=""))
+        return s.transcript
+
+
+async def invalid_session_timeout(bootstrap: str) -> Transcript:
+    """Session timeouts outside [group.min.session.timeout.ms, group.max.session.timeout.ms]."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        await s.admin.wait_coordinator(group)
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        a = await s.member("A", group, topics=[topic])
+        s.record("join, session below the minimum", await a.join(session_ms=MIN_SESSION_MS - 1))
+        s.record("join, session above the maximum", await a.join(session_ms=MAX_SESSION_MS + 1))
+        s.record("describe: no group was created", await s.admin.describe(group))
+        s.record("join, session at the minimum", await a.join(session_ms=MIN_SESSION_MS))
+        s.record(
+            "join with id, session below the minimum",
+            await a.join(session_ms=MIN_SESSION_MS - 1),
+        )
+        s.record("join with id, session at the maximum", await a.join(session_ms=MAX_SESSION_MS))
+        s.record("join, empty group id", await a.join(group_id="", member_id=""))
+        return s.transcript
+
+
+async def offset_commit_unknown_partition(bootstrap: str) -> Transcript:
+    """OffsetCommit to a partition or topic the broker does not have."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        s.names.bind(UNKNOWN_ID, "X")
+        await s.admin.wait_coordinator(group)
+        topic = await _topic(s, "t", 1)
+        missing = s.topic(make_unique_name("conf-missing"), "missing")
+        a = await s.member("A", group, topics=[topic])
+        await _lead_alone(s, a, {topic: [0]})
+        s.record("A commit to t[7]", await a.commit_offsets(topic, {7: (1, None)}))
+        s.record(
+            "A commit to t[0] and t[7]",
+            await a.commit_offsets(topic, {0: (2, None), 7: (3, None)}),
+        )
+        s.record("A commit to an unknown topic", await a.commit_offsets(missing, {0: (4, None)}))
+        s.record(
+            "X commit to t[7]",
+            await a.commit_offsets(topic, {7: (5, None)}, member_id=UNKNOWN_ID),
+        )
+        s.record("fetch t[0] and t[7]", await s.admin.fetch_offsets(group, topic, [0, 7]))
+        return s.transcript
+
+
+async def list_offsets_edges(bootstrap: str) -> Transcript:
+    """CreateTopics errors and ListOffsets earliest/latest/max-timestamp on an empty topic."""
+    async with open_session(bootstrap) as s:
+        admin = s.admin
+        name = s.topic(make_unique_name("conf-t"), "t")
+        missing = s.topic(make_unique_name("conf-missing"), "missing")
+        zero = s.topic(make_unique_name("conf-zero"), "zero")
+        s.record("create t", await admin.create_topic(name, 1))
+        s.record("create t again", await admin.create_topic(name, 1, wait=False))
+        s.record("create with 0 partitions", await admin.create_topic(zero, 0, wait=False))
+        s.record("list offsets earliest", await admin.list_offsets(name, 0, -2))
+        s.record("list offsets latest", await admin.list_offsets(name, 0, -1))
+        s.record("list offsets max timestamp", await admin.list_offsets(name, 0, -3))
+        s.record("list offsets, partition 3", await admin.list_offsets(name, 3, -1))
+        s.record("list offsets, unknown topic", await admin.list_offsets(missing, 0, -1))
+        return s.transcript
+
+
+async def fetch_edges(bootstrap: str) -> Transcript:
+    """Fetch on an empty topic: at the log end, beyond it, before it, and unknown partitions."""
+    async with open_session(bootstrap) as s:
+        admin = s.admin
+        name = await _topic(s, "t", 1)
+        missing = s.topic(make_unique_name("conf-missing"), "missing")
+        s.record("fetch at 0", await admin.fetch(name, 0, 0))
+        s.record("fetch at 5", await admin.fetch(name, 0, 5))
+        s.record("fetch at -1", await admin.fetch(name, 0, -1))
+        s.record("fetch partition 3", await admin.fetch(name, 3, 0))
+        s.record("fetch unknown topic", await admin.fetch(missing, 0, 0))
+        return s.transcript
+
+
+Scenario = Callable[[str], Awaitable[Transcript]]
+
+SCENARIOS: Final[dict[str, Scenario]] = {
+    f.__name__: f
+    for f in (
+        member_id_required,
+        pending_member_expires,
+        single_member_lifecycle,
+        second_member_rebalance,
+        leader_never_syncs,
+        follower_never_syncs,
+        member_misses_rejoin,
+        join_during_completing_rebalance,
+        parked_join_blocks_connection,
+        session_expiry,
+        stale_generation,
+        unknown_member,
+        offset_commit_states,
+        leave_unknown_member,
+        static_membership,
+        describe_list_lifecycle,
+        delete_groups,
+        follower_rejoin_stable,
+        protocol_vote,
+        invalid_session_timeout,
+        offset_commit_unknown_partition,
+        list_offsets_edges,
+        fetch_edges,
+    )
+}
+"""Every scenario by name, in a sensible reading order."""

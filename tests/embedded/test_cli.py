@@ -1,0 +1,72 @@
+"""``gengroup serve``: the standalone embedded broker."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gengroup.cli import build_parser
+from gengroup.cli.serve import parse_topic
+from gengroup.io.cluster import Cluster
+
+
+def command(*args: str) -> list[str]:
+    script = Path(sys.executable).with_name("gengroup")
+    if script.exists():
+        return [str(script), *args]
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from gengroup.cli import main; sys.exit(main())",
+        *args,
+    ]
+
+
+def test_parse_topic() -> None:
+    assert parse_topic("payments:6") == ("payments", 6)
+    assert parse_topic("plain") == ("plain", 1)
+    assert parse_topic("a:b:2") == ("a:b", 2)
+    for bad in ("x:0", ":3", "x:-1", "x:y"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_topic(bad)
+
+
+def test_parser_has_the_serve_subcommand() -> None:
+    args = build_parser().parse_args(["serve", "--brokers", "2", "--topic", "t:3"])
+    assert (args.command, args.brokers, args.topics, args.port) == ("serve", 2, [("t", 3)], 0)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_serve_prints_bootstrap_and_stops_cleanly(sig: signal.Signals) -> None:
+    cmd = command("serve", "--brokers", "2", "--topic", "payments:3", "--topic", "audit:1")
+    async with await anyio.open_process(cmd) as process:
+        assert process.stdout is not None
+        with anyio.fail_after(20):
+            line = b""
+            while not line.endswith(b"\n"):
+                line += await process.stdout.receive(1)
+        text = line.decode().rstrip("\n")
+        assert re.fullmatch(r"bootstrap 127\.0\.0\.1:\d+,127\.0\.0\.1:\d+", text), text
+        bootstrap = text.split(" ", 1)[1]
+        async with Cluster(bootstrap) as client:
+            topics = await client.refresh_metadata(["payments", "audit"])
+            assert len(topics["payments"].partitions) == 3
+            assert len(topics["audit"].partitions) == 1
+            assert sorted(client.brokers) == [0, 1]
+        process.send_signal(sig)
+        with anyio.fail_after(20):
+            code = await process.wait()
+        assert code == 0
+        assert process.stderr is not None
+        rest = b""
+        async for chunk in process.stdout:
+            rest += chunk
+        assert rest == b""  # exactly one line on stdout
