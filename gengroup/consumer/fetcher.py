@@ -176,7 +176,6 @@ class Fetcher:
 
     async def _broker_loop(self, node: int) -> None:
         cfg = self._config
-        attempt = 0
         try:
             while True:
                 mine = [p for p in self._parts.values() if p.leader == node]
@@ -204,12 +203,14 @@ class Fetcher:
                     )
                 except (KafkaConnectionError, ProtocolError, StaleMetadataError) as exc:
                     log.info("group %s: fetch from broker %d failed: %s", cfg.group_id, node, exc)
+                    await self._cluster.backoff(0)
+                    # Leave the loop set before asking for a re-route, so
+                    # the manager starts a fresh loop for this broker if it
+                    # still leads these partitions.
+                    self._loops.discard(node)
                     for p in mine:
                         self._stale(p)
-                    await self._cluster.backoff(attempt)
-                    attempt += 1
                     return
-                attempt = 0
                 for tp, pf in result.items():
                     part = self._parts.get(tp)
                     if part is None or part.position != ready.get(tp):

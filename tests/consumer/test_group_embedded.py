@@ -1,0 +1,213 @@
+"""Consumer-group behaviour on the embedded broker, in virtual time.
+
+trio's MockClock(autojump_threshold=0) drives every sleep and timeout, the
+broker's too, so timings are asserted exactly and the tests are deterministic.
+Fault injection reproduces what a real cluster does only by accident: lost
+heartbeats, rebalance answers, a moving coordinator, a moving partition
+leader, a restarting broker.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+import trio
+import trio.testing
+from kio.schema.errors import ErrorCode
+
+from gengroup import ConsumerGroup, Generation, TaskStuckError, TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Drop, Fail, Intercepted
+from gengroup.protocol.records import NewRecord
+from gengroup.protocol.versions import ApiKey
+
+from .helpers import Ledger, all_partitions, covers_exactly_once
+
+SETTINGS = {
+    "session_timeout": 10.0,
+    "heartbeat_interval": 1.0,
+    "rebalance_timeout": 20.0,
+    "commit_interval": 1.0,
+    "join_backoff": 0.5,
+    "fetch_max_wait": 0.5,
+    "request_timeout": 30.0,
+}
+
+
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+def produce(
+    cluster: FakeCluster, topic: str, partitions: int, per_partition: int, start: int = 0
+) -> None:
+    for p in range(partitions):
+        cluster.produce(
+            topic,
+            [
+                NewRecord(None, f"{p}-{i}".encode(), (), 0)
+                for i in range(start, start + per_partition)
+            ],
+            partition=p,
+        )
+
+
+async def test_rebalance_answer_rejoins_with_the_same_member_id(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            first = await group.next()
+            cluster.control(
+                ApiKey.HEARTBEAT,
+                lambda req: Fail(ErrorCode.rebalance_in_progress),
+                once=True,
+            )
+            t0 = trio.current_time()
+            second = await group.next()
+            assert first.ended
+            assert first.end_reason == "heartbeat answered REBALANCE_IN_PROGRESS"
+            assert second.member_id == first.member_id
+            assert second.id == first.id + 1
+            # The next heartbeat is one interval away; the rejoin is immediate.
+            assert trio.current_time() - t0 == pytest.approx(
+                SETTINGS["heartbeat_interval"], abs=0.01
+            )
+
+
+async def test_illegal_generation_resets_the_member_id(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            first = await group.next()
+            cluster.control(
+                ApiKey.HEARTBEAT, lambda req: Fail(ErrorCode.illegal_generation), once=True
+            )
+            second = await group.next()
+            assert second.member_id != first.member_id
+            assert first.end_reason == "heartbeat answered ILLEGAL_GENERATION"
+
+
+async def test_lost_heartbeats_end_the_generation_after_one_session_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        settings = dict(SETTINGS, request_timeout=3.0, fetch_max_wait=0.5)
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+            first = await group.next()
+            await anyio.sleep(2.5)  # two good heartbeats: at 1.0 and 2.0
+            last_ok = 2.0
+            dropping = cluster.control(ApiKey.HEARTBEAT, lambda req: Drop())
+            t_start = trio.current_time() - 2.5
+            second = await group.next()
+            dropping.remove()
+            ended_at = trio.current_time() - t_start
+            # Heartbeats at 3, then (timeout 3 s) 7, ... the member gives up at
+            # the first failure a whole session timeout after the last success.
+            assert ended_at >= last_ok + SETTINGS["session_timeout"]
+            assert first.end_reason is not None
+            assert "no successful heartbeat for a session timeout" in first.end_reason
+            assert second.id > first.id
+
+
+async def test_coordinator_move_is_followed(autojump_clock: trio.testing.MockClock) -> None:
+    async with FakeCluster(brokers=3, topics={"t": 3}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            first = await group.next()
+            old = cluster.coordinator_of("g")
+            new = (old + 1) % 3
+            cluster.move_coordinator("g", new)
+            second = await group.next()
+            assert first.end_reason is not None and "NOT_COORDINATOR" in first.end_reason
+            assert second.member_id == first.member_id
+            assert group._coordinator == new
+
+
+async def test_partition_leader_change_is_followed_without_losing_records(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(brokers=3, topics={"t": 3}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, "t", 3, 100)
+        ledger = Ledger()
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ledger.member, "m", group)
+                await ledger.wait_for(lambda: len(ledger.processed) == 300, "the first 300")
+                for p in range(3):
+                    cluster.move_partition_leader("t", p, (p + 1) % 3)
+                produce(cluster, "t", 3, 100, start=100)
+                await ledger.wait_for(lambda: len(ledger.processed) == 600, "all 600")
+                # The generation did not need to end: only the fetcher moved.
+                assert len(ledger.generations["m"]) == 1
+                tg.cancel_scope.cancel()
+        assert all(n == 1 for n in ledger.processed.values())
+
+
+async def test_broker_restart_is_survived(autojump_clock: trio.testing.MockClock) -> None:
+    async with FakeCluster(brokers=1, topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, "t", 2, 50)
+        ledger = Ledger()
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ledger.member, "m", group)
+                await ledger.wait_for(lambda: len(ledger.processed) == 100, "the first 100")
+                await cluster.restart_broker(0, downtime=3.0)
+                produce(cluster, "t", 2, 50, start=50)
+                await ledger.wait_for(lambda: len(ledger.processed) == 200, "all 200", timeout=120)
+                tg.cancel_scope.cancel()
+        assert set(ledger.processed) == {f"{p}-{i}".encode() for p in range(2) for i in range(100)}
+
+
+async def test_teardown_deadline_is_exactly_the_rebalance_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def stubborn() -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(1000.0)
+
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            gen = await group.next()
+            gen.start_soon(stubborn, name="stubborn")
+            await anyio.sleep(0.5)
+            t0 = trio.current_time()
+            gen.cancel("test")
+            with pytest.raises(TaskStuckError, match="stubborn"):
+                await group.next()
+            assert trio.current_time() - t0 == SETTINGS["rebalance_timeout"]
+
+
+async def test_three_members_share_partitions_in_virtual_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(brokers=3, topics={"t": 12}, initial_rebalance_delay_ms=3000) as cluster:
+        produce(cluster, "t", 12, 20)
+        ledger = Ledger()
+        every = all_partitions("t", 12)
+
+        async def member(name: str) -> None:
+            async with ConsumerGroup(
+                "g", ["t"], cluster.bootstrap, client_id=name, **SETTINGS
+            ) as g:
+                await ledger.member(name, g)
+
+        async with anyio.create_task_group() as tg:
+            for name in ("a", "b", "c"):
+                tg.start_soon(member, name)
+            await ledger.wait_for(
+                lambda: (
+                    len(ledger.current()) == 3
+                    and covers_exactly_once(ledger.current().values(), every)
+                ),
+                "3 members",
+            )
+            first: Generation = ledger.current()["a"]
+            # Everyone arrived during the initial delay: one generation, formed
+            # when the 3 s delay expired.
+            assert first.id == 1
+            await ledger.wait_for(lambda: len(ledger.processed) == 240, "every record")
+            tg.cancel_scope.cancel()
+        assert not ledger.overlaps
+        assert TopicPartition("t", 0) in every
