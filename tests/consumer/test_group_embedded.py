@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from gengroup import ConsumerGroup, Generation, TaskStuckError, TopicPartition
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Drop, Fail, Intercepted
+from gengroup.broker.faults import Drop, Fail
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
