@@ -227,7 +227,9 @@ class ConsumerGroup:
         finally:
             assert self._tg_cm is not None
             try:
-                await self._tg_cm.__aexit__(*exc_info)
+                # aclose() ended the run loop; the body's exception propagates
+                # as itself instead of being wrapped by the group's task group.
+                await self._tg_cm.__aexit__(None, None, None)
             finally:
                 self._recv.close()
                 await self._cluster.__aexit__(None, None, None)

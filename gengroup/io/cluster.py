@@ -143,9 +143,13 @@ class Cluster:
         return self
 
     async def __aexit__(self, *exc: object) -> bool | None:
+        # Every connection is closed first, so the task group's serve tasks
+        # return by themselves; the body's exception (if any) is not handed
+        # to the task group, so it propagates as itself, unwrapped.
         await self.aclose()
         assert self._tg_cm is not None
-        return await self._tg_cm.__aexit__(*exc)  # type: ignore[arg-type]
+        await self._tg_cm.__aexit__(None, None, None)
+        return None
 
     async def aclose(self) -> None:
         """Close every pooled connection."""

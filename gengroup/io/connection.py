@@ -322,9 +322,19 @@ async def open_connection(
         connect_timeout=connect_timeout,
         request_timeout=request_timeout,
     )
-    async with anyio.create_task_group() as tg:
+    # The task group is entered by hand so that a failure to connect, and an
+    # exception from the body, come out as themselves rather than wrapped in
+    # an exception group: the serve task never raises once started, and it
+    # returns as soon as the connection is closed.
+    tg = anyio.create_task_group()
+    await tg.__aenter__()
+    try:
         await tg.start(conn.serve)
-        try:
-            yield conn
-        finally:
-            await conn.aclose()
+    except BaseException:
+        await tg.__aexit__(None, None, None)
+        raise
+    try:
+        yield conn
+    finally:
+        await conn.aclose()
+        await tg.__aexit__(None, None, None)

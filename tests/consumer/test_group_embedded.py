@@ -211,3 +211,20 @@ async def test_three_members_share_partitions_in_virtual_time(
             tg.cancel_scope.cancel()
         assert not ledger.overlaps
         assert TopicPartition("t", 0) in every
+
+
+class AppError(Exception):
+    pass
+
+
+async def test_an_exception_in_the_body_leaves_the_group_unwrapped(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        with pytest.raises(AppError):
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+                gen = await group.next()
+                gen.mark(TopicPartition("t", 0), 0)
+                raise AppError("the application failed")
+        described = cluster.describe_group("g")
+        assert described.group_state == "Empty", "the member sent LeaveGroup"

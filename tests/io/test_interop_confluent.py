@@ -178,11 +178,15 @@ async def test_read_committed_skips_librdkafka_aborted_transactions(
         admin = Admin(cluster)
         await admin.create_topics({topic: 1})
         await anyio.to_thread.run_sync(_transactions, kafka.bootstrap, topic)
-        end = (await admin.list_offsets([tp], "latest"))[tp]
+        # Seven data records and three control markers. The transaction
+        # coordinator writes the last marker after EndTxn returns, so wait
+        # for it rather than race it.
+        with anyio.fail_after(30):
+            while (end := (await admin.list_offsets([tp], "latest"))[tp]) < 7 + 3:
+                await anyio.sleep(0.05)
         committed = await read_partition(cluster, tp, 0, end, isolation_level="read_committed")
         assert [r.value for r in committed] == [b"c1", b"c2", b"c3", b"p1", b"c4"]
         everything = await read_partition(cluster, tp, 0, end, isolation_level="read_uncommitted")
         assert [r.value for r in everything] == [b"c1", b"c2", b"c3", b"a1", b"a2", b"p1", b"c4"]
-        # Three control markers sit between the data: offsets skip over them.
         assert end == 7 + 3
         assert (await admin.list_offsets([tp], "latest", read_committed=True))[tp] == end
