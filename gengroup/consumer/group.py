@@ -186,16 +186,18 @@ class ConsumerGroup:
         )
         self._admin = Admin(self._cluster, timeout=request_timeout)
         self._coordinator: int | None = None
+        # The channel from the run loop to ``next()``; made in ``__aenter__``.
         self._send: MemoryObjectSendStream[Generation | _Failure]
         self._recv: MemoryObjectReceiveStream[Generation | _Failure]
-        self._send, self._recv = anyio.create_memory_object_stream[Generation | _Failure](0)
         self._tg: anyio.abc.TaskGroup | None = None
         self._tg_cm: Any = None
         self._closing = False
         self._failure: BaseException | None = None
         self._current: Generation | None = None
-        self._done = anyio.Event()
-        self._join_scope = anyio.CancelScope()
+        # Event-loop objects are made in ``__aenter__``: constructing a group
+        # needs no running loop.
+        self._done: anyio.Event
+        self._join_scope: anyio.CancelScope
         #: Every generation this member took part in, oldest first (id, timings).
         self.history: list[tuple[int, RebalanceTimings]] = []
 
@@ -215,6 +217,11 @@ class ConsumerGroup:
     # ------------------------------------------------------------------ lifecycle
 
     async def __aenter__(self) -> Self:
+        if self._tg_cm is not None:
+            raise GengroupError("a ConsumerGroup can be entered only once")
+        self._send, self._recv = anyio.create_memory_object_stream[Generation | _Failure](0)
+        self._done = anyio.Event()
+        self._join_scope = anyio.CancelScope()
         await self._cluster.__aenter__()
         self._tg_cm = anyio.create_task_group()
         self._tg = await self._tg_cm.__aenter__()
@@ -241,15 +248,15 @@ class ConsumerGroup:
         Static members (``group_instance_id``) do not send LeaveGroup: the
         coordinator keeps their partitions for the session timeout.
         """
-        if self._closing:
-            await self._done.wait()
+        if self._tg is None:
+            self._closing = True
             return
-        self._closing = True
-        self._join_scope.cancel()
-        if self._current is not None:
-            self._current._end(Outcome.REJOIN, "the group is closing")
-        if self._tg is not None:
-            await self._done.wait()
+        if not self._closing:
+            self._closing = True
+            self._join_scope.cancel()
+            if self._current is not None:
+                self._current._end(Outcome.REJOIN, "the group is closing")
+        await self._done.wait()
 
     # ------------------------------------------------------------------ iteration
 

@@ -9,6 +9,8 @@ leader, a restarting broker.
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 import trio
@@ -228,3 +230,80 @@ async def test_an_exception_in_the_body_leaves_the_group_unwrapped(
                 raise AppError("the application failed")
         described = cluster.describe_group("g")
         assert described.group_state == "Empty", "the member sent LeaveGroup"
+
+
+async def test_leaders_watcher_covers_topics_only_other_members_subscribe_to(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Semantic 7: the leader subscribes to "a" only; a follower also to "b".
+    Partitions added to "b" must still lead to a new generation that has them."""
+    async with FakeCluster(topics={"a": 1, "b": 1}, initial_rebalance_delay_ms=0) as cluster:
+        ledger = Ledger()
+        settings = dict(SETTINGS, partition_watch_interval=2.0)
+
+        async def member(name: str, topics: list[str]) -> None:
+            async with ConsumerGroup(
+                "g", topics, cluster.bootstrap, client_id=name, **settings
+            ) as g:
+                await ledger.member(name, g)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(member, "leader", ["a"])
+            await ledger.wait_for(lambda: "leader" in ledger.current(), "the leader's generation")
+            tg.start_soon(member, "follower", ["a", "b"])
+            await ledger.wait_for(
+                lambda: (
+                    len(ledger.current()) == 2
+                    and TopicPartition("b", 0) in ledger.current()["follower"].assignments
+                ),
+                "both members",
+            )
+            assert ledger.current()["leader"].is_leader
+            before = ledger.current()["follower"].id
+            cluster.create_partitions("b", 3)
+            await ledger.wait_for(
+                lambda: (
+                    len(ledger.current()) == 2
+                    and ledger.current()["follower"].id > before
+                    and {tp for tp in ledger.current()["follower"].assignments if tp.topic == "b"}
+                    == all_partitions("b", 3)
+                ),
+                "a generation with b's new partitions",
+            )
+            tg.cancel_scope.cancel()
+
+
+async def test_static_member_restart_keeps_its_partitions_without_leave_group(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 4}, initial_rebalance_delay_ms=0) as cluster:
+        settings = dict(SETTINGS, group_instance_id="pod-1")
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+            first = await group.next()
+        # Closing a static member sends no LeaveGroup: the coordinator keeps it.
+        described = cluster.describe_group("g")
+        assert described.group_state == "Stable"
+        assert [m.group_instance_id for m in described.members] == ["pod-1"]
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+            second = await group.next()
+        assert set(second.assignments) == set(first.assignments) == all_partitions("t", 4)
+        # The restart within the session timeout did not rebalance the group.
+        assert second.id == first.id
+
+
+async def test_start_waits_for_task_status_and_returns_its_value(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def ready_after_a_while(delay: float, *, task_status: Any) -> None:
+        await anyio.sleep(delay)
+        task_status.started(f"ready after {delay}")
+        await anyio.sleep_forever()
+
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            gen = await group.next()
+            t0 = trio.current_time()
+            value = await gen.start(ready_after_a_while, 2.5, name="slow starter")
+            assert value == "ready after 2.5"
+            assert trio.current_time() - t0 == 2.5
+            gen.cancel("done")

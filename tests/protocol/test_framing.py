@@ -1,0 +1,90 @@
+"""Framing over kio and version negotiation, sans-IO."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.heartbeat.v4.response import HeartbeatResponse
+from kio.schema.metadata.v12.response import MetadataResponse
+
+from gengroup._errors import ProtocolError, UnsupportedVersion
+from gengroup.protocol.framing import (
+    FrameBuffer,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+from gengroup.protocol.versions import CLIENT_VERSIONS, ApiKey, negotiate, require
+
+
+def test_request_round_trip_through_frames() -> None:
+    req = HeartbeatRequest(group_id="g", generation_id=3, member_id="m", group_instance_id=None)
+    data = encode_request(req, correlation_id=42, client_id="c")
+    buf = FrameBuffer()
+    buf.feed(data[:3])
+    assert buf.next_frame() is None
+    buf.feed(data[3:] + data)
+    first, second = buf.next_frame(), buf.next_frame()
+    assert first == second and first is not None
+    assert buf.next_frame() is None and buf.buffered == 0
+    header, decoded = decode_request(first)
+    assert header.correlation_id == 42 and header.client_id == "c"
+    assert decoded == req
+
+
+def test_response_round_trip() -> None:
+    import datetime
+
+    from kio.schema.errors import ErrorCode
+
+    resp = HeartbeatResponse(throttle_time=datetime.timedelta(0), error_code=ErrorCode.none)
+    frame = encode_response(resp, correlation_id=9)
+    cid, decoded = decode_response(HeartbeatResponse, frame[4:])
+    assert cid == 9 and decoded == resp
+
+
+def test_oversized_or_negative_frames_are_protocol_errors() -> None:
+    buf = FrameBuffer(max_frame=100)
+    buf.feed(struct.pack(">i", 101))
+    with pytest.raises(ProtocolError, match="outside"):
+        buf.next_frame()
+    neg = FrameBuffer()
+    neg.feed(struct.pack(">i", -5))
+    with pytest.raises(ProtocolError):
+        neg.next_frame()
+
+
+def test_unknown_api_is_unsupported_version_with_the_header_fields() -> None:
+    payload = struct.pack(">hhi", 9999, 0, 77)
+    with pytest.raises(UnsupportedVersion) as info:
+        decode_request(payload)
+    assert info.value.correlation_id == 77  # type: ignore[attr-defined]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_garbage_responses_only_raise_protocol_error(data: bytes) -> None:
+    for cls in (HeartbeatResponse, MetadataResponse):
+        try:
+            decode_response(cls, data)
+        except ProtocolError:
+            pass
+
+
+def test_negotiation_picks_the_highest_common_version() -> None:
+    broker = {
+        int(ApiKey.JOIN_GROUP): (0, 7),
+        int(ApiKey.FETCH): (4, 18),
+        int(ApiKey.HEARTBEAT): (5, 9),
+    }
+    chosen = negotiate(broker)
+    assert chosen[ApiKey.JOIN_GROUP] == 7
+    assert chosen[ApiKey.FETCH] == CLIENT_VERSIONS[ApiKey.FETCH][1]
+    assert ApiKey.HEARTBEAT not in chosen  # no overlap
+    with pytest.raises(UnsupportedVersion, match="HEARTBEAT"):
+        require(chosen, ApiKey.HEARTBEAT)

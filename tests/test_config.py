@@ -1,0 +1,55 @@
+"""ConsumerGroup settings are validated before any I/O, with clear errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gengroup import ConfigError, ConsumerGroup
+
+
+def make(**kw: Any) -> ConsumerGroup:
+    args: dict[str, Any] = {"group_id": "g", "topics": ["t"], "brokers": "127.0.0.1:9092"}
+    args.update(kw)
+    return ConsumerGroup(**args)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"group_id": ""}, "group_id must be a non-empty string"),
+        ({"topics": []}, "topics must be a non-empty list"),
+        ({"topics": "payments"}, "not a string"),
+        ({"topics": ["ok", ""]}, "topics must be a non-empty list"),
+        ({"brokers": []}, "at least one"),
+        ({"brokers": "no-port"}, "is not host:port"),
+        ({"heartbeat_interval": 10.0, "session_timeout": 10.0}, "must be below session_timeout"),
+        ({"session_timeout": 0}, "session_timeout must be a positive"),
+        ({"rebalance_timeout": float("nan")}, "rebalance_timeout must be a positive finite"),
+        ({"heartbeat_interval": "3"}, "heartbeat_interval must be a number"),
+        ({"start_offset": "beginning"}, "start_offset must be"),
+        ({"isolation_level": "committed"}, "isolation_level must be"),
+        ({"group_instance_id": ""}, "group_instance_id must be None or a non-empty"),
+        ({"commit_interval": -1}, "commit_interval must be >= 0"),
+        ({"fetch_max_wait": 40.0}, "fetch_max_wait must be below request_timeout"),
+        ({"partition_buffer_bytes": 0}, "partition_buffer_bytes must be a positive integer"),
+    ],
+)
+def test_bad_settings_raise_config_error(kw: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make(**kw)
+
+
+def test_config_error_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        make(group_id="")
+
+
+def test_defaults_are_consistent() -> None:
+    group = make()
+    cfg = group.config
+    assert cfg.heartbeat_interval < cfg.session_timeout
+    assert cfg.start_offset == "earliest"
+    assert cfg.isolation_level == "read_committed"
+    assert group.member_id == ""
