@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
@@ -198,8 +199,8 @@ class ConsumerGroup:
         # needs no running loop.
         self._done: anyio.Event
         self._join_scope: anyio.CancelScope
-        #: Every generation this member took part in, oldest first (id, timings).
-        self.history: list[tuple[int, RebalanceTimings]] = []
+        #: The last 100 generations this member took part in, oldest first (id, timings).
+        self.history: deque[tuple[int, RebalanceTimings]] = deque(maxlen=100)
 
     def __repr__(self) -> str:
         return f"<ConsumerGroup {self.config.group_id!r} member={self._member.member_id!r}>"
@@ -688,18 +689,35 @@ class ConsumerGroup:
     async def _commit(
         self, gen: Generation, offsets: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, int]:
-        node = self._coordinator
-        if node is None:
-            raise NotCoordinator(16, "no coordinator known")
-        return await group_api.commit_offsets(
-            self._cluster,
-            node,
-            group_id=gen.group_id,
-            generation_id=gen.id,
-            member_id=gen.member_id,
-            group_instance_id=self.config.group_instance_id,
-            offsets=offsets,
-        )
+        """OffsetCommit under ``gen``'s ids; follows a moved coordinator once."""
+        retried = False
+        while True:
+            node = self._coordinator
+            if node is None:
+                node = self._coordinator = await self._cluster.find_coordinator(
+                    gen.group_id, timeout=self.config.request_timeout
+                )
+            try:
+                results = await group_api.commit_offsets(
+                    self._cluster,
+                    node,
+                    group_id=gen.group_id,
+                    generation_id=gen.id,
+                    member_id=gen.member_id,
+                    group_instance_id=self.config.group_instance_id,
+                    offsets=offsets,
+                )
+            except KafkaConnectionError:
+                if retried:
+                    raise
+            else:
+                moved = results and all(
+                    outcome_for(code) is Outcome.FIND_COORDINATOR for code in results.values()
+                )
+                if not moved or retried:
+                    return results
+            self._coordinator = None
+            retried = True
 
 
 class _GroupClosed(GengroupError):

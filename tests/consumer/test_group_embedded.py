@@ -307,3 +307,15 @@ async def test_start_waits_for_task_status_and_returns_its_value(
             assert value == "ready after 2.5"
             assert trio.current_time() - t0 == 2.5
             gen.cancel("done")
+
+
+async def test_commit_follows_a_moved_coordinator(autojump_clock: trio.testing.MockClock) -> None:
+    async with FakeCluster(brokers=3, topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        settings = dict(SETTINGS, commit_interval=0)
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+            gen = await group.next()
+            tp = TopicPartition("t", 0)
+            cluster.move_coordinator("g", (cluster.coordinator_of("g") + 1) % 3)
+            gen.mark(tp, 0)
+            await gen.commit({tp: 0})
+            assert cluster.committed_offsets("g")[tp] == 0
