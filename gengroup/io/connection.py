@@ -142,6 +142,12 @@ class BrokerConnection:
                     failure = exc
                     self._fail(BrokenConnection(f"{self}: version negotiation failed: {exc!r}"))
                     await self._close_stream()
+                except BaseException:
+                    # Cancelled while negotiating: the shielded reader only
+                    # stops once the stream is closed.
+                    self._fail(ConnectionClosed(f"{self}: cancelled while connecting"))
+                    await self._close_stream()
+                    raise
                 else:
                     task_status.started(self)
         finally:

@@ -26,7 +26,7 @@ behaved the same:
 * lists whose order is a HashMap's iteration order in Kafka (group members)
   are sorted.
 
-Nothing here asserts anything: a scenario records what the broker answered
+Nothing here judges the answers: a scenario records what the broker answered
 and the test compares transcripts.
 """
 
@@ -107,6 +107,9 @@ REQUEST_TIMEOUT: Final = 30.0
 POLL_INTERVAL: Final = 0.05
 """Seconds between two polls while waiting for a broker-side condition."""
 
+VISIBILITY_WAIT: Final = 10.0
+"""Seconds :meth:`Admin.wait_visible` waits for a new group to show in DescribeGroups."""
+
 _UUID_RE: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
@@ -151,10 +154,6 @@ class Names:
         self._labels[value] = label
         self._used.add(label)
         return label
-
-    def knows(self, value: str) -> bool:
-        """Whether ``value`` already has a label."""
-        return value in self._labels
 
     def label(self, value: str | None) -> str | None:
         """The label of ``value``; ``None`` and ``""`` are kept as they are."""
@@ -212,6 +211,12 @@ class Pending(Generic[T]):
             self._error = exc
         finally:
             self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the answer; return whether it came."""
+        with anyio.move_on_after(timeout):
+            await self._event.wait()
+        return self.done
 
     async def result(self) -> T:
         """Wait for the answer; re-raises the request's failure."""
@@ -649,6 +654,20 @@ class Admin(_Client):
         """Poll DescribeGroups until the group is in ``state`` (a synchronisation step)."""
         while await self.state(group_id) != state:
             await anyio.sleep(POLL_INTERVAL)
+
+    async def wait_visible(self, group_id: str, *, timeout: float = VISIBILITY_WAIT) -> None:
+        """Wait (at most ``timeout`` seconds) until DescribeGroups sees the group.
+
+        Kafka's group coordinator serves DescribeGroups and ListGroups from its
+        last committed state. A group created by a request that writes no
+        record (a JoinGroup answered MEMBER_ID_REQUIRED) only becomes visible
+        to them a moment later, once the coordinator commits again; the
+        embedded broker shows it at once. Scenarios call this before looking
+        at such a group so that both brokers are observed in the same state.
+        """
+        with anyio.move_on_after(timeout):
+            while await self.state(group_id) == "Dead":
+                await anyio.sleep(POLL_INTERVAL)
 
     async def list_group(
         self,

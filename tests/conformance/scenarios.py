@@ -6,15 +6,20 @@ Each scenario is an ``async`` function taking a bootstrap address and
 returning a :data:`~tests.conformance.client.Transcript`: the list of
 ``(step, normalised answer)`` pairs it observed, in the order the scenario
 records them (not the order the broker answered: requests parked in the
-background are recorded when the scenario collects them). A scenario never
-asserts; it drives simulated members through one corner of the protocol and
-the test compares the transcript with the one Apache Kafka produces.
+background are recorded when the scenario collects them). A scenario checks
+nothing but its own setup (topics created); it drives simulated members
+through one corner of the protocol and the test compares the transcript with
+the one Apache Kafka produces.
 
 Everything a scenario waits for is a broker-side condition observed with
-DescribeGroups polling (``wait_state``) or the answer of a parked request.
-The only sleeps are the ones that let a timeout elapse (session, rebalance)
-or let a background request reach the broker; they are generous compared
-with the timeouts involved and never asserted on. Group and topic names are
+DescribeGroups polling (``wait_state``, ``wait_visible``) or the answer of a
+parked request. ``wait_visible`` follows the creation of a group by a
+JoinGroup answered MEMBER_ID_REQUIRED: Kafka shows such a group to
+DescribeGroups and ListGroups only a moment later (they read the coordinator's
+last committed state and that request writes no record). The only sleeps
+are the ones that let a timeout elapse (session, rebalance) or let a
+background request reach the broker; they are generous compared with the
+timeouts involved and never asserted on. Group and topic names are
 unique per run, so scenarios can share a broker with other tests.
 
 Timeouts: members use a 10 s session and a 5 s rebalance timeout unless the
@@ -54,6 +59,9 @@ MAX_SESSION_MS: Final = 1_800_000
 PARK_DELAY: Final = 0.3
 """Seconds allowed for a background request to reach the broker and park."""
 
+NO_ANSWER_WAIT: Final = 3.0
+"""Seconds after which a request a broker never answers is recorded as ``"no answer"``."""
+
 UNKNOWN_ID: Final = "conf-X-00000000-0000-4000-8000-000000000000"
 """A member id no broker ever handed out (labelled ``"X"``)."""
 
@@ -75,6 +83,7 @@ async def _topic(s: Session, alias: str, partitions: int) -> str:
 async def _join_new(s: Session, m: Member, **kwargs: Any) -> dict[str, Any]:
     """The KIP-394 handshake of a new dynamic member; both answers are recorded."""
     s.record(f"{m.name} join without id", await m.join(**kwargs))
+    await s.admin.wait_visible(m.group_id)
     return s.record(f"{m.name} join with id", await m.join(**kwargs))
 
 
@@ -165,6 +174,7 @@ async def member_id_required(bootstrap: str) -> Transcript:
         a = await s.member("A", group, topics=[topic])
         s.record("A join v9 without id", await a.join())
         s.record("A member id shape", id_shape(a.member_id))
+        await s.admin.wait_visible(group)
         s.record("describe: a pending member is no member", await s.admin.describe(group))
         s.record("A join v9 with id", await a.join())
         b = await s.member("B", group, topics=[topic])
@@ -402,7 +412,7 @@ async def stale_generation(bootstrap: str) -> Transcript:
         s.record("A commit generation 2", await a.commit_offsets(topic, {0: (2, None)}))
         s.record("A sync with another protocol name", await a.sync(protocol_name="roundrobin"))
         s.record("A sync with another protocol type", await a.sync(protocol_type="connect"))
-        s.record("A sync without protocol type and name", await a.sync(protocol_type=None))
+        s.record("A sync v5 without protocol type", await a.sync(protocol_type=None))
         s.record("A heartbeat", await a.heartbeat())
         return s.transcript
 
@@ -452,7 +462,6 @@ async def unknown_member(bootstrap: str) -> Transcript:
             ),
         )
         s.record("describe: the unknown group was not created", await s.admin.describe(nowhere))
-        s.record("describe v6, unknown group", await s.admin.describe(nowhere, version=6))
         return s.transcript
 
 
@@ -623,6 +632,7 @@ async def describe_list_lifecycle(bootstrap: str) -> Transcript:
         a = await s.member("A", group, topics=[topic])
         b = await s.member("B", group, topics=[topic])
         s.record("A join without id", await a.join())
+        await admin.wait_visible(group)
         await look("with a pending member")
         s.record("A join with id", await a.join())
         await look("after the first join")
@@ -658,7 +668,6 @@ async def describe_list_lifecycle(bootstrap: str) -> Transcript:
         await look("after everyone left")
         s.record("delete", await admin.delete_group(group))
         await look("after delete")
-        s.record("describe v6 after delete", await admin.describe(group, version=6))
         return s.transcript
 
 
@@ -754,6 +763,60 @@ async def protocol_vote(bootstrap: str) -> Transcript:
         s.record("E join with no protocol, fresh group", await e.join(protocols=()))
         f = await s.member("F", fresh2, topics=[topic])
         s.record("F join with an empty protocol type, fresh group", await f.join(protocol_type=""))
+        return s.transcript
+
+
+async def duplicate_protocol_names(bootstrap: str) -> Transcript:
+    """A member offering the same protocol name twice (a documented divergence).
+
+    Kafka counts each occurrence when it tallies the protocols every member
+    supports, its protocol vote then throws in the join timer, and the group
+    stays in PreparingRebalance with the JoinGroup never answered. The
+    embedded broker counts a name once per member and completes the join.
+    """
+    async with open_session(bootstrap) as s:
+        group = _group()
+        await s.admin.wait_coordinator(group)
+        topic = s.topic(make_unique_name("conf-t"), "t")
+        sub = subscription_bytes(topic)
+        # A long rebalance timeout: Kafka retries (and fails) the join once per timeout.
+        kw: dict[str, Any] = {
+            "protocols": (("range", sub), ("range", sub)),
+            "rebalance_ms": 300_000,
+        }
+        a = await s.member("A", group, topics=[topic])
+        s.record("A join without id", await a.join(**kw))
+        await s.admin.wait_visible(group)
+        pending = s.spawn(lambda: a.join(**kw))
+        answered = await pending.wait(NO_ANSWER_WAIT)
+        s.record("A join with id", await pending.result() if answered else "no answer")
+        s.record("describe", await s.admin.describe(group))
+        return s.transcript
+
+
+async def describe_v6_missing_group(bootstrap: str) -> Transcript:
+    """DescribeGroups v6 (KIP-1043) reports a missing group with GROUP_ID_NOT_FOUND."""
+    async with open_session(bootstrap) as s:
+        group = _group()
+        await s.admin.wait_coordinator(group)
+        topic = await _topic(s, "t", 1)
+        s.record("describe v5, unknown group", await s.admin.describe(group))
+        s.record("describe v6, unknown group", await s.admin.describe(group, version=6))
+        s.record(
+            "simple commit",
+            await s.admin.commit(
+                group,
+                generation=-1,
+                member_id="",
+                instance_id=None,
+                topic=topic,
+                offsets={0: (1, None)},
+            ),
+        )
+        s.record("describe v6, group holding offsets", await s.admin.describe(group, version=6))
+        s.record("delete", await s.admin.delete_group(group))
+        s.record("describe v6 after delete", await s.admin.describe(group, version=6))
+        s.record("describe v5 after delete", await s.admin.describe(group))
         return s.transcript
 
 
@@ -858,6 +921,8 @@ SCENARIOS: Final[dict[str, Scenario]] = {
         follower_rejoin_stable,
         protocol_vote,
         invalid_session_timeout,
+        duplicate_protocol_names,
+        describe_v6_missing_group,
         offset_commit_unknown_partition,
         list_offsets_edges,
         fetch_edges,
