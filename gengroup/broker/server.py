@@ -1117,6 +1117,8 @@ class BrokerServer:
                         batches = plog.read(int(fpart.fetch_offset), limit, min_one=first)
                     except LogError as exc:
                         code = exc.code
+                        # Kafka answers an out-of-range fetch without offsets.
+                        hw, start = -1, -1
                     else:
                         if batches:
                             records = b"".join(batches)
@@ -1402,23 +1404,22 @@ class BrokerServer:
         if code := self._not_coordinator(req.group_id):
             return error_response(key, v, req, code)
         mod = response_module(key, v)
+        # Partitions that do not exist are answered UNKNOWN_TOPIC_OR_PARTITION
+        # before the coordinator sees the request, as Kafka does.
         known: list[OffsetCommitTopic] = []
         for t in req.topics:
-            if t.name in self.state.topics:
-                known.append(
-                    OffsetCommitTopic(
-                        t.name,
-                        tuple(
-                            OffsetCommitPartition(
-                                int(p.partition_index),
-                                int(p.committed_offset),
-                                int(getattr(p, "committed_leader_epoch", -1)),
-                                p.committed_metadata,
-                            )
-                            for p in t.partitions
-                        ),
-                    )
+            parts = tuple(
+                OffsetCommitPartition(
+                    int(p.partition_index),
+                    int(p.committed_offset),
+                    int(getattr(p, "committed_leader_epoch", -1)),
+                    p.committed_metadata,
                 )
+                for p in t.partitions
+                if self.state.topics.partition(t.name, int(p.partition_index)) is not None
+            )
+            if parts:
+                known.append(OffsetCommitTopic(t.name, parts))
         results: dict[tuple[str, int], ErrorCode] = {}
         if known:
             out: Any = await self.state.group_call(
@@ -1611,10 +1612,14 @@ class BrokerServer:
                     )
                 )
                 continue
+            error_code = g.error_code
+            if v >= 6 and g.group_state == "Dead" and error_code == ErrorCode.none:
+                # From v6 Kafka answers a missing group with GROUP_ID_NOT_FOUND.
+                error_code = ErrorCode.group_id_not_found
             groups_out.append(
                 build(
                     mod.DescribedGroup,
-                    error_code=g.error_code,
+                    error_code=error_code,
                     error_message=None,
                     group_id=group_id,
                     group_state=g.group_state,

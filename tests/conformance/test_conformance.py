@@ -770,29 +770,8 @@ class KnownBug:
 
 
 EMBEDDED_BUGS: Final[dict[str, KnownBug]] = {
-    "describe_v6_missing_group": KnownBug(
-        "DescribeGroups v6 of a missing or deleted group: the embedded broker answers "
-        "error NONE with state Dead; Kafka answers GROUP_ID_NOT_FOUND (KIP-1043)",
-        frozenset({"describe v6, unknown group", "describe v6 after delete"}),
-    ),
-    "offset_commit_unknown_partition": KnownBug(
-        "OffsetCommit to a missing partition of an existing topic: the embedded broker "
-        "hands it to the coordinator (stores it: NONE, or UNKNOWN_MEMBER_ID for an unknown "
-        "member) instead of answering UNKNOWN_TOPIC_OR_PARTITION as Kafka does",
-        frozenset(
-            {
-                "A commit to t[7]",
-                "A commit to t[0] and t[7]",
-                "X commit to t[7]",
-                "fetch t[0] and t[7]",
-            }
-        ),
-    ),
-    "fetch_edges": KnownBug(
-        "Fetch answered OFFSET_OUT_OF_RANGE: the embedded broker reports the partition's "
-        "high watermark, last stable offset and log start offset (0); Kafka reports -1 for all",
-        frozenset({"fetch at 5", "fetch at -1"}),
-    ),
+    # None known. Add an entry when a scenario shows an embedded-broker bug that
+    # cannot be fixed at once.
 }
 """Scenarios failing on the embedded broker because of a bug there (strict xfail).
 
