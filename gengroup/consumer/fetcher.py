@@ -51,8 +51,6 @@ __all__ = ["FetchedBatch", "Fetcher"]
 
 log = logging.getLogger("gengroup")
 
-_RECORD_OVERHEAD = 64
-
 
 @dataclass(slots=True)
 class FetchedBatch:
@@ -243,23 +241,20 @@ class Fetcher:
                 part.error = error
                 part.wake.set()
             return
-        position = part.position
-        records: list[Record] = []
-        for batch in pf.batches:
-            if batch.base_offset >= position:
-                records.extend(batch.records)
-            else:
-                records.extend(r for r in batch.records if r.offset >= position)
-        part.position = max(position, pf.next_offset)
+        # parse_fetch_response already dropped control and aborted batches
+        # and the records below the requested offset.
+        batches = pf.batches
+        if len(batches) == 1:
+            records = batches[0].records
+        else:
+            records = [r for b in batches for r in b.records]
+        part.position = max(part.position, pf.next_offset)
         if not records:
             return
-        size = 0
-        for r in records:
-            size += _RECORD_OVERHEAD
-            if r.value is not None:
-                size += len(r.value)
-            if r.key is not None:
-                size += len(r.key)
+        # Charged at the size of the bytes received: decoded records take more
+        # memory, but in proportion, and counting them would cost a pass over
+        # every record on the hot path.
+        size = pf.size
         part.queue.append(
             FetchedBatch(
                 part.tp.topic,

@@ -160,7 +160,7 @@ class Generation:
         if self.end_outcome is None:
             self.end_outcome = outcome
             self.end_reason = reason
-            log.debug(
+            log.info(
                 "group %s generation %d member %s ending: %s",
                 self.group_id,
                 self.id,

@@ -354,6 +354,13 @@ class ConsumerGroup:
         base = min(self.config.join_backoff * (2 ** min(attempt, 5)), 30.0)
         await anyio.sleep(base * random.uniform(0.5, 1.0))
 
+    async def _retry_pause(self, retry: Retry, attempt: int) -> int:
+        """Act on a failed join or sync; back off if due. Returns the next attempt number."""
+        if self._handle_retry(retry):
+            await self._backoff(attempt)
+            return attempt + 1
+        return attempt
+
     def _handle_retry(self, retry: Retry) -> bool:
         """Act on a failed step; True if the next attempt should wait a backoff."""
         if retry.outcome is Outcome.FATAL:
@@ -402,9 +409,7 @@ class ConsumerGroup:
                 )
                 timings.join += anyio.current_time() - t0
                 if isinstance(joined, Retry):
-                    if self._handle_retry(joined):
-                        await self._backoff(attempt)
-                        attempt += 1
+                    attempt = await self._retry_pause(joined, attempt)
                     continue
                 t0 = anyio.current_time()
                 counts: dict[str, int] = {}
@@ -430,9 +435,7 @@ class ConsumerGroup:
                 synced = member.on_sync(error_code=code, assignment=raw)
                 timings.sync += anyio.current_time() - t0
                 if isinstance(synced, Retry):
-                    if self._handle_retry(synced):
-                        await self._backoff(attempt)
-                        attempt += 1
+                    attempt = await self._retry_pause(synced, attempt)
                     continue
                 t0 = anyio.current_time()
                 partitions = synced.partitions()
@@ -443,8 +446,7 @@ class ConsumerGroup:
                     "group %s: coordinator unreachable (%s); looking it up again", cfg.group_id, exc
                 )
                 self._coordinator = None
-                if member.phase.name != "UNJOINED":
-                    member.generation_ended(Outcome.REJOIN, "coordinator lost")
+                member.abandon(Outcome.REJOIN, "coordinator lost")
                 await self._backoff(attempt)
                 attempt += 1
                 continue
@@ -452,8 +454,7 @@ class ConsumerGroup:
                 outcome = outcome_for(exc.code)
                 if outcome is Outcome.FATAL:
                     raise
-                if member.phase.name != "UNJOINED":
-                    member.generation_ended(outcome, str(exc))
+                member.abandon(outcome, str(exc))
                 if outcome is Outcome.FIND_COORDINATOR:
                     self._coordinator = None
                 log.info("group %s: %s; rejoining", cfg.group_id, exc)
@@ -642,7 +643,13 @@ class ConsumerGroup:
                 if outcome is not None:
                     gen._end(outcome, f"no successful heartbeat for a session timeout ({exc})")
                     return
-                log.info("group %s: heartbeat failed (%s); retrying", cfg.group_id, exc)
+                log.info(
+                    "group %s generation %d member %s: heartbeat failed (%s); retrying",
+                    cfg.group_id,
+                    gen.id,
+                    gen.member_id,
+                    exc,
+                )
                 continue
             outcome = member.on_heartbeat(error_code=code, now=anyio.current_time())
             if outcome is None or outcome is Outcome.RETRY:
@@ -661,7 +668,13 @@ class ConsumerGroup:
             try:
                 now = await self._partition_counts(topics)
             except (KafkaConnectionError, BrokerError, ProtocolError) as exc:
-                log.info("group %s: partition watch failed (%s); retrying", cfg.group_id, exc)
+                log.info(
+                    "group %s generation %d member %s: partition watch failed (%s); retrying",
+                    cfg.group_id,
+                    gen.id,
+                    gen.member_id,
+                    exc,
+                )
                 continue
             if now != at_join:
                 changed = sorted(t for t in set(now) | set(at_join) if now.get(t) != at_join.get(t))
@@ -684,7 +697,13 @@ class ConsumerGroup:
                 gen._end(outcome, f"commit refused: {exc}")
                 return
             except (KafkaConnectionError, ProtocolError) as exc:
-                log.info("group %s: periodic commit failed (%s); will retry", gen.group_id, exc)
+                log.info(
+                    "group %s generation %d member %s: periodic commit failed (%s); will retry",
+                    gen.group_id,
+                    gen.id,
+                    gen.member_id,
+                    exc,
+                )
 
     async def _commit(
         self, gen: Generation, offsets: Mapping[TopicPartition, int]

@@ -101,6 +101,10 @@ TRANSITIONS: Final[dict[tuple[Phase, str], Phase]] = {
     (Phase.LEFT, "left"): Phase.LEFT,
     (Phase.JOINING, "io_failed"): Phase.UNJOINED,
     (Phase.SYNCING, "io_failed"): Phase.UNJOINED,
+    (Phase.UNJOINED, "abandoned"): Phase.UNJOINED,
+    (Phase.JOINING, "abandoned"): Phase.UNJOINED,
+    (Phase.SYNCING, "abandoned"): Phase.UNJOINED,
+    (Phase.STABLE, "abandoned"): Phase.UNJOINED,
 }
 
 _E = ErrorCode
@@ -398,6 +402,17 @@ class Member:
     def generation_ended(self, outcome: Outcome | None = None, reason: str | None = None) -> None:
         """The current generation is over (all its tasks returned)."""
         self._move("generation_ended")
+        self.rejoin_reason = reason
+        if outcome is Outcome.RESET_MEMBER:
+            self.reset()
+
+    def abandon(self, outcome: Outcome, reason: str) -> None:
+        """Give up the join, sync or offset fetch in progress after an error.
+
+        Unlike :meth:`generation_ended`, this is allowed from any phase but
+        ``LEFT``: the error may have come before the member synced.
+        """
+        self._move("abandoned")
         self.rejoin_reason = reason
         if outcome is Outcome.RESET_MEMBER:
             self.reset()

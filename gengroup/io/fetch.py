@@ -109,6 +109,8 @@ class PartitionFetch:
             received (skipped ones included), or the requested offset if
             nothing complete came (-1 if the requested offset is unknown).
         truncated: the data ended with an incomplete batch.
+        size: bytes of record data the broker sent for the partition (what a
+            consumer's buffer accounting charges for it).
     """
 
     error: GengroupError | None
@@ -118,6 +120,7 @@ class PartitionFetch:
     batches: list[RecordBatch] = field(default_factory=list)
     next_offset: int = -1
     truncated: bool = False
+    size: int = 0
 
     @property
     def records(self) -> list[Record]:
@@ -266,6 +269,7 @@ def parse_fetch_response(
             data = part.records
             if not data:
                 continue
+            result.size = len(data)
             try:
                 batches, consumed = decode_batches_partial(data)
             except ProtocolError as exc:

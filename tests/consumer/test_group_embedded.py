@@ -319,3 +319,16 @@ async def test_commit_follows_a_moved_coordinator(autojump_clock: trio.testing.M
             gen.mark(tp, 0)
             await gen.commit({tp: 0})
             assert cluster.committed_offsets("g")[tp] == 0
+
+
+async def test_leader_losing_its_connection_before_sync_rejoins(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from gengroup.broker.faults import Disconnect
+
+    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        # The first Metadata request is the leader's, between JoinGroup and SyncGroup.
+        cluster.control(ApiKey.METADATA, lambda req: Disconnect(), once=True)
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            gen = await group.next()
+            assert set(gen.assignments) == all_partitions("t", 2)

@@ -70,7 +70,8 @@ class LibrdkafkaMember:
 
     def close(self) -> None:
         self._stop.set()
-        self.thread.join(10)
+        if self.thread.is_alive():
+            self.thread.join(10)
         self.consumer.close()
 
 

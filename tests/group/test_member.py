@@ -199,3 +199,13 @@ def test_error_table_defaults() -> None:
     assert outcome_for(9999) is Outcome.FATAL
     assert isinstance(RebalanceInProgress(27), Exception)
     assert IllegalGeneration(22).action == "reset_member"
+
+
+def test_abandon_is_allowed_before_the_member_synced() -> None:
+    m = make()
+    joined_leader(m)  # SYNCING: e.g. the leader's metadata refresh failed
+    m.abandon(Outcome.REJOIN, "metadata refresh failed")
+    assert m.phase is Phase.UNJOINED and m.member_id == "m1"
+    m.join_params()
+    m.abandon(Outcome.RESET_MEMBER, "unknown member")
+    assert m.phase is Phase.UNJOINED and m.member_id == ""
