@@ -296,7 +296,8 @@ class ConsumerGroup:
     async def _run(self) -> None:
         try:
             while not self._closing:
-                with self._join_scope:
+                gen: Generation | None = None
+                with self._join_scope:  # cancelled by aclose() during a join
                     gen = await self._form_generation()
                 if gen is None or self._closing:
                     break

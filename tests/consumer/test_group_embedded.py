@@ -332,3 +332,18 @@ async def test_leader_losing_its_connection_before_sync_rejoins(
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
             gen = await group.next()
             assert set(gen.assignments) == all_partitions("t", 2)
+
+
+async def test_closing_during_a_join_returns_promptly(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.control(ApiKey.JOIN_GROUP, lambda req: Drop())
+        t0 = trio.current_time()
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            await anyio.sleep(1.0)
+            await group.aclose()
+        # aclose() cancelled the join in flight instead of waiting it out.
+        assert trio.current_time() - t0 < SETTINGS["rebalance_timeout"]
+        with pytest.raises(Exception, match="closed"):
+            await group.next()
