@@ -257,10 +257,20 @@ class Generation:
         The mark is committed with this generation's id by the periodic
         committer, by :meth:`commit` and when the generation ends. Marks only
         move forward.
+
+        Raises:
+            KeyError: ``tp`` is not assigned to this member in this generation.
+            GenerationEnded: the generation's final commit is done; a mark now
+                would never be committed.
         """
         if tp not in self.assignments:
             raise KeyError(
                 f"{tp} is not assigned to member {self.member_id} in generation {self.id}"
+            )
+        if self.ended:
+            raise GenerationEnded(
+                f"mark: generation {self.id} of {self.group_id} has ended; "
+                "its marks were already committed"
             )
         if offset > self._marks.get(tp, -1):
             self._marks[tp] = offset

@@ -308,10 +308,15 @@ class ConsumerGroup:
         except Exception as exc:
             self._report(exc)
         finally:
-            with anyio.CancelScope(shield=True):
-                await self._leave()
-            self._send.close()
-            self._done.set()
+            try:
+                with anyio.CancelScope(shield=True):
+                    await self._leave()
+            except Exception as exc:
+                self._report(exc)
+            finally:
+                # Whatever happened, next() and aclose() must not wait forever.
+                self._send.close()
+                self._done.set()
 
     def _report(self, exc: BaseException) -> None:
         """Record a failure; ``next()`` raises it once the run loop closes the channel."""

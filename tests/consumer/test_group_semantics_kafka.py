@@ -121,6 +121,8 @@ async def test_commit_from_ended_generation_is_refused_locally_and_old_ids_by_th
             await first.commit({tp: 5})
         with pytest.raises(GenerationEnded):
             first.start_soon(anyio.sleep, 1)
+        with pytest.raises(GenerationEnded):
+            first.mark(tp, 6)
         # A second member forces a real new generation id; then send the old
         # id on purpose: the broker refuses it, typed.
         async with ConsumerGroup(group_id, [topic], kafka.bootstrap, **FAST) as other:
