@@ -34,6 +34,7 @@ import anyio.abc
 
 from .._errors import (
     BrokenConnection,
+    ConnectionClosed,
     ConfigError,
     CoordinatorError,
     GengroupError,
@@ -136,6 +137,7 @@ class Cluster:
         self._locks: dict[tuple[int | tuple[str, int], str], anyio.Lock] = {}
         self._inflight: dict[BrokerConnection, int] = {}
         self._metadata_lock = anyio.Lock()
+        self._closed = False
 
     async def __aenter__(self) -> Self:
         self._tg_cm = anyio.create_task_group()
@@ -152,11 +154,18 @@ class Cluster:
         return None
 
     async def aclose(self) -> None:
-        """Close every pooled connection."""
-        conns = list(self._conns.values())
-        self._conns.clear()
-        for conn in conns:
-            await conn.aclose()
+        """Close every pooled connection; no new one is opened afterwards.
+
+        Connection readers only stop when their connection is closed, so a
+        connection opened while this runs would keep the task group open:
+        hence the flag, checked by every open.
+        """
+        self._closed = True
+        while self._conns:
+            conns = list(self._conns.values())
+            self._conns.clear()
+            for conn in conns:
+                await conn.aclose()
 
     # ------------------------------------------------------------------ connections
 
@@ -178,6 +187,8 @@ class Cluster:
                 return conn
             if self._tg is None:
                 raise GengroupError("the Cluster is not open: use `async with Cluster(...)`")
+            if self._closed:
+                raise ConnectionClosed("the Cluster is closed")
             if isinstance(key, int):
                 host, port = self._address(key)
                 node_id = key
@@ -192,6 +203,9 @@ class Cluster:
                 request_timeout=self.request_timeout,
             )
             await self._tg.start(new.serve)
+            if self._closed:  # aclose() ran while this one was connecting
+                await new.aclose()
+                raise ConnectionClosed("the Cluster is closed")
             self._conns[slot] = new
             return new
 
