@@ -34,8 +34,8 @@ import anyio.abc
 
 from .._errors import (
     BrokenConnection,
-    ConnectionClosed,
     ConfigError,
+    ConnectionClosed,
     CoordinatorError,
     GengroupError,
     KafkaConnectionError,
