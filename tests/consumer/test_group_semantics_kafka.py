@@ -284,6 +284,11 @@ async def test_read_committed_filters_aborted_transactions(
 
 
 async def _commit_far_ahead(bootstrap: str, group_id: str, topic: str) -> None:
+    with anyio.fail_after(60):
+        await _commit_far_ahead_unguarded(bootstrap, group_id, topic)
+
+
+async def _commit_far_ahead_unguarded(bootstrap: str, group_id: str, topic: str) -> None:
     async with ConsumerGroup(group_id, [topic], bootstrap, **FAST) as group:
         gen = await group.next()
         await gen.commit({TopicPartition(topic, 0): 1_000_000})
