@@ -597,7 +597,7 @@ class ConsumerGroup:
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.request_timeout):
             try:
                 await gen.commit()
-            except (BrokerError, KafkaConnectionError, ProtocolError) as exc:
+            except (BrokerError, KafkaConnectionError, ProtocolError, TimeoutError) as exc:
                 log.warning(
                     "group %s generation %d member %s: final commit failed: %s "
                     "(uncommitted records will be processed again)",
@@ -702,7 +702,7 @@ class ConsumerGroup:
                     raise
                 gen._end(outcome, f"commit refused: {exc}")
                 return
-            except (KafkaConnectionError, ProtocolError) as exc:
+            except (KafkaConnectionError, ProtocolError, TimeoutError) as exc:
                 log.info(
                     "group %s generation %d member %s: periodic commit failed (%s); will retry",
                     gen.group_id,
