@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 from kio.index import load_response_schema
 from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsRequestV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsRequestV3
@@ -150,6 +151,17 @@ class BrokerConnection:
                     raise
                 else:
                     task_status.started(self)
+                    # If the task that asked for this connection was cancelled
+                    # meanwhile, trio does not hand the connection over to the
+                    # owner's task group: it stays with the cancelled caller,
+                    # which waits for it to end -- and the shielded reader
+                    # would never end on its own. Close it instead.
+                    try:
+                        await anyio.lowlevel.checkpoint_if_cancelled()
+                    except BaseException:
+                        self._fail(ConnectionClosed(f"{self}: its requester was cancelled"))
+                        await self._close_stream()
+                        raise
         finally:
             await self._close_stream()
         if failure is not None:
