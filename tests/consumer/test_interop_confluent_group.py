@@ -25,6 +25,10 @@ class LibrdkafkaMember:
     """A confluent-kafka consumer polled in a thread, recording its assignment."""
 
     def __init__(self, bootstrap: str, group_id: str, topic: str, strategy: str) -> None:
+        self.topic = topic
+        # librdkafka joins the group from its own threads as soon as it
+        # subscribes, poll() or not: subscribing waits for start(), so that
+        # "gengroup leads" really has gengroup join first.
         self.consumer = confluent_kafka.Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -41,7 +45,6 @@ class LibrdkafkaMember:
         self.generations = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.error: BaseException | None = None
 
@@ -62,6 +65,7 @@ class LibrdkafkaMember:
             self.error = exc
 
     def start(self) -> None:
+        self.consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         self.thread.start()
 
     def current(self) -> set[TopicPartition]:
