@@ -349,16 +349,6 @@ class Cluster:
         info = self.topics.get(topic)
         return None if info is None else len(info.partitions)
 
-    async def leader_connection(self, tp: TopicPartition) -> BrokerConnection:
-        """The connection to ``tp``'s leader, refreshing metadata if it is unknown."""
-        leader = self.leader_for(tp)
-        if leader < 0:
-            await self.refresh_metadata([tp.topic])
-            leader = self.leader_for(tp)
-            if leader < 0:
-                raise error_for_code(3, f"no leader for {tp}")
-        return await self.connection(leader)
-
     # ------------------------------------------------------------------ coordinator
 
     async def find_coordinator(

@@ -42,16 +42,16 @@ class JoinResult:
     members: tuple[tuple[str, str | None, bytes], ...]
 
 
-async def _req(cluster: Cluster, node: int, key: ApiKey) -> tuple[int, Any]:
-    version = await cluster.version(node, key)
-    return version, request_module(key, version)
+async def _module(cluster: Cluster, node: int, key: ApiKey) -> Any:
+    """The kio module of ``key`` at the version negotiated with ``node``."""
+    return request_module(key, await cluster.version(node, key))
 
 
 async def join_group(
     cluster: Cluster, node: int, params: JoinParams, *, client_timeout: float
 ) -> JoinResult:
     """Send JoinGroup; the coordinator may hold it up to the rebalance timeout."""
-    _, mod = await _req(cluster, node, ApiKey.JOIN_GROUP)
+    mod = await _module(cluster, node, ApiKey.JOIN_GROUP)
     req = build(
         mod.JoinGroupRequest,
         group_id=params.group_id,
@@ -92,7 +92,7 @@ async def sync_group(
     client_timeout: float,
 ) -> tuple[int, bytes]:
     """Send SyncGroup; returns (error_code, assignment bytes)."""
-    _, mod = await _req(cluster, node, ApiKey.SYNC_GROUP)
+    mod = await _module(cluster, node, ApiKey.SYNC_GROUP)
     req = build(
         mod.SyncGroupRequest,
         group_id=group_id,
@@ -121,7 +121,7 @@ async def heartbeat(
     timeout: float,
 ) -> int:
     """Send Heartbeat; returns its error code."""
-    _, mod = await _req(cluster, node, ApiKey.HEARTBEAT)
+    mod = await _module(cluster, node, ApiKey.HEARTBEAT)
     req = build(
         mod.HeartbeatRequest,
         group_id=group_id,
@@ -137,7 +137,7 @@ async def leave_group(
     cluster: Cluster, node: int, *, group_id: str, member_id: str, reason: str | None = None
 ) -> int:
     """Send LeaveGroup for one dynamic member; returns the member's error code."""
-    _, mod = await _req(cluster, node, ApiKey.LEAVE_GROUP)
+    mod = await _module(cluster, node, ApiKey.LEAVE_GROUP)
     req = build(
         mod.LeaveGroupRequest,
         group_id=group_id,
@@ -165,7 +165,7 @@ async def commit_offsets(
     offsets: Mapping[TopicPartition, int],
 ) -> dict[TopicPartition, int]:
     """Send OffsetCommit; returns the error code of every partition (0 = stored)."""
-    _, mod = await _req(cluster, node, ApiKey.OFFSET_COMMIT)
+    mod = await _module(cluster, node, ApiKey.OFFSET_COMMIT)
     by_topic: dict[str, list[tuple[int, int]]] = {}
     for tp, off in offsets.items():
         by_topic.setdefault(tp.topic, []).append((tp.partition, off))
@@ -209,7 +209,7 @@ async def fetch_committed(
     Raises:
         BrokerError: a group-level or partition-level error (typed).
     """
-    _, mod = await _req(cluster, node, ApiKey.OFFSET_FETCH)
+    mod = await _module(cluster, node, ApiKey.OFFSET_FETCH)
     by_topic: dict[str, list[int]] = {}
     for tp in partitions:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
