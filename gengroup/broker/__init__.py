@@ -34,7 +34,6 @@ from .server import BrokerServer as BrokerServer
 from .server import BrokerSettings as BrokerSettings
 from .server import ClusterState as ClusterState
 from .server import coordinator_partition as coordinator_partition
-from .server import java_string_hash as java_string_hash
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -60,6 +59,5 @@ __all__ = [
     "Respond",
     "coordinator_partition",
     "error_response",
-    "java_string_hash",
     "memory_byte_stream_pair",
 ]

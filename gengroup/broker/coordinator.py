@@ -165,6 +165,8 @@ from typing import Final, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
+from .. import _java
+
 __all__ = [
     "TRANSITIONS",
     "ClassicGroup",
@@ -930,39 +932,6 @@ class Reply:
 
 
 # ---------------------------------------------------------------------------
-# Java-compatible hashing (protocol vote tie-breaking)
-# ---------------------------------------------------------------------------
-
-
-def _java_string_hash(value: str) -> int:
-    """``String.hashCode()`` as an unsigned 32-bit integer (UTF-16 code units)."""
-    data = value.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h
-
-
-def _java_hashmap_order(keys_in_insertion_order: Sequence[str]) -> list[str]:
-    """The iteration order of a ``java.util.HashMap<String, ?>`` holding ``keys``.
-
-    Entries are visited by bucket index (``(h ^ (h >>> 16)) & (capacity - 1)``),
-    insertion order within a bucket; the table starts at 16 buckets and doubles
-    when it is more than three quarters full. Tree bins (8+ keys in one bucket)
-    are not modelled.
-    """
-    capacity = 16
-    while len(keys_in_insertion_order) > capacity * 3 // 4:
-        capacity *= 2
-
-    def bucket(key: str) -> int:
-        h = _java_string_hash(key)
-        return (h ^ (h >> 16)) & (capacity - 1)
-
-    return sorted(keys_in_insertion_order, key=bucket)
-
-
-# ---------------------------------------------------------------------------
 # Group model
 # ---------------------------------------------------------------------------
 
@@ -1346,7 +1315,7 @@ class ClassicGroup:
             choice = member.vote(candidates)
             votes[choice] = votes.get(choice, 0) + 1
         best: str | None = None
-        for name in _java_hashmap_order(list(votes)):
+        for name in _java.hashmap_order(list(votes)):
             if best is None or votes[name] > votes[best]:
                 best = name
         assert best is not None
@@ -1458,11 +1427,6 @@ class _StoredOffset:
     leader_epoch: int
     metadata: str
     commit_timestamp_ms: int
-
-
-def _java_length(value: str) -> int:
-    """``String.length()``: the number of UTF-16 code units."""
-    return len(value.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def _is_protocol_inconsistent(requested: str | None, current: str | None) -> bool:
@@ -2400,7 +2364,7 @@ class GroupCoordinator:
                 metadata = partition.committed_metadata
                 if (
                     metadata is not None
-                    and _java_length(metadata) > self._config.offset_metadata_max_bytes
+                    and _java.string_length(metadata) > self._config.offset_metadata_max_bytes
                 ):
                     code = ErrorCode.offset_metadata_too_large
                 else:

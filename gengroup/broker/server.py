@@ -74,6 +74,7 @@ import anyio
 import anyio.abc
 from kio.schema.errors import ErrorCode
 
+from .. import _java
 from .._errors import ProtocolError, UnsupportedVersion
 from ..protocol.framing import (
     API_VERSIONS_KEY,
@@ -124,7 +125,6 @@ __all__ = [
     "BrokerSettings",
     "ClusterState",
     "coordinator_partition",
-    "java_string_hash",
 ]
 
 log = logging.getLogger("gengroup.broker")
@@ -170,22 +170,13 @@ _GROUP_OPS: Final = sum(1 << op for op in (3, 6, 8))
 T = TypeVar("T")
 
 
-def java_string_hash(value: str) -> int:
-    """Java's ``String.hashCode()`` (signed 32-bit, over UTF-16 code units)."""
-    data = value.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
 def coordinator_partition(group_id: str, num_partitions: int) -> int:
     """The ``__consumer_offsets`` partition of a group: Kafka's ``partitionFor``.
 
     ``Utils.abs(groupId.hashCode()) % groupMetadataTopicPartitionCount``, where
     ``Utils.abs`` maps ``Integer.MIN_VALUE`` to 0.
     """
-    h = java_string_hash(group_id)
+    h = _java.string_hash(group_id)
     return (0 if h == _INT32_MIN else abs(h)) % num_partitions
 
 

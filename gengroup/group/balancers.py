@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, runtime_checkable
 
+from gengroup import _java
 from gengroup.protocol.consumer_protocol import Subscription, TopicPartitions
 
 __all__ = [
@@ -174,15 +175,6 @@ def balancer_user_data(balancer: Balancer, topics: Sequence[str]) -> bytes | Non
 # --------------------------------------------------------------------------- helpers
 
 
-def _java_string_key(value: str) -> bytes:
-    """A sort key that orders strings as Java's ``String.compareTo`` does.
-
-    Comparing UTF-16-BE bytes lexicographically is comparing UTF-16 code units
-    as unsigned numbers, with a proper prefix sorting first.
-    """
-    return value.encode("utf-16-be", "surrogatepass")
-
-
 _STATIC: Final = 0
 _DYNAMIC: Final = 1
 
@@ -192,10 +184,10 @@ def _member_key(member: GroupMember) -> tuple[int, bytes, bytes]:
     if member.group_instance_id is not None:
         return (
             _STATIC,
-            _java_string_key(member.group_instance_id),
-            _java_string_key(member.member_id),
+            _java.string_sort_key(member.group_instance_id),
+            _java.string_sort_key(member.member_id),
         )
-    return (_DYNAMIC, b"", _java_string_key(member.member_id))
+    return (_DYNAMIC, b"", _java.string_sort_key(member.member_id))
 
 
 def _sorted_members(members: Sequence[GroupMember]) -> list[GroupMember]:
@@ -258,7 +250,7 @@ class RangeBalancer:
         for member in ordered:  # already in member order, so each list is too
             for topic in dict.fromkeys(member.topics):
                 subscribers.setdefault(topic, []).append(member.member_id)
-        for topic in sorted(subscribers, key=_java_string_key):
+        for topic in sorted(subscribers, key=_java.string_sort_key):
             count = _partition_count(partitions, topic)
             if count == 0:
                 continue
@@ -307,7 +299,7 @@ class RoundRobinBalancer:
         ordered = _sorted_members(members)
         result: GroupAssignment = {m.member_id: {} for m in ordered}
         subscribed = [frozenset(m.topics) for m in ordered]
-        topics = sorted({t for topics in subscribed for t in topics}, key=_java_string_key)
+        topics = sorted({t for topics in subscribed for t in topics}, key=_java.string_sort_key)
         cursor = 0
         for topic in topics:
             for partition in range(_partition_count(partitions, topic)):

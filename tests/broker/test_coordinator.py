@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from gengroup import _java
 from gengroup.broker import coordinator as coordinator_module
 from gengroup.broker.coordinator import (
     TRANSITIONS,
@@ -843,13 +844,13 @@ def test_protocol_vote_tie_follows_java_hashmap_order(first: str, second: str, w
 
 
 def test_java_string_hash_matches_java() -> None:
-    assert coordinator_module._java_string_hash("hello") == 99162322
-    assert coordinator_module._java_string_hash("roundrobin") == (-128548644) % 2**32
-    assert coordinator_module._java_string_hash("\U0001f600x") == 54959989
+    assert _java.string_hash_unsigned("hello") == 99162322
+    assert _java.string_hash_unsigned("roundrobin") == (-128548644) % 2**32
+    assert _java.string_hash_unsigned("\U0001f600x") == 54959989
     # Colliding keys keep insertion order; order checked against a real JVM.
-    order = coordinator_module._java_hashmap_order(["b", "a", "c", "zz", "Aa", "BB"])
+    order = _java.hashmap_order(["b", "a", "c", "zz", "Aa", "BB"])
     assert order == ["zz", "Aa", "BB", "a", "b", "c"]
-    order = coordinator_module._java_hashmap_order([f"p{i}" for i in range(14)])
+    order = _java.hashmap_order([f"p{i}" for i in range(14)])
     assert order == [f"p{i}" for i in range(11)] + ["p12", "p11", "p13"]
 
 

@@ -8,8 +8,9 @@ import pytest
 import trio
 import trio.testing
 
+from gengroup import _java
 from gengroup.broker import SUPPORTED_VERSIONS, FakeCluster
-from gengroup.broker.server import coordinator_partition, java_string_hash
+from gengroup.broker.server import coordinator_partition
 from gengroup.io.cluster import Cluster
 from gengroup.protocol.records import decode_batches
 from gengroup.protocol.versions import CLIENT_VERSIONS, ApiKey
@@ -60,17 +61,17 @@ def test_advertised_versions_cover_the_client_table() -> None:
 
 
 def test_java_string_hash_and_partition_for() -> None:
-    assert java_string_hash("") == 0
-    assert java_string_hash("g") == 103
-    assert java_string_hash("hello") == 99162322
-    assert java_string_hash("polygenelubricants") == -(2**31)  # Integer.MIN_VALUE
+    assert _java.string_hash("") == 0
+    assert _java.string_hash("g") == 103
+    assert _java.string_hash("hello") == 99162322
+    assert _java.string_hash("polygenelubricants") == -(2**31)  # Integer.MIN_VALUE
     assert coordinator_partition("polygenelubricants", 50) == 0  # Utils.abs(MIN_VALUE) == 0
     assert coordinator_partition("hello", 50) == 99162322 % 50
-    assert java_string_hash("Aa") == java_string_hash("BB") == 2112
+    assert _java.string_hash("Aa") == _java.string_hash("BB") == 2112
     # a negative hash (32-bit overflow): abs() is taken before the modulo
-    assert java_string_hash("Hello World") == -862545276
+    assert _java.string_hash("Hello World") == -862545276
     assert coordinator_partition("Hello World", 50) == 862545276 % 50
-    assert java_string_hash("\U0001f600") == 0xD83D * 31 + 0xDE00  # UTF-16 surrogate pair
+    assert _java.string_hash("\U0001f600") == 0xD83D * 31 + 0xDE00  # UTF-16 surrogate pair
 
 
 async def test_api_versions_every_version(autojump_clock: trio.testing.MockClock) -> None:
