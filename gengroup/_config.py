@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict, Unpack
 
 from ._errors import ConfigError
+from .group.balancers import Balancer, RangeBalancer, RoundRobinBalancer
+from .group.member import MemberConfig
 
-__all__ = ["GroupConfig", "IsolationLevel", "StartOffset"]
+__all__ = ["GroupConfig", "GroupSettings", "IsolationLevel", "StartOffset"]
 
 StartOffset = Literal["earliest", "latest", "error"]
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
@@ -27,9 +29,44 @@ def _positive(name: str, value: float) -> None:
         raise ConfigError(f"{name} must be a positive finite number of seconds, got {value!r}")
 
 
+def _default_balancers() -> tuple[Balancer, ...]:
+    return (RangeBalancer(), RoundRobinBalancer())
+
+
 @dataclass(frozen=True, slots=True)
 class GroupConfig:
-    """Settings of a :class:`~gengroup.ConsumerGroup` (see its docstring for meanings).
+    """Settings of a :class:`~gengroup.ConsumerGroup`: the one place they are declared.
+
+    ``ConsumerGroup(group_id, topics, brokers, **settings)`` builds this with
+    :meth:`create`; every keyword setting is a field below.
+
+    Attributes:
+        group_id: the consumer group.
+        topics: topics to subscribe to.
+        brokers: bootstrap ``host:port`` addresses.
+        balancers: assignment strategies offered, most preferred first
+            (default: range, then roundrobin, like the Java client's default list).
+        session_timeout: seconds without heartbeat before the coordinator evicts us.
+        rebalance_timeout: seconds the coordinator waits for members to rejoin;
+            also how long tasks get to finish after a generation is cancelled.
+        heartbeat_interval: seconds between heartbeats (must be below session_timeout).
+        watch_partition_changes: whether the leader watches subscribed topics for
+            partition-count changes and new topics.
+        partition_watch_interval: seconds between the leader's metadata checks.
+        join_backoff: base seconds between failed join attempts (jittered).
+        commit_interval: seconds between periodic commits of marked offsets
+            (0: only on generation end and explicit ``commit()``).
+        start_offset: where a partition without a committed offset starts:
+            ``"earliest"``, ``"latest"`` or ``"error"`` (raise).
+        group_instance_id: a static member id (KIP-345), or None.
+        isolation_level: ``"read_committed"`` or ``"read_uncommitted"``.
+        client_id: client id sent to brokers.
+        rack: this member's rack, sent in the subscription.
+        request_timeout: seconds to wait for an ordinary response.
+        fetch_max_wait: seconds a Fetch may wait on the broker for data.
+        fetch_min_bytes: bytes a Fetch waits for.
+        fetch_max_bytes: bytes one Fetch response may carry.
+        partition_buffer_bytes: fetched-but-unprocessed bytes held per partition.
 
     Defaults and their reasons:
 
@@ -57,6 +94,7 @@ class GroupConfig:
     group_id: str
     topics: tuple[str, ...]
     brokers: tuple[str, ...]
+    balancers: tuple[Balancer, ...] = field(default_factory=_default_balancers)
     session_timeout: float = 45.0
     rebalance_timeout: float = 60.0
     heartbeat_interval: float = 3.0
@@ -74,6 +112,48 @@ class GroupConfig:
     fetch_min_bytes: int = 1
     fetch_max_bytes: int = 50 * 1024 * 1024
     partition_buffer_bytes: int = 1024 * 1024
+
+    @classmethod
+    def create(
+        cls,
+        group_id: str,
+        topics: Sequence[str],
+        brokers: Sequence[str] | str,
+        **settings: Unpack[GroupSettings],
+    ) -> GroupConfig:
+        """The configuration of ``ConsumerGroup(group_id, topics, brokers, **settings)``.
+
+        Args:
+            group_id: the consumer group.
+            topics: topics to subscribe to (a sequence of names, not a string).
+            brokers: bootstrap ``host:port`` addresses (a list or a comma-separated string).
+            **settings: any other field of this class; ``balancers`` may be any
+                sequence (empty or None: the default list).
+
+        Raises:
+            ConfigError: a setting is invalid.
+        """
+        if isinstance(brokers, str):
+            brokers = [b for b in brokers.split(",") if b]
+        rest: dict[str, Any] = dict(settings)
+        if rest.get("balancers"):
+            rest["balancers"] = tuple(rest["balancers"])
+        else:
+            rest.pop("balancers", None)
+        return cls(group_id, _topics(topics), tuple(brokers), **rest)
+
+    def member_config(self) -> MemberConfig:
+        """What the sans-IO member machine needs of these settings."""
+        return MemberConfig(
+            group_id=self.group_id,
+            topics=self.topics,
+            balancers=self.balancers,
+            session_timeout=self.session_timeout,
+            rebalance_timeout=self.rebalance_timeout,
+            heartbeat_interval=self.heartbeat_interval,
+            group_instance_id=self.group_instance_id,
+            rack=self.rack,
+        )
 
     def __post_init__(self) -> None:
         if not isinstance(self.group_id, str) or not self.group_id:
@@ -118,3 +198,36 @@ class GroupConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _topics(topics: Sequence[str]) -> tuple[str, ...]:
+    # A string is passed through as is, for __post_init__ to reject by name.
+    return topics if isinstance(topics, str) else tuple(topics)  # type: ignore[return-value]
+
+
+class GroupSettings(TypedDict, total=False):
+    """The keyword settings of ``ConsumerGroup``: :class:`GroupConfig`'s fields after
+    ``group_id``, ``topics`` and ``brokers`` (meanings and defaults there).
+
+    Only names and types are listed here, for type checkers and IDEs; a test
+    checks that they match :class:`GroupConfig`'s fields.
+    """
+
+    balancers: Sequence[Balancer] | None
+    session_timeout: float
+    rebalance_timeout: float
+    heartbeat_interval: float
+    watch_partition_changes: bool
+    partition_watch_interval: float
+    join_backoff: float
+    commit_interval: float
+    start_offset: StartOffset
+    group_instance_id: str | None
+    isolation_level: IsolationLevel
+    client_id: str
+    rack: str | None
+    request_timeout: float
+    fetch_max_wait: float
+    fetch_min_bytes: int
+    fetch_max_bytes: int
+    partition_buffer_bytes: int

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple, TypedDict
 
-__all__ = ["TopicPartition"]
+__all__ = ["GenerationIdentity", "IdentityFields", "TopicPartition"]
 
 
 class TopicPartition(NamedTuple):
@@ -15,3 +16,39 @@ class TopicPartition(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.topic}[{self.partition}]"
+
+
+class IdentityFields(TypedDict):
+    """A :class:`GenerationIdentity` as the keyword arguments of a group request."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationIdentity:
+    """Who a member is in one generation: what SyncGroup, Heartbeat and
+    OffsetCommit carry.
+
+    Attributes:
+        group_id: the consumer group.
+        generation_id: the generation.
+        member_id: the member's id in the generation.
+        group_instance_id: the static member id (KIP-345), or None.
+    """
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+
+    def fields(self) -> IdentityFields:
+        """The four fields as keyword arguments (``**identity.fields()``)."""
+        return IdentityFields(
+            group_id=self.group_id,
+            generation_id=self.generation_id,
+            member_id=self.member_id,
+            group_instance_id=self.group_instance_id,
+        )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from gengroup import ConfigError, ConsumerGroup
+from gengroup import Balancer, ConfigError, ConsumerGroup
+from gengroup._config import GroupConfig, GroupSettings
 
 
 def make(**kw: Any) -> ConsumerGroup:
@@ -53,3 +57,24 @@ def test_defaults_are_consistent() -> None:
     assert cfg.start_offset == "earliest"
     assert cfg.isolation_level == "read_committed"
     assert group.member_id == ""
+
+
+def test_keyword_settings_are_group_configs_fields() -> None:
+    """GroupSettings (the typed keywords of ConsumerGroup) lists GroupConfig's fields."""
+    fields = typing.get_type_hints(GroupConfig)
+    for positional in ("group_id", "topics", "brokers"):
+        del fields[positional]
+    settings = typing.get_type_hints(GroupSettings)
+    assert set(settings) == set(fields)
+    # balancers may be any sequence (or None for the default list); the rest match exactly.
+    assert settings.pop("balancers") == Sequence[Balancer] | None
+    del fields["balancers"]
+    assert settings == fields
+
+
+def test_member_config_is_derived_from_the_group_config() -> None:
+    cfg = make(balancers=None, session_timeout=20.0, rack="r1").config
+    assert [b.name for b in cfg.balancers] == ["range", "roundrobin"]
+    member = cfg.member_config()
+    for f in dataclasses.fields(member):
+        assert getattr(member, f.name) == getattr(cfg, f.name)

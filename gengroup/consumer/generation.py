@@ -2,11 +2,12 @@
 
 Theory of operation:
 
-The :class:`~gengroup.consumer.group.ConsumerGroup` run loop creates a
-:class:`Generation` after SyncGroup and OffsetFetch, opens the generation's
-task group inside a cancel scope, starts the internal tasks (heartbeat,
-partition watcher, committer, fetcher) in it and hands the object to the user
-over a channel. Tasks the user starts with :meth:`Generation.start_soon` run in
+The group forms a :class:`Generation` after SyncGroup and OffsetFetch
+(:mod:`~gengroup.consumer.forming`); the generation runner
+(:mod:`~gengroup.consumer.running`) opens the generation's task group inside
+its cancel scope (:meth:`Generation.task_group`), starts the internal tasks
+(heartbeat, partition watcher, committer, fetcher) in it and hands the object
+to the user over a channel. Tasks the user starts with :meth:`Generation.start_soon` run in
 the same task group, wrapped so that the first one to exit -- returning or
 raising -- cancels the generation's scope (kafka-go's "the first goroutine to
 return closes the generation").
@@ -20,29 +21,31 @@ task returned and the final commit of marked offsets was made). From then on
 
 Marks only move forward; commits never send an offset lower than one this
 member already committed for the partition, so a late commit cannot move a
-committed offset backwards.
+committed offset backwards. A generation sends its commits through a
+:class:`Committer` under its :class:`~gengroup._types.GenerationIdentity`; it
+knows nothing of the group that formed it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.abc
 
 from .._errors import GenerationEnded, error_for_code
-from .._types import TopicPartition
+from .._types import GenerationIdentity, TopicPartition
 from ..group.member import Outcome
 
 if TYPE_CHECKING:
     from .fetcher import FetchedBatch, Fetcher
-    from .group import ConsumerGroup
 
-__all__ = ["Generation", "RebalanceTimings"]
+__all__ = ["Committer", "Generation", "RebalanceTimings"]
 
 log = logging.getLogger("gengroup")
 
@@ -65,6 +68,16 @@ class RebalanceTimings:
     def total(self) -> float:
         """Coordinator lookup + join + sync + offset fetch."""
         return self.find_coordinator + self.join + self.sync + self.offset_fetch
+
+
+class Committer(Protocol):
+    """Sends OffsetCommit for a generation (the group's coordinator client)."""
+
+    async def commit_offsets(
+        self, identity: GenerationIdentity, offsets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """Commit ``offsets`` under ``identity``; the error code of each partition (0 = stored)."""
+        ...
 
 
 @dataclass(eq=False)
@@ -106,35 +119,48 @@ class Generation:
     Obtained from ``async for gen in group``; never constructed by users.
 
     Attributes:
-        id: the generation id every commit carries.
-        member_id: this member's id in the generation.
-        group_id: the group.
+        identity: group id, generation id, member id and group instance id,
+            which every commit carries.
         is_leader: whether this member ran the balancer.
         protocol: the balancer chosen by the coordinator.
         assignments: each assigned partition and the offset its fetch starts at.
         timings: how long forming the generation took.
+        end_outcome: what the member does once the generation ended (None while live).
+        end_reason: why the generation ended (None while live).
     """
 
-    id: int
-    member_id: str
-    group_id: str
+    identity: GenerationIdentity
     is_leader: bool
     protocol: str
     assignments: Mapping[TopicPartition, int]
     timings: RebalanceTimings
-    _group: ConsumerGroup = field(repr=False)
+    _committer: Committer = field(repr=False)
     _fetcher: Fetcher = field(repr=False)
+    _committed: dict[TopicPartition, int] = field(default_factory=dict, repr=False)
     _scope: anyio.CancelScope = field(default_factory=anyio.CancelScope, repr=False)
     _tg: anyio.abc.TaskGroup | None = field(default=None, repr=False)
     _marks: dict[TopicPartition, int] = field(default_factory=dict, repr=False)
-    _committed: dict[TopicPartition, int] = field(default_factory=dict, repr=False)
     _tasks: list[_UserTask] = field(default_factory=list, repr=False)
     _ended: anyio.Event = field(default_factory=anyio.Event, repr=False)
     _commit_lock: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
     _ending: anyio.Event = field(default_factory=anyio.Event, repr=False)
-    _partition_counts: dict[str, int] = field(default_factory=dict, repr=False)
     end_outcome: Outcome | None = None
     end_reason: str | None = None
+
+    @property
+    def id(self) -> int:
+        """The generation id every commit carries."""
+        return self.identity.generation_id
+
+    @property
+    def member_id(self) -> str:
+        """This member's id in the generation."""
+        return self.identity.member_id
+
+    @property
+    def group_id(self) -> str:
+        """The group."""
+        return self.identity.group_id
 
     # ------------------------------------------------------------------ state
 
@@ -154,9 +180,18 @@ class Generation:
 
     def cancel(self, reason: str = "cancelled by the application") -> None:
         """End the generation: cancel its tasks (the group then rejoins)."""
-        self._end(Outcome.REJOIN, reason)
+        self.end(Outcome.REJOIN, reason)
 
-    def _end(self, outcome: Outcome, reason: str) -> None:
+    # ------------------------------------------------------------------ the runner's side
+
+    def end(self, outcome: Outcome, reason: str) -> None:
+        """Cancel the generation; the first call's ``outcome`` and ``reason`` stick.
+
+        Args:
+            outcome: what the member does next (rejoin, reset its member id,
+                look the coordinator up again).
+            reason: why, for logs and :attr:`end_reason`.
+        """
         if self.end_outcome is None:
             self.end_outcome = outcome
             self.end_reason = reason
@@ -169,6 +204,28 @@ class Generation:
             )
         self._scope.cancel()
         self._ending.set()
+
+    async def wait_ending(self) -> None:
+        """Wait until the generation is cancelled."""
+        await self._ending.wait()
+
+    @asynccontextmanager
+    async def task_group(self) -> AsyncIterator[anyio.abc.TaskGroup]:
+        """The generation's task group, inside its cancel scope (opened once, by the runner).
+
+        The block's exit waits for every task; :meth:`start_soon` works until then.
+        """
+        try:
+            with self._scope:
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    yield tg
+        finally:
+            self._tg = None
+
+    def set_ended(self) -> None:
+        """Every task returned and the final commit was made: later commits raise."""
+        self._ended.set()
 
     # ------------------------------------------------------------------ tasks
 
@@ -226,7 +283,7 @@ class Generation:
             await task.coro
         finally:
             task.done = True
-            self._end(Outcome.REJOIN, f"task {task.name!r} exited")
+            self.end(Outcome.REJOIN, f"task {task.name!r} exited")
 
     def stuck_tasks(self) -> list[tuple[str, str]]:
         """(name, stack) of each user task that has not returned yet."""
@@ -310,7 +367,7 @@ class Generation:
             due = {tp: o for tp, o in wanted.items() if o > self._committed.get(tp, -1)}
             if not due:
                 return
-            results = await self._group._commit(self, due)
+            results = await self._committer.commit_offsets(self.identity, due)
             failed = {tp: code for tp, code in results.items() if code}
             for tp, off in due.items():
                 if tp not in failed:

@@ -1,0 +1,394 @@
+"""Forming a generation: coordinator lookup, JoinGroup, SyncGroup, start positions.
+
+Theory of operation:
+
+:func:`form_generation` drives the sans-IO :class:`~gengroup.group.member.Member`
+through FindCoordinator, JoinGroup, SyncGroup and OffsetFetch until a
+generation forms. Each failed step is handed back to the member machine,
+which says what to do about it (rejoin at once, reset the member id, look the
+coordinator up again, retry after a jittered exponential backoff, or give up
+with the error); a lost coordinator is looked up again. The result is a
+:class:`Formed`: the :class:`~gengroup.consumer.generation.Generation` handed
+to the application, its fetcher (started from each partition's committed
+offset, or per ``start_offset`` where none is) and the partition counts the
+leader assigned from (which its partition watcher compares against).
+
+Every request the member sends goes through one :class:`GroupClient`, which
+also remembers which broker coordinates the group: forming, the running
+generation's heartbeats and commits, and the final LeaveGroup.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import anyio
+
+from .._config import GroupConfig
+from .._errors import (
+    BrokerError,
+    KafkaConnectionError,
+    NotCoordinator,
+    ProtocolError,
+    error_for_code,
+)
+from .._types import GenerationIdentity, TopicPartition
+from ..admin import Admin
+from ..group.member import Joined, JoinParams, Member, Outcome, Retry, outcome_for
+from ..io import group_api
+from ..io.cluster import Cluster
+from .fetcher import Fetcher
+from .generation import Generation, RebalanceTimings
+
+__all__ = ["Formed", "GroupClient", "form_generation"]
+
+log = logging.getLogger("gengroup")
+
+
+class GroupClient:
+    """The group member's requests, sent to the coordinator it keeps track of.
+
+    Implements :class:`~gengroup.consumer.generation.Committer`.
+
+    Attributes:
+        node: the coordinator's node id, or None when it must be looked up again.
+    """
+
+    def __init__(self, config: GroupConfig) -> None:
+        self.config = config
+        self.cluster = Cluster(
+            list(config.brokers), client_id=config.client_id, request_timeout=config.request_timeout
+        )
+        self._admin = Admin(self.cluster, timeout=config.request_timeout)
+        self.node: int | None = None
+
+    def forget_coordinator(self) -> None:
+        """The coordinator moved or is unreachable: look it up again before the next request."""
+        self.node = None
+
+    async def coordinator(self, timings: RebalanceTimings) -> int:
+        """The coordinator's node id, looked up (and timed) if unknown."""
+        if self.node is None:
+            t0 = anyio.current_time()
+            self.node = await self.cluster.find_coordinator(
+                self.config.group_id,
+                timeout=max(self.config.request_timeout, self.config.session_timeout),
+            )
+            timings.find_coordinator += anyio.current_time() - t0
+        return self.node
+
+    # ------------------------------------------------------------------ join and sync
+
+    async def join(self, node: int, params: JoinParams) -> group_api.JoinResult:
+        """JoinGroup (the coordinator may hold it for the rebalance timeout)."""
+        cfg = self.config
+        return await group_api.join_group(
+            self.cluster, node, params, client_timeout=cfg.rebalance_timeout + cfg.request_timeout
+        )
+
+    async def sync(
+        self,
+        node: int,
+        identity: GenerationIdentity,
+        protocol: str,
+        assignments: Mapping[str, bytes],
+    ) -> tuple[int, bytes]:
+        """SyncGroup; (error code, this member's encoded assignment)."""
+        cfg = self.config
+        return await group_api.sync_group(
+            self.cluster,
+            node,
+            **identity.fields(),
+            protocol=protocol,
+            assignments=assignments,
+            client_timeout=cfg.rebalance_timeout + cfg.request_timeout,
+        )
+
+    async def partition_counts(self, topics: set[str]) -> dict[str, int]:
+        """Topic -> partition count, for the topics that exist."""
+        md = await self.cluster.refresh_metadata(topics)
+        return {t: len(info.partitions) for t, info in md.items() if info.error_code == 0}
+
+    # ------------------------------------------------------------------ offsets
+
+    async def start_positions(
+        self, node: int, partitions: list[TopicPartition]
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """Where each partition starts, and what is already committed."""
+        if not partitions:
+            return {}, {}
+        committed = await group_api.fetch_committed(
+            self.cluster, node, group_id=self.config.group_id, partitions=partitions
+        )
+        positions = {tp: committed.get(tp, -1) for tp in partitions}
+        missing = [tp for tp, off in positions.items() if off < 0]
+        if missing:
+            positions.update(await self.reset_offsets(missing))
+        return positions, {tp: off for tp, off in committed.items() if off >= 0}
+
+    async def reset_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """Where partitions without a usable offset start, per ``start_offset``."""
+        policy = self.config.start_offset
+        if policy == "error":
+            raise error_for_code(
+                1, f"no committed offset for {', '.join(map(str, tps))} and start_offset='error'"
+            )
+        return await self._admin.list_offsets(
+            tps, policy, read_committed=self.config.isolation_level == "read_committed"
+        )
+
+    async def reset_one(self, tp: TopicPartition) -> int:
+        """:meth:`reset_offsets` for one partition (the fetcher's OFFSET_OUT_OF_RANGE)."""
+        return (await self.reset_offsets([tp]))[tp]
+
+    def fetcher(
+        self, positions: Mapping[TopicPartition, int], on_first_batch: Callable[[], None]
+    ) -> Fetcher:
+        """A fetcher for a generation's partitions, starting at ``positions``."""
+        return Fetcher(self.cluster, self.config, positions, self.reset_one, on_first_batch)
+
+    # ------------------------------------------------------------------ the running generation
+
+    async def heartbeat(self, node: int, identity: GenerationIdentity) -> int:
+        """Heartbeat; its error code."""
+        cfg = self.config
+        return await group_api.heartbeat(
+            self.cluster,
+            node,
+            **identity.fields(),
+            timeout=min(cfg.request_timeout, cfg.session_timeout),
+        )
+
+    async def commit_offsets(
+        self, identity: GenerationIdentity, offsets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """OffsetCommit under ``identity``; follows a moved coordinator once."""
+        retried = False
+        while True:
+            node = self.node
+            if node is None:
+                node = self.node = await self.cluster.find_coordinator(
+                    identity.group_id, timeout=self.config.request_timeout
+                )
+            try:
+                results = await group_api.commit_offsets(
+                    self.cluster, node, **identity.fields(), offsets=offsets
+                )
+            except KafkaConnectionError:
+                if retried:
+                    raise
+            else:
+                moved = results and all(
+                    outcome_for(code) is Outcome.FIND_COORDINATOR for code in results.values()
+                )
+                if not moved or retried:
+                    return results
+            self.node = None
+            retried = True
+
+    async def leave(self, member_id: str) -> None:
+        """LeaveGroup for a dynamic member, if the coordinator is known (bounded, never raises
+        a broker answer or a connection failure: it is logged)."""
+        cfg = self.config
+        if self.node is None:
+            return
+        with anyio.move_on_after(cfg.request_timeout):
+            try:
+                code = await group_api.leave_group(
+                    self.cluster,
+                    self.node,
+                    group_id=cfg.group_id,
+                    member_id=member_id,
+                    reason="the consumer is closing",
+                )
+                if code:
+                    log.info(
+                        "group %s member %s: LeaveGroup answered %s",
+                        cfg.group_id,
+                        member_id,
+                        error_for_code(code),
+                    )
+            except (KafkaConnectionError, ProtocolError) as exc:
+                log.info("group %s: LeaveGroup failed: %s", cfg.group_id, exc)
+
+
+@dataclass(slots=True)
+class Formed:
+    """A formed generation and what running it needs.
+
+    Attributes:
+        generation: the generation handed to the application.
+        fetcher: the generation's fetcher (a task of the generation).
+        partition_counts: topic -> partition count the leader assigned from
+            (empty on followers).
+    """
+
+    generation: Generation
+    fetcher: Fetcher
+    partition_counts: dict[str, int]
+
+
+async def form_generation(
+    member: Member, client: GroupClient, closing: Callable[[], bool]
+) -> Formed | None:
+    """Join and sync until a generation forms; None if ``closing()`` turned true.
+
+    Raises:
+        BrokerError: a fatal answer (FENCED_INSTANCE_ID, authorization, ...).
+    """
+    cfg = client.config
+    attempt = 0
+    timings = RebalanceTimings()
+    while not closing():
+        try:
+            node = await client.coordinator(timings)
+            t0 = anyio.current_time()
+            params = member.join_params()
+            try:
+                res = await client.join(node, params)
+            except BaseException:
+                member.on_io_failure()
+                raise
+            joined = member.on_join(
+                error_code=res.error_code,
+                member_id=res.member_id,
+                generation_id=res.generation_id,
+                protocol=res.protocol,
+                leader=res.leader,
+                members=res.members,
+            )
+            timings.join += anyio.current_time() - t0
+            if isinstance(joined, Retry):
+                attempt = await _retry_pause(member, client, joined, attempt)
+                continue
+            t0 = anyio.current_time()
+            counts: dict[str, int] = {}
+            assignments: dict[str, bytes] = {}
+            if joined.is_leader:
+                counts = await client.partition_counts(member.subscribed_topics())
+                assignments = member.assign(counts)
+            identity = GenerationIdentity(
+                group_id=cfg.group_id,
+                generation_id=joined.generation_id,
+                member_id=joined.member_id,
+                group_instance_id=cfg.group_instance_id,
+            )
+            try:
+                code, raw = await client.sync(node, identity, joined.protocol, assignments)
+            except BaseException:
+                member.on_io_failure()
+                raise
+            synced = member.on_sync(error_code=code, assignment=raw)
+            timings.sync += anyio.current_time() - t0
+            if isinstance(synced, Retry):
+                attempt = await _retry_pause(member, client, synced, attempt)
+                continue
+            t0 = anyio.current_time()
+            partitions = synced.partitions()
+            positions, committed = await client.start_positions(node, partitions)
+            timings.offset_fetch += anyio.current_time() - t0
+        except (KafkaConnectionError, NotCoordinator, TimeoutError) as exc:
+            log.info(
+                "group %s: coordinator unreachable (%s); looking it up again", cfg.group_id, exc
+            )
+            client.forget_coordinator()
+            member.abandon(Outcome.REJOIN, "coordinator lost")
+            await _backoff(cfg, attempt)
+            attempt += 1
+            continue
+        except BrokerError as exc:
+            outcome = outcome_for(exc.code)
+            if outcome is Outcome.FATAL:
+                raise
+            member.abandon(outcome, str(exc))
+            if outcome is Outcome.FIND_COORDINATOR:
+                client.forget_coordinator()
+            log.info("group %s: %s; rejoining", cfg.group_id, exc)
+            await _backoff(cfg, attempt)
+            attempt += 1
+            continue
+        return _formed(client, identity, joined, positions, committed, counts, timings)
+    return None
+
+
+async def _backoff(cfg: GroupConfig, attempt: int) -> None:
+    base = min(cfg.join_backoff * (2 ** min(attempt, 5)), 30.0)
+    await anyio.sleep(base * random.uniform(0.5, 1.0))
+
+
+async def _retry_pause(member: Member, client: GroupClient, retry: Retry, attempt: int) -> int:
+    """Act on a failed join or sync; back off if due. Returns the next attempt number."""
+    if _handle_retry(member, client, retry):
+        await _backoff(client.config, attempt)
+        return attempt + 1
+    return attempt
+
+
+def _handle_retry(member: Member, client: GroupClient, retry: Retry) -> bool:
+    """Act on a failed step; True if the next attempt should wait a backoff."""
+    if retry.outcome is Outcome.FATAL:
+        raise retry.error
+    if retry.outcome is Outcome.FIND_COORDINATOR:
+        client.forget_coordinator()
+        return True
+    if retry.outcome is Outcome.REJOIN:
+        return False
+    log.info(
+        "group %s member %s: %s; rejoining",
+        client.config.group_id,
+        member.member_id or "(new)",
+        retry.error,
+    )
+    return retry.outcome is Outcome.RETRY
+
+
+def _formed(
+    client: GroupClient,
+    identity: GenerationIdentity,
+    joined: Joined,
+    positions: dict[TopicPartition, int],
+    committed: dict[TopicPartition, int],
+    counts: dict[str, int],
+    timings: RebalanceTimings,
+) -> Formed:
+    t_ready = anyio.current_time()
+
+    def first_batch() -> None:
+        timings.first_record = anyio.current_time() - t_ready
+        log.info(
+            "group %s generation %d member %s: first records after %.3f s",
+            identity.group_id,
+            identity.generation_id,
+            identity.member_id,
+            timings.first_record,
+        )
+
+    fetcher = client.fetcher(positions, first_batch)
+    gen = Generation(
+        identity=identity,
+        is_leader=joined.is_leader,
+        protocol=joined.protocol,
+        assignments=dict(positions),
+        timings=timings,
+        _committer=client,
+        _fetcher=fetcher,
+        _committed=dict(committed),
+    )
+    log.info(
+        "group %s generation %d formed: member %s%s, %d partition(s), protocol %s; "
+        "coordinator %.3f s, join %.3f s, sync %.3f s, offsets %.3f s",
+        gen.group_id,
+        gen.id,
+        gen.member_id,
+        " (leader)" if gen.is_leader else "",
+        len(positions),
+        gen.protocol,
+        timings.find_coordinator,
+        timings.join,
+        timings.sync,
+        timings.offset_fetch,
+    )
+    return Formed(gen, fetcher, counts)

@@ -1,0 +1,231 @@
+"""Running a generation: its internal tasks, the teardown watchdog, the final commit.
+
+Theory of operation:
+
+:func:`run_generation` runs a formed generation's task group (inside the
+generation's cancel scope) *in the caller's task* -- the group's run loop. It
+starts the internal tasks there (the heartbeat loop, the fetcher, the
+leader's partition watcher, the periodic committer), then hands the
+:class:`~gengroup.consumer.generation.Generation` to the application, which
+never runs inside that task group: it receives the object over the group's
+channel, so user code never yields from inside a nursery.
+
+Then it simply waits for the task group to finish. It finishes when the first
+task exits (a user task returns or raises, the heartbeat sees a rebalance, the
+watcher sees a partition change, the group is closed), because every exit
+cancels the generation's scope. A watchdog started beside the task group
+gives the tasks ``rebalance_timeout`` seconds once the generation is ending;
+past that it reports which task held the generation up and where it was
+suspended (:class:`TaskStuckError`) instead of hanging silently.
+
+Once every task has returned, marked offsets are committed once more,
+shielded, with the ending generation's id; only then is the member machine
+told the generation ended, so the member rejoins only after all of it
+(semantic 1: one live generation per member).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from .._config import GroupConfig
+from .._errors import (
+    BrokerError,
+    KafkaConnectionError,
+    ProtocolError,
+    TaskStuckError,
+    error_for_code,
+)
+from ..group.member import Member, Outcome, outcome_for
+from .forming import Formed, GroupClient
+from .generation import Generation
+
+__all__ = ["run_generation"]
+
+log = logging.getLogger("gengroup")
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """A group holding exactly one (possibly nested) exception: that exception."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+async def run_generation(
+    formed: Formed,
+    member: Member,
+    client: GroupClient,
+    hand_over: Callable[[Generation], Awaitable[None]],
+    report_stuck: Callable[[TaskStuckError], Awaitable[None]],
+) -> BaseException | None:
+    """Run ``formed`` until every task of it returned, then commit and end it.
+
+    Args:
+        formed: the generation, its fetcher and the partition counts at join.
+        member: the member machine, told when the generation ended.
+        client: the group's requests (heartbeats, commits, metadata).
+        hand_over: gives the generation to the application (once its tasks run).
+        report_stuck: reports tasks that did not return in time after cancellation.
+
+    Returns:
+        What a task of the generation raised, or None.
+    """
+    return await _Run(formed, member, client).run(hand_over, report_stuck)
+
+
+class _Run:
+    """One generation's internal tasks."""
+
+    def __init__(self, formed: Formed, member: Member, client: GroupClient) -> None:
+        self.formed = formed
+        self.gen = formed.generation
+        self.member = member
+        self.client = client
+        self.config: GroupConfig = client.config
+
+    def _log_retry(self, what: str, exc: BaseException, then: str) -> None:
+        gen = self.gen
+        log.info(
+            "group %s generation %d member %s: %s failed (%s); %s",
+            gen.group_id,
+            gen.id,
+            gen.member_id,
+            what,
+            exc,
+            then,
+        )
+
+    async def run(
+        self,
+        hand_over: Callable[[Generation], Awaitable[None]],
+        report_stuck: Callable[[TaskStuckError], Awaitable[None]],
+    ) -> BaseException | None:
+        cfg = self.config
+        gen = self.gen
+        error: BaseException | None = None
+        try:
+            async with anyio.create_task_group() as outer:
+                outer.start_soon(self._watchdog, report_stuck, name="gengroup-teardown-watchdog")
+                # The except clause sits outside the generation's scope: the
+                # scope first strips the Cancelled exceptions its own
+                # cancellation caused, leaving only what the tasks raised.
+                try:
+                    async with gen.task_group() as tg:
+                        tg.start_soon(self._heartbeat_loop, name="gengroup-heartbeat")
+                        tg.start_soon(self.formed.fetcher.run, name="gengroup-fetcher")
+                        if gen.is_leader and cfg.watch_partition_changes:
+                            tg.start_soon(self._watch_partitions, name="gengroup-watcher")
+                        if cfg.commit_interval > 0:
+                            tg.start_soon(self._commit_loop, name="gengroup-committer")
+                        await hand_over(gen)
+                except Exception as exc:
+                    error = _unwrap(exc)
+                    gen.end(Outcome.FATAL, f"task raised {error!r}")
+                outer.cancel_scope.cancel()
+        finally:
+            await self._final_commit()
+            gen.set_ended()
+            self.member.generation_ended(
+                gen.end_outcome if gen.end_outcome is not Outcome.FATAL else None, gen.end_reason
+            )
+            if gen.end_outcome is Outcome.FIND_COORDINATOR:
+                self.client.forget_coordinator()
+        return error
+
+    async def _final_commit(self) -> None:
+        gen = self.gen
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.request_timeout):
+            try:
+                await gen.commit()
+            except (BrokerError, KafkaConnectionError, ProtocolError, TimeoutError) as exc:
+                log.warning(
+                    "group %s generation %d member %s: final commit failed: %s "
+                    "(uncommitted records will be processed again)",
+                    gen.group_id,
+                    gen.id,
+                    gen.member_id,
+                    exc,
+                )
+
+    async def _watchdog(self, report_stuck: Callable[[TaskStuckError], Awaitable[None]]) -> None:
+        gen = self.gen
+        await gen.wait_ending()
+        deadline = anyio.current_time() + self.config.rebalance_timeout
+        await anyio.sleep_until(deadline)
+        stuck = gen.stuck_tasks()
+        detail = "\n".join(f"task {name!r} is suspended at:\n{stack}" for name, stack in stuck)
+        err = TaskStuckError(
+            f"group {gen.group_id} generation {gen.id}: {len(stuck)} task(s) did not return "
+            f"within rebalance_timeout={self.config.rebalance_timeout} s after the generation "
+            f"ended ({gen.end_reason}); the next generation cannot start until they do.\n{detail}"
+        )
+        log.error("%s", err)
+        await report_stuck(err)
+
+    # ------------------------------------------------------------------ the generation's tasks
+
+    async def _heartbeat_loop(self) -> None:
+        gen = self.gen
+        member = self.member
+        started = anyio.current_time()
+        node = self.client.node
+        while True:
+            await anyio.sleep(self.config.heartbeat_interval)
+            if node is None:
+                gen.end(Outcome.FIND_COORDINATOR, "no coordinator")
+                return
+            try:
+                code = await self.client.heartbeat(node, gen.identity)
+            except (KafkaConnectionError, ProtocolError) as exc:
+                outcome = member.on_heartbeat_failure(now=anyio.current_time(), started=started)
+                if outcome is not None:
+                    gen.end(outcome, f"no successful heartbeat for a session timeout ({exc})")
+                    return
+                self._log_retry("heartbeat", exc, "retrying")
+                continue
+            outcome = member.on_heartbeat(error_code=code, now=anyio.current_time())
+            if outcome is None or outcome is Outcome.RETRY:
+                continue
+            if outcome is Outcome.FATAL:
+                raise error_for_code(code, f"Heartbeat of {gen.group_id} generation {gen.id}")
+            gen.end(outcome, f"heartbeat answered {error_for_code(code).name}")
+            return
+
+    async def _watch_partitions(self) -> None:
+        gen = self.gen
+        topics = self.member.subscribed_topics()
+        at_join = self.formed.partition_counts
+        while True:
+            await anyio.sleep(self.config.partition_watch_interval)
+            try:
+                now = await self.client.partition_counts(topics)
+            except (KafkaConnectionError, BrokerError, ProtocolError) as exc:
+                self._log_retry("partition watch", exc, "retrying")
+                continue
+            if now != at_join:
+                changed = sorted(t for t in set(now) | set(at_join) if now.get(t) != at_join.get(t))
+                gen.end(
+                    Outcome.REJOIN,
+                    "partitions changed: "
+                    + ", ".join(f"{t} {at_join.get(t, 0)}->{now.get(t, 0)}" for t in changed),
+                )
+                return
+
+    async def _commit_loop(self) -> None:
+        gen = self.gen
+        while True:
+            await anyio.sleep(self.config.commit_interval)
+            try:
+                await gen.commit()
+            except BrokerError as exc:
+                outcome = outcome_for(exc.code)
+                if outcome is Outcome.FATAL:
+                    raise
+                gen.end(outcome, f"commit refused: {exc}")
+                return
+            except (KafkaConnectionError, ProtocolError, TimeoutError) as exc:
+                self._log_retry("periodic commit", exc, "will retry")
