@@ -84,6 +84,11 @@ class Ledger:
     def current(self) -> dict[str, Generation]:
         return {n: gens[-1] for n, gens in self.generations.items() if gens and not gens[-1].ending}
 
+    def assigned(self, name: str) -> set[TopicPartition]:
+        """The partitions of ``name``'s live generation (none without one)."""
+        gen = self.current().get(name)
+        return set(gen.assignments) if gen is not None else set()
+
     async def wait_for(self, predicate: object, what: str, timeout: float = 60.0) -> None:
         assert callable(predicate)
         try:

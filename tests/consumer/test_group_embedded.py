@@ -55,41 +55,29 @@ def produce(
         )
 
 
-async def test_rebalance_answer_rejoins_with_the_same_member_id(
-    autojump_clock: trio.testing.MockClock,
+@pytest.mark.parametrize(
+    ("code", "keeps_member_id"),
+    [(ErrorCode.rebalance_in_progress, True), (ErrorCode.illegal_generation, False)],
+)
+async def test_heartbeat_answer_ends_the_generation_and_rejoins(
+    autojump_clock: trio.testing.MockClock, code: ErrorCode, keeps_member_id: bool
 ) -> None:
+    """REBALANCE_IN_PROGRESS rejoins with the same member id; ILLEGAL_GENERATION resets it."""
     async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
             first = await group.next()
-            cluster.control(
-                ApiKey.HEARTBEAT,
-                lambda req: Fail(ErrorCode.rebalance_in_progress),
-                once=True,
-            )
+            cluster.control(ApiKey.HEARTBEAT, lambda req: Fail(code), once=True)
             t0 = trio.current_time()
             second = await group.next()
             assert first.ended
-            assert first.end_reason == "heartbeat answered REBALANCE_IN_PROGRESS"
-            assert second.member_id == first.member_id
-            assert second.id == first.id + 1
-            # The next heartbeat is one interval away; the rejoin is immediate.
-            assert trio.current_time() - t0 == pytest.approx(
-                SETTINGS["heartbeat_interval"], abs=0.01
-            )
-
-
-async def test_illegal_generation_resets_the_member_id(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
-        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
-            first = await group.next()
-            cluster.control(
-                ApiKey.HEARTBEAT, lambda req: Fail(ErrorCode.illegal_generation), once=True
-            )
-            second = await group.next()
-            assert second.member_id != first.member_id
-            assert first.end_reason == "heartbeat answered ILLEGAL_GENERATION"
+            assert first.end_reason == f"heartbeat answered {code.name.upper()}"
+            assert (second.member_id == first.member_id) is keeps_member_id
+            if keeps_member_id:
+                assert second.id == first.id + 1
+                # The next heartbeat is one interval away; the rejoin is immediate.
+                assert trio.current_time() - t0 == pytest.approx(
+                    SETTINGS["heartbeat_interval"], abs=0.01
+                )
 
 
 async def test_lost_heartbeats_end_the_generation_after_one_session_timeout(

@@ -21,12 +21,13 @@ from gengroup import (
 )
 from gengroup import Producer as Producer_
 from gengroup._errors import error_for_code
+from gengroup._types import GenerationIdentity
 from gengroup.io import group_api
 from gengroup.producer import ProducerRecord as ProducerRecord_
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
-from .helpers import FAST, Ledger, all_partitions, covers_exactly_once, create_topic, produce_ids
+from .helpers import FAST, Ledger, all_partitions, create_topic, produce_ids
 
 pytestmark = pytest.mark.kafka
 
@@ -37,7 +38,7 @@ async def test_vanished_member_is_evicted_after_session_timeout(kafka: KafkaBrok
     topic, group_id = make_unique_name("evict"), make_unique_name("g")
     await create_topic(kafka.bootstrap, topic, 4)
     session = 3.0
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -50,56 +51,43 @@ async def test_vanished_member_is_evicted_after_session_timeout(kafka: KafkaBrok
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = await anyio.to_thread.run_sync(proc.stdout.readline)
-        assert line.startswith("generation "), line
-        ledger = Ledger()
-        async with (
-            ConsumerGroup(
-                group_id, [topic], kafka.bootstrap, client_id="survivor", **FAST
-            ) as group,
-            anyio.create_task_group() as tg,
-        ):
-            tg.start_soon(ledger.member, "survivor", group)
-            # Both members share the 4 partitions.
-            await ledger.wait_for(
-                lambda: (
-                    len(
-                        ledger.current()
-                        .get("survivor", Generation.__new__(Generation))
-                        .__dict__.get("assignments", {})
-                    )
-                    == 2
-                    if "survivor" in ledger.current()
-                    else False
-                ),
-                "the survivor to get half the partitions",
-            )
-            killed_at = anyio.current_time()
-            proc.send_signal(signal.SIGKILL)
-            await anyio.to_thread.run_sync(proc.wait)
-            # No LeaveGroup was sent: only the session timeout moves the partitions.
-            await ledger.wait_for(
-                lambda: (
-                    "survivor" in ledger.current()
-                    and covers_exactly_once(
-                        [ledger.current()["survivor"]], all_partitions(topic, 4)
-                    )
-                ),
-                "the survivor to own all 4 partitions",
-                timeout=30,
-            )
-            elapsed = anyio.current_time() - killed_at
-            tg.cancel_scope.cancel()
-        assert elapsed >= session * 0.5, f"partitions moved after {elapsed:.2f} s, before eviction"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+    ) as proc:
+        try:
+            await _survivor_takes_over(kafka, proc, group_id, topic, session)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+async def _survivor_takes_over(
+    kafka: KafkaBroker, proc: subprocess.Popen[str], group_id: str, topic: str, session: float
+) -> None:
+    assert proc.stdout is not None
+    line = await anyio.to_thread.run_sync(proc.stdout.readline)
+    assert line.startswith("generation "), line
+    ledger = Ledger()
+    async with (
+        ConsumerGroup(group_id, [topic], kafka.bootstrap, client_id="survivor", **FAST) as group,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(ledger.member, "survivor", group)
+        # Both members share the 4 partitions.
+        await ledger.wait_for(
+            lambda: len(ledger.assigned("survivor")) == 2,
+            "the survivor to get half the partitions",
+        )
+        killed_at = anyio.current_time()
+        proc.send_signal(signal.SIGKILL)
+        await anyio.to_thread.run_sync(proc.wait)
+        # No LeaveGroup was sent: only the session timeout moves the partitions.
+        await ledger.wait_for(
+            lambda: ledger.assigned("survivor") == all_partitions(topic, 4),
+            "the survivor to own all 4 partitions",
+            timeout=30,
+        )
+        elapsed = anyio.current_time() - killed_at
+        tg.cancel_scope.cancel()
+    assert elapsed >= session * 0.5, f"partitions moved after {elapsed:.2f} s, before eviction"
 
 
 async def test_commit_from_ended_generation_is_refused_locally_and_old_ids_by_the_broker(
@@ -137,14 +125,9 @@ async def test_commit_from_ended_generation_is_refused_locally_and_old_ids_by_th
                 third = await group.next()
                 assert third.id > first.id
                 coordinator = await group.cluster.find_coordinator(group_id)
+                stale = GenerationIdentity(group_id, first.id, third.member_id, None)
                 codes = await group_api.commit_offsets(
-                    group.cluster,
-                    coordinator,
-                    group_id=group_id,
-                    generation_id=first.id,
-                    member_id=third.member_id,
-                    group_instance_id=None,
-                    offsets={tp: 1},
+                    group.cluster, coordinator, **stale.fields(), offsets={tp: 1}
                 )
                 assert isinstance(error_for_code(codes[tp]), IllegalGeneration)
                 tg.cancel_scope.cancel()
@@ -163,28 +146,18 @@ async def test_new_partitions_and_new_topics_lead_to_a_generation_including_them
         async with anyio.create_task_group() as tg:
             tg.start_soon(ledger.member, "m", group)
             await ledger.wait_for(
-                lambda: (
-                    "m" in ledger.current()
-                    and set(ledger.current()["m"].assignments) == all_partitions(t1, 2)
-                ),
+                lambda: ledger.assigned("m") == all_partitions(t1, 2),
                 "the first generation",
             )
             async with Admin(kafka.bootstrap) as admin:
                 await admin.create_partitions(t1, 5)
             await ledger.wait_for(
-                lambda: (
-                    "m" in ledger.current()
-                    and set(ledger.current()["m"].assignments) == all_partitions(t1, 5)
-                ),
+                lambda: ledger.assigned("m") == all_partitions(t1, 5),
                 "a generation with the added partitions",
             )
             await create_topic(kafka.bootstrap, t2, 3)
             await ledger.wait_for(
-                lambda: (
-                    "m" in ledger.current()
-                    and set(ledger.current()["m"].assignments)
-                    == all_partitions(t1, 5) | all_partitions(t2, 3)
-                ),
+                lambda: ledger.assigned("m") == all_partitions(t1, 5) | all_partitions(t2, 3),
                 "a generation with the topic created after the join",
             )
             tg.cancel_scope.cancel()
