@@ -564,25 +564,10 @@ class Admin:
         *,
         read_committed: bool = False,
     ) -> dict[TopicPartition, int]:
-        """Look up offsets by position or time.
+        """Look up offsets by position or time, within the admin's timeout.
 
-        See :func:`gengroup.io.offsets.list_offsets`.
-
-        Args:
-            tps: the partitions.
-            spec: ``"earliest"`` (log start offset), ``"latest"`` (the high
-                watermark, or the last stable offset under ``read_committed``),
-                or a timestamp in ms: the first offset whose timestamp is at or
-                after it, or -1 if no such record exists.
-            read_committed: use READ_COMMITTED isolation (matters for ``"latest"``).
-
-        Returns:
-            The offset of each partition.
-
-        Raises:
-            UnknownTopicOrPartition: metadata does not know a topic.
-            BrokerError: another non-retriable error.
-            TimeoutError: leadership stayed stale for the admin's timeout.
+        Args, returns and raises: see :func:`gengroup.io.offsets.list_offsets`
+        (``spec`` is ``"earliest"``, ``"latest"`` or a timestamp in ms).
         """
         return await offsets.list_offsets(
             self.cluster, tps, spec, read_committed=read_committed, timeout=self.timeout
