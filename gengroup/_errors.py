@@ -13,7 +13,10 @@ httpcore's ``map_exceptions``. Two families matter most:
   subclass so callers can ``except`` them by type. Each class also says what a
   client does about it: :attr:`BrokerError.action` is one of
   ``"find_coordinator"``, ``"refresh_metadata"``, ``"rejoin"``,
-  ``"reset_member"``, ``"retry"`` or ``"fail"``.
+  ``"reset_member"``, ``"retry"`` or ``"fail"``. Which class a code gets is
+  decided by the one error table, :mod:`gengroup._error_table`: a code without
+  a class of its own gets the base class of its action, and
+  :func:`is_retriable` reads the same table for every retry loop.
 * Connection failures separate "you closed it" (:class:`ConnectionClosed`)
   from "it broke" (:class:`BrokenConnection`), like trio's
   ``ClosedResourceError`` / ``BrokenResourceError``.
@@ -21,9 +24,11 @@ httpcore's ``map_exceptions``. Two families matter most:
 
 from __future__ import annotations
 
-from typing import ClassVar, Final, Literal
+from typing import ClassVar, Final
 
 from kio.schema.errors import ErrorCode
+
+from ._error_table import RETRY_ACTIONS, Action, policy_for
 
 __all__ = [
     "BrokenConnection",
@@ -42,10 +47,9 @@ __all__ = [
     "TaskStuckError",
     "UnsupportedVersion",
     "error_for_code",
+    "is_retriable",
     "raise_for_code",
 ]
-
-Action = Literal["find_coordinator", "refresh_metadata", "rejoin", "reset_member", "retry", "fail"]
 
 
 class GengroupError(Exception):
@@ -111,14 +115,10 @@ class BrokerError(GengroupError):
     action: ClassVar[Action] = "fail"
 
     def __init__(self, code: int, message: str | None = None) -> None:
+        policy = policy_for(code)
         self.code = code
-        try:
-            ec = ErrorCode(code)
-            self.name = ec.name.upper()
-            self.retriable = bool(ec.retriable)
-        except ValueError:
-            self.name = f"UNKNOWN_ERROR_CODE_{code}"
-            self.retriable = False
+        self.name = policy.name
+        self.retriable = policy.kafka_retriable
         text = f"{self.name} ({code})"
         if message:
             text += f": {message}"
@@ -248,20 +248,15 @@ _SPECIFIC: Final[dict[int, type[BrokerError]]] = {
     ErrorCode.group_max_size_reached: GroupMaxSizeReached,
 }
 
-# Codes that mean "the metadata is stale" beyond the two with their own class.
-_REFRESH_METADATA: Final = frozenset(
-    {
-        ErrorCode.leader_not_available,
-        ErrorCode.replica_not_available,
-        ErrorCode.kafka_storage_error,
-        ErrorCode.fenced_leader_epoch,
-        ErrorCode.unknown_leader_epoch,
-        ErrorCode.offset_not_available,
-        ErrorCode.unknown_topic_id,
-        ErrorCode.inconsistent_topic_id,
-        ErrorCode.not_controller,
-    }
-)
+#: The class of a code without one of its own: the base class of its action.
+_BY_ACTION: Final[dict[Action, type[BrokerError]]] = {
+    "find_coordinator": CoordinatorError,
+    "refresh_metadata": StaleMetadataError,
+    "rejoin": RebalanceError,
+    "reset_member": MemberResetError,
+    "retry": RetriableBrokerError,
+    "fail": BrokerError,
+}
 
 
 def error_for_code(code: int, message: str | None = None) -> BrokerError:
@@ -274,15 +269,7 @@ def error_for_code(code: int, message: str | None = None) -> BrokerError:
     Returns:
         An instance of the most specific :class:`BrokerError` subclass.
     """
-    cls = _SPECIFIC.get(code)
-    if cls is None:
-        if code in _REFRESH_METADATA:
-            cls = StaleMetadataError
-        else:
-            try:
-                cls = RetriableBrokerError if ErrorCode(code).retriable else BrokerError
-            except ValueError:
-                cls = BrokerError
+    cls = _SPECIFIC.get(code) or _BY_ACTION[policy_for(code).action]
     return cls(code, message)
 
 
@@ -290,3 +277,17 @@ def raise_for_code(code: int, message: str | None = None) -> None:
     """Raise :func:`error_for_code` unless ``code`` is zero."""
     if code:
         raise error_for_code(code, message)
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Whether the request that failed with ``exc`` is worth sending again.
+
+    Connection failures are; a broker error is when Kafka marks it retriable or
+    its action (find the coordinator, refresh metadata, retry) comes before a
+    retry. Anything else (a bug, a local error) is not.
+    """
+    if isinstance(exc, KafkaConnectionError):
+        return True
+    if isinstance(exc, BrokerError):
+        return exc.retriable or exc.action in RETRY_ACTIONS
+    return False

@@ -16,44 +16,57 @@ partitions without error (a leader named in metadata may not have opened the
 partition's log yet). Callers can therefore produce and fetch right after
 ``create_topics`` returns.
 
-Group operations go to the group's coordinator, found with FindCoordinator;
-coordinator errors (moved, loading, not available) and connection failures are
-retried with backoff until the operation's timeout. ListOffsets goes to each
-partition's leader; stale leadership refreshes the metadata and retries.
+Group operations go to the group's coordinator through a
+:class:`~gengroup.io.coordinator.CoordinatorClient` per group, which finds the
+coordinator and follows it when it moves; coordinator errors (moved, loading,
+not available) and connection failures are retried with backoff until the
+operation's timeout. ListOffsets and OffsetFetch are :mod:`gengroup.io.offsets`'
+(ListOffsets goes to each partition's leader; stale leadership refreshes the
+metadata and retries).
 
-Every wait has a deadline: an operation that cannot complete in time raises
-:class:`TimeoutError` naming the last error seen.
+Every request goes out through :meth:`Cluster.call
+<gengroup.io.cluster.Cluster.call>`, every retry loop is
+:func:`gengroup.io.retry.retry`, and what is retried is the error table's
+decision (:func:`gengroup._errors.is_retriable`). Every wait has a deadline: an
+operation that cannot complete in time raises :class:`TimeoutError` naming the
+last error seen.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Final, Self, TypeVar
 
 import anyio
+from kio.schema.errors import ErrorCode
 
 from ._errors import (
     BrokerError,
-    CoordinatorError,
+    ConfigError,
     KafkaConnectionError,
-    RetriableBrokerError,
-    StaleMetadataError,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
     error_for_code,
+    is_retriable,
 )
 from ._types import TopicPartition
-from .io.cluster import Cluster, ms
+from .io import offsets
+from .io.cluster import Cluster
+from .io.coordinator import CoordinatorClient
+from .io.offsets import OffsetSpec
+from .io.request import MakeRequest, raise_item_errors
+from .io.retry import GiveUp, retry
 from .protocol.consumer_protocol import PROTOCOL_TYPE, Assignment, decode_assignment
-from .protocol.framing import build, request_module
-from .protocol.versions import ApiKey, require
+from .protocol.framing import build, ms
+from .protocol.versions import ApiKey
 
 __all__ = [
     "Admin",
     "GroupDescription",
     "GroupListing",
+    "AdminConfig",
     "MemberDescription",
     "NewTopic",
     "OffsetSpec",
@@ -61,12 +74,27 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: ``"earliest"``, ``"latest"`` or a timestamp in milliseconds since the epoch.
-OffsetSpec = Literal["earliest", "latest"] | int
+_GROUP_ID_NOT_FOUND: Final = int(ErrorCode.group_id_not_found)
 
-_EARLIEST_TIMESTAMP = -2
-_LATEST_TIMESTAMP = -1
-_UNKNOWN_TOPIC = 3
+
+@dataclass(frozen=True, slots=True)
+class AdminConfig:
+    """The settings of an :class:`Admin` (validated at construction).
+
+    Attributes:
+        client_id: client id of a cluster the admin opens itself.
+        timeout: default seconds an operation may take, including its metadata wait.
+
+    Raises:
+        ConfigError: ``timeout`` is not positive.
+    """
+
+    client_id: str = "gengroup-admin"
+    timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise ConfigError(f"timeout must be positive, not {self.timeout!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,26 +198,14 @@ class GroupDescription:
     members: tuple[MemberDescription, ...]
 
 
-def _remaining(deadline: float) -> float:
-    return max(0.0, deadline - anyio.current_time())
+class _NotYet(Exception):
+    """The metadata does not show what is awaited yet (retried until the deadline)."""
 
 
-class _Final(Exception):
-    """Carries an error that must not be retried even though its class is retriable."""
-
-    def __init__(self, error: BrokerError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-def _is_retriable(exc: Exception) -> bool:
-    if isinstance(exc, KafkaConnectionError):
-        return True
-    if isinstance(exc, BrokerError):
-        return exc.retriable or isinstance(
-            exc, CoordinatorError | RetriableBrokerError | StaleMetadataError
-        )
-    return False
+def _deadline(seconds: float) -> Callable[[], float]:
+    """The seconds left until ``seconds`` from now, each time it is called (never negative)."""
+    end = anyio.current_time() + seconds
+    return lambda: max(0.0, end - anyio.current_time())
 
 
 class Admin:
@@ -201,6 +217,9 @@ class Admin:
             cluster the admin opens and closes itself.
         client_id: client id of an owned cluster.
         timeout: default seconds an operation may take, including its metadata wait.
+
+    Raises:
+        ConfigError: an invalid setting (see :class:`AdminConfig`).
 
     Example::
 
@@ -216,88 +235,122 @@ class Admin:
         client_id: str = "gengroup-admin",
         timeout: float = 30.0,
     ) -> None:
+        self.config = AdminConfig(client_id=client_id, timeout=timeout)
         if isinstance(cluster, Cluster):
             self.cluster = cluster
             self._owns_cluster = False
         else:
             self.cluster = Cluster(cluster, client_id=client_id)
             self._owns_cluster = True
-        self.timeout = timeout
+        self._coordinators: dict[str, CoordinatorClient] = {}
+        self._stack = AsyncExitStack()
+
+    @property
+    def timeout(self) -> float:
+        """Default seconds an operation may take (:attr:`AdminConfig.timeout`)."""
+        return self.config.timeout
 
     async def __aenter__(self) -> Self:
         if self._owns_cluster:
-            await self.cluster.__aenter__()
+            await self._stack.enter_async_context(self.cluster)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         # The body's exception is not handed to the cluster's task group, which
         # would wrap it in an ExceptionGroup; it propagates unchanged.
-        if self._owns_cluster:
-            await self.cluster.__aexit__(None, None, None)
+        await self._stack.aclose()
 
     # ------------------------------------------------------------------ helpers
 
     async def _retrying(
         self,
         what: str,
-        attempt_fn: Callable[[], Awaitable[T]],
-        budget: float | None,
+        attempt: Callable[[], Awaitable[T]],
+        timeout: float | None,
         *,
-        on_stale: Callable[[], Awaitable[object]] | None = None,
+        refresh_metadata: Callable[[], Awaitable[object]] | None = None,
     ) -> T:
-        """Run ``attempt_fn`` until it succeeds, retrying retriable failures until the deadline."""
-        limit = self.timeout if budget is None else budget
-        last: Exception | None = None
-        attempt = 0
-        with anyio.move_on_after(limit):
-            while True:
-                try:
-                    return await attempt_fn()
-                except _Final as final:
-                    raise final.error from None
-                except (BrokerError, KafkaConnectionError) as exc:
-                    if not _is_retriable(exc):
-                        raise
-                    last = exc
-                if isinstance(last, StaleMetadataError) and on_stale is not None:
-                    await on_stale()
-                await self.cluster.backoff(attempt)
-                attempt += 1
-        raise TimeoutError(f"{what} did not complete within {limit} s (last error: {last})")
+        """Run ``attempt`` until it succeeds, retrying what the error table retries."""
+        return await retry(
+            what,
+            attempt,
+            timeout=self.timeout if timeout is None else timeout,
+            backoff=self.cluster.retry_backoff,
+            refresh_metadata=refresh_metadata,
+        )
 
-    async def _any_request(self, key: ApiKey, make: Callable[[Any], Any]) -> Any:
-        conn = await self.cluster.any_connection()
-        version = require(conn.versions, key)
-        return await conn.request(make(request_module(key, version)))
-
-    async def _coordinator_request(
-        self, group_id: str, key: ApiKey, make: Callable[[Any], Any]
-    ) -> Any:
-        node = await self.cluster.find_coordinator(group_id)
-        version = await self.cluster.version(node, key)
-        return await self.cluster.request(node, make(request_module(key, version)))
+    def coordinator(self, group_id: str) -> CoordinatorClient:
+        """The client of ``group_id``'s coordinator (one per group, kept by the admin)."""
+        client = self._coordinators.get(group_id)
+        if client is None:
+            client = self._coordinators[group_id] = CoordinatorClient(self.cluster, group_id)
+        return client
 
     async def _wait_for_metadata(
         self,
         what: str,
         topics: Sequence[str],
         ready: Callable[[dict[str, Any]], bool],
-        budget: float | None,
+        timeout: float,
     ) -> None:
-        limit = self.timeout if budget is None else budget
-        attempt = 0
-        last: Exception | None = None
-        with anyio.move_on_after(limit):
-            while True:
-                try:
-                    if ready(await self.cluster.refresh_metadata(topics)):
-                        return
-                except KafkaConnectionError as exc:
-                    last = exc
-                await self.cluster.backoff(attempt)
-                attempt += 1
-        suffix = f" (last error: {last})" if last is not None else ""
-        raise TimeoutError(f"metadata did not show {what} within {limit} s{suffix}")
+        """Poll Metadata for ``topics`` until ``ready`` says yes; retry connection failures."""
+
+        async def attempt() -> None:
+            if not ready(await self.cluster.refresh_metadata(topics)):
+                raise _NotYet
+
+        def timed_out(last: BaseException | None) -> TimeoutError:
+            suffix = "" if last is None or isinstance(last, _NotYet) else f" (last error: {last})"
+            return TimeoutError(f"metadata did not show {what} within {timeout} s{suffix}")
+
+        await retry(
+            what,
+            attempt,
+            timeout=timeout,
+            backoff=self.cluster.retry_backoff,
+            retriable=lambda exc: isinstance(exc, _NotYet | KafkaConnectionError),
+            on_timeout=timed_out,
+        )
+
+    async def _topic_requests(
+        self,
+        what: str,
+        names: Sequence[str],
+        send: Callable[[list[str]], Awaitable[Iterable[Any]]],
+        accept: Callable[[BrokerError], bool],
+        timeout: float,
+    ) -> None:
+        """Send a per-topic request until every topic succeeded, was accepted or failed.
+
+        ``send`` sends the request for the topics still pending and returns
+        the per-topic results (``name``, ``error_code``, ``error_message``).
+        A topic whose error ``accept`` approves counts as done; a retriable
+        error keeps it pending for the next attempt; any other error is raised.
+        """
+        pending = list(names)
+
+        async def attempt() -> None:
+            nonlocal pending
+            if not pending:
+                return
+            retry_names: list[str] = []
+            first_error: BrokerError | None = None
+            for result in await send(pending):
+                code = int(result.error_code)
+                if not code:
+                    continue
+                err = error_for_code(code, f"topic {result.name!r}: {result.error_message}")
+                if accept(err):
+                    continue
+                if not is_retriable(err):
+                    raise GiveUp(err)
+                retry_names.append(result.name)
+                first_error = first_error or err
+            pending = retry_names
+            if first_error is not None:
+                raise first_error
+
+        await self._retrying(what, attempt, timeout)
 
     # ------------------------------------------------------------------ topics
 
@@ -323,64 +376,47 @@ class Admin:
             TimeoutError: the topics did not appear with serving leaders in time.
         """
         if isinstance(topics, Mapping):
-            new = [NewTopic(name, int(count)) for name, count in topics.items()]
+            new = {name: NewTopic(name, int(count)) for name, count in topics.items()}
         else:
-            new = list(topics)
+            new = {t.name: t for t in topics}
         if not new:
             return
         limit = self.timeout if timeout is None else timeout
+        remaining = _deadline(limit)
 
-        def make(mod: Any, batch: list[NewTopic]) -> Any:
+        def make(mod: Any, batch: list[str]) -> Any:
             return build(
                 mod.CreateTopicsRequest,
                 topics=tuple(
                     build(
                         mod.CreatableTopic,
-                        name=t.name,
-                        num_partitions=t.partitions,
-                        replication_factor=t.replication_factor,
+                        name=new[name].name,
+                        num_partitions=new[name].partitions,
+                        replication_factor=new[name].replication_factor,
                         assignments=(),
                         configs=tuple(
                             build(mod.CreatableTopicConfig, name=k, value=v)
-                            for k, v in t.configs.items()
+                            for k, v in new[name].configs.items()
                         ),
                     )
-                    for t in batch
+                    for name in batch
                 ),
                 timeout=ms(limit),
                 validate_only=False,
             )
 
-        pending = {t.name: t for t in new}
+        async def send(batch: list[str]) -> Iterable[Any]:
+            resp = await self.cluster.call(None, ApiKey.CREATE_TOPICS, lambda m: make(m, batch))
+            return list(resp.topics)
 
-        async def attempt() -> None:
-            nonlocal pending
-            to_send = list(pending.values())
-            if not to_send:
-                return
-            resp = await self._any_request(ApiKey.CREATE_TOPICS, lambda mod: make(mod, to_send))
-            retry: dict[str, NewTopic] = {}
-            first_error: BrokerError | None = None
-            for result in resp.topics:
-                code = int(result.error_code)
-                if not code:
-                    continue
-                err = error_for_code(code, f"topic {result.name!r}: {result.error_message}")
-                if isinstance(err, TopicAlreadyExists) and exist_ok:
-                    continue
-                if _is_retriable(err) and not isinstance(err, TopicAlreadyExists):
-                    retry[result.name] = pending[result.name]
-                    if first_error is None:
-                        first_error = err
-                    continue
-                raise err
-            pending = retry
-            if first_error is not None:
-                raise first_error
-
-        deadline = anyio.current_time() + limit
-        await self._retrying("CreateTopics", attempt, limit)
-        counts = {t.name: t.partitions for t in new}
+        await self._topic_requests(
+            "CreateTopics",
+            list(new),
+            send,
+            lambda err: exist_ok and isinstance(err, TopicAlreadyExists),
+            limit,
+        )
+        counts = {name: t.partitions for name, t in new.items()}
 
         def ready(md: dict[str, Any]) -> bool:
             for name, count in counts.items():
@@ -394,11 +430,11 @@ class Admin:
             return True
 
         await self._wait_for_metadata(
-            f"topics {sorted(counts)}", sorted(counts), ready, _remaining(deadline)
+            f"topics {sorted(counts)}", sorted(counts), ready, remaining()
         )
-        await self._wait_until_served(sorted(counts), deadline)
+        await self._wait_until_served(sorted(counts), remaining())
 
-    async def _wait_until_served(self, topics: Sequence[str], deadline: float) -> None:
+    async def _wait_until_served(self, topics: Sequence[str], timeout: float) -> None:
         """Wait until each partition's leader serves it (answers ListOffsets without error).
 
         Metadata names a leader slightly before that broker has opened the
@@ -410,7 +446,7 @@ class Admin:
             if name in self.cluster.topics
             for p in self.cluster.topics[name].partitions
         }
-        await self._list_offsets(tps, _LATEST_TIMESTAMP, False, _remaining(deadline))
+        await offsets.list_offsets(self.cluster, tps, "latest", timeout=timeout)
 
     async def delete_topics(
         self,
@@ -435,51 +471,35 @@ class Admin:
         if not topics:
             return
         limit = self.timeout if timeout is None else timeout
-        pending = list(topics)
+        remaining = _deadline(limit)
 
-        async def attempt() -> None:
-            nonlocal pending
-            to_send = pending
-            resp = await self._any_request(
-                ApiKey.DELETE_TOPICS,
-                lambda mod: build(
-                    mod.DeleteTopicsRequest,
-                    topic_names=tuple(to_send),
-                    topics=tuple(
-                        build(mod.DeleteTopicState, name=n, topic_id=None) for n in to_send
-                    )
-                    if hasattr(mod, "DeleteTopicState")
-                    else (),
-                    timeout=ms(limit),
-                ),
+        def make(mod: Any, batch: list[str]) -> Any:
+            return build(
+                mod.DeleteTopicsRequest,
+                topic_names=tuple(batch),
+                topics=tuple(build(mod.DeleteTopicState, name=n, topic_id=None) for n in batch)
+                if hasattr(mod, "DeleteTopicState")
+                else (),
+                timeout=ms(limit),
             )
-            retry: list[str] = []
-            first_error: BrokerError | None = None
-            for result in resp.responses:
-                code = int(result.error_code)
-                if not code:
-                    continue
-                err = error_for_code(code, f"topic {result.name!r}: {result.error_message}")
-                if isinstance(err, UnknownTopicOrPartition):
-                    if missing_ok:
-                        continue
-                    raise _Final(err)
-                if _is_retriable(err):
-                    retry.append(result.name)
-                    first_error = first_error or err
-                    continue
-                raise err
-            pending = retry
-            if first_error is not None:
-                raise first_error
 
-        deadline = anyio.current_time() + limit
-        await self._retrying("DeleteTopics", attempt, limit)
+        async def send(batch: list[str]) -> Iterable[Any]:
+            resp = await self.cluster.call(None, ApiKey.DELETE_TOPICS, lambda m: make(m, batch))
+            return list(resp.responses)
+
+        def accept(err: BrokerError) -> bool:
+            if isinstance(err, UnknownTopicOrPartition):
+                if missing_ok:
+                    return True
+                raise GiveUp(err)
+            return False
+
+        await self._topic_requests("DeleteTopics", topics, send, accept, limit)
 
         def gone(md: dict[str, Any]) -> bool:
             return all(md.get(n) is None or md[n].error_code for n in topics)
 
-        await self._wait_for_metadata(f"deletion of {topics}", topics, gone, _remaining(deadline))
+        await self._wait_for_metadata(f"deletion of {topics}", topics, gone, remaining())
 
     async def create_partitions(
         self,
@@ -496,33 +516,30 @@ class Admin:
             TimeoutError: the new partitions did not get leaders in time.
         """
         limit = self.timeout if timeout is None else timeout
+        remaining = _deadline(limit)
 
-        async def attempt() -> None:
-            resp = await self._any_request(
-                ApiKey.CREATE_PARTITIONS,
-                lambda mod: build(
-                    mod.CreatePartitionsRequest,
-                    topics=(
-                        build(
-                            mod.CreatePartitionsTopic,
-                            name=topic,
-                            count=total_count,
-                            assignments=None,
-                        ),
+        def make(mod: Any) -> Any:
+            return build(
+                mod.CreatePartitionsRequest,
+                topics=(
+                    build(
+                        mod.CreatePartitionsTopic, name=topic, count=total_count, assignments=None
                     ),
-                    timeout=ms(limit),
-                    validate_only=False,
                 ),
+                timeout=ms(limit),
+                validate_only=False,
             )
-            for result in resp.results:
-                if result.error_code:
-                    err = error_for_code(
-                        int(result.error_code), f"topic {result.name!r}: {result.error_message}"
-                    )
-                    raise _Final(err) if isinstance(err, UnknownTopicOrPartition) else err
 
-        deadline = anyio.current_time() + limit
-        await self._retrying("CreatePartitions", attempt, limit)
+        async def send(batch: list[str]) -> Iterable[Any]:
+            resp = await self.cluster.call(None, ApiKey.CREATE_PARTITIONS, make)
+            return list(resp.results)
+
+        def accept(err: BrokerError) -> bool:
+            if isinstance(err, UnknownTopicOrPartition):
+                raise GiveUp(err)
+            return False
+
+        await self._topic_requests("CreatePartitions", [topic], send, accept, limit)
 
         def ready(md: dict[str, Any]) -> bool:
             info = md.get(topic)
@@ -534,9 +551,9 @@ class Admin:
             )
 
         await self._wait_for_metadata(
-            f"{total_count} partitions of {topic!r}", [topic], ready, _remaining(deadline)
+            f"{total_count} partitions of {topic!r}", [topic], ready, remaining()
         )
-        await self._wait_until_served([topic], deadline)
+        await self._wait_until_served([topic], remaining())
 
     # ------------------------------------------------------------------ offsets
 
@@ -547,133 +564,25 @@ class Admin:
         *,
         read_committed: bool = False,
     ) -> dict[TopicPartition, int]:
-        """Look up offsets by position or time.
+        """Look up offsets by position or time, within the admin's timeout.
 
-        Args:
-            tps: the partitions.
-            spec: ``"earliest"`` (log start offset), ``"latest"`` (the high
-                watermark, or the last stable offset under ``read_committed``),
-                or a timestamp in ms: the first offset whose timestamp is at or
-                after it, or -1 if no such record exists.
-            read_committed: use READ_COMMITTED isolation (matters for ``"latest"``).
-
-        Returns:
-            The offset of each partition.
-
-        Raises:
-            UnknownTopicOrPartition: metadata does not know a topic.
-            BrokerError: another non-retriable error.
-            TimeoutError: leadership stayed stale for the admin's timeout.
+        Args, returns and raises: see :func:`gengroup.io.offsets.list_offsets`
+        (``spec`` is ``"earliest"``, ``"latest"`` or a timestamp in ms).
         """
-        if spec == "earliest":
-            ts = _EARLIEST_TIMESTAMP
-        elif spec == "latest":
-            ts = _LATEST_TIMESTAMP
-        elif isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
-            ts = spec
-        else:
-            raise ValueError(f"offset spec must be 'earliest', 'latest' or ms >= 0, not {spec!r}")
-        return await self._list_offsets(set(tps), ts, read_committed, None)
-
-    async def _list_offsets(
-        self,
-        wanted: set[TopicPartition],
-        ts: int,
-        read_committed: bool,
-        budget: float | None,
-    ) -> dict[TopicPartition, int]:
-        result: dict[TopicPartition, int] = {}
-        if not wanted:
-            return result
-        topics = sorted({tp.topic for tp in wanted})
-
-        async def refresh() -> None:
-            md = await self.cluster.refresh_metadata(topics)
-            for name in topics:
-                info = md.get(name)
-                if info is not None and info.error_code == _UNKNOWN_TOPIC:
-                    raise error_for_code(_UNKNOWN_TOPIC, f"topic {name!r}")
-
-        if any(self.cluster.leader_for(tp) < 0 for tp in wanted):
-            await refresh()
-
-        async def attempt() -> None:
-            todo = wanted - result.keys()
-            by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
-            stale: Exception | None = None
-            for tp in todo:
-                leader = self.cluster.leader_for(tp)
-                if leader < 0:
-                    stale = error_for_code(3, f"no leader known for {tp}")
-                    continue
-                by_leader[leader].append(tp)
-            errors: list[Exception] = []
-
-            async def one(node: int, parts: list[TopicPartition]) -> None:
-                try:
-                    await self._list_offsets_on(node, parts, ts, read_committed, result)
-                except (BrokerError, KafkaConnectionError) as exc:
-                    errors.append(exc)
-
-            async with anyio.create_task_group() as tg:
-                for node, parts in by_leader.items():
-                    tg.start_soon(one, node, parts)
-            for exc in errors:
-                if not _is_retriable(exc):
-                    raise exc
-            if errors:
-                raise errors[0]
-            if stale is not None:
-                raise stale
-
-        await self._retrying("ListOffsets", attempt, budget, on_stale=refresh)
-        return {tp: result[tp] for tp in wanted}
-
-    async def _list_offsets_on(
-        self,
-        node: int,
-        parts: list[TopicPartition],
-        ts: int,
-        read_committed: bool,
-        out: dict[TopicPartition, int],
-    ) -> None:
-        version = await self.cluster.version(node, ApiKey.LIST_OFFSETS)
-        mod = request_module(ApiKey.LIST_OFFSETS, version)
-        by_topic: dict[str, list[int]] = defaultdict(list)
-        for tp in parts:
-            by_topic[tp.topic].append(tp.partition)
-        req = build(
-            mod.ListOffsetsRequest,
-            replica_id=-1,
-            isolation_level=1 if read_committed else 0,
-            topics=tuple(
-                build(
-                    mod.ListOffsetsTopic,
-                    name=topic,
-                    partitions=tuple(
-                        build(mod.ListOffsetsPartition, partition_index=p, timestamp=ts)
-                        for p in sorted(ps)
-                    ),
-                )
-                for topic, ps in sorted(by_topic.items())
-            ),
+        return await offsets.list_offsets(
+            self.cluster, tps, spec, read_committed=read_committed, timeout=self.timeout
         )
-        resp: Any = await self.cluster.request(node, req)
-        first: BrokerError | None = None
-        for t in resp.topics:
-            for p in t.partitions:
-                tp = TopicPartition(t.name, int(p.partition_index))
-                if p.error_code:
-                    err = error_for_code(int(p.error_code), f"ListOffsets {tp} on broker {node}")
-                    if not _is_retriable(err):
-                        raise err
-                    first = first or err
-                    continue
-                out[tp] = int(p.offset)
-        if first is not None:
-            raise first
 
     # ------------------------------------------------------------------ groups
+
+    async def _group_call(
+        self, group_id: str, what: str, key: ApiKey, make: MakeRequest, parse: Callable[[Any], T]
+    ) -> T:
+        """A request to ``group_id``'s coordinator, retried until the admin's timeout."""
+        coordinator = self.coordinator(group_id)
+        return await self._retrying(
+            f"{what} {group_id!r}", lambda: coordinator.call(key, make, parse), None
+        )
 
     async def list_groups(self) -> list[GroupListing]:
         """List the groups of every broker in the cluster, sorted by id.
@@ -683,18 +592,16 @@ class Admin:
             TimeoutError: some broker could not be asked before the deadline.
         """
         await self.cluster.refresh_metadata([])
-        nodes = sorted(self.cluster.brokers)
         found: dict[str, GroupListing] = {}
-        for node in nodes:
+        for node in sorted(self.cluster.brokers):
 
             async def attempt(node: int = node) -> None:
-                version = await self.cluster.version(node, ApiKey.LIST_GROUPS)
-                mod = request_module(ApiKey.LIST_GROUPS, version)
-                resp: Any = await self.cluster.request(
-                    node, build(mod.ListGroupsRequest, states_filter=(), types_filter=())
+                resp: Any = await self.cluster.call(
+                    node,
+                    ApiKey.LIST_GROUPS,
+                    lambda mod: build(mod.ListGroupsRequest, states_filter=(), types_filter=()),
+                    check=f"ListGroups on broker {node}",
                 )
-                if resp.error_code:
-                    raise error_for_code(int(resp.error_code), f"ListGroups on broker {node}")
                 for g in resp.groups:
                     state = str(getattr(g, "group_state", "") or "")
                     found[g.group_id] = GroupListing(g.group_id, g.protocol_type, state)
@@ -715,21 +622,18 @@ class Admin:
         out: dict[str, GroupDescription] = {}
         for group_id in dict.fromkeys(group_ids):
 
-            async def attempt(group_id: str = group_id) -> GroupDescription:
-                resp = await self._coordinator_request(
-                    group_id,
-                    ApiKey.DESCRIBE_GROUPS,
-                    lambda mod: build(
-                        mod.DescribeGroupsRequest,
-                        groups=(group_id,),
-                        include_authorized_operations=False,
-                    ),
+            def describe(mod: Any, group_id: str = group_id) -> Any:
+                return build(
+                    mod.DescribeGroupsRequest,
+                    groups=(group_id,),
+                    include_authorized_operations=False,
                 )
+
+            def parse(resp: Any, group_id: str = group_id) -> GroupDescription:
                 for g in resp.groups:
                     if g.group_id != group_id:
                         continue
-                    if g.error_code:
-                        raise error_for_code(int(g.error_code), f"group {group_id!r}")
+                    raise_item_errors([g], lambda _g: f"group {group_id!r}")
                     members = tuple(
                         MemberDescription(
                             member_id=m.member_id,
@@ -746,10 +650,17 @@ class Admin:
                         group_id, g.group_state, g.protocol_type, g.protocol_data, members
                     )
                 raise error_for_code(
-                    16, f"DescribeGroups response did not mention group {group_id!r}"
+                    _GROUP_ID_NOT_FOUND,
+                    f"DescribeGroups response did not mention group {group_id!r}",
                 )
 
-            out[group_id] = await self._retrying(f"DescribeGroups {group_id!r}", attempt, None)
+            out[group_id] = await self._group_call(
+                group_id,
+                "DescribeGroups",
+                ApiKey.DESCRIBE_GROUPS,
+                describe,
+                parse,
+            )
         return out
 
     async def delete_groups(self, group_ids: Iterable[str]) -> None:
@@ -762,17 +673,22 @@ class Admin:
         """
         for group_id in dict.fromkeys(group_ids):
 
-            async def attempt(group_id: str = group_id) -> None:
-                resp = await self._coordinator_request(
-                    group_id,
-                    ApiKey.DELETE_GROUPS,
-                    lambda mod: build(mod.DeleteGroupsRequest, groups_names=(group_id,)),
-                )
-                for r in resp.results:
-                    if r.group_id == group_id and r.error_code:
-                        raise error_for_code(int(r.error_code), f"group {group_id!r}")
+            def delete(mod: Any, group_id: str = group_id) -> Any:
+                return build(mod.DeleteGroupsRequest, groups_names=(group_id,))
 
-            await self._retrying(f"DeleteGroups {group_id!r}", attempt, None)
+            def parse(resp: Any, group_id: str = group_id) -> None:
+                raise_item_errors(
+                    (r for r in resp.results if r.group_id == group_id),
+                    lambda _r: f"group {group_id!r}",
+                )
+
+            await self._group_call(
+                group_id,
+                "DeleteGroups",
+                ApiKey.DELETE_GROUPS,
+                delete,
+                parse,
+            )
 
     async def fetch_offsets(
         self,
@@ -794,34 +710,12 @@ class Admin:
             BrokerError: a non-retriable error (group-level or per partition).
             TimeoutError: the coordinator could not be reached in time.
         """
-        wanted = None if tps is None else sorted(set(tps))
-
-        def make(mod: Any) -> Any:
-            topics: tuple[Any, ...] | None = None
-            if wanted is not None:
-                by_topic: dict[str, list[int]] = defaultdict(list)
-                for tp in wanted:
-                    by_topic[tp.topic].append(tp.partition)
-                topics = tuple(
-                    build(mod.OffsetFetchRequestTopic, name=t, partition_indexes=tuple(ps))
-                    for t, ps in sorted(by_topic.items())
-                )
-            return build(
-                mod.OffsetFetchRequest, group_id=group_id, topics=topics, require_stable=False
-            )
-
-        async def attempt() -> dict[TopicPartition, int]:
-            resp = await self._coordinator_request(group_id, ApiKey.OFFSET_FETCH, make)
-            if getattr(resp, "error_code", 0):
-                raise error_for_code(int(resp.error_code), f"OffsetFetch for {group_id!r}")
-            out: dict[TopicPartition, int] = {}
-            for t in resp.topics:
-                for p in t.partitions:
-                    tp = TopicPartition(t.name, int(p.partition_index))
-                    if p.error_code:
-                        raise error_for_code(int(p.error_code), f"OffsetFetch {group_id!r} {tp}")
-                    if int(p.committed_offset) >= 0:
-                        out[tp] = int(p.committed_offset)
-            return out
-
-        return await self._retrying(f"OffsetFetch {group_id!r}", attempt, None)
+        wanted = None if tps is None else set(tps)
+        committed = await self._group_call(
+            group_id,
+            "OffsetFetch",
+            ApiKey.OFFSET_FETCH,
+            lambda mod: offsets.offset_fetch_request(mod, group_id, wanted, require_stable=False),
+            lambda resp: offsets.parse_offset_fetch(resp, group_id),
+        )
+        return {tp: off for tp, off in committed.items() if off >= 0}

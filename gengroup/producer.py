@@ -49,9 +49,8 @@ connection itself.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-import random
-import struct
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
@@ -71,80 +70,26 @@ from ._errors import (
     KafkaConnectionError,
     ProtocolError,
     RequestTimedOut,
-    StaleMetadataError,
     error_for_code,
+    is_retriable,
 )
 from ._types import TopicPartition
-from .io.cluster import Cluster, ms
-from .protocol.framing import build, request_module
+from .io.cluster import Cluster
+from .io.retry import backoff_delay, retry
+from .partitioner import KeylessPartitioner, Partitioner, murmur2, partition_for_key
+from .protocol.framing import build, ms
 from .protocol.records import Compression, Header, encode_batch
-from .protocol.versions import ApiKey, require
+from .protocol.versions import ApiKey
 
 __all__ = [
     "Compression",
     "Producer",
+    "ProducerConfig",
     "ProducerRecord",
     "RecordMetadata",
     "murmur2",
     "partition_for_key",
 ]
-
-# ---------------------------------------------------------------------------- partitioner
-
-_M32: Final = 0xFFFFFFFF
-_MURMUR2_SEED: Final = 0x9747B28C
-_MURMUR2_M: Final = 0x5BD1E995
-_LE_U32: Final = struct.Struct("<I")
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's 32-bit murmur2 hash, as the Java client's ``Utils.murmur2`` computes it.
-
-    Args:
-        data: the bytes to hash (a record key).
-
-    Returns:
-        The hash as a signed 32-bit integer (Java ``int``).
-    """
-    length = len(data)
-    h = (_MURMUR2_SEED ^ length) & _M32
-    body = length & ~3
-    for (k,) in _LE_U32.iter_unpack(data[:body]):
-        k = (k * _MURMUR2_M) & _M32
-        k ^= k >> 24
-        k = (k * _MURMUR2_M) & _M32
-        h = ((h * _MURMUR2_M) & _M32) ^ k
-    extra = length & 3
-    if extra == 3:
-        h ^= data[body + 2] << 16
-    if extra >= 2:
-        h ^= data[body + 1] << 8
-    if extra >= 1:
-        h ^= data[body]
-        h = (h * _MURMUR2_M) & _M32
-    h ^= h >> 13
-    h = (h * _MURMUR2_M) & _M32
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for_key(key: bytes, num_partitions: int) -> int:
-    """The partition the Java client's default partitioner picks for a non-null key.
-
-    ``toPositive(murmur2(key)) % num_partitions`` with ``toPositive(x) = x & 0x7fffffff``;
-    librdkafka's ``murmur2`` / ``murmur2_random`` partitioners agree.
-
-    Args:
-        key: the serialized key.
-        num_partitions: the topic's partition count (> 0).
-
-    Returns:
-        A partition index in ``[0, num_partitions)``.
-    """
-    if num_partitions <= 0:
-        raise ValueError(f"num_partitions must be positive, not {num_partitions}")
-    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
-
 
 # ---------------------------------------------------------------------------- values
 
@@ -188,13 +133,14 @@ class ProducerRecord:
 
 
 Acks = Literal[-1, 0, 1, "all"]
-Partitioner = Literal["sticky", "round_robin"]
 
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _ONE_MS: Final = datetime.timedelta(milliseconds=1)
 _RECORD_OVERHEAD: Final = 26  # upper bound of a record's varint framing
 _BATCH_OVERHEAD: Final = 61
 _INT32_MAX: Final = (1 << 31) - 1
+_UNKNOWN_TOPIC: Final = 3  # UNKNOWN_TOPIC_OR_PARTITION
+_LEADER_NOT_AVAILABLE: Final = 5
 
 
 def _now_ms() -> int:
@@ -291,17 +237,14 @@ class _Queue:
         self.in_flight = False
 
 
-# ---------------------------------------------------------------------------- producer
+@dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    """The settings of a :class:`Producer`, validated at construction.
 
-
-class Producer:
-    """An asynchronous, batching Kafka producer.
-
-    Args:
-        cluster: an open :class:`Cluster` to share (not closed by the producer),
-            or bootstrap addresses for a cluster the producer owns.
+    Attributes:
         acks: ``-1``/``"all"`` (every in-sync replica), ``1`` (the leader) or
-            ``0`` (no acknowledgement: offsets are reported as -1).
+            ``0`` (no acknowledgement: offsets are reported as -1); ``"all"``
+            is stored as -1.
         compression: the codec of every batch.
         linger: seconds a partition's first queued record waits for company.
         max_batch_bytes: estimated uncompressed bytes per batch (a larger
@@ -317,56 +260,78 @@ class Producer:
         partitioner: strategy for null-key records, ``"sticky"`` or ``"round_robin"``.
         client_id: client id of an owned cluster.
 
+    Raises:
+        ConfigError: an invalid value.
+    """
+
+    acks: Acks = -1
+    compression: Compression = Compression.NONE
+    linger: float = 0.005
+    max_batch_bytes: int = 1_000_000
+    buffer_bytes: int = 64 * 1024 * 1024
+    delivery_timeout: float = 120.0
+    request_timeout: float = 30.0
+    max_block: float = 10.0
+    retry_backoff: float = 0.1
+    metadata_max_age: float = 300.0
+    partitioner: Partitioner = "sticky"
+    client_id: str = "gengroup-producer"
+
+    def __post_init__(self) -> None:
+        acks = -1 if self.acks == "all" else self.acks
+        if acks not in (-1, 0, 1):
+            raise ConfigError(f"acks must be -1, 'all', 0 or 1, not {self.acks!r}")
+        object.__setattr__(self, "acks", int(acks))
+        object.__setattr__(self, "compression", Compression(self.compression))
+        if self.partitioner not in ("sticky", "round_robin"):
+            raise ConfigError(
+                f"partitioner must be 'sticky' or 'round_robin', not {self.partitioner!r}"
+            )
+        if self.linger < 0 or self.max_batch_bytes <= 0 or self.buffer_bytes <= 0:
+            raise ConfigError("linger must be >= 0 and the byte limits positive")
+        if self.delivery_timeout <= 0 or self.request_timeout <= 0 or self.max_block < 0:
+            raise ConfigError("timeouts must be positive")
+
+
+# ---------------------------------------------------------------------------- producer
+
+
+class Producer:
+    """An asynchronous, batching Kafka producer.
+
+    Args:
+        cluster: an open :class:`Cluster` to share (not closed by the producer),
+            or bootstrap addresses for a cluster the producer owns.
+        config: the settings (default: :class:`ProducerConfig`'s defaults).
+        **settings: settings to use instead of ``config``'s, by
+            :class:`ProducerConfig` field name (``acks=1``, ``linger=0.02`` ...).
+
+    Raises:
+        ConfigError: an invalid setting.
+        TypeError: a setting :class:`ProducerConfig` does not have.
+
     Example::
 
-        async with Producer("127.0.0.1:9092") as producer:
+        async with Producer("127.0.0.1:9092", acks="all") as producer:
             meta = await producer.send("payments", b"42", key=b"account-7")
     """
 
     def __init__(
         self,
         cluster: Cluster | Sequence[str] | str,
-        *,
-        acks: Acks = -1,
-        compression: Compression = Compression.NONE,
-        linger: float = 0.005,
-        max_batch_bytes: int = 1_000_000,
-        buffer_bytes: int = 64 * 1024 * 1024,
-        delivery_timeout: float = 120.0,
-        request_timeout: float = 30.0,
-        max_block: float = 10.0,
-        retry_backoff: float = 0.1,
-        metadata_max_age: float = 300.0,
-        partitioner: Partitioner = "sticky",
-        client_id: str = "gengroup-producer",
+        config: ProducerConfig | None = None,
+        **settings: Any,
     ) -> None:
-        if acks == "all":
-            acks = -1
-        if acks not in (-1, 0, 1):
-            raise ConfigError(f"acks must be -1, 'all', 0 or 1, not {acks!r}")
-        if partitioner not in ("sticky", "round_robin"):
-            raise ConfigError(f"partitioner must be 'sticky' or 'round_robin', not {partitioner!r}")
-        if linger < 0 or max_batch_bytes <= 0 or buffer_bytes <= 0:
-            raise ConfigError("linger must be >= 0 and the byte limits positive")
-        if delivery_timeout <= 0 or request_timeout <= 0 or max_block < 0:
-            raise ConfigError("timeouts must be positive")
+        config = config or ProducerConfig()
+        self.config = cfg = dataclasses.replace(config, **settings) if settings else config
         if isinstance(cluster, Cluster):
             self.cluster = cluster
             self._owns_cluster = False
         else:
-            self.cluster = Cluster(cluster, client_id=client_id, request_timeout=request_timeout)
+            self.cluster = Cluster(
+                cluster, client_id=cfg.client_id, request_timeout=cfg.request_timeout
+            )
             self._owns_cluster = True
-        self.acks: int = int(acks)
-        self.compression = Compression(compression)
-        self.linger = linger
-        self.max_batch_bytes = max_batch_bytes
-        self.buffer_bytes = buffer_bytes
-        self.delivery_timeout = delivery_timeout
-        self.request_timeout = request_timeout
-        self.max_block = max_block
-        self.retry_backoff = retry_backoff
-        self.metadata_max_age = metadata_max_age
-        self.partitioner: Partitioner = partitioner
 
         self._queues: dict[TopicPartition, _Queue] = {}
         self._outstanding: set[_Pending] = set()
@@ -378,8 +343,7 @@ class Producer:
         self._topic_errors: dict[str, BrokerError] = {}
         self._topics: set[str] = set()
         self._topic_locks: dict[str, anyio.Lock] = {}
-        self._sticky: dict[str, int] = {}
-        self._round_robin: dict[str, int] = defaultdict(int)
+        self._keyless = KeylessPartitioner(cfg.partitioner)
         self._flushing = 0
         self._closed = False
         self._started = False
@@ -593,13 +557,19 @@ class Producer:
         count = await self._partition_count(topic)
         partition = rec.partition
         if partition is None:
-            partition = self._choose_partition(topic, key, count)
+            partition = (
+                partition_for_key(key, count)
+                if key is not None
+                else self._keyless.choose(topic, count, self._led(topic) or ())
+            )
         elif not 0 <= partition < count:
             count = await self._partition_count(topic, refresh=True)
             if not 0 <= partition < count:
-                raise error_for_code(3, f"topic {topic!r} has {count} partitions, not {partition}")
+                raise error_for_code(
+                    _UNKNOWN_TOPIC, f"topic {topic!r} has {count} partitions, not {partition}"
+                )
         size = _estimate(key, value, headers)
-        while self._buffered and self._buffered + size > self.buffer_bytes:
+        while self._buffered and self._buffered + size > self.config.buffer_bytes:
             await self._space.wait()
         if self._closed:
             raise ConnectionClosed("the Producer was closed")
@@ -616,7 +586,7 @@ class Producer:
         queue.bytes += size
         self._buffered += size
         self._outstanding.add(pending)
-        if len(queue.records) == 1 or queue.bytes >= self.max_batch_bytes:
+        if len(queue.records) == 1 or queue.bytes >= self.config.max_batch_bytes:
             self._wake()
         return pending
 
@@ -631,67 +601,41 @@ class Producer:
             info = self.cluster.topics.get(topic)
             if not refresh and info is not None and info.partitions:
                 return len(info.partitions)
-            last: BaseException | None = None
-            attempt = 0
-            with anyio.move_on_after(self.max_block):
-                while True:
-                    try:
-                        md = await self.cluster.refresh_metadata([topic])
-                    except KafkaConnectionError as exc:
-                        last = exc
-                    else:
-                        got = md.get(topic)
-                        if got is not None and not got.error_code and got.partitions:
-                            self._topics.add(topic)
-                            return len(got.partitions)
-                        code = got.error_code if got is not None else 3
-                        err = error_for_code(code or 3, f"metadata for topic {topic!r}")
-                        if not (err.retriable or isinstance(err, StaleMetadataError)):
-                            raise err
-                        last = err
-                    await self.cluster.backoff(attempt)
-                    attempt += 1
-            if last is None:
-                last = error_for_code(3, f"no metadata for topic {topic!r}")
-            if isinstance(last, BrokerError):
-                raise error_for_code(
-                    last.code, f"topic {topic!r}: still failing after {self.max_block} s"
-                ) from last
-            raise type(last)(f"no metadata for topic {topic!r}: {last}") from last
 
-    def _choose_partition(self, topic: str, key: bytes | None, count: int) -> int:
-        if key is not None:
-            return partition_for_key(key, count)
+            async def attempt() -> int:
+                got = (await self.cluster.refresh_metadata([topic])).get(topic)
+                if got is not None and not got.error_code and got.partitions:
+                    self._topics.add(topic)
+                    return len(got.partitions)
+                code = (got.error_code if got is not None else 0) or _UNKNOWN_TOPIC
+                raise error_for_code(code, f"metadata for topic {topic!r}")
+
+            def timed_out(last: BaseException | None) -> BaseException:
+                if last is None:
+                    last = error_for_code(_UNKNOWN_TOPIC, f"no metadata for topic {topic!r}")
+                if isinstance(last, BrokerError):
+                    error: BaseException = error_for_code(
+                        last.code, f"topic {topic!r}: still failing after {self.config.max_block} s"
+                    )
+                else:
+                    error = type(last)(f"no metadata for topic {topic!r}: {last}")
+                error.__cause__ = last
+                return error
+
+            return await retry(
+                f"metadata for topic {topic!r}",
+                attempt,
+                timeout=self.config.max_block,
+                backoff=self.config.retry_backoff,
+                on_timeout=timed_out,
+            )
+
+    def _led(self, topic: str) -> list[int] | None:
+        """The partitions of ``topic`` with a known leader (None: topic not in metadata)."""
         info = self.cluster.topics.get(topic)
-        available = (
-            sorted(p for p, part in info.partitions.items() if part.leader >= 0 and p < count)
-            if info is not None
-            else []
-        )
-        choices = available or list(range(count))
-        if self.partitioner == "round_robin":
-            n = self._round_robin[topic]
-            self._round_robin[topic] = n + 1
-            return choices[n % len(choices)]
-        sticky = self._sticky.get(topic)
-        if sticky is None or sticky >= count:
-            sticky = random.choice(choices)
-            self._sticky[topic] = sticky
-        return sticky
-
-    def _next_sticky(self, tp: TopicPartition) -> None:
-        """A batch of the sticky partition was drained: stick to another partition next."""
-        if self._sticky.get(tp.topic) != tp.partition:
-            return
-        info = self.cluster.topics.get(tp.topic)
         if info is None:
-            del self._sticky[tp.topic]
-            return
-        others = [
-            p for p, part in info.partitions.items() if part.leader >= 0 and p != tp.partition
-        ]
-        if others:
-            self._sticky[tp.topic] = random.choice(others)
+            return None
+        return sorted(p for p, part in info.partitions.items() if part.leader >= 0)
 
     # ------------------------------------------------------------------ sender
 
@@ -723,15 +667,15 @@ class Producer:
                     continue
                 queue.retry = None
             elif queue.records:
-                due = queue.first_arrival + self.linger
-                if not urgent and queue.bytes < self.max_batch_bytes and due > now:
+                due = queue.first_arrival + self.config.linger
+                if not urgent and queue.bytes < self.config.max_batch_bytes and due > now:
                     wake_at = min(wake_at, due)
                     continue
                 batch = self._take_batch(queue, now)
-                self._next_sticky(queue.tp)
+                self._keyless.drained(queue.tp.topic, queue.tp.partition, self._led(queue.tp.topic))
             else:
                 continue
-            if now - batch.created >= self.delivery_timeout:
+            if now - batch.created >= self.config.delivery_timeout:
                 self._fail_batch(batch, self._timeout_error(batch))
                 wake_at = now
                 continue
@@ -739,9 +683,9 @@ class Producer:
             if leader < 0:
                 batch.last_error = self._topic_errors.get(batch.tp.topic) or (
                     self._metadata_error
-                    or error_for_code(5, f"no leader known for {batch.tp}")  # LEADER_NOT_AVAILABLE
+                    or error_for_code(_LEADER_NOT_AVAILABLE, f"no leader known for {batch.tp}")
                 )
-                batch.not_before = now + self.retry_backoff
+                batch.not_before = now + self.config.retry_backoff
                 queue.retry = batch
                 wake_at = min(wake_at, batch.not_before)
                 self._want_metadata()
@@ -755,7 +699,7 @@ class Producer:
         size = _BATCH_OVERHEAD
         while queue.records:
             nxt = queue.records[0]
-            if records and size + nxt.size > self.max_batch_bytes:
+            if records and size + nxt.size > self.config.max_batch_bytes:
                 break
             records.append(queue.records.popleft())
             size += nxt.size
@@ -769,14 +713,14 @@ class Producer:
             return batch.last_error
         return RequestTimedOut(
             f"{batch.tp}: {len(batch.records)} record(s) not delivered within "
-            f"delivery_timeout={self.delivery_timeout} s"
+            f"delivery_timeout={self.config.delivery_timeout} s"
         )
 
     def _encode(self, batch: _Batch) -> bytes:
         if batch.encoded is None:
             batch.encoded = encode_batch(
                 [(p.key, p.value, p.headers, p.timestamp) for p in batch.records],
-                compression=self.compression,
+                compression=self.config.compression,
             )
         return batch.encoded
 
@@ -807,13 +751,13 @@ class Producer:
         if not sendable:
             return
         try:
-            conn = await self.cluster.connection(node)
-            version = require(conn.versions, ApiKey.PRODUCE)
-            request = self._build_request(version, sendable)
-            if self.acks == 0:
-                await conn.request(request, expect_response=False)
-            else:
-                response: Any = await conn.request(request, timeout=self.request_timeout + 5.0)
+            response: Any = await self.cluster.call(
+                node,
+                ApiKey.PRODUCE,
+                lambda mod: self._build_request(mod, sendable),
+                timeout=self.config.request_timeout + 5.0,
+                expect_response=self.config.acks != 0,
+            )
         except (BrokenConnection, RequestTimedOut) as exc:
             self._want_metadata()
             for batch, _ in sendable.values():
@@ -823,7 +767,7 @@ class Producer:
             for batch, _ in sendable.values():
                 self._fail_batch(batch, exc)
             return
-        if self.acks == 0:
+        if self.config.acks == 0:
             for batch, _ in sendable.values():
                 self._complete(batch, -1, None)
             return
@@ -843,9 +787,9 @@ class Producer:
                     for e in part.record_errors
                 )
                 err = error_for_code(code, f"Produce to {tp} on broker {node}: {detail}")
-                if isinstance(err, StaleMetadataError):
+                if err.action == "refresh_metadata":
                     self._want_metadata()
-                if err.retriable or isinstance(err, StaleMetadataError):
+                if is_retriable(err):
                     self._retry_or_fail(batch, err)
                 else:
                     self._fail_batch(batch, err)
@@ -854,10 +798,7 @@ class Producer:
                 batch, ProtocolError(f"broker {node} did not answer for {batch.tp} in Produce")
             )
 
-    def _build_request(
-        self, version: int, sendable: dict[TopicPartition, tuple[_Batch, bytes]]
-    ) -> Any:
-        mod = request_module(ApiKey.PRODUCE, version)
+    def _build_request(self, mod: Any, sendable: dict[TopicPartition, tuple[_Batch, bytes]]) -> Any:
         by_topic: dict[str, list[Any]] = defaultdict(list)
         for tp, (_, data) in sendable.items():
             by_topic[tp.topic].append(
@@ -866,8 +807,8 @@ class Producer:
         return build(
             mod.ProduceRequest,
             transactional_id=None,
-            acks=self.acks,
-            timeout=ms(min(self.request_timeout, _INT32_MAX / 1000)),
+            acks=self.config.acks,
+            timeout=ms(min(self.config.request_timeout, _INT32_MAX / 1000)),
             topic_data=tuple(
                 build(mod.TopicProduceData, name=topic, partition_data=tuple(parts))
                 for topic, parts in by_topic.items()
@@ -908,9 +849,8 @@ class Producer:
         now = anyio.current_time()
         batch.last_error = error
         batch.attempts += 1
-        delay = min(self.retry_backoff * (2 ** (batch.attempts - 1)), 1.0)
-        delay *= random.uniform(0.8, 1.2)
-        if now + delay - batch.created >= self.delivery_timeout or self._closed:
+        delay = backoff_delay(batch.attempts - 1, self.config.retry_backoff)
+        if now + delay - batch.created >= self.config.delivery_timeout or self._closed:
             self._fail_batch(batch, error)
             return
         batch.not_before = now + delay
@@ -924,7 +864,7 @@ class Producer:
 
     async def _metadata_loop(self) -> None:
         while True:
-            with anyio.move_on_after(self.metadata_max_age):
+            with anyio.move_on_after(self.config.metadata_max_age):
                 await self._metadata_wanted.wait()
             self._metadata_wanted = anyio.Event()
             topics = sorted(self._topics)
@@ -946,4 +886,4 @@ class Producer:
                         else:
                             self._topic_errors.pop(name, None)
                 self._wake()
-            await anyio.sleep(self.retry_backoff)
+            await anyio.sleep(self.config.retry_backoff)

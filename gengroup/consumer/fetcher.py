@@ -10,8 +10,10 @@ payload): when a worker falls behind, its partition drops out of the fetch
 requests until the worker drains it, so memory stays bounded and a slow worker
 applies backpressure to its own partition only.
 
-Errors are handled where they are understood: stale leadership refreshes
-metadata and moves the partition to its new leader's loop; OFFSET_OUT_OF_RANGE
+Errors are handled where they are understood, as the client's error table
+(:mod:`gengroup._error_table`) says: stale leadership (action
+``refresh_metadata``) refreshes metadata and moves the partition to its new
+leader's loop; a transient error (``retry``) is fetched again; OFFSET_OUT_OF_RANGE
 resets the position per ``start_offset`` or, with ``"error"``, is delivered to
 the partition's worker, like any other non-retriable error: the worker's
 ``async for`` raises it, the worker exits, and the generation ends with that
@@ -28,7 +30,6 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 import anyio.abc
@@ -39,12 +40,13 @@ from .._errors import (
     KafkaConnectionError,
     OffsetOutOfRange,
     ProtocolError,
-    RetriableBrokerError,
     StaleMetadataError,
 )
 from .._types import TopicPartition
 from ..io.cluster import Cluster
 from ..io.fetch import fetch_once
+from ..io.retry import Backoff
+from ..protocol.fetch import PartitionFetch
 from ..protocol.records import Record
 
 __all__ = ["FetchedBatch", "Fetcher"]
@@ -148,7 +150,7 @@ class Fetcher:
                 part.wake.set()
 
     async def _assign_leaders(self) -> None:
-        attempt = 0
+        backoff = Backoff(self._cluster.retry_backoff)
         while True:
             missing = [p for p in self._parts.values() if p.leader < 0]
             if not missing:
@@ -161,8 +163,7 @@ class Fetcher:
                 part.leader = self._cluster.leader_for(part.tp)
             if all(p.leader >= 0 for p in self._parts.values()):
                 break
-            await self._cluster.backoff(attempt)
-            attempt += 1
+            await backoff.sleep()
         assert self._tg is not None
         for node in {p.leader for p in self._parts.values()} - self._loops:
             self._loops.add(node)
@@ -217,10 +218,11 @@ class Fetcher:
         finally:
             self._loops.discard(node)
 
-    async def _deliver(self, part: _Partition, pf: Any) -> None:
+    async def _deliver(self, part: _Partition, pf: PartitionFetch) -> None:
         error = pf.error
         if error is not None:
-            if isinstance(error, StaleMetadataError):
+            action = error.action if isinstance(error, BrokerError) else "fail"
+            if action == "refresh_metadata":
                 self._stale(part)
             elif isinstance(error, OffsetOutOfRange) and self._config.start_offset != "error":
                 new = await self._reset_offset(part.tp)
@@ -233,7 +235,7 @@ class Fetcher:
                     self._config.start_offset,
                 )
                 part.position = new
-            elif isinstance(error, RetriableBrokerError):
+            elif action == "retry":
                 log.info(
                     "group %s: %s fetch error %s, retrying", self._config.group_id, part.tp, error
                 )

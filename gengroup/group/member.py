@@ -16,7 +16,9 @@ The phases and the events that move between them are a table,
 :class:`IllegalTransition` naming the phase and the event, and poisons the
 machine to ``ERROR`` (like h11): a bug must not be papered over.
 
-Error codes map to outcomes through one table, :data:`ERROR_OUTCOMES`:
+Error codes map to outcomes through the client's one error table,
+:mod:`gengroup._error_table` (:data:`ERROR_OUTCOMES` and :func:`outcome_for`
+are its member column):
 
 * ``REJOIN`` -- the group is rebalancing: rejoin with the same member id.
 * ``RESET_MEMBER`` -- the member id or generation is unknown: rejoin with an
@@ -36,6 +38,7 @@ from typing import Final
 
 from kio.schema.errors import ErrorCode
 
+from .._error_table import ERROR_OUTCOMES, Outcome, outcome_for
 from .._errors import BrokerError, error_for_code
 from .._types import TopicPartition
 from ..protocol.consumer_protocol import (
@@ -75,16 +78,6 @@ class Phase(enum.Enum):
     ERROR = "error"
 
 
-class Outcome(enum.Enum):
-    """What a member does about an error."""
-
-    REJOIN = "rejoin"
-    RESET_MEMBER = "reset_member"
-    FIND_COORDINATOR = "find_coordinator"
-    RETRY = "retry"
-    FATAL = "fatal"
-
-
 #: (phase, event) -> next phase. Anything absent is an illegal transition.
 TRANSITIONS: Final[dict[tuple[Phase, str], Phase]] = {
     (Phase.UNJOINED, "join_sent"): Phase.JOINING,
@@ -106,39 +99,6 @@ TRANSITIONS: Final[dict[tuple[Phase, str], Phase]] = {
     (Phase.SYNCING, "abandoned"): Phase.UNJOINED,
     (Phase.STABLE, "abandoned"): Phase.UNJOINED,
 }
-
-_E = ErrorCode
-
-#: error code -> what a member does about it (codes absent: RETRY if Kafka
-#: marks them retriable, else FATAL).
-ERROR_OUTCOMES: Final[dict[int, Outcome]] = {
-    _E.rebalance_in_progress: Outcome.REJOIN,
-    _E.member_id_required: Outcome.REJOIN,
-    _E.illegal_generation: Outcome.RESET_MEMBER,
-    _E.unknown_member_id: Outcome.RESET_MEMBER,
-    _E.not_coordinator: Outcome.FIND_COORDINATOR,
-    _E.coordinator_not_available: Outcome.FIND_COORDINATOR,
-    _E.coordinator_load_in_progress: Outcome.RETRY,
-    _E.unknown_server_error: Outcome.RETRY,
-    _E.request_timed_out: Outcome.RETRY,
-    _E.fenced_instance_id: Outcome.FATAL,
-    _E.inconsistent_group_protocol: Outcome.FATAL,
-    _E.invalid_session_timeout: Outcome.FATAL,
-    _E.group_authorization_failed: Outcome.FATAL,
-    _E.group_max_size_reached: Outcome.FATAL,
-    _E.unsupported_version: Outcome.FATAL,
-}
-
-
-def outcome_for(code: int) -> Outcome:
-    """What a member does about error ``code``."""
-    found = ERROR_OUTCOMES.get(code)
-    if found is not None:
-        return found
-    try:
-        return Outcome.RETRY if ErrorCode(code).retriable else Outcome.FATAL
-    except ValueError:
-        return Outcome.FATAL
 
 
 class IllegalTransition(RuntimeError):

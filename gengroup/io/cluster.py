@@ -15,16 +15,21 @@ NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION (any
 and retry. Requests that may go to any broker use the least-loaded usable
 connection, falling back to the bootstrap addresses in turn.
 
-FindCoordinator retries NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE /
-COORDINATOR_LOAD_IN_PROGRESS and connection failures with backoff until its
-deadline.
+Every request goes out through :meth:`Cluster.call` (version negotiated on
+the connection that carries it, see :mod:`gengroup.io.request`); every retry
+waits :meth:`Cluster.backoff` (see :mod:`gengroup.io.retry`).
+
+FindCoordinator retries what the error table retries (NOT_COORDINATOR,
+COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, connection failures
+...) with backoff until its deadline; following a coordinator that moves is
+:class:`gengroup.io.coordinator.CoordinatorClient`'s job.
 """
 
 from __future__ import annotations
 
-import datetime
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Self
 from uuid import UUID
@@ -36,23 +41,18 @@ from .._errors import (
     BrokenConnection,
     ConfigError,
     ConnectionClosed,
-    CoordinatorError,
     GengroupError,
     KafkaConnectionError,
-    RetriableBrokerError,
-    error_for_code,
+    raise_for_code,
 )
 from .._types import TopicPartition
-from ..protocol.framing import build, request_module
+from ..protocol.framing import build, ms
 from ..protocol.versions import ApiKey, require
+from . import request as _request
 from .connection import BrokerConnection
+from .retry import backoff_delay, retry
 
 __all__ = ["BrokerInfo", "Cluster", "PartitionInfo", "TopicInfo", "ms"]
-
-
-def ms(seconds: float) -> datetime.timedelta:
-    """A kio duration field from float seconds."""
-    return datetime.timedelta(milliseconds=round(seconds * 1000))
 
 
 def parse_address(addr: str) -> tuple[str, int]:
@@ -133,6 +133,7 @@ class Cluster:
         self.topics: dict[str, TopicInfo] = {}
         self.cluster_id: str | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._stack = AsyncExitStack()
         self._conns: dict[tuple[int | tuple[str, int], str], BrokerConnection] = {}
         self._locks: dict[tuple[int | tuple[str, int], str], anyio.Lock] = {}
         self._inflight: dict[BrokerConnection, int] = {}
@@ -140,18 +141,15 @@ class Cluster:
         self._closed = False
 
     async def __aenter__(self) -> Self:
-        self._tg_cm = anyio.create_task_group()
-        self._tg = await self._tg_cm.__aenter__()
+        self._tg = await self._stack.enter_async_context(anyio.create_task_group())
         return self
 
-    async def __aexit__(self, *exc: object) -> bool | None:
+    async def __aexit__(self, *exc: object) -> None:
         # Every connection is closed first, so the task group's serve tasks
         # return by themselves; the body's exception (if any) is not handed
         # to the task group, so it propagates as itself, unwrapped.
         await self.aclose()
-        assert self._tg_cm is not None
-        await self._tg_cm.__aexit__(None, None, None)
-        return None
+        await self._stack.aclose()
 
     async def aclose(self) -> None:
         """Close every pooled connection; no new one is opened afterwards.
@@ -239,6 +237,53 @@ class Cluster:
                 errors.append(str(exc))
         raise BrokenConnection("no broker reachable: " + "; ".join(errors))
 
+    async def _pick(self, node_id: int | None, channel: str) -> BrokerConnection:
+        return await (
+            self.any_connection() if node_id is None else self.connection(node_id, channel)
+        )
+
+    @asynccontextmanager
+    async def _in_flight(
+        self, node_id: int | None, channel: str
+    ) -> AsyncIterator[BrokerConnection]:
+        """The connection to use, counted in flight (for :meth:`any_connection`) while in use."""
+        conn = await self._pick(node_id, channel)
+        self._inflight[conn] = self._inflight.get(conn, 0) + 1
+        try:
+            yield conn
+        finally:
+            self._inflight[conn] -= 1
+            if not self._inflight[conn]:
+                del self._inflight[conn]
+
+    async def call(
+        self,
+        node_id: int | None,
+        key: ApiKey,
+        make: _request.MakeRequest,
+        *,
+        timeout: float | None = None,
+        channel: str = "default",
+        expect_response: bool = True,
+        check: str | None = None,
+    ) -> Any:
+        """Build the request of ``key`` for ``node_id``'s version, send it, return the response.
+
+        Args:
+            node_id: the broker (None: any broker, the least loaded).
+            key: the API.
+            make: builds the request from the negotiated version's kio module.
+            timeout: seconds to wait for the response (default: ``request_timeout``).
+            channel: which of the broker's connections (see :meth:`connection`).
+            expect_response: False for a request the broker does not answer.
+            check: if given, a non-zero top-level error code raises its typed
+                error with this context (see :func:`gengroup.io.request.call`).
+        """
+        async with self._in_flight(node_id, channel) as conn:
+            return await _request.call(
+                conn, key, make, timeout=timeout, expect_response=expect_response, check=check
+            )
+
     async def request(
         self,
         node_id: int | None,
@@ -247,32 +292,24 @@ class Cluster:
         timeout: float | None = None,
         channel: str = "default",
     ) -> Any:
-        """Send ``request`` to ``node_id`` (None: any broker) and return the response.
+        """Send a request built already to ``node_id`` (None: any broker).
 
-        ``channel`` picks one of the broker's connections (see :meth:`connection`).
+        Prefer :meth:`call`, which builds the request for the version of the
+        connection that carries it.
         """
-        conn = await (
-            self.any_connection() if node_id is None else self.connection(node_id, channel)
-        )
-        self._inflight[conn] = self._inflight.get(conn, 0) + 1
-        try:
+        async with self._in_flight(node_id, channel) as conn:
             return await conn.request(request, timeout=timeout)
-        finally:
-            self._inflight[conn] -= 1
-            if not self._inflight[conn]:
-                del self._inflight[conn]
 
     async def version(self, node_id: int | None, key: ApiKey, channel: str = "default") -> int:
         """The negotiated version of ``key`` with ``node_id`` (None: any broker)."""
-        conn = await (
-            self.any_connection() if node_id is None else self.connection(node_id, channel)
-        )
-        return require(conn.versions, key)
+        return require((await self._pick(node_id, channel)).versions, key)
 
     async def backoff(self, attempt: int) -> None:
-        """Sleep a jittered exponential backoff for retry ``attempt`` (0-based)."""
-        base = min(self.retry_backoff * (2**attempt), 1.0)
-        await anyio.sleep(base * random.uniform(0.8, 1.2))
+        """Sleep a jittered exponential backoff for retry ``attempt`` (0-based).
+
+        See :func:`gengroup.io.retry.backoff_delay`; ``retry_backoff`` is the base.
+        """
+        await anyio.sleep(backoff_delay(attempt, self.retry_backoff))
 
     # ------------------------------------------------------------------ metadata
 
@@ -286,23 +323,20 @@ class Cluster:
             missing topic has ``UNKNOWN_TOPIC_OR_PARTITION``).
         """
         names = None if topics is None else sorted(set(topics))
-        async with self._metadata_lock:
-            conn = await self.any_connection()
-            version = require(conn.versions, ApiKey.METADATA)
-            mod = request_module(ApiKey.METADATA, version)
-            req_topics = (
-                None
-                if names is None
-                else tuple(build(mod.MetadataRequestTopic, name=n, topic_id=None) for n in names)
-            )
-            req = build(
+
+        def make(mod: Any) -> Any:
+            return build(
                 mod.MetadataRequest,
-                topics=req_topics,
+                topics=None
+                if names is None
+                else tuple(build(mod.MetadataRequestTopic, name=n, topic_id=None) for n in names),
                 allow_auto_topic_creation=allow_auto_create,
                 include_cluster_authorized_operations=False,
                 include_topic_authorized_operations=False,
             )
-            resp: Any = await conn.request(req)
+
+        async with self._metadata_lock:
+            resp: Any = await self.call(None, ApiKey.METADATA, make)
             self.cluster_id = resp.cluster_id
             brokers = {
                 int(b.node_id): BrokerInfo(int(b.node_id), b.host, int(b.port), b.rack)
@@ -364,27 +398,28 @@ class Cluster:
             TimeoutError: no coordinator was found in time.
         """
         limit = self.request_timeout if timeout is None else timeout
-        attempt = 0
-        last: Exception | None = None
-        with anyio.move_on_after(limit):
-            while True:
-                try:
-                    return await self._find_coordinator_once(key, key_type)
-                except (CoordinatorError, RetriableBrokerError, KafkaConnectionError) as exc:
-                    last = exc
-                await self.backoff(attempt)
-                attempt += 1
-        raise TimeoutError(f"no coordinator for {key!r} within {limit} s (last error: {last})")
+
+        def timed_out(last: BaseException | None) -> TimeoutError:
+            return TimeoutError(f"no coordinator for {key!r} within {limit} s (last error: {last})")
+
+        return await retry(
+            f"FindCoordinator {key!r}",
+            lambda: self._find_coordinator_once(key, key_type),
+            timeout=limit,
+            backoff=self.retry_backoff,
+            on_timeout=timed_out,
+        )
 
     async def _find_coordinator_once(self, key: str, key_type: int) -> int:
-        conn = await self.any_connection()
-        version = require(conn.versions, ApiKey.FIND_COORDINATOR)
-        mod = request_module(ApiKey.FIND_COORDINATOR, version)
-        req = build(mod.FindCoordinatorRequest, key=key, key_type=key_type, coordinator_keys=(key,))
-        resp: Any = await conn.request(req)
-        entry = resp.coordinators[0] if version >= 4 else resp
-        if entry.error_code:
-            raise error_for_code(int(entry.error_code), entry.error_message)
+        resp: Any = await self.call(
+            None,
+            ApiKey.FIND_COORDINATOR,
+            lambda mod: build(
+                mod.FindCoordinatorRequest, key=key, key_type=key_type, coordinator_keys=(key,)
+            ),
+        )
+        entry = resp.coordinators[0] if hasattr(resp, "coordinators") else resp
+        raise_for_code(int(entry.error_code), entry.error_message)
         node = int(entry.node_id)
         self.brokers.setdefault(node, BrokerInfo(node, entry.host, int(entry.port)))
         return node

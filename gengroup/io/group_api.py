@@ -1,9 +1,12 @@
 """The classic group APIs as coroutines: build the request for the negotiated
 version, send it to the coordinator, return the fields the member machine needs.
 
-Error codes are returned, not raised, for the calls whose errors the member
-machine interprets (JoinGroup, SyncGroup, Heartbeat); OffsetCommit and
-OffsetFetch raise typed errors per partition.
+Every call goes through :meth:`Cluster.call <gengroup.io.cluster.Cluster.call>`
+to the node given (the coordinator; finding and following it is
+:mod:`gengroup.io.coordinator`'s job). Error codes are returned, not raised,
+for the calls whose errors the member machine interprets (JoinGroup,
+SyncGroup, Heartbeat, LeaveGroup, OffsetCommit per partition); OffsetFetch
+raises typed errors (see :mod:`gengroup.io.offsets`).
 """
 
 from __future__ import annotations
@@ -12,12 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import error_for_code
 from .._types import TopicPartition
 from ..group.member import JoinParams
-from ..protocol.framing import build, request_module
+from ..protocol.framing import build, ms
 from ..protocol.versions import ApiKey
-from .cluster import Cluster, ms
+from . import offsets
+from .cluster import Cluster
 
 __all__ = [
     "JoinResult",
@@ -42,30 +45,41 @@ class JoinResult:
     members: tuple[tuple[str, str | None, bytes], ...]
 
 
-async def _module(cluster: Cluster, node: int, key: ApiKey) -> Any:
-    """The kio module of ``key`` at the version negotiated with ``node``."""
-    return request_module(key, await cluster.version(node, key))
+def _member(
+    group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+) -> dict[str, Any]:
+    """The fields that name a member of a generation, shared by its requests."""
+    return {
+        "group_id": group_id,
+        "generation_id": generation_id,
+        "member_id": member_id,
+        "group_instance_id": group_instance_id,
+    }
 
 
 async def join_group(
     cluster: Cluster, node: int, params: JoinParams, *, client_timeout: float
 ) -> JoinResult:
     """Send JoinGroup; the coordinator may hold it up to the rebalance timeout."""
-    mod = await _module(cluster, node, ApiKey.JOIN_GROUP)
-    req = build(
-        mod.JoinGroupRequest,
-        group_id=params.group_id,
-        session_timeout=ms(params.session_timeout),
-        rebalance_timeout=ms(params.rebalance_timeout),
-        member_id=params.member_id,
-        group_instance_id=params.group_instance_id,
-        protocol_type="consumer",
-        protocols=tuple(
-            build(mod.JoinGroupRequestProtocol, name=n, metadata=m) for n, m in params.protocols
-        ),
-        reason=params.reason,
+
+    def make(mod: Any) -> Any:
+        return build(
+            mod.JoinGroupRequest,
+            group_id=params.group_id,
+            session_timeout=ms(params.session_timeout),
+            rebalance_timeout=ms(params.rebalance_timeout),
+            member_id=params.member_id,
+            group_instance_id=params.group_instance_id,
+            protocol_type="consumer",
+            protocols=tuple(
+                build(mod.JoinGroupRequestProtocol, name=n, metadata=m) for n, m in params.protocols
+            ),
+            reason=params.reason,
+        )
+
+    resp: Any = await cluster.call(
+        node, ApiKey.JOIN_GROUP, make, timeout=client_timeout, channel="group"
     )
-    resp: Any = await cluster.request(node, req, timeout=client_timeout, channel="group")
     return JoinResult(
         error_code=int(resp.error_code),
         member_id=resp.member_id,
@@ -92,21 +106,22 @@ async def sync_group(
     client_timeout: float,
 ) -> tuple[int, bytes]:
     """Send SyncGroup; returns (error_code, assignment bytes)."""
-    mod = await _module(cluster, node, ApiKey.SYNC_GROUP)
-    req = build(
-        mod.SyncGroupRequest,
-        group_id=group_id,
-        generation_id=generation_id,
-        member_id=member_id,
-        group_instance_id=group_instance_id,
-        protocol_type="consumer",
-        protocol_name=protocol,
-        assignments=tuple(
-            build(mod.SyncGroupRequestAssignment, member_id=k, assignment=v)
-            for k, v in assignments.items()
-        ),
+
+    def make(mod: Any) -> Any:
+        return build(
+            mod.SyncGroupRequest,
+            **_member(group_id, generation_id, member_id, group_instance_id),
+            protocol_type="consumer",
+            protocol_name=protocol,
+            assignments=tuple(
+                build(mod.SyncGroupRequestAssignment, member_id=k, assignment=v)
+                for k, v in assignments.items()
+            ),
+        )
+
+    resp: Any = await cluster.call(
+        node, ApiKey.SYNC_GROUP, make, timeout=client_timeout, channel="group"
     )
-    resp: Any = await cluster.request(node, req, timeout=client_timeout, channel="group")
     return int(resp.error_code), bytes(resp.assignment)
 
 
@@ -121,15 +136,14 @@ async def heartbeat(
     timeout: float,
 ) -> int:
     """Send Heartbeat; returns its error code."""
-    mod = await _module(cluster, node, ApiKey.HEARTBEAT)
-    req = build(
-        mod.HeartbeatRequest,
-        group_id=group_id,
-        generation_id=generation_id,
-        member_id=member_id,
-        group_instance_id=group_instance_id,
+    resp: Any = await cluster.call(
+        node,
+        ApiKey.HEARTBEAT,
+        lambda mod: build(
+            mod.HeartbeatRequest, **_member(group_id, generation_id, member_id, group_instance_id)
+        ),
+        timeout=timeout,
     )
-    resp: Any = await cluster.request(node, req, timeout=timeout)
     return int(resp.error_code)
 
 
@@ -137,15 +151,19 @@ async def leave_group(
     cluster: Cluster, node: int, *, group_id: str, member_id: str, reason: str | None = None
 ) -> int:
     """Send LeaveGroup for one dynamic member; returns the member's error code."""
-    mod = await _module(cluster, node, ApiKey.LEAVE_GROUP)
-    req = build(
-        mod.LeaveGroupRequest,
-        group_id=group_id,
-        members=(
-            build(mod.MemberIdentity, member_id=member_id, group_instance_id=None, reason=reason),
+    resp: Any = await cluster.call(
+        node,
+        ApiKey.LEAVE_GROUP,
+        lambda mod: build(
+            mod.LeaveGroupRequest,
+            group_id=group_id,
+            members=(
+                build(
+                    mod.MemberIdentity, member_id=member_id, group_instance_id=None, reason=reason
+                ),
+            ),
         ),
     )
-    resp: Any = await cluster.request(node, req)
     if resp.error_code:
         return int(resp.error_code)
     for m in resp.members:
@@ -165,35 +183,37 @@ async def commit_offsets(
     offsets: Mapping[TopicPartition, int],
 ) -> dict[TopicPartition, int]:
     """Send OffsetCommit; returns the error code of every partition (0 = stored)."""
-    mod = await _module(cluster, node, ApiKey.OFFSET_COMMIT)
     by_topic: dict[str, list[tuple[int, int]]] = {}
-    for tp, off in offsets.items():
+    for tp, off in sorted(offsets.items()):
         by_topic.setdefault(tp.topic, []).append((tp.partition, off))
-    req = build(
-        mod.OffsetCommitRequest,
-        group_id=group_id,
-        generation_id_or_member_epoch=generation_id,
-        member_id=member_id,
-        group_instance_id=group_instance_id,
-        topics=tuple(
-            build(
-                mod.OffsetCommitRequestTopic,
-                name=topic,
-                partitions=tuple(
-                    build(
-                        mod.OffsetCommitRequestPartition,
-                        partition_index=p,
-                        committed_offset=o,
-                        committed_leader_epoch=-1,
-                        committed_metadata=None,
-                    )
-                    for p, o in sorted(parts)
-                ),
-            )
-            for topic, parts in sorted(by_topic.items())
-        ),
-    )
-    resp: Any = await cluster.request(node, req)
+
+    def make(mod: Any) -> Any:
+        return build(
+            mod.OffsetCommitRequest,
+            group_id=group_id,
+            generation_id_or_member_epoch=generation_id,
+            member_id=member_id,
+            group_instance_id=group_instance_id,
+            topics=tuple(
+                build(
+                    mod.OffsetCommitRequestTopic,
+                    name=topic,
+                    partitions=tuple(
+                        build(
+                            mod.OffsetCommitRequestPartition,
+                            partition_index=p,
+                            committed_offset=o,
+                            committed_leader_epoch=-1,
+                            committed_metadata=None,
+                        )
+                        for p, o in parts
+                    ),
+                )
+                for topic, parts in sorted(by_topic.items())
+            ),
+        )
+
+    resp: Any = await cluster.call(node, ApiKey.OFFSET_COMMIT, make)
     return {
         TopicPartition(t.name, int(p.partition_index)): int(p.error_code)
         for t in resp.topics
@@ -209,27 +229,4 @@ async def fetch_committed(
     Raises:
         BrokerError: a group-level or partition-level error (typed).
     """
-    mod = await _module(cluster, node, ApiKey.OFFSET_FETCH)
-    by_topic: dict[str, list[int]] = {}
-    for tp in partitions:
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
-    req = build(
-        mod.OffsetFetchRequest,
-        group_id=group_id,
-        topics=tuple(
-            build(mod.OffsetFetchRequestTopic, name=t, partition_indexes=tuple(sorted(ps)))
-            for t, ps in sorted(by_topic.items())
-        ),
-        require_stable=True,
-    )
-    resp: Any = await cluster.request(node, req)
-    if resp.error_code:
-        raise error_for_code(int(resp.error_code), f"OffsetFetch {group_id}")
-    out: dict[TopicPartition, int] = {}
-    for t in resp.topics:
-        for p in t.partitions:
-            tp = TopicPartition(t.name, int(p.partition_index))
-            if p.error_code:
-                raise error_for_code(int(p.error_code), f"OffsetFetch {group_id} {tp}")
-            out[tp] = int(p.committed_offset)
-    return out
+    return await offsets.fetch_committed(cluster, node, group_id, partitions)

@@ -16,6 +16,7 @@ Nothing here touches a socket or a clock: bytes in, objects out.
 
 from __future__ import annotations
 
+import datetime
 import io
 import struct
 import sys
@@ -38,6 +39,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "ms",
     "request_module",
     "response_module",
 ]
@@ -238,3 +240,8 @@ def build(cls: type[T], /, **values: Any) -> T:
         names = frozenset(f.name for f in dc_fields(cls))  # type: ignore[arg-type]
         _FIELD_CACHE[cls] = names
     return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def ms(seconds: float) -> datetime.timedelta:
+    """A kio duration field (whole milliseconds) from float seconds."""
+    return datetime.timedelta(milliseconds=round(seconds * 1000))

@@ -1,0 +1,145 @@
+"""Backoff and retry-until-deadline: the client's one retry loop.
+
+Theory of operation:
+
+:func:`backoff_delay` is the client's one backoff formula: ``base * 2**attempt``
+capped at ``cap`` (1 s by default), jittered by +-20 % so that clients that
+failed together do not retry together. :class:`Backoff` counts the attempts
+of one loop and sleeps that delay.
+
+:func:`retry` runs an attempt until it succeeds or a deadline passes. What is
+retried is the error table's decision (:func:`gengroup._errors.is_retriable`:
+connection failures, and broker errors that Kafka marks retriable or whose
+action comes before a retry); anything else propagates at once. Before the
+backoff the table's action runs: a :class:`~gengroup._errors.StaleMetadataError`
+calls ``refresh_metadata``, a :class:`~gengroup._errors.CoordinatorError` calls
+``find_coordinator``, when given. An attempt that must stop on an error the
+table would retry raises :class:`GiveUp` wrapping it. When the deadline passes,
+:class:`TimeoutError` names the operation and the last error seen (or the
+caller's ``on_timeout`` builds the exception to raise).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+import anyio
+
+from .._errors import BrokerError, is_retriable
+
+__all__ = ["DEFAULT_CAP", "Backoff", "GiveUp", "backoff_delay", "retry"]
+
+T = TypeVar("T")
+
+#: The longest backoff between two attempts, in seconds.
+DEFAULT_CAP: Final = 1.0
+
+
+def backoff_delay(attempt: int, base: float, cap: float = DEFAULT_CAP) -> float:
+    """Seconds to wait before retry ``attempt`` (0-based): exponential, capped, jittered.
+
+    Args:
+        attempt: how many retries came before this one.
+        base: the delay of the first retry.
+        cap: the longest delay before jitter.
+    """
+    delay: float = min(base * (2**attempt), cap)
+    return delay * random.uniform(0.8, 1.2)
+
+
+@dataclass(slots=True)
+class Backoff:
+    """The backoff of one retry loop: each :meth:`sleep` waits longer, up to the cap.
+
+    Attributes:
+        base: the first delay in seconds.
+        cap: the longest delay before jitter.
+        attempt: retries so far (reset to 0 by :meth:`reset` after a success).
+    """
+
+    base: float
+    cap: float = DEFAULT_CAP
+    attempt: int = 0
+
+    def next_delay(self) -> float:
+        """The delay before the next retry; counts the attempt."""
+        delay = backoff_delay(self.attempt, self.base, self.cap)
+        self.attempt += 1
+        return delay
+
+    async def sleep(self) -> None:
+        """Sleep the next delay."""
+        await anyio.sleep(self.next_delay())
+
+    def reset(self) -> None:
+        """Start again from the first delay (after a success)."""
+        self.attempt = 0
+
+
+class GiveUp(Exception):
+    """Raised by an attempt to stop :func:`retry` with ``error``, retriable or not."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+async def retry(
+    what: str,
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    timeout: float,
+    backoff: Backoff | float,
+    retriable: Callable[[BaseException], bool] = is_retriable,
+    refresh_metadata: Callable[[], Awaitable[object]] | None = None,
+    find_coordinator: Callable[[], Awaitable[object]] | None = None,
+    on_timeout: Callable[[BaseException | None], BaseException] | None = None,
+) -> T:
+    """Run ``attempt`` until it returns, retrying what the error table retries.
+
+    Args:
+        what: the operation, for the timeout message.
+        attempt: one try.
+        timeout: seconds before giving up.
+        backoff: the loop's :class:`Backoff`, or the base delay of a new one.
+        retriable: which exceptions are retried (default: the error table's).
+        refresh_metadata: run before retrying an error whose action is
+            ``refresh_metadata``.
+        find_coordinator: run before retrying an error whose action is
+            ``find_coordinator``.
+        on_timeout: builds the exception to raise at the deadline from the
+            last error (default: :class:`TimeoutError` naming ``what``).
+
+    Returns:
+        What ``attempt`` returned.
+
+    Raises:
+        Exception: a non-retriable error of ``attempt``, or the error of a
+            :class:`GiveUp` it raised.
+        TimeoutError: the deadline passed (unless ``on_timeout`` says otherwise).
+    """
+    if not isinstance(backoff, Backoff):
+        backoff = Backoff(backoff)
+    last: BaseException | None = None
+    with anyio.move_on_after(timeout):
+        while True:
+            try:
+                return await attempt()
+            except GiveUp as give_up:
+                raise give_up.error from None
+            except Exception as exc:
+                if not retriable(exc):
+                    raise
+                last = exc
+            action = last.action if isinstance(last, BrokerError) else None
+            if action == "refresh_metadata" and refresh_metadata is not None:
+                await refresh_metadata()
+            elif action == "find_coordinator" and find_coordinator is not None:
+                await find_coordinator()
+            await backoff.sleep()
+    if on_timeout is not None:
+        raise on_timeout(last)
+    raise TimeoutError(f"{what} did not complete within {timeout} s (last error: {last})")

@@ -1,0 +1,96 @@
+"""The error table decides classes, retriability and member outcomes; the retry loop obeys it."""
+
+from __future__ import annotations
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from gengroup._error_table import ERROR_TABLE, Outcome, outcome_for, policy_for
+from gengroup._errors import (
+    BrokenConnection,
+    CoordinatorError,
+    StaleMetadataError,
+    error_for_code,
+    is_retriable,
+)
+from gengroup.io.retry import Backoff, GiveUp, backoff_delay, retry
+
+
+@pytest.mark.parametrize("code", [int(c) for c in ErrorCode if int(c)])
+def test_every_code_gets_the_class_of_its_action(code: int) -> None:
+    err = error_for_code(code)
+    policy = policy_for(code)
+    assert err.action == policy.action
+    assert err.retriable == policy.kafka_retriable
+    assert is_retriable(err) == policy.retriable
+
+
+def test_member_outcomes_come_from_the_table() -> None:
+    assert outcome_for(ErrorCode.rebalance_in_progress) is Outcome.REJOIN
+    assert outcome_for(ErrorCode.unknown_member_id) is Outcome.RESET_MEMBER
+    assert outcome_for(ErrorCode.not_coordinator) is Outcome.FIND_COORDINATOR
+    assert outcome_for(ErrorCode.unknown_server_error) is Outcome.RETRY
+    assert outcome_for(ErrorCode.not_leader_or_follower) is Outcome.RETRY
+    assert outcome_for(ErrorCode.group_authorization_failed) is Outcome.FATAL
+    assert outcome_for(-12345) is Outcome.FATAL
+    assert ERROR_TABLE[int(ErrorCode.not_coordinator)].action == "find_coordinator"
+
+
+def test_backoff_doubles_up_to_the_cap_with_jitter() -> None:
+    for attempt, nominal in [(0, 0.1), (1, 0.2), (3, 0.8), (10, 1.0)]:
+        assert nominal * 0.8 <= backoff_delay(attempt, 0.1) <= nominal * 1.2
+    b = Backoff(0.1)
+    b.next_delay()
+    b.next_delay()
+    assert b.attempt == 2
+    b.reset()
+    assert b.attempt == 0
+
+
+async def test_retry_runs_the_tables_action_before_retrying() -> None:
+    calls: list[str] = []
+    errors = [
+        error_for_code(ErrorCode.not_leader_or_follower),
+        error_for_code(ErrorCode.not_coordinator),
+        BrokenConnection("gone"),
+    ]
+
+    async def attempt() -> str:
+        if errors:
+            raise errors.pop(0)
+        return "done"
+
+    async def refresh() -> None:
+        calls.append("refresh")
+
+    async def find() -> None:
+        calls.append("find")
+
+    got = await retry(
+        "op", attempt, timeout=5, backoff=0.001, refresh_metadata=refresh, find_coordinator=find
+    )
+    assert got == "done"
+    assert calls == ["refresh", "find"]
+
+
+async def test_retry_stops_on_non_retriable_and_give_up_errors() -> None:
+    async def fatal() -> None:
+        raise error_for_code(ErrorCode.group_authorization_failed)
+
+    with pytest.raises(Exception, match="GROUP_AUTHORIZATION_FAILED"):
+        await retry("op", fatal, timeout=5, backoff=0.001)
+
+    async def give_up() -> None:
+        raise GiveUp(error_for_code(ErrorCode.unknown_topic_or_partition))
+
+    with pytest.raises(StaleMetadataError):
+        await retry("op", give_up, timeout=5, backoff=0.001)
+
+
+async def test_retry_times_out_naming_the_last_error() -> None:
+    async def moved() -> None:
+        raise error_for_code(ErrorCode.not_coordinator)
+
+    with pytest.raises(TimeoutError, match="NOT_COORDINATOR"):
+        await retry("op", moved, timeout=0.05, backoff=0.001)
+    assert isinstance(error_for_code(ErrorCode.not_coordinator), CoordinatorError)
