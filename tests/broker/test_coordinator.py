@@ -308,6 +308,32 @@ def form_group(
     return member_ids, generation
 
 
+def joined(
+    member_id: str, generation: int, leader: str, members: tuple[JoinGroupMember, ...] = ()
+) -> JoinGroupOutput:
+    """A successful JoinGroup response of a ``consumer`` group using ``range``."""
+    return JoinGroupOutput(
+        E.none,
+        member_id=member_id,
+        generation_id=generation,
+        protocol_type="consumer",
+        protocol_name="range",
+        leader=leader,
+        members=members,
+    )
+
+
+def join_two_during_initial_delay(d: Driver, rebalance_a: int, rebalance_b: int) -> int:
+    """Member a joins an empty group at 0, b at 1000; run to 3000, the initial delay.
+
+    Returns a's parked JoinGroup token.
+    """
+    token = d.new_member(0, client="a", rebalance=rebalance_a)[1]
+    d.new_member(1_000, client="b", rebalance=rebalance_b)
+    d.run_until(3_000)
+    return token
+
+
 # ---------------------------------------------------------------------------
 # Structure
 # ---------------------------------------------------------------------------
@@ -483,15 +509,8 @@ def test_single_member_initial_join_completes_after_the_delay() -> None:
     assert not d.answered(token)
     d.run_until(3_000)
     assert d.answered_at(token) == 3_000
-    assert d.answer(token) == JoinGroupOutput(
-        E.none,
-        member_id=member_id,
-        generation_id=1,
-        protocol_type="consumer",
-        protocol_name="range",
-        leader=member_id,
-        skip_assignment=False,
-        members=(JoinGroupMember(member_id, None, b"meta"),),
+    assert d.answer(token) == joined(
+        member_id, 1, member_id, members=(JoinGroupMember(member_id, None, b"meta"),)
     )
     group = d.group()
     assert group.state is COMPLETING
@@ -551,9 +570,7 @@ def test_initial_delay_extension_chain_ends_at_the_rebalance_timeout() -> None:
 def test_initial_delay_extension_is_capped_by_the_remaining_time() -> None:
     # Rebalance timeout 4000: remaining 1000, so the extension is 1000 long.
     d = Driver()
-    t1 = d.new_member(0, client="a", rebalance=4_000)[1]
-    d.new_member(1_000, client="b", rebalance=4_000)
-    d.run_until(3_000)
+    t1 = join_two_during_initial_delay(d, 4_000, 4_000)
     assert d.c.join_deadline("g") == 4_000
     t3 = d.new_member(3_500, client="c", rebalance=4_000)[1]
     d.run_until(4_000)
@@ -562,9 +579,7 @@ def test_initial_delay_extension_is_capped_by_the_remaining_time() -> None:
 
 def test_initial_delay_not_extended_when_rebalance_timeout_is_below_the_delay() -> None:
     d = Driver()
-    t1 = d.new_member(0, client="a", rebalance=2_000)[1]
-    d.new_member(1_000, client="b", rebalance=2_000)
-    d.run_until(3_000)
+    t1 = join_two_during_initial_delay(d, 2_000, 2_000)
     assert d.answered_at(t1) == 3_000
     assert len(d.answer(t1).members) == 2
 
@@ -572,9 +587,7 @@ def test_initial_delay_not_extended_when_rebalance_timeout_is_below_the_delay() 
 def test_initial_remaining_time_uses_the_rebalance_timeout_at_the_start() -> None:
     # A later member with a longer rebalance timeout does not extend the budget.
     d = Driver()
-    t1 = d.new_member(0, client="a", rebalance=10_000)[1]
-    d.new_member(1_000, client="b", rebalance=60_000)
-    d.run_until(3_000)
+    t1 = join_two_during_initial_delay(d, 10_000, 60_000)
     assert d.c.join_deadline("g") == 6_000
     d.run_until(6_000)
     assert d.answered_at(t1) == 6_000
@@ -670,15 +683,7 @@ def test_known_follower_rejoining_stable_group_gets_current_generation() -> None
     d = Driver()
     (a, b), generation = form_group(d, ["a", "b"])
     response = d.answer(d.join(10_000, b))
-    assert response == JoinGroupOutput(
-        E.none,
-        member_id=b,
-        generation_id=generation,
-        protocol_type="consumer",
-        protocol_name="range",
-        leader=a,
-        members=(),
-    )
+    assert response == joined(b, generation, a)
     assert d.state() is STABLE
 
 
@@ -1183,16 +1188,7 @@ def test_static_follower_restart_in_stable_group_keeps_the_assignment() -> None:
     response = d.answer(token)
     new = response.member_id
     assert new != old
-    assert response == JoinGroupOutput(
-        E.none,
-        member_id=new,
-        generation_id=generation,
-        protocol_type="consumer",
-        protocol_name="range",
-        leader=dynamic,
-        skip_assignment=False,
-        members=(),
-    )
+    assert response == joined(new, generation, dynamic)
     assert d.state() is STABLE
     assert d.group().static_member_id("i-s") == new
     # The old id is fenced.

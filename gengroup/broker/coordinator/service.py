@@ -83,10 +83,11 @@ def _is_protocol_inconsistent(requested: str | None, current: str | None) -> boo
 class GroupCoordinator:
     """Kafka's classic group coordinator as a sans-IO state machine.
 
-    Every request method takes the current time, a token identifying the
-    request and the request itself, and returns the replies to send now: the
-    request's own reply when it is answered at once, and replies to requests
-    parked earlier that this call completed. Due timers fire first.
+    :meth:`handle` takes the current time, a token identifying the request and
+    the request itself, and returns the replies to send now: the request's own
+    reply when it is answered at once, and replies to requests parked earlier
+    that this call completed. Due timers fire first; :meth:`advance` fires them
+    alone.
 
     Args:
         config: Broker settings; Kafka's defaults when omitted.
@@ -707,6 +708,15 @@ class GroupCoordinator:
     # -- Heartbeat ---------------------------------------------------------
 
     def _classic_group_heartbeat(self, token: object, request: HeartbeatInput) -> HeartbeatOutput:
+        """Always answered at once.
+
+        Stable and CompletingRebalance answer NONE, PreparingRebalance answers
+        REBALANCE_IN_PROGRESS; all three restart the member's session. Checked
+        first, in order: INVALID_GROUP_ID (empty id), UNKNOWN_MEMBER_ID (unknown
+        group), COORDINATOR_NOT_AVAILABLE (Dead), FENCED_INSTANCE_ID /
+        UNKNOWN_MEMBER_ID (member), ILLEGAL_GENERATION. An Empty group has no
+        members, so it answers UNKNOWN_MEMBER_ID.
+        """
         return HeartbeatOutput(self._heartbeat_error(request))
 
     def _heartbeat_error(self, request: HeartbeatInput) -> ErrorCode:
