@@ -417,7 +417,7 @@ class FakeCluster:
     def committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         """The group's committed offsets."""
         out: Any = self.state.group_call_now(
-            self.state.coordinator.offset_fetch,
+            self.state.coordinator.handle,
             OffsetFetchInput((OffsetFetchGroup(group_id, None),)),
         )
         return {
@@ -429,7 +429,7 @@ class FakeCluster:
     def describe_group(self, group_id: str) -> DescribedGroup:
         """The group as DescribeGroups shows it (state ``"Dead"`` if unknown)."""
         out: Any = self.state.group_call_now(
-            self.state.coordinator.describe_groups, DescribeGroupsInput((group_id,))
+            self.state.coordinator.handle, DescribeGroupsInput((group_id,))
         )
         group: DescribedGroup = out.groups[0]
         return group

@@ -1275,7 +1275,7 @@ class BrokerServer:
             reason=getattr(req, "reason", None),
         )
         out: Any = await self.state.group_call(
-            self.state.coordinator.join_group, inp, group_ids=[req.group_id], broker_id=self.node_id
+            self.state.coordinator.handle, inp, group_ids=[req.group_id], broker_id=self.node_id
         )
         if out is None:
             return error_response(key, v, req, ErrorCode.not_coordinator)
@@ -1316,7 +1316,7 @@ class BrokerServer:
             version=v,
         )
         out: Any = await self.state.group_call(
-            self.state.coordinator.sync_group, inp, group_ids=[req.group_id], broker_id=self.node_id
+            self.state.coordinator.handle, inp, group_ids=[req.group_id], broker_id=self.node_id
         )
         if out is None:
             return error_response(key, v, req, ErrorCode.not_coordinator)
@@ -1341,7 +1341,7 @@ class BrokerServer:
             group_instance_id=getattr(req, "group_instance_id", None),
         )
         out: Any = await self.state.group_call(
-            self.state.coordinator.heartbeat, inp, group_ids=[req.group_id], broker_id=self.node_id
+            self.state.coordinator.handle, inp, group_ids=[req.group_id], broker_id=self.node_id
         )
         if out is None:
             return error_response(key, v, req, ErrorCode.not_coordinator)
@@ -1360,7 +1360,7 @@ class BrokerServer:
                 for m in req.members
             )
         out: Any = await self.state.group_call(
-            self.state.coordinator.leave_group,
+            self.state.coordinator.handle,
             LeaveGroupInput(req.group_id, members),
             group_ids=[req.group_id],
             broker_id=self.node_id,
@@ -1414,7 +1414,7 @@ class BrokerServer:
         results: dict[tuple[str, int], ErrorCode] = {}
         if known:
             out: Any = await self.state.group_call(
-                self.state.coordinator.offset_commit,
+                self.state.coordinator.handle,
                 OffsetCommitInput(
                     group_id=req.group_id,
                     topics=tuple(known),
@@ -1462,7 +1462,7 @@ class BrokerServer:
         if not mine:
             return {}
         out: Any = await self.state.group_call(
-            self.state.coordinator.offset_fetch,
+            self.state.coordinator.handle,
             OffsetFetchInput(tuple(mine.values()), require_stable),
             group_ids=[g.group_id for g in mine.values()],
             broker_id=self.node_id,
@@ -1577,7 +1577,7 @@ class BrokerServer:
         described: dict[str, Any] = {}
         if mine:
             out: Any = await self.state.group_call(
-                self.state.coordinator.describe_groups,
+                self.state.coordinator.handle,
                 DescribeGroupsInput(tuple(mine)),
                 group_ids=mine,
                 broker_id=self.node_id,
@@ -1636,7 +1636,7 @@ class BrokerServer:
     async def _list_groups(self, conn: _Connection, header: Any, req: Any, v: int) -> Any:
         mod = response_module(ApiKey.LIST_GROUPS, v)
         out: Any = await self.state.group_call(
-            self.state.coordinator.list_groups,
+            self.state.coordinator.handle,
             ListGroupsInput(
                 tuple(getattr(req, "states_filter", ()) or ()),
                 tuple(getattr(req, "types_filter", ()) or ()),
@@ -1666,7 +1666,7 @@ class BrokerServer:
         results: dict[str, ErrorCode] = {}
         if mine:
             out: Any = await self.state.group_call(
-                self.state.coordinator.delete_groups,
+                self.state.coordinator.handle,
                 DeleteGroupsInput(tuple(mine)),
                 group_ids=mine,
                 broker_id=self.node_id,

@@ -9,16 +9,19 @@ records when each token was answered, so tests assert exact virtual times.
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import itertools
+import pkgutil
 from collections.abc import Sequence
-from typing import Any
+from types import ModuleType
+from typing import Any, TypeVar
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from gengroup import _java
-from gengroup.broker import coordinator as coordinator_module
+from gengroup.broker import coordinator as coordinator_package
 from gengroup.broker.coordinator import (
     TRANSITIONS,
     ClassicGroup,
@@ -58,6 +61,7 @@ from gengroup.broker.coordinator import (
     OffsetFetchTopic,
     OffsetFetchTopicOutput,
     Reply,
+    Request,
     Response,
     SyncGroupInput,
     SyncGroupOutput,
@@ -69,6 +73,8 @@ EMPTY = GroupState.EMPTY
 PREPARING = GroupState.PREPARING_REBALANCE
 COMPLETING = GroupState.COMPLETING_REBALANCE
 STABLE = GroupState.STABLE
+
+T = TypeVar("T")
 
 
 class Driver:
@@ -112,21 +118,28 @@ class Driver:
 
     # -- requests ----------------------------------------------------------
 
-    def submit(self, method: Any, now: int, request: Any) -> int:
+    def submit(self, now: int, request: Request) -> int:
         self.run_until(now)
         token = next(self._tokens)
-        self._record(now, method(now, token, request))
+        self._record(now, self.c.handle(now, token, request))
         return token
 
+    def request(self, now: int, request: Request, output: type[T]) -> T:
+        """Submit a request answered at once; its response, of type ``output``."""
+        response = self.answer(self.submit(now, request))
+        assert isinstance(response, output)
+        return response
+
     def answer(self, token: int) -> Any:
-        answers = self.answers.get(token, [])
-        assert len(answers) == 1, f"token {token} answered {len(answers)} times"
-        return answers[0][1]
+        return self._only_answer(token)[1]
 
     def answered_at(self, token: int) -> int:
+        return self._only_answer(token)[0]
+
+    def _only_answer(self, token: int) -> tuple[int, Response]:
         answers = self.answers.get(token, [])
         assert len(answers) == 1, f"token {token} answered {len(answers)} times"
-        return answers[0][0]
+        return answers[0]
 
     def answered(self, token: int) -> bool:
         return token in self.answers
@@ -147,20 +160,19 @@ class Driver:
         version: int = 9,
     ) -> int:
         return self.submit(
-            self.c.join_group,
             now,
             JoinGroupInput(
-                group_id=group,
-                member_id=member_id,
-                session_timeout_ms=session,
-                rebalance_timeout_ms=rebalance,
-                protocol_type=protocol_type,
-                protocols=protocols,
-                group_instance_id=instance,
-                client_id=client,
-                client_host="/127.0.0.1",
-                require_known_member_id=require_known,
-                version=version,
+                group,
+                member_id,
+                session,
+                rebalance,
+                protocol_type,
+                protocols,
+                instance,
+                client,
+                "/127.0.0.1",
+                require_known,
+                version,
             ),
         )
 
@@ -184,17 +196,16 @@ class Driver:
         version: int = 5,
     ) -> int:
         return self.submit(
-            self.c.sync_group,
             now,
             SyncGroupInput(
-                group_id=group,
-                generation_id=generation,
-                member_id=member_id,
-                group_instance_id=instance,
-                protocol_type=protocol_type,
-                protocol_name=protocol_name,
-                assignments=assignments,
-                version=version,
+                group,
+                generation,
+                member_id,
+                instance,
+                protocol_type,
+                protocol_name,
+                assignments,
+                version,
             ),
         )
 
@@ -207,20 +218,11 @@ class Driver:
         group: str = "g",
         instance: str | None = None,
     ) -> ErrorCode:
-        response = self.answer(
-            self.submit(
-                self.c.heartbeat, now, HeartbeatInput(group, generation, member_id, instance)
-            )
-        )
-        assert isinstance(response, HeartbeatOutput)
-        return response.error_code
+        request = HeartbeatInput(group, generation, member_id, instance)
+        return self.request(now, request, HeartbeatOutput).error_code
 
     def leave(self, now: int, *members: MemberIdentity, group: str = "g") -> LeaveGroupOutput:
-        response = self.answer(
-            self.submit(self.c.leave_group, now, LeaveGroupInput(group, members))
-        )
-        assert isinstance(response, LeaveGroupOutput)
-        return response
+        return self.request(now, LeaveGroupInput(group, members), LeaveGroupOutput)
 
     def commit(
         self,
@@ -247,8 +249,7 @@ class Driver:
             group_instance_id=instance,
             version=version,
         )
-        response = self.answer(self.submit(self.c.offset_commit, now, request))
-        assert isinstance(response, OffsetCommitOutput)
+        response = self.request(now, request, OffsetCommitOutput)
         return {
             (topic.name, p.partition_index): p.error_code
             for topic in response.topics
@@ -256,26 +257,16 @@ class Driver:
         }
 
     def fetch(self, now: int, *groups: OffsetFetchGroup) -> OffsetFetchOutput:
-        response = self.answer(self.submit(self.c.offset_fetch, now, OffsetFetchInput(groups)))
-        assert isinstance(response, OffsetFetchOutput)
-        return response
+        return self.request(now, OffsetFetchInput(groups), OffsetFetchOutput)
 
     def describe(self, now: int, *group_ids: str | None) -> tuple[DescribedGroup, ...]:
-        response = self.answer(
-            self.submit(self.c.describe_groups, now, DescribeGroupsInput(group_ids))
-        )
-        assert isinstance(response, DescribeGroupsOutput)
-        return response.groups
+        return self.request(now, DescribeGroupsInput(group_ids), DescribeGroupsOutput).groups
 
     def list(self, now: int, states: Sequence[str] = (), types: Sequence[str] = ()) -> Any:
-        response = self.answer(self.submit(self.c.list_groups, now, ListGroupsInput(states, types)))
-        assert isinstance(response, ListGroupsOutput)
-        return response.groups
+        return self.request(now, ListGroupsInput(states, types), ListGroupsOutput).groups
 
     def delete(self, now: int, *group_ids: str | None) -> tuple[DeletableGroupResult, ...]:
-        response = self.answer(self.submit(self.c.delete_groups, now, DeleteGroupsInput(group_ids)))
-        assert isinstance(response, DeleteGroupsOutput)
-        return response.results
+        return self.request(now, DeleteGroupsInput(group_ids), DeleteGroupsOutput).results
 
     # -- group state -------------------------------------------------------
 
@@ -317,20 +308,63 @@ def form_group(
     return member_ids, generation
 
 
+def joined(
+    member_id: str, generation: int, leader: str, members: tuple[JoinGroupMember, ...] = ()
+) -> JoinGroupOutput:
+    """A successful JoinGroup response of a ``consumer`` group using ``range``."""
+    return JoinGroupOutput(
+        E.none,
+        member_id=member_id,
+        generation_id=generation,
+        protocol_type="consumer",
+        protocol_name="range",
+        leader=leader,
+        members=members,
+    )
+
+
+def join_two_during_initial_delay(d: Driver, rebalance_a: int, rebalance_b: int) -> int:
+    """Member a joins an empty group at 0, b at 1000; run to 3000, the initial delay.
+
+    Returns a's parked JoinGroup token.
+    """
+    token = d.new_member(0, client="a", rebalance=rebalance_a)[1]
+    d.new_member(1_000, client="b", rebalance=rebalance_b)
+    d.run_until(3_000)
+    return token
+
+
 # ---------------------------------------------------------------------------
 # Structure
 # ---------------------------------------------------------------------------
 
 
-def test_module_does_no_io_and_reads_no_clock() -> None:
-    tree = ast.parse(inspect.getsource(coordinator_module))
+def _package_modules() -> list[ModuleType]:
+    names = [info.name for info in pkgutil.iter_modules(coordinator_package.__path__)]
+    assert {"admin", "config", "group", "messages", "offsets", "service", "timers"} <= set(names)
+    prefix = coordinator_package.__name__
+    return [coordinator_package] + [importlib.import_module(f"{prefix}.{n}") for n in names]
+
+
+@pytest.mark.parametrize("module", _package_modules(), ids=lambda m: m.__name__)
+def test_package_does_no_io_and_reads_no_clock(module: ModuleType) -> None:
+    tree = ast.parse(inspect.getsource(module))
     imported: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
             imported.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Attribute):
+            assert node.attr not in {"monotonic", "perf_counter", "time_ns"}, "reads a clock"
     assert not imported & {"trio", "anyio", "asyncio", "socket", "time", "selectors", "datetime"}
+
+
+def test_handle_refuses_what_is_not_a_request() -> None:
+    c = GroupCoordinator()
+    with pytest.raises(TypeError, match="not a group coordinator request: str"):
+        c.handle(0, "t", "JoinGroup")  # type: ignore[arg-type]
+    assert c.advance(0) == []  # not poisoned
 
 
 def test_transition_table_is_kafkas() -> None:
@@ -477,15 +511,8 @@ def test_single_member_initial_join_completes_after_the_delay() -> None:
     assert not d.answered(token)
     d.run_until(3_000)
     assert d.answered_at(token) == 3_000
-    assert d.answer(token) == JoinGroupOutput(
-        E.none,
-        member_id=member_id,
-        generation_id=1,
-        protocol_type="consumer",
-        protocol_name="range",
-        leader=member_id,
-        skip_assignment=False,
-        members=(JoinGroupMember(member_id, None, b"meta"),),
+    assert d.answer(token) == joined(
+        member_id, 1, member_id, members=(JoinGroupMember(member_id, None, b"meta"),)
     )
     group = d.group()
     assert group.state is COMPLETING
@@ -545,9 +572,7 @@ def test_initial_delay_extension_chain_ends_at_the_rebalance_timeout() -> None:
 def test_initial_delay_extension_is_capped_by_the_remaining_time() -> None:
     # Rebalance timeout 4000: remaining 1000, so the extension is 1000 long.
     d = Driver()
-    t1 = d.new_member(0, client="a", rebalance=4_000)[1]
-    d.new_member(1_000, client="b", rebalance=4_000)
-    d.run_until(3_000)
+    t1 = join_two_during_initial_delay(d, 4_000, 4_000)
     assert d.c.join_deadline("g") == 4_000
     t3 = d.new_member(3_500, client="c", rebalance=4_000)[1]
     d.run_until(4_000)
@@ -556,9 +581,7 @@ def test_initial_delay_extension_is_capped_by_the_remaining_time() -> None:
 
 def test_initial_delay_not_extended_when_rebalance_timeout_is_below_the_delay() -> None:
     d = Driver()
-    t1 = d.new_member(0, client="a", rebalance=2_000)[1]
-    d.new_member(1_000, client="b", rebalance=2_000)
-    d.run_until(3_000)
+    t1 = join_two_during_initial_delay(d, 2_000, 2_000)
     assert d.answered_at(t1) == 3_000
     assert len(d.answer(t1).members) == 2
 
@@ -566,9 +589,7 @@ def test_initial_delay_not_extended_when_rebalance_timeout_is_below_the_delay() 
 def test_initial_remaining_time_uses_the_rebalance_timeout_at_the_start() -> None:
     # A later member with a longer rebalance timeout does not extend the budget.
     d = Driver()
-    t1 = d.new_member(0, client="a", rebalance=10_000)[1]
-    d.new_member(1_000, client="b", rebalance=60_000)
-    d.run_until(3_000)
+    t1 = join_two_during_initial_delay(d, 10_000, 60_000)
     assert d.c.join_deadline("g") == 6_000
     d.run_until(6_000)
     assert d.answered_at(t1) == 6_000
@@ -586,12 +607,11 @@ def test_zero_initial_delay_completes_on_the_next_advance() -> None:
         CoordinatorConfig(initial_rebalance_delay_ms=0, member_id_generator=lambda p: f"{p}-x")
     )
     request = JoinGroupInput("g", "", 10_000, 10_000, "consumer", RANGE, client_id="c")
-    [reply] = c.join_group(0, "t0", request)
+    [reply] = c.handle(0, "t0", request)
     assert isinstance(reply.response, JoinGroupOutput)
     member_id = reply.response.member_id
     assert (
-        c.join_group(0, "t1", JoinGroupInput("g", member_id, 10_000, 10_000, "consumer", RANGE))
-        == []
+        c.handle(0, "t1", JoinGroupInput("g", member_id, 10_000, 10_000, "consumer", RANGE)) == []
     )
     assert c.next_deadline() == 0
     [reply] = c.advance(0)
@@ -665,15 +685,7 @@ def test_known_follower_rejoining_stable_group_gets_current_generation() -> None
     d = Driver()
     (a, b), generation = form_group(d, ["a", "b"])
     response = d.answer(d.join(10_000, b))
-    assert response == JoinGroupOutput(
-        E.none,
-        member_id=b,
-        generation_id=generation,
-        protocol_type="consumer",
-        protocol_name="range",
-        leader=a,
-        members=(),
-    )
+    assert response == joined(b, generation, a)
     assert d.state() is STABLE
 
 
@@ -1178,16 +1190,7 @@ def test_static_follower_restart_in_stable_group_keeps_the_assignment() -> None:
     response = d.answer(token)
     new = response.member_id
     assert new != old
-    assert response == JoinGroupOutput(
-        E.none,
-        member_id=new,
-        generation_id=generation,
-        protocol_type="consumer",
-        protocol_name="range",
-        leader=dynamic,
-        skip_assignment=False,
-        members=(),
-    )
+    assert response == joined(new, generation, dynamic)
     assert d.state() is STABLE
     assert d.group().static_member_id("i-s") == new
     # The old id is fenced.
@@ -1462,7 +1465,7 @@ def test_offset_fetch_accepts_require_stable() -> None:
     d = Driver()
     d.commit(0, {("t", 0): 1})
     request = OffsetFetchInput([OffsetFetchGroup("g", [OffsetFetchTopic("t", [0])])], True)
-    output = d.answer(d.submit(d.c.offset_fetch, 1, request))
+    output = d.answer(d.submit(1, request))
     assert output.groups[0].topics[0].partitions[0].committed_offset == 1
 
 
@@ -1609,10 +1612,8 @@ def test_groups_are_independent() -> None:
 def test_timers_fire_at_their_deadline_even_when_the_driver_is_late() -> None:
     c = GroupCoordinator(CoordinatorConfig(member_id_generator=lambda p: f"{p}-1"))
     request = JoinGroupInput("g", "", 10_000, 10_000, "consumer", RANGE, client_id="c")
-    c.join_group(0, "t0", request)
-    assert (
-        c.join_group(0, "t1", JoinGroupInput("g", "c-1", 10_000, 10_000, "consumer", RANGE)) == []
-    )
+    c.handle(0, "t0", request)
+    assert c.handle(0, "t1", JoinGroupInput("g", "c-1", 10_000, 10_000, "consumer", RANGE)) == []
     # The driver wakes up late, at 5000: the join completed "at" 3000.
     [reply] = c.advance(5_000)
     assert reply.token == "t1"
@@ -1622,9 +1623,9 @@ def test_timers_fire_at_their_deadline_even_when_the_driver_is_late() -> None:
 
 def test_requests_fire_due_timers_first() -> None:
     c = GroupCoordinator(CoordinatorConfig(member_id_generator=lambda p: f"{p}-1"))
-    c.join_group(0, "t0", JoinGroupInput("g", "", 10_000, 10_000, "consumer", RANGE, client_id="c"))
-    c.join_group(0, "t1", JoinGroupInput("g", "c-1", 10_000, 10_000, "consumer", RANGE))
-    replies = c.heartbeat(4_000, "hb", HeartbeatInput("g", 1, "c-1"))
+    c.handle(0, "t0", JoinGroupInput("g", "", 10_000, 10_000, "consumer", RANGE, client_id="c"))
+    c.handle(0, "t1", JoinGroupInput("g", "c-1", 10_000, 10_000, "consumer", RANGE))
+    replies = c.handle(4_000, "hb", HeartbeatInput("g", 1, "c-1"))
     assert [r.token for r in replies] == ["t1", "hb"]
     assert replies[1].response == HeartbeatOutput(E.none)
 
@@ -1634,7 +1635,7 @@ def test_time_never_goes_backwards() -> None:
     [a], generation = form_group(d, ["a"])
     assert d.heartbeat(8_000, a, generation) is E.none
     assert d.c.session_deadline("g", a) == 18_000
-    d.c.heartbeat(7_000, "late", HeartbeatInput("g", generation, a))
+    d.c.handle(7_000, "late", HeartbeatInput("g", generation, a))
     assert d.c.session_deadline("g", a) == 18_000
 
 

@@ -1,0 +1,52 @@
+"""The broker settings that shape the classic group protocol."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+JAVA_INT_MAX: Final = 2**31 - 1
+"""``Integer.MAX_VALUE``, Kafka's default ``group.max.size``."""
+
+
+def default_member_id(prefix: str) -> str:
+    """Kafka's member id: ``prefix-<uuid4>``.
+
+    Args:
+        prefix: The group instance id for a static member, else the client id.
+
+    Returns:
+        A new member id.
+    """
+    return f"{prefix}-{uuid.uuid4()}"
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """Broker settings that shape the classic group protocol.
+
+    Attributes:
+        initial_rebalance_delay_ms: ``group.initial.rebalance.delay.ms``.
+        min_session_timeout_ms: ``group.min.session.timeout.ms``.
+        max_session_timeout_ms: ``group.max.session.timeout.ms``.
+        max_group_size: ``group.max.size``.
+        new_member_join_timeout_ms: How long a new member may stay parked in
+            its first JoinGroup (Kafka's internal
+            ``classicGroupNewMemberJoinTimeoutMs``, 5 minutes).
+        offset_metadata_max_bytes: ``offset.metadata.max.bytes``; longer commit
+            metadata is refused with OFFSET_METADATA_TOO_LARGE. Measured, as in
+            Java, in UTF-16 code units.
+        member_id_generator: Makes a member id from a prefix (the group
+            instance id of a static member, else the client id). Inject a
+            deterministic one in tests.
+    """
+
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1800000
+    max_group_size: int = JAVA_INT_MAX
+    new_member_join_timeout_ms: int = 300000
+    offset_metadata_max_bytes: int = 4096
+    member_id_generator: Callable[[str], str] = default_member_id
