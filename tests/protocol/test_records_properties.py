@@ -37,7 +37,8 @@ INT64 = st.integers(-(2**63), 2**63 - 1)
 small_bytes = st.binary(max_size=40)
 nullable = st.none() | small_bytes
 headers = st.lists(st.tuples(st.text(max_size=8), nullable), max_size=3)
-timestamps = st.integers(-1, 2**45) | st.integers(-(2**62), 2**62)
+# Any two timestamps of a batch differ by less than 2**63: the delta is a signed varlong.
+timestamps = st.integers(-1, 2**45) | st.integers(-(2**62), 2**62 - 1)
 records = st.lists(st.tuples(nullable, nullable, headers, timestamps), min_size=1, max_size=12)
 codecs = st.sampled_from(list(Compression))
 
