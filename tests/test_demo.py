@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from gengroup.demo import DemoConfig, run_demo, summarise
+from gengroup.cli.demo import DemoConfig, run_demo, summarise
 
 
 async def test_demo_forms_generations_and_loses_nothing() -> None:
