@@ -69,6 +69,12 @@ class BrokerOptions(TypedDict, total=False):
     keep: bool
 
 
+def _started(port: int | None) -> int:
+    if port is None:
+        raise KafkaHarnessError("the broker has not been started")
+    return port
+
+
 class _PortConflict(Exception):
     """The broker exited because a picked port was taken meanwhile."""
 
@@ -149,9 +155,7 @@ class KafkaBroker:
         Raises:
             KafkaHarnessError: The broker was never started.
         """
-        if self._port is None:
-            raise KafkaHarnessError("the broker has not been started")
-        return self._port
+        return _started(self._port)
 
     @property
     def controller_port(self) -> int:
@@ -160,9 +164,7 @@ class KafkaBroker:
         Raises:
             KafkaHarnessError: The broker was never started.
         """
-        if self._controller_port is None:
-            raise KafkaHarnessError("the broker has not been started")
-        return self._controller_port
+        return _started(self._controller_port)
 
     @property
     def host(self) -> str:
