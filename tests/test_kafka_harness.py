@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -96,7 +97,9 @@ def _read_line(proc: subprocess.Popen[bytes], timeout: float) -> bytes:
     return proc.stdout.readline()
 
 
-def _spawn_cli(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+@contextlib.contextmanager
+def _cli(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """Run ``python -m gengroup.testing.kafka``; kill it and its brokers at the end."""
     stderr_path = tmp_path / "cli-stderr.txt"
     with stderr_path.open("wb") as stderr:
         proc = subprocess.Popen(
@@ -105,7 +108,24 @@ def _spawn_cli(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Pat
             stdout=subprocess.PIPE,
             stderr=stderr,
         )
-    return proc, stderr_path
+    try:
+        yield proc, stderr_path
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        for pid in _harness_jvms(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def _await_bootstrap(proc: subprocess.Popen[bytes], stderr_path: Path) -> bytes:
+    """The CLI's stdout line, once its stderr line (written just after) is there too."""
+    line = _read_line(proc, 150)
+    assert _wait_until(lambda: "ready (pid" in stderr_path.read_text(), 10), stderr_path.read_text()
+    return line
 
 
 # ---------------------------------------------------------------- with a broker
@@ -163,9 +183,8 @@ def test_async_broker_under_asyncio() -> None:
 @pytest.mark.kafka
 def test_cli_prints_bootstrap_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = _free_port()
-    proc, stderr_path = _spawn_cli(tmp_path, "--port", str(port))
-    try:
-        line = _read_line(proc, 150)
+    with _cli(tmp_path, "--port", str(port)) as (proc, stderr_path):
+        line = _await_bootstrap(proc, stderr_path)
         assert line == f"bootstrap 127.0.0.1:{port}\n".encode(), stderr_path.read_text()
         assert JOIN_GROUP in probe_api_versions("127.0.0.1", port)
         jvms = _harness_jvms(proc.pid)
@@ -175,19 +194,12 @@ def test_cli_prints_bootstrap_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert proc.stdout is not None and proc.stdout.read() == b""  # exactly one line
         assert _pid_gone(jvms[0]) and _group_gone(jvms[0])
         assert _harness_jvms(proc.pid) == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 @pytest.mark.kafka
 def test_watchdog_stops_broker_when_owner_is_sigkilled(tmp_path: Path) -> None:
-    proc, stderr_path = _spawn_cli(tmp_path)
-    try:
-        line = _read_line(proc, 150)
+    with _cli(tmp_path) as (proc, stderr_path):
+        line = _await_bootstrap(proc, stderr_path)
         assert re.fullmatch(rb"bootstrap 127\.0\.0\.1:\d+\n", line), stderr_path.read_text()
         match = re.search(r"log (\S+)/broker\.log", stderr_path.read_text())
         assert match is not None
@@ -198,14 +210,6 @@ def test_watchdog_stops_broker_when_owner_is_sigkilled(tmp_path: Path) -> None:
         proc.wait()
         assert _wait_until(lambda: _group_gone(jvms[0]), 30), "the JVM outlived its owner"
         assert _wait_until(lambda: not data_dir.exists(), 10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-        for pid in _harness_jvms(proc.pid):
-            os.killpg(pid, signal.SIGKILL)
 
 
 # ---------------------------------------------------------------- without a broker

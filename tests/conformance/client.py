@@ -35,7 +35,7 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from types import ModuleType
 from typing import Any, Final, Generic, TypeVar
 
@@ -867,10 +867,7 @@ class Session:
 
     async def connect(self, client_id: str) -> BrokerConnection:
         """A new connection to the first bootstrap broker, closed with the session."""
-        host, port = parse_address(self.bootstrap.split(",")[0])
-        return await self._stack.enter_async_context(
-            open_connection(host, port, client_id=client_id, request_timeout=REQUEST_TIMEOUT)
-        )
+        return await self._stack.enter_async_context(_connection(self.bootstrap, client_id))
 
     async def member(
         self,
@@ -900,14 +897,17 @@ class Session:
         return pending
 
 
+def _connection(bootstrap: str, client_id: str) -> AbstractAsyncContextManager[BrokerConnection]:
+    """A connection to the first broker of ``bootstrap``."""
+    host, port = parse_address(bootstrap.split(",")[0])
+    return open_connection(host, port, client_id=client_id, request_timeout=REQUEST_TIMEOUT)
+
+
 @asynccontextmanager
 async def open_session(bootstrap: str) -> AsyncIterator[Session]:
     """Open a scenario session: an admin connection and a task group for parked requests."""
     names = Names()
     async with AsyncExitStack() as stack:
         tg = await stack.enter_async_context(anyio.create_task_group())
-        host, port = parse_address(bootstrap.split(",")[0])
-        conn = await stack.enter_async_context(
-            open_connection(host, port, client_id="conf-admin", request_timeout=REQUEST_TIMEOUT)
-        )
+        conn = await stack.enter_async_context(_connection(bootstrap, "conf-admin"))
         yield Session(bootstrap, stack, tg, names, Admin(conn, names))

@@ -29,6 +29,7 @@ or a 3 s rebalance timeout. The tests wrap each scenario in a hang guard.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -38,6 +39,7 @@ from gengroup.testing.pytest_plugin import make_unique_name
 
 from .client import (
     Member,
+    Pending,
     Session,
     Transcript,
     id_shape,
@@ -69,15 +71,59 @@ UNKNOWN_ID: Final = "conf-X-00000000-0000-4000-8000-000000000000"
 # --------------------------------------------------------------------------- helpers
 
 
-def _group() -> str:
-    return make_unique_name("conf-g")
+async def _new_groups(s: Session, count: int) -> list[str]:
+    """``count`` fresh group names, each with its coordinator found and loaded."""
+    groups = [make_unique_name("conf-g") for _ in range(count)]
+    for group in groups:
+        await s.admin.wait_coordinator(group)
+    return groups
+
+
+async def _new_group(s: Session) -> str:
+    """A fresh group name with its coordinator found and loaded."""
+    (group,) = await _new_groups(s, 1)
+    return group
+
+
+def _topic_name(s: Session, alias: str) -> str:
+    """A fresh topic name, labelled ``alias`` (the topic is not created)."""
+    return s.topic(make_unique_name(f"conf-{alias}"), alias)
 
 
 async def _topic(s: Session, alias: str, partitions: int) -> str:
-    name = s.topic(make_unique_name(f"conf-{alias}"), alias)
+    """A fresh topic, labelled ``alias``, created with ``partitions`` partitions."""
+    name = _topic_name(s, alias)
     answer = await s.admin.create_topic(name, partitions)
     assert answer["error"] == "NONE", answer
     return name
+
+
+async def _members(s: Session, group: str, topic: str, *names: str) -> list[Member]:
+    """New members of ``group`` subscribed to ``topic``, connected in the order named."""
+    return [await s.member(name, group, topics=[topic]) for name in names]
+
+
+async def _start_rebalance(s: Session, m: Member, **kwargs: Any) -> Pending[dict[str, Any]]:
+    """``m`` sends JoinGroup in the background; returns once the group is PreparingRebalance."""
+    parked = s.spawn(lambda: m.join(**kwargs))
+    await s.admin.wait_state(m.group_id, "PreparingRebalance")
+    return parked
+
+
+async def _knock(s: Session, m: Member, **kwargs: Any) -> Pending[dict[str, Any]]:
+    """A new member's handshake into an existing group: ``join without id`` is recorded,
+    the join with the id is parked and has started a rebalance."""
+    s.record(f"{m.name} join without id", await m.join(**kwargs))
+    return await _start_rebalance(s, m, **kwargs)
+
+
+async def _simple_commit(
+    s: Session, group: str, topic: str, offsets: Mapping[int, tuple[int, str | None]]
+) -> dict[str, str]:
+    """An OffsetCommit from outside the group (generation -1, no member id), by the admin."""
+    return await s.admin.commit(
+        group, generation=-1, member_id="", instance_id=None, topic=topic, offsets=offsets
+    )
 
 
 async def _join_new(s: Session, m: Member, **kwargs: Any) -> dict[str, Any]:
@@ -108,28 +154,13 @@ async def _rebalance_in(
     Records the newcomer's two answers (``join without id``, ``join with id``)
     and each existing member's ``rejoin``, in that order.
     """
-    kw = dict(newcomer_kwargs or {})
-    s.record(f"{newcomer.name} join without id", await newcomer.join(**kw))
-    parked = s.spawn(lambda: newcomer.join(**kw))
-    await s.admin.wait_state(newcomer.group_id, "PreparingRebalance")
-    rejoins = [s.spawn(_bind_join(m, (rejoin_kwargs or {}).get(m, {}))) for m in joined]
+    parked = await _knock(s, newcomer, **(newcomer_kwargs or {}))
+    rejoins = [
+        s.spawn(functools.partial(m.join, **(rejoin_kwargs or {}).get(m, {}))) for m in joined
+    ]
     s.record(f"{newcomer.name} join with id", await parked.result())
     for m, pending in zip(joined, rejoins, strict=True):
         s.record(f"{m.name} rejoin", await pending.result())
-
-
-def _bind_join(m: Member, kwargs: Mapping[str, Any]) -> Callable[[], Awaitable[dict[str, Any]]]:
-    async def run() -> dict[str, Any]:
-        return await m.join(**kwargs)
-
-    return run
-
-
-def _bind_sync(m: Member) -> Callable[[], Awaitable[dict[str, Any]]]:
-    async def run() -> dict[str, Any]:
-        return await m.sync()
-
-    return run
 
 
 async def _sync_all(
@@ -139,7 +170,7 @@ async def _sync_all(
     assignments: Mapping[Member, Mapping[str, Sequence[int]]],
 ) -> None:
     """Followers send SyncGroup (parked), then the leader; records leader then followers."""
-    pending = [s.spawn(_bind_sync(f)) for f in followers]
+    pending = [s.spawn(f.sync) for f in followers]
     await anyio.sleep(PARK_DELAY)
     plan: dict[Member | str, Mapping[str, Sequence[int]] | bytes] = {
         m: parts for m, parts in assignments.items()
@@ -149,15 +180,24 @@ async def _sync_all(
         s.record(f"{f.name} sync", await p.result())
 
 
+async def _generation_two(s: Session, a: Member, b: Member, topic: str, **kwargs: Any) -> None:
+    """A leads generation 1 alone with t:0,1, then B joins: both joined generation 2, unsynced."""
+    await _lead_alone(s, a, {topic: [0, 1]}, **kwargs)
+    await _rebalance_in(s, b, [a], newcomer_kwargs=kwargs, rejoin_kwargs={a: kwargs})
+
+
+async def _sync_two(s: Session, a: Member, b: Member, topic: str) -> None:
+    """The generation 2 of :func:`_generation_two` synced: A gets t:0, B gets t:1."""
+    await _sync_all(s, a, [b], {a: {topic: [0]}, b: {topic: [1]}})
+
+
 async def _two_member_group(
     s: Session, group: str, topic: str, **kwargs: Any
 ) -> tuple[Member, Member]:
     """A leads generation 1 alone, B joins: generation 2, A gets t:0, B gets t:1."""
-    a = await s.member("A", group, topics=[topic])
-    b = await s.member("B", group, topics=[topic])
-    await _lead_alone(s, a, {topic: [0, 1]}, **kwargs)
-    await _rebalance_in(s, b, [a], newcomer_kwargs=kwargs, rejoin_kwargs={a: kwargs})
-    await _sync_all(s, a, [b], {a: {topic: [0]}, b: {topic: [1]}})
+    a, b = await _members(s, group, topic, "A", "B")
+    await _generation_two(s, a, b, topic, **kwargs)
+    await _sync_two(s, a, b, topic)
     return a, b
 
 
@@ -167,10 +207,8 @@ async def _two_member_group(
 async def member_id_required(bootstrap: str) -> Transcript:
     """KIP-394: JoinGroup v4+ with an empty member id, then with the given id; v3 joins at once."""
     async with open_session(bootstrap) as s:
-        group, old_group = _group(), _group()
-        topic = s.topic(make_unique_name("conf-t"), "t")
-        await s.admin.wait_coordinator(group)
-        await s.admin.wait_coordinator(old_group)
+        group, old_group = await _new_groups(s, 2)
+        topic = _topic_name(s, "t")
         a = await s.member("A", group, topics=[topic])
         s.record("A join v9 without id", await a.join())
         s.record("A member id shape", id_shape(a.member_id))
@@ -188,9 +226,8 @@ async def member_id_required(bootstrap: str) -> Transcript:
 async def pending_member_expires(bootstrap: str) -> Transcript:
     """A member id handed out with MEMBER_ID_REQUIRED expires after the session timeout."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        topic = s.topic(make_unique_name("conf-t"), "t")
-        await s.admin.wait_coordinator(group)
+        group = await _new_group(s)
+        topic = _topic_name(s, "t")
         a = await s.member("A", group, topics=[topic])
         s.record("A join without id", await a.join(session_ms=MIN_SESSION_MS))
         await anyio.sleep(3 * MIN_SESSION_MS / 1000)
@@ -203,9 +240,8 @@ async def pending_member_expires(bootstrap: str) -> Transcript:
 async def single_member_lifecycle(bootstrap: str) -> Transcript:
     """One member: join, heartbeat while CompletingRebalance, sync, heartbeat, leave."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        topic = s.topic(make_unique_name("conf-t"), "t")
-        await s.admin.wait_coordinator(group)
+        group = await _new_group(s)
+        topic = _topic_name(s, "t")
         a = await s.member("A", group, topics=[topic])
         await _join_new(s, a)
         s.record("describe after join", await s.admin.describe(group))
@@ -227,24 +263,21 @@ async def single_member_lifecycle(bootstrap: str) -> Transcript:
 async def second_member_rebalance(bootstrap: str) -> Transcript:
     """A second member joins a Stable group; the first learns it from its heartbeat."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        topic = s.topic(make_unique_name("conf-t"), "t")
-        await s.admin.wait_coordinator(group)
-        a = await s.member("A", group, topics=[topic])
-        b = await s.member("B", group, topics=[topic])
+        group = await _new_group(s)
+        topic = _topic_name(s, "t")
+        a, b = await _members(s, group, topic, "A", "B")
         await _lead_alone(s, a, {topic: [0, 1]})
         s.record("B join without id", await b.join())
         s.record("describe: the pending B starts no rebalance", await s.admin.describe(group))
         s.record("A heartbeat", await a.heartbeat())
-        parked = s.spawn(b.join)
-        await s.admin.wait_state(group, "PreparingRebalance")
+        parked = await _start_rebalance(s, b)
         s.record("describe while B waits", await s.admin.describe(group))
         s.record("A heartbeat during the rebalance", await a.heartbeat())
         s.record("A sync during the rebalance", await a.sync())
         s.record("A rejoin", await a.join())
         s.record("B join with id", await parked.result())
         s.record("A heartbeat while CompletingRebalance", await a.heartbeat())
-        await _sync_all(s, a, [b], {a: {topic: [0]}, b: {topic: [1]}})
+        await _sync_two(s, a, b, topic)
         s.record("A heartbeat", await a.heartbeat())
         s.record("B heartbeat", await b.heartbeat())
         s.record("describe", await s.admin.describe(group))
@@ -254,14 +287,11 @@ async def second_member_rebalance(bootstrap: str) -> Transcript:
 async def leader_never_syncs(bootstrap: str) -> Transcript:
     """The leader never sends SyncGroup: the parked follower and the rebalance timeout."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        topic = s.topic(make_unique_name("conf-t"), "t")
-        await s.admin.wait_coordinator(group)
+        group = await _new_group(s)
+        topic = _topic_name(s, "t")
         kw: dict[str, Any] = {"rebalance_ms": SHORT_REBALANCE_MS}
-        a = await s.member("A", group, topics=[topic])
-        b = await s.member("B", group, topics=[topic])
-        await _lead_alone(s, a, {topic: [0, 1]}, **kw)
-        await _rebalance_in(s, b, [a], newcomer_kwargs=kw, rejoin_kwargs={a: kw})
+        a, b = await _members(s, group, topic, "A", "B")
+        await _generation_two(s, a, b, topic, **kw)
         parked = s.spawn(b.sync)
         await anyio.sleep(PARK_DELAY)
         s.record("B sync still parked", not parked.done)
@@ -280,14 +310,11 @@ async def leader_never_syncs(bootstrap: str) -> Transcript:
 async def follower_never_syncs(bootstrap: str) -> Transcript:
     """A follower never sends SyncGroup: removed after the rebalance timeout, even when Stable."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        topic = s.topic(make_unique_name("conf-t"), "t")
-        await s.admin.wait_coordinator(group)
+        group = await _new_group(s)
+        topic = _topic_name(s, "t")
         kw: dict[str, Any] = {"rebalance_ms": SHORT_REBALANCE_MS}
-        a = await s.member("A", group, topics=[topic])
-        b = await s.member("B", group, topics=[topic])
-        await _lead_alone(s, a, {topic: [0, 1]}, **kw)
-        await _rebalance_in(s, b, [a], newcomer_kwargs=kw, rejoin_kwargs={a: kw})
+        a, b = await _members(s, group, topic, "A", "B")
+        await _generation_two(s, a, b, topic, **kw)
         s.record("A sync", await a.sync({a: {topic: [0]}, b: {topic: [1]}}))
         s.record("describe before the timeout", await s.admin.describe(group))
         s.record("A heartbeats until an error", await a.heartbeat_until_not("NONE"))
@@ -301,15 +328,13 @@ async def follower_never_syncs(bootstrap: str) -> Transcript:
 async def member_misses_rejoin(bootstrap: str) -> Transcript:
     """A member that only heartbeats during a rebalance is dropped when the join completes."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        topic = s.topic(make_unique_name("conf-t"), "t")
-        other = s.topic(make_unique_name("conf-u"), "u")
-        await s.admin.wait_coordinator(group)
+        group = await _new_group(s)
+        topic = _topic_name(s, "t")
+        other = _topic_name(s, "u")
         kw: dict[str, Any] = {"rebalance_ms": SHORT_REBALANCE_MS}
         a, b = await _two_member_group(s, group, topic, **kw)
         changed = (("range", subscription_bytes(topic, other)),)
-        parked = s.spawn(lambda: b.join(protocols=changed, **kw))
-        await s.admin.wait_state(group, "PreparingRebalance")
+        parked = await _start_rebalance(s, b, protocols=changed, **kw)
         s.record(
             "A heartbeats while REBALANCE_IN_PROGRESS, never rejoins",
             await a.heartbeat_until_not("REBALANCE_IN_PROGRESS"),
@@ -323,14 +348,10 @@ async def member_misses_rejoin(bootstrap: str) -> Transcript:
 async def join_during_completing_rebalance(bootstrap: str) -> Transcript:
     """A member joins while followers wait for the leader's SyncGroup: their syncs fail."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        topic = s.topic(make_unique_name("conf-t"), "t")
-        await s.admin.wait_coordinator(group)
-        a = await s.member("A", group, topics=[topic])
-        b = await s.member("B", group, topics=[topic])
-        c = await s.member("C", group, topics=[topic])
-        await _lead_alone(s, a, {topic: [0, 1]})
-        await _rebalance_in(s, b, [a])
+        group = await _new_group(s)
+        topic = _topic_name(s, "t")
+        a, b, c = await _members(s, group, topic, "A", "B", "C")
+        await _generation_two(s, a, b, topic)
         parked_sync = s.spawn(b.sync)
         await anyio.sleep(PARK_DELAY)
         s.record("C join without id", await c.join())
@@ -350,15 +371,11 @@ async def join_during_completing_rebalance(bootstrap: str) -> Transcript:
 async def parked_join_blocks_connection(bootstrap: str) -> Transcript:
     """A broker answers one connection's requests in order: a parked JoinGroup blocks the next."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        topic = s.topic(make_unique_name("conf-t"), "t")
-        await s.admin.wait_coordinator(group)
-        a = await s.member("A", group, topics=[topic])
-        b = await s.member("B", group, topics=[topic])
+        group = await _new_group(s)
+        topic = _topic_name(s, "t")
+        a, b = await _members(s, group, topic, "A", "B")
         await _lead_alone(s, a, {topic: [0, 1]})
-        s.record("B join without id", await b.join())
-        parked = s.spawn(b.join)
-        await s.admin.wait_state(group, "PreparingRebalance")
+        parked = await _knock(s, b)
         # Sent with generation -1 while the join is parked, on the same connection.
         queued = s.spawn(b.heartbeat)
         await anyio.sleep(PARK_DELAY)
@@ -372,15 +389,13 @@ async def parked_join_blocks_connection(bootstrap: str) -> Transcript:
 async def session_expiry(bootstrap: str) -> Transcript:
     """A member stops heartbeating: removed after its session timeout, the other rebalances."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        topic = s.topic(make_unique_name("conf-t"), "t")
-        await s.admin.wait_coordinator(group)
-        a = await s.member("A", group, topics=[topic])
-        b = await s.member("B", group, topics=[topic])
+        group = await _new_group(s)
+        topic = _topic_name(s, "t")
+        a, b = await _members(s, group, topic, "A", "B")
         await _lead_alone(s, a, {topic: [0, 1]})
         short: dict[str, Any] = {"session_ms": MIN_SESSION_MS}
         await _rebalance_in(s, b, [a], newcomer_kwargs=short)
-        await _sync_all(s, a, [b], {a: {topic: [0]}, b: {topic: [1]}})
+        await _sync_two(s, a, b, topic)
         # B goes silent from here on.
         s.record("A heartbeats until an error", await a.heartbeat_until_not("NONE"))
         s.record("describe after B expired", await s.admin.describe(group))
@@ -396,8 +411,7 @@ async def session_expiry(bootstrap: str) -> Transcript:
 async def stale_generation(bootstrap: str) -> Transcript:
     """Heartbeat, SyncGroup and OffsetCommit with a generation that is not the group's."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        await s.admin.wait_coordinator(group)
+        group = await _new_group(s)
         topic = await _topic(s, "t", 1)
         a = await s.member("A", group, topics=[topic])
         await _lead_alone(s, a, {topic: [0]})
@@ -420,10 +434,8 @@ async def stale_generation(bootstrap: str) -> Transcript:
 async def unknown_member(bootstrap: str) -> Transcript:
     """Requests from a member id the group does not know, and to a group that does not exist."""
     async with open_session(bootstrap) as s:
-        group, nowhere = _group(), _group()
+        group, nowhere = await _new_groups(s, 2)
         s.names.bind(UNKNOWN_ID, "X")
-        await s.admin.wait_coordinator(group)
-        await s.admin.wait_coordinator(nowhere)
         topic = await _topic(s, "t", 1)
         a = await s.member("A", group, topics=[topic])
         await _lead_alone(s, a, {topic: [0]})
@@ -438,29 +450,19 @@ async def unknown_member(bootstrap: str) -> Transcript:
         s.record("heartbeat, unknown group", await a.heartbeat(group_id=nowhere, **x))
         s.record("join with an id, unknown group", await a.join(group_id=nowhere, **x))
         s.record("leave, unknown group", await a.leave(group_id=nowhere, **x))
-        s.record(
-            "commit generation 1, unknown group, v8",
-            await a.commit(
-                nowhere,
-                generation=1,
-                member_id=UNKNOWN_ID,
-                instance_id=None,
-                topic=topic,
-                offsets={0: (1, None)},
-            ),
-        )
-        s.record(
-            "commit generation 1, unknown group, v9",
-            await a.commit(
-                nowhere,
-                generation=1,
-                member_id=UNKNOWN_ID,
-                instance_id=None,
-                topic=topic,
-                offsets={0: (1, None)},
-                version=9,
-            ),
-        )
+        for version, label in ((None, "v8"), (9, "v9")):  # None: the default, v8
+            s.record(
+                f"commit generation 1, unknown group, {label}",
+                await a.commit(
+                    nowhere,
+                    generation=1,
+                    member_id=UNKNOWN_ID,
+                    instance_id=None,
+                    topic=topic,
+                    offsets={0: (1, None)},
+                    version=version,
+                ),
+            )
         s.record("describe: the unknown group was not created", await s.admin.describe(nowhere))
         return s.transcript
 
@@ -468,8 +470,7 @@ async def unknown_member(bootstrap: str) -> Transcript:
 async def offset_commit_states(bootstrap: str) -> Transcript:
     """OffsetCommit in every group state, with OffsetFetch checking what was stored."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        await s.admin.wait_coordinator(group)
+        group = await _new_group(s)
         topic = await _topic(s, "t", 2)
         admin = s.admin
 
@@ -479,19 +480,11 @@ async def offset_commit_states(bootstrap: str) -> Transcript:
         await fetch("fetch, unknown group")
         s.record(
             "simple commit, unknown group",
-            await admin.commit(
-                group,
-                generation=-1,
-                member_id="",
-                instance_id=None,
-                topic=topic,
-                offsets={0: (10, "simple")},
-            ),
+            await _simple_commit(s, group, topic, {0: (10, "simple")}),
         )
         s.record("describe after the simple commit", await admin.describe(group))
         await fetch("fetch after the simple commit")
-        a = await s.member("A", group, topics=[topic])
-        b = await s.member("B", group, topics=[topic])
+        a, b = await _members(s, group, topic, "A", "B")
         await _join_new(s, a)
         s.record(
             "A commit while CompletingRebalance",
@@ -499,21 +492,12 @@ async def offset_commit_states(bootstrap: str) -> Transcript:
         )
         s.record(
             "simple commit, non-empty group",
-            await admin.commit(
-                group,
-                generation=-1,
-                member_id="",
-                instance_id=None,
-                topic=topic,
-                offsets={0: (12, "simple2")},
-            ),
+            await _simple_commit(s, group, topic, {0: (12, "simple2")}),
         )
         s.record("A sync", await a.sync({a: {topic: [0, 1]}}))
         s.record("A commit while Stable", await a.commit_offsets(topic, {0: (20, "stable")}))
         await fetch("fetch while Stable")
-        s.record("B join without id", await b.join())
-        parked = s.spawn(b.join)
-        await admin.wait_state(group, "PreparingRebalance")
+        parked = await _knock(s, b)
         s.record(
             "A commit while PreparingRebalance",
             await a.commit_offsets(topic, {0: (30, "preparing")}),
@@ -545,7 +529,7 @@ async def offset_commit_states(bootstrap: str) -> Transcript:
             await a.commit_offsets(topic, {0: (41, "stale")}, generation=1),
         )
         await fetch("fetch after the rebalance")
-        await _sync_all(s, a, [b], {a: {topic: [0]}, b: {topic: [1]}})
+        await _sync_two(s, a, b, topic)
         s.record("B commit while Stable", await b.commit_offsets(topic, {1: (50, None)}))
         await fetch("fetch at the end")
         return s.transcript
@@ -554,11 +538,9 @@ async def offset_commit_states(bootstrap: str) -> Transcript:
 async def leave_unknown_member(bootstrap: str) -> Transcript:
     """LeaveGroup of unknown members, alone and batched with a known one."""
     async with open_session(bootstrap) as s:
-        group, nowhere = _group(), _group()
+        group, nowhere = await _new_groups(s, 2)
         s.names.bind(UNKNOWN_ID, "X")
-        await s.admin.wait_coordinator(group)
-        await s.admin.wait_coordinator(nowhere)
-        topic = s.topic(make_unique_name("conf-t"), "t")
+        topic = _topic_name(s, "t")
         a = await s.member("A", group, topics=[topic])
         await _lead_alone(s, a, {topic: [0]})
         s.record("leave X", await a.leave(member_id=UNKNOWN_ID))
@@ -582,8 +564,7 @@ async def leave_unknown_member(bootstrap: str) -> Transcript:
 async def static_membership(bootstrap: str) -> Transcript:
     """group.instance.id: a restarted static member takes over; the old id is fenced."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        await s.admin.wait_coordinator(group)
+        group = await _new_group(s)
         topic = await _topic(s, "t", 1)
         instance = "conf-i1"
         old = await s.member("A", group, topics=[topic], instance_id=instance)
@@ -619,9 +600,8 @@ async def _without_instance(m: Member) -> str:
 async def describe_list_lifecycle(bootstrap: str) -> Transcript:
     """DescribeGroups and ListGroups state names through a group's whole life."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        await s.admin.wait_coordinator(group)
-        topic = s.topic(make_unique_name("conf-t"), "t")
+        group = await _new_group(s)
+        topic = _topic_name(s, "t")
         admin = s.admin
 
         async def look(when: str) -> None:
@@ -629,8 +609,7 @@ async def describe_list_lifecycle(bootstrap: str) -> Transcript:
             s.record(f"list {when}", await admin.list_group(group))
 
         await look("before any join")
-        a = await s.member("A", group, topics=[topic])
-        b = await s.member("B", group, topics=[topic])
+        a, b = await _members(s, group, topic, "A", "B")
         s.record("A join without id", await a.join())
         await admin.wait_visible(group)
         await look("with a pending member")
@@ -652,13 +631,11 @@ async def describe_list_lifecycle(bootstrap: str) -> Transcript:
             "list v5, consumer only", await admin.list_group(group, types=["consumer"], version=5)
         )
         s.record("describe v6 when Stable", await admin.describe(group, version=6))
-        s.record("B join without id", await b.join())
-        parked = s.spawn(b.join)
-        await admin.wait_state(group, "PreparingRebalance")
+        parked = await _knock(s, b)
         await look("while rebalancing")
         s.record("A rejoin", await a.join())
         s.record("B join with id", await parked.result())
-        await _sync_all(s, a, [b], {a: {topic: [0]}, b: {topic: [1]}})
+        await _sync_two(s, a, b, topic)
         s.record("A (leader) leave", await a.leave())
         await look("after the leader left")
         s.record("B rejoin", await b.join())
@@ -674,9 +651,7 @@ async def describe_list_lifecycle(bootstrap: str) -> Transcript:
 async def delete_groups(bootstrap: str) -> Transcript:
     """DeleteGroups: NON_EMPTY_GROUP while a member is in, success once it left."""
     async with open_session(bootstrap) as s:
-        group, offsets_only, nowhere = _group(), _group(), _group()
-        for g in (group, offsets_only, nowhere):
-            await s.admin.wait_coordinator(g)
+        group, offsets_only, nowhere = await _new_groups(s, 3)
         topic = await _topic(s, "t", 1)
         a = await s.member("A", group, topics=[topic])
         await _lead_alone(s, a, {topic: [0]})
@@ -691,14 +666,7 @@ async def delete_groups(bootstrap: str) -> Transcript:
         s.record("A join with its old id", await a.join())
         s.record(
             "simple commit",
-            await s.admin.commit(
-                offsets_only,
-                generation=-1,
-                member_id="",
-                instance_id=None,
-                topic=topic,
-                offsets={0: (7, None)},
-            ),
+            await _simple_commit(s, offsets_only, topic, {0: (7, None)}),
         )
         s.record("delete a group holding only offsets", await s.admin.delete_group(offsets_only))
         s.record("delete a group that never existed", await s.admin.delete_group(nowhere))
@@ -708,10 +676,9 @@ async def delete_groups(bootstrap: str) -> Transcript:
 async def follower_rejoin_stable(bootstrap: str) -> Transcript:
     """A known follower rejoining a Stable group: same generation unless its metadata changed."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        await s.admin.wait_coordinator(group)
-        topic = s.topic(make_unique_name("conf-t"), "t")
-        other = s.topic(make_unique_name("conf-u"), "u")
+        group = await _new_group(s)
+        topic = _topic_name(s, "t")
+        other = _topic_name(s, "u")
         a, b = await _two_member_group(s, group, topic)
         s.record("B rejoin, unchanged metadata", await b.join())
         s.record("describe", await s.admin.describe(group))
@@ -719,8 +686,7 @@ async def follower_rejoin_stable(bootstrap: str) -> Transcript:
         s.record("B heartbeat", await b.heartbeat())
         s.record("B sync", await b.sync())
         changed = (("range", subscription_bytes(topic, other)),)
-        parked = s.spawn(lambda: b.join(protocols=changed))
-        await s.admin.wait_state(group, "PreparingRebalance")
+        parked = await _start_rebalance(s, b, protocols=changed)
         s.record("A heartbeat after B changed its subscription", await a.heartbeat())
         s.record("A rejoin", await a.join())
         s.record("B rejoin, new metadata", await parked.result())
@@ -730,16 +696,12 @@ async def follower_rejoin_stable(bootstrap: str) -> Transcript:
 async def protocol_vote(bootstrap: str) -> Transcript:
     """Members offering different protocol lists: candidates, votes, inconsistent protocols."""
     async with open_session(bootstrap) as s:
-        group, fresh, fresh2 = _group(), _group(), _group()
-        for g in (group, fresh, fresh2):
-            await s.admin.wait_coordinator(g)
-        topic = s.topic(make_unique_name("conf-t"), "t")
+        group, fresh, fresh2 = await _new_groups(s, 3)
+        topic = _topic_name(s, "t")
         sub = subscription_bytes(topic)
         range_rr: dict[str, Any] = {"protocols": (("range", sub), ("roundrobin", sub))}
         rr_range: dict[str, Any] = {"protocols": (("roundrobin", sub), ("range", sub))}
-        a = await s.member("A", group, topics=[topic])
-        b = await s.member("B", group, topics=[topic])
-        c = await s.member("C", group, topics=[topic])
+        a, b, c = await _members(s, group, topic, "A", "B", "C")
         await _join_new(s, a, **range_rr)
         s.record("A sync", await a.sync({a: {topic: [0]}}))
         # One vote each for range and roundrobin: Kafka keeps the first in HashMap order.
@@ -775,9 +737,8 @@ async def duplicate_protocol_names(bootstrap: str) -> Transcript:
     embedded broker counts a name once per member and completes the join.
     """
     async with open_session(bootstrap) as s:
-        group = _group()
-        await s.admin.wait_coordinator(group)
-        topic = s.topic(make_unique_name("conf-t"), "t")
+        group = await _new_group(s)
+        topic = _topic_name(s, "t")
         sub = subscription_bytes(topic)
         # A long rebalance timeout: Kafka retries (and fails) the join once per timeout.
         kw: dict[str, Any] = {
@@ -797,21 +758,13 @@ async def duplicate_protocol_names(bootstrap: str) -> Transcript:
 async def describe_v6_missing_group(bootstrap: str) -> Transcript:
     """DescribeGroups v6 (KIP-1043) reports a missing group with GROUP_ID_NOT_FOUND."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        await s.admin.wait_coordinator(group)
+        group = await _new_group(s)
         topic = await _topic(s, "t", 1)
         s.record("describe v5, unknown group", await s.admin.describe(group))
         s.record("describe v6, unknown group", await s.admin.describe(group, version=6))
         s.record(
             "simple commit",
-            await s.admin.commit(
-                group,
-                generation=-1,
-                member_id="",
-                instance_id=None,
-                topic=topic,
-                offsets={0: (1, None)},
-            ),
+            await _simple_commit(s, group, topic, {0: (1, None)}),
         )
         s.record("describe v6, group holding offsets", await s.admin.describe(group, version=6))
         s.record("delete", await s.admin.delete_group(group))
@@ -823,9 +776,8 @@ async def describe_v6_missing_group(bootstrap: str) -> Transcript:
 async def invalid_session_timeout(bootstrap: str) -> Transcript:
     """Session timeouts outside [group.min.session.timeout.ms, group.max.session.timeout.ms]."""
     async with open_session(bootstrap) as s:
-        group = _group()
-        await s.admin.wait_coordinator(group)
-        topic = s.topic(make_unique_name("conf-t"), "t")
+        group = await _new_group(s)
+        topic = _topic_name(s, "t")
         a = await s.member("A", group, topics=[topic])
         s.record("join, session below the minimum", await a.join(session_ms=MIN_SESSION_MS - 1))
         s.record("join, session above the maximum", await a.join(session_ms=MAX_SESSION_MS + 1))
@@ -843,11 +795,10 @@ async def invalid_session_timeout(bootstrap: str) -> Transcript:
 async def offset_commit_unknown_partition(bootstrap: str) -> Transcript:
     """OffsetCommit to a partition or topic the broker does not have."""
     async with open_session(bootstrap) as s:
-        group = _group()
+        group = await _new_group(s)
         s.names.bind(UNKNOWN_ID, "X")
-        await s.admin.wait_coordinator(group)
         topic = await _topic(s, "t", 1)
-        missing = s.topic(make_unique_name("conf-missing"), "missing")
+        missing = _topic_name(s, "missing")
         a = await s.member("A", group, topics=[topic])
         await _lead_alone(s, a, {topic: [0]})
         s.record("A commit to t[7]", await a.commit_offsets(topic, {7: (1, None)}))
@@ -868,9 +819,9 @@ async def list_offsets_edges(bootstrap: str) -> Transcript:
     """CreateTopics errors and ListOffsets earliest/latest/max-timestamp on an empty topic."""
     async with open_session(bootstrap) as s:
         admin = s.admin
-        name = s.topic(make_unique_name("conf-t"), "t")
-        missing = s.topic(make_unique_name("conf-missing"), "missing")
-        zero = s.topic(make_unique_name("conf-zero"), "zero")
+        name = _topic_name(s, "t")
+        missing = _topic_name(s, "missing")
+        zero = _topic_name(s, "zero")
         s.record("create t", await admin.create_topic(name, 1))
         s.record("create t again", await admin.create_topic(name, 1, wait=False))
         s.record("create with 0 partitions", await admin.create_topic(zero, 0, wait=False))
@@ -887,7 +838,7 @@ async def fetch_edges(bootstrap: str) -> Transcript:
     async with open_session(bootstrap) as s:
         admin = s.admin
         name = await _topic(s, "t", 1)
-        missing = s.topic(make_unique_name("conf-missing"), "missing")
+        missing = _topic_name(s, "missing")
         s.record("fetch at 0", await admin.fetch(name, 0, 0))
         s.record("fetch at 5", await admin.fetch(name, 0, 5))
         s.record("fetch at -1", await admin.fetch(name, 0, -1))

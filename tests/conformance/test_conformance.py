@@ -209,6 +209,45 @@ def fetch_result(error: str, offsets: int) -> dict[str, Any]:
     }
 
 
+# --------------------------------------------------------------------------- shared steps
+# The expected answers of the scenarios' shared step sequences (same names there).
+
+
+def join_new(name: str, *, label: str | None = None) -> Transcript:
+    """``_join_new``: a new member's KIP-394 handshake creates and leads generation 1."""
+    who = name if label is None else label
+    return [
+        (f"{name} join without id", mir(who)),
+        (f"{name} join with id", joined(who, 1, who, [f"{who}:t"])),
+    ]
+
+
+def lead_alone(assignment: str) -> Transcript:
+    """``_lead_alone``: A creates the group alone and syncs ``assignment``."""
+    return [*join_new("A"), ("A sync", synced(assignment))]
+
+
+def b_rebalances_in() -> Transcript:
+    """``_rebalance_in`` of B into A's group: B's handshake and A's rejoin, generation 2."""
+    return [
+        ("B join without id", mir("B")),
+        ("B join with id", joined("B", 2, "A")),
+        ("A rejoin", joined("A", 2, "A", ["A:t", "B:t"])),
+    ]
+
+
+SYNCED_AB: Final[Transcript] = [("A sync", synced("t:0")), ("B sync", synced("t:1"))]
+"""``_sync_all`` of generation 2: A gets t:0 and B t:1."""
+
+TWO_MEMBERS: Final[Transcript] = [*lead_alone("t:0,1"), *b_rebalances_in(), *SYNCED_AB]
+"""``_two_member_group``: A leads generation 1 alone, B joins, both synced in generation 2."""
+
+STABLE_AB: Final = group(
+    "Stable", m("A", sub="t", assign="t:0"), m("B", sub="t", assign="t:1"), protocol="range"
+)
+"""DescribeGroups of the Stable generation 2 of :data:`TWO_MEMBERS`."""
+
+
 # --------------------------------------------------------------------------- expected transcripts
 
 MEMBER_ID_REQUIRED: Transcript = [
@@ -227,13 +266,11 @@ PENDING_MEMBER_EXPIRES: Transcript = [
     ("A join without id", mir("A")),
     # The id handed out with MEMBER_ID_REQUIRED expired with the 1 s session.
     ("A join with the expired id", join_error("UNKNOWN_MEMBER_ID", "A")),
-    ("A join without id", mir("A'")),
-    ("A join with id", joined("A'", 1, "A'", ["A':t"])),
+    *join_new("A", label="A'"),
 ]
 
 SINGLE_MEMBER_LIFECYCLE: Transcript = [
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
+    *join_new("A"),
     # Member metadata and the protocol name are shown only when Stable.
     ("describe after join", group("CompletingRebalance", m("A"))),
     ("A heartbeat while CompletingRebalance", "NONE"),
@@ -254,9 +291,7 @@ SINGLE_MEMBER_LIFECYCLE: Transcript = [
 ]
 
 SECOND_MEMBER_REBALANCE: Transcript = [
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
-    ("A sync", synced("t:0,1")),
+    *lead_alone("t:0,1"),
     ("B join without id", mir("B")),
     # An id handed out with MEMBER_ID_REQUIRED is no member yet.
     (
@@ -271,25 +306,15 @@ SECOND_MEMBER_REBALANCE: Transcript = [
     ("A rejoin", joined("A", 2, "A", ["A:t", "B:t"])),
     ("B join with id", joined("B", 2, "A")),
     ("A heartbeat while CompletingRebalance", "NONE"),
-    ("A sync", synced("t:0")),
-    ("B sync", synced("t:1")),
+    *SYNCED_AB,
     ("A heartbeat", "NONE"),
     ("B heartbeat", "NONE"),
-    (
-        "describe",
-        group(
-            "Stable", m("A", sub="t", assign="t:0"), m("B", sub="t", assign="t:1"), protocol="range"
-        ),
-    ),
+    ("describe", STABLE_AB),
 ]
 
 LEADER_NEVER_SYNCS: Transcript = [
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
-    ("A sync", synced("t:0,1")),
-    ("B join without id", mir("B")),
-    ("B join with id", joined("B", 2, "A")),
-    ("A rejoin", joined("A", 2, "A", ["A:t", "B:t"])),
+    *lead_alone("t:0,1"),
+    *b_rebalances_in(),
     ("B sync still parked", True),
     (
         "describe while B waits for the leader",
@@ -308,19 +333,10 @@ LEADER_NEVER_SYNCS: Transcript = [
 ]
 
 FOLLOWER_NEVER_SYNCS: Transcript = [
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
-    ("A sync", synced("t:0,1")),
-    ("B join without id", mir("B")),
-    ("B join with id", joined("B", 2, "A")),
-    ("A rejoin", joined("A", 2, "A", ["A:t", "B:t"])),
+    *lead_alone("t:0,1"),
+    *b_rebalances_in(),
     ("A sync", synced("t:0")),
-    (
-        "describe before the timeout",
-        group(
-            "Stable", m("A", sub="t", assign="t:0"), m("B", sub="t", assign="t:1"), protocol="range"
-        ),
-    ),
+    ("describe before the timeout", STABLE_AB),
     # The pending-sync timer fires in Stable too: B never synced and is removed.
     ("A heartbeats until an error", "REBALANCE_IN_PROGRESS"),
     ("describe after the timeout", group("PreparingRebalance", m("A", assign="t:0"))),
@@ -330,14 +346,7 @@ FOLLOWER_NEVER_SYNCS: Transcript = [
 ]
 
 MEMBER_MISSES_REJOIN: Transcript = [
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
-    ("A sync", synced("t:0,1")),
-    ("B join without id", mir("B")),
-    ("B join with id", joined("B", 2, "A")),
-    ("A rejoin", joined("A", 2, "A", ["A:t", "B:t"])),
-    ("A sync", synced("t:0")),
-    ("B sync", synced("t:1")),
+    *TWO_MEMBERS,
     # Heartbeats are no rejoin: A is removed when the join completes after the 3 s
     # rebalance timeout, and B, the only member left, leads.
     ("A heartbeats while REBALANCE_IN_PROGRESS, never rejoins", "UNKNOWN_MEMBER_ID"),
@@ -347,12 +356,8 @@ MEMBER_MISSES_REJOIN: Transcript = [
 ]
 
 JOIN_DURING_COMPLETING_REBALANCE: Transcript = [
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
-    ("A sync", synced("t:0,1")),
-    ("B join without id", mir("B")),
-    ("B join with id", joined("B", 2, "A")),
-    ("A rejoin", joined("A", 2, "A", ["A:t", "B:t"])),
+    *lead_alone("t:0,1"),
+    *b_rebalances_in(),
     ("C join without id", mir("C")),
     (
         "describe: the pending C changes nothing",
@@ -367,9 +372,7 @@ JOIN_DURING_COMPLETING_REBALANCE: Transcript = [
 ]
 
 PARKED_JOIN_BLOCKS_CONNECTION: Transcript = [
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
-    ("A sync", synced("t:0,1")),
+    *lead_alone("t:0,1"),
     ("B join without id", mir("B")),
     ("B heartbeat still waiting behind the join", True),
     ("A rejoin", joined("A", 2, "A", ["A:t", "B:t"])),
@@ -379,14 +382,7 @@ PARKED_JOIN_BLOCKS_CONNECTION: Transcript = [
 ]
 
 SESSION_EXPIRY: Transcript = [
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
-    ("A sync", synced("t:0,1")),
-    ("B join without id", mir("B")),
-    ("B join with id", joined("B", 2, "A")),
-    ("A rejoin", joined("A", 2, "A", ["A:t", "B:t"])),
-    ("A sync", synced("t:0")),
-    ("B sync", synced("t:1")),
+    *TWO_MEMBERS,
     # B went silent: removed after its 1 s session, A learns of the rebalance.
     ("A heartbeats until an error", "REBALANCE_IN_PROGRESS"),
     ("describe after B expired", group("PreparingRebalance", m("A", assign="t:0"))),
@@ -399,9 +395,7 @@ SESSION_EXPIRY: Transcript = [
 ]
 
 STALE_GENERATION: Transcript = [
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
-    ("A sync", synced("t:0")),
+    *lead_alone("t:0"),
     # The leader rejoining a Stable group always starts a rebalance.
     ("A rejoin (the leader rejoins a Stable group)", joined("A", 2, "A", ["A:t"])),
     ("A sync", synced("t:0")),
@@ -418,9 +412,7 @@ STALE_GENERATION: Transcript = [
 ]
 
 UNKNOWN_MEMBER: Transcript = [
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
-    ("A sync", synced("t:0")),
+    *lead_alone("t:0"),
     ("heartbeat", "UNKNOWN_MEMBER_ID"),
     ("sync", sync_error("UNKNOWN_MEMBER_ID")),
     ("join", join_error("UNKNOWN_MEMBER_ID", "X")),
@@ -448,8 +440,7 @@ OFFSET_COMMIT_STATES: Transcript = [
     # The commit created an Empty group without protocol type.
     ("describe after the simple commit", group("Empty", protocol_type="")),
     ("fetch after the simple commit", fetched(("t[0]", 10, "simple"), ("t[1]", -1, ""))),
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
+    *join_new("A"),
     ("A commit while CompletingRebalance", {"t[0]": "REBALANCE_IN_PROGRESS"}),
     ("simple commit, non-empty group", {"t[0]": "UNKNOWN_MEMBER_ID"}),
     ("A sync", synced("t:0,1")),
@@ -467,16 +458,13 @@ OFFSET_COMMIT_STATES: Transcript = [
     ("A commit generation 1 while CompletingRebalance", {"t[0]": "ILLEGAL_GENERATION"}),
     # Only the PreparingRebalance commit (30) was stored after the Stable one (20).
     ("fetch after the rebalance", fetched(("t[0]", 30, "preparing"), ("t[1]", -1, ""))),
-    ("A sync", synced("t:0")),
-    ("B sync", synced("t:1")),
+    *SYNCED_AB,
     ("B commit while Stable", {"t[1]": "NONE"}),
     ("fetch at the end", fetched(("t[0]", 30, "preparing"), ("t[1]", 50, ""))),
 ]
 
 LEAVE_UNKNOWN_MEMBER: Transcript = [
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
-    ("A sync", synced("t:0")),
+    *lead_alone("t:0"),
     ("leave X", left(("X", None, "UNKNOWN_MEMBER_ID"))),
     ("leave X, unknown group", left(("X", None, "UNKNOWN_MEMBER_ID"))),
     ("leave X by instance id only", left(("", "conf-no-such-instance", "UNKNOWN_MEMBER_ID"))),
@@ -546,8 +534,7 @@ DESCRIBE_LIST_LIFECYCLE: Transcript = [
     ("list while rebalancing", ("PreparingRebalance", "consumer")),
     ("A rejoin", joined("A", 2, "A", ["A:t", "B:t"])),
     ("B join with id", joined("B", 2, "A")),
-    ("A sync", synced("t:0")),
-    ("B sync", synced("t:1")),
+    *SYNCED_AB,
     ("A (leader) leave", left(("A", None, "NONE"))),
     ("describe after the leader left", group("PreparingRebalance", m("B", assign="t:1"))),
     ("list after the leader left", ("PreparingRebalance", "consumer")),
@@ -564,9 +551,7 @@ DESCRIBE_LIST_LIFECYCLE: Transcript = [
 ]
 
 DELETE_GROUPS: Transcript = [
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
-    ("A sync", synced("t:0")),
+    *lead_alone("t:0"),
     ("A commit", {"t[0]": "NONE"}),
     ("delete while Stable", "NON_EMPTY_GROUP"),
     ("A heartbeat", "NONE"),
@@ -583,22 +568,10 @@ DELETE_GROUPS: Transcript = [
 ]
 
 FOLLOWER_REJOIN_STABLE: Transcript = [
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
-    ("A sync", synced("t:0,1")),
-    ("B join without id", mir("B")),
-    ("B join with id", joined("B", 2, "A")),
-    ("A rejoin", joined("A", 2, "A", ["A:t", "B:t"])),
-    ("A sync", synced("t:0")),
-    ("B sync", synced("t:1")),
+    *TWO_MEMBERS,
     # A known follower, unchanged metadata, Stable group: same generation, no rebalance.
     ("B rejoin, unchanged metadata", joined("B", 2, "A")),
-    (
-        "describe",
-        group(
-            "Stable", m("A", sub="t", assign="t:0"), m("B", sub="t", assign="t:1"), protocol="range"
-        ),
-    ),
+    ("describe", STABLE_AB),
     ("A heartbeat", "NONE"),
     ("B heartbeat", "NONE"),
     ("B sync", synced("t:1")),
@@ -608,9 +581,7 @@ FOLLOWER_REJOIN_STABLE: Transcript = [
 ]
 
 PROTOCOL_VOTE: Transcript = [
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
-    ("A sync", synced("t:0")),
+    *lead_alone("t:0"),
     ("B join without id", mir("B")),
     ("B join with id", joined("B", 2, "A")),
     # One vote each for range and roundrobin: Kafka keeps the first protocol in its
@@ -693,9 +664,7 @@ DESCRIBE_V6_MISSING_GROUP: Transcript = [
 ]
 
 OFFSET_COMMIT_UNKNOWN_PARTITION: Transcript = [
-    ("A join without id", mir("A")),
-    ("A join with id", joined("A", 1, "A", ["A:t"])),
-    ("A sync", synced("t:0")),
+    *lead_alone("t:0"),
     # KNOWN BUG (embedded): stores offsets of missing partitions (see EMBEDDED_BUGS).
     ("A commit to t[7]", {"t[7]": "UNKNOWN_TOPIC_OR_PARTITION"}),
     ("A commit to t[0] and t[7]", {"t[7]": "UNKNOWN_TOPIC_OR_PARTITION", "t[0]": "NONE"}),

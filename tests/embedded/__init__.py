@@ -10,9 +10,9 @@ from __future__ import annotations
 import datetime
 import struct
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -31,6 +31,8 @@ from gengroup.protocol.records import encode_batch
 from gengroup.protocol.versions import ApiKey
 
 NIL = uuid.UUID(int=0)
+
+T = TypeVar("T")
 
 
 def ms(value: float) -> datetime.timedelta:
@@ -73,6 +75,14 @@ def frame(payload: bytes) -> bytes:
 
 
 # --------------------------------------------------------------------------- request builders
+
+
+def _by_topic(entries: Iterable[tuple[str, T]]) -> dict[str, list[T]]:
+    """Group ``(topic, item)`` pairs by topic, keeping the first-seen order of topics and items."""
+    grouped: dict[str, list[T]] = {}
+    for topic, item in entries:
+        grouped.setdefault(topic, []).append(item)
+    return grouped
 
 
 def api_versions(v: int) -> Any:
@@ -133,10 +143,7 @@ def fetch(
     extra_partitions: Sequence[tuple[str, int, int]] = (),
 ) -> Any:
     mod = request_module(ApiKey.FETCH, v)
-    wanted = [(topic, partition, offset), *extra_partitions]
-    by_topic: dict[str, list[tuple[int, int]]] = {}
-    for t, p, o in wanted:
-        by_topic.setdefault(t, []).append((p, o))
+    by_topic = _by_topic((t, (p, o)) for t, p, o in [(topic, partition, offset), *extra_partitions])
     return build(
         mod.FetchRequest,
         cluster_id=None,
@@ -274,9 +281,7 @@ def offset_commit(
     v: int, group: str, generation: int, member_id: str, offsets: Sequence[tuple[str, int, int]]
 ) -> Any:
     mod = request_module(ApiKey.OFFSET_COMMIT, v)
-    by_topic: dict[str, list[tuple[int, int]]] = {}
-    for t, p, o in offsets:
-        by_topic.setdefault(t, []).append((p, o))
+    by_topic = _by_topic((t, (p, o)) for t, p, o in offsets)
     return build(
         mod.OffsetCommitRequest,
         group_id=group,
@@ -306,9 +311,7 @@ def offset_commit(
 
 def offset_fetch(v: int, group: str, partitions: Sequence[tuple[str, int]] | None) -> Any:
     mod = request_module(ApiKey.OFFSET_FETCH, v)
-    by_topic: dict[str, list[int]] = {}
-    for t, p in partitions or ():
-        by_topic.setdefault(t, []).append(p)
+    by_topic = _by_topic(partitions or ())
     if v >= 8:
         topics = (
             None
