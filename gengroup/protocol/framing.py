@@ -7,7 +7,10 @@ payload. kio provides the generated header and payload dataclasses and a native
 reader/writer; this module adds the framing, picks the right header version
 (ApiVersions responses always use response header v0, even when flexible), and
 translates every decoding failure into :class:`~gengroup._errors.ProtocolError`
-so that no foreign exception escapes to the I/O layer.
+so that no foreign exception escapes to the I/O layer. Every payload is first
+walked by :mod:`gengroup.protocol.guard`, because kio's native reader trusts
+array counts from the wire and aborts the process when a garbage count makes
+it allocate gigabytes; the guard turns such bytes into a ProtocolError first.
 
 :class:`FrameBuffer` splits an incoming byte stream into frames; it enforces a
 maximum frame size so a hostile peer cannot make us allocate without bound.
@@ -29,6 +32,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 
 from .._errors import ProtocolError, UnsupportedVersion
+from .guard import check_entity
 
 __all__ = [
     "API_VERSIONS_KEY",
@@ -116,8 +120,10 @@ def decode_response(response_cls: type[T], payload: bytes | memoryview) -> tuple
     Raises:
         ProtocolError: the bytes are not a valid response of that type.
     """
+    header_cls = response_header_cls(response_cls)
+    check_entity(response_cls, payload, check_entity(header_cls, payload, 0))
     try:
-        header, hsize = entity_reader(response_header_cls(response_cls))(payload, 0)
+        header, hsize = entity_reader(header_cls)(payload, 0)
         body, bsize = entity_reader(response_cls)(payload, hsize)  # type: ignore[type-var]
     except ProtocolError:
         raise
@@ -155,8 +161,10 @@ def decode_request(payload: bytes | memoryview) -> tuple[Any, Any]:
         err.api_version = api_version  # type: ignore[attr-defined]
         err.correlation_id = correlation_id  # type: ignore[attr-defined]
         raise err from exc
+    header_cls = request_cls.__header_schema__
+    check_entity(request_cls, payload, check_entity(header_cls, payload, 0))
     try:
-        header, hsize = entity_reader(request_cls.__header_schema__)(payload, 0)
+        header, hsize = entity_reader(header_cls)(payload, 0)
         body, _ = entity_reader(request_cls)(payload, hsize)
     except Exception as exc:
         raise ProtocolError(f"malformed {request_cls.__name__}: {exc!r}") from exc
