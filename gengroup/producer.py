@@ -55,7 +55,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Self, overload
 
 import anyio
@@ -170,39 +170,19 @@ def _copy_error(exc: BaseException) -> BaseException:
         return exc
 
 
+@dataclass(slots=True, eq=False)
 class _Pending:
     """One record from ``send`` until its outcome is known."""
 
-    __slots__ = (
-        "created",
-        "error",
-        "event",
-        "headers",
-        "key",
-        "result",
-        "size",
-        "timestamp",
-        "value",
-    )
-
-    def __init__(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        headers: tuple[Header, ...],
-        timestamp: int,
-        size: int,
-        created: float,
-    ) -> None:
-        self.key = key
-        self.value = value
-        self.headers = headers
-        self.timestamp = timestamp
-        self.size = size
-        self.created = created
-        self.event = anyio.Event()
-        self.result: RecordMetadata | None = None
-        self.error: BaseException | None = None
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
+    timestamp: int
+    size: int
+    created: float
+    event: anyio.Event = field(default_factory=anyio.Event)
+    result: RecordMetadata | None = None
+    error: BaseException | None = None
 
 
 class _Batch:

@@ -13,8 +13,10 @@ applies backpressure to its own partition only.
 Errors are handled where they are understood, as the client's error table
 (:mod:`gengroup._error_table`) says: stale leadership (action
 ``refresh_metadata``) refreshes metadata and moves the partition to its new
-leader's loop; a transient error (``retry``) is fetched again; OFFSET_OUT_OF_RANGE
-resets the position per ``start_offset`` or, with ``"error"``, is delivered to
+leader's loop, as does a Fetch that fails as a whole with such an error, a
+broken connection or an undecodable answer (after one backoff of
+:mod:`gengroup.io.retry`); a transient error (``retry``) is fetched again;
+OFFSET_OUT_OF_RANGE resets the position per ``start_offset`` or, with ``"error"``, is delivered to
 the partition's worker, like any other non-retriable error: the worker's
 ``async for`` raises it, the worker exits, and the generation ends with that
 exception. Nothing is swallowed.
@@ -35,17 +37,17 @@ import anyio
 import anyio.abc
 
 from .._config import GroupConfig
+from .._error_table import Action
 from .._errors import (
     BrokerError,
     KafkaConnectionError,
     OffsetOutOfRange,
     ProtocolError,
-    StaleMetadataError,
 )
 from .._types import TopicPartition
 from ..io.cluster import Cluster
 from ..io.fetch import fetch_once
-from ..io.retry import Backoff
+from ..io.retry import Backoff, backoff_delay
 from ..protocol.fetch import PartitionFetch
 from ..protocol.records import Record
 
@@ -89,6 +91,18 @@ class _Partition:
     buffered: int = 0
     error: BaseException | None = None
     wake: anyio.Event = field(default_factory=anyio.Event)
+
+
+def _request_action(exc: BaseException) -> Action:
+    """What a broker loop does about its Fetch request failing with ``exc``: the
+    error table's action for a broker error; a broken connection or an
+    undecodable answer counts as stale leadership (look the leader up again);
+    anything else fails."""
+    if isinstance(exc, BrokerError):
+        return exc.action
+    if isinstance(exc, KafkaConnectionError | ProtocolError):
+        return "refresh_metadata"
+    return "fail"
 
 
 class Fetcher:
@@ -200,9 +214,11 @@ class Fetcher:
                         partition_max_bytes=cfg.partition_buffer_bytes,
                         isolation_level=cfg.isolation_level,
                     )
-                except (KafkaConnectionError, ProtocolError, StaleMetadataError) as exc:
+                except Exception as exc:
+                    if _request_action(exc) != "refresh_metadata":
+                        raise
                     log.info("group %s: fetch from broker %d failed: %s", cfg.group_id, node, exc)
-                    await self._cluster.backoff(0)
+                    await anyio.sleep(backoff_delay(0, self._cluster.retry_backoff))
                     # Leave the loop set before asking for a re-route, so
                     # the manager starts a fresh loop for this broker if it
                     # still leads these partitions.

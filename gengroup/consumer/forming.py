@@ -13,17 +13,22 @@ to the application, its fetcher (started from each partition's committed
 offset, or per ``start_offset`` where none is) and the partition counts the
 leader assigned from (which its partition watcher compares against).
 
-Every request the member sends goes through one :class:`GroupClient`, which
-also remembers which broker coordinates the group: forming, the running
-generation's heartbeats and commits, and the final LeaveGroup.
+Every request the member sends goes through one :class:`GroupClient`:
+forming, the running generation's heartbeats and commits, and the final
+LeaveGroup. It owns the group's
+:class:`~gengroup.io.coordinator.CoordinatorClient`, which looks the
+coordinator up, forgets it and follows it when a commit finds it moved. The
+pause between failed attempts is the client's one backoff
+(:class:`~gengroup.io.retry.Backoff`), from ``join_backoff``.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import anyio
 
@@ -36,10 +41,12 @@ from .._errors import (
     error_for_code,
 )
 from .._types import GenerationIdentity, TopicPartition
-from ..admin import Admin
 from ..group.member import Joined, JoinParams, Member, Outcome, Retry, outcome_for
-from ..io import group_api
+from ..io import group_api, offsets
 from ..io.cluster import Cluster
+from ..io.coordinator import CoordinatorClient
+from ..io.retry import Backoff
+from ..protocol.versions import ApiKey
 from .fetcher import Fetcher
 from .generation import Generation, RebalanceTimings
 
@@ -49,12 +56,19 @@ log = logging.getLogger("gengroup")
 
 
 class GroupClient:
-    """The group member's requests, sent to the coordinator it keeps track of.
+    """The group member's requests, sent to the group's coordinator.
 
     Implements :class:`~gengroup.consumer.generation.Committer`.
 
     Attributes:
-        node: the coordinator's node id, or None when it must be looked up again.
+        cluster: the group's connection pool.
+        coordinator: the group's coordinator: looked up, forgotten and
+            followed there. JoinGroup, SyncGroup, OffsetFetch, Heartbeat and
+            LeaveGroup go to the node the member works with (their errors are
+            the member machine's to act on); OffsetCommit goes through
+            :meth:`CoordinatorClient.call
+            <gengroup.io.coordinator.CoordinatorClient.call>`, which follows a
+            moved coordinator once.
     """
 
     def __init__(self, config: GroupConfig) -> None:
@@ -62,32 +76,37 @@ class GroupClient:
         self.cluster = Cluster(
             list(config.brokers), client_id=config.client_id, request_timeout=config.request_timeout
         )
-        self._admin = Admin(self.cluster, timeout=config.request_timeout)
-        self.node: int | None = None
+        self.coordinator = CoordinatorClient(
+            self.cluster,
+            config.group_id,
+            timeout=max(config.request_timeout, config.session_timeout),
+        )
 
     def forget_coordinator(self) -> None:
         """The coordinator moved or is unreachable: look it up again before the next request."""
-        self.node = None
+        self.coordinator.forget()
 
-    async def coordinator(self, timings: RebalanceTimings) -> int:
+    async def find_coordinator(self, timings: RebalanceTimings) -> int:
         """The coordinator's node id, looked up (and timed) if unknown."""
-        if self.node is None:
-            t0 = anyio.current_time()
-            self.node = await self.cluster.find_coordinator(
-                self.config.group_id,
-                timeout=max(self.config.request_timeout, self.config.session_timeout),
-            )
-            timings.find_coordinator += anyio.current_time() - t0
-        return self.node
+        if self.coordinator.node is not None:
+            return self.coordinator.node
+        t0 = anyio.current_time()
+        node = await self.coordinator.find()
+        timings.find_coordinator += anyio.current_time() - t0
+        return node
 
     # ------------------------------------------------------------------ join and sync
 
     async def join(self, node: int, params: JoinParams) -> group_api.JoinResult:
         """JoinGroup (the coordinator may hold it for the rebalance timeout)."""
-        cfg = self.config
-        return await group_api.join_group(
-            self.cluster, node, params, client_timeout=cfg.rebalance_timeout + cfg.request_timeout
+        resp = await self.cluster.call(
+            node,
+            ApiKey.JOIN_GROUP,
+            partial(group_api.join_request, params=params),
+            timeout=self._rebalance_wait,
+            channel="group",
         )
+        return group_api.parse_join(resp)
 
     async def sync(
         self,
@@ -97,15 +116,24 @@ class GroupClient:
         assignments: Mapping[str, bytes],
     ) -> tuple[int, bytes]:
         """SyncGroup; (error code, this member's encoded assignment)."""
-        cfg = self.config
-        return await group_api.sync_group(
-            self.cluster,
+        resp = await self.cluster.call(
             node,
-            **identity.fields(),
-            protocol=protocol,
-            assignments=assignments,
-            client_timeout=cfg.rebalance_timeout + cfg.request_timeout,
+            ApiKey.SYNC_GROUP,
+            partial(
+                group_api.sync_request,
+                identity=identity,
+                protocol=protocol,
+                assignments=assignments,
+            ),
+            timeout=self._rebalance_wait,
+            channel="group",
         )
+        return group_api.parse_sync(resp)
+
+    @property
+    def _rebalance_wait(self) -> float:
+        """How long JoinGroup and SyncGroup may wait: the coordinator holds them."""
+        return self.config.rebalance_timeout + self.config.request_timeout
 
     async def partition_counts(self, topics: set[str]) -> dict[str, int]:
         """Topic -> partition count, for the topics that exist."""
@@ -120,8 +148,8 @@ class GroupClient:
         """Where each partition starts, and what is already committed."""
         if not partitions:
             return {}, {}
-        committed = await group_api.fetch_committed(
-            self.cluster, node, group_id=self.config.group_id, partitions=partitions
+        committed = await offsets.fetch_committed(
+            self.cluster, node, self.config.group_id, partitions
         )
         positions = {tp: committed.get(tp, -1) for tp in partitions}
         missing = [tp for tp, off in positions.items() if off < 0]
@@ -131,13 +159,17 @@ class GroupClient:
 
     async def reset_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Where partitions without a usable offset start, per ``start_offset``."""
-        policy = self.config.start_offset
-        if policy == "error":
+        cfg = self.config
+        if cfg.start_offset == "error":
             raise error_for_code(
                 1, f"no committed offset for {', '.join(map(str, tps))} and start_offset='error'"
             )
-        return await self._admin.list_offsets(
-            tps, policy, read_committed=self.config.isolation_level == "read_committed"
+        return await offsets.list_offsets(
+            self.cluster,
+            tps,
+            cfg.start_offset,
+            read_committed=cfg.isolation_level == "read_committed",
+            timeout=cfg.request_timeout,
         )
 
     async def reset_one(self, tp: TopicPartition) -> int:
@@ -155,55 +187,61 @@ class GroupClient:
     async def heartbeat(self, node: int, identity: GenerationIdentity) -> int:
         """Heartbeat; its error code."""
         cfg = self.config
-        return await group_api.heartbeat(
-            self.cluster,
+        resp = await self.cluster.call(
             node,
-            **identity.fields(),
+            ApiKey.HEARTBEAT,
+            partial(group_api.heartbeat_request, identity=identity),
             timeout=min(cfg.request_timeout, cfg.session_timeout),
         )
+        return group_api.error_code(resp)
 
     async def commit_offsets(
         self, identity: GenerationIdentity, offsets: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, int]:
-        """OffsetCommit under ``identity``; follows a moved coordinator once."""
-        retried = False
-        while True:
-            node = self.node
-            if node is None:
-                node = self.node = await self.cluster.find_coordinator(
-                    identity.group_id, timeout=self.config.request_timeout
-                )
-            try:
-                results = await group_api.commit_offsets(
-                    self.cluster, node, **identity.fields(), offsets=offsets
-                )
-            except KafkaConnectionError:
-                if retried:
-                    raise
-            else:
-                moved = results and all(
-                    outcome_for(code) is Outcome.FIND_COORDINATOR for code in results.values()
-                )
-                if not moved or retried:
-                    return results
-            self.node = None
-            retried = True
+        """OffsetCommit under ``identity``; the error code of each partition (0 = stored).
+
+        A broken connection, or every partition answered with a coordinator
+        error, is followed once: the coordinator is looked up again and the
+        commit sent there.
+
+        Raises:
+            CoordinatorError: the coordinator moved again.
+            KafkaConnectionError: the connection failed again.
+        """
+
+        def parse(resp: Any) -> dict[TopicPartition, int]:
+            results = group_api.parse_offset_commit(resp)
+            codes = set(results.values())
+            if codes and all(outcome_for(code) is Outcome.FIND_COORDINATOR for code in codes):
+                raise error_for_code(min(codes), f"OffsetCommit of {identity.group_id}")
+            return results
+
+        return await self.coordinator.call(
+            ApiKey.OFFSET_COMMIT,
+            partial(group_api.offset_commit_request, identity=identity, offsets=offsets),
+            parse,
+        )
 
     async def leave(self, member_id: str) -> None:
         """LeaveGroup for a dynamic member, if the coordinator is known (bounded, never raises
         a broker answer or a connection failure: it is logged)."""
         cfg = self.config
-        if self.node is None:
+        node = self.coordinator.node
+        if node is None:
             return
         with anyio.move_on_after(cfg.request_timeout):
             try:
-                code = await group_api.leave_group(
-                    self.cluster,
-                    self.node,
-                    group_id=cfg.group_id,
-                    member_id=member_id,
-                    reason="the consumer is closing",
+                resp = await self.cluster.call(
+                    node,
+                    ApiKey.LEAVE_GROUP,
+                    partial(
+                        group_api.leave_request,
+                        group_id=cfg.group_id,
+                        member_id=member_id,
+                        reason="the consumer is closing",
+                    ),
                 )
+                code = group_api.parse_leave(resp)
                 if code:
                     log.info(
                         "group %s member %s: LeaveGroup answered %s",
@@ -240,11 +278,11 @@ async def form_generation(
         BrokerError: a fatal answer (FENCED_INSTANCE_ID, authorization, ...).
     """
     cfg = client.config
-    attempt = 0
+    backoff = _join_backoff(cfg)
     timings = RebalanceTimings()
     while not closing():
         try:
-            node = await client.coordinator(timings)
+            node = await client.find_coordinator(timings)
             t0 = anyio.current_time()
             params = member.join_params()
             try:
@@ -262,7 +300,7 @@ async def form_generation(
             )
             timings.join += anyio.current_time() - t0
             if isinstance(joined, Retry):
-                attempt = await _retry_pause(member, client, joined, attempt)
+                await _retry_pause(member, client, joined, backoff)
                 continue
             t0 = anyio.current_time()
             counts: dict[str, int] = {}
@@ -284,7 +322,7 @@ async def form_generation(
             synced = member.on_sync(error_code=code, assignment=raw)
             timings.sync += anyio.current_time() - t0
             if isinstance(synced, Retry):
-                attempt = await _retry_pause(member, client, synced, attempt)
+                await _retry_pause(member, client, synced, backoff)
                 continue
             t0 = anyio.current_time()
             partitions = synced.partitions()
@@ -296,8 +334,7 @@ async def form_generation(
             )
             client.forget_coordinator()
             member.abandon(Outcome.REJOIN, "coordinator lost")
-            await _backoff(cfg, attempt)
-            attempt += 1
+            await backoff.sleep()
             continue
         except BrokerError as exc:
             outcome = outcome_for(exc.code)
@@ -307,24 +344,26 @@ async def form_generation(
             if outcome is Outcome.FIND_COORDINATOR:
                 client.forget_coordinator()
             log.info("group %s: %s; rejoining", cfg.group_id, exc)
-            await _backoff(cfg, attempt)
-            attempt += 1
+            await backoff.sleep()
             continue
         return _formed(client, identity, joined, positions, committed, counts, timings)
     return None
 
 
-async def _backoff(cfg: GroupConfig, attempt: int) -> None:
-    base = min(cfg.join_backoff * (2 ** min(attempt, 5)), 30.0)
-    await anyio.sleep(base * random.uniform(0.5, 1.0))
+#: The longest pause between two failed join attempts, in seconds.
+_JOIN_BACKOFF_CAP = 30.0
 
 
-async def _retry_pause(member: Member, client: GroupClient, retry: Retry, attempt: int) -> int:
-    """Act on a failed join or sync; back off if due. Returns the next attempt number."""
+def _join_backoff(cfg: GroupConfig) -> Backoff:
+    """The backoff between failed join attempts: from ``join_backoff``, doubling
+    five times at most, never over :data:`_JOIN_BACKOFF_CAP`."""
+    return Backoff(cfg.join_backoff, cap=min(cfg.join_backoff * 2**5, _JOIN_BACKOFF_CAP))
+
+
+async def _retry_pause(member: Member, client: GroupClient, retry: Retry, backoff: Backoff) -> None:
+    """Act on a failed join or sync; back off if due."""
     if _handle_retry(member, client, retry):
-        await _backoff(client.config, attempt)
-        return attempt + 1
-    return attempt
+        await backoff.sleep()
 
 
 def _handle_retry(member: Member, client: GroupClient, retry: Retry) -> bool:

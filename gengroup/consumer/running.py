@@ -172,7 +172,7 @@ class _Run:
         gen = self.gen
         member = self.member
         started = anyio.current_time()
-        node = self.client.node
+        node = self.client.coordinator.node
         while True:
             await anyio.sleep(self.config.heartbeat_interval)
             if node is None:

@@ -17,7 +17,7 @@ connection, falling back to the bootstrap addresses in turn.
 
 Every request goes out through :meth:`Cluster.call` (version negotiated on
 the connection that carries it, see :mod:`gengroup.io.request`); every retry
-waits :meth:`Cluster.backoff` (see :mod:`gengroup.io.retry`).
+waits the one backoff of :mod:`gengroup.io.retry`, from ``retry_backoff``.
 
 FindCoordinator retries what the error table retries (NOT_COORDINATOR,
 COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, connection failures
@@ -50,7 +50,7 @@ from ..protocol.framing import build, ms
 from ..protocol.versions import ApiKey, require
 from . import request as _request
 from .connection import BrokerConnection
-from .retry import backoff_delay, retry
+from .retry import retry
 
 __all__ = ["BrokerInfo", "Cluster", "PartitionInfo", "TopicInfo", "ms"]
 
@@ -303,13 +303,6 @@ class Cluster:
     async def version(self, node_id: int | None, key: ApiKey, channel: str = "default") -> int:
         """The negotiated version of ``key`` with ``node_id`` (None: any broker)."""
         return require((await self._pick(node_id, channel)).versions, key)
-
-    async def backoff(self, attempt: int) -> None:
-        """Sleep a jittered exponential backoff for retry ``attempt`` (0-based).
-
-        See :func:`gengroup.io.retry.backoff_delay`; ``retry_backoff`` is the base.
-        """
-        await anyio.sleep(backoff_delay(attempt, self.retry_backoff))
 
     # ------------------------------------------------------------------ metadata
 

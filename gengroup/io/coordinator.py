@@ -9,10 +9,11 @@ deadline) and remembers its node id. :meth:`CoordinatorClient.call` sends a
 request there and hands the response to the caller's ``parse``, which reads
 the error codes the caller understands and raises them typed. When the
 request fails with a coordinator error (NOT_COORDINATOR,
-COORDINATOR_NOT_AVAILABLE: the error table's ``find_coordinator`` action) the
-coordinator is looked up again and the request is sent once more; a second
-failure, like a broken connection (which also forgets the coordinator, so the
-next call looks it up first), is the caller's to retry.
+COORDINATOR_NOT_AVAILABLE: the error table's ``find_coordinator`` action) or
+a broken connection (the coordinator's broker may be gone), the coordinator
+is looked up again and the request is sent once more; a second failure is
+the caller's to retry (the coordinator stays forgotten, so the next call
+looks it up first).
 
 Nothing else is retried here: the callers' own deadlines (Admin's timeout, the
 consumer's session) bound how long they keep trying, with
@@ -109,7 +110,7 @@ class CoordinatorClient:
 
         Raises:
             CoordinatorError: the coordinator moved again after one re-lookup.
-            KafkaConnectionError: the connection failed (the coordinator is forgotten).
+            KafkaConnectionError: the connection failed again after one re-lookup.
             BrokerError: whatever ``parse`` raised.
         """
         for again in (True, False):
@@ -118,11 +119,8 @@ class CoordinatorClient:
                 return parse(
                     await self.cluster.call(node, key, make, timeout=timeout, channel=channel)
                 )
-            except CoordinatorError:
+            except (CoordinatorError, KafkaConnectionError):
                 self.forget()
                 if not again:
                     raise
-            except KafkaConnectionError:
-                self.forget()
-                raise
         raise AssertionError("unreachable")  # pragma: no cover

@@ -1,12 +1,20 @@
-"""The classic group APIs as coroutines: build the request for the negotiated
-version, send it to the coordinator, return the fields the member machine needs.
+"""The classic group APIs' requests and responses, without I/O.
 
-Every call goes through :meth:`Cluster.call <gengroup.io.cluster.Cluster.call>`
-to the node given (the coordinator; finding and following it is
-:mod:`gengroup.io.coordinator`'s job). Error codes are returned, not raised,
-for the calls whose errors the member machine interprets (JoinGroup,
-SyncGroup, Heartbeat, LeaveGroup, OffsetCommit per partition); OffsetFetch
-raises typed errors (see :mod:`gengroup.io.offsets`).
+Theory of operation:
+
+Each group API the consumer sends gets two halves here: a builder that makes
+the request from the kio module of the negotiated version (a
+:data:`~gengroup.io.request.MakeRequest` once its other arguments are bound)
+and a reader that takes from the response the fields the member machine
+needs. Sending is the caller's: :class:`~gengroup.consumer.forming.GroupClient`
+sends JoinGroup, SyncGroup, Heartbeat and LeaveGroup to the coordinator node
+its member works with (:meth:`Cluster.call <gengroup.io.cluster.Cluster.call>`),
+and OffsetCommit through its :class:`~gengroup.io.coordinator.CoordinatorClient`,
+which follows a moved coordinator. OffsetFetch's halves are
+:mod:`gengroup.io.offsets`'.
+
+Error codes are returned, not raised: the member machine interprets them
+(:func:`gengroup._error_table.outcome_for`).
 """
 
 from __future__ import annotations
@@ -15,21 +23,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._types import TopicPartition
+from .._types import GenerationIdentity, TopicPartition
 from ..group.member import JoinParams
 from ..protocol.framing import build, ms
-from ..protocol.versions import ApiKey
-from . import offsets
-from .cluster import Cluster
 
 __all__ = [
     "JoinResult",
-    "commit_offsets",
-    "fetch_committed",
-    "heartbeat",
-    "join_group",
-    "leave_group",
-    "sync_group",
+    "error_code",
+    "heartbeat_request",
+    "join_request",
+    "leave_request",
+    "offset_commit_request",
+    "parse_join",
+    "parse_leave",
+    "parse_offset_commit",
+    "parse_sync",
+    "sync_request",
 ]
 
 
@@ -45,41 +54,30 @@ class JoinResult:
     members: tuple[tuple[str, str | None, bytes], ...]
 
 
-def _member(
-    group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
-) -> dict[str, Any]:
-    """The fields that name a member of a generation, shared by its requests."""
-    return {
-        "group_id": group_id,
-        "generation_id": generation_id,
-        "member_id": member_id,
-        "group_instance_id": group_instance_id,
-    }
+def error_code(resp: Any) -> int:
+    """A response's top-level error code (Heartbeat's whole answer)."""
+    return int(resp.error_code)
 
 
-async def join_group(
-    cluster: Cluster, node: int, params: JoinParams, *, client_timeout: float
-) -> JoinResult:
-    """Send JoinGroup; the coordinator may hold it up to the rebalance timeout."""
-
-    def make(mod: Any) -> Any:
-        return build(
-            mod.JoinGroupRequest,
-            group_id=params.group_id,
-            session_timeout=ms(params.session_timeout),
-            rebalance_timeout=ms(params.rebalance_timeout),
-            member_id=params.member_id,
-            group_instance_id=params.group_instance_id,
-            protocol_type="consumer",
-            protocols=tuple(
-                build(mod.JoinGroupRequestProtocol, name=n, metadata=m) for n, m in params.protocols
-            ),
-            reason=params.reason,
-        )
-
-    resp: Any = await cluster.call(
-        node, ApiKey.JOIN_GROUP, make, timeout=client_timeout, channel="group"
+def join_request(mod: Any, params: JoinParams) -> Any:
+    """A JoinGroup request for the member's ``params``."""
+    return build(
+        mod.JoinGroupRequest,
+        group_id=params.group_id,
+        session_timeout=ms(params.session_timeout),
+        rebalance_timeout=ms(params.rebalance_timeout),
+        member_id=params.member_id,
+        group_instance_id=params.group_instance_id,
+        protocol_type="consumer",
+        protocols=tuple(
+            build(mod.JoinGroupRequestProtocol, name=n, metadata=m) for n, m in params.protocols
+        ),
+        reason=params.reason,
     )
+
+
+def parse_join(resp: Any) -> JoinResult:
+    """The fields of a JoinGroup response."""
     return JoinResult(
         error_code=int(resp.error_code),
         member_id=resp.member_id,
@@ -93,77 +91,45 @@ async def join_group(
     )
 
 
-async def sync_group(
-    cluster: Cluster,
-    node: int,
-    *,
-    group_id: str,
-    generation_id: int,
-    member_id: str,
-    group_instance_id: str | None,
-    protocol: str,
-    assignments: Mapping[str, bytes],
-    client_timeout: float,
-) -> tuple[int, bytes]:
-    """Send SyncGroup; returns (error_code, assignment bytes)."""
-
-    def make(mod: Any) -> Any:
-        return build(
-            mod.SyncGroupRequest,
-            **_member(group_id, generation_id, member_id, group_instance_id),
-            protocol_type="consumer",
-            protocol_name=protocol,
-            assignments=tuple(
-                build(mod.SyncGroupRequestAssignment, member_id=k, assignment=v)
-                for k, v in assignments.items()
-            ),
-        )
-
-    resp: Any = await cluster.call(
-        node, ApiKey.SYNC_GROUP, make, timeout=client_timeout, channel="group"
+def sync_request(
+    mod: Any, identity: GenerationIdentity, protocol: str, assignments: Mapping[str, bytes]
+) -> Any:
+    """A SyncGroup request (``assignments`` is empty unless the member leads)."""
+    return build(
+        mod.SyncGroupRequest,
+        **identity.fields(),
+        protocol_type="consumer",
+        protocol_name=protocol,
+        assignments=tuple(
+            build(mod.SyncGroupRequestAssignment, member_id=k, assignment=v)
+            for k, v in assignments.items()
+        ),
     )
+
+
+def parse_sync(resp: Any) -> tuple[int, bytes]:
+    """(error code, this member's encoded assignment) of a SyncGroup response."""
     return int(resp.error_code), bytes(resp.assignment)
 
 
-async def heartbeat(
-    cluster: Cluster,
-    node: int,
-    *,
-    group_id: str,
-    generation_id: int,
-    member_id: str,
-    group_instance_id: str | None,
-    timeout: float,
-) -> int:
-    """Send Heartbeat; returns its error code."""
-    resp: Any = await cluster.call(
-        node,
-        ApiKey.HEARTBEAT,
-        lambda mod: build(
-            mod.HeartbeatRequest, **_member(group_id, generation_id, member_id, group_instance_id)
-        ),
-        timeout=timeout,
-    )
-    return int(resp.error_code)
+def heartbeat_request(mod: Any, identity: GenerationIdentity) -> Any:
+    """A Heartbeat request."""
+    return build(mod.HeartbeatRequest, **identity.fields())
 
 
-async def leave_group(
-    cluster: Cluster, node: int, *, group_id: str, member_id: str, reason: str | None = None
-) -> int:
-    """Send LeaveGroup for one dynamic member; returns the member's error code."""
-    resp: Any = await cluster.call(
-        node,
-        ApiKey.LEAVE_GROUP,
-        lambda mod: build(
-            mod.LeaveGroupRequest,
-            group_id=group_id,
-            members=(
-                build(
-                    mod.MemberIdentity, member_id=member_id, group_instance_id=None, reason=reason
-                ),
-            ),
+def leave_request(mod: Any, group_id: str, member_id: str, reason: str | None) -> Any:
+    """A LeaveGroup request for one dynamic member."""
+    return build(
+        mod.LeaveGroupRequest,
+        group_id=group_id,
+        members=(
+            build(mod.MemberIdentity, member_id=member_id, group_instance_id=None, reason=reason),
         ),
     )
+
+
+def parse_leave(resp: Any) -> int:
+    """The leaving member's error code (the top-level one first)."""
     if resp.error_code:
         return int(resp.error_code)
     for m in resp.members:
@@ -172,61 +138,43 @@ async def leave_group(
     return 0
 
 
-async def commit_offsets(
-    cluster: Cluster,
-    node: int,
-    *,
-    group_id: str,
-    generation_id: int,
-    member_id: str,
-    group_instance_id: str | None,
-    offsets: Mapping[TopicPartition, int],
-) -> dict[TopicPartition, int]:
-    """Send OffsetCommit; returns the error code of every partition (0 = stored)."""
+def offset_commit_request(
+    mod: Any, identity: GenerationIdentity, offsets: Mapping[TopicPartition, int]
+) -> Any:
+    """An OffsetCommit request of ``offsets`` under ``identity``."""
     by_topic: dict[str, list[tuple[int, int]]] = {}
     for tp, off in sorted(offsets.items()):
         by_topic.setdefault(tp.topic, []).append((tp.partition, off))
+    return build(
+        mod.OffsetCommitRequest,
+        group_id=identity.group_id,
+        generation_id_or_member_epoch=identity.generation_id,
+        member_id=identity.member_id,
+        group_instance_id=identity.group_instance_id,
+        topics=tuple(
+            build(
+                mod.OffsetCommitRequestTopic,
+                name=topic,
+                partitions=tuple(
+                    build(
+                        mod.OffsetCommitRequestPartition,
+                        partition_index=p,
+                        committed_offset=o,
+                        committed_leader_epoch=-1,
+                        committed_metadata=None,
+                    )
+                    for p, o in parts
+                ),
+            )
+            for topic, parts in sorted(by_topic.items())
+        ),
+    )
 
-    def make(mod: Any) -> Any:
-        return build(
-            mod.OffsetCommitRequest,
-            group_id=group_id,
-            generation_id_or_member_epoch=generation_id,
-            member_id=member_id,
-            group_instance_id=group_instance_id,
-            topics=tuple(
-                build(
-                    mod.OffsetCommitRequestTopic,
-                    name=topic,
-                    partitions=tuple(
-                        build(
-                            mod.OffsetCommitRequestPartition,
-                            partition_index=p,
-                            committed_offset=o,
-                            committed_leader_epoch=-1,
-                            committed_metadata=None,
-                        )
-                        for p, o in parts
-                    ),
-                )
-                for topic, parts in sorted(by_topic.items())
-            ),
-        )
 
-    resp: Any = await cluster.call(node, ApiKey.OFFSET_COMMIT, make)
+def parse_offset_commit(resp: Any) -> dict[TopicPartition, int]:
+    """The error code of every partition of an OffsetCommit response (0 = stored)."""
     return {
         TopicPartition(t.name, int(p.partition_index)): int(p.error_code)
         for t in resp.topics
         for p in t.partitions
     }
-
-
-async def fetch_committed(
-    cluster: Cluster, node: int, *, group_id: str, partitions: list[TopicPartition]
-) -> dict[TopicPartition, int]:
-    """OffsetFetch with require_stable; returns committed offsets (-1 if none).
-
-    Raises:
-        BrokerError: a group-level or partition-level error (typed).
-    """
-    return await offsets.fetch_committed(cluster, node, group_id, partitions)

@@ -46,7 +46,8 @@ def backoff_delay(attempt: int, base: float, cap: float = DEFAULT_CAP) -> float:
         base: the delay of the first retry.
         cap: the longest delay before jitter.
     """
-    delay: float = min(base * (2**attempt), cap)
+    # The exponent is bounded so that a loop retrying for days cannot overflow a float.
+    delay: float = min(base * (2 ** min(attempt, 64)), cap)
     return delay * random.uniform(0.8, 1.2)
 
 

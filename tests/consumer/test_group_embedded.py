@@ -112,7 +112,7 @@ async def test_coordinator_move_is_followed(autojump_clock: trio.testing.MockClo
             second = await group.next()
             assert first.end_reason is not None and "NOT_COORDINATOR" in first.end_reason
             assert second.member_id == first.member_id
-            assert group._client.node == new
+            assert group._client.coordinator.node == new
 
 
 async def test_partition_leader_change_is_followed_without_losing_records(

@@ -22,7 +22,6 @@ from gengroup import (
 from gengroup import Producer as Producer_
 from gengroup._errors import error_for_code
 from gengroup._types import GenerationIdentity
-from gengroup.io import group_api
 from gengroup.producer import ProducerRecord as ProducerRecord_
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
@@ -124,11 +123,8 @@ async def test_commit_from_ended_generation_is_refused_locally_and_old_ids_by_th
                 tg.start_soon(follow)
                 third = await group.next()
                 assert third.id > first.id
-                coordinator = await group.cluster.find_coordinator(group_id)
                 stale = GenerationIdentity(group_id, first.id, third.member_id, None)
-                codes = await group_api.commit_offsets(
-                    group.cluster, coordinator, **stale.fields(), offsets={tp: 1}
-                )
+                codes = await group._client.commit_offsets(stale, {tp: 1})
                 assert isinstance(error_for_code(codes[tp]), IllegalGeneration)
                 tg.cancel_scope.cancel()
         async with Admin(kafka.bootstrap) as admin:

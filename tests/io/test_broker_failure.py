@@ -14,13 +14,13 @@ import pytest
 from gengroup._errors import BrokenConnection, KafkaConnectionError
 from gengroup._types import TopicPartition
 from gengroup.admin import Admin
-from gengroup.io.cluster import Cluster
 from gengroup.io.connection import open_connection
 from gengroup.io.fetch import build_fetch_request, fetch_once, read_partition
 from gengroup.producer import Producer
 from gengroup.protocol.framing import build, request_module
 from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import kafka_broker
+from tests.io import cluster_with_topic
 
 HANG_GUARD = 60.0
 
@@ -31,8 +31,10 @@ async def test_kill_during_long_poll_fetch_raises_broken_connection(
 ) -> None:
     topic = unique_name("kill-fetch")
     tp = TopicPartition(topic, 0)
-    async with kafka_broker() as broker, Cluster(broker.bootstrap, connect_timeout=3) as cluster:
-        await Admin(cluster).create_topics({topic: 1})
+    async with (
+        kafka_broker() as broker,
+        cluster_with_topic(broker.bootstrap, topic, connect_timeout=3) as cluster,
+    ):
         leader = cluster.leader_for(tp)
         # A second, standalone connection with a request in flight at the kill.
         host, port = broker.bootstrap.rsplit(":", 1)

@@ -10,8 +10,6 @@ import pytest
 
 from gengroup._errors import CorruptRecordError, NotLeaderOrFollower, OffsetOutOfRange
 from gengroup._types import TopicPartition
-from gengroup.admin import Admin
-from gengroup.io.cluster import Cluster
 from gengroup.io.fetch import (
     PartitionFetch,
     build_fetch_request,
@@ -31,6 +29,7 @@ from gengroup.protocol.records import (
 )
 from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import KafkaBroker
+from tests.io import cluster_with_topic
 
 BASE_TS = 1_700_000_000_123  # a millisecond timestamp with a non-zero ms part
 
@@ -82,8 +81,7 @@ async def test_every_codec_round_trips_byte_exact(
     topic = unique_name(f"codec-{codec.name.lower()}")
     tp = TopicPartition(topic, 0)
     records = sample_records()
-    async with Cluster(kafka.bootstrap) as cluster:
-        await Admin(cluster).create_topics({topic: 1})
+    async with cluster_with_topic(kafka.bootstrap, topic) as cluster:
         async with Producer(cluster, compression=codec, linger=0.02) as producer:
             metas = await producer.send_many(
                 topic,
@@ -116,8 +114,7 @@ async def test_read_partition_errors_are_typed(
     kafka: KafkaBroker, unique_name: Callable[[str], str]
 ) -> None:
     topic = unique_name("fetch-errors")
-    async with Cluster(kafka.bootstrap) as cluster:
-        await Admin(cluster).create_topics({topic: 1})
+    async with cluster_with_topic(kafka.bootstrap, topic) as cluster:
         async with Producer(cluster) as producer:
             await producer.send_many(topic, [b"a", b"b", b"c"])
         tp = TopicPartition(topic, 0)

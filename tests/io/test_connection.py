@@ -23,7 +23,6 @@ from gengroup._errors import (
     RequestTimedOut,
 )
 from gengroup._types import TopicPartition
-from gengroup.admin import Admin
 from gengroup.io.connection import BrokerConnection, open_connection
 from gengroup.io.fetch import build_fetch_request
 from gengroup.protocol.framing import (
@@ -36,6 +35,7 @@ from gengroup.protocol.framing import (
 )
 from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import KafkaBroker
+from tests.io import create_topic
 
 HANG_GUARD = 30.0
 
@@ -48,6 +48,19 @@ def metadata_request(version: int = 12) -> Any:
         allow_auto_topic_creation=False,
         include_cluster_authorized_operations=False,
         include_topic_authorized_operations=False,
+    )
+
+
+def long_poll_fetch(conn: BrokerConnection, topic: str) -> Any:
+    """A Fetch of the empty ``topic`` that the broker holds for 10 s."""
+    return build_fetch_request(
+        conn.versions[ApiKey.FETCH],
+        {TopicPartition(topic, 0): 0},
+        max_wait=10.0,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        partition_max_bytes=1 << 20,
+        isolation_level=0,
     )
 
 
@@ -85,8 +98,7 @@ async def test_many_concurrent_requests_are_matched_by_correlation_id(
     kafka: KafkaBroker, unique_name: Callable[[str], str]
 ) -> None:
     topic = unique_name("conn-many")
-    async with Admin(kafka.bootstrap) as admin:
-        await admin.create_topics({topic: 1})
+    await create_topic(kafka.bootstrap, topic)
     async with open_connection(*split(kafka.bootstrap)) as conn:
         lo_version = conn.versions[ApiKey.LIST_OFFSETS]
         md_version = conn.versions[ApiKey.METADATA]
@@ -118,18 +130,9 @@ async def test_request_timeout_raises_and_closes_the_connection(
     kafka: KafkaBroker, unique_name: Callable[[str], str]
 ) -> None:
     topic = unique_name("conn-timeout")
-    async with Admin(kafka.bootstrap) as admin:
-        await admin.create_topics({topic: 1})
+    await create_topic(kafka.bootstrap, topic)
     async with open_connection(*split(kafka.bootstrap)) as conn:
-        fetch = build_fetch_request(
-            conn.versions[ApiKey.FETCH],
-            {TopicPartition(topic, 0): 0},
-            max_wait=10.0,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            partition_max_bytes=1 << 20,
-            isolation_level=0,
-        )
+        fetch = long_poll_fetch(conn, topic)
         with anyio.fail_after(HANG_GUARD), pytest.raises(RequestTimedOut):
             await conn.request(fetch, timeout=0.3)
         assert not conn.is_usable
@@ -142,18 +145,9 @@ async def test_aclose_fails_waiters_with_connection_closed(
     kafka: KafkaBroker, unique_name: Callable[[str], str]
 ) -> None:
     topic = unique_name("conn-aclose")
-    async with Admin(kafka.bootstrap) as admin:
-        await admin.create_topics({topic: 1})
+    await create_topic(kafka.bootstrap, topic)
     async with open_connection(*split(kafka.bootstrap)) as conn:
-        fetch = build_fetch_request(
-            conn.versions[ApiKey.FETCH],
-            {TopicPartition(topic, 0): 0},
-            max_wait=10.0,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            partition_max_bytes=1 << 20,
-            isolation_level=0,
-        )
+        fetch = long_poll_fetch(conn, topic)
         errors: list[BaseException] = []
 
         async def waiter() -> None:

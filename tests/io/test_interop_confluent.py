@@ -16,6 +16,7 @@ from gengroup.io.fetch import fetch_once, read_partition
 from gengroup.producer import Producer, ProducerRecord
 from gengroup.protocol.records import Compression, Header
 from gengroup.testing.kafka import KafkaBroker
+from tests.io import cluster_with_topic, create_topic
 
 BASE_TS = 1_700_000_000_456
 
@@ -112,8 +113,7 @@ async def test_gengroup_reads_what_librdkafka_wrote(
     topic = unique_name(f"from-rdkafka-{codec.name.lower()}")
     tp = TopicPartition(topic, 0)
     rows = sample_rows()
-    async with Cluster(kafka.bootstrap) as cluster:
-        await Admin(cluster).create_topics({topic: 1})
+    async with cluster_with_topic(kafka.bootstrap, topic) as cluster:
         await anyio.to_thread.run_sync(
             _confluent_produce, kafka.bootstrap, topic, CODEC_NAMES[codec], rows
         )
@@ -133,8 +133,7 @@ async def test_librdkafka_reads_what_gengroup_wrote(
 ) -> None:
     topic = unique_name(f"to-rdkafka-{codec.name.lower()}")
     rows = sample_rows()
-    async with Admin(kafka.bootstrap) as admin:
-        await admin.create_topics({topic: 1})
+    await create_topic(kafka.bootstrap, topic)
     async with Producer(kafka.bootstrap, compression=codec, linger=0.02) as producer:
         metas = await producer.send_many(
             topic,

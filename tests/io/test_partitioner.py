@@ -15,6 +15,7 @@ from gengroup._types import TopicPartition
 from gengroup.admin import Admin
 from gengroup.producer import Producer, ProducerRecord, murmur2, partition_for_key
 from gengroup.testing.kafka import KafkaBroker
+from tests.io import create_topic
 
 # Apache Kafka's UtilsTest.testMurmur2 (clients/src/test/java/org/apache/kafka/common/utils).
 KAFKA_VECTORS = [
@@ -83,8 +84,7 @@ async def test_keyed_records_land_where_librdkafka_murmur2_puts_them(
     topic = unique_name("partitioner")
     partitions = 7
     keys = [f"key-{i}".encode() for i in range(200)] + [k for k, _ in KAFKA_VECTORS]
-    async with Admin(kafka.bootstrap) as admin:
-        await admin.create_topics({topic: partitions})
+    await create_topic(kafka.bootstrap, topic, partitions)
     async with Producer(kafka.bootstrap) as producer:
         ours = await producer.send_many(topic, [ProducerRecord(b"gengroup", key=k) for k in keys])
     theirs = await anyio.to_thread.run_sync(_confluent_partitions, kafka.bootstrap, topic, keys)

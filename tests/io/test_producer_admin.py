@@ -26,6 +26,7 @@ from gengroup.io.connection import BrokerConnection
 from gengroup.io.fetch import read_partition
 from gengroup.producer import Compression, Producer, ProducerRecord
 from gengroup.testing.kafka import KafkaBroker
+from tests.io import cluster_with_topic
 
 HANG_GUARD = 60.0
 
@@ -217,8 +218,7 @@ async def test_groups_list_describe_fetch_offsets_delete(
 @pytest.mark.parametrize("acks", [-1, 1, 0, "all"])
 async def test_acks_modes(kafka: KafkaBroker, unique_name: Callable[[str], str], acks: Any) -> None:
     topic = unique_name(f"acks{acks}")
-    async with Cluster(kafka.bootstrap) as cluster:
-        await Admin(cluster).create_topics({topic: 1})
+    async with cluster_with_topic(kafka.bootstrap, topic) as cluster:
         async with Producer(cluster, acks=acks) as producer:
             metas = [await producer.send(topic, f"{i}".encode()) for i in range(5)]
         expected = [-1] * 5 if acks == 0 else list(range(5))
@@ -243,8 +243,7 @@ async def test_concurrent_sends_share_one_request_per_broker(
         return await original(self, request, **kwargs)
 
     monkeypatch.setattr(BrokerConnection, "request", spy)
-    async with Cluster(kafka.bootstrap) as cluster:
-        await Admin(cluster).create_topics({topic: 4})
+    async with cluster_with_topic(kafka.bootstrap, topic, 4) as cluster:
         async with Producer(cluster, linger=0.2, compression=Compression.LZ4) as producer:
             results: dict[int, Any] = {}
 
@@ -274,8 +273,7 @@ async def test_small_batches_keep_order(
     kafka: KafkaBroker, unique_name: Callable[[str], str]
 ) -> None:
     topic = unique_name("small-batches")
-    async with Cluster(kafka.bootstrap) as cluster:
-        await Admin(cluster).create_topics({topic: 1})
+    async with cluster_with_topic(kafka.bootstrap, topic) as cluster:
         async with Producer(cluster, max_batch_bytes=500, compression=Compression.GZIP) as p:
             metas = await p.send_many(topic, [f"{i:04d}".encode() * 10 for i in range(300)])
         assert [m.offset for m in metas] == list(range(300))
