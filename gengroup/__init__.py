@@ -65,24 +65,24 @@ from ._errors import (
 )
 from ._types import TopicPartition as TopicPartition
 from .admin import Admin as Admin
-from .consumer.fetcher import FetchedBatch as FetchedBatch
 from .consumer.generation import Generation as Generation
 from .consumer.generation import RebalanceTimings as RebalanceTimings
 from .consumer.group import ConsumerGroup as ConsumerGroup
+from .consumer.prefetch import FetchedBatch as FetchedBatch
 from .consumer.workers import run_workers as run_workers
-from .group.balancers import (
+from .io.cluster import Cluster as Cluster
+from .membership.balancers import (
     Balancer as Balancer,
 )
-from .group.balancers import (
+from .membership.balancers import (
     GroupMember as GroupMember,
 )
-from .group.balancers import (
+from .membership.balancers import (
     RangeBalancer as RangeBalancer,
 )
-from .group.balancers import (
+from .membership.balancers import (
     RoundRobinBalancer as RoundRobinBalancer,
 )
-from .io.cluster import Cluster as Cluster
 from .producer import Producer as Producer
 from .producer import RecordMetadata as RecordMetadata
 from .protocol.records import Compression as Compression

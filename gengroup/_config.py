@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, Unpack
 
 from ._errors import ConfigError
-from .group.balancers import Balancer, RangeBalancer, RoundRobinBalancer
-from .group.member import MemberConfig
+from .membership.balancers import Balancer, RangeBalancer, RoundRobinBalancer
+from .membership.member import MemberConfig
 
 __all__ = ["GroupConfig", "GroupSettings", "IsolationLevel", "StartOffset"]
 

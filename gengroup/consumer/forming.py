@@ -2,14 +2,14 @@
 
 Theory of operation:
 
-:func:`form_generation` drives the sans-IO :class:`~gengroup.group.member.Member`
+:func:`form_generation` drives the sans-IO :class:`~gengroup.membership.member.Member`
 through FindCoordinator, JoinGroup, SyncGroup and OffsetFetch until a
 generation forms. Each failed step is handed back to the member machine,
 which says what to do about it (rejoin at once, reset the member id, look the
 coordinator up again, retry after a jittered exponential backoff, or give up
 with the error); a lost coordinator is looked up again. The result is a
 :class:`Formed`: the :class:`~gengroup.consumer.generation.Generation` handed
-to the application, its fetcher (started from each partition's committed
+to the application, its prefetcher (started from each partition's committed
 offset, or per ``start_offset`` where none is) and the partition counts the
 leader assigned from (which its partition watcher compares against).
 
@@ -41,14 +41,15 @@ from .._errors import (
     error_for_code,
 )
 from .._types import GenerationIdentity, TopicPartition
-from ..group.member import Joined, JoinParams, Member, Outcome, Retry, outcome_for
-from ..io import group_api, offsets
+from ..io import offsets
 from ..io.cluster import Cluster
 from ..io.coordinator import CoordinatorClient
 from ..io.retry import Backoff
+from ..membership import requests
+from ..membership.member import Joined, JoinParams, Member, Outcome, Retry, outcome_for
 from ..protocol.versions import ApiKey
-from .fetcher import Fetcher
 from .generation import Generation, RebalanceTimings
+from .prefetch import Prefetcher
 
 __all__ = ["Formed", "GroupClient", "form_generation"]
 
@@ -97,16 +98,16 @@ class GroupClient:
 
     # ------------------------------------------------------------------ join and sync
 
-    async def join(self, node: int, params: JoinParams) -> group_api.JoinResult:
+    async def join(self, node: int, params: JoinParams) -> requests.JoinResult:
         """JoinGroup (the coordinator may hold it for the rebalance timeout)."""
         resp = await self.cluster.call(
             node,
             ApiKey.JOIN_GROUP,
-            partial(group_api.join_request, params=params),
+            partial(requests.join_request, params=params),
             timeout=self._rebalance_wait,
             channel="group",
         )
-        return group_api.parse_join(resp)
+        return requests.parse_join(resp)
 
     async def sync(
         self,
@@ -120,7 +121,7 @@ class GroupClient:
             node,
             ApiKey.SYNC_GROUP,
             partial(
-                group_api.sync_request,
+                requests.sync_request,
                 identity=identity,
                 protocol=protocol,
                 assignments=assignments,
@@ -128,7 +129,7 @@ class GroupClient:
             timeout=self._rebalance_wait,
             channel="group",
         )
-        return group_api.parse_sync(resp)
+        return requests.parse_sync(resp)
 
     @property
     def _rebalance_wait(self) -> float:
@@ -173,14 +174,14 @@ class GroupClient:
         )
 
     async def reset_one(self, tp: TopicPartition) -> int:
-        """:meth:`reset_offsets` for one partition (the fetcher's OFFSET_OUT_OF_RANGE)."""
+        """:meth:`reset_offsets` for one partition (the prefetcher's OFFSET_OUT_OF_RANGE)."""
         return (await self.reset_offsets([tp]))[tp]
 
-    def fetcher(
+    def prefetcher(
         self, positions: Mapping[TopicPartition, int], on_first_batch: Callable[[], None]
-    ) -> Fetcher:
-        """A fetcher for a generation's partitions, starting at ``positions``."""
-        return Fetcher(self.cluster, self.config, positions, self.reset_one, on_first_batch)
+    ) -> Prefetcher:
+        """A prefetcher for a generation's partitions, starting at ``positions``."""
+        return Prefetcher(self.cluster, self.config, positions, self.reset_one, on_first_batch)
 
     # ------------------------------------------------------------------ the running generation
 
@@ -190,10 +191,10 @@ class GroupClient:
         resp = await self.cluster.call(
             node,
             ApiKey.HEARTBEAT,
-            partial(group_api.heartbeat_request, identity=identity),
+            partial(requests.heartbeat_request, identity=identity),
             timeout=min(cfg.request_timeout, cfg.session_timeout),
         )
-        return group_api.error_code(resp)
+        return requests.error_code(resp)
 
     async def commit_offsets(
         self, identity: GenerationIdentity, offsets: Mapping[TopicPartition, int]
@@ -210,7 +211,7 @@ class GroupClient:
         """
 
         def parse(resp: Any) -> dict[TopicPartition, int]:
-            results = group_api.parse_offset_commit(resp)
+            results = requests.parse_offset_commit(resp)
             codes = set(results.values())
             if codes and all(outcome_for(code) is Outcome.FIND_COORDINATOR for code in codes):
                 raise error_for_code(min(codes), f"OffsetCommit of {identity.group_id}")
@@ -218,7 +219,7 @@ class GroupClient:
 
         return await self.coordinator.call(
             ApiKey.OFFSET_COMMIT,
-            partial(group_api.offset_commit_request, identity=identity, offsets=offsets),
+            partial(requests.offset_commit_request, identity=identity, offsets=offsets),
             parse,
         )
 
@@ -235,13 +236,13 @@ class GroupClient:
                     node,
                     ApiKey.LEAVE_GROUP,
                     partial(
-                        group_api.leave_request,
+                        requests.leave_request,
                         group_id=cfg.group_id,
                         member_id=member_id,
                         reason="the consumer is closing",
                     ),
                 )
-                code = group_api.parse_leave(resp)
+                code = requests.parse_leave(resp)
                 if code:
                     log.info(
                         "group %s member %s: LeaveGroup answered %s",
@@ -259,13 +260,13 @@ class Formed:
 
     Attributes:
         generation: the generation handed to the application.
-        fetcher: the generation's fetcher (a task of the generation).
+        prefetcher: the generation's prefetcher (a task of the generation).
         partition_counts: topic -> partition count the leader assigned from
             (empty on followers).
     """
 
     generation: Generation
-    fetcher: Fetcher
+    prefetcher: Prefetcher
     partition_counts: dict[str, int]
 
 
@@ -405,7 +406,7 @@ def _formed(
             timings.first_record,
         )
 
-    fetcher = client.fetcher(positions, first_batch)
+    prefetcher = client.prefetcher(positions, first_batch)
     gen = Generation(
         identity=identity,
         is_leader=joined.is_leader,
@@ -413,7 +414,7 @@ def _formed(
         assignments=dict(positions),
         timings=timings,
         _committer=client,
-        _fetcher=fetcher,
+        _prefetcher=prefetcher,
         _committed=dict(committed),
     )
     log.info(
@@ -430,4 +431,4 @@ def _formed(
         timings.sync,
         timings.offset_fetch,
     )
-    return Formed(gen, fetcher, counts)
+    return Formed(gen, prefetcher, counts)

@@ -6,7 +6,7 @@ The group forms a :class:`Generation` after SyncGroup and OffsetFetch
 (:mod:`~gengroup.consumer.forming`); the generation runner
 (:mod:`~gengroup.consumer.running`) opens the generation's task group inside
 its cancel scope (:meth:`Generation.task_group`), starts the internal tasks
-(heartbeat, partition watcher, committer, fetcher) in it and hands the object
+(heartbeat, partition watcher, committer, prefetcher) in it and hands the object
 to the user over a channel. Tasks the user starts with :meth:`Generation.start_soon` run in
 the same task group, wrapped so that the first one to exit -- returning or
 raising -- cancels the generation's scope (kafka-go's "the first goroutine to
@@ -40,10 +40,10 @@ import anyio.abc
 
 from .._errors import GenerationEnded, error_for_code
 from .._types import GenerationIdentity, TopicPartition
-from ..group.member import Outcome
+from ..membership.member import Outcome
 
 if TYPE_CHECKING:
-    from .fetcher import FetchedBatch, Fetcher
+    from .prefetch import FetchedBatch, Prefetcher
 
 __all__ = ["Committer", "Generation", "RebalanceTimings"]
 
@@ -135,7 +135,7 @@ class Generation:
     assignments: Mapping[TopicPartition, int]
     timings: RebalanceTimings
     _committer: Committer = field(repr=False)
-    _fetcher: Fetcher = field(repr=False)
+    _prefetcher: Prefetcher = field(repr=False)
     _committed: dict[TopicPartition, int] = field(default_factory=dict, repr=False)
     _scope: anyio.CancelScope = field(default_factory=anyio.CancelScope, repr=False)
     _tg: anyio.abc.TaskGroup | None = field(default=None, repr=False)
@@ -306,7 +306,7 @@ class Generation:
             raise KeyError(
                 f"{tp} is not assigned to member {self.member_id} in generation {self.id}"
             )
-        return self._fetcher.iterate(tp)
+        return self._prefetcher.iterate(tp)
 
     def mark(self, tp: TopicPartition, offset: int) -> None:
         """Record that everything before ``offset`` in ``tp`` was processed.

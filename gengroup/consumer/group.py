@@ -31,8 +31,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from .._config import GroupConfig, GroupSettings
 from .._errors import GengroupError, TaskStuckError
-from ..group.member import Member, Outcome
 from ..io.cluster import Cluster
+from ..membership.member import Member, Outcome
 from .forming import Formed, GroupClient, form_generation
 from .generation import Generation, RebalanceTimings
 from .running import run_generation

@@ -4,7 +4,7 @@ Theory of operation:
 
 :func:`run_generation` runs a formed generation's task group (inside the
 generation's cancel scope) *in the caller's task* -- the group's run loop. It
-starts the internal tasks there (the heartbeat loop, the fetcher, the
+starts the internal tasks there (the heartbeat loop, the prefetcher, the
 leader's partition watcher, the periodic committer), then hands the
 :class:`~gengroup.consumer.generation.Generation` to the application, which
 never runs inside that task group: it receives the object over the group's
@@ -39,7 +39,7 @@ from .._errors import (
     TaskStuckError,
     error_for_code,
 )
-from ..group.member import Member, Outcome, outcome_for
+from ..membership.member import Member, Outcome, outcome_for
 from .forming import Formed, GroupClient
 from .generation import Generation
 
@@ -65,7 +65,7 @@ async def run_generation(
     """Run ``formed`` until every task of it returned, then commit and end it.
 
     Args:
-        formed: the generation, its fetcher and the partition counts at join.
+        formed: the generation, its prefetcher and the partition counts at join.
         member: the member machine, told when the generation ended.
         client: the group's requests (heartbeats, commits, metadata).
         hand_over: gives the generation to the application (once its tasks run).
@@ -116,7 +116,7 @@ class _Run:
                 try:
                     async with gen.task_group() as tg:
                         tg.start_soon(self._heartbeat_loop, name="gengroup-heartbeat")
-                        tg.start_soon(self.formed.fetcher.run, name="gengroup-fetcher")
+                        tg.start_soon(self.formed.prefetcher.run, name="gengroup-prefetcher")
                         if gen.is_leader and cfg.watch_partition_changes:
                             tg.start_soon(self._watch_partitions, name="gengroup-watcher")
                         if cfg.commit_interval > 0:

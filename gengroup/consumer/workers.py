@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from .._types import TopicPartition
-from .fetcher import FetchedBatch
 from .generation import Generation
 from .group import ConsumerGroup
+from .prefetch import FetchedBatch
 
 __all__ = ["Handler", "run_workers"]
 

@@ -315,7 +315,7 @@ async def test_slow_worker_bounds_its_partition_buffer(kafka: KafkaBroker) -> No
             group_id, [topic], kafka.bootstrap, partition_buffer_bytes=limit, **FAST
         ) as group:
             gen = await group.next()
-            part = gen._fetcher._parts[tp]
+            part = gen._prefetcher._parts[tp]
             async for batch in gen.fetch(tp):
                 handled += len(batch.records)
                 peak = max(peak, part.buffered)

@@ -10,7 +10,7 @@ import confluent_kafka
 import pytest
 
 from gengroup import ConsumerGroup, RangeBalancer, RoundRobinBalancer, TopicPartition
-from gengroup.group.balancers import Balancer
+from gengroup.membership.balancers import Balancer
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 

@@ -1,8 +1,8 @@
-"""The generation's fetcher: one fetch loop per broker, bounded per-partition buffers.
+"""The generation's prefetcher: one fetch loop per broker, bounded per-partition buffers.
 
 Theory of operation:
 
-A :class:`Fetcher` runs as one task of the generation. Inside it, one loop per
+A :class:`Prefetcher` runs as one task of the generation. Inside it, one loop per
 leader broker sends a single Fetch request covering every assigned partition
 that broker leads *and whose buffer has room* -- never a request per partition.
 Each partition has a bounded buffer (``partition_buffer_bytes`` of record
@@ -21,7 +21,7 @@ the partition's worker, like any other non-retriable error: the worker's
 ``async for`` raises it, the worker exits, and the generation ends with that
 exception. Nothing is swallowed.
 
-Workers read through :meth:`Fetcher.iterate`, an async iterator (not an async
+Workers read through :meth:`Prefetcher.iterate`, an async iterator (not an async
 generator, so there is nothing to finalise) that ends when the generation's
 scope is cancelled.
 """
@@ -51,7 +51,7 @@ from ..io.retry import Backoff, backoff_delay
 from ..protocol.fetch import PartitionFetch
 from ..protocol.records import Record
 
-__all__ = ["FetchedBatch", "Fetcher"]
+__all__ = ["FetchedBatch", "Prefetcher"]
 
 log = logging.getLogger("gengroup")
 
@@ -105,7 +105,7 @@ def _request_action(exc: BaseException) -> Action:
     return "fail"
 
 
-class Fetcher:
+class Prefetcher:
     """Fetches a generation's partitions (one loop per broker) into bounded buffers."""
 
     def __init__(
@@ -288,10 +288,10 @@ class Fetcher:
 
 
 class _PartitionIterator:
-    """Async iterator of one partition's batches; ends when the fetcher stops."""
+    """Async iterator of one partition's batches; ends when the prefetcher stops."""
 
-    def __init__(self, fetcher: Fetcher, part: _Partition) -> None:
-        self._fetcher = fetcher
+    def __init__(self, prefetcher: Prefetcher, part: _Partition) -> None:
+        self._prefetcher = prefetcher
         self._part = part
 
     def __aiter__(self) -> _PartitionIterator:
@@ -302,10 +302,10 @@ class _PartitionIterator:
         while not part.queue:
             if part.error is not None:
                 raise part.error
-            if self._fetcher._closed:
+            if self._prefetcher._closed:
                 raise StopAsyncIteration
             part.wake = anyio.Event()
             await part.wake.wait()
         batch = part.queue.popleft()
-        self._fetcher._consumed(part, batch)
+        self._prefetcher._consumed(part, batch)
         return batch

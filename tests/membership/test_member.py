@@ -6,8 +6,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from gengroup._errors import IllegalGeneration, RebalanceInProgress
-from gengroup.group.balancers import RangeBalancer, RoundRobinBalancer
-from gengroup.group.member import (
+from gengroup.membership.balancers import RangeBalancer, RoundRobinBalancer
+from gengroup.membership.member import (
     IllegalTransition,
     Joined,
     Member,

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._types import GenerationIdentity, TopicPartition
-from ..group.member import JoinParams
 from ..protocol.framing import build, ms
+from .member import JoinParams
 
 __all__ = [
     "JoinResult",

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gengroup.group.balancers import (
+from gengroup.membership.balancers import (
     Balancer,
     GroupAssignment,
     GroupMember,
