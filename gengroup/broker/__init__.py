@@ -10,30 +10,35 @@ tests in virtual time (trio's ``MockClock``)::
         print(cluster.bootstrap)   # "127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3"
 """
 
-from .cluster import EmbeddedBroker as EmbeddedBroker
-from .cluster import FakeCluster as FakeCluster
-from .cluster import MemoryByteStream as MemoryByteStream
-from .cluster import memory_byte_stream_pair as memory_byte_stream_pair
-from .faults import PASS as PASS
-from .faults import Action as Action
-from .faults import Control as Control
-from .faults import ControlHandler as ControlHandler
-from .faults import Delay as Delay
-from .faults import Disconnect as Disconnect
-from .faults import Drop as Drop
-from .faults import Fail as Fail
-from .faults import Intercepted as Intercepted
-from .faults import Pass as Pass
-from .faults import Respond as Respond
-from .faults import error_response as error_response
-from .log import LogError as LogError
-from .log import PartitionLog as PartitionLog
-from .server import OFFSETS_TOPIC as OFFSETS_TOPIC
-from .server import SUPPORTED_VERSIONS as SUPPORTED_VERSIONS
-from .server import BrokerServer as BrokerServer
-from .server import BrokerSettings as BrokerSettings
-from .server import ClusterState as ClusterState
-from .server import coordinator_partition as coordinator_partition
+from .cluster import (
+    EmbeddedBroker as EmbeddedBroker,
+    FakeCluster as FakeCluster,
+    MemoryByteStream as MemoryByteStream,
+    memory_byte_stream_pair as memory_byte_stream_pair,
+)
+from .faults import (
+    PASS as PASS,
+    Action as Action,
+    Control as Control,
+    ControlHandler as ControlHandler,
+    Delay as Delay,
+    Disconnect as Disconnect,
+    Drop as Drop,
+    Fail as Fail,
+    Intercepted as Intercepted,
+    Pass as Pass,
+    Respond as Respond,
+    error_response as error_response,
+)
+from .log import LogError as LogError, PartitionLog as PartitionLog
+from .server import (
+    OFFSETS_TOPIC as OFFSETS_TOPIC,
+    SUPPORTED_VERSIONS as SUPPORTED_VERSIONS,
+    BrokerServer as BrokerServer,
+    BrokerSettings as BrokerSettings,
+    ClusterState as ClusterState,
+    coordinator_partition as coordinator_partition,
+)
 
 __all__ = [
     "OFFSETS_TOPIC",

@@ -16,10 +16,10 @@ from gengroup import (
     Generation,
     GenerationEnded,
     IllegalGeneration,
+    Producer as Producer_,
     TaskStuckError,
     TopicPartition,
 )
-from gengroup import Producer as Producer_
 from gengroup._errors import error_for_code
 from gengroup._types import GenerationIdentity
 from gengroup.producer import ProducerRecord as ProducerRecord_

@@ -8,8 +8,7 @@ from collections.abc import Callable
 import anyio
 import confluent_kafka
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from gengroup._types import TopicPartition
 from gengroup.admin import Admin

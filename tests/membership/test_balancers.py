@@ -12,8 +12,7 @@ import random
 from collections.abc import Mapping, Sequence
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from gengroup.membership.balancers import (
     Balancer,

@@ -14,8 +14,7 @@ import struct
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from kio.serial import entity_writer
 
 from gengroup._errors import ProtocolError

@@ -6,8 +6,7 @@ import contextlib
 import struct
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.heartbeat.v4.response import HeartbeatResponse
 from kio.schema.metadata.v12.response import MetadataResponse

@@ -11,8 +11,7 @@ from pkgutil import resolve_name
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 from kio.schema.heartbeat.v4.response import HeartbeatResponse
 from kio.schema.index import schema_name_map
 from kio.schema.join_group.v5.request import JoinGroupRequest

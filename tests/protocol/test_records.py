@@ -9,9 +9,7 @@ import cramjam
 import pytest
 from crc32c import crc32c
 from kio.records.readers import read_batch
-from kio.records.schema import NewRecordBatch
-from kio.records.schema import Record as KioRecord
-from kio.records.schema import RecordHeader as KioHeader
+from kio.records.schema import NewRecordBatch, Record as KioRecord, RecordHeader as KioHeader
 from kio.records.writers import write_new_batch
 from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 

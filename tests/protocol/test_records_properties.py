@@ -11,8 +11,7 @@ from __future__ import annotations
 import datetime
 
 import cramjam
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from gengroup._errors import CorruptRecordError, ProtocolError
 from gengroup.protocol.records import (

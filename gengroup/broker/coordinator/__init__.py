@@ -176,143 +176,55 @@ from __future__ import annotations
 
 from .config import (
     CoordinatorConfig as CoordinatorConfig,
-)
-from .config import (
     default_member_id as default_member_id,
 )
 from .group import (
     TRANSITIONS as TRANSITIONS,
-)
-from .group import (
     ClassicGroup as ClassicGroup,
-)
-from .group import (
     ClassicGroupMember as ClassicGroupMember,
-)
-from .group import (
     CoordinatorPoisonedError as CoordinatorPoisonedError,
-)
-from .group import (
     GroupCoordinatorError as GroupCoordinatorError,
-)
-from .group import (
     GroupEvent as GroupEvent,
-)
-from .group import (
     GroupState as GroupState,
-)
-from .group import (
     IllegalTransitionError as IllegalTransitionError,
 )
 from .messages import (
     DeletableGroupResult as DeletableGroupResult,
-)
-from .messages import (
     DeleteGroupsInput as DeleteGroupsInput,
-)
-from .messages import (
     DeleteGroupsOutput as DeleteGroupsOutput,
-)
-from .messages import (
     DescribedGroup as DescribedGroup,
-)
-from .messages import (
     DescribedGroupMember as DescribedGroupMember,
-)
-from .messages import (
     DescribeGroupsInput as DescribeGroupsInput,
-)
-from .messages import (
     DescribeGroupsOutput as DescribeGroupsOutput,
-)
-from .messages import (
     HeartbeatInput as HeartbeatInput,
-)
-from .messages import (
     HeartbeatOutput as HeartbeatOutput,
-)
-from .messages import (
     JoinGroupInput as JoinGroupInput,
-)
-from .messages import (
     JoinGroupMember as JoinGroupMember,
-)
-from .messages import (
     JoinGroupOutput as JoinGroupOutput,
-)
-from .messages import (
     LeaveGroupInput as LeaveGroupInput,
-)
-from .messages import (
     LeaveGroupMemberOutput as LeaveGroupMemberOutput,
-)
-from .messages import (
     LeaveGroupOutput as LeaveGroupOutput,
-)
-from .messages import (
     ListedGroup as ListedGroup,
-)
-from .messages import (
     ListGroupsInput as ListGroupsInput,
-)
-from .messages import (
     ListGroupsOutput as ListGroupsOutput,
-)
-from .messages import (
     MemberIdentity as MemberIdentity,
-)
-from .messages import (
     OffsetCommitInput as OffsetCommitInput,
-)
-from .messages import (
     OffsetCommitOutput as OffsetCommitOutput,
-)
-from .messages import (
     OffsetCommitPartition as OffsetCommitPartition,
-)
-from .messages import (
     OffsetCommitPartitionOutput as OffsetCommitPartitionOutput,
-)
-from .messages import (
     OffsetCommitTopic as OffsetCommitTopic,
-)
-from .messages import (
     OffsetCommitTopicOutput as OffsetCommitTopicOutput,
-)
-from .messages import (
     OffsetFetchGroup as OffsetFetchGroup,
-)
-from .messages import (
     OffsetFetchGroupOutput as OffsetFetchGroupOutput,
-)
-from .messages import (
     OffsetFetchInput as OffsetFetchInput,
-)
-from .messages import (
     OffsetFetchOutput as OffsetFetchOutput,
-)
-from .messages import (
     OffsetFetchPartitionOutput as OffsetFetchPartitionOutput,
-)
-from .messages import (
     OffsetFetchTopic as OffsetFetchTopic,
-)
-from .messages import (
     OffsetFetchTopicOutput as OffsetFetchTopicOutput,
-)
-from .messages import (
     Reply as Reply,
-)
-from .messages import (
     Request as Request,
-)
-from .messages import (
     Response as Response,
-)
-from .messages import (
     SyncGroupInput as SyncGroupInput,
-)
-from .messages import (
     SyncGroupOutput as SyncGroupOutput,
 )
 from .service import (
