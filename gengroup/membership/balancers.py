@@ -206,7 +206,40 @@ def _partition_count(partitions: Mapping[str, int], topic: str) -> int:
 # --------------------------------------------------------------------------- balancers
 
 
-class RangeBalancer:
+class _JavaEagerAssignor:
+    """What the built-in eager strategies share: no user data, Java's member order."""
+
+    def user_data(self, topics: Sequence[str]) -> bytes | None:
+        """Return ``None``: the built-in strategies send no user data."""
+        return None
+
+    def assign(
+        self, members: Sequence[GroupMember], partitions: Mapping[str, int]
+    ) -> GroupAssignment:
+        """Assign partitions to members by this strategy.
+
+        Args:
+            members: every member of the generation, in any order.
+            partitions: the partition count of each known topic.
+
+        Returns:
+            ``member_id -> topic -> sorted partitions``; every member is a key.
+
+        Raises:
+            ValueError: two members share a member id.
+        """
+        ordered = _sorted_members(members)
+        result: GroupAssignment = {m.member_id: {} for m in ordered}
+        self._deal(ordered, partitions, result)
+        return result
+
+    def _deal(
+        self, ordered: list[GroupMember], partitions: Mapping[str, int], result: GroupAssignment
+    ) -> None:
+        raise NotImplementedError
+
+
+class RangeBalancer(_JavaEagerAssignor):
     """Kafka's ``range`` strategy, equal to Java's ``RangeAssignor`` without racks.
 
     Each topic is assigned on its own: its partitions, in numeric order, are cut
@@ -225,27 +258,10 @@ class RangeBalancer:
 
     name: Final = "range"
 
-    def user_data(self, topics: Sequence[str]) -> bytes | None:
-        """Return ``None``: this strategy sends no user data."""
-        return None
-
-    def assign(
-        self, members: Sequence[GroupMember], partitions: Mapping[str, int]
-    ) -> GroupAssignment:
-        """Assign contiguous partition ranges per topic.
-
-        Args:
-            members: every member of the generation, in any order.
-            partitions: the partition count of each known topic.
-
-        Returns:
-            ``member_id -> topic -> sorted partitions``; every member is a key.
-
-        Raises:
-            ValueError: two members share a member id.
-        """
-        ordered = _sorted_members(members)
-        result: GroupAssignment = {m.member_id: {} for m in ordered}
+    def _deal(
+        self, ordered: list[GroupMember], partitions: Mapping[str, int], result: GroupAssignment
+    ) -> None:
+        """Assign contiguous partition ranges per topic."""
         subscribers: dict[str, list[str]] = {}
         for member in ordered:  # already in member order, so each list is too
             for topic in dict.fromkeys(member.topics):
@@ -261,10 +277,9 @@ class RangeBalancer:
                 length = per_member + (1 if i < with_extra else 0)
                 if length:
                     result[member_id][topic] = list(range(start, start + length))
-        return result
 
 
-class RoundRobinBalancer:
+class RoundRobinBalancer(_JavaEagerAssignor):
     """Kafka's ``roundrobin`` strategy, equal to Java's ``RoundRobinAssignor``.
 
     All partitions of all subscribed topics are laid out sorted by topic name,
@@ -277,27 +292,10 @@ class RoundRobinBalancer:
 
     name: Final = "roundrobin"
 
-    def user_data(self, topics: Sequence[str]) -> bytes | None:
-        """Return ``None``: this strategy sends no user data."""
-        return None
-
-    def assign(
-        self, members: Sequence[GroupMember], partitions: Mapping[str, int]
-    ) -> GroupAssignment:
-        """Deal partitions to members in turn.
-
-        Args:
-            members: every member of the generation, in any order.
-            partitions: the partition count of each known topic.
-
-        Returns:
-            ``member_id -> topic -> sorted partitions``; every member is a key.
-
-        Raises:
-            ValueError: two members share a member id.
-        """
-        ordered = _sorted_members(members)
-        result: GroupAssignment = {m.member_id: {} for m in ordered}
+    def _deal(
+        self, ordered: list[GroupMember], partitions: Mapping[str, int], result: GroupAssignment
+    ) -> None:
+        """Deal partitions to members in turn."""
         subscribed = [frozenset(m.topics) for m in ordered]
         topics = sorted({t for topics in subscribed for t in topics}, key=_java.string_sort_key)
         cursor = 0
@@ -308,4 +306,3 @@ class RoundRobinBalancer:
                     cursor = (cursor + 1) % len(ordered)
                 result[ordered[cursor].member_id].setdefault(topic, []).append(partition)
                 cursor = (cursor + 1) % len(ordered)
-        return result

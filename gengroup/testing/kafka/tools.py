@@ -73,17 +73,11 @@ def find_java(java: str | os.PathLike[str] | None = None) -> str:
 
 
 def find_mvn(mvn: str | os.PathLike[str] | None = None) -> str:
-    """Locate the Maven executable (needed only to fetch the jars the first time).
+    """Locate Maven, needed only the first time, to fetch the jars.
 
-    Args:
-        mvn: An explicit path or command name; when omitted, ``$MAVEN_HOME/bin/mvn``
-            and then ``mvn`` on ``PATH`` are tried.
-
-    Returns:
-        The path of the executable.
-
-    Raises:
-        KafkaHarnessError: No usable ``mvn`` was found.
+    Like :func:`find_java`, with ``$MAVEN_HOME/bin/mvn`` tried before ``mvn``
+    on ``PATH`` when ``mvn`` is not given; raises :class:`KafkaHarnessError`
+    if none is usable.
     """
     return _resolve_tool("mvn", "Maven (`mvn`)", mvn, "MAVEN_HOME")
 
