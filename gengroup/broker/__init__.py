@@ -8,6 +8,14 @@ tests in virtual time (trio's ``MockClock``)::
 
     async with FakeCluster(brokers=3, topics={"payments": 6}) as cluster:
         print(cluster.bootstrap)   # "127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3"
+
+The modules: :mod:`~gengroup.broker.cluster` (``FakeCluster``),
+:mod:`~gengroup.broker.server` (one broker: listening, connections, dispatch),
+:mod:`~gengroup.broker.state` (what the brokers share),
+:mod:`~gengroup.broker.apis` (one module per API key),
+:mod:`~gengroup.broker.faults` (the fault controls),
+:mod:`~gengroup.broker.log` (topics and partition logs) and
+:mod:`~gengroup.broker.coordinator` (the group coordinator).
 """
 
 from .cluster import EmbeddedBroker as EmbeddedBroker
@@ -25,24 +33,15 @@ from .faults import Fail as Fail
 from .faults import Intercepted as Intercepted
 from .faults import Pass as Pass
 from .faults import Respond as Respond
-from .faults import error_response as error_response
 from .log import LogError as LogError
-from .log import PartitionLog as PartitionLog
-from .server import OFFSETS_TOPIC as OFFSETS_TOPIC
-from .server import SUPPORTED_VERSIONS as SUPPORTED_VERSIONS
 from .server import BrokerServer as BrokerServer
-from .server import BrokerSettings as BrokerSettings
-from .server import ClusterState as ClusterState
-from .server import coordinator_partition as coordinator_partition
+from .state import BrokerSettings as BrokerSettings
 
 __all__ = [
-    "OFFSETS_TOPIC",
     "PASS",
-    "SUPPORTED_VERSIONS",
     "Action",
     "BrokerServer",
     "BrokerSettings",
-    "ClusterState",
     "Control",
     "ControlHandler",
     "Delay",
@@ -55,9 +54,6 @@ __all__ = [
     "LogError",
     "MemoryByteStream",
     "Pass",
-    "PartitionLog",
     "Respond",
-    "coordinator_partition",
-    "error_response",
     "memory_byte_stream_pair",
 ]

@@ -5,7 +5,7 @@ Theory of operation:
 A :class:`FakeCluster` is what franz-go's ``kfake`` is to Go: N brokers in one
 process, each a :class:`~gengroup.broker.server.BrokerServer` listening on its
 own loopback port and speaking the real Kafka wire protocol, all sharing one
-:class:`~gengroup.broker.server.ClusterState` (topics and their logs, the group
+:class:`~gengroup.broker.state.ClusterState` (topics and their logs, the group
 coordinator, fault controls). Node ids are ``0 .. N-1``. Entering the context
 starts, in one task group, every broker (``tg.start`` so that each port is
 bound before the next starts) and the group coordinator's timer task, then
@@ -62,7 +62,8 @@ from ..protocol.records import Compression, NewRecord, Record, decode_batches, e
 from .coordinator import DescribedGroup, DescribeGroupsInput, OffsetFetchGroup, OffsetFetchInput
 from .faults import Control, ControlHandler
 from .log import LogError, Partition, Topic
-from .server import BrokerServer, BrokerSettings, ClusterState
+from .server import BrokerServer
+from .state import BrokerSettings, ClusterState
 
 __all__ = ["EmbeddedBroker", "FakeCluster", "MemoryByteStream", "memory_byte_stream_pair"]
 
