@@ -273,7 +273,7 @@ class FakeCluster:
         Returns:
             The control (``control.remove()`` uninstalls it).
         """
-        return self.state.faults.add(api_key, handler, once=once, broker_id=broker_id)
+        return self.state.faults.install(Control(api_key, handler, once, broker_id))
 
     def clear_controls(self) -> None:
         """Remove every installed control."""

@@ -3,7 +3,7 @@
 Theory of operation:
 
 Like franz-go's ``kfake.ControlKey``, a test installs a *control* for an API key
-(or for every key) with :meth:`Faults.add` (usually through
+(or for every key) with :meth:`Faults.install` (usually through
 :meth:`gengroup.broker.FakeCluster.control`). Every decoded request is shown to
 the installed controls, oldest first, as an :class:`Intercepted` value (header,
 decoded kio request, broker id). A handler returns ``None`` (or :data:`PASS`) to
@@ -137,7 +137,7 @@ ControlHandler: TypeAlias = Callable[[Intercepted], Action | None]
 
 @dataclass(eq=False)
 class Control:
-    """An installed control; see :meth:`Faults.add`.
+    """A control, installed with :meth:`Faults.install`.
 
     Attributes:
         api_key: the API it intercepts (``None``: every API).
@@ -172,28 +172,15 @@ class Faults:
     def __init__(self) -> None:
         self.controls: list[Control] = []
 
-    def add(
-        self,
-        api_key: int | None,
-        handler: ControlHandler,
-        *,
-        once: bool = False,
-        broker_id: int | None = None,
-    ) -> Control:
-        """Install a control.
-
-        Args:
-            api_key: the API to intercept, or ``None`` for every API.
-            handler: called with each matching :class:`Intercepted` request.
-            once: remove the control after the first request it handles.
-            broker_id: only intercept requests received by this broker.
+    def install(self, control: Control) -> Control:
+        """Install a control, after every control installed before it.
 
         Returns:
-            The :class:`Control`; call :meth:`Control.remove` to uninstall it.
+            ``control``; call :meth:`Control.remove` to uninstall it.
         """
-        control = Control(
-            None if api_key is None else int(api_key), handler, once, broker_id, _owner=self
-        )
+        if control.api_key is not None:
+            control.api_key = int(control.api_key)
+        control._owner = self
         self.controls.append(control)
         return control
 
