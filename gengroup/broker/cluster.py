@@ -47,6 +47,7 @@ over an in-memory byte stream.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -186,6 +187,7 @@ class FakeCluster:
         items = topics.items() if isinstance(topics, Mapping) else (topics or ())
         self._seed_topics = [(name, int(count)) for name, count in items]
         self._tg: anyio.abc.TaskGroup | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
         self._entered = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -194,21 +196,18 @@ class FakeCluster:
         if self._entered:
             raise RuntimeError("a FakeCluster can be entered only once; create a new one")
         self._entered = True
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
-        try:
+        async with contextlib.AsyncExitStack() as stack:
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            # Runs before the task group exits: the servers serve until cancelled.
+            stack.callback(tg.cancel_scope.cancel)
             self.state.start()
             for server in self.servers.values():
                 await tg.start(server.serve)
             tg.start_soon(self.state.run_group_timer)
             for name, count in self._seed_topics:
                 self.create_topic(name, count)
-        except BaseException as exc:
-            tg.cancel_scope.cancel()
-            self._tg = None
-            await tg.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
+            self._tg = tg
+            self._stack = stack.pop_all()
         return self
 
     async def __aexit__(
@@ -217,10 +216,10 @@ class FakeCluster:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        tg, self._tg = self._tg, None
-        assert tg is not None, "the FakeCluster was not entered"
-        tg.cancel_scope.cancel()
-        return await tg.__aexit__(exc_type, exc, tb)
+        stack, self._stack = self._stack, None
+        assert stack is not None, "the FakeCluster was not entered"
+        self._tg = None
+        return await stack.__aexit__(exc_type, exc, tb)
 
     def _task_group(self) -> anyio.abc.TaskGroup:
         if self._tg is None:
