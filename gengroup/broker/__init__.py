@@ -8,9 +8,17 @@ tests in virtual time (trio's ``MockClock``)::
 
     async with FakeCluster(brokers=3, topics={"payments": 6}) as cluster:
         print(cluster.bootstrap)   # "127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3"
+
+The modules: :mod:`~gengroup.broker.fake_cluster` (``FakeCluster``),
+:mod:`~gengroup.broker.server` (one broker: listening, connections, dispatch),
+:mod:`~gengroup.broker.state` (what the brokers share),
+:mod:`~gengroup.broker.apis` (one module per API key),
+:mod:`~gengroup.broker.faults` (the fault controls),
+:mod:`~gengroup.broker.log` (topics and partition logs) and
+:mod:`~gengroup.broker.coordinator` (the group coordinator).
 """
 
-from .cluster import (
+from .fake_cluster import (
     EmbeddedBroker as EmbeddedBroker,
     FakeCluster as FakeCluster,
     MemoryByteStream as MemoryByteStream,
@@ -28,26 +36,16 @@ from .faults import (
     Intercepted as Intercepted,
     Pass as Pass,
     Respond as Respond,
-    error_response as error_response,
 )
-from .log import LogError as LogError, PartitionLog as PartitionLog
-from .server import (
-    OFFSETS_TOPIC as OFFSETS_TOPIC,
-    SUPPORTED_VERSIONS as SUPPORTED_VERSIONS,
-    BrokerServer as BrokerServer,
-    BrokerSettings as BrokerSettings,
-    ClusterState as ClusterState,
-    coordinator_partition as coordinator_partition,
-)
+from .log import LogError as LogError
+from .server import BrokerServer as BrokerServer
+from .state import BrokerSettings as BrokerSettings
 
 __all__ = [
-    "OFFSETS_TOPIC",
     "PASS",
-    "SUPPORTED_VERSIONS",
     "Action",
     "BrokerServer",
     "BrokerSettings",
-    "ClusterState",
     "Control",
     "ControlHandler",
     "Delay",
@@ -60,9 +58,6 @@ __all__ = [
     "LogError",
     "MemoryByteStream",
     "Pass",
-    "PartitionLog",
     "Respond",
-    "coordinator_partition",
-    "error_response",
     "memory_byte_stream_pair",
 ]

@@ -1,9 +1,9 @@
-"""Fault injection for the embedded broker, and per-API error responses.
+"""Fault injection for the embedded broker (kfake-style controls).
 
 Theory of operation:
 
 Like franz-go's ``kfake.ControlKey``, a test installs a *control* for an API key
-(or for every key) with :meth:`Faults.add` (usually through
+(or for every key) with :meth:`Faults.install` (usually through
 :meth:`gengroup.broker.FakeCluster.control`). Every decoded request is shown to
 the installed controls, oldest first, as an :class:`Intercepted` value (header,
 decoded kio request, broker id). A handler returns ``None`` (or :data:`PASS`) to
@@ -17,7 +17,8 @@ action that *handles* it:
   completes stalls its connection: nothing after it is answered either, until
   the client gives up and closes it (what a hung broker looks like);
 * :class:`Fail` -- answer it with an error code, in the shape Kafka uses for
-  that API and version (:func:`error_response`);
+  that API and version (each API's ``error_response`` in
+  :mod:`gengroup.broker.apis`);
 * :class:`Respond` -- answer it with a response object the test built;
 * :class:`Disconnect` -- close the client's connection without answering.
 
@@ -25,22 +26,16 @@ A control added with ``once=True`` removes itself the first time it handles a
 request; a persistent control stays until :meth:`Control.remove` is called.
 Handlers run synchronously on the event loop and must not block.
 
-:func:`error_response` is also what the server uses for NOT_COORDINATOR and
-similar whole-request refusals, so injected errors look exactly like real ones.
+The handlers build their NOT_COORDINATOR and similar whole-request refusals
+with the same ``error_response``, so injected errors look exactly like real
+ones.
 """
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
-from uuid import UUID
-
-from kio.schema.errors import ErrorCode
-
-from ..protocol.framing import build, response_module
-from ..protocol.versions import ApiKey
 
 __all__ = [
     "PASS",
@@ -55,11 +50,7 @@ __all__ = [
     "Intercepted",
     "Pass",
     "Respond",
-    "error_response",
 ]
-
-_ZERO: Final = datetime.timedelta(0)
-_NIL_UUID: Final = UUID(int=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +137,7 @@ ControlHandler: TypeAlias = Callable[[Intercepted], Action | None]
 
 @dataclass(eq=False)
 class Control:
-    """An installed control; see :meth:`Faults.add`.
+    """A control, installed with :meth:`Faults.install`.
 
     Attributes:
         api_key: the API it intercepts (``None``: every API).
@@ -181,28 +172,15 @@ class Faults:
     def __init__(self) -> None:
         self.controls: list[Control] = []
 
-    def add(
-        self,
-        api_key: int | None,
-        handler: ControlHandler,
-        *,
-        once: bool = False,
-        broker_id: int | None = None,
-    ) -> Control:
-        """Install a control.
-
-        Args:
-            api_key: the API to intercept, or ``None`` for every API.
-            handler: called with each matching :class:`Intercepted` request.
-            once: remove the control after the first request it handles.
-            broker_id: only intercept requests received by this broker.
+    def install(self, control: Control) -> Control:
+        """Install a control, after every control installed before it.
 
         Returns:
-            The :class:`Control`; call :meth:`Control.remove` to uninstall it.
+            ``control``; call :meth:`Control.remove` to uninstall it.
         """
-        control = Control(
-            None if api_key is None else int(api_key), handler, once, broker_id, _owner=self
-        )
+        if control.api_key is not None:
+            control.api_key = int(control.api_key)
+        control._owner = self
         self.controls.append(control)
         return control
 
@@ -232,344 +210,3 @@ class Faults:
                 control.remove()
             return action
         return None
-
-
-# --------------------------------------------------------------------------- error responses
-
-
-def _ec(code: int) -> ErrorCode:
-    return ErrorCode(code)
-
-
-def error_response(
-    api_key: int, version: int, request: Any, code: int, message: str | None = None
-) -> Any:
-    """Build the response Kafka sends when a whole request fails with ``code``.
-
-    The error is put where Kafka puts it for that API and version: in the
-    top-level ``error_code`` when there is one, otherwise in every topic,
-    partition, group or key the request named.
-
-    Args:
-        api_key: the request's API key.
-        version: the request's version.
-        request: the decoded kio request.
-        code: the Kafka error code.
-        message: an error message for responses that carry one.
-
-    Returns:
-        A kio response of the same API and version.
-
-    Raises:
-        ValueError: the API is not one the embedded broker serves.
-    """
-    mod = response_module(api_key, version)
-    e = _ec(code)
-    key = ApiKey(api_key)
-    if key is ApiKey.API_VERSIONS:
-        return build(
-            mod.ApiVersionsResponse,
-            error_code=e,
-            api_keys=(),
-            throttle_time=_ZERO,
-            supported_features=(),
-            finalized_features_epoch=-1,
-            finalized_features=(),
-            zk_migration_ready=False,
-        )
-    if key is ApiKey.METADATA:
-        topics = tuple(
-            build(
-                mod.MetadataResponseTopic,
-                error_code=e,
-                name=t.name,
-                topic_id=getattr(t, "topic_id", None) or _NIL_UUID,
-                is_internal=False,
-                partitions=(),
-                topic_authorized_operations=-2147483648,
-            )
-            for t in (request.topics or ())
-        )
-        return build(
-            mod.MetadataResponse,
-            throttle_time=_ZERO,
-            brokers=(),
-            cluster_id=None,
-            controller_id=-1,
-            topics=topics,
-            cluster_authorized_operations=-2147483648,
-            error_code=e,
-        )
-    if key is ApiKey.PRODUCE:
-        return build(
-            mod.ProduceResponse,
-            throttle_time=_ZERO,
-            node_endpoints=(),
-            responses=tuple(
-                build(
-                    mod.TopicProduceResponse,
-                    name=t.name,
-                    partition_responses=tuple(
-                        build(
-                            mod.PartitionProduceResponse,
-                            index=p.index,
-                            error_code=e,
-                            base_offset=-1,
-                            log_append_time=None,
-                            log_start_offset=-1,
-                            record_errors=(),
-                            error_message=message,
-                        )
-                        for p in t.partition_data
-                    ),
-                )
-                for t in request.topic_data
-            ),
-        )
-    if key is ApiKey.FETCH:
-        if version >= 7:
-            return build(
-                mod.FetchResponse,
-                throttle_time=_ZERO,
-                error_code=e,
-                session_id=0,
-                responses=(),
-            )
-        return build(
-            mod.FetchResponse,
-            throttle_time=_ZERO,
-            responses=tuple(
-                build(
-                    mod.FetchableTopicResponse,
-                    topic=t.topic,
-                    partitions=tuple(
-                        build(
-                            mod.PartitionData,
-                            partition_index=p.partition,
-                            error_code=e,
-                            high_watermark=-1,
-                            last_stable_offset=-1,
-                            log_start_offset=-1,
-                            aborted_transactions=None,
-                            records=None,
-                        )
-                        for p in t.partitions
-                    ),
-                )
-                for t in request.topics
-            ),
-        )
-    if key is ApiKey.LIST_OFFSETS:
-        return build(
-            mod.ListOffsetsResponse,
-            throttle_time=_ZERO,
-            topics=tuple(
-                build(
-                    mod.ListOffsetsTopicResponse,
-                    name=t.name,
-                    partitions=tuple(
-                        build(
-                            mod.ListOffsetsPartitionResponse,
-                            partition_index=p.partition_index,
-                            error_code=e,
-                            timestamp=-1,
-                            offset=-1,
-                            leader_epoch=-1,
-                        )
-                        for p in t.partitions
-                    ),
-                )
-                for t in request.topics
-            ),
-        )
-    if key is ApiKey.FIND_COORDINATOR:
-        if version >= 4:
-            return build(
-                mod.FindCoordinatorResponse,
-                throttle_time=_ZERO,
-                coordinators=tuple(
-                    build(
-                        mod.Coordinator,
-                        key=k,
-                        node_id=-1,
-                        host="",
-                        port=-1,
-                        error_code=e,
-                        error_message=message,
-                    )
-                    for k in request.coordinator_keys
-                ),
-            )
-        return build(
-            mod.FindCoordinatorResponse,
-            throttle_time=_ZERO,
-            error_code=e,
-            error_message=message,
-            node_id=-1,
-            host="",
-            port=-1,
-        )
-    if key is ApiKey.JOIN_GROUP:
-        return build(
-            mod.JoinGroupResponse,
-            throttle_time=_ZERO,
-            error_code=e,
-            generation_id=-1,
-            protocol_type=None,
-            protocol_name=None if version >= 7 else "",
-            leader="",
-            skip_assignment=False,
-            member_id="",
-            members=(),
-        )
-    if key is ApiKey.SYNC_GROUP:
-        return build(
-            mod.SyncGroupResponse,
-            throttle_time=_ZERO,
-            error_code=e,
-            protocol_type=None,
-            protocol_name=None,
-            assignment=b"",
-        )
-    if key is ApiKey.HEARTBEAT:
-        return build(mod.HeartbeatResponse, throttle_time=_ZERO, error_code=e)
-    if key is ApiKey.LEAVE_GROUP:
-        return build(mod.LeaveGroupResponse, throttle_time=_ZERO, error_code=e, members=())
-    if key is ApiKey.OFFSET_COMMIT:
-        return build(
-            mod.OffsetCommitResponse,
-            throttle_time=_ZERO,
-            topics=tuple(
-                build(
-                    mod.OffsetCommitResponseTopic,
-                    name=t.name,
-                    partitions=tuple(
-                        build(
-                            mod.OffsetCommitResponsePartition,
-                            partition_index=p.partition_index,
-                            error_code=e,
-                        )
-                        for p in t.partitions
-                    ),
-                )
-                for t in request.topics
-            ),
-        )
-    if key is ApiKey.OFFSET_FETCH:
-        if version >= 8:
-            return build(
-                mod.OffsetFetchResponse,
-                throttle_time=_ZERO,
-                groups=tuple(
-                    build(
-                        mod.OffsetFetchResponseGroup, group_id=g.group_id, topics=(), error_code=e
-                    )
-                    for g in request.groups
-                ),
-            )
-        return build(
-            mod.OffsetFetchResponse,
-            throttle_time=_ZERO,
-            error_code=e,
-            topics=tuple(
-                build(
-                    mod.OffsetFetchResponseTopic,
-                    name=t.name,
-                    partitions=tuple(
-                        build(
-                            mod.OffsetFetchResponsePartition,
-                            partition_index=i,
-                            committed_offset=-1,
-                            committed_leader_epoch=-1,
-                            metadata="",
-                            error_code=e,
-                        )
-                        for i in t.partition_indexes
-                    ),
-                )
-                for t in (request.topics or ())
-            ),
-        )
-    if key is ApiKey.DESCRIBE_GROUPS:
-        return build(
-            mod.DescribeGroupsResponse,
-            throttle_time=_ZERO,
-            groups=tuple(
-                build(
-                    mod.DescribedGroup,
-                    error_code=e,
-                    error_message=message,
-                    group_id=g,
-                    group_state="",
-                    protocol_type="",
-                    protocol_data="",
-                    members=(),
-                    authorized_operations=-2147483648,
-                )
-                for g in request.groups
-            ),
-        )
-    if key is ApiKey.LIST_GROUPS:
-        return build(mod.ListGroupsResponse, throttle_time=_ZERO, error_code=e, groups=())
-    if key is ApiKey.DELETE_GROUPS:
-        return build(
-            mod.DeleteGroupsResponse,
-            throttle_time=_ZERO,
-            results=tuple(
-                build(mod.DeletableGroupResult, group_id=g, error_code=e)
-                for g in request.groups_names
-            ),
-        )
-    if key is ApiKey.CREATE_TOPICS:
-        return build(
-            mod.CreateTopicsResponse,
-            throttle_time=_ZERO,
-            topics=tuple(
-                build(
-                    mod.CreatableTopicResult,
-                    name=t.name,
-                    topic_id=_NIL_UUID,
-                    error_code=e,
-                    error_message=message,
-                    topic_config_error_code=_ec(0),
-                    num_partitions=-1,
-                    replication_factor=-1,
-                    configs=None,
-                )
-                for t in request.topics
-            ),
-        )
-    if key is ApiKey.DELETE_TOPICS:
-        if version >= 6:
-            entries = [(t.name, t.topic_id) for t in request.topics]
-        else:
-            entries = [(n, _NIL_UUID) for n in request.topic_names]
-        return build(
-            mod.DeleteTopicsResponse,
-            throttle_time=_ZERO,
-            responses=tuple(
-                build(
-                    mod.DeletableTopicResult,
-                    name=n,
-                    topic_id=i,
-                    error_code=e,
-                    error_message=message,
-                )
-                for n, i in entries
-            ),
-        )
-    if key is ApiKey.CREATE_PARTITIONS:
-        return build(
-            mod.CreatePartitionsResponse,
-            throttle_time=_ZERO,
-            results=tuple(
-                build(
-                    mod.CreatePartitionsTopicResult,
-                    name=t.name,
-                    error_code=e,
-                    error_message=message,
-                )
-                for t in request.topics
-            ),
-        )
-    raise ValueError(f"no error response for api key {api_key}")  # pragma: no cover

@@ -4,7 +4,7 @@ Every scenario of :mod:`tests.conformance.scenarios` runs against both targets:
 
 * ``kafka``: the real Apache Kafka broker of the test session (the ``kafka``
   fixture; marked ``kafka``);
-* ``embedded``: a fresh :class:`~gengroup.broker.cluster.FakeCluster` per test,
+* ``embedded``: a fresh :class:`~gengroup.broker.fake_cluster.FakeCluster` per test,
   configured like the real broker (initial rebalance delay 0, minimum session
   timeout 1000 ms, one ``__consumer_offsets`` partition).
 
@@ -32,8 +32,7 @@ from typing import Any, Final
 import anyio
 import pytest
 
-from gengroup.broker.cluster import FakeCluster
-from gengroup.broker.server import BrokerSettings
+from gengroup.broker import BrokerSettings, FakeCluster
 from gengroup.testing.kafka import KafkaBroker
 
 from .client import Transcript

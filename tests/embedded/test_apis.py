@@ -9,8 +9,9 @@ import trio
 import trio.testing
 
 from gengroup import _java
-from gengroup.broker import SUPPORTED_VERSIONS, FakeCluster
-from gengroup.broker.server import coordinator_partition
+from gengroup.broker import FakeCluster
+from gengroup.broker.apis import SUPPORTED_VERSIONS
+from gengroup.broker.state import coordinator_partition
 from gengroup.io.cluster import Cluster
 from gengroup.protocol.records import decode_batches
 from gengroup.protocol.versions import CLIENT_VERSIONS, ApiKey

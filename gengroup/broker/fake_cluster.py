@@ -5,7 +5,7 @@ Theory of operation:
 A :class:`FakeCluster` is what franz-go's ``kfake`` is to Go: N brokers in one
 process, each a :class:`~gengroup.broker.server.BrokerServer` listening on its
 own loopback port and speaking the real Kafka wire protocol, all sharing one
-:class:`~gengroup.broker.server.ClusterState` (topics and their logs, the group
+:class:`~gengroup.broker.state.ClusterState` (topics and their logs, the group
 coordinator, fault controls). Node ids are ``0 .. N-1``. Entering the context
 starts, in one task group, every broker (``tg.start`` so that each port is
 bound before the next starts) and the group coordinator's timer task, then
@@ -47,6 +47,7 @@ over an in-memory byte stream.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -62,7 +63,8 @@ from ..protocol.records import Compression, NewRecord, Record, decode_batches, e
 from .coordinator import DescribedGroup, DescribeGroupsInput, OffsetFetchGroup, OffsetFetchInput
 from .faults import Control, ControlHandler
 from .log import LogError, Partition, Topic
-from .server import BrokerServer, BrokerSettings, ClusterState
+from .server import BrokerServer
+from .state import BrokerSettings, ClusterState
 
 __all__ = ["EmbeddedBroker", "FakeCluster", "MemoryByteStream", "memory_byte_stream_pair"]
 
@@ -185,6 +187,7 @@ class FakeCluster:
         items = topics.items() if isinstance(topics, Mapping) else (topics or ())
         self._seed_topics = [(name, int(count)) for name, count in items]
         self._tg: anyio.abc.TaskGroup | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
         self._entered = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -193,21 +196,18 @@ class FakeCluster:
         if self._entered:
             raise RuntimeError("a FakeCluster can be entered only once; create a new one")
         self._entered = True
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
-        try:
+        async with contextlib.AsyncExitStack() as stack:
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            # Runs before the task group exits: the servers serve until cancelled.
+            stack.callback(tg.cancel_scope.cancel)
             self.state.start()
             for server in self.servers.values():
                 await tg.start(server.serve)
             tg.start_soon(self.state.run_group_timer)
             for name, count in self._seed_topics:
                 self.create_topic(name, count)
-        except BaseException as exc:
-            tg.cancel_scope.cancel()
-            self._tg = None
-            await tg.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
+            self._tg = tg
+            self._stack = stack.pop_all()
         return self
 
     async def __aexit__(
@@ -216,10 +216,10 @@ class FakeCluster:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        tg, self._tg = self._tg, None
-        assert tg is not None, "the FakeCluster was not entered"
-        tg.cancel_scope.cancel()
-        return await tg.__aexit__(exc_type, exc, tb)
+        stack, self._stack = self._stack, None
+        assert stack is not None, "the FakeCluster was not entered"
+        self._tg = None
+        return await stack.__aexit__(exc_type, exc, tb)
 
     def _task_group(self) -> anyio.abc.TaskGroup:
         if self._tg is None:
@@ -272,7 +272,7 @@ class FakeCluster:
         Returns:
             The control (``control.remove()`` uninstalls it).
         """
-        return self.state.faults.add(api_key, handler, once=once, broker_id=broker_id)
+        return self.state.faults.install(Control(api_key, handler, once, broker_id))
 
     def clear_controls(self) -> None:
         """Remove every installed control."""
@@ -417,7 +417,6 @@ class FakeCluster:
     def committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         """The group's committed offsets."""
         out: Any = self.state.group_call_now(
-            self.state.coordinator.handle,
             OffsetFetchInput((OffsetFetchGroup(group_id, None),)),
         )
         return {
@@ -428,9 +427,7 @@ class FakeCluster:
 
     def describe_group(self, group_id: str) -> DescribedGroup:
         """The group as DescribeGroups shows it (state ``"Dead"`` if unknown)."""
-        out: Any = self.state.group_call_now(
-            self.state.coordinator.handle, DescribeGroupsInput((group_id,))
-        )
+        out: Any = self.state.group_call_now(DescribeGroupsInput((group_id,)))
         group: DescribedGroup = out.groups[0]
         return group
 

@@ -1,0 +1,89 @@
+"""JoinGroup (key 11): join a classic consumer group, parked until the rebalance ends.
+
+Version notes: v0-v9 served. v1 adds the rebalance timeout (v0 uses the
+session timeout); v4 requires a known member id (a new member is answered
+MEMBER_ID_REQUIRED with its id, then rejoins); v5 adds static membership
+(``group_instance_id``); v7 makes the protocol name nullable and adds the
+protocol type; v8 adds a reason; v9 adds ``skip_assignment``. The coordinator
+receives the version and applies what changes with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol.framing import build, response_module
+from ...protocol.versions import ApiKey
+from ..coordinator import JoinGroupInput
+from ._base import ZERO, ApiSpec, Context, ec, ms
+
+__all__ = ["SPEC", "error_response", "handle"]
+
+KEY: Final = ApiKey.JOIN_GROUP
+
+
+def error_response(version: int, request: Any, code: int, message: str | None = None) -> Any:
+    """JoinGroup failing with ``code`` (top-level), no generation nor members."""
+    mod = response_module(KEY, version)
+    return build(
+        mod.JoinGroupResponse,
+        throttle_time=ZERO,
+        error_code=ec(code),
+        generation_id=-1,
+        protocol_type=None,
+        protocol_name=None if version >= 7 else "",
+        leader="",
+        skip_assignment=False,
+        member_id="",
+        members=(),
+    )
+
+
+async def handle(ctx: Context, req: Any, v: int) -> Any:
+    """Hand the join to the coordinator; answers when the group's rebalance completes."""
+    if code := ctx.not_coordinator(req.group_id):
+        return error_response(v, req, code)
+    session_ms = ms(req.session_timeout)
+    inp = JoinGroupInput(
+        group_id=req.group_id,
+        member_id=req.member_id,
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=ms(req.rebalance_timeout) if v >= 1 else session_ms,
+        protocol_type=req.protocol_type,
+        protocols=tuple((p.name, bytes(p.metadata)) for p in req.protocols),
+        group_instance_id=getattr(req, "group_instance_id", None),
+        client_id=ctx.client_id or "",
+        client_host=ctx.client_host,
+        require_known_member_id=v >= 4,
+        version=v,
+        reason=getattr(req, "reason", None),
+    )
+    out: Any = await ctx.group_call(inp, [req.group_id])
+    if out is None:
+        return error_response(v, req, ErrorCode.not_coordinator)
+    mod = response_module(KEY, v)
+    return build(
+        mod.JoinGroupResponse,
+        throttle_time=ZERO,
+        error_code=out.error_code,
+        generation_id=out.generation_id,
+        protocol_type=out.protocol_type,
+        protocol_name=out.protocol_name if v >= 7 else (out.protocol_name or ""),
+        leader=out.leader,
+        skip_assignment=out.skip_assignment,
+        member_id=out.member_id,
+        members=tuple(
+            build(
+                mod.JoinGroupResponseMember,
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                metadata=m.metadata,
+            )
+            for m in out.members
+        ),
+    )
+
+
+SPEC: Final = ApiSpec(KEY, 0, 9, handle, error_response)

@@ -1,0 +1,67 @@
+"""LeaveGroup (key 13): members leave a group, which then rebalances.
+
+Version notes: v0-v5 served. v0-v2 name one member (``member_id``) and
+answer with one error code (the member's own error folded into it); v3 batches
+members (with ``group_instance_id``) and answers per member; v5 adds a reason
+per member.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol.framing import build, response_module
+from ...protocol.versions import ApiKey
+from ..coordinator import LeaveGroupInput, MemberIdentity
+from ._base import NONE, ZERO, ApiSpec, Context, ec
+
+__all__ = ["SPEC", "error_response", "handle"]
+
+KEY: Final = ApiKey.LEAVE_GROUP
+
+
+def error_response(version: int, request: Any, code: int, message: str | None = None) -> Any:
+    """LeaveGroup failing with ``code`` (top-level, no members)."""
+    mod = response_module(KEY, version)
+    return build(mod.LeaveGroupResponse, throttle_time=ZERO, error_code=ec(code), members=())
+
+
+async def handle(ctx: Context, req: Any, v: int) -> Any:
+    """Hand the departures to the coordinator."""
+    if code := ctx.not_coordinator(req.group_id):
+        return error_response(v, req, code)
+    if v < 3:
+        members: tuple[MemberIdentity, ...] = (MemberIdentity(req.member_id),)
+    else:
+        members = tuple(
+            MemberIdentity(m.member_id, m.group_instance_id, getattr(m, "reason", None))
+            for m in req.members
+        )
+    out: Any = await ctx.group_call(LeaveGroupInput(req.group_id, members), [req.group_id])
+    if out is None:
+        return error_response(v, req, ErrorCode.not_coordinator)
+    mod = response_module(KEY, v)
+    error = out.error_code
+    if v < 3 and error is NONE and out.members:
+        error = out.members[0].error_code
+    if v < 3:
+        return build(mod.LeaveGroupResponse, throttle_time=ZERO, error_code=error)
+    return build(
+        mod.LeaveGroupResponse,
+        throttle_time=ZERO,
+        error_code=error,
+        members=tuple(
+            build(
+                mod.MemberResponse,
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                error_code=m.error_code,
+            )
+            for m in out.members
+        ),
+    )
+
+
+SPEC: Final = ApiSpec(KEY, 0, 5, handle, error_response)

@@ -1,0 +1,62 @@
+"""SyncGroup (key 14): the leader's assignments out, each member's assignment back.
+
+Version notes: v0-v5 served. v3 adds static membership
+(``group_instance_id``); v5 adds the protocol type and name, which must match
+the group's (else INCONSISTENT_GROUP_PROTOCOL). The coordinator receives the
+version.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol.framing import build, response_module
+from ...protocol.versions import ApiKey
+from ..coordinator import SyncGroupInput
+from ._base import ZERO, ApiSpec, Context, ec
+
+__all__ = ["SPEC", "error_response", "handle"]
+
+KEY: Final = ApiKey.SYNC_GROUP
+
+
+def _response(version: int, code: Any, protocol_type: Any, name: Any, assignment: bytes) -> Any:
+    mod = response_module(KEY, version)
+    return build(
+        mod.SyncGroupResponse,
+        throttle_time=ZERO,
+        error_code=code,
+        protocol_type=protocol_type,
+        protocol_name=name,
+        assignment=assignment,
+    )
+
+
+def error_response(version: int, request: Any, code: int, message: str | None = None) -> Any:
+    """SyncGroup failing with ``code`` (top-level), with an empty assignment."""
+    return _response(version, ec(code), None, None, b"")
+
+
+async def handle(ctx: Context, req: Any, v: int) -> Any:
+    """Hand the sync to the coordinator; answers once the leader's assignment is in."""
+    if code := ctx.not_coordinator(req.group_id):
+        return error_response(v, req, code)
+    inp = SyncGroupInput(
+        group_id=req.group_id,
+        generation_id=int(req.generation_id),
+        member_id=req.member_id,
+        group_instance_id=getattr(req, "group_instance_id", None),
+        protocol_type=getattr(req, "protocol_type", None),
+        protocol_name=getattr(req, "protocol_name", None),
+        assignments=tuple((a.member_id, bytes(a.assignment)) for a in req.assignments),
+        version=v,
+    )
+    out: Any = await ctx.group_call(inp, [req.group_id])
+    if out is None:
+        return error_response(v, req, ErrorCode.not_coordinator)
+    return _response(v, out.error_code, out.protocol_type, out.protocol_name, out.assignment)
+
+
+SPEC: Final = ApiSpec(KEY, 0, 5, handle, error_response)
