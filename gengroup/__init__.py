@@ -30,11 +30,12 @@ from .membership.balancers import (
 )
 
 # Producing and administering.
-from .admin import Admin as Admin, AdminConfig as AdminConfig
+from .admin import Admin as Admin, AdminConfig as AdminConfig, AdminSettings as AdminSettings
 from .io.cluster import Cluster as Cluster
 from .producer import (
     Producer as Producer,
     ProducerConfig as ProducerConfig,
+    ProducerSettings as ProducerSettings,
     RecordMetadata as RecordMetadata,
 )
 
@@ -81,9 +82,11 @@ __all__ = [
     # producing and administering
     "Admin",
     "AdminConfig",
+    "AdminSettings",
     "Cluster",
     "Producer",
     "ProducerConfig",
+    "ProducerSettings",
     "RecordMetadata",
     # errors
     "BrokenConnection",

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
-from typing import Any, Final, Self, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Self, TypedDict, TypeVar, Unpack
 
 import anyio
 from kio.schema.errors import ErrorCode
@@ -64,6 +64,7 @@ from .protocol.versions import ApiKey
 
 __all__ = [
     "Admin",
+    "AdminSettings",
     "GroupDescription",
     "GroupListing",
     "AdminConfig",
@@ -95,6 +96,13 @@ class AdminConfig:
     def __post_init__(self) -> None:
         if not self.timeout > 0:
             raise ConfigError(f"timeout must be positive, not {self.timeout!r}")
+
+
+class AdminSettings(TypedDict, total=False):
+    """:class:`AdminConfig`'s fields as keyword arguments of :class:`Admin` (for type checkers)."""
+
+    client_id: str
+    timeout: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,8 +223,9 @@ class Admin:
         cluster: an open :class:`Cluster` to use (not closed by the admin), or
             bootstrap addresses (``"host:port"`` or a list of them) for a
             cluster the admin opens and closes itself.
-        client_id: client id of an owned cluster.
-        timeout: default seconds an operation may take, including its metadata wait.
+        config: the settings (default: :class:`AdminConfig`'s defaults).
+        **settings: settings to use instead of ``config``'s, by
+            :class:`AdminConfig` field name (``client_id``, ``timeout``).
 
     Raises:
         ConfigError: an invalid setting (see :class:`AdminConfig`).
@@ -231,16 +240,16 @@ class Admin:
     def __init__(
         self,
         cluster: Cluster | Sequence[str] | str,
-        *,
-        client_id: str = "gengroup-admin",
-        timeout: float = 30.0,
+        config: AdminConfig | None = None,
+        **settings: Unpack[AdminSettings],
     ) -> None:
-        self.config = AdminConfig(client_id=client_id, timeout=timeout)
+        config = config or AdminConfig()
+        self.config = replace(config, **settings) if settings else config
         if isinstance(cluster, Cluster):
             self.cluster = cluster
             self._owns_cluster = False
         else:
-            self.cluster = Cluster(cluster, client_id=client_id)
+            self.cluster = Cluster(cluster, client_id=self.config.client_id)
             self._owns_cluster = True
         self._coordinators: dict[str, CoordinatorClient] = {}
         self._stack = AsyncExitStack()

@@ -56,7 +56,7 @@ from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Self, overload
+from typing import Any, Final, Literal, Self, TypedDict, Unpack, overload
 
 import anyio
 import anyio.abc
@@ -86,6 +86,7 @@ __all__ = [
     "Producer",
     "ProducerConfig",
     "ProducerRecord",
+    "ProducerSettings",
     "RecordMetadata",
     "murmur2",
     "partition_for_key",
@@ -276,6 +277,26 @@ class ProducerConfig:
 # ---------------------------------------------------------------------------- producer
 
 
+class ProducerSettings(TypedDict, total=False):
+    """:class:`ProducerConfig`'s fields as keyword arguments of :class:`Producer`.
+
+    Names and types only, for type checkers; a test checks they match the config.
+    """
+
+    acks: Acks
+    compression: Compression
+    linger: float
+    max_batch_bytes: int
+    buffer_bytes: int
+    delivery_timeout: float
+    request_timeout: float
+    max_block: float
+    retry_backoff: float
+    metadata_max_age: float
+    partitioner: Partitioner
+    client_id: str
+
+
 class Producer:
     """An asynchronous, batching Kafka producer.
 
@@ -300,7 +321,7 @@ class Producer:
         self,
         cluster: Cluster | Sequence[str] | str,
         config: ProducerConfig | None = None,
-        **settings: Any,
+        **settings: Unpack[ProducerSettings],
     ) -> None:
         config = config or ProducerConfig()
         self.config = cfg = dataclasses.replace(config, **settings) if settings else config

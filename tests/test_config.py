@@ -9,7 +9,17 @@ from typing import Any
 
 import pytest
 
-from gengroup import Balancer, ConfigError, ConsumerGroup
+from gengroup import (
+    Admin,
+    AdminConfig,
+    AdminSettings,
+    Balancer,
+    ConfigError,
+    ConsumerGroup,
+    Producer,
+    ProducerConfig,
+    ProducerSettings,
+)
 from gengroup._config import GroupConfig, GroupSettings
 
 
@@ -70,6 +80,28 @@ def test_keyword_settings_are_group_configs_fields() -> None:
     assert settings.pop("balancers") == Sequence[Balancer] | None
     del fields["balancers"]
     assert settings == fields
+
+
+@pytest.mark.parametrize(
+    ("config", "settings"),
+    [(ProducerConfig, ProducerSettings), (AdminConfig, AdminSettings)],
+    ids=["producer", "admin"],
+)
+def test_keyword_settings_are_the_configs_fields(config: type, settings: type) -> None:
+    """The typed keywords of Producer and Admin list their config's fields, types included."""
+    assert typing.get_type_hints(settings) == typing.get_type_hints(config)
+
+
+async def test_keyword_settings_override_the_config() -> None:
+    base = ProducerConfig(linger=0.5)
+    producer = Producer("127.0.0.1:9", base, acks=1)
+    assert (producer.config.linger, producer.config.acks) == (0.5, 1)
+    admin = Admin("127.0.0.1:9", timeout=7.0)
+    assert admin.config == AdminConfig(timeout=7.0)
+    with pytest.raises(ConfigError, match="timeout"):
+        Admin("127.0.0.1:9", timeout=0)
+    with pytest.raises(ConfigError):
+        Producer("127.0.0.1:9", acks=2)  # type: ignore[typeddict-item]
 
 
 def test_member_config_is_derived_from_the_group_config() -> None:

@@ -27,6 +27,8 @@ SANS_IO = [
     *_modules("protocol"),
     *_modules("membership"),
     *_modules("broker", "coordinator"),
+    *_modules("broker", "log"),
+    *_modules("broker", "faults"),
     *_modules("_java"),
     *_modules("_errors"),
     *_modules("_error_table"),
