@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypedDict, Unpack
 
 from ._errors import ConfigError
@@ -144,16 +144,7 @@ class GroupConfig:
 
     def member_config(self) -> MemberConfig:
         """What the sans-IO member machine needs of these settings."""
-        return MemberConfig(
-            group_id=self.group_id,
-            topics=self.topics,
-            balancers=self.balancers,
-            session_timeout=self.session_timeout,
-            rebalance_timeout=self.rebalance_timeout,
-            heartbeat_interval=self.heartbeat_interval,
-            group_instance_id=self.group_instance_id,
-            rack=self.rack,
-        )
+        return MemberConfig(**{f.name: getattr(self, f.name) for f in fields(MemberConfig)})
 
     def __post_init__(self) -> None:
         if not isinstance(self.group_id, str) or not self.group_id:

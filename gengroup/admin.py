@@ -283,10 +283,15 @@ class Admin:
         return await retry(
             what,
             attempt,
-            timeout=self.timeout if timeout is None else timeout,
+            timeout=self._limit(timeout)[0],
             backoff=self.cluster.retry_backoff,
             refresh_metadata=refresh_metadata,
         )
+
+    def _limit(self, timeout: float | None) -> tuple[float, Callable[[], float]]:
+        """An operation's time limit (``timeout`` or the default) and its seconds left."""
+        limit = self.timeout if timeout is None else timeout
+        return limit, _deadline(limit)
 
     def coordinator(self, group_id: str) -> CoordinatorClient:
         """The client of ``group_id``'s coordinator (one per group, kept by the admin)."""
@@ -390,8 +395,7 @@ class Admin:
             new = {t.name: t for t in topics}
         if not new:
             return
-        limit = self.timeout if timeout is None else timeout
-        remaining = _deadline(limit)
+        limit, remaining = self._limit(timeout)
 
         def make(mod: Any, batch: list[str]) -> Any:
             return build(
@@ -479,8 +483,7 @@ class Admin:
         topics = sorted(set(names))
         if not topics:
             return
-        limit = self.timeout if timeout is None else timeout
-        remaining = _deadline(limit)
+        limit, remaining = self._limit(timeout)
 
         def make(mod: Any, batch: list[str]) -> Any:
             return build(
@@ -524,8 +527,7 @@ class Admin:
                 larger than the current count, UNKNOWN_TOPIC_OR_PARTITION.
             TimeoutError: the new partitions did not get leaders in time.
         """
-        limit = self.timeout if timeout is None else timeout
-        remaining = _deadline(limit)
+        limit, remaining = self._limit(timeout)
 
         def make(mod: Any) -> Any:
             return build(
