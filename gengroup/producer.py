@@ -357,18 +357,13 @@ class Producer:
         if self._started:
             raise GengroupError("a Producer can be entered only once")
         self._started = True
-        stack = AsyncExitStack()
-        await stack.__aenter__()
-        try:
+        async with AsyncExitStack() as stack:
             if self._owns_cluster:
                 await stack.enter_async_context(self.cluster)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg.start_soon(self._guarded, self._sender_loop, name="producer sender")
             self._tg.start_soon(self._guarded, self._metadata_loop, name="producer metadata")
-        except BaseException:
-            await stack.__aexit__(None, None, None)
-            raise
-        self._stack = stack
+            self._stack = stack.pop_all()
         return self
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
@@ -384,7 +379,7 @@ class Producer:
         # The body's exception is not handed to the task groups: they would wrap
         # it in an ExceptionGroup. It propagates unchanged once they have exited;
         # a crash of a background task propagates from here instead.
-        await stack.__aexit__(None, None, None)
+        await stack.aclose()
         if flush_error is not None:
             raise flush_error
         return None
