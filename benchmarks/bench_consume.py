@@ -13,7 +13,6 @@ Usage: python benchmarks/bench_consume.py [--records 500000] [--value-size 100]
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 import uuid
@@ -21,6 +20,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 
 import anyio
+from options import benchmark_parser
 
 from gengroup import Admin, ConsumerGroup, Producer, run_workers
 from gengroup.producer import ProducerRecord
@@ -125,11 +125,8 @@ def consume_aiokafka(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=500_000)
-    parser.add_argument("--value-size", type=int, default=100)
+    parser = benchmark_parser(__doc__, records=500_000, repeat=2)
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     args = parser.parse_args()
     with ExitStack() as stack:

@@ -23,7 +23,6 @@ Run: ``.venv/bin/python benchmarks/bench_decode.py``
 
 from __future__ import annotations
 
-import argparse
 import gc
 import random
 import struct
@@ -35,6 +34,7 @@ import cramjam
 from crc32c import crc32c
 from kio.records.readers import read_batch, read_record
 from kio.static.primitive import i64
+from options import benchmark_parser
 
 from gengroup.protocol.records import Compression, decode_batches, encode_batch
 
@@ -121,11 +121,8 @@ def best_rate(fn: Callable[[], int], repeat: int) -> tuple[float, int]:
 
 def main() -> None:
     """Run the benchmark and print records/s per codec and decoder."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=200_000)
+    parser = benchmark_parser(__doc__, records=200_000, repeat=5)
     parser.add_argument("--batch-size", type=int, default=500)
-    parser.add_argument("--value-size", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument(
         "--codecs", default="none,lz4,zstd", help="comma-separated: none,gzip,snappy,lz4,zstd"
     )

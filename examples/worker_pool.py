@@ -83,15 +83,18 @@ async def pool_worker(
 async def main(bootstrap: str | None, pool: int, count: int) -> int:
     async with AsyncExitStack() as stack:
         if bootstrap is None:
-            cluster = await stack.enter_async_context(FakeCluster(initial_rebalance_delay_ms=0))
-            bootstrap = cluster.bootstrap
-        async with gengroup.Admin(bootstrap) as admin:
-            await admin.create_topics({TOPIC: 3}, exist_ok=True)
-        async with gengroup.Producer(bootstrap) as producer:
-            await producer.send_many(
-                TOPIC,
-                [ProducerRecord(key=f"k{i % 50}".encode(), value=b"%d" % i) for i in range(count)],
-            )
+            embedded = await stack.enter_async_context(FakeCluster(initial_rebalance_delay_ms=0))
+            bootstrap = embedded.bootstrap
+        # One Cluster (the broker connections) serves the admin client and the
+        # producer; the admin client reads back what the group committed at the end.
+        shared = await stack.enter_async_context(gengroup.Cluster(bootstrap))
+        admin = gengroup.Admin(shared)
+        await admin.create_topics({TOPIC: 3}, exist_ok=True)
+        async with gengroup.Producer(shared) as producer:
+            records = [
+                ProducerRecord(key=f"k{i % 50}".encode(), value=b"%d" % i) for i in range(count)
+            ]
+            await producer.send_many(TOPIC, records)
         processed: list[int] = []
         async with gengroup.ConsumerGroup(
             "pool-example", [TOPIC], bootstrap, commit_interval=0.2
@@ -108,8 +111,7 @@ async def main(bootstrap: str | None, pool: int, count: int) -> int:
                     while len(processed) < count:  # noqa: ASYNC110 (a short progress poll)
                         await anyio.sleep(0.05)
                 tg.cancel_scope.cancel()
-        async with gengroup.Admin(bootstrap) as admin:
-            committed = await admin.fetch_offsets("pool-example")
+        committed = await admin.fetch_offsets("pool-example")
         print(f"processed {len(processed)} records with {pool} workers per partition")
         print("committed:", {str(tp): off for tp, off in sorted(committed.items())})
         return sum(committed.values())

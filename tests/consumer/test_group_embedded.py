@@ -9,6 +9,8 @@ leader, a restarting broker.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -36,11 +38,6 @@ SETTINGS = {
 }
 
 
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
 def produce(
     cluster: FakeCluster, topic: str, partitions: int, per_partition: int, start: int = 0
 ) -> None:
@@ -53,6 +50,17 @@ def produce(
             ],
             partition=p,
         )
+
+
+@asynccontextmanager
+async def one_member(cluster: FakeCluster) -> AsyncIterator[Ledger]:
+    """Member "m" of group "g" (on "t") runs into the ledger yielded, until the block ends."""
+    ledger = Ledger()
+    async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ledger.member, "m", group)
+            yield ledger
+            tg.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize(
@@ -120,33 +128,25 @@ async def test_partition_leader_change_is_followed_without_losing_records(
 ) -> None:
     async with FakeCluster(brokers=3, topics={"t": 3}, initial_rebalance_delay_ms=0) as cluster:
         produce(cluster, "t", 3, 100)
-        ledger = Ledger()
-        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(ledger.member, "m", group)
-                await ledger.wait_for(lambda: len(ledger.processed) == 300, "the first 300")
-                for p in range(3):
-                    cluster.move_partition_leader("t", p, (p + 1) % 3)
-                produce(cluster, "t", 3, 100, start=100)
-                await ledger.wait_for(lambda: len(ledger.processed) == 600, "all 600")
-                # The generation did not need to end: only the fetcher moved.
-                assert len(ledger.generations["m"]) == 1
-                tg.cancel_scope.cancel()
+        async with one_member(cluster) as ledger:
+            await ledger.wait_for(lambda: len(ledger.processed) == 300, "the first 300")
+            for p in range(3):
+                cluster.move_partition_leader("t", p, (p + 1) % 3)
+            produce(cluster, "t", 3, 100, start=100)
+            await ledger.wait_for(lambda: len(ledger.processed) == 600, "all 600")
+            # The generation did not need to end: only the fetcher moved.
+            assert len(ledger.generations["m"]) == 1
         assert all(n == 1 for n in ledger.processed.values())
 
 
 async def test_broker_restart_is_survived(autojump_clock: trio.testing.MockClock) -> None:
     async with FakeCluster(brokers=1, topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
         produce(cluster, "t", 2, 50)
-        ledger = Ledger()
-        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(ledger.member, "m", group)
-                await ledger.wait_for(lambda: len(ledger.processed) == 100, "the first 100")
-                await cluster.restart_broker(0, downtime=3.0)
-                produce(cluster, "t", 2, 50, start=50)
-                await ledger.wait_for(lambda: len(ledger.processed) == 200, "all 200", timeout=120)
-                tg.cancel_scope.cancel()
+        async with one_member(cluster) as ledger:
+            await ledger.wait_for(lambda: len(ledger.processed) == 100, "the first 100")
+            await cluster.restart_broker(0, downtime=3.0)
+            produce(cluster, "t", 2, 50, start=50)
+            await ledger.wait_for(lambda: len(ledger.processed) == 200, "all 200", timeout=120)
         assert set(ledger.processed) == {f"{p}-{i}".encode() for p in range(2) for i in range(100)}
 
 

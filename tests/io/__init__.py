@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from gengroup.admin import Admin
+from gengroup._types import TopicPartition
+from gengroup.admin import Admin, NewTopic
 from gengroup.io.cluster import Cluster
+from gengroup.io.fetch import build_fetch_request
 
 
 async def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
@@ -24,3 +26,26 @@ async def cluster_with_topic(
     async with Cluster(bootstrap, **settings) as cluster:
         await Admin(cluster).create_topics({topic: partitions})
         yield cluster
+
+
+@asynccontextmanager
+async def admin_with_topics(
+    bootstrap: str, topics: Mapping[str, int] | Iterable[NewTopic], **settings: Any
+) -> AsyncIterator[Admin]:
+    """An open :class:`Admin` (``settings`` passed on) that has created ``topics``."""
+    async with Admin(bootstrap, **settings) as admin:
+        await admin.create_topics(topics)
+        yield admin
+
+
+def long_poll_fetch(version: int, tp: TopicPartition, max_wait: float) -> Any:
+    """A Fetch of ``tp`` from offset 0 that an empty partition holds for ``max_wait`` s."""
+    return build_fetch_request(
+        version,
+        {tp: 0},
+        max_wait=max_wait,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        partition_max_bytes=1 << 20,
+        isolation_level="read_uncommitted",
+    )

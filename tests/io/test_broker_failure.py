@@ -6,7 +6,9 @@ These tests start their own broker (the session one must stay up) and SIGKILL it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import pytest
@@ -15,21 +17,18 @@ from gengroup._errors import BrokenConnection, KafkaConnectionError
 from gengroup._types import TopicPartition
 from gengroup.admin import Admin
 from gengroup.io.connection import open_connection
-from gengroup.io.fetch import build_fetch_request, fetch_once, read_partition
+from gengroup.io.fetch import fetch_once, read_partition
 from gengroup.producer import Producer
-from gengroup.protocol.framing import build, request_module
 from gengroup.protocol.versions import ApiKey
-from gengroup.testing.kafka import kafka_broker
-from tests.io import cluster_with_topic
+from gengroup.testing.kafka import KafkaBroker, kafka_broker
+from tests.embedded import metadata
+from tests.io import cluster_with_topic, long_poll_fetch
 
 HANG_GUARD = 60.0
 
 
 @pytest.mark.kafka
-async def test_kill_during_long_poll_fetch_raises_broken_connection(
-    unique_name: Callable[[str], str],
-) -> None:
-    topic = unique_name("kill-fetch")
+async def test_kill_during_long_poll_fetch_raises_broken_connection(topic: str) -> None:
     tp = TopicPartition(topic, 0)
     async with (
         kafka_broker() as broker,
@@ -51,17 +50,8 @@ async def test_kill_during_long_poll_fetch_raises_broken_connection(
                     errors["cluster"] = exc
 
             async def long_poll_connection() -> None:
-                req = build_fetch_request(
-                    version,
-                    {tp: 0},
-                    max_wait=20.0,
-                    min_bytes=1,
-                    max_bytes=1 << 20,
-                    partition_max_bytes=1 << 20,
-                    isolation_level="read_uncommitted",
-                )
                 try:
-                    await conn.request(req, timeout=60.0)
+                    await conn.request(long_poll_fetch(version, tp, 20.0), timeout=60.0)
                 except BaseException as exc:
                     errors["connection"] = exc
 
@@ -79,7 +69,7 @@ async def test_kill_during_long_poll_fetch_raises_broken_connection(
             # Everything afterwards fails typed, and fast.
             with anyio.fail_after(HANG_GUARD):
                 with pytest.raises(BrokenConnection):
-                    await conn.request(req_metadata(conn.versions[ApiKey.METADATA]))
+                    await conn.request(metadata(conn.versions[ApiKey.METADATA], None, auto=False))
                 with pytest.raises(BrokenConnection):
                     await fetch_once(cluster, leader, {tp: 0}, max_wait=1.0)
                 with pytest.raises(BrokenConnection):
@@ -88,27 +78,23 @@ async def test_kill_during_long_poll_fetch_raises_broken_connection(
                     await read_partition(cluster, tp, 0, 1, time_limit=2.0)
 
 
-def req_metadata(version: int) -> object:
-    mod = request_module(ApiKey.METADATA, version)
-    return build(
-        mod.MetadataRequest,
-        topics=None,
-        allow_auto_topic_creation=False,
-        include_cluster_authorized_operations=False,
-        include_topic_authorized_operations=False,
-    )
+@asynccontextmanager
+async def own_broker_and_producer(
+    topic: str, partitions: int, **settings: Any
+) -> AsyncIterator[tuple[KafkaBroker, Producer]]:
+    """A broker of the test's own and a producer (``settings`` passed on), once ``topic`` exists."""
+    async with (
+        kafka_broker() as broker,
+        Producer(broker.bootstrap, **settings) as producer,
+    ):
+        await Admin(producer.cluster).create_topics({topic: partitions})
+        yield broker, producer
 
 
 @pytest.mark.kafka
-async def test_producer_fails_typed_when_broker_stays_dead(
-    unique_name: Callable[[str], str],
-) -> None:
-    topic = unique_name("kill-produce")
-    async with (
-        kafka_broker() as broker,
-        Producer(broker.bootstrap, delivery_timeout=3.0, retry_backoff=0.05) as producer,
-    ):
-        await Admin(producer.cluster).create_topics({topic: 2})
+async def test_producer_fails_typed_when_broker_stays_dead(topic: str) -> None:
+    settings = {"delivery_timeout": 3.0, "retry_backoff": 0.05}
+    async with own_broker_and_producer(topic, 2, **settings) as (broker, producer):
         first = await producer.send(topic, b"before")
         assert first.offset == 0
         await anyio.to_thread.run_sync(broker.kill)
@@ -120,15 +106,8 @@ async def test_producer_fails_typed_when_broker_stays_dead(
 
 
 @pytest.mark.kafka
-async def test_producer_retries_across_a_broker_restart(
-    unique_name: Callable[[str], str],
-) -> None:
-    topic = unique_name("restart-produce")
-    async with (
-        kafka_broker() as broker,
-        Producer(broker.bootstrap, delivery_timeout=90.0) as producer,
-    ):
-        await Admin(producer.cluster).create_topics({topic: 1})
+async def test_producer_retries_across_a_broker_restart(topic: str) -> None:
+    async with own_broker_and_producer(topic, 1, delivery_timeout=90.0) as (broker, producer):
         await producer.send(topic, b"one")
         await anyio.to_thread.run_sync(broker.kill)
         results: list[int] = []

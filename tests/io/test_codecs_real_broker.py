@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -28,7 +28,6 @@ from gengroup.protocol.records import (
     with_base_offset,
 )
 from gengroup.protocol.versions import ApiKey
-from gengroup.testing.kafka import KafkaBroker
 from tests.io import cluster_with_topic
 
 BASE_TS = 1_700_000_000_123  # a millisecond timestamp with a non-zero ms part
@@ -74,14 +73,12 @@ def as_tuple(key: bytes | None, value: bytes | None, headers: Sequence[Header], 
 
 
 @pytest.mark.kafka
-@pytest.mark.parametrize("codec", list(Compression), ids=lambda c: c.name.lower())
 async def test_every_codec_round_trips_byte_exact(
-    kafka: KafkaBroker, unique_name: Callable[[str], str], codec: Compression
+    bootstrap: str, topic: str, codec: Compression
 ) -> None:
-    topic = unique_name(f"codec-{codec.name.lower()}")
     tp = TopicPartition(topic, 0)
     records = sample_records()
-    async with cluster_with_topic(kafka.bootstrap, topic) as cluster:
+    async with cluster_with_topic(bootstrap, topic) as cluster:
         async with Producer(cluster, compression=codec, linger=0.02) as producer:
             metas = await producer.send_many(
                 topic,
@@ -110,14 +107,11 @@ async def test_every_codec_round_trips_byte_exact(
 
 
 @pytest.mark.kafka
-async def test_read_partition_errors_are_typed(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
-) -> None:
-    topic = unique_name("fetch-errors")
-    async with cluster_with_topic(kafka.bootstrap, topic) as cluster:
+async def test_read_partition_errors_are_typed(bootstrap: str, topic: str) -> None:
+    tp = TopicPartition(topic, 0)
+    async with cluster_with_topic(bootstrap, topic) as cluster:
         async with Producer(cluster) as producer:
             await producer.send_many(topic, [b"a", b"b", b"c"])
-        tp = TopicPartition(topic, 0)
         with pytest.raises(OffsetOutOfRange):
             await read_partition(cluster, tp, 10, 12)
         # end=None reads up to the high watermark of the first response.

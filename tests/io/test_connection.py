@@ -24,70 +24,31 @@ from gengroup._errors import (
 )
 from gengroup._types import TopicPartition
 from gengroup.io.connection import BrokerConnection, open_connection
-from gengroup.io.fetch import build_fetch_request
 from gengroup.protocol.framing import (
     FrameBuffer,
-    build,
     decode_request,
     encode_response,
-    request_module,
     response_module,
 )
 from gengroup.protocol.versions import ApiKey
-from gengroup.testing.kafka import KafkaBroker
-from tests.io import create_topic
+from tests.embedded import api_versions, list_offsets, metadata
+from tests.io import create_topic, long_poll_fetch
 
 HANG_GUARD = 30.0
 
 
 def metadata_request(version: int = 12) -> Any:
-    mod = request_module(ApiKey.METADATA, version)
-    return build(
-        mod.MetadataRequest,
-        topics=None,
-        allow_auto_topic_creation=False,
-        include_cluster_authorized_operations=False,
-        include_topic_authorized_operations=False,
-    )
+    """Metadata of every topic, creating none."""
+    return metadata(version, None, auto=False)
 
 
-def long_poll_fetch(conn: BrokerConnection, topic: str) -> Any:
-    """A Fetch of the empty ``topic`` that the broker holds for 10 s."""
-    return build_fetch_request(
-        conn.versions[ApiKey.FETCH],
-        {TopicPartition(topic, 0): 0},
-        max_wait=10.0,
-        min_bytes=1,
-        max_bytes=1 << 20,
-        partition_max_bytes=1 << 20,
-        isolation_level=0,
-    )
-
-
-def api_versions_request() -> Any:
-    mod = request_module(ApiKey.API_VERSIONS, 3)
-    return mod.ApiVersionsRequest(client_software_name="gengroup-test", client_software_version="0")
-
-
-def list_offsets_request(topic: str, version: int) -> Any:
-    mod = request_module(ApiKey.LIST_OFFSETS, version)
-    return build(
-        mod.ListOffsetsRequest,
-        replica_id=-1,
-        isolation_level=0,
-        topics=(
-            build(
-                mod.ListOffsetsTopic,
-                name=topic,
-                partitions=(build(mod.ListOffsetsPartition, partition_index=0, timestamp=-1),),
-            ),
-        ),
-    )
-
-
-def split(bootstrap: str) -> tuple[str, int]:
+@asynccontextmanager
+async def connection_with_topic(bootstrap: str, topic: str) -> AsyncIterator[BrokerConnection]:
+    """A connection to the broker at ``bootstrap``, once ``topic`` (1 partition) exists."""
+    await create_topic(bootstrap, topic)
     host, port = bootstrap.rsplit(":", 1)
-    return host, int(port)
+    async with open_connection(host, int(port)) as conn:
+        yield conn
 
 
 # ---------------------------------------------------------------------------- real broker
@@ -95,17 +56,15 @@ def split(bootstrap: str) -> tuple[str, int]:
 
 @pytest.mark.kafka
 async def test_many_concurrent_requests_are_matched_by_correlation_id(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
+    bootstrap: str, topic: str
 ) -> None:
-    topic = unique_name("conn-many")
-    await create_topic(kafka.bootstrap, topic)
-    async with open_connection(*split(kafka.bootstrap)) as conn:
+    async with connection_with_topic(bootstrap, topic) as conn:
         lo_version = conn.versions[ApiKey.LIST_OFFSETS]
         md_version = conn.versions[ApiKey.METADATA]
         makers: list[tuple[Callable[[], Any], str]] = [
             (lambda: metadata_request(md_version), "MetadataResponse"),
-            (api_versions_request, "ApiVersionsResponse"),
-            (lambda: list_offsets_request(topic, lo_version), "ListOffsetsResponse"),
+            (lambda: api_versions(3), "ApiVersionsResponse"),
+            (lambda: list_offsets(lo_version, topic, 0, -1), "ListOffsetsResponse"),
         ]
         results: dict[int, tuple[str, Any]] = {}
 
@@ -126,13 +85,9 @@ async def test_many_concurrent_requests_are_matched_by_correlation_id(
 
 
 @pytest.mark.kafka
-async def test_request_timeout_raises_and_closes_the_connection(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
-) -> None:
-    topic = unique_name("conn-timeout")
-    await create_topic(kafka.bootstrap, topic)
-    async with open_connection(*split(kafka.bootstrap)) as conn:
-        fetch = long_poll_fetch(conn, topic)
+async def test_request_timeout_raises_and_closes_the_connection(bootstrap: str, topic: str) -> None:
+    async with connection_with_topic(bootstrap, topic) as conn:
+        fetch = long_poll_fetch(conn.versions[ApiKey.FETCH], TopicPartition(topic, 0), 10.0)
         with anyio.fail_after(HANG_GUARD), pytest.raises(RequestTimedOut):
             await conn.request(fetch, timeout=0.3)
         assert not conn.is_usable
@@ -141,13 +96,9 @@ async def test_request_timeout_raises_and_closes_the_connection(
 
 
 @pytest.mark.kafka
-async def test_aclose_fails_waiters_with_connection_closed(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
-) -> None:
-    topic = unique_name("conn-aclose")
-    await create_topic(kafka.bootstrap, topic)
-    async with open_connection(*split(kafka.bootstrap)) as conn:
-        fetch = long_poll_fetch(conn, topic)
+async def test_aclose_fails_waiters_with_connection_closed(bootstrap: str, topic: str) -> None:
+    async with connection_with_topic(bootstrap, topic) as conn:
+        fetch = long_poll_fetch(conn.versions[ApiKey.FETCH], TopicPartition(topic, 0), 10.0)
         errors: list[BaseException] = []
 
         async def waiter() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import anyio
-import pytest
 import trio
 import trio.testing
 
@@ -12,11 +11,6 @@ from gengroup.broker.faults import Delay
 from gengroup.io.cluster import Cluster
 from gengroup.io.connection import BrokerConnection
 from gengroup.protocol.versions import ApiKey
-
-
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
 
 
 async def test_cancel_during_version_negotiation_closes_the_connection(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -10,13 +10,10 @@ import confluent_kafka
 import pytest
 
 from gengroup._types import TopicPartition
-from gengroup.admin import Admin
-from gengroup.io.cluster import Cluster
 from gengroup.io.fetch import fetch_once, read_partition
 from gengroup.producer import Producer, ProducerRecord
 from gengroup.protocol.records import Compression, Header
-from gengroup.testing.kafka import KafkaBroker
-from tests.io import cluster_with_topic, create_topic
+from tests.io import admin_with_topics, cluster_with_topic, create_topic
 
 BASE_TS = 1_700_000_000_456
 
@@ -31,25 +28,23 @@ CODEC_NAMES = {
 Row = tuple[bytes | None, bytes | None, tuple[Header, ...], int]
 
 
-def sample_rows() -> list[Row]:
-    rows: list[Row] = [
-        (b"k", b"plain", (), BASE_TS),
-        (b"tombstone", None, (), BASE_TS + 1),
-        (None, b"", (), BASE_TS + 2),
-        (None, None, (), BASE_TS + 3),
-        (b"h", b"headers", (("a", b"1"), ("null", None), ("empty", b""), ("a", b"2")), BASE_TS + 4),
-        (bytes(range(256)), bytes(range(256)) * 30, (("bin", bytes(range(256))),), BASE_TS - 9),
-    ]
-    rows += [
-        (
-            f"key-{i % 7}".encode(),
-            (f"payload {i} " * 30).encode(),
-            (("i", str(i).encode()),),
-            BASE_TS + 100 + i,
-        )
-        for i in range(200)
-    ]
-    return rows
+# Edge cases first, then enough repetitive data for compression to matter.
+ROWS: list[Row] = [
+    (b"k", b"plain", (), BASE_TS),
+    (b"tombstone", None, (), BASE_TS + 1),
+    (None, b"", (), BASE_TS + 2),
+    (None, None, (), BASE_TS + 3),
+    (b"h", b"headers", (("a", b"1"), ("null", None), ("empty", b""), ("a", b"2")), BASE_TS + 4),
+    (bytes(range(256)), bytes(range(256)) * 30, (("bin", bytes(range(256))),), BASE_TS - 9),
+] + [
+    (
+        f"key-{i % 7}".encode(),
+        (f"payload {i} " * 30).encode(),
+        (("i", str(i).encode()),),
+        BASE_TS + 100 + i,
+    )
+    for i in range(200)
+]
 
 
 def _confluent_produce(bootstrap: str, topic: str, codec: str, rows: Sequence[Row]) -> None:
@@ -106,20 +101,17 @@ def _confluent_consume(bootstrap: str, topic: str, count: int) -> list[Row]:
 
 
 @pytest.mark.kafka
-@pytest.mark.parametrize("codec", list(Compression), ids=lambda c: c.name.lower())
 async def test_gengroup_reads_what_librdkafka_wrote(
-    kafka: KafkaBroker, unique_name: Callable[[str], str], codec: Compression
+    bootstrap: str, topic: str, codec: Compression
 ) -> None:
-    topic = unique_name(f"from-rdkafka-{codec.name.lower()}")
     tp = TopicPartition(topic, 0)
-    rows = sample_rows()
-    async with cluster_with_topic(kafka.bootstrap, topic) as cluster:
+    async with cluster_with_topic(bootstrap, topic) as cluster:
         await anyio.to_thread.run_sync(
-            _confluent_produce, kafka.bootstrap, topic, CODEC_NAMES[codec], rows
+            _confluent_produce, bootstrap, topic, CODEC_NAMES[codec], ROWS
         )
-        got = await read_partition(cluster, tp, 0, len(rows))
-        assert [(r.key, r.value, r.headers, r.timestamp) for r in got] == rows
-        assert [r.offset for r in got] == list(range(len(rows)))
+        got = await read_partition(cluster, tp, 0, len(ROWS))
+        assert [(r.key, r.value, r.headers, r.timestamp) for r in got] == ROWS
+        assert [r.offset for r in got] == list(range(len(ROWS)))
         fetched = await fetch_once(cluster, cluster.leader_for(tp), {tp: 0}, max_wait=0.1)
         # librdkafka falls back to no compression when it does not pay off, so
         # only require that the bulk of the data came in the requested codec.
@@ -127,21 +119,18 @@ async def test_gengroup_reads_what_librdkafka_wrote(
 
 
 @pytest.mark.kafka
-@pytest.mark.parametrize("codec", list(Compression), ids=lambda c: c.name.lower())
 async def test_librdkafka_reads_what_gengroup_wrote(
-    kafka: KafkaBroker, unique_name: Callable[[str], str], codec: Compression
+    bootstrap: str, topic: str, codec: Compression
 ) -> None:
-    topic = unique_name(f"to-rdkafka-{codec.name.lower()}")
-    rows = sample_rows()
-    await create_topic(kafka.bootstrap, topic)
-    async with Producer(kafka.bootstrap, compression=codec, linger=0.02) as producer:
+    await create_topic(bootstrap, topic)
+    async with Producer(bootstrap, compression=codec, linger=0.02) as producer:
         metas = await producer.send_many(
             topic,
-            [ProducerRecord(v, k, h, partition=0, timestamp_ms=ts) for k, v, h, ts in rows],
+            [ProducerRecord(v, k, h, partition=0, timestamp_ms=ts) for k, v, h, ts in ROWS],
         )
-    assert [m.offset for m in metas] == list(range(len(rows)))
-    got = await anyio.to_thread.run_sync(_confluent_consume, kafka.bootstrap, topic, len(rows))
-    assert got == rows
+    assert [m.offset for m in metas] == list(range(len(ROWS)))
+    got = await anyio.to_thread.run_sync(_confluent_consume, bootstrap, topic, len(ROWS))
+    assert got == ROWS
 
 
 def _transactions(bootstrap: str, topic: str) -> None:
@@ -169,14 +158,12 @@ def _transactions(bootstrap: str, topic: str) -> None:
 
 @pytest.mark.kafka
 async def test_read_committed_skips_librdkafka_aborted_transactions(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
+    bootstrap: str, topic: str
 ) -> None:
-    topic = unique_name("txn")
     tp = TopicPartition(topic, 0)
-    async with Cluster(kafka.bootstrap) as cluster:
-        admin = Admin(cluster)
-        await admin.create_topics({topic: 1})
-        await anyio.to_thread.run_sync(_transactions, kafka.bootstrap, topic)
+    async with admin_with_topics(bootstrap, {topic: 1}) as admin:
+        cluster = admin.cluster
+        await anyio.to_thread.run_sync(_transactions, bootstrap, topic)
         # Seven data records and three control markers. The transaction
         # coordinator writes the last marker after EndTxn returns, so wait
         # for it rather than race it.

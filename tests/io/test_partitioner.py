@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 
 import anyio
 import confluent_kafka
@@ -11,10 +10,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from gengroup._types import TopicPartition
-from gengroup.admin import Admin
 from gengroup.producer import Producer, ProducerRecord, murmur2, partition_for_key
-from gengroup.testing.kafka import KafkaBroker
-from tests.io import create_topic
+from tests.io import admin_with_topics, create_topic
 
 # Apache Kafka's UtilsTest.testMurmur2 (clients/src/test/java/org/apache/kafka/common/utils).
 KAFKA_VECTORS = [
@@ -78,34 +75,29 @@ def _confluent_partitions(bootstrap: str, topic: str, keys: list[bytes]) -> list
 
 @pytest.mark.kafka
 async def test_keyed_records_land_where_librdkafka_murmur2_puts_them(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
+    bootstrap: str, topic: str
 ) -> None:
-    topic = unique_name("partitioner")
     partitions = 7
     keys = [f"key-{i}".encode() for i in range(200)] + [k for k, _ in KAFKA_VECTORS]
-    await create_topic(kafka.bootstrap, topic, partitions)
-    async with Producer(kafka.bootstrap) as producer:
+    await create_topic(bootstrap, topic, partitions)
+    async with Producer(bootstrap) as producer:
         ours = await producer.send_many(topic, [ProducerRecord(b"gengroup", key=k) for k in keys])
-    theirs = await anyio.to_thread.run_sync(_confluent_partitions, kafka.bootstrap, topic, keys)
+    theirs = await anyio.to_thread.run_sync(_confluent_partitions, bootstrap, topic, keys)
     assert [m.partition for m in ours] == theirs
     assert [m.partition for m in ours] == [partition_for_key(k, partitions) for k in keys]
     assert len(set(theirs)) == partitions  # the keys really spread
 
 
 @pytest.mark.kafka
-async def test_null_keys_round_robin_and_sticky(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
-) -> None:
-    topic = unique_name("nullkeys")
-    async with Admin(kafka.bootstrap) as admin:
-        await admin.create_topics({topic: 4})
-        async with Producer(kafka.bootstrap, partitioner="round_robin") as producer:
+async def test_null_keys_round_robin_and_sticky(bootstrap: str, topic: str) -> None:
+    async with admin_with_topics(bootstrap, {topic: 4}) as admin:
+        async with Producer(bootstrap, partitioner="round_robin") as producer:
             metas = await producer.send_many(topic, [b"rr"] * 40)
         counts = Counter(m.partition for m in metas)
         assert counts == {0: 10, 1: 10, 2: 10, 3: 10}
         # Sticky: one batch per send_many call of small records (all queued
         # before the first drain) lands on a single partition.
-        async with Producer(kafka.bootstrap, linger=0.05) as producer:
+        async with Producer(bootstrap, linger=0.05) as producer:
             first = await producer.send_many(topic, [b"sticky"] * 20)
             second = await producer.send_many(topic, [b"sticky"] * 20)
         assert len({m.partition for m in first}) == 1

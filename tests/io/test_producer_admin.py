@@ -21,12 +21,12 @@ from gengroup._errors import (
 )
 from gengroup._types import TopicPartition
 from gengroup.admin import Admin, NewTopic
-from gengroup.io.cluster import Cluster
 from gengroup.io.connection import BrokerConnection
 from gengroup.io.fetch import read_partition
 from gengroup.producer import Compression, Producer, ProducerRecord
-from gengroup.testing.kafka import KafkaBroker
-from tests.io import cluster_with_topic
+from tests.io import admin_with_topics, cluster_with_topic, create_topic
+
+pytestmark = pytest.mark.kafka
 
 HANG_GUARD = 60.0
 
@@ -34,12 +34,11 @@ HANG_GUARD = 60.0
 # ---------------------------------------------------------------------------- admin: topics
 
 
-@pytest.mark.kafka
 async def test_create_topics_exist_ok_and_delete(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
+    bootstrap: str, unique_name: Callable[[str], str]
 ) -> None:
     a, b = unique_name("admin-a"), unique_name("admin-b")
-    async with Admin(kafka.bootstrap) as admin:
+    async with Admin(bootstrap) as admin:
         await admin.create_topics(
             [NewTopic(a, 3), NewTopic(b, 1, configs={"retention.ms": "60000"})]
         )
@@ -60,17 +59,14 @@ async def test_create_topics_exist_ok_and_delete(
         await admin.delete_topics([a], missing_ok=True)
 
 
-@pytest.mark.kafka
-async def test_create_topic_errors_are_typed(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
-) -> None:
-    async with Admin(kafka.bootstrap, timeout=10) as admin:
+async def test_create_topic_errors_are_typed(bootstrap: str, topic: str) -> None:
+    async with Admin(bootstrap, timeout=10) as admin:
         with pytest.raises(BrokerError) as bad_rf:
-            await admin.create_topics([NewTopic(unique_name("rf"), 1, replication_factor=3)])
+            await admin.create_topics([NewTopic(f"{topic}-rf", 1, replication_factor=3)])
         assert bad_rf.value.name == "INVALID_REPLICATION_FACTOR"
         with pytest.raises(BrokerError) as bad_config:
             await admin.create_topics(
-                [NewTopic(unique_name("cfg"), 1, configs={"cleanup.policy": "sometimes"})]
+                [NewTopic(f"{topic}-cfg", 1, configs={"cleanup.policy": "sometimes"})]
             )
         assert bad_config.value.name == "INVALID_CONFIG"
         with pytest.raises(BrokerError) as bad_name:
@@ -78,14 +74,9 @@ async def test_create_topic_errors_are_typed(
         assert bad_name.value.name == "INVALID_TOPIC_EXCEPTION"
 
 
-@pytest.mark.kafka
-async def test_create_partitions_and_list_offsets(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
-) -> None:
-    topic = unique_name("grow")
-    async with Cluster(kafka.bootstrap) as cluster:
+async def test_create_partitions_and_list_offsets(bootstrap: str, topic: str) -> None:
+    async with cluster_with_topic(bootstrap, topic, 2) as cluster:
         admin = Admin(cluster)
-        await admin.create_topics({topic: 2})
         await admin.create_partitions(topic, 5)
         assert cluster.partition_count(topic) == 5
         assert all(p.leader >= 0 for p in cluster.topics[topic].partitions.values())
@@ -113,7 +104,7 @@ async def test_create_partitions_and_list_offsets(
         with pytest.raises(ValueError, match="offset spec"):
             await admin.list_offsets([tp4], "middle")  # type: ignore[arg-type]
         with pytest.raises(UnknownTopicOrPartition):
-            await admin.list_offsets([TopicPartition(unique_name("nope"), 0)], "latest")
+            await admin.list_offsets([TopicPartition(f"{topic}-nope", 0)], "latest")
 
 
 # ---------------------------------------------------------------------------- admin: groups
@@ -157,20 +148,18 @@ class ConfluentMember:
             self.consumer.close()
 
 
-@pytest.mark.kafka
 async def test_groups_list_describe_fetch_offsets_delete(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
+    bootstrap: str, topic: str, unique_name: Callable[[str], str]
 ) -> None:
-    topic, group = unique_name("grp-topic"), unique_name("grp")
-    async with Admin(kafka.bootstrap) as admin:
-        await admin.create_topics({topic: 3})
+    group = unique_name("grp")
+    async with admin_with_topics(bootstrap, {topic: 3}) as admin:
         async with Producer(admin.cluster) as producer:
             metas = await producer.send_many(
                 topic, [ProducerRecord(b"v", partition=i % 3) for i in range(12)]
             )
         assert sorted(m.partition for m in metas) == [0] * 4 + [1] * 4 + [2] * 4
 
-        member = ConfluentMember(kafka.bootstrap, group, topic)
+        member = ConfluentMember(bootstrap, group, topic)
         async with anyio.create_task_group() as tg:
             tg.start_soon(anyio.to_thread.run_sync, member.run, 12)
             try:
@@ -214,11 +203,9 @@ async def test_groups_list_describe_fetch_offsets_delete(
 # ---------------------------------------------------------------------------- producer
 
 
-@pytest.mark.kafka
 @pytest.mark.parametrize("acks", [-1, 1, 0, "all"])
-async def test_acks_modes(kafka: KafkaBroker, unique_name: Callable[[str], str], acks: Any) -> None:
-    topic = unique_name(f"acks{acks}")
-    async with cluster_with_topic(kafka.bootstrap, topic) as cluster:
+async def test_acks_modes(bootstrap: str, topic: str, acks: Any) -> None:
+    async with cluster_with_topic(bootstrap, topic) as cluster:
         async with Producer(cluster, acks=acks) as producer:
             metas = [await producer.send(topic, f"{i}".encode()) for i in range(5)]
         expected = [-1] * 5 if acks == 0 else list(range(5))
@@ -229,11 +216,9 @@ async def test_acks_modes(kafka: KafkaBroker, unique_name: Callable[[str], str],
         assert cluster.partition_count(topic) == 1
 
 
-@pytest.mark.kafka
 async def test_concurrent_sends_share_one_request_per_broker(
-    kafka: KafkaBroker, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+    bootstrap: str, topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    topic = unique_name("batching")
     produce_requests: list[int] = []
     original = BrokerConnection.request
 
@@ -243,7 +228,7 @@ async def test_concurrent_sends_share_one_request_per_broker(
         return await original(self, request, **kwargs)
 
     monkeypatch.setattr(BrokerConnection, "request", spy)
-    async with cluster_with_topic(kafka.bootstrap, topic, 4) as cluster:
+    async with cluster_with_topic(bootstrap, topic, 4) as cluster:
         async with Producer(cluster, linger=0.2, compression=Compression.LZ4) as producer:
             results: dict[int, Any] = {}
 
@@ -268,12 +253,8 @@ async def test_concurrent_sends_share_one_request_per_broker(
             assert sorted(offsets) == list(range(len(offsets)))
 
 
-@pytest.mark.kafka
-async def test_small_batches_keep_order(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
-) -> None:
-    topic = unique_name("small-batches")
-    async with cluster_with_topic(kafka.bootstrap, topic) as cluster:
+async def test_small_batches_keep_order(bootstrap: str, topic: str) -> None:
+    async with cluster_with_topic(bootstrap, topic) as cluster:
         async with Producer(cluster, max_batch_bytes=500, compression=Compression.GZIP) as p:
             metas = await p.send_many(topic, [f"{i:04d}".encode() * 10 for i in range(300)])
         assert [m.offset for m in metas] == list(range(300))
@@ -281,14 +262,9 @@ async def test_small_batches_keep_order(
         assert [r.value for r in got] == [f"{i:04d}".encode() * 10 for i in range(300)]
 
 
-@pytest.mark.kafka
-async def test_flush_sends_lingering_records_now(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
-) -> None:
-    topic = unique_name("flush")
-    async with Admin(kafka.bootstrap) as admin:
-        await admin.create_topics({topic: 2})
-        async with Producer(admin.cluster, linger=3600.0) as producer:
+async def test_flush_sends_lingering_records_now(bootstrap: str, topic: str) -> None:
+    async with cluster_with_topic(bootstrap, topic, 2) as cluster:
+        async with Producer(cluster, linger=3600.0) as producer:
             done: list[int] = []
 
             async def one(i: int) -> None:
@@ -305,18 +281,13 @@ async def test_flush_sends_lingering_records_now(
             await producer.flush()  # nothing queued: returns at once
 
 
-@pytest.mark.kafka
-async def test_producer_errors_are_typed(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
-) -> None:
-    topic, small = unique_name("perr"), unique_name("perr-small")
-    async with Admin(kafka.bootstrap) as admin:
-        await admin.create_topics(
-            [NewTopic(topic, 2), NewTopic(small, 1, configs={"max.message.bytes": "2000"})]
-        )
+async def test_producer_errors_are_typed(bootstrap: str, topic: str) -> None:
+    small = f"{topic}-small"
+    topics = [NewTopic(topic, 2), NewTopic(small, 1, configs={"max.message.bytes": "2000"})]
+    async with admin_with_topics(bootstrap, topics) as admin:
         async with Producer(admin.cluster, max_block=0.5, delivery_timeout=30) as producer:
             with pytest.raises(UnknownTopicOrPartition):
-                await producer.send(unique_name("missing"), b"x")
+                await producer.send(f"{topic}-missing", b"x")
             with pytest.raises(UnknownTopicOrPartition, match="2 partitions"):
                 await producer.send(topic, b"x", partition=2)
             with pytest.raises(TypeError):
@@ -336,18 +307,12 @@ async def test_producer_errors_are_typed(
             )
             assert isinstance(mixed[1], BrokerError)
         with pytest.raises(ConfigError):
-            Producer(kafka.bootstrap, acks=2)  # type: ignore[arg-type]
+            Producer(bootstrap, acks=2)  # type: ignore[arg-type]
 
 
-@pytest.mark.kafka
-async def test_log_append_time_is_reported(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
-) -> None:
-    topic = unique_name("append-time")
-    async with Admin(kafka.bootstrap) as admin:
-        await admin.create_topics(
-            [NewTopic(topic, 1, configs={"message.timestamp.type": "LogAppendTime"})]
-        )
+async def test_log_append_time_is_reported(bootstrap: str, topic: str) -> None:
+    append_time = NewTopic(topic, 1, configs={"message.timestamp.type": "LogAppendTime"})
+    async with admin_with_topics(bootstrap, [append_time]) as admin:
         async with Producer(admin.cluster) as producer:
             before = time.time_ns() // 1_000_000
             meta = await producer.send(topic, b"x", timestamp_ms=1_000)
@@ -356,19 +321,14 @@ async def test_log_append_time_is_reported(
         assert record.timestamp == meta.timestamp
 
 
-@pytest.mark.kafka
-async def test_leaving_with_an_exception_fails_queued_records(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
-) -> None:
-    topic = unique_name("abort")
-    async with Admin(kafka.bootstrap) as admin:
-        await admin.create_topics({topic: 1})
+async def test_leaving_with_an_exception_fails_queued_records(bootstrap: str, topic: str) -> None:
+    await create_topic(bootstrap, topic)
     outcomes: list[BaseException] = []
 
     class Boom(Exception):
         pass
 
-    producer = Producer(kafka.bootstrap, linger=3600.0)
+    producer = Producer(bootstrap, linger=3600.0)
 
     async def waiter() -> None:
         try:

@@ -42,17 +42,6 @@ def test_names_match_java_and_librdkafka() -> None:
 
 
 def test_user_data_hook() -> None:
-    class WithHook:
-        name = "custom"
-
-        def assign(
-            self, members: Sequence[GroupMember], partitions: Mapping[str, int]
-        ) -> GroupAssignment:
-            return {}
-
-        def user_data(self, topics: Sequence[str]) -> bytes | None:
-            return ",".join(topics).encode()
-
     class WithoutHook:
         name = "bare"
 
@@ -60,6 +49,12 @@ def test_user_data_hook() -> None:
             self, members: Sequence[GroupMember], partitions: Mapping[str, int]
         ) -> GroupAssignment:
             return {}
+
+    class WithHook(WithoutHook):
+        name = "custom"
+
+        def user_data(self, topics: Sequence[str]) -> bytes | None:
+            return ",".join(topics).encode()
 
     assert balancer_user_data(WithHook(), ["a", "b"]) == b"a,b"
     assert balancer_user_data(WithoutHook(), ["a"]) is None
@@ -172,28 +167,16 @@ def test_range_more_members_than_partitions() -> None:
     assert ROUND_ROBIN.assign(members, {"t": 2}) == {"a": {"t": [0]}, "b": {"t": [1]}, "c": {}}
 
 
-def test_range_mixed_topics() -> None:
-    # Java's RangeAssignorTest.testMultipleConsumersMixedTopics
+@pytest.mark.parametrize("balancer", BALANCERS, ids=lambda b: b.name)
+def test_mixed_topics(balancer: Balancer) -> None:
+    # Range: Java's RangeAssignorTest.testMultipleConsumersMixedTopics. Round robin:
+    # sorted partitions topic1-0..2, topic2-0..1; members cycle 1, 2, 3. Both agree here.
     members = [
         m("consumer1", "topic1"),
         m("consumer2", "topic1", "topic2"),
         m("consumer3", "topic1"),
     ]
-    assert RANGE.assign(members, {"topic1": 3, "topic2": 2}) == {
-        "consumer1": {"topic1": [0]},
-        "consumer2": {"topic1": [1], "topic2": [0, 1]},
-        "consumer3": {"topic1": [2]},
-    }
-
-
-def test_roundrobin_mixed_topics() -> None:
-    # Sorted partitions: topic1-0..2, topic2-0..1; members cycle 1, 2, 3.
-    members = [
-        m("consumer1", "topic1"),
-        m("consumer2", "topic1", "topic2"),
-        m("consumer3", "topic1"),
-    ]
-    assert ROUND_ROBIN.assign(members, {"topic1": 3, "topic2": 2}) == {
+    assert balancer.assign(members, {"topic1": 3, "topic2": 2}) == {
         "consumer1": {"topic1": [0]},
         "consumer2": {"topic1": [1], "topic2": [0, 1]},
         "consumer3": {"topic1": [2]},
