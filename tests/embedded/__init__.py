@@ -18,8 +18,11 @@ import anyio
 import anyio.abc
 from kio.index import load_response_schema
 
+from gengroup import GenerationIdentity
 from gengroup.broker import FakeCluster
 from gengroup.io.connection import BrokerConnection, open_connection
+from gengroup.membership.member import JoinParams
+from gengroup.membership.requests import heartbeat_request, join_request, leave_request
 from gengroup.protocol.framing import (
     FrameBuffer,
     build,
@@ -218,20 +221,16 @@ def join_group(
     protocols: Sequence[tuple[str, bytes]] = (("range", b"meta"),),
     instance_id: str | None = None,
 ) -> Any:
-    mod = request_module(ApiKey.JOIN_GROUP, v)
-    return build(
-        mod.JoinGroupRequest,
-        group_id=group,
-        session_timeout=ms(session_ms),
-        rebalance_timeout=ms(rebalance_ms),
-        member_id=member_id,
-        group_instance_id=instance_id,
-        protocol_type="consumer",
-        protocols=tuple(
-            build(mod.JoinGroupRequestProtocol, name=n, metadata=m) for n, m in protocols
-        ),
-        reason=None,
+    params = JoinParams(
+        group,
+        member_id,
+        instance_id,
+        session_ms / 1000,
+        rebalance_ms / 1000,
+        tuple(protocols),
+        None,
     )
+    return join_request(request_module(ApiKey.JOIN_GROUP, v), params)
 
 
 def sync_group(
@@ -259,22 +258,15 @@ def sync_group(
 
 
 def heartbeat(v: int, group: str, generation: int, member_id: str) -> Any:
-    mod = request_module(ApiKey.HEARTBEAT, v)
-    return build(
-        mod.HeartbeatRequest,
-        group_id=group,
-        generation_id=generation,
-        member_id=member_id,
-        group_instance_id=None,
-    )
+    identity = GenerationIdentity(group, generation, member_id, None)
+    return heartbeat_request(request_module(ApiKey.HEARTBEAT, v), identity)
 
 
 def leave_group(v: int, group: str, member_id: str) -> Any:
     mod = request_module(ApiKey.LEAVE_GROUP, v)
     if v < 3:
         return build(mod.LeaveGroupRequest, group_id=group, member_id=member_id)
-    identity = build(mod.MemberIdentity, member_id=member_id, group_instance_id=None, reason=None)
-    return build(mod.LeaveGroupRequest, group_id=group, members=(identity,))
+    return leave_request(mod, group, member_id, None)
 
 
 def offset_commit(

@@ -5,11 +5,12 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Final, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from ...protocol.framing import build
 from ..coordinator import Request
 from ..log import Partition
 from ..state import ClusterState
@@ -27,6 +28,8 @@ __all__ = [
     "Handler",
     "ec",
     "epoch_datetime",
+    "from_output",
+    "group_handler",
     "ms",
     "per_partition",
 ]
@@ -88,6 +91,17 @@ def per_partition(
     return tuple(entry(t, tuple(answer(t, p) for p in partitions(t))) for t in topics)
 
 
+def from_output(cls: type[T], output: Any, /, **values: Any) -> T:
+    """The kio entry ``cls`` carrying the same-named fields of a coordinator output.
+
+    The coordinator's outputs name their fields as Kafka's responses do, so an
+    entry copies them (those ``cls`` lacks are dropped); ``values`` are set on
+    top (nested entries, fields that change with the version).
+    """
+    copied = {f.name: getattr(output, f.name) for f in fields(output)}
+    return build(cls, **{**copied, **values})
+
+
 @dataclass(frozen=True, slots=True)
 class Context:
     """What a handler knows about the request beyond its body.
@@ -147,6 +161,35 @@ class ErrorResponse(Protocol):
     def __call__(
         self, version: int, request: Any, code: int, message: str | None = None
     ) -> Any: ...
+
+
+def group_handler(
+    error_response: ErrorResponse,
+    to_input: Callable[[Context, Any, int], Request],
+    answer: Callable[[Any, int, Any], Any],
+) -> Handler:
+    """The handler of an API that names one group (``request.group_id``).
+
+    A broker that does not coordinate the group answers NOT_COORDINATOR (or
+    COORDINATOR_NOT_AVAILABLE); otherwise the request goes to the coordinator
+    and, if the group's coordinator moved while it was parked, is answered
+    NOT_COORDINATOR.
+
+    Args:
+        error_response: the API's answer carrying one error code.
+        to_input: ``(context, request, version) -> coordinator input``.
+        answer: ``(request, version, coordinator output) -> response``.
+    """
+
+    async def handle(ctx: Context, req: Any, v: int) -> Any:
+        if code := ctx.not_coordinator(req.group_id):
+            return error_response(v, req, code)
+        out = await ctx.group_call(to_input(ctx, req, v), [req.group_id])
+        if out is None:
+            return error_response(v, req, ErrorCode.not_coordinator)
+        return answer(req, v, out)
+
+    return handle
 
 
 @dataclass(frozen=True, slots=True)

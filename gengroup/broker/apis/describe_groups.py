@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
 from ..coordinator import DescribeGroupsInput
-from ._base import INT32_MIN, ZERO, ApiSpec, Context, ec
+from ._base import INT32_MIN, ZERO, ApiSpec, Context, ec, from_output
 
 __all__ = ["SPEC", "error_response", "handle"]
 
@@ -53,26 +53,12 @@ def _described(mod: Any, v: int, g: Any, include_ops: bool) -> Any:
     if v >= 6 and g.group_state == "Dead" and error_code == ErrorCode.none:
         # From v6 Kafka answers a missing group with GROUP_ID_NOT_FOUND.
         error_code = ErrorCode.group_id_not_found
-    return build(
+    return from_output(
         mod.DescribedGroup,
+        g,
         error_code=error_code,
         error_message=None,
-        group_id=g.group_id,
-        group_state=g.group_state,
-        protocol_type=g.protocol_type,
-        protocol_data=g.protocol_data,
-        members=tuple(
-            build(
-                mod.DescribedGroupMember,
-                member_id=m.member_id,
-                group_instance_id=m.group_instance_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                member_metadata=m.member_metadata,
-                member_assignment=m.member_assignment,
-            )
-            for m in g.members
-        ),
+        members=tuple(from_output(mod.DescribedGroupMember, m) for m in g.members),
         authorized_operations=_GROUP_OPS if include_ops else INT32_MIN,
     )
 

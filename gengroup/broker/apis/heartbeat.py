@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from kio.schema.errors import ErrorCode
-
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
 from ..coordinator import HeartbeatInput
-from ._base import ZERO, ApiSpec, Context, ec
+from ._base import ZERO, ApiSpec, Context, ec, group_handler
 
 __all__ = ["SPEC", "error_response", "handle"]
 
@@ -26,20 +24,18 @@ def error_response(version: int, request: Any, code: int, message: str | None = 
     return build(mod.HeartbeatResponse, throttle_time=ZERO, error_code=ec(code))
 
 
-async def handle(ctx: Context, req: Any, v: int) -> Any:
-    """Hand the heartbeat to the coordinator."""
-    if code := ctx.not_coordinator(req.group_id):
-        return error_response(v, req, code)
-    inp = HeartbeatInput(
+def _input(ctx: Context, req: Any, v: int) -> HeartbeatInput:
+    return HeartbeatInput(
         group_id=req.group_id,
         generation_id=int(req.generation_id),
         member_id=req.member_id,
         group_instance_id=getattr(req, "group_instance_id", None),
     )
-    out: Any = await ctx.group_call(inp, [req.group_id])
-    if out is None:
-        return error_response(v, req, ErrorCode.not_coordinator)
-    return error_response(v, req, out.error_code)
 
+
+#: Hand the heartbeat to the coordinator; the answer is its error code.
+handle: Final = group_handler(
+    error_response, _input, lambda req, v, out: error_response(v, req, out.error_code)
+)
 
 SPEC: Final = ApiSpec(KEY, 0, 4, handle, error_response)

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from kio.schema.errors import ErrorCode
-
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
 from ..coordinator import JoinGroupInput
-from ._base import ZERO, ApiSpec, Context, ec, ms
+from ._base import ZERO, ApiSpec, Context, ec, from_output, group_handler, ms
 
 __all__ = ["SPEC", "error_response", "handle"]
 
@@ -41,12 +39,9 @@ def error_response(version: int, request: Any, code: int, message: str | None = 
     )
 
 
-async def handle(ctx: Context, req: Any, v: int) -> Any:
-    """Hand the join to the coordinator; answers when the group's rebalance completes."""
-    if code := ctx.not_coordinator(req.group_id):
-        return error_response(v, req, code)
+def _input(ctx: Context, req: Any, v: int) -> JoinGroupInput:
     session_ms = ms(req.session_timeout)
-    inp = JoinGroupInput(
+    return JoinGroupInput(
         group_id=req.group_id,
         member_id=req.member_id,
         session_timeout_ms=session_ms,
@@ -60,30 +55,20 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
         version=v,
         reason=getattr(req, "reason", None),
     )
-    out: Any = await ctx.group_call(inp, [req.group_id])
-    if out is None:
-        return error_response(v, req, ErrorCode.not_coordinator)
+
+
+def _answer(req: Any, v: int, out: Any) -> Any:
     mod = response_module(KEY, v)
-    return build(
+    return from_output(
         mod.JoinGroupResponse,
+        out,
         throttle_time=ZERO,
-        error_code=out.error_code,
-        generation_id=out.generation_id,
-        protocol_type=out.protocol_type,
         protocol_name=out.protocol_name if v >= 7 else (out.protocol_name or ""),
-        leader=out.leader,
-        skip_assignment=out.skip_assignment,
-        member_id=out.member_id,
-        members=tuple(
-            build(
-                mod.JoinGroupResponseMember,
-                member_id=m.member_id,
-                group_instance_id=m.group_instance_id,
-                metadata=m.metadata,
-            )
-            for m in out.members
-        ),
+        members=tuple(from_output(mod.JoinGroupResponseMember, m) for m in out.members),
     )
 
+
+#: Hand the join to the coordinator; answers when the group's rebalance completes.
+handle: Final = group_handler(error_response, _input, _answer)
 
 SPEC: Final = ApiSpec(KEY, 0, 9, handle, error_response)

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from kio.schema.errors import ErrorCode
-
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
 from ..coordinator import LeaveGroupInput, MemberIdentity
-from ._base import NONE, ZERO, ApiSpec, Context, ec
+from ._base import NONE, ZERO, ApiSpec, Context, ec, from_output, group_handler
 
 __all__ = ["SPEC", "error_response", "handle"]
 
@@ -28,10 +26,7 @@ def error_response(version: int, request: Any, code: int, message: str | None = 
     return build(mod.LeaveGroupResponse, throttle_time=ZERO, error_code=ec(code), members=())
 
 
-async def handle(ctx: Context, req: Any, v: int) -> Any:
-    """Hand the departures to the coordinator."""
-    if code := ctx.not_coordinator(req.group_id):
-        return error_response(v, req, code)
+def _input(ctx: Context, req: Any, v: int) -> LeaveGroupInput:
     if v < 3:
         members: tuple[MemberIdentity, ...] = (MemberIdentity(req.member_id),)
     else:
@@ -39,29 +34,21 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
             MemberIdentity(m.member_id, m.group_instance_id, getattr(m, "reason", None))
             for m in req.members
         )
-    out: Any = await ctx.group_call(LeaveGroupInput(req.group_id, members), [req.group_id])
-    if out is None:
-        return error_response(v, req, ErrorCode.not_coordinator)
+    return LeaveGroupInput(req.group_id, members)
+
+
+def _answer(req: Any, v: int, out: Any) -> Any:
     mod = response_module(KEY, v)
     error = out.error_code
     if v < 3 and error is NONE and out.members:
         error = out.members[0].error_code
     if v < 3:
         return build(mod.LeaveGroupResponse, throttle_time=ZERO, error_code=error)
-    return build(
-        mod.LeaveGroupResponse,
-        throttle_time=ZERO,
-        error_code=error,
-        members=tuple(
-            build(
-                mod.MemberResponse,
-                member_id=m.member_id,
-                group_instance_id=m.group_instance_id,
-                error_code=m.error_code,
-            )
-            for m in out.members
-        ),
-    )
+    members = tuple(from_output(mod.MemberResponse, m) for m in out.members)
+    return build(mod.LeaveGroupResponse, throttle_time=ZERO, error_code=error, members=members)
 
+
+#: Hand the departures to the coordinator.
+handle: Final = group_handler(error_response, _input, _answer)
 
 SPEC: Final = ApiSpec(KEY, 0, 5, handle, error_response)

@@ -11,7 +11,7 @@ from typing import Any, Final
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
 from ..coordinator import ListGroupsInput
-from ._base import ZERO, ApiSpec, Context, ec
+from ._base import ZERO, ApiSpec, Context, ec, from_output
 
 __all__ = ["SPEC", "error_response", "handle"]
 
@@ -39,13 +39,7 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
         [],
     )
     groups = tuple(
-        build(
-            mod.ListedGroup,
-            group_id=g.group_id,
-            protocol_type=g.protocol_type,
-            group_state=g.group_state,
-            group_type=g.group_type,
-        )
+        from_output(mod.ListedGroup, g)
         for g in out.groups
         if ctx.state.coordinator_for(g.group_id) == ctx.node_id
     )

@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from kio.schema.errors import ErrorCode
-
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
 from ..coordinator import (
@@ -24,7 +22,7 @@ from ..coordinator import (
     OffsetFetchInput,
     OffsetFetchTopic,
 )
-from ._base import NONE, ZERO, ApiSpec, Context, ec
+from ._base import NONE, ZERO, ApiSpec, Context, ec, from_output, group_handler
 
 __all__ = ["SPEC", "error_response", "handle"]
 
@@ -39,16 +37,13 @@ def _topics(mod: Any, v: int, topics: Any, part_error: Any = NONE) -> tuple[Any,
         else (mod.OffsetFetchResponseTopic, mod.OffsetFetchResponsePartition)
     )
     return tuple(
-        build(
+        from_output(
             topic_cls,
-            name=t.name,
+            t,
             partitions=tuple(
-                build(
+                from_output(
                     part_cls,
-                    partition_index=p.partition_index,
-                    committed_offset=p.committed_offset,
-                    committed_leader_epoch=p.committed_leader_epoch,
-                    metadata=p.metadata,
+                    p,
                     error_code=p.error_code if p.error_code is not NONE else part_error,
                 )
                 for p in t.partitions
@@ -116,27 +111,37 @@ def _wanted(topics: Any) -> tuple[OffsetFetchTopic, ...] | None:
     return tuple(OffsetFetchTopic(t.name, tuple(t.partition_indexes)) for t in topics)
 
 
+def _require_stable(req: Any) -> bool:
+    return bool(getattr(req, "require_stable", False))
+
+
+def _one_group_input(ctx: Context, req: Any, v: int) -> OffsetFetchInput:
+    return OffsetFetchInput(
+        (OffsetFetchGroup(req.group_id, _wanted(req.topics)),), _require_stable(req)
+    )
+
+
+def _one_group_answer(req: Any, v: int, out: Any) -> Any:
+    mod = response_module(KEY, v)
+    (group,) = out.groups
+    return build(
+        mod.OffsetFetchResponse,
+        throttle_time=ZERO,
+        error_code=group.error_code,
+        topics=_topics(mod, v, group.topics, group.error_code if v < 2 else NONE),
+    )
+
+
+_one_group: Final = group_handler(error_response, _one_group_input, _one_group_answer)
+
+
 async def handle(ctx: Context, req: Any, v: int) -> Any:
     """Ask the coordinator for the committed offsets of the groups this broker coordinates."""
-    mod = response_module(KEY, v)
-    require_stable = bool(getattr(req, "require_stable", False))
     if v < 8:
-        if code := ctx.not_coordinator(req.group_id):
-            return error_response(v, req, code)
-        got = await _fetch_offsets(
-            ctx, [OffsetFetchGroup(req.group_id, _wanted(req.topics))], require_stable
-        )
-        if 0 not in got:
-            return error_response(v, req, ErrorCode.not_coordinator)
-        group = got[0]
-        return build(
-            mod.OffsetFetchResponse,
-            throttle_time=ZERO,
-            error_code=group.error_code,
-            topics=_topics(mod, v, group.topics, group.error_code if v < 2 else NONE),
-        )
+        return await _one_group(ctx, req, v)
+    mod = response_module(KEY, v)
     groups = [OffsetFetchGroup(g.group_id, _wanted(g.topics)) for g in req.groups]
-    got = await _fetch_offsets(ctx, groups, require_stable)
+    got = await _fetch_offsets(ctx, groups, _require_stable(req))
     out_groups = [
         _group(mod, g.group_id, ctx.coordinator_error(g.group_id))
         if (result := got.get(i)) is None

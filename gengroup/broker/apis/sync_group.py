@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from kio.schema.errors import ErrorCode
-
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
 from ..coordinator import SyncGroupInput
-from ._base import ZERO, ApiSpec, Context, ec
+from ._base import ZERO, ApiSpec, Context, ec, group_handler
 
 __all__ = ["SPEC", "error_response", "handle"]
 
@@ -39,11 +37,8 @@ def error_response(version: int, request: Any, code: int, message: str | None = 
     return _response(version, ec(code), None, None, b"")
 
 
-async def handle(ctx: Context, req: Any, v: int) -> Any:
-    """Hand the sync to the coordinator; answers once the leader's assignment is in."""
-    if code := ctx.not_coordinator(req.group_id):
-        return error_response(v, req, code)
-    inp = SyncGroupInput(
+def _input(ctx: Context, req: Any, v: int) -> SyncGroupInput:
+    return SyncGroupInput(
         group_id=req.group_id,
         generation_id=int(req.generation_id),
         member_id=req.member_id,
@@ -53,10 +48,13 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
         assignments=tuple((a.member_id, bytes(a.assignment)) for a in req.assignments),
         version=v,
     )
-    out: Any = await ctx.group_call(inp, [req.group_id])
-    if out is None:
-        return error_response(v, req, ErrorCode.not_coordinator)
+
+
+def _answer(req: Any, v: int, out: Any) -> Any:
     return _response(v, out.error_code, out.protocol_type, out.protocol_name, out.assignment)
 
+
+#: Hand the sync to the coordinator; answers once the leader's assignment is in.
+handle: Final = group_handler(error_response, _input, _answer)
 
 SPEC: Final = ApiSpec(KEY, 0, 5, handle, error_response)
