@@ -47,7 +47,7 @@ from .._errors import (
 )
 from .._types import TopicPartition
 from ..protocol.framing import build, ms
-from ..protocol.versions import ApiKey, require
+from ..protocol.versions import ApiKey
 from . import request as _request
 from .connection import BrokerConnection
 from .retry import retry
@@ -283,26 +283,6 @@ class Cluster:
             return await _request.call(
                 conn, key, make, timeout=timeout, expect_response=expect_response, check=check
             )
-
-    async def request(
-        self,
-        node_id: int | None,
-        request: Any,
-        *,
-        timeout: float | None = None,
-        channel: str = "default",
-    ) -> Any:
-        """Send a request built already to ``node_id`` (None: any broker).
-
-        Prefer :meth:`call`, which builds the request for the version of the
-        connection that carries it.
-        """
-        async with self._in_flight(node_id, channel) as conn:
-            return await conn.request(request, timeout=timeout)
-
-    async def version(self, node_id: int | None, key: ApiKey, channel: str = "default") -> int:
-        """The negotiated version of ``key`` with ``node_id`` (None: any broker)."""
-        return require((await self._pick(node_id, channel)).versions, key)
 
     # ------------------------------------------------------------------ metadata
 
