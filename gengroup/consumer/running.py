@@ -19,7 +19,9 @@ past that it reports which task held the generation up and where it was
 suspended (:class:`TaskStuckError`) instead of hanging silently.
 
 Once every task has returned, marked offsets are committed once more,
-shielded, with the ending generation's id; only then is the member machine
+shielded, with the ending generation's id; a retriable refusal (a coordinator
+loading or moving, a timeout, a broken connection) is retried with backoff for
+up to ``request_timeout``, a fencing answer ends it at once. Only then is the member machine
 told the generation ended, so the member rejoins only after all of it
 (semantic 1: one live generation per member).
 """
@@ -34,11 +36,16 @@ import anyio
 from .._config import GroupConfig
 from .._errors import (
     BrokerError,
+    FencedInstanceId,
     KafkaConnectionError,
+    MemberResetError,
     ProtocolError,
+    RebalanceInProgress,
     TaskStuckError,
     error_for_code,
+    is_retriable,
 )
+from ..io.retry import retry
 from ..membership.member import Member, Outcome, outcome_for
 from .forming import Formed, GroupClient
 from .generation import Generation
@@ -46,6 +53,11 @@ from .generation import Generation
 __all__ = ["run_generation"]
 
 log = logging.getLogger("gengroup")
+
+#: Answers that end the final commit at once: this member no longer owns the
+#: generation's partitions (ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID are
+#: MemberResetError), or the group is assigning them anew.
+_FENCED = (MemberResetError, FencedInstanceId, RebalanceInProgress)
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -137,10 +149,46 @@ class _Run:
         return error
 
     async def _final_commit(self) -> None:
+        """Commit the marks once more, shielded, retrying retriable refusals.
+
+        A coordinator that is loading, moving or briefly unreachable (after a
+        broker restart) refuses the commit for a moment; dropping it would make
+        the next owner process everything since the last periodic commit
+        again. So every refusal the error table retries (and a request that
+        timed out) is sent again with the client's backoff, for at most
+        ``request_timeout`` seconds in all. A fencing answer (ILLEGAL_GENERATION,
+        UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID) or REBALANCE_IN_PROGRESS ends
+        the attempt at once: the partitions may have a new owner already.
+        """
         gen = self.gen
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.request_timeout):
+        limit = self.config.request_timeout
+        refused: list[BaseException] = []
+
+        def retriable(exc: BaseException) -> bool:
+            if isinstance(exc, _FENCED) or not (is_retriable(exc) or isinstance(exc, TimeoutError)):
+                return False
+            if not refused:
+                log.info(
+                    "group %s generation %d member %s: final commit refused (%s); "
+                    "retrying for up to %s s",
+                    gen.group_id,
+                    gen.id,
+                    gen.member_id,
+                    exc,
+                    limit,
+                )
+            refused.append(exc)
+            return True
+
+        with anyio.CancelScope(shield=True):
             try:
-                await gen.commit()
+                await retry(
+                    f"final commit of group {gen.group_id} generation {gen.id}",
+                    gen.commit,
+                    timeout=limit,
+                    backoff=self.client.cluster.retry_backoff,
+                    retriable=retriable,
+                )
             except (BrokerError, KafkaConnectionError, ProtocolError, TimeoutError) as exc:
                 log.warning(
                     "group %s generation %d member %s: final commit failed: %s "

@@ -1,0 +1,134 @@
+"""How failures reach the user, on the embedded broker in virtual time.
+
+trio's MockClock(autojump_threshold=0) drives every sleep and timeout, so
+bounded waits are asserted exactly. Each test here reproduces one way a
+failure used to be lost or to hang: a final commit dropped on a retriable
+refusal, a batch handed out after the generation ended, a stuck task that
+kept the group from closing, and the smaller API misuses.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import trio
+import trio.testing
+from kio.schema.errors import ErrorCode
+
+from gengroup import ConsumerGroup, TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Fail, Intercepted
+from gengroup.protocol.records import NewRecord
+from gengroup.protocol.versions import ApiKey
+
+SETTINGS = {
+    "session_timeout": 10.0,
+    "heartbeat_interval": 1.0,
+    "rebalance_timeout": 20.0,
+    # No periodic commit: the generation's final commit is the only one.
+    "commit_interval": 0.0,
+    "join_backoff": 0.5,
+    "fetch_max_wait": 0.5,
+    "request_timeout": 30.0,
+}
+
+TP = TopicPartition("t", 0)
+
+
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+def produce(cluster: FakeCluster, count: int) -> None:
+    cluster.produce("t", [NewRecord(None, str(i).encode(), (), 0) for i in range(count)])
+
+
+# ---------------------------------------------------------------------- item 8: the final commit
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.not_coordinator,
+        ErrorCode.request_timed_out,
+    ],
+)
+async def test_final_commit_retries_a_retriable_refusal(
+    autojump_clock: trio.testing.MockClock, code: ErrorCode
+) -> None:
+    """One retriable refusal of the final OffsetCommit: the commit is sent again, and
+    the next generation starts at the marked offset, not at 0."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+        commits: list[int] = []
+
+        def refuse_once(req: Intercepted) -> Fail | None:
+            commits.append(req.broker_id)
+            return Fail(code) if len(commits) == 1 else None
+
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            first = await group.next()
+            assert first.assignments[TP] == 0
+            first.mark(TP, 7)
+            cluster.control(ApiKey.OFFSET_COMMIT, refuse_once)
+            first.cancel("test")
+            second = await group.next()
+            assert len(commits) >= 2
+            assert cluster.committed_offsets("g")[TP] == 7
+            assert first.committed[TP] == 7
+            assert second.assignments[TP] == 7
+
+
+async def test_final_commit_fenced_is_not_retried(autojump_clock: trio.testing.MockClock) -> None:
+    """A fencing answer (ILLEGAL_GENERATION) ends the final commit at once: one request."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+        commits: list[float] = []
+
+        def fence(req: Intercepted) -> Fail:
+            commits.append(trio.current_time())
+            return Fail(ErrorCode.illegal_generation)
+
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            first = await group.next()
+            first.mark(TP, 7)
+            control = cluster.control(ApiKey.OFFSET_COMMIT, fence)
+            first.cancel("test")
+            second = await group.next()
+            control.remove()
+            assert len(commits) == 1
+            assert TP not in cluster.committed_offsets("g")
+            assert second.assignments[TP] == 0
+
+
+async def test_final_commit_gives_up_after_the_request_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A coordinator that keeps refusing: the final commit retries with backoff for
+    request_timeout, then gives up (logged) and the group moves on."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+        commits: list[float] = []
+
+        def refuse(req: Intercepted) -> Fail:
+            commits.append(trio.current_time())
+            return Fail(ErrorCode.coordinator_load_in_progress)
+
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            first = await group.next()
+            first.mark(TP, 7)
+            control = cluster.control(ApiKey.OFFSET_COMMIT, refuse)
+            t0 = trio.current_time()
+            first.cancel("test")
+            await first.wait_ended()
+            control.remove()
+            assert trio.current_time() - t0 == pytest.approx(SETTINGS["request_timeout"], abs=0.1)
+            assert len(commits) > 5
+            gaps = [b - a for a, b in itertools.pairwise(commits)]
+            assert max(gaps) <= 1.3  # backoff capped at 1 s, +20 % jitter
+            second = await group.next()
+            assert second.assignments[TP] == 0
