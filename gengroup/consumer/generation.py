@@ -295,7 +295,13 @@ class Generation:
         """Iterate the batches of an assigned partition from its start offset.
 
         Each batch carries ``records`` and ``next_offset`` (the offset to mark
-        once the batch is processed). Iteration ends when the generation ends.
+        once the batch is processed). Each step of the iteration is a
+        cancellation point. Once the generation is ending no further batch is
+        handed out, even one already buffered: a task of the generation is
+        cancelled at its next step (the task's ``async for`` raises the
+        cancellation, which the generation absorbs); code shielded from that
+        cancellation, or outside the generation, sees the iteration stop.
+        A batch already handed out is the worker's to finish and mark.
 
         Raises:
             KeyError: ``tp`` is not assigned to this member in this generation.
@@ -306,7 +312,7 @@ class Generation:
             raise KeyError(
                 f"{tp} is not assigned to member {self.member_id} in generation {self.id}"
             )
-        return self._prefetcher.iterate(tp)
+        return self._prefetcher.iterate(tp, lambda: self.ending)
 
     def mark(self, tp: TopicPartition, offset: int) -> None:
         """Record that everything before ``offset`` in ``tp`` was processed.

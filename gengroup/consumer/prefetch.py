@@ -22,8 +22,11 @@ the partition's worker, like any other non-retriable error: the worker's
 exception. Nothing is swallowed.
 
 Workers read through :meth:`Prefetcher.iterate`, an async iterator (not an async
-generator, so there is nothing to finalise) that ends when the generation's
-scope is cancelled.
+generator, so there is nothing to finalise). Every step is a cancellation
+point, and it hands out no batch once the generation is ending (checked when
+the batch is taken from the buffer, not only when the buffer is empty): a
+worker of the generation is cancelled there; one shielded from it sees the
+iteration stop.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from .._config import GroupConfig
 from .._error_table import Action
@@ -129,9 +133,9 @@ class Prefetcher:
 
     # ------------------------------------------------------------------ workers' side
 
-    def iterate(self, tp: TopicPartition) -> _PartitionIterator:
-        """An async iterator over ``tp``'s batches."""
-        return _PartitionIterator(self, self._parts[tp])
+    def iterate(self, tp: TopicPartition, ending: Callable[[], bool]) -> _PartitionIterator:
+        """An async iterator over ``tp``'s batches; it hands out nothing once ``ending()``."""
+        return _PartitionIterator(self, self._parts[tp], ending)
 
     def _consumed(self, part: _Partition, batch: FetchedBatch) -> None:
         before = part.buffered
@@ -288,24 +292,36 @@ class Prefetcher:
 
 
 class _PartitionIterator:
-    """Async iterator of one partition's batches; ends when the prefetcher stops."""
+    """Async iterator of one partition's batches; ends when the generation ends.
 
-    def __init__(self, prefetcher: Prefetcher, part: _Partition) -> None:
+    Each step is a cancellation point, and the generation's state is checked
+    when a batch is about to be handed out: once the generation is ending, a
+    worker in it is cancelled there, and one shielded from that cancellation
+    sees the iteration stop. Batches still buffered are never handed out.
+    """
+
+    def __init__(
+        self, prefetcher: Prefetcher, part: _Partition, ending: Callable[[], bool]
+    ) -> None:
         self._prefetcher = prefetcher
         self._part = part
+        self._ending = ending
 
     def __aiter__(self) -> _PartitionIterator:
         return self
 
     async def __anext__(self) -> FetchedBatch:
         part = self._part
+        await anyio.lowlevel.checkpoint_if_cancelled()
         while not part.queue:
             if part.error is not None:
                 raise part.error
-            if self._prefetcher._closed:
+            if self._prefetcher._closed or self._ending():
                 raise StopAsyncIteration
             part.wake = anyio.Event()
             await part.wake.wait()
+        if self._ending():
+            raise StopAsyncIteration
         batch = part.queue.popleft()
         self._prefetcher._consumed(part, batch)
         return batch

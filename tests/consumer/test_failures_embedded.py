@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import itertools
 
+import anyio
 import pytest
 import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from gengroup import ConsumerGroup, TopicPartition
+from gengroup import ConsumerGroup, Generation, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Fail, Intercepted
 from gengroup.protocol.records import NewRecord
@@ -45,7 +46,7 @@ def produce(cluster: FakeCluster, count: int) -> None:
     cluster.produce("t", [NewRecord(None, str(i).encode(), (), 0) for i in range(count)])
 
 
-# ---------------------------------------------------------------------- item 8: the final commit
+# ------------------------------------------------------------- item 8: the final commit
 
 
 @pytest.mark.parametrize(
@@ -132,3 +133,60 @@ async def test_final_commit_gives_up_after_the_request_timeout(
             assert max(gaps) <= 1.3  # backoff capped at 1 s, +20 % jitter
             second = await group.next()
             assert second.assignments[TP] == 0
+
+
+# ---------------------------------------------------------- item 9: no batch after the end
+
+
+async def _buffer_batches(cluster: FakeCluster, count: int) -> None:
+    """Produce ``count`` records one second apart: one fetch, so one batch, each."""
+    for i in range(count):
+        cluster.produce("t", [NewRecord(None, str(i).encode(), (), 0)])
+        await trio.sleep(1.0)
+
+
+async def test_no_batch_is_handed_out_after_the_worker_ends_the_generation(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A worker that never awaits in its body and cancels the generation on its
+    first batch gets no second batch, though 20 are buffered."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        handed: list[int] = []
+
+        async def greedy(gen: Generation) -> None:
+            await trio.sleep(25.0)  # let the prefetcher buffer 20 batches
+            async for batch in gen.fetch(TP):
+                handed.append(batch.next_offset)
+                gen.cancel("the worker decided to stop")
+
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            gen = await group.next()
+            gen.start_soon(greedy, gen)
+            await _buffer_batches(cluster, 20)
+            await gen.wait_ended()
+        assert handed == [1]
+
+
+async def test_no_batch_is_handed_out_once_the_generation_is_ending(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Even a worker shielded from the cancellation gets no batch once the
+    generation is ending: its iteration stops."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        handed: list[int] = []
+        stopped = trio.Event()
+
+        async def shielded(gen: Generation) -> None:
+            with anyio.CancelScope(shield=True):
+                await gen.wait_ending()
+                async for batch in gen.fetch(TP):
+                    handed.append(batch.next_offset)
+                stopped.set()
+
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            gen = await group.next()
+            gen.start_soon(shielded, gen)
+            await _buffer_batches(cluster, 20)
+            gen.cancel("test")
+            await stopped.wait()
+        assert handed == []
