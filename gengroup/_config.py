@@ -22,7 +22,7 @@ StartOffset = Literal["earliest", "latest", "error"]
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
 
 
-def _positive(name: str, value: float) -> None:
+def check_seconds(name: str, value: float) -> None:
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
     if not math.isfinite(value) or value <= 0:
@@ -134,7 +134,10 @@ class GroupConfig:
             ConfigError: a setting is invalid.
         """
         if isinstance(brokers, str):
-            brokers = [b for b in brokers.split(",") if b]
+            brokers = brokers.split(",")
+        # Spaces around an address are dropped, as the Java client does ("a:1, b:2").
+        brokers = [b.strip() if isinstance(b, str) else b for b in brokers]
+        brokers = [b for b in brokers if b != ""]
         rest: dict[str, Any] = dict(settings)
         if rest.get("balancers"):
             rest["balancers"] = tuple(rest["balancers"])
@@ -164,9 +167,18 @@ class GroupConfig:
             "request_timeout",
             "fetch_max_wait",
         ):
-            _positive(name, getattr(self, name))
-        if self.commit_interval < 0:
-            raise ConfigError(f"commit_interval must be >= 0, got {self.commit_interval!r}")
+            check_seconds(name, getattr(self, name))
+        interval = self.commit_interval
+        if (
+            isinstance(interval, bool)
+            or not isinstance(interval, int | float)
+            or not math.isfinite(interval)
+            or interval < 0
+        ):
+            raise ConfigError(
+                "commit_interval must be >= 0 and finite, a number of seconds "
+                f"(0: no periodic commits), got {interval!r}"
+            )
         if self.heartbeat_interval >= self.session_timeout:
             raise ConfigError(
                 f"heartbeat_interval ({self.heartbeat_interval} s) must be below "

@@ -42,9 +42,9 @@ from typing import Any, Final, Self, TypedDict, TypeVar, Unpack
 import anyio
 from kio.schema.errors import ErrorCode
 
+from ._config import check_seconds
 from ._errors import (
     BrokerError,
-    ConfigError,
     KafkaConnectionError,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
@@ -94,8 +94,7 @@ class AdminConfig:
     timeout: float = 30.0
 
     def __post_init__(self) -> None:
-        if not self.timeout > 0:
-            raise ConfigError(f"timeout must be positive, not {self.timeout!r}")
+        check_seconds("timeout", self.timeout)
 
 
 class AdminSettings(TypedDict, total=False):

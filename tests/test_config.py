@@ -110,3 +110,30 @@ def test_member_config_is_derived_from_the_group_config() -> None:
     member = cfg.member_config()
     for f in dataclasses.fields(member):
         assert getattr(member, f.name) == getattr(cfg, f.name)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "5", None, True, -1.0])
+def test_commit_interval_must_be_a_finite_number(value: Any) -> None:
+    """nan used to disable periodic commits silently, and "5" gave a bare TypeError."""
+    with pytest.raises(ConfigError, match="commit_interval"):
+        make(commit_interval=value)
+
+
+def test_commit_interval_zero_disables_periodic_commits() -> None:
+    assert make(commit_interval=0).config.commit_interval == 0
+
+
+@pytest.mark.parametrize("value", [-1, 0, float("nan"), "5", None])
+def test_admin_timeout_must_be_positive(value: Any) -> None:
+    with pytest.raises(ConfigError, match="timeout"):
+        Admin("127.0.0.1:9", timeout=value)
+
+
+def test_bootstrap_addresses_are_trimmed() -> None:
+    """'a:1, b:2' (as the Java client accepts it) has no space in a host."""
+    cfg = make(brokers=" h1:9092, h2:9093 ,").config
+    assert cfg.brokers == ("h1:9092", "h2:9093")
+    group = make(brokers=["h1:9092 ", " h2:9093"])
+    assert group.cluster.bootstrap == [("h1", 9092), ("h2", 9093)]
+    admin = Admin("h1:9092, [::1]:9093")
+    assert admin.cluster.bootstrap == [("h1", 9092), ("::1", 9093)]

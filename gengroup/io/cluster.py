@@ -56,8 +56,8 @@ __all__ = ["BrokerInfo", "Cluster", "PartitionInfo", "TopicInfo", "ms"]
 
 
 def parse_address(addr: str) -> tuple[str, int]:
-    """Split ``host:port`` (IPv6 as ``[::1]:9092``) into its parts."""
-    host, sep, port = addr.rpartition(":")
+    """Split ``host:port`` (IPv6 as ``[::1]:9092``) into its parts; spaces around it are dropped."""
+    host, sep, port = addr.strip().rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ConfigError(f"broker address {addr!r} is not host:port")
     return host.strip("[]"), int(port)
@@ -121,7 +121,7 @@ class Cluster:
         retry_backoff: float = 0.1,
     ) -> None:
         if isinstance(bootstrap, str):
-            bootstrap = [a for a in bootstrap.split(",") if a]
+            bootstrap = [a for a in bootstrap.split(",") if a.strip()]
         if not bootstrap:
             raise ConfigError("at least one bootstrap broker address is required")
         self.bootstrap = [parse_address(a) for a in bootstrap]
