@@ -28,6 +28,7 @@ knows nothing of the group that formed it.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -85,6 +86,36 @@ class _UserTask:
     name: str
     coro: Any = None
     done: bool = False
+
+
+def _awaitable(fn: Callable[..., Any], result: Any) -> Any:
+    """``result`` of calling ``fn`` if it can be awaited; else a TypeError naming ``fn``."""
+    if not inspect.isawaitable(result):
+        raise TypeError(
+            f"start_soon/start expect an async function; {fn!r} returned {result!r}, "
+            "which cannot be awaited"
+        )
+    return result
+
+
+class _HeldStatus:
+    """A ``task_status`` that holds a ``started()`` call back until released."""
+
+    def __init__(self, status: anyio.abc.TaskStatus[Any]) -> None:
+        self._status = status
+        self._released = False
+        self._held: tuple[Any] | None = None
+
+    def started(self, value: Any = None) -> None:
+        if self._released:
+            self._status.started(value)
+        else:
+            self._held = (value,)
+
+    def release(self) -> None:
+        self._released = True
+        if self._held is not None:
+            self._status.started(self._held[0])
 
 
 def _innermost_frames(coro: Any) -> list[FrameType]:
@@ -247,7 +278,7 @@ class Generation:
         """
         tg = self._check_live("start_soon")
         task = _UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
-        tg.start_soon(self._run_task, task, fn, args, None, name=task.name)
+        tg.start_soon(self._run_task, task, _awaitable(fn, fn(*args)), name=task.name)
 
     async def start(
         self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None
@@ -263,24 +294,20 @@ class Generation:
         task = _UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
 
         async def runner(*, task_status: anyio.abc.TaskStatus[Any]) -> None:
-            await self._run_task(task, fn, args, task_status)
+            # started() is held back until fn proved to be async, so that a
+            # plain function fails start() without ending the generation.
+            status = _HeldStatus(task_status)
+            coro = _awaitable(fn, fn(*args, task_status=status))
+            status.release()
+            await self._run_task(task, coro)
 
         return await tg.start(runner, name=task.name)
 
-    async def _run_task(
-        self,
-        task: _UserTask,
-        fn: Callable[..., Awaitable[Any]],
-        args: tuple[Any, ...],
-        task_status: anyio.abc.TaskStatus[Any] | None,
-    ) -> None:
+    async def _run_task(self, task: _UserTask, coro: Awaitable[Any]) -> None:
         self._tasks.append(task)
+        task.coro = coro
         try:
-            if task_status is None:
-                task.coro = fn(*args)
-            else:
-                task.coro = fn(*args, task_status=task_status)
-            await task.coro
+            await coro
         finally:
             task.done = True
             self.end(Outcome.REJOIN, f"task {task.name!r} exited")

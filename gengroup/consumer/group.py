@@ -37,7 +37,7 @@ from .forming import Formed, GroupClient, form_generation
 from .generation import Generation, RebalanceTimings
 from .running import run_generation
 
-__all__ = ["ConsumerGroup"]
+__all__ = ["ConsumerGroup", "GroupClosed"]
 
 
 class _Failure:
@@ -118,6 +118,11 @@ class ConsumerGroup:
     async def __aenter__(self) -> Self:
         if self._stack is not None:
             raise GengroupError("a ConsumerGroup can be entered only once")
+        if self._closing:
+            raise GengroupError(
+                f"consumer group {self.config.group_id!r} was closed (aclose()) before it was "
+                "entered; make a new ConsumerGroup"
+            )
         self._send, self._recv = anyio.create_memory_object_stream[Generation | _Failure](0)
         self._done = anyio.Event()
         self._join_scope = anyio.CancelScope()
@@ -147,6 +152,7 @@ class ConsumerGroup:
         coordinator keeps their partitions for the session timeout.
         """
         if self._stack is None:
+            # Closed before being entered: entering it later raises.
             self._closing = True
             return
         if not self._closing:
@@ -164,7 +170,7 @@ class ConsumerGroup:
     async def __anext__(self) -> Generation:
         try:
             return await self.next()
-        except _GroupClosed:
+        except GroupClosed:
             raise StopAsyncIteration from None
 
     async def next(self) -> Generation:
@@ -173,16 +179,22 @@ class ConsumerGroup:
         Raises:
             Exception: whatever a task of the previous generation raised, a
                 fatal broker error, or :class:`TaskStuckError`.
-            GengroupError: the group is closed.
+            GroupClosed: the group is closed.
+            GengroupError: the group was not entered (``async with``) yet.
         """
         if self._failure is not None:
             raise self._failure
+        if self._stack is None:
+            raise GengroupError(
+                f"consumer group {self.config.group_id!r} is not open: use it inside "
+                "`async with ConsumerGroup(...) as group:`"
+            )
         try:
             item = await self._recv.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             if self._failure is not None:
                 raise self._failure from None
-            raise _GroupClosed(f"consumer group {self.config.group_id!r} is closed") from None
+            raise GroupClosed(f"consumer group {self.config.group_id!r} is closed") from None
         if isinstance(item, _Failure):
             self._failure = item.error
             raise item.error
@@ -250,5 +262,8 @@ class ConsumerGroup:
             self._report(error)
 
 
-class _GroupClosed(GengroupError):
-    """The group is closed (ends ``async for``)."""
+class GroupClosed(GengroupError):
+    """:meth:`ConsumerGroup.next` was called on a closed group.
+
+    ``async for gen in group`` ends quietly instead.
+    """

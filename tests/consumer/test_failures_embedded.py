@@ -10,6 +10,7 @@ kept the group from closing, and the smaller API misuses.
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import anyio
 import pytest
@@ -17,9 +18,10 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from gengroup import ConsumerGroup, Generation, TopicPartition
+from gengroup import ConsumerGroup, Generation, GengroupError, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Fail, Intercepted
+from gengroup.consumer.group import GroupClosed
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -190,3 +192,53 @@ async def test_no_batch_is_handed_out_once_the_generation_is_ending(
             gen.cancel("test")
             await stopped.wait()
         assert handed == []
+
+
+# ------------------------------------------------------------------- item 6: misuse, said clearly
+
+
+async def test_a_group_used_outside_async_with_says_so() -> None:
+    group = ConsumerGroup("g", ["t"], "127.0.0.1:9")
+    with pytest.raises(GengroupError, match="async with"):
+        await group.next()
+    with pytest.raises(GengroupError, match="async with"):
+        async for _ in group:
+            pass
+
+
+async def test_entering_a_group_closed_before_entering_raises() -> None:
+    group = ConsumerGroup("g", ["t"], "127.0.0.1:9")
+    await group.aclose()
+    with pytest.raises(GengroupError, match="closed"):
+        async with group:
+            pass
+
+
+async def test_next_after_close_raises_group_closed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            await group.next()
+        with pytest.raises(GroupClosed, match="closed"):
+            await group.next()
+        assert [gen async for gen in group] == []
+
+
+async def test_start_soon_with_a_plain_function_raises_type_error_at_the_call(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            gen = await group.next()
+            with pytest.raises(TypeError, match="async function"):
+                gen.start_soon(print, "hello")
+
+            def not_async(*, task_status: Any) -> None:
+                task_status.started()
+
+            with pytest.raises(TypeError, match="async function"):
+                await gen.start(not_async)
+            # Nothing was started: the generation goes on.
+            await trio.sleep(5.0)
+            assert not gen.ending
