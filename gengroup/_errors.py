@@ -31,6 +31,7 @@ from kio.schema.errors import ErrorCode
 from ._error_table import RETRY_ACTIONS, Action, policy_for
 
 __all__ = [
+    "GroupClosed",
     "BrokenConnection",
     "BrokerError",
     "ConfigError",
@@ -95,6 +96,13 @@ class GenerationEnded(GengroupError):
     """An operation was attempted on a generation that has already ended.
 
     Raised locally: nothing was sent to the broker.
+    """
+
+
+class GroupClosed(GengroupError):
+    """:meth:`~gengroup.ConsumerGroup.next` was called on a closed group.
+
+    ``async for gen in group`` ends quietly instead.
     """
 
 

@@ -30,14 +30,14 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._config import GroupConfig, GroupSettings
-from .._errors import GengroupError, TaskStuckError
+from .._errors import GengroupError, GroupClosed, TaskStuckError
 from ..io.cluster import Cluster
 from ..membership.member import Member, Outcome
 from .forming import Formed, GroupClient, form_generation
 from .generation import Generation, RebalanceTimings
 from .running import run_generation
 
-__all__ = ["ConsumerGroup", "GroupClosed"]
+__all__ = ["ConsumerGroup"]
 
 
 class _Failure:
@@ -260,10 +260,3 @@ class ConsumerGroup:
             self._current = None
         if error is not None:
             self._report(error)
-
-
-class GroupClosed(GengroupError):
-    """:meth:`ConsumerGroup.next` was called on a closed group.
-
-    ``async for gen in group`` ends quietly instead.
-    """

@@ -18,10 +18,9 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from gengroup import ConsumerGroup, Generation, GengroupError, TopicPartition
+from gengroup import ConsumerGroup, Generation, GengroupError, GroupClosed, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Fail, Intercepted
-from gengroup.consumer.group import GroupClosed
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
