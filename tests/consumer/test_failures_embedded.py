@@ -3,13 +3,16 @@
 trio's MockClock(autojump_threshold=0) drives every sleep and timeout, so
 bounded waits are asserted exactly. Each test here reproduces one way a
 failure used to be lost or to hang: a final commit dropped on a retriable
-refusal, a batch handed out after the generation ended, a stuck task that
-kept the group from closing, and the smaller API misuses.
+refusal, a batch handed out after the generation ended, and the smaller API
+misuses.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -38,13 +41,38 @@ SETTINGS = {
 TP = TopicPartition("t", 0)
 
 
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
 def produce(cluster: FakeCluster, count: int) -> None:
     cluster.produce("t", [NewRecord(None, str(i).encode(), (), 0) for i in range(count)])
+
+
+@dataclasses.dataclass
+class Refusing:
+    cluster: FakeCluster
+    group: ConsumerGroup
+    first: Generation
+    commits: list[float]
+
+
+@contextlib.asynccontextmanager
+async def refusing_final_commits(code: ErrorCode) -> AsyncIterator[Refusing]:
+    """A first generation that marked offset 7, with every OffsetCommit refused with
+    ``code`` from now on; yields the times the refused commits arrived."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+        commits: list[float] = []
+
+        def refuse(req: Intercepted) -> Fail:
+            commits.append(trio.current_time())
+            return Fail(code)
+
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            first = await group.next()
+            first.mark(TP, 7)
+            control = cluster.control(ApiKey.OFFSET_COMMIT, refuse)
+            try:
+                yield Refusing(cluster, group, first, commits)
+            finally:
+                control.remove()
 
 
 # ------------------------------------------------------------- item 8: the final commit
@@ -87,24 +115,12 @@ async def test_final_commit_retries_a_retriable_refusal(
 
 async def test_final_commit_fenced_is_not_retried(autojump_clock: trio.testing.MockClock) -> None:
     """A fencing answer (ILLEGAL_GENERATION) ends the final commit at once: one request."""
-    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
-        produce(cluster, 10)
-        commits: list[float] = []
-
-        def fence(req: Intercepted) -> Fail:
-            commits.append(trio.current_time())
-            return Fail(ErrorCode.illegal_generation)
-
-        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
-            first = await group.next()
-            first.mark(TP, 7)
-            control = cluster.control(ApiKey.OFFSET_COMMIT, fence)
-            first.cancel("test")
-            second = await group.next()
-            control.remove()
-            assert len(commits) == 1
-            assert TP not in cluster.committed_offsets("g")
-            assert second.assignments[TP] == 0
+    async with refusing_final_commits(ErrorCode.illegal_generation) as r:
+        r.first.cancel("test")
+        second = await r.group.next()
+        assert len(r.commits) == 1
+        assert TP not in r.cluster.committed_offsets("g")
+        assert second.assignments[TP] == 0
 
 
 async def test_final_commit_gives_up_after_the_request_timeout(
@@ -112,28 +128,16 @@ async def test_final_commit_gives_up_after_the_request_timeout(
 ) -> None:
     """A coordinator that keeps refusing: the final commit retries with backoff for
     request_timeout, then gives up (logged) and the group moves on."""
-    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
-        produce(cluster, 10)
-        commits: list[float] = []
-
-        def refuse(req: Intercepted) -> Fail:
-            commits.append(trio.current_time())
-            return Fail(ErrorCode.coordinator_load_in_progress)
-
-        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
-            first = await group.next()
-            first.mark(TP, 7)
-            control = cluster.control(ApiKey.OFFSET_COMMIT, refuse)
-            t0 = trio.current_time()
-            first.cancel("test")
-            await first.wait_ended()
-            control.remove()
-            assert trio.current_time() - t0 == pytest.approx(SETTINGS["request_timeout"], abs=0.1)
-            assert len(commits) > 5
-            gaps = [b - a for a, b in itertools.pairwise(commits)]
-            assert max(gaps) <= 1.3  # backoff capped at 1 s, +20 % jitter
-            second = await group.next()
-            assert second.assignments[TP] == 0
+    async with refusing_final_commits(ErrorCode.coordinator_load_in_progress) as r:
+        t0 = trio.current_time()
+        r.first.cancel("test")
+        await r.first.wait_ended()
+        assert trio.current_time() - t0 == pytest.approx(SETTINGS["request_timeout"], abs=0.1)
+        assert len(r.commits) > 5
+        gaps = [b - a for a, b in itertools.pairwise(r.commits)]
+        assert max(gaps) <= 1.3  # backoff capped at 1 s, +20 % jitter
+        second = await r.group.next()
+        assert second.assignments[TP] == 0
 
 
 # ---------------------------------------------------------- item 9: no batch after the end
