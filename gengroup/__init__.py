@@ -42,6 +42,7 @@ from .producer import (
 # Errors: GengroupError is the root; BrokerError carries a Kafka error code.
 from ._errors import (
     BrokenConnection as BrokenConnection,
+    ClusterUnreachable as ClusterUnreachable,
     BrokerError as BrokerError,
     ConfigError as ConfigError,
     ConnectionClosed as ConnectionClosed,
@@ -91,6 +92,7 @@ __all__ = [
     "RecordMetadata",
     # errors
     "BrokenConnection",
+    "ClusterUnreachable",
     "BrokerError",
     "ConfigError",
     "ConnectionClosed",

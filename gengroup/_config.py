@@ -63,6 +63,10 @@ class GroupConfig:
         client_id: client id sent to brokers.
         rack: this member's rack, sent in the subscription.
         request_timeout: seconds to wait for an ordinary response.
+        unreachable_timeout: seconds the cluster may stay unreachable (no
+            bootstrap address or broker accepts a connection) before
+            :class:`~gengroup.ClusterUnreachable` comes out of ``async for``;
+            None keeps retrying forever.
         fetch_max_wait: seconds a Fetch may wait on the broker for data.
         fetch_min_bytes: bytes a Fetch waits for.
         fetch_max_bytes: bytes one Fetch response may carry.
@@ -87,6 +91,11 @@ class GroupConfig:
     * ``start_offset="earliest"`` -- a new group reads what is already there
       (the safer choice for at-least-once pipelines; Java defaults to latest).
     * ``isolation_level="read_committed"`` -- never hand out aborted data.
+    * ``unreachable_timeout=60.0`` -- a wrong address or a cluster that is
+      down reaches the code iterating the group within about a minute (a
+      typed error naming every address and why it failed), while a broker
+      restart of a few seconds goes unnoticed; services that would rather
+      wait out any outage pass None.
     * ``partition_buffer_bytes=1 MiB`` -- fetched-but-unprocessed data held per
       partition; a slow worker stops its partition's fetching at this bound.
     """
@@ -108,6 +117,7 @@ class GroupConfig:
     client_id: str = "gengroup"
     rack: str | None = None
     request_timeout: float = 30.0
+    unreachable_timeout: float | None = 60.0
     fetch_max_wait: float = 0.5
     fetch_min_bytes: int = 1
     fetch_max_bytes: int = 50 * 1024 * 1024
@@ -168,6 +178,8 @@ class GroupConfig:
             "fetch_max_wait",
         ):
             check_seconds(name, getattr(self, name))
+        if self.unreachable_timeout is not None:
+            check_seconds("unreachable_timeout", self.unreachable_timeout)
         interval = self.commit_interval
         if (
             isinstance(interval, bool)
@@ -230,6 +242,7 @@ class GroupSettings(TypedDict, total=False):
     client_id: str
     rack: str | None
     request_timeout: float
+    unreachable_timeout: float | None
     fetch_max_wait: float
     fetch_min_bytes: int
     fetch_max_bytes: int

@@ -33,6 +33,7 @@ from ._error_table import RETRY_ACTIONS, Action, policy_for
 __all__ = [
     "GroupClosed",
     "BrokenConnection",
+    "ClusterUnreachable",
     "BrokerError",
     "ConfigError",
     "ConnectionClosed",
@@ -82,6 +83,33 @@ class BrokenConnection(KafkaConnectionError):
 
     Every request in flight on a broken connection fails with this error.
     """
+
+
+class ClusterUnreachable(BrokenConnection):
+    """No broker of the cluster could be reached: every address was tried and failed.
+
+    Attributes:
+        causes: each address tried (``host:port``) and why it failed
+            ("connection refused", "DNS lookup failed: ...", "connect timed out", ...).
+        unreachable_for: seconds since the cluster was last reachable (0 on the first failure).
+        exhausted: True once ``unreachable_for`` passed the client's
+            ``unreachable_timeout``: the client stops retrying and this error
+            reaches the caller (a consumer group's ``async for``).
+    """
+
+    def __init__(
+        self, causes: dict[str, str], unreachable_for: float = 0.0, *, exhausted: bool = False
+    ) -> None:
+        tried = "; ".join(f"{addr}: {cause}" for addr, cause in causes.items()) or "no address"
+        lead = (
+            f"cluster unreachable for {unreachable_for:.1f} s"
+            if unreachable_for
+            else "cluster unreachable"
+        )
+        super().__init__(f"{lead}; tried {tried}")
+        self.causes = dict(causes)
+        self.unreachable_for = unreachable_for
+        self.exhausted = exhausted
 
 
 class ConnectionClosed(KafkaConnectionError):
@@ -294,6 +322,8 @@ def is_retriable(exc: BaseException) -> bool:
     its action (find the coordinator, refresh metadata, retry) comes before a
     retry. Anything else (a bug, a local error) is not.
     """
+    if isinstance(exc, ClusterUnreachable):
+        return not exc.exhausted
     if isinstance(exc, KafkaConnectionError):
         return True
     if isinstance(exc, BrokerError):

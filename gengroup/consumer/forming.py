@@ -35,6 +35,7 @@ import anyio
 from .._config import GroupConfig
 from .._errors import (
     BrokerError,
+    ClusterUnreachable,
     KafkaConnectionError,
     NotCoordinator,
     ProtocolError,
@@ -75,7 +76,10 @@ class GroupClient:
     def __init__(self, config: GroupConfig) -> None:
         self.config = config
         self.cluster = Cluster(
-            list(config.brokers), client_id=config.client_id, request_timeout=config.request_timeout
+            list(config.brokers),
+            client_id=config.client_id,
+            request_timeout=config.request_timeout,
+            unreachable_timeout=config.unreachable_timeout,
         )
         self.coordinator = CoordinatorClient(
             self.cluster,
@@ -330,6 +334,9 @@ async def form_generation(
             positions, committed = await client.start_positions(node, partitions)
             timings.offset_fetch += anyio.current_time() - t0
         except (KafkaConnectionError, NotCoordinator, TimeoutError) as exc:
+            unreachable = _exhausted(exc)
+            if unreachable is not None:
+                raise unreachable from None
             log.info(
                 "group %s: coordinator unreachable (%s); looking it up again", cfg.group_id, exc
             )
@@ -348,6 +355,20 @@ async def form_generation(
             await backoff.sleep()
             continue
         return _formed(client, identity, joined, positions, committed, counts, timings)
+    return None
+
+
+def _exhausted(exc: BaseException) -> ClusterUnreachable | None:
+    """The cluster-unreachable error that ends the group, if ``exc`` is or carries one.
+
+    A coordinator lookup that timed out while the cluster was unreachable
+    carries the error as its context.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ClusterUnreachable):
+            return seen if seen.exhausted else None
+        seen = seen.__cause__ or seen.__context__
     return None
 
 

@@ -51,7 +51,7 @@ from .._errors import (
 from .._types import TopicPartition
 from ..io.cluster import Cluster
 from ..io.fetch import fetch_once
-from ..io.retry import Backoff, backoff_delay
+from ..io.retry import Backoff
 from ..protocol.fetch import PartitionFetch
 from ..protocol.records import Record
 
@@ -130,6 +130,13 @@ class Prefetcher:
         self._reroute = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
+        # One backoff per broker, kept across the loop restarts that a failed
+        # fetch causes, so a broker that stays down is retried less and less
+        # often; reset by the broker's next successful fetch. The failing set
+        # lets each broker's failure and recovery be logged once.
+        self._backoffs: dict[int, Backoff] = {}
+        self._failing: set[int] = set()
+        self._metadata_failing = False
 
     # ------------------------------------------------------------------ workers' side
 
@@ -176,7 +183,13 @@ class Prefetcher:
             try:
                 await self._cluster.refresh_metadata({p.tp.topic for p in missing})
             except (KafkaConnectionError, BrokerError, ProtocolError) as exc:
-                log.warning("group %s: metadata refresh failed: %s", self._config.group_id, exc)
+                if not self._metadata_failing:
+                    self._metadata_failing = True
+                    log.warning("group %s: metadata refresh failed: %s", self._config.group_id, exc)
+            else:
+                if self._metadata_failing:
+                    self._metadata_failing = False
+                    log.info("group %s: metadata refresh works again", self._config.group_id)
             for part in missing:
                 part.leader = self._cluster.leader_for(part.tp)
             if all(p.leader >= 0 for p in self._parts.values()):
@@ -221,8 +234,13 @@ class Prefetcher:
                 except Exception as exc:
                     if _request_action(exc) != "refresh_metadata":
                         raise
-                    log.info("group %s: fetch from broker %d failed: %s", cfg.group_id, node, exc)
-                    await anyio.sleep(backoff_delay(0, self._cluster.retry_backoff))
+                    if node not in self._failing:
+                        self._failing.add(node)
+                        log.info(
+                            "group %s: fetch from broker %d failed: %s", cfg.group_id, node, exc
+                        )
+                    backoff = self._backoffs.setdefault(node, Backoff(self._cluster.retry_backoff))
+                    await backoff.sleep()
                     # Leave the loop set before asking for a re-route, so
                     # the manager starts a fresh loop for this broker if it
                     # still leads these partitions.
@@ -230,6 +248,10 @@ class Prefetcher:
                     for p in mine:
                         self._stale(p)
                     return
+                if node in self._failing:
+                    self._failing.discard(node)
+                    log.info("group %s: fetching from broker %d again", cfg.group_id, node)
+                self._backoffs.pop(node, None)
                 for tp, pf in result.items():
                     part = self._parts.get(tp)
                     if part is None or part.position != ready.get(tp):

@@ -98,8 +98,14 @@ class _Run:
         self.member = member
         self.client = client
         self.config: GroupConfig = client.config
+        #: The internal tasks whose requests are failing (each logged once).
+        self.failing: set[str] = set()
 
     def _log_retry(self, what: str, exc: BaseException, then: str) -> None:
+        """Log that ``what`` started failing: once, until :meth:`_log_recovered`."""
+        if what in self.failing:
+            return
+        self.failing.add(what)
         gen = self.gen
         log.info(
             "group %s generation %d member %s: %s failed (%s); %s",
@@ -110,6 +116,19 @@ class _Run:
             exc,
             then,
         )
+
+    def _log_recovered(self, what: str) -> None:
+        """Log that ``what`` works again, if it was failing."""
+        if what in self.failing:
+            self.failing.discard(what)
+            gen = self.gen
+            log.info(
+                "group %s generation %d member %s: %s works again",
+                gen.group_id,
+                gen.id,
+                gen.member_id,
+                what,
+            )
 
     async def run(
         self,
@@ -235,6 +254,7 @@ class _Run:
                     return
                 self._log_retry("heartbeat", exc, "retrying")
                 continue
+            self._log_recovered("heartbeat")
             outcome = member.on_heartbeat(error_code=code, now=anyio.current_time())
             if outcome is None or outcome is Outcome.RETRY:
                 continue
@@ -254,6 +274,7 @@ class _Run:
             except (KafkaConnectionError, BrokerError, ProtocolError) as exc:
                 self._log_retry("partition watch", exc, "retrying")
                 continue
+            self._log_recovered("partition watch")
             if now != at_join:
                 changed = sorted(t for t in set(now) | set(at_join) if now.get(t) != at_join.get(t))
                 gen.end(
@@ -277,3 +298,5 @@ class _Run:
                 return
             except (KafkaConnectionError, ProtocolError, TimeoutError) as exc:
                 self._log_retry("periodic commit", exc, "will retry")
+            else:
+                self._log_recovered("periodic commit")

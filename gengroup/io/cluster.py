@@ -15,6 +15,15 @@ NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION (any
 and retry. Requests that may go to any broker use the least-loaded usable
 connection, falling back to the bootstrap addresses in turn.
 
+Reachability is tracked where "no broker at all" is decided,
+:meth:`Cluster.any_connection`: when every known broker and bootstrap
+address fails it raises :class:`~gengroup._errors.ClusterUnreachable` naming
+each address and its cause, and logs one WARNING when the cluster goes from
+reachable to unreachable (and one INFO when it comes back), never one per
+attempt. Once the cluster has been unreachable for ``unreachable_timeout``
+seconds the error is marked exhausted, which the error table does not retry:
+every retry loop above stops and the error reaches the caller.
+
 Every request goes out through :meth:`Cluster.call` (version negotiated on
 the connection that carries it, see :mod:`gengroup.io.request`); every retry
 waits the one backoff of :mod:`gengroup.io.retry`, from ``retry_backoff``.
@@ -27,6 +36,7 @@ COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, connection failures
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -39,6 +49,7 @@ import anyio.abc
 
 from .._errors import (
     BrokenConnection,
+    ClusterUnreachable,
     ConfigError,
     ConnectionClosed,
     GengroupError,
@@ -54,6 +65,8 @@ from .retry import retry
 
 __all__ = ["BrokerInfo", "Cluster", "PartitionInfo", "TopicInfo", "ms"]
 
+log = logging.getLogger("gengroup.cluster")
+
 
 def parse_address(addr: str) -> tuple[str, int]:
     """Split ``host:port`` (IPv6 as ``[::1]:9092``) into its parts; spaces around it are dropped."""
@@ -61,6 +74,17 @@ def parse_address(addr: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise ConfigError(f"broker address {addr!r} is not host:port")
     return host.strip("[]"), int(port)
+
+
+def _format_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _cause(exc: KafkaConnectionError) -> str:
+    """The cause of a failed connection attempt, without the address (the caller names it)."""
+    text = str(exc)
+    head, sep, tail = text.partition(": ")
+    return tail if sep and head.startswith("cannot connect to ") else text
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +128,9 @@ class Cluster:
         connect_timeout: seconds to connect and negotiate versions.
         request_timeout: default seconds to wait for a response.
         retry_backoff: base seconds between retries (jittered, doubling, capped at 1 s).
+        unreachable_timeout: seconds the cluster may stay unreachable (no
+            broker answers at all) before :class:`~gengroup._errors.ClusterUnreachable`
+            stops being retried; None retries forever.
 
     Example::
 
@@ -119,6 +146,7 @@ class Cluster:
         connect_timeout: float = 10.0,
         request_timeout: float = 30.0,
         retry_backoff: float = 0.1,
+        unreachable_timeout: float | None = None,
     ) -> None:
         if isinstance(bootstrap, str):
             bootstrap = [a for a in bootstrap.split(",") if a.strip()]
@@ -129,6 +157,9 @@ class Cluster:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.retry_backoff = retry_backoff
+        self.unreachable_timeout = unreachable_timeout
+        #: When the cluster was first found unreachable (None: reachable, or not tried yet).
+        self.unreachable_since: float | None = None
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.cluster_id: str | None = None
@@ -226,16 +257,44 @@ class Cluster:
         usable = [c for (_, ch), c in self._conns.items() if ch == "default" and c.is_usable]
         if usable:
             return min(usable, key=lambda c: self._inflight.get(c, 0))
-        errors: list[str] = []
+        causes: dict[str, str] = {}
         candidates: list[int | tuple[str, int]] = list(self.brokers)
         random.shuffle(candidates)
-        candidates += list(self.bootstrap)
+        candidates += [a for a in self.bootstrap if a not in self._broker_addresses()]
         for key in candidates:
             try:
-                return await self._open(key)
+                conn = await self._open(key)
+            except ConnectionClosed:
+                raise
             except KafkaConnectionError as exc:
-                errors.append(str(exc))
-        raise BrokenConnection("no broker reachable: " + "; ".join(errors))
+                host, port = key if isinstance(key, tuple) else self._address(key)
+                causes[_format_address(host, port)] = _cause(exc)
+                continue
+            self._reachable_again()
+            return conn
+        raise self._unreachable(causes)
+
+    def _broker_addresses(self) -> set[tuple[str, int]]:
+        return {(b.host, b.port) for b in self.brokers.values()}
+
+    def _unreachable(self, causes: dict[str, str]) -> ClusterUnreachable:
+        """The error for "no address answered"; logs the change to unreachable once."""
+        now = anyio.current_time()
+        if self.unreachable_since is None:
+            self.unreachable_since = now
+            log.warning(
+                "cluster unreachable: %s",
+                "; ".join(f"{a}: {c}" for a, c in causes.items()),
+            )
+        down = now - self.unreachable_since
+        limit = self.unreachable_timeout
+        return ClusterUnreachable(causes, down, exhausted=limit is not None and down >= limit)
+
+    def _reachable_again(self) -> None:
+        if self.unreachable_since is not None:
+            down = anyio.current_time() - self.unreachable_since
+            self.unreachable_since = None
+            log.info("cluster reachable again after %.1f s", down)
 
     async def _pick(self, node_id: int | None, channel: str) -> BrokerConnection:
         return await (

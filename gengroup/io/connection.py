@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -67,6 +68,25 @@ class _Waiter:
     event: anyio.Event = field(default_factory=anyio.Event)
     frame: bytes | None = None
     error: BaseException | None = None
+
+
+def describe_connect_failure(exc: BaseException) -> str:
+    """Why a connection attempt failed, in words a user acts on.
+
+    ``connection refused`` (nothing listens there), ``DNS lookup failed: ...``
+    (the host name does not resolve), ``connect timed out``, else the error
+    itself.
+    """
+    if isinstance(exc, socket.gaierror):
+        return f"DNS lookup failed: {exc.strerror or exc}"
+    if isinstance(exc, TimeoutError):
+        return "connect timed out"
+    cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror.lower()
+    return repr(exc)
 
 
 class BrokerConnection:
@@ -131,7 +151,9 @@ class BrokerConnection:
             with anyio.fail_after(self.connect_timeout):
                 self._stream = await anyio.connect_tcp(self.host, self.port)
         except (OSError, TimeoutError) as exc:
-            raise BrokenConnection(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
+            raise BrokenConnection(
+                f"cannot connect to {self.host}:{self.port}: {describe_connect_failure(exc)}"
+            ) from exc
         failure: BaseException | None = None
         try:
             async with anyio.create_task_group() as tg:

@@ -16,13 +16,17 @@ calls ``refresh_metadata``, a :class:`~gengroup._errors.CoordinatorError` calls
 ``find_coordinator``, when given. An attempt that must stop on an error the
 table would retry raises :class:`GiveUp` wrapping it. When the deadline passes,
 :class:`TimeoutError` names the operation and the last error seen (or the
-caller's ``on_timeout`` builds the exception to raise).
+caller's ``on_timeout`` builds the exception to raise). Retries nest (an
+admin call retries a coordinator lookup that retries connections): the last
+error of an inner loop counts as the outer loop's too, so a deadline never
+says "last error: None" while something failed.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
@@ -33,6 +37,14 @@ from .._errors import BrokerError, is_retriable
 __all__ = ["DEFAULT_CAP", "Backoff", "GiveUp", "backoff_delay", "retry"]
 
 T = TypeVar("T")
+
+#: The error boxes of the :func:`retry` calls the current task is inside,
+#: outermost first. A retried error is recorded in every one of them, so an
+#: outer deadline that passes while an inner retry is still going names the
+#: inner one's last error rather than none.
+_LAST_ERRORS: ContextVar[tuple[list[BaseException | None], ...]] = ContextVar(
+    "gengroup_retry_errors", default=()
+)
 
 #: The longest backoff between two attempts, in seconds.
 DEFAULT_CAP: Final = 1.0
@@ -124,23 +136,30 @@ async def retry(
     """
     if not isinstance(backoff, Backoff):
         backoff = Backoff(backoff)
-    last: BaseException | None = None
-    with anyio.move_on_after(timeout):
-        while True:
-            try:
-                return await attempt()
-            except GiveUp as give_up:
-                raise give_up.error from None
-            except Exception as exc:
-                if not retriable(exc):
-                    raise
-                last = exc
-            action = last.action if isinstance(last, BrokerError) else None
-            if action == "refresh_metadata" and refresh_metadata is not None:
-                await refresh_metadata()
-            elif action == "find_coordinator" and find_coordinator is not None:
-                await find_coordinator()
-            await backoff.sleep()
+    box: list[BaseException | None] = [None]
+    token = _LAST_ERRORS.set((*_LAST_ERRORS.get(), box))
+    try:
+        with anyio.move_on_after(timeout):
+            while True:
+                try:
+                    return await attempt()
+                except GiveUp as give_up:
+                    raise give_up.error from None
+                except Exception as exc:
+                    if not retriable(exc):
+                        raise
+                    failed: BaseException = exc
+                    for enclosing in _LAST_ERRORS.get():
+                        enclosing[0] = failed
+                action = failed.action if isinstance(failed, BrokerError) else None
+                if action == "refresh_metadata" and refresh_metadata is not None:
+                    await refresh_metadata()
+                elif action == "find_coordinator" and find_coordinator is not None:
+                    await find_coordinator()
+                await backoff.sleep()
+    finally:
+        _LAST_ERRORS.reset(token)
+    last = box[0]
     if on_timeout is not None:
         raise on_timeout(last)
     raise TimeoutError(f"{what} did not complete within {timeout} s (last error: {last})")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from kio.schema.errors import ErrorCode
 
 from gengroup._error_table import ERROR_TABLE, Outcome, outcome_for, policy_for
 from gengroup._errors import (
     BrokenConnection,
+    ClusterUnreachable,
     CoordinatorError,
     StaleMetadataError,
     error_for_code,
@@ -94,3 +97,25 @@ async def test_retry_times_out_naming_the_last_error() -> None:
     with pytest.raises(TimeoutError, match="NOT_COORDINATOR"):
         await retry("op", moved, timeout=0.05, backoff=0.001)
     assert isinstance(error_for_code(ErrorCode.not_coordinator), CoordinatorError)
+
+
+async def test_an_outer_deadline_names_the_last_error_of_an_inner_retry(
+    autojump_clock: object,
+) -> None:
+    """An admin call retries a coordinator lookup that retries connections: the
+    outer deadline passing inside the inner loop still names what failed."""
+
+    async def refused() -> None:
+        raise BrokenConnection("cannot connect to 127.0.0.1:1: connection refused")
+
+    async def inner() -> None:
+        await retry("lookup", refused, timeout=100.0, backoff=0.1)
+
+    with pytest.raises(TimeoutError, match=re.escape("last error: cannot connect to 127.0.0.1:1")):
+        await retry("admin call", inner, timeout=5.0, backoff=0.1)
+
+
+def test_an_exhausted_cluster_unreachable_is_not_retried() -> None:
+    causes = {"127.0.0.1:1": "connection refused"}
+    assert is_retriable(ClusterUnreachable(causes, 1.0))
+    assert not is_retriable(ClusterUnreachable(causes, 61.0, exhausted=True))

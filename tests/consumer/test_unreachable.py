@@ -1,0 +1,139 @@
+"""An unreachable cluster reaches the code iterating the group, typed and bounded.
+
+Nothing listening, a host name that does not resolve, and the only broker
+dying while a member consumes: each ends ``async for gen in group`` with
+:class:`~gengroup.ClusterUnreachable` naming every address tried and why it
+failed, after ``unreachable_timeout`` -- and the logs say so once per change
+of state, not once per attempt. ``unreachable_timeout=None`` keeps retrying.
+
+The address tests use real sockets and real time (a refused connection and a
+failed DNS lookup are immediate); the broker-death test runs the embedded
+broker in virtual time.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable
+
+import anyio
+import pytest
+import trio
+import trio.testing
+
+from gengroup import ClusterUnreachable, ConsumerGroup, Generation, TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.protocol.records import NewRecord
+
+FAST = {
+    "unreachable_timeout": 1.0,
+    "join_backoff": 0.05,
+    "session_timeout": 6.0,
+    "heartbeat_interval": 1.0,
+}
+
+
+def closed_port() -> int:
+    """A loopback port with nothing listening (bound once, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def count(caplog: pytest.LogCaptureFixture, level: int, text: str, logger: str = "gengroup") -> int:
+    return sum(
+        1
+        for r in caplog.records
+        if r.levelno == level and r.name == logger and text in r.getMessage()
+    )
+
+
+def unreachable_warnings(caplog: pytest.LogCaptureFixture) -> int:
+    return count(caplog, logging.WARNING, "cluster unreachable", logger="gengroup.cluster")
+
+
+async def iterate(group: ConsumerGroup) -> None:
+    async for gen in group:
+        gen.cancel("not expected to form")
+
+
+def run_on(backend: str, fn: Callable[[], object]) -> None:
+    anyio.run(fn, backend=backend)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_nothing_listening_and_unresolvable_host_raise_cluster_unreachable(
+    backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = closed_port()
+    brokers = [f"127.0.0.1:{port}", "nohost.invalid:9092"]
+    caught: list[ClusterUnreachable] = []
+
+    async def main() -> None:
+        with anyio.fail_after(30.0):  # a hang guard, not a timing assertion
+            try:
+                async with ConsumerGroup("g", ["t"], brokers, **FAST) as group:
+                    await iterate(group)
+            except ClusterUnreachable as exc:
+                caught.append(exc)
+
+    caplog.set_level(logging.INFO, logger="gengroup")
+    run_on(backend, main)
+    [exc] = caught
+    assert exc.exhausted
+    assert exc.unreachable_for >= FAST["unreachable_timeout"]
+    assert exc.causes[f"127.0.0.1:{port}"] == "connection refused"
+    assert exc.causes["nohost.invalid:9092"].startswith("DNS lookup failed")
+    assert f"127.0.0.1:{port}: connection refused" in str(exc)
+    # Many attempts were made, one WARNING said so.
+    assert unreachable_warnings(caplog) == 1
+
+
+async def test_unreachable_timeout_none_keeps_retrying(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gengroup")
+    settings = {**FAST, "unreachable_timeout": None}
+    with anyio.move_on_after(2.5) as scope:
+        async with ConsumerGroup("g", ["t"], [f"127.0.0.1:{closed_port()}"], **settings) as group:
+            await iterate(group)
+    assert scope.cancelled_caught
+    assert unreachable_warnings(caplog) == 1
+
+
+async def test_the_only_broker_dying_ends_the_group_with_cluster_unreachable(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Defaults throughout: the error comes out once the broker has been gone
+    for ``unreachable_timeout``, and each kind of failure is logged once."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    tp = TopicPartition("t", 0)
+    consumed: list[int] = []
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.produce("t", [NewRecord(None, b"v", (), 0) for _ in range(3)])
+
+        async def worker(gen: Generation) -> None:
+            async for batch in gen.fetch(tp):
+                consumed.extend(r.offset for r in batch.records)
+                gen.mark(tp, batch.next_offset)
+
+        with pytest.raises(ClusterUnreachable) as info:
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap) as group:
+                async for gen in group:
+                    gen.start_soon(worker, gen)
+                    if not consumed:
+                        while not consumed:
+                            await trio.sleep(0.1)
+                        died_at = trio.current_time()
+                        await cluster.stop_broker(0)
+    assert consumed == [0, 1, 2]
+    exc = info.value
+    assert exc.exhausted and list(exc.causes) == [cluster.bootstrap]
+    assert exc.causes[cluster.bootstrap] == "connection refused"
+    # Bounded: the session (45 s, the generation ends) plus unreachable_timeout
+    # (60 s), with slack for the backoffs in virtual time.
+    assert trio.current_time() - died_at < 45.0 + 60.0 + 35.0
+    assert unreachable_warnings(caplog) == 1
+    assert count(caplog, logging.WARNING, "metadata refresh failed") <= 1
+    assert count(caplog, logging.INFO, "fetch from broker 0 failed") <= 1
+    assert count(caplog, logging.INFO, "heartbeat failed") == 1
+    assert count(caplog, logging.INFO, "partition watch failed") <= 1
