@@ -6,6 +6,7 @@ These tests start their own broker (the session one must stay up) and SIGKILL it
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,7 +14,8 @@ from typing import Any
 import anyio
 import pytest
 
-from gengroup._errors import BrokenConnection, KafkaConnectionError
+from gengroup import ConsumerGroup, Generation
+from gengroup._errors import BrokenConnection, ClusterUnreachable, KafkaConnectionError
 from gengroup._types import TopicPartition
 from gengroup.admin import Admin
 from gengroup.io.connection import open_connection
@@ -124,3 +126,47 @@ async def test_producer_retries_across_a_broker_restart(topic: str) -> None:
         assert results == [1]
         records = await read_partition(producer.cluster, TopicPartition(topic, 0), 0, 2)
         assert [r.value for r in records] == [b"one", b"two"]
+
+
+@pytest.mark.kafka
+async def test_group_raises_cluster_unreachable_when_the_only_broker_dies(
+    topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A member consuming from a real broker that is then killed: ``async for``
+    ends with ClusterUnreachable naming the address, the cluster's WARNING is
+    logged once, and the heartbeat failure once (not once per attempt)."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    tp = TopicPartition(topic, 0)
+    consumed: list[int] = []
+    settings: dict[str, Any] = {
+        "session_timeout": 6.0,
+        "heartbeat_interval": 0.5,
+        "rebalance_timeout": 6.0,
+        "unreachable_timeout": 5.0,
+        "join_backoff": 0.1,
+    }
+
+    async def worker(gen: Generation) -> None:
+        async for batch in gen.fetch(tp):
+            consumed.extend(r.offset for r in batch.records)
+            gen.mark(tp, batch.next_offset)
+
+    async with own_broker_and_producer(topic, 1) as (broker, producer):
+        for value in (b"a", b"b", b"c"):
+            await producer.send(topic, value, partition=0)
+        with anyio.fail_after(HANG_GUARD), pytest.raises(ClusterUnreachable) as info:
+            async with ConsumerGroup("g-" + topic, [topic], broker.bootstrap, **settings) as group:
+                async for gen in group:
+                    gen.start_soon(worker, gen)
+                    while len(consumed) < 3:
+                        await anyio.sleep(0.05)
+                    await anyio.to_thread.run_sync(broker.kill)
+    assert consumed == [0, 1, 2]
+    assert info.value.exhausted
+    assert info.value.causes == {broker.bootstrap: "connection refused"}
+    warnings = [
+        r for r in caplog.records if r.name == "gengroup.cluster" and r.levelno == logging.WARNING
+    ]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    heartbeat = [r for r in caplog.records if "heartbeat failed" in r.getMessage()]
+    assert len(heartbeat) <= 1, [r.getMessage() for r in heartbeat]
