@@ -103,32 +103,21 @@ class _Run:
 
     def _log_retry(self, what: str, exc: BaseException, then: str) -> None:
         """Log that ``what`` started failing: once, until :meth:`_log_recovered`."""
-        if what in self.failing:
-            return
-        self.failing.add(what)
-        gen = self.gen
-        log.info(
-            "group %s generation %d member %s: %s failed (%s); %s",
-            gen.group_id,
-            gen.id,
-            gen.member_id,
-            what,
-            exc,
-            then,
-        )
+        if what not in self.failing:
+            self.failing.add(what)
+            self._log(f"{what} failed ({exc}); {then}")
 
     def _log_recovered(self, what: str) -> None:
         """Log that ``what`` works again, if it was failing."""
         if what in self.failing:
             self.failing.discard(what)
-            gen = self.gen
-            log.info(
-                "group %s generation %d member %s: %s works again",
-                gen.group_id,
-                gen.id,
-                gen.member_id,
-                what,
-            )
+            self._log(f"{what} works again")
+
+    def _log(self, message: str) -> None:
+        gen = self.gen
+        log.info(
+            "group %s generation %d member %s: %s", gen.group_id, gen.id, gen.member_id, message
+        )
 
     async def run(
         self,
