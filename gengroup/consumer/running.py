@@ -60,11 +60,27 @@ log = logging.getLogger("gengroup")
 _FENCED = (MemberResetError, FencedInstanceId, RebalanceInProgress)
 
 
-def _unwrap(exc: BaseException) -> BaseException:
-    """A group holding exactly one (possibly nested) exception: that exception."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions in ``exc``, groups flattened, in the order they were raised."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
+def first_failure(exc: BaseException, where: str) -> BaseException:
+    """What a generation's failure comes out of ``async for`` as: the first exception itself.
+
+    Tasks that fail together (one raises, another raises while being
+    cancelled) reach the generation's task group as an exception group; the
+    application gets the first one as itself, so ``except ValueError`` works.
+    Each later one is logged once, with its traceback, and named in a note
+    on the first (``add_note``), so nothing is lost.
+    """
+    first, *later = _leaves(exc)
+    for other in later:
+        log.error("%s: another task also raised %r", where, other, exc_info=other)
+        first.add_note(f"{where}: another task also raised {type(other).__name__}: {other}")
+    return first
 
 
 async def run_generation(
@@ -143,7 +159,7 @@ class _Run:
                             tg.start_soon(self._commit_loop, name="gengroup-committer")
                         await hand_over(gen)
                 except Exception as exc:
-                    error = _unwrap(exc)
+                    error = first_failure(exc, f"group {gen.group_id} generation {gen.id}")
                     gen.end(Outcome.FATAL, f"task raised {error!r}")
                 outer.cancel_scope.cancel()
         finally:
