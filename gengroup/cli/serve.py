@@ -2,7 +2,8 @@
 
 Prints exactly ``bootstrap 127.0.0.1:PORT[,127.0.0.1:PORT...]`` on stdout,
 flushed, once every broker listens, then serves until SIGINT or SIGTERM and
-exits with status 0.
+exits with status 0. A port that cannot be listened on (in use, an address
+not on this machine) is one line on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -86,8 +87,29 @@ def run(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         print("gengroup serve: --brokers must be at least 1", file=sys.stderr)
         return 2
-    anyio.run(_serve, args, backend="trio")
+    try:
+        anyio.run(_serve, args, backend="trio")
+    except (OSError, BaseExceptionGroup) as exc:
+        failure = _listen_failure(exc)
+        if failure is None:
+            raise
+        port = args.port or "a free port"
+        reason = (failure.strerror or str(failure)).lower()
+        print(f"gengroup serve: cannot listen on {args.host}:{port}: {reason}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _listen_failure(exc: BaseException) -> OSError | None:
+    """The OSError of a listener that could not start (port in use, bad address), if any."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            found = _listen_failure(sub)
+            if found is not None:
+                return found
+    return None
 
 
 async def _serve(args: argparse.Namespace) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 import signal
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -70,3 +72,18 @@ async def test_serve_prints_bootstrap_and_stops_cleanly(sig: signal.Signals) -> 
         async for chunk in process.stdout:
             rest += chunk
         assert rest == b""  # exactly one line on stdout
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            command("serve", "--port", str(port)), capture_output=True, text=True, timeout=60
+        )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"gengroup serve: cannot listen on 127.0.0.1:{port}: address already in use"
+    ], done.stderr
+    assert done.stdout == ""
