@@ -192,6 +192,24 @@ class Member:
 
     # ------------------------------------------------------------------ join
 
+    def _join_failure(self, error_code: int) -> str:
+        """What a failed JoinGroup's error says: the group, and what was sent when it matters."""
+        what = f"JoinGroup {self.config.group_id}"
+        if error_code == ErrorCode.invalid_session_timeout:
+            return (
+                f"{what}: session_timeout={self.config.session_timeout} s is outside the "
+                "broker's group.min.session.timeout.ms..group.max.session.timeout.ms "
+                "(Kafka's defaults: 6 s..1800 s)"
+            )
+        if error_code == ErrorCode.inconsistent_group_protocol:
+            offered = ", ".join(b.name for b in self.config.balancers)
+            return (
+                f"{what}: this member offered the consumer protocol with [{offered}]; the "
+                "group's members use another protocol type or share none of these "
+                "assignors (e.g. cooperative-sticky only)"
+            )
+        return what
+
     def protocols(self) -> tuple[tuple[str, bytes], ...]:
         """The (name, metadata) list sent in JoinGroup, in preference order."""
         owned = tuple(sorted((t, tuple(sorted(p))) for t, p in self.owned.items()))
@@ -248,7 +266,7 @@ class Member:
                 self.member_id = member_id
             elif outcome is Outcome.RESET_MEMBER:
                 self.reset()
-            return Retry(outcome, error_for_code(error_code, f"JoinGroup {self.config.group_id}"))
+            return Retry(outcome, error_for_code(error_code, self._join_failure(error_code)))
         self._move("joined")
         self.member_id = member_id
         self.generation_id = generation_id

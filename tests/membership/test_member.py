@@ -71,6 +71,24 @@ def test_member_id_required_keeps_the_given_id_and_rejoins_without_backoff() -> 
     assert m.join_params().member_id == "c-1"
 
 
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        (ErrorCode.invalid_session_timeout, ["session_timeout=10.0 s", "6 s..1800 s"]),
+        (ErrorCode.inconsistent_group_protocol, ["[range, roundrobin]", "cooperative-sticky"]),
+    ],
+)
+def test_a_refused_join_says_what_was_sent(code: ErrorCode, says: list[str]) -> None:
+    m = make()
+    m.join_params()
+    r = m.on_join(
+        error_code=code, member_id="", generation_id=-1, protocol=None, leader="", members=()
+    )
+    assert isinstance(r, Retry) and r.outcome is Outcome.FATAL
+    for text in says:
+        assert text in str(r.error)
+
+
 def joined_leader(m: Member) -> Joined:
     m.join_params()
     r = m.on_join(
