@@ -81,6 +81,7 @@ class GroupClient:
             request_timeout=config.request_timeout,
             unreachable_timeout=config.unreachable_timeout,
         )
+        self._missing_topics: set[str] = set()
         self.coordinator = CoordinatorClient(
             self.cluster,
             config.group_id,
@@ -141,9 +142,31 @@ class GroupClient:
         return self.config.rebalance_timeout + self.config.request_timeout
 
     async def partition_counts(self, topics: set[str]) -> dict[str, int]:
-        """Topic -> partition count, for the topics that exist."""
+        """Topic -> partition count, for the topics that exist.
+
+        A subscribed topic the metadata lacks gets one WARNING when it goes
+        missing (and one INFO when it appears), not one per check: its
+        partitions are assigned to nobody until it exists, when the leader's
+        partition watcher starts a rebalance.
+        """
         md = await self.cluster.refresh_metadata(topics)
-        return {t: len(info.partitions) for t, info in md.items() if info.error_code == 0}
+        counts = {t: len(info.partitions) for t, info in md.items() if info.error_code == 0}
+        missing = topics - set(counts)
+        gone, back = sorted(missing - self._missing_topics), sorted(self._missing_topics - missing)
+        if gone:
+            causes = ", ".join(
+                f"{t} ({error_for_code(md[t].error_code).name})" if t in md else t for t in gone
+            )
+            log.warning(
+                "group %s: subscribed topic(s) %s not available; their partitions are "
+                "assigned once they exist",
+                self.config.group_id,
+                causes,
+            )
+        if back:
+            log.info("group %s: subscribed topic(s) %s now exist", self.config.group_id, back)
+        self._missing_topics = missing
+        return counts
 
     # ------------------------------------------------------------------ offsets
 

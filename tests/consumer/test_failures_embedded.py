@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -245,3 +246,27 @@ async def test_start_soon_with_a_plain_function_raises_type_error_at_the_call(
             # Nothing was started: the generation goes on.
             await trio.sleep(5.0)
             assert not gen.ending
+
+
+async def test_a_missing_subscribed_topic_is_warned_once_and_assigned_once_it_exists(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        settings = {**SETTINGS, "partition_watch_interval": 1.0}
+        async with ConsumerGroup("g", ["t", "later"], cluster.bootstrap, **settings) as group:
+            first = await group.next()
+            assert set(first.assignments) == {TP}
+            await trio.sleep(30.0)  # thirty watcher checks
+            missing = [r for r in caplog.records if "not available" in r.getMessage()]
+            assert len(missing) == 1 and missing[0].levelno == logging.WARNING
+            assert "later (UNKNOWN_TOPIC_OR_PARTITION)" in missing[0].getMessage()
+            cluster.create_topic("later", 2)
+            await first.wait_ended()
+            second = await group.next()
+            assert set(second.assignments) == {
+                TP,
+                TopicPartition("later", 0),
+                TopicPartition("later", 1),
+            }
+    assert any("now exist" in r.getMessage() for r in caplog.records)
