@@ -240,6 +240,9 @@ class ProducerConfig:
         metadata_max_age: seconds between background metadata refreshes.
         partitioner: strategy for null-key records, ``"sticky"`` or ``"round_robin"``.
         client_id: client id of an owned cluster.
+        allow_auto_create_topics: let the broker create a topic this producer
+            sends to that does not exist, where the broker allows it
+            (``auto.create.topics.enable``), as the Java producer does.
 
     Raises:
         ConfigError: an invalid value.
@@ -257,6 +260,7 @@ class ProducerConfig:
     metadata_max_age: float = 300.0
     partitioner: Partitioner = "sticky"
     client_id: str = "gengroup-producer"
+    allow_auto_create_topics: bool = True
 
     def __post_init__(self) -> None:
         acks = -1 if self.acks == "all" else self.acks
@@ -295,6 +299,7 @@ class ProducerSettings(TypedDict, total=False):
     metadata_max_age: float
     partitioner: Partitioner
     client_id: str
+    allow_auto_create_topics: bool
 
 
 class Producer:
@@ -599,7 +604,10 @@ class Producer:
                 return len(info.partitions)
 
             async def attempt() -> int:
-                got = (await self.cluster.refresh_metadata([topic])).get(topic)
+                md = await self.cluster.refresh_metadata(
+                    [topic], allow_auto_create=self.config.allow_auto_create_topics
+                )
+                got = md.get(topic)
                 if got is not None and not got.error_code and got.partitions:
                     self._topics.add(topic)
                     return len(got.partitions)

@@ -8,9 +8,11 @@ import pytest
 import trio
 import trio.testing
 
+from gengroup._errors import UnknownTopicOrPartition
 from gengroup._types import TopicPartition
-from gengroup.broker import EmbeddedBroker, FakeCluster, LogError
+from gengroup.broker import BrokerSettings, EmbeddedBroker, FakeCluster, LogError
 from gengroup.io.cluster import Cluster
+from gengroup.producer import Producer
 from gengroup.protocol.records import Compression, NewRecord
 
 from . import connect, fetch, metadata, offset_commit
@@ -103,3 +105,20 @@ async def test_bad_arguments() -> None:
         FakeCluster(brokers=0)
     with pytest.raises(ValueError):
         FakeCluster(brokers=2, ports=[1])
+
+
+@pytest.mark.parametrize("broker_allows", [True, False])
+async def test_embedded_broker_auto_creates_for_the_producer_only_when_allowed(
+    broker_allows: bool,
+) -> None:
+    settings = BrokerSettings(auto_create_topics=broker_allows)
+    async with (
+        FakeCluster(settings=settings) as cluster,
+        Producer(cluster.bootstrap, max_block=1.0) as producer,
+    ):
+        if broker_allows:
+            assert (await producer.send("auto", b"x")).offset == 0
+            assert cluster.high_watermark("auto") == 1
+        else:
+            with pytest.raises(UnknownTopicOrPartition):
+                await producer.send("auto", b"x")

@@ -285,7 +285,9 @@ async def test_producer_errors_are_typed(bootstrap: str, topic: str) -> None:
     small = f"{topic}-small"
     topics = [NewTopic(topic, 2), NewTopic(small, 1, configs={"max.message.bytes": "2000"})]
     async with admin_with_topics(bootstrap, topics) as admin:
-        async with Producer(admin.cluster, max_block=0.5, delivery_timeout=30) as producer:
+        async with Producer(
+            admin.cluster, max_block=0.5, delivery_timeout=30, allow_auto_create_topics=False
+        ) as producer:
             with pytest.raises(UnknownTopicOrPartition):
                 await producer.send(f"{topic}-missing", b"x")
             with pytest.raises(UnknownTopicOrPartition, match="2 partitions"):
@@ -346,3 +348,11 @@ async def test_leaving_with_an_exception_fails_queued_records(bootstrap: str, to
     assert len(outcomes) == 1
     with pytest.raises(ConnectionClosed):
         await producer.send(topic, b"closed")
+
+
+async def test_producer_lets_the_broker_auto_create_a_topic(bootstrap: str, topic: str) -> None:
+    """As the Java producer: a topic sent to that does not exist is created by
+    the broker (auto.create.topics.enable is Kafka's default)."""
+    async with Producer(bootstrap, max_block=30.0) as producer:
+        sent = await producer.send(f"{topic}-auto", b"x")
+        assert sent.offset == 0
