@@ -342,6 +342,7 @@ async def form_generation(
                 member_id=joined.member_id,
                 group_instance_id=cfg.group_instance_id,
             )
+            sync_sent = anyio.current_time()
             try:
                 code, raw = await client.sync(node, identity, joined.protocol, assignments)
             except BaseException:
@@ -377,7 +378,9 @@ async def form_generation(
             log.info("group %s: %s; rejoining", cfg.group_id, exc)
             await backoff.sleep()
             continue
-        return _formed(client, identity, joined, positions, committed, counts, timings)
+        formed = _formed(client, identity, joined, positions, committed, counts, timings)
+        formed.generation.renew_lease(sync_sent)
+        return formed
     return None
 
 
@@ -460,6 +463,7 @@ def _formed(
         _committer=client,
         _prefetcher=prefetcher,
         _committed=dict(committed),
+        _session_timeout=client.config.session_timeout,
     )
     log.info(
         "group %s generation %d formed: member %s%s, %d partition(s), protocol %s; "

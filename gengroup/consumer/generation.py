@@ -177,6 +177,11 @@ class Generation:
     _ending: anyio.Event = field(default_factory=anyio.Event, repr=False)
     end_outcome: Outcome | None = None
     end_reason: str | None = None
+    #: The local lease: the member last knew itself a member at ``_lease_from``
+    #: (when the newest request the coordinator accepted was sent); after
+    #: ``_session_timeout`` more seconds it may have been evicted.
+    _session_timeout: float = field(default=float("inf"), repr=False)
+    _lease_from: float = field(default=0.0, repr=False)
 
     @property
     def id(self) -> int:
@@ -214,6 +219,29 @@ class Generation:
         self.end(Outcome.REJOIN, reason)
 
     # ------------------------------------------------------------------ the runner's side
+
+    def renew_lease(self, sent_at: float) -> None:
+        """The coordinator accepted a request of this generation sent at ``sent_at``."""
+        self._lease_from = max(self._lease_from, sent_at)
+
+    def lease_expired(self) -> bool:
+        """Whether the coordinator may have evicted this member; if so, end the generation.
+
+        A member frozen past its session timeout (a stopped process, a long
+        pause) has most likely lost its partitions to another member, which
+        may be processing them already. Rather than wait for the coordinator
+        to say so, the generation ends itself as soon as a session timeout has
+        passed since the newest request the coordinator accepted was sent, and
+        hands out no further batch.
+        """
+        if self.ending or anyio.current_time() - self._lease_from < self._session_timeout:
+            return False
+        self.end(
+            Outcome.REJOIN,
+            f"local lease expired: no answer from the coordinator for "
+            f"session_timeout={self._session_timeout} s, the partitions may have a new owner",
+        )
+        return True
 
     def end(self, outcome: Outcome, reason: str) -> None:
         """Cancel the generation; the first call's ``outcome`` and ``reason`` stick.
@@ -339,7 +367,7 @@ class Generation:
             raise KeyError(
                 f"{tp} is not assigned to member {self.member_id} in generation {self.id}"
             )
-        return self._prefetcher.iterate(tp, lambda: self.ending)
+        return self._prefetcher.iterate(tp, lambda: self.ending or self.lease_expired())
 
     def mark(self, tp: TopicPartition, offset: int) -> None:
         """Record that everything before ``offset`` in ``tp`` was processed.

@@ -250,6 +250,9 @@ class _Run:
             if node is None:
                 gen.end(Outcome.FIND_COORDINATOR, "no coordinator")
                 return
+            if gen.lease_expired():
+                return
+            sent_at = anyio.current_time()
             try:
                 code = await self.client.heartbeat(node, gen.identity)
             except (KafkaConnectionError, ProtocolError) as exc:
@@ -260,6 +263,8 @@ class _Run:
                 self._log_retry("heartbeat", exc, "retrying")
                 continue
             self._log_recovered("heartbeat")
+            if code == 0:
+                gen.renew_lease(sent_at)
             outcome = member.on_heartbeat(error_code=code, now=anyio.current_time())
             if outcome is None or outcome is Outcome.RETRY:
                 continue

@@ -162,4 +162,5 @@ async def retry(
     last = box[0]
     if on_timeout is not None:
         raise on_timeout(last)
-    raise TimeoutError(f"{what} did not complete within {timeout} s (last error: {last})")
+    detail = "no attempt was answered" if last is None else f"last error: {last}"
+    raise TimeoutError(f"{what} did not complete within {timeout} s ({detail})")

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from gengroup import ConsumerGroup, Generation, GengroupError, GroupClosed, TopicPartition
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Fail, Intercepted
+from gengroup.broker.faults import Drop, Fail, Intercepted
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -270,3 +270,54 @@ async def test_a_missing_subscribed_topic_is_warned_once_and_assigned_once_it_ex
                 TopicPartition("later", 1),
             }
     assert any("now exist" in r.getMessage() for r in caplog.records)
+
+
+# ------------------------------------------------------------- item 7: the local lease
+
+
+async def test_a_member_that_hears_nothing_for_a_session_hands_out_no_more_batches(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The coordinator goes silent (every Heartbeat dropped: a frozen member
+    looks the same from its side) while records keep arriving: the member stops
+    handing out batches once a session timeout has passed since the newest
+    request the coordinator accepted was sent, and ends the generation itself."""
+    session = SETTINGS["session_timeout"]
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        handed: list[float] = []
+
+        async def worker(gen: Generation) -> None:
+            async for batch in gen.fetch(TP):
+                handed.append(trio.current_time())
+                gen.mark(TP, batch.next_offset)
+
+        heartbeats: list[float] = []
+
+        def silence(req: Intercepted) -> Drop:
+            heartbeats.append(trio.current_time())
+            return Drop()
+
+        settings = {**SETTINGS, "request_timeout": 60.0, "fetch_max_wait": 0.2}
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+            gen = await group.next()
+            gen.start_soon(worker, gen)
+            await trio.sleep(3.5)  # three heartbeats accepted
+            control = cluster.control(ApiKey.HEARTBEAT, silence)
+            ending: list[float] = []
+
+            async def note_ending() -> None:
+                await gen.wait_ending()
+                ending.append(trio.current_time())
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(note_ending)
+                for _ in range(40):  # a record every half second, for twenty seconds
+                    produce(cluster, 1)
+                    await trio.sleep(0.5)
+            control.remove()
+            [ended_at] = ending
+        last_accepted = heartbeats[0] - SETTINGS["heartbeat_interval"]
+        assert gen.end_reason is not None and "local lease expired" in gen.end_reason
+        assert handed and max(handed) < last_accepted + session + 0.01
+        # It ended itself: the dropped heartbeat (60 s request timeout) never answered.
+        assert ended_at <= last_accepted + session + SETTINGS["heartbeat_interval"]
