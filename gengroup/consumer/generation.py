@@ -369,6 +369,45 @@ class Generation:
             )
         return self._prefetcher.iterate(tp, lambda: self.ending or self.lease_expired())
 
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Make ``tp``'s next batch start at ``offset`` (replay, or skip ahead).
+
+        Batches of ``tp`` already buffered are dropped; the worker iterating
+        ``fetch(tp)`` gets a batch starting at ``offset`` next (an offset
+        below the log start or past the end is handled as ``start_offset``
+        says). Marks are not changed: seeking back replays records without
+        moving the committed offset backwards; seeking ahead commits nothing
+        until the worker marks.
+
+        Raises:
+            KeyError: ``tp`` is not assigned to this member in this generation.
+            ValueError: ``offset`` is negative.
+            GenerationEnded: the generation is over.
+        """
+        self._check_live("seek")
+        if tp not in self.assignments:
+            raise KeyError(
+                f"{tp} is not assigned to member {self.member_id} in generation {self.id}"
+            )
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
+        self._prefetcher.seek(tp, offset)
+
+    def lag(self) -> dict[TopicPartition, int]:
+        """Each assigned partition's lag: records between its mark and the high watermark.
+
+        The high watermark is the one in the newest fetch answer for the
+        partition, so this costs no request; a partition not fetched yet
+        is left out. The position is the partition's mark (or its start offset
+        while unmarked). ``sum(gen.lag().values())`` is the member's total.
+        """
+        lag: dict[TopicPartition, int] = {}
+        for tp, start in self.assignments.items():
+            hw = self._prefetcher.high_watermark(tp)
+            if hw >= 0:
+                lag[tp] = max(0, hw - max(self._marks.get(tp, start), start))
+        return lag
+
     def mark(self, tp: TopicPartition, offset: int) -> None:
         """Record that everything before ``offset`` in ``tp`` was processed.
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import anyio
@@ -85,6 +85,14 @@ class FetchedBatch:
         """The batch's topic and partition."""
         return TopicPartition(self.topic, self.partition)
 
+    def __iter__(self) -> Iterator[Record]:
+        """The records, in offset order: ``for record in batch``."""
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        """How many records the batch holds."""
+        return len(self.records)
+
 
 @dataclass(eq=False)
 class _Partition:
@@ -95,6 +103,8 @@ class _Partition:
     buffered: int = 0
     error: BaseException | None = None
     wake: anyio.Event = field(default_factory=anyio.Event)
+    #: The high watermark in the newest fetch answer for the partition (-1: none yet).
+    high_watermark: int = -1
 
 
 def _request_action(exc: BaseException) -> Action:
@@ -144,13 +154,35 @@ class Prefetcher:
         """An async iterator over ``tp``'s batches; it hands out nothing once ``ending()``."""
         return _PartitionIterator(self, self._parts[tp], ending)
 
-    def _consumed(self, part: _Partition, batch: FetchedBatch) -> None:
+    def high_watermark(self, tp: TopicPartition) -> int:
+        """``tp``'s high watermark in the newest fetch answer (-1: none yet)."""
+        return self._parts[tp].high_watermark
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Fetch ``tp`` from ``offset`` next: its buffered batches are dropped.
+
+        A fetch already in flight for the old position is discarded when it
+        arrives (answers are kept only for the position they were asked for).
+        """
+        part = self._parts[tp]
+        part.position = offset
+        part.error = None
+        dropped = sum(batch.size for batch in part.queue)
+        part.queue.clear()
+        self._release(part, dropped)
+        part.wake.set()
+
+    def _release(self, part: _Partition, size: int) -> None:
+        """``size`` bytes of ``part`` left the buffer: wake fetching if it has room again."""
         before = part.buffered
-        part.buffered -= batch.size
+        part.buffered -= size
         limit = self._config.partition_buffer_bytes
         if before >= limit > part.buffered:
             self._space.set()
             self._space = anyio.Event()
+
+    def _consumed(self, part: _Partition, batch: FetchedBatch) -> None:
+        self._release(part, batch.size)
         if self._on_first_batch is not None:
             callback, self._on_first_batch = self._on_first_batch, None
             callback()
@@ -285,6 +317,7 @@ class Prefetcher:
                 part.error = error
                 part.wake.set()
             return
+        part.high_watermark = max(part.high_watermark, pf.high_watermark)
         # parse_fetch_response already dropped control and aborted batches
         # and the records below the requested offset.
         batches = pf.batches
