@@ -158,6 +158,12 @@ class Generation:
         timings: how long forming the generation took.
         end_outcome: what the member does once the generation ended (None while live).
         end_reason: why the generation ended (None while live).
+        commit_error: why the newest commit of this generation failed -- periodic,
+            explicit or final -- or None if it succeeded (or none was sent).
+            A periodic commit's failure is otherwise only logged; code can
+            check this, e.g. after ``wait_ended()`` for the final commit.
+        commits_ok: commits of this generation the coordinator accepted.
+        commits_failed: commits of this generation that failed or were refused.
     """
 
     identity: GenerationIdentity
@@ -177,6 +183,9 @@ class Generation:
     _ending: anyio.Event = field(default_factory=anyio.Event, repr=False)
     end_outcome: Outcome | None = None
     end_reason: str | None = None
+    commit_error: BaseException | None = None
+    commits_ok: int = 0
+    commits_failed: int = 0
     #: The local lease: the member last knew itself a member at ``_lease_from``
     #: (when the newest request the coordinator accepted was sent); after
     #: ``_session_timeout`` more seconds it may have been evicted.
@@ -467,15 +476,28 @@ class Generation:
             due = {tp: o for tp, o in wanted.items() if o > self._committed.get(tp, -1)}
             if not due:
                 return
-            results = await self._committer.commit_offsets(self.identity, due)
+            sent_at = anyio.current_time()
+            try:
+                results = await self._committer.commit_offsets(self.identity, due)
+            except BaseException as exc:
+                self.commit_error = exc
+                self.commits_failed += 1
+                raise
             failed = {tp: code for tp, code in results.items() if code}
+            if not failed:
+                self.commit_error = None
+                self.commits_ok += 1
+                self.renew_lease(sent_at)
             for tp, off in due.items():
                 if tp not in failed:
                     self._committed[tp] = max(off, self._committed.get(tp, -1))
             if failed:
                 tp, code = next(iter(sorted(failed.items())))
-                raise error_for_code(
+                refused = error_for_code(
                     code,
                     f"OffsetCommit of {self.group_id} generation {self.id} member "
                     f"{self.member_id}: {len(failed)} partition(s) refused, e.g. {tp}",
                 )
+                self.commit_error = refused
+                self.commits_failed += 1
+                raise refused

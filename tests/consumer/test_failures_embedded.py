@@ -22,9 +22,16 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from gengroup import ConsumerGroup, Generation, GengroupError, GroupClosed, TopicPartition
+from gengroup import (
+    ConsumerGroup,
+    Generation,
+    GengroupError,
+    GroupClosed,
+    KafkaConnectionError,
+    TopicPartition,
+)
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Drop, Fail, Intercepted
+from gengroup.broker.faults import Disconnect, Drop, Fail, Intercepted
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -321,3 +328,25 @@ async def test_a_member_that_hears_nothing_for_a_session_hands_out_no_more_batch
         assert handed and max(handed) < last_accepted + session + 0.01
         # It ended itself: the dropped heartbeat (60 s request timeout) never answered.
         assert ended_at <= last_accepted + session + SETTINGS["heartbeat_interval"]
+
+
+async def test_a_failed_periodic_commit_is_visible_on_the_generation(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        settings = {**SETTINGS, "commit_interval": 1.0}
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+            gen = await group.next()
+            assert gen.commit_error is None
+            # Twice: the commit follows a lost coordinator connection once by itself.
+            cuts = iter([Disconnect(), Disconnect()])
+            cluster.control(ApiKey.OFFSET_COMMIT, lambda req: next(cuts, None))
+            gen.mark(TP, 5)
+            await trio.sleep(1.5)  # the periodic commit met the disconnect
+            assert isinstance(gen.commit_error, KafkaConnectionError)
+            assert (gen.commits_ok, gen.commits_failed) == (0, 1)
+            await trio.sleep(1.0)  # the next one went through
+            assert gen.commit_error is None
+            assert (gen.commits_ok, gen.commits_failed) == (1, 1)
+            gen.cancel()
+        assert cluster.committed_offsets("g")[TP] == 5
