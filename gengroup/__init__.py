@@ -30,7 +30,12 @@ from .membership.balancers import (
 )
 
 # Producing and administering.
-from .admin import Admin as Admin, AdminConfig as AdminConfig, AdminSettings as AdminSettings
+from .admin import (
+    Admin as Admin,
+    AdminConfig as AdminConfig,
+    AdminSettings as AdminSettings,
+    PartitionLag as PartitionLag,
+)
 from .io.cluster import Cluster as Cluster
 from .producer import (
     Producer as Producer,
@@ -85,6 +90,7 @@ __all__ = [
     "Admin",
     "AdminConfig",
     "AdminSettings",
+    "PartitionLag",
     "Cluster",
     "Producer",
     "ProducerConfig",

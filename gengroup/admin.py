@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Final, Self, TypedDict, TypeVar, Unpack
 
 import anyio
@@ -51,13 +52,14 @@ from ._errors import (
     error_for_code,
     is_retriable,
 )
-from ._types import TopicPartition
+from ._types import GenerationIdentity, TopicPartition
 from .io import offsets
 from .io.cluster import Cluster
 from .io.coordinator import CoordinatorClient
 from .io.offsets import OffsetSpec
 from .io.request import MakeRequest, raise_item_errors
 from .io.retry import GiveUp, retry
+from .membership import requests
 from .protocol.consumer_protocol import PROTOCOL_TYPE, Assignment, decode_assignment
 from .protocol.framing import build, ms
 from .protocol.versions import ApiKey
@@ -67,6 +69,7 @@ __all__ = [
     "AdminSettings",
     "GroupDescription",
     "GroupListing",
+    "PartitionLag",
     "AdminConfig",
     "MemberDescription",
     "NewTopic",
@@ -119,6 +122,21 @@ class NewTopic:
     partitions: int
     replication_factor: int = 1
     configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """A group's position in one partition.
+
+    Attributes:
+        committed: the group's committed offset (None: nothing committed).
+        end: the partition's end offset (the high watermark).
+        lag: records between the two (None when nothing is committed).
+    """
+
+    committed: int | None
+    end: int
+    lag: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -729,3 +747,113 @@ class Admin:
             lambda resp: offsets.parse_offset_fetch(resp, group_id),
         )
         return {tp: off for tp, off in committed.items() if off >= 0}
+
+    # ------------------------------------------------------------------ group offsets
+
+    async def group_lag(
+        self, group_id: str, topics: Iterable[str] | None = None
+    ) -> dict[TopicPartition, PartitionLag]:
+        """A group's lag per partition: end offset minus committed offset.
+
+        Args:
+            group_id: the group.
+            topics: also report these topics' partitions the group has not
+                committed for (lag None); default: only committed partitions.
+
+        Returns:
+            Each partition's committed offset, end offset and lag, sorted;
+            ``sum(p.lag for p in result.values() if p.lag is not None)`` is
+            the group's total.
+        """
+        committed = await self.fetch_offsets(group_id)
+        tps = set(committed)
+        if topics is not None:
+            names = list(dict.fromkeys(topics))
+            md = await self.cluster.refresh_metadata(names)
+            for name in names:
+                info = md.get(name)
+                if info is None or info.error_code:
+                    raise error_for_code(
+                        info.error_code if info else int(ErrorCode.unknown_topic_or_partition),
+                        f"topic {name!r}",
+                    )
+                tps.update(TopicPartition(name, p) for p in info.partitions)
+        ends = await self.list_offsets(tps, "latest") if tps else {}
+        result: dict[TopicPartition, PartitionLag] = {}
+        for tp in sorted(tps):
+            mine = committed.get(tp)
+            lag = None if mine is None else max(0, ends[tp] - mine)
+            result[tp] = PartitionLag(mine, ends[tp], lag)
+        return result
+
+    async def reset_offsets(
+        self,
+        group_id: str,
+        tps: Iterable[TopicPartition],
+        *,
+        to: OffsetSpec | None = None,
+        offset: int | None = None,
+        dry_run: bool = False,
+    ) -> dict[TopicPartition, int]:
+        """Move a group's committed offsets, as Kafka's ``kafka-consumer-groups --reset-offsets``.
+
+        Refused while the group has members: a live member would overwrite
+        the new offsets with its next commit (the same rule as Kafka's tool).
+
+        Args:
+            group_id: the group (with no live members).
+            tps: the partitions to move.
+            to: ``"earliest"``, ``"latest"``, or a timestamp in ms (the first
+                offset at or after it; the end offset where there is none).
+            offset: an explicit offset instead of ``to``, clamped to each
+                partition's earliest..latest like Kafka's tool.
+            dry_run: compute and return the plan without committing it.
+
+        Returns:
+            The new offset of each partition.
+
+        Raises:
+            ValueError: neither or both of ``to`` and ``offset``.
+            BrokerError: NON_EMPTY_GROUP when the group has members; an
+                unknown topic or partition; a refused commit.
+        """
+        wanted = sorted(set(tps))
+        if (to is None) == (offset is None):
+            raise ValueError("give exactly one of to= ('earliest', 'latest', ms) or offset=")
+        if offset is not None and (isinstance(offset, bool) or offset < 0):
+            raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
+        described = (await self.describe_groups([group_id]))[group_id]
+        if described.members:
+            raise error_for_code(
+                int(ErrorCode.non_empty_group),
+                f"group {group_id!r} has {len(described.members)} live member(s) "
+                f"(state {described.state}); stop them before resetting its offsets",
+            )
+        if not wanted:
+            return {}
+        if offset is not None:
+            low = await self.list_offsets(wanted, "earliest")
+            high = await self.list_offsets(wanted, "latest")
+            plan = {tp: min(max(offset, low[tp]), high[tp]) for tp in wanted}
+        else:
+            assert to is not None
+            found = await self.list_offsets(wanted, to)
+            missing = [tp for tp, o in found.items() if o < 0]
+            latest = await self.list_offsets(missing, "latest") if missing else {}
+            plan = {tp: latest.get(tp, o) if o < 0 else o for tp, o in found.items()}
+        if not dry_run:
+            identity = GenerationIdentity(group_id, -1, "", None)
+
+            def parse(resp: Any) -> None:
+                for tp, code in requests.parse_offset_commit(resp).items():
+                    if code:
+                        raise error_for_code(code, f"OffsetCommit of {group_id!r} for {tp}")
+
+            await self._group_call(
+                group_id,
+                "OffsetCommit",
+                ApiKey.OFFSET_COMMIT,
+                partial(requests.offset_commit_request, identity=identity, offsets=plan),
+                parse,
+            )
+        return plan

@@ -1,0 +1,71 @@
+"""Admin's group offset operations: lag, and resetting offsets (refused while
+the group has members), on the embedded broker and on real Kafka."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from gengroup import Admin, BrokerError, ConsumerGroup, PartitionLag, Producer, TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.testing.kafka import KafkaBroker
+
+
+@asynccontextmanager
+async def embedded() -> AsyncIterator[str]:
+    async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
+        yield cluster.bootstrap
+
+
+async def scenario(bootstrap: str, topic: str, group_id: str) -> None:
+    """Ten records in each of two partitions; the group commits 4 and 7, then leaves."""
+    settings = {"session_timeout": 10.0, "heartbeat_interval": 1.0, "join_backoff": 0.1}
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    async with Admin(bootstrap) as admin, Producer(admin.cluster) as producer:
+        await admin.create_topics({topic: 2})
+        for p in (0, 1):
+            for i in range(10):
+                await producer.send(topic, str(i).encode(), partition=p)
+        async with ConsumerGroup(group_id, [topic], bootstrap, **settings) as group:
+            gen = await group.next()
+            await gen.commit({tp0: 4, tp1: 7})
+            # A live member: resetting is refused.
+            with pytest.raises(BrokerError) as refused:
+                await admin.reset_offsets(group_id, [tp0], to="earliest")
+            assert refused.value.code == ErrorCode.non_empty_group
+            assert "live member" in str(refused.value)
+            gen.cancel()
+
+        lag = await admin.group_lag(group_id)
+        assert lag == {tp0: PartitionLag(4, 10, 6), tp1: PartitionLag(7, 10, 3)}
+
+        plan = await admin.reset_offsets(group_id, [tp0, tp1], to="earliest", dry_run=True)
+        assert plan == {tp0: 0, tp1: 0}
+        assert (await admin.fetch_offsets(group_id)) == {tp0: 4, tp1: 7}  # dry run: unchanged
+
+        assert await admin.reset_offsets(group_id, [tp0], to="latest") == {tp0: 10}
+        assert await admin.reset_offsets(group_id, [tp1], offset=99) == {tp1: 10}  # clamped
+        # By time: the first offset at or after the timestamp; past the end, the end.
+        assert await admin.reset_offsets(group_id, [tp1], to=0) == {tp1: 0}
+        assert await admin.reset_offsets(group_id, [tp1], to=2**50) == {tp1: 10}
+        assert await admin.reset_offsets(group_id, [tp1], offset=2) == {tp1: 2}
+        assert (await admin.fetch_offsets(group_id)) == {tp0: 10, tp1: 2}
+        lag = await admin.group_lag(group_id, topics=[topic])
+        assert [p.lag for p in lag.values()] == [0, 8]
+        with pytest.raises(ValueError):
+            await admin.reset_offsets(group_id, [tp0])
+
+
+async def test_group_offsets_on_the_embedded_broker() -> None:
+    async with embedded() as bootstrap:
+        await scenario(bootstrap, "t", "g")
+
+
+@pytest.mark.kafka
+async def test_group_offsets_on_real_kafka(
+    kafka: KafkaBroker, unique_name: Callable[[str], str]
+) -> None:
+    await scenario(kafka.bootstrap, unique_name("lag"), unique_name("lag-group"))
