@@ -298,7 +298,11 @@ class Formed:
 
 
 async def form_generation(
-    member: Member, client: GroupClient, closing: Callable[[], bool]
+    member: Member,
+    client: GroupClient,
+    closing: Callable[[], bool],
+    *,
+    previous_teardown: float = 0.0,
 ) -> Formed | None:
     """Join and sync until a generation forms; None if ``closing()`` turned true.
 
@@ -307,7 +311,7 @@ async def form_generation(
     """
     cfg = client.config
     backoff = _join_backoff(cfg)
-    timings = RebalanceTimings()
+    timings = RebalanceTimings(previous_teardown=previous_teardown)
     while not closing():
         try:
             node = await client.find_coordinator(timings)
@@ -467,13 +471,14 @@ def _formed(
     )
     log.info(
         "group %s generation %d formed: member %s%s, %d partition(s), protocol %s; "
-        "coordinator %.3f s, join %.3f s, sync %.3f s, offsets %.3f s",
+        "previous teardown %.3f s, coordinator %.3f s, join %.3f s, sync %.3f s, offsets %.3f s",
         gen.group_id,
         gen.id,
         gen.member_id,
         " (leader)" if gen.is_leader else "",
         len(positions),
         gen.protocol,
+        timings.previous_teardown,
         timings.find_coordinator,
         timings.join,
         timings.sync,

@@ -55,10 +55,15 @@ log = logging.getLogger("gengroup")
 class RebalanceTimings:
     """How long each step of forming a generation took, in seconds.
 
+    ``previous_teardown`` is how long this member's previous generation took
+    to end (tasks returning after cancellation, the final commit), 0 for the
+    first generation.
+
     ``first_record`` is measured from the end of the offset fetch to the first
     batch handed to a worker, and stays None until one is.
     """
 
+    previous_teardown: float = 0.0
     find_coordinator: float = 0.0
     join: float = 0.0
     sync: float = 0.0
@@ -67,8 +72,19 @@ class RebalanceTimings:
 
     @property
     def total(self) -> float:
-        """Coordinator lookup + join + sync + offset fetch."""
-        return self.find_coordinator + self.join + self.sync + self.offset_fetch
+        """The previous generation's teardown + coordinator lookup + join + sync + offset fetch.
+
+        The teardown counts: while the previous generation's tasks finish
+        and its final commit waits for the coordinator, this member processes
+        nothing.
+        """
+        return (
+            self.previous_teardown
+            + self.find_coordinator
+            + self.join
+            + self.sync
+            + self.offset_fetch
+        )
 
 
 class Committer(Protocol):
@@ -164,6 +180,9 @@ class Generation:
             check this, e.g. after ``wait_ended()`` for the final commit.
         commits_ok: commits of this generation the coordinator accepted.
         commits_failed: commits of this generation that failed or were refused.
+        teardown: seconds from the generation's end to its tasks all returned
+            and its final commit done (None until it ended); the next
+            generation's ``timings.previous_teardown``.
     """
 
     identity: GenerationIdentity
@@ -186,6 +205,8 @@ class Generation:
     commit_error: BaseException | None = None
     commits_ok: int = 0
     commits_failed: int = 0
+    teardown: float | None = None
+    _ending_at: float | None = field(default=None, repr=False)
     #: The local lease: the member last knew itself a member at ``_lease_from``
     #: (when the newest request the coordinator accepted was sent); after
     #: ``_session_timeout`` more seconds it may have been evicted.
@@ -263,6 +284,7 @@ class Generation:
         if self.end_outcome is None:
             self.end_outcome = outcome
             self.end_reason = reason
+            self._ending_at = anyio.current_time()
             log.info(
                 "group %s generation %d member %s ending: %s",
                 self.group_id,
@@ -293,6 +315,8 @@ class Generation:
 
     def set_ended(self) -> None:
         """Every task returned and the final commit was made: later commits raise."""
+        if self._ending_at is not None:
+            self.teardown = anyio.current_time() - self._ending_at
         self._ended.set()
 
     # ------------------------------------------------------------------ tasks

@@ -126,6 +126,7 @@ class ConsumerGroup:
         self._send, self._recv = anyio.create_memory_object_stream[Generation | _Failure](0)
         self._done = anyio.Event()
         self._join_scope = anyio.CancelScope()
+        self._last_teardown = 0.0
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(self._client.cluster)
             stack.callback(self._recv.close)
@@ -207,13 +208,19 @@ class ConsumerGroup:
             while not self._closing:
                 formed: Formed | None = None
                 with self._join_scope:  # cancelled by aclose() during a join
-                    formed = await form_generation(self._member, self._client, self._is_closing)
+                    formed = await form_generation(
+                        self._member,
+                        self._client,
+                        self._is_closing,
+                        previous_teardown=self._last_teardown,
+                    )
                 if formed is None:
                     break
                 self.history.append((formed.generation.id, formed.generation.timings))
                 if self._closing:
                     break
                 await self._run_generation(formed)
+                self._last_teardown = formed.generation.teardown or 0.0
                 if self._failure is not None:
                     break
                 self._join_scope = anyio.CancelScope()

@@ -204,29 +204,49 @@ class _Run:
             refused.append(exc)
             return True
 
+        async def say_slow() -> None:
+            await anyio.sleep(self.config.heartbeat_interval)
+            self._log(f"final commit still waiting for the coordinator (up to {limit} s)")
+
+        failure: BaseException | None = None
         with anyio.CancelScope(shield=True):
-            try:
-                await retry(
-                    f"final commit of group {gen.group_id} generation {gen.id}",
-                    gen.commit,
-                    timeout=limit,
-                    backoff=self.client.cluster.retry_backoff,
-                    retriable=retriable,
-                )
-            except (BrokerError, KafkaConnectionError, ProtocolError, TimeoutError) as exc:
-                log.warning(
-                    "group %s generation %d member %s: final commit failed: %s "
-                    "(uncommitted records will be processed again)",
-                    gen.group_id,
-                    gen.id,
-                    gen.member_id,
-                    exc,
-                )
+            async with anyio.create_task_group() as slow:
+                slow.start_soon(say_slow)
+                try:
+                    await retry(
+                        f"final commit of group {gen.group_id} generation {gen.id}",
+                        gen.commit,
+                        timeout=limit,
+                        backoff=self.client.cluster.retry_backoff,
+                        retriable=retriable,
+                    )
+                except (BrokerError, KafkaConnectionError, ProtocolError, TimeoutError) as exc:
+                    failure = exc
+                finally:
+                    slow.cancel_scope.cancel()
+        if failure is not None:
+            log.warning(
+                "group %s generation %d member %s: final commit failed: %s "
+                "(uncommitted records will be processed again)",
+                gen.group_id,
+                gen.id,
+                gen.member_id,
+                failure,
+            )
 
     async def _watchdog(self, report_stuck: Callable[[TaskStuckError], Awaitable[None]]) -> None:
         gen = self.gen
         await gen.wait_ending()
         deadline = anyio.current_time() + self.config.rebalance_timeout
+        # A teardown longer than a heartbeat interval is said once, with what it waits for.
+        await anyio.sleep(min(self.config.heartbeat_interval, self.config.rebalance_timeout))
+        waiting = [name for name, _ in gen.stuck_tasks()]
+        if waiting:
+            self._log(
+                f"waiting for {len(waiting)} task(s) to return after cancellation "
+                f"({', '.join(repr(n) for n in waiting)}); TaskStuckError after "
+                f"rebalance_timeout={self.config.rebalance_timeout} s"
+            )
         await anyio.sleep_until(deadline)
         stuck = gen.stuck_tasks()
         detail = "\n".join(f"task {name!r} is suspended at:\n{stack}" for name, stack in stuck)

@@ -31,7 +31,7 @@ from gengroup import (
     TopicPartition,
 )
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Disconnect, Drop, Fail, Intercepted
+from gengroup.broker.faults import Delay, Disconnect, Drop, Fail, Intercepted
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -350,3 +350,37 @@ async def test_a_failed_periodic_commit_is_visible_on_the_generation(
             assert (gen.commits_ok, gen.commits_failed) == (1, 1)
             gen.cancel()
         assert cluster.committed_offsets("g")[TP] == 5
+
+
+# ------------------------------------------------------------- item 10: long waits are said
+
+
+async def test_a_slow_teardown_is_logged_once_and_counted_in_the_next_timings(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+
+        async def slow_to_return(gen: Generation) -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(5.0)
+
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            first = await group.next()
+            first.start_soon(slow_to_return, first, name="slow")
+            first.mark(TP, 1)
+            cluster.control(ApiKey.OFFSET_COMMIT, lambda req: Delay(3.0), once=True)
+            first.cancel("test")
+            second = await group.next()
+            assert first.teardown is not None and first.teardown >= 8.0
+            assert second.timings.previous_teardown == first.teardown
+            assert second.timings.total >= first.teardown
+            second.cancel()
+    messages = [r.getMessage() for r in caplog.records]
+    waiting = [m for m in messages if "waiting for 1 task(s) to return" in m]
+    assert len(waiting) == 1 and "'slow'" in waiting[0]
+    assert sum("final commit still waiting for the coordinator" in m for m in messages) == 1
+    assert any("previous teardown 8." in m for m in messages), messages
