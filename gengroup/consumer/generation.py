@@ -10,7 +10,10 @@ its cancel scope (:meth:`Generation.task_group`), starts the internal tasks
 to the user over a channel. Tasks the user starts with :meth:`Generation.start_soon` run in
 the same task group, wrapped so that the first one to exit -- returning or
 raising -- cancels the generation's scope (kafka-go's "the first goroutine to
-return closes the generation").
+return closes the generation"). Each user task is hosted
+(:mod:`~gengroup.consumer.detached`): its host in the task group waits for it,
+so that after :class:`~gengroup.TaskStuckError` the group can stop waiting for
+a task that ignores cancellation (:meth:`Generation.abandon_tasks`).
 
 A generation moves through three stages: *live* (its scope is not cancelled),
 *ending* (cancelled: tasks are finishing; commits are still allowed, since the
@@ -42,6 +45,7 @@ import anyio.abc
 from .._errors import GenerationEnded, error_for_code
 from .._types import GenerationIdentity, TopicPartition
 from ..membership.member import Outcome
+from .detached import Hosted, host
 
 if TYPE_CHECKING:
     from .prefetch import FetchedBatch, Prefetcher
@@ -102,6 +106,22 @@ class _UserTask:
     name: str
     coro: Any = None
     done: bool = False
+    hosted: Hosted = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.hosted = Hosted(self.name)
+
+
+class _Started:
+    """The ``task_status`` a hosted task started with :meth:`Generation.start` receives."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.value: Any = None
+
+    def started(self, value: Any = None) -> None:
+        self.value = value
+        self.event.set()
 
 
 def _awaitable(fn: Callable[..., Any], result: Any) -> Any:
@@ -117,7 +137,7 @@ def _awaitable(fn: Callable[..., Any], result: Any) -> Any:
 class _HeldStatus:
     """A ``task_status`` that holds a ``started()`` call back until released."""
 
-    def __init__(self, status: anyio.abc.TaskStatus[Any]) -> None:
+    def __init__(self, status: anyio.abc.TaskStatus[Any] | _Started) -> None:
         self._status = status
         self._released = False
         self._held: tuple[Any] | None = None
@@ -356,11 +376,22 @@ class Generation:
 
         async def runner(*, task_status: anyio.abc.TaskStatus[Any]) -> None:
             # started() is held back until fn proved to be async, so that a
-            # plain function fails start() without ending the generation.
-            status = _HeldStatus(task_status)
+            # plain function fails start() without ending the generation. The
+            # task runs hosted (see gengroup.consumer.detached), so its
+            # started() is passed on from this task.
+            started = _Started()
+            status = _HeldStatus(started)
             coro = _awaitable(fn, fn(*args, task_status=status))
             status.release()
-            await self._run_task(task, coro)
+
+            async def pass_on_started() -> None:
+                await started.event.wait()
+                task_status.started(started.value)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pass_on_started)
+                await self._run_task(task, coro)
+                tg.cancel_scope.cancel()
 
         return await tg.start(runner, name=task.name)
 
@@ -368,10 +399,28 @@ class Generation:
         self._tasks.append(task)
         task.coro = coro
         try:
-            await coro
+            await host(task.hosted, coro)
         finally:
             task.done = True
             self.end(Outcome.REJOIN, f"task {task.name!r} exited")
+
+    def abandon_tasks(self) -> list[str]:
+        """Stop waiting for the user tasks that have not returned (after TaskStuckError).
+
+        Each one's cancel scope stays cancelled and it runs on in the background
+        until it returns by itself; the generation's task group no longer waits
+        for it, so the generation can end (its final commit is made with the
+        marks so far) and the group can close.
+
+        Returns:
+            The names of the tasks abandoned.
+        """
+        names = []
+        for task in self._tasks:
+            if not task.hosted.finished:
+                task.hosted.abandon()
+                names.append(task.name)
+        return names
 
     def stuck_tasks(self) -> list[tuple[str, str]]:
         """(name, stack) of each user task that has not returned yet."""

@@ -16,11 +16,16 @@ user code never yields from inside a nursery.
 A user task's exception, a fatal broker error or a :class:`TaskStuckError`
 from the teardown watchdog stops the run loop and comes out of ``async for``.
 ``aclose()`` cancels a join in progress, ends the current generation, and
-waits for the run loop to commit, leave the group and close the channel.
+waits for the run loop to commit, leave the group and close the channel. Once
+:class:`TaskStuckError` was reported, closing abandons the stuck tasks
+(:meth:`Generation.abandon_tasks
+<gengroup.consumer.generation.Generation.abandon_tasks>`), so the run loop can
+finish within a bounded time.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -38,6 +43,8 @@ from .generation import Generation, RebalanceTimings
 from .running import run_generation
 
 __all__ = ["ConsumerGroup"]
+
+log = logging.getLogger("gengroup")
 
 
 class _Failure:
@@ -72,6 +79,15 @@ class ConsumerGroup:
         history: the last 100 generations this member took part in, oldest
             first, as (generation id, timings).
 
+    A task that ignores cancellation for longer than ``rebalance_timeout``
+    after its generation ended makes ``async for`` raise
+    :class:`~gengroup.TaskStuckError`, and the group stops. Leaving
+    ``async with`` (or :meth:`aclose`) then abandons the stuck task: the group
+    stops waiting for it, its cancel scope stays cancelled and it runs on in
+    the background until it returns by itself (what it raises then is logged).
+    The final commit is made with the marks set up to then and the member
+    leaves the group; both are bounded by ``request_timeout``.
+
     Raises:
         ConfigError: a setting is invalid (before any I/O).
     """
@@ -91,6 +107,8 @@ class ConsumerGroup:
         self._closing = False
         self._failure: BaseException | None = None
         self._current: Generation | None = None
+        # Set once the watchdog reported TaskStuckError: closing then abandons the stuck tasks.
+        self._stuck = False
         # Event-loop objects are made in ``__aenter__``: constructing a group
         # needs no running loop.
         # The channel from the run loop to ``next()``.
@@ -149,6 +167,9 @@ class ConsumerGroup:
     async def aclose(self) -> None:
         """End the current generation, commit what is marked, leave the group.
 
+        After :class:`~gengroup.TaskStuckError`, the stuck tasks are abandoned
+        (see the class docstring) rather than waited for.
+
         Static members (``group_instance_id``) do not send LeaveGroup: the
         coordinator keeps their partitions for the session timeout.
         """
@@ -161,6 +182,8 @@ class ConsumerGroup:
             self._join_scope.cancel()
             if self._current is not None:
                 self._current.end(Outcome.REJOIN, "the group is closing")
+            if self._stuck:
+                self._abandon_stuck()
         await self._done.wait()
 
     # ------------------------------------------------------------------ iteration
@@ -246,9 +269,27 @@ class ConsumerGroup:
             self._failure = exc
 
     async def _report_stuck(self, err: TaskStuckError) -> None:
-        """The watchdog's report: ``next()`` raises it at once."""
+        """The watchdog's report: ``next()`` raises it at once; closing abandons the tasks."""
         self._failure = err
+        self._stuck = True
+        if self._closing:
+            self._abandon_stuck()
+        # Cancelled once the generation's tasks are abandoned (the group closes).
         await self._send.send(_Failure(err))
+
+    def _abandon_stuck(self) -> None:
+        gen = self._current
+        if gen is None:
+            return
+        for name in gen.abandon_tasks():
+            log.warning(
+                "group %s generation %d member %s: abandoned task %r, which did not return "
+                "after cancellation; it runs on in the background, cancelled, until it returns",
+                gen.group_id,
+                gen.id,
+                gen.member_id,
+                name,
+            )
 
     async def _leave(self) -> None:
         params = self._member.leave_params()

@@ -253,7 +253,8 @@ class _Run:
         err = TaskStuckError(
             f"group {gen.group_id} generation {gen.id}: {len(stuck)} task(s) did not return "
             f"within rebalance_timeout={self.config.rebalance_timeout} s after the generation "
-            f"ended ({gen.end_reason}); the next generation cannot start until they do.\n{detail}"
+            f"ended ({gen.end_reason}); the group stops with this error, and closing it "
+            f"abandons them.\n{detail}"
         )
         log.error("%s", err)
         await report_stuck(err)

@@ -28,6 +28,7 @@ from gengroup import (
     GengroupError,
     GroupClosed,
     KafkaConnectionError,
+    TaskStuckError,
     TopicPartition,
 )
 from gengroup.broker import FakeCluster
@@ -384,3 +385,134 @@ async def test_a_slow_teardown_is_logged_once_and_counted_in_the_next_timings(
     assert len(waiting) == 1 and "'slow'" in waiting[0]
     assert sum("final commit still waiting for the coordinator" in m for m in messages) == 1
     assert any("previous teardown 8." in m for m in messages), messages
+
+
+# ------------------------------------------------------------- item 3: a stuck task is abandoned
+
+STUCK_SETTINGS = dict(SETTINGS, rebalance_timeout=5.0)
+
+
+async def test_leaving_async_with_after_task_stuck_error_abandons_the_task(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``except TaskStuckError`` around ``async with group`` is reached at once; the
+    stuck task's marks up to then are committed; the task runs on, cancelled."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+        release = anyio.Event()
+        finished: list[bool] = []
+
+        async def stubborn(gen: Generation) -> None:
+            gen.mark(TP, 4)
+            try:
+                with anyio.CancelScope(shield=True):
+                    await release.wait()
+            finally:
+                finished.append(anyio.current_effective_deadline() == -float("inf"))
+
+        try:
+            await _leave_after_a_stuck_task(cluster, stubborn)
+            # The task runs on in the background, its cancel scope cancelled.
+            assert finished == []
+        finally:
+            release.set()
+        await trio.sleep(0.1)
+        assert finished == [True]
+
+
+async def _leave_after_a_stuck_task(cluster: FakeCluster, stubborn: Any) -> None:
+    t0 = 0.0
+    with pytest.raises(TaskStuckError, match="stubborn"):
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **STUCK_SETTINGS) as group:
+            gen = await group.next()
+            gen.start_soon(stubborn, gen, name="stubborn")
+            await trio.sleep(0.5)
+            t0 = trio.current_time()
+            gen.cancel("test")
+            await group.next()
+    # Left at once: no waiting for the stuck task beyond the teardown deadline.
+    assert trio.current_time() - t0 == STUCK_SETTINGS["rebalance_timeout"]
+    assert gen.ended
+    assert cluster.committed_offsets("g")[TP] == 4
+    assert not cluster.describe_group("g").members
+    with pytest.raises(TaskStuckError):
+        await group.next()
+
+
+async def test_aclose_while_a_task_is_stuck_returns_after_the_teardown_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """aclose() with a task blocked in a thread: returns after rebalance_timeout, and
+    the group's next() raises TaskStuckError."""
+    import threading
+
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        release = threading.Event()
+
+        async def blocking() -> None:
+            await anyio.to_thread.run_sync(release.wait)
+
+        group = ConsumerGroup("g", ["t"], cluster.bootstrap, **STUCK_SETTINGS)
+        try:
+            async with group:
+                gen = await group.next()
+                gen.start_soon(blocking, name="blocking")
+                await trio.sleep(0.5)
+                t0 = trio.current_time()
+                with trio.fail_after(STUCK_SETTINGS["rebalance_timeout"] + 5):
+                    await group.aclose()
+                assert trio.current_time() - t0 == pytest.approx(
+                    STUCK_SETTINGS["rebalance_timeout"], abs=0.1
+                )
+                with pytest.raises(TaskStuckError, match="blocking"):
+                    await group.next()
+        finally:
+            release.set()
+
+
+def test_task_errors_and_abandoning_under_asyncio() -> None:
+    """The hosted tasks behave the same under asyncio (real time, short timeouts)."""
+    quick = dict(
+        SETTINGS,
+        session_timeout=6.0,
+        heartbeat_interval=0.5,
+        rebalance_timeout=0.5,
+        join_backoff=0.1,
+        fetch_max_wait=0.1,
+        request_timeout=2.0,
+    )
+
+    async def fails() -> None:
+        raise ValueError("boom")
+
+    async def main() -> tuple[BaseException | None, float]:
+        async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+            raised: BaseException | None = None
+            try:
+                async with ConsumerGroup("g", ["t"], cluster.bootstrap, **quick) as group:
+                    gen = await group.next()
+                    gen.start_soon(fails)
+                    await group.next()
+            except ValueError as exc:
+                raised = exc
+            release = anyio.Event()
+
+            async def stubborn() -> None:
+                with anyio.CancelScope(shield=True):
+                    await release.wait()
+
+            t0 = anyio.current_time()
+            try:
+                with pytest.raises(TaskStuckError):
+                    async with ConsumerGroup("g", ["t"], cluster.bootstrap, **quick) as group:
+                        gen = await group.next()
+                        gen.start_soon(stubborn)
+                        gen.cancel()
+                        await group.next()
+            finally:
+                release.set()
+            return raised, anyio.current_time() - t0
+
+    raised, took = anyio.run(main, backend="asyncio")
+    assert isinstance(raised, ValueError) and str(raised) == "boom"
+    assert took < 5.0

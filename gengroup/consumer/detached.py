@@ -1,0 +1,124 @@
+"""Hosting a user task so that a stuck one can be abandoned.
+
+Theory of operation:
+
+A task that ignores cancellation (a shielded wait, a blocking call in a
+thread) cannot be ended by anyone, and in structured concurrency it keeps
+every enclosing task group, and so ``async with group``, from exiting. To let a
+group that reported :class:`~gengroup.TaskStuckError` close within a bounded
+time, a generation's user task does not run *in* the generation's task group:
+a small host task does. :func:`host` starts the user's coroutine as a task of
+the event loop itself (a trio system task, or a plain asyncio task) inside a
+cancel scope of its own, waits for it, and re-raises what it raised. When the
+host is cancelled (the generation is ending) it cancels that scope and keeps
+waiting, shielded, until the task returns or :meth:`Hosted.abandon` is
+called. Abandoning stops the wait only: the task's cancel scope stays
+cancelled, and the task runs on in the background until it returns by itself;
+what it raises then is logged, not raised.
+
+Everything else is as if the task ran in the generation's task group: it
+starts with a copy of the starting task's context variables, its exception
+comes out of the generation, and the generation ends only once it returned.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import sniffio
+
+__all__ = ["Hosted", "host"]
+
+log = logging.getLogger("gengroup")
+
+# asyncio keeps only weak references to tasks: the running ones live here.
+_asyncio_tasks: set[Any] = set()
+
+
+class Hosted:
+    """One hosted task's state, shared by the host and the task.
+
+    Attributes:
+        name: the task's name.
+        finished: whether the task returned (or raised).
+        abandoned: whether the host stopped waiting for it.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.finished = False
+        self.abandoned = False
+        self.error: BaseException | None = None
+        self._scope = anyio.CancelScope()
+        self._released = anyio.Event()
+
+    def cancel(self) -> None:
+        """Cancel the task's own scope."""
+        self._scope.cancel()
+
+    def abandon(self) -> None:
+        """Stop waiting for the task (if it has not returned); its scope stays cancelled."""
+        self._scope.cancel()
+        if not self.finished:
+            self.abandoned = True
+            self._released.set()
+
+    async def _run(self, coro: Awaitable[Any]) -> None:
+        try:
+            with self._scope:
+                await coro
+        except anyio.get_cancelled_exc_class():
+            raise  # the event loop is shutting down
+        except BaseException as exc:
+            if self.abandoned:
+                log.warning("abandoned task %r raised %r after it was abandoned", self.name, exc)
+            else:
+                self.error = exc
+        finally:
+            self.finished = True
+            self._released.set()
+
+
+def _spawn(fn: Callable[[], Awaitable[None]], name: str) -> None:
+    context = contextvars.copy_context()
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        trio.lowlevel.spawn_system_task(fn, name=name, context=context)
+    else:
+        import asyncio
+
+        async def main() -> None:
+            await fn()
+
+        task = asyncio.get_running_loop().create_task(main(), name=name, context=context)
+        _asyncio_tasks.add(task)
+        task.add_done_callback(_asyncio_tasks.discard)
+
+
+async def host(hosted: Hosted, coro: Awaitable[Any]) -> None:
+    """Run ``coro`` as a task of the event loop and wait for it (see the module doc).
+
+    Raises:
+        BaseException: what ``coro`` raised.
+    """
+
+    async def run() -> None:
+        await hosted._run(coro)
+
+    _spawn(run, hosted.name)
+    try:
+        await hosted._released.wait()
+    except anyio.get_cancelled_exc_class():
+        hosted.cancel()
+        with anyio.CancelScope(shield=True):
+            await hosted._released.wait()
+        if hosted.error is not None:
+            raise hosted.error from None
+        raise
+    if hosted.error is not None:
+        raise hosted.error
