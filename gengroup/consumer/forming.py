@@ -50,6 +50,7 @@ from ..membership import requests
 from ..membership.member import Joined, JoinParams, Member, Outcome, Retry, outcome_for
 from ..protocol.versions import ApiKey
 from .generation import Generation, RebalanceTimings
+from .metrics import GroupMetrics
 from .prefetch import Prefetcher
 
 __all__ = ["Formed", "GroupClient", "form_generation"]
@@ -82,6 +83,8 @@ class GroupClient:
             unreachable_timeout=config.unreachable_timeout,
         )
         self._missing_topics: set[str] = set()
+        #: The member's counters (``ConsumerGroup.metrics()``).
+        self.metrics = GroupMetrics()
         self.coordinator = CoordinatorClient(
             self.cluster,
             config.group_id,
@@ -208,7 +211,9 @@ class GroupClient:
         self, positions: Mapping[TopicPartition, int], on_first_batch: Callable[[], None]
     ) -> Prefetcher:
         """A prefetcher for a generation's partitions, starting at ``positions``."""
-        return Prefetcher(self.cluster, self.config, positions, self.reset_one, on_first_batch)
+        return Prefetcher(
+            self.cluster, self.config, positions, self.reset_one, on_first_batch, self.metrics
+        )
 
     # ------------------------------------------------------------------ the running generation
 
@@ -244,11 +249,20 @@ class GroupClient:
                 raise error_for_code(min(codes), f"OffsetCommit of {identity.group_id}")
             return results
 
-        return await self.coordinator.call(
-            ApiKey.OFFSET_COMMIT,
-            partial(requests.offset_commit_request, identity=identity, offsets=offsets),
-            parse,
-        )
+        try:
+            results = await self.coordinator.call(
+                ApiKey.OFFSET_COMMIT,
+                partial(requests.offset_commit_request, identity=identity, offsets=offsets),
+                parse,
+            )
+        except BaseException:
+            self.metrics.commits_failed += 1
+            raise
+        if any(results.values()):
+            self.metrics.commits_failed += 1
+        else:
+            self.metrics.commits_ok += 1
+        return results
 
     async def leave(self, member_id: str) -> None:
         """LeaveGroup for a dynamic member, if the coordinator is known (bounded, never raises

@@ -40,6 +40,7 @@ from ..io.cluster import Cluster
 from ..membership.member import Member, Outcome
 from .forming import Formed, GroupClient, form_generation
 from .generation import Generation, RebalanceTimings
+from .metrics import MetricsSnapshot
 from .running import run_generation
 
 __all__ = ["ConsumerGroup"]
@@ -164,6 +165,14 @@ class ConsumerGroup:
             await self._stack.aclose()
         return None
 
+    def metrics(self) -> MetricsSnapshot:
+        """This member's counters now: fetches, records, bytes, commits, generations.
+
+        Cheap (a copy of a few integers): log it periodically, or export it
+        with :func:`gengroup.consumer.metrics.prometheus_collector`.
+        """
+        return self._client.metrics.snapshot()
+
     async def aclose(self) -> None:
         """End the current generation, commit what is marked, leave the group.
 
@@ -240,6 +249,8 @@ class ConsumerGroup:
                 if formed is None:
                     break
                 self.history.append((formed.generation.id, formed.generation.timings))
+                self._client.metrics.generations += 1
+                self._client.metrics.last_timings = formed.generation.timings
                 if self._closing:
                     break
                 await self._run_generation(formed)

@@ -54,6 +54,7 @@ from ..io.fetch import fetch_once
 from ..io.retry import Backoff
 from ..protocol.fetch import PartitionFetch
 from ..protocol.records import Record
+from .metrics import GroupMetrics
 
 __all__ = ["FetchedBatch", "Prefetcher"]
 
@@ -129,8 +130,10 @@ class Prefetcher:
         positions: Mapping[TopicPartition, int],
         reset_offset: Callable[[TopicPartition], Awaitable[int]],
         on_first_batch: Callable[[], None] | None = None,
+        metrics: GroupMetrics | None = None,
     ) -> None:
         self._cluster = cluster
+        self._metrics = GroupMetrics() if metrics is None else metrics
         self._config = config
         self._parts = {tp: _Partition(tp, off) for tp, off in positions.items()}
         self._reset_offset = reset_offset
@@ -266,6 +269,7 @@ class Prefetcher:
                 except Exception as exc:
                     if _request_action(exc) != "refresh_metadata":
                         raise
+                    self._metrics.fetch_errors += 1
                     if node not in self._failing:
                         self._failing.add(node)
                         log.info(
@@ -280,6 +284,7 @@ class Prefetcher:
                     for p in mine:
                         self._stale(p)
                     return
+                self._metrics.fetches += 1
                 if node in self._failing:
                     self._failing.discard(node)
                     log.info("group %s: fetching from broker %d again", cfg.group_id, node)
@@ -343,6 +348,8 @@ class Prefetcher:
             )
         )
         part.buffered += size
+        self._metrics.records += len(records)
+        self._metrics.bytes += size
         part.wake.set()
 
 
