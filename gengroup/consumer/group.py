@@ -40,7 +40,7 @@ from ..io.cluster import Cluster
 from ..membership.member import Member, Outcome
 from .forming import Formed, GroupClient, form_generation
 from .generation import Generation, RebalanceTimings
-from .metrics import MetricsSnapshot
+from .metrics import GroupMetrics
 from .running import run_generation
 
 __all__ = ["ConsumerGroup"]
@@ -165,7 +165,7 @@ class ConsumerGroup:
             await self._stack.aclose()
         return None
 
-    def metrics(self) -> MetricsSnapshot:
+    def metrics(self) -> GroupMetrics:
         """This member's counters now: fetches, records, bytes, commits, generations.
 
         Cheap (a copy of a few integers): log it periodically, or export it

@@ -7,9 +7,8 @@ counted where things happen: the prefetcher counts fetch answers, records and
 bytes; the group's coordinator client counts commits; the run loop counts
 generations and keeps the newest one's timings. Counting is a few integer
 additions on paths that already do far more, so it is always on.
-:meth:`GroupMetrics.snapshot` copies the counters into a frozen
-:class:`MetricsSnapshot` (``group.metrics()``), cheap enough to log
-periodically. :func:`prometheus_collector` adapts a group to the
+:meth:`GroupMetrics.snapshot` copies the counters (``group.metrics()``),
+cheap enough to log periodically. :func:`prometheus_collector` adapts a group to the
 ``prometheus_client`` registry (optional extra ``metrics``): each scrape
 takes a snapshot, so nothing is exported that the snapshot does not hold.
 """
@@ -17,17 +16,20 @@ takes a snapshot, so nothing is exported that the snapshot does not hold.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .generation import RebalanceTimings
 
-__all__ = ["GroupMetrics", "MetricsSnapshot", "prometheus_collector"]
+__all__ = ["GroupMetrics", "prometheus_collector"]
 
 
-@dataclass(frozen=True, slots=True)
-class MetricsSnapshot:
-    """A member's counters at one instant (all counts since the group was entered).
+@dataclass(slots=True)
+class GroupMetrics:
+    """A member's counters (all counts since the group was entered).
+
+    The group holds the live instance; ``group.metrics()`` hands out a copy
+    made by :meth:`snapshot`.
 
     Attributes:
         fetches: Fetch answers received.
@@ -49,23 +51,9 @@ class MetricsSnapshot:
     generations: int = 0
     last_timings: RebalanceTimings | None = None
 
-
-@dataclass(slots=True)
-class GroupMetrics:
-    """The live counters behind :class:`MetricsSnapshot` (one per group)."""
-
-    fetches: int = 0
-    fetch_errors: int = 0
-    records: int = 0
-    bytes: int = 0
-    commits_ok: int = 0
-    commits_failed: int = 0
-    generations: int = 0
-    last_timings: RebalanceTimings | None = field(default=None)
-
-    def snapshot(self) -> MetricsSnapshot:
-        """A frozen copy of the counters."""
-        return MetricsSnapshot(**{f.name: getattr(self, f.name) for f in fields(MetricsSnapshot)})
+    def snapshot(self) -> GroupMetrics:
+        """A copy of the counters as they are now."""
+        return replace(self)
 
 
 #: (name, help) of each counter exported to Prometheus, after ``gengroup_``.
@@ -80,7 +68,7 @@ _COUNTERS = (
 )
 
 
-def prometheus_collector(snapshot: Callable[[], MetricsSnapshot], group_id: str) -> Any:
+def prometheus_collector(snapshot: Callable[[], GroupMetrics], group_id: str) -> Any:
     """A ``prometheus_client`` collector exporting a group's counters.
 
     Register it with ``prometheus_client.REGISTRY.register(

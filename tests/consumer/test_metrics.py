@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gengroup import ConsumerGroup, KafkaConnectionError, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Disconnect
-from gengroup.consumer.metrics import MetricsSnapshot, prometheus_collector
+from gengroup.consumer.metrics import GroupMetrics, prometheus_collector
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -24,7 +24,7 @@ async def test_counters_follow_fetches_commits_and_generations(
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
         cluster.produce("t", [NewRecord(None, b"x" * 10, (), 0) for _ in range(5)])
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
-            assert group.metrics() == MetricsSnapshot()
+            assert group.metrics() == GroupMetrics()
             gen = await group.next()
             batch = await gen.fetch(TP).__anext__()
             gen.mark(TP, 3)
