@@ -8,7 +8,7 @@ seconds throughout the public API.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypedDict, Unpack
 
@@ -20,6 +20,8 @@ __all__ = ["GroupConfig", "GroupSettings", "IsolationLevel", "StartOffset"]
 
 StartOffset = Literal["earliest", "latest", "error"]
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
+#: Turns a key's or value's bytes (None for null) into an object.
+Deserializer = Callable[[bytes | None], Any]
 
 
 def check_seconds(name: str, value: float) -> None:
@@ -71,6 +73,9 @@ class GroupConfig:
         fetch_min_bytes: bytes a Fetch waits for.
         fetch_max_bytes: bytes one Fetch response may carry.
         partition_buffer_bytes: fetched-but-unprocessed bytes held per partition.
+        key_deserializer: turns a record's key bytes (or None) into an object,
+            applied by ``FetchedBatch.decoded()`` (None: keys stay bytes).
+        value_deserializer: the same for values.
 
     Defaults and their reasons:
 
@@ -122,6 +127,8 @@ class GroupConfig:
     fetch_min_bytes: int = 1
     fetch_max_bytes: int = 50 * 1024 * 1024
     partition_buffer_bytes: int = 1024 * 1024
+    key_deserializer: Deserializer | None = None
+    value_deserializer: Deserializer | None = None
 
     @classmethod
     def create(
@@ -209,6 +216,10 @@ class GroupConfig:
             raise ConfigError("group_instance_id must be None or a non-empty string")
         if self.fetch_max_wait >= self.request_timeout:
             raise ConfigError("fetch_max_wait must be below request_timeout")
+        for name in ("key_deserializer", "value_deserializer"):
+            fn = getattr(self, name)
+            if fn is not None and not callable(fn):
+                raise ConfigError(f"{name} must be a callable or None, got {fn!r}")
         for name in ("fetch_min_bytes", "fetch_max_bytes", "partition_buffer_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
@@ -247,3 +258,5 @@ class GroupSettings(TypedDict, total=False):
     fetch_min_bytes: int
     fetch_max_bytes: int
     partition_buffer_bytes: int
+    key_deserializer: Deserializer | None
+    value_deserializer: Deserializer | None

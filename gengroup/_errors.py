@@ -39,6 +39,7 @@ __all__ = [
     "ConnectionClosed",
     "CoordinatorError",
     "CorruptRecordError",
+    "DeserializationError",
     "GengroupError",
     "GenerationEnded",
     "KafkaConnectionError",
@@ -118,6 +119,10 @@ class ConnectionClosed(KafkaConnectionError):
 
 class RequestTimedOut(KafkaConnectionError):
     """A request got no response within its timeout; the connection is closed."""
+
+
+class DeserializationError(GengroupError):
+    """A key or value deserializer raised; names the topic, partition and offset."""
 
 
 class GenerationEnded(GengroupError):

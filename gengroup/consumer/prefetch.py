@@ -35,6 +35,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -44,6 +45,7 @@ from .._config import GroupConfig
 from .._error_table import Action
 from .._errors import (
     BrokerError,
+    DeserializationError,
     KafkaConnectionError,
     OffsetOutOfRange,
     ProtocolError,
@@ -53,7 +55,7 @@ from ..io.cluster import Cluster
 from ..io.fetch import fetch_once
 from ..io.retry import Backoff
 from ..protocol.fetch import PartitionFetch
-from ..protocol.records import Record
+from ..protocol.records import Header, Record
 from .metrics import GroupMetrics
 
 __all__ = ["FetchedBatch", "Prefetcher"]
@@ -80,6 +82,7 @@ class FetchedBatch:
     next_offset: int
     high_watermark: int
     size: int = 0
+    deserializers: Deserializers = field(default=(None, None), repr=False)
 
     @property
     def tp(self) -> TopicPartition:
@@ -93,6 +96,59 @@ class FetchedBatch:
     def __len__(self) -> int:
         """How many records the batch holds."""
         return len(self.records)
+
+    def decoded(self) -> list[DecodedRecord]:
+        """The records with key and value passed through the group's deserializers.
+
+        Deserialization happens here, when asked for, on the worker's side
+        (``key_deserializer`` / ``value_deserializer`` settings; without one,
+        the bytes pass through).
+
+        Raises:
+            DeserializationError: a deserializer raised; it names the topic,
+                partition, offset and whether key or value, with the
+                deserializer's exception as its cause.
+        """
+        key_of, value_of = self.deserializers
+        out: list[DecodedRecord] = []
+        for r in self.records:
+            key = _apply(key_of, r.key, self, r.offset, "key")
+            value = _apply(value_of, r.value, self, r.offset, "value")
+            out.append(DecodedRecord(r.offset, r.timestamp, key, value, r.headers))
+        return out
+
+
+#: The ``(key_deserializer, value_deserializer)`` of a group.
+Deserializers = tuple[Callable[[bytes | None], Any] | None, Callable[[bytes | None], Any] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRecord:
+    """A record whose key and value went through the deserializers (``FetchedBatch.decoded()``)."""
+
+    offset: int
+    timestamp: int
+    key: Any
+    value: Any
+    headers: tuple[Header, ...]
+
+
+def _apply(
+    fn: Callable[[bytes | None], Any] | None,
+    data: bytes | None,
+    batch: FetchedBatch,
+    offset: int,
+    what: str,
+) -> Any:
+    if fn is None:
+        return data
+    try:
+        return fn(data)
+    except Exception as exc:
+        raise DeserializationError(
+            f"{what} of {batch.topic}[{batch.partition}] offset {offset}: "
+            f"{getattr(fn, '__qualname__', fn)!r} raised {exc!r}"
+        ) from exc
 
 
 @dataclass(eq=False)
@@ -345,6 +401,7 @@ class Prefetcher:
                 part.position,
                 pf.high_watermark,
                 size,
+                (self._config.key_deserializer, self._config.value_deserializer),
             )
         )
         part.buffered += size

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import trio
 import trio.testing
 
-from gengroup import ConsumerGroup, GenerationEnded, TopicPartition
+from gengroup import (
+    ConfigError,
+    ConsumerGroup,
+    DeserializationError,
+    GenerationEnded,
+    TopicPartition,
+)
 from gengroup.broker import FakeCluster
 from gengroup.protocol.records import NewRecord
 
@@ -68,3 +76,35 @@ async def test_lag_is_high_watermark_minus_mark(autojump_clock: trio.testing.Moc
             await it.__anext__()
             assert gen.lag() == {TP: 5}
             gen.cancel()
+
+
+async def test_deserializers_apply_when_decoded_and_fail_typed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.produce(
+            "t",
+            [
+                NewRecord(b"k1", b'{"n": 1}', (), 0),
+                NewRecord(None, b'{"n": 2}', (), 0),
+                NewRecord(b"k3", b"not json", (), 0),
+            ],
+        )
+        settings = {
+            **SETTINGS,
+            "key_deserializer": lambda b: None if b is None else b.decode(),
+            "value_deserializer": json.loads,
+        }
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+            gen = await group.next()
+            batch = await gen.fetch(TP).__anext__()
+            assert [r.value for r in batch] == [b'{"n": 1}', b'{"n": 2}', b"not json"]
+            with pytest.raises(DeserializationError, match=r"value of t\[0\] offset 2") as info:
+                batch.decoded()
+            assert isinstance(info.value.__cause__, json.JSONDecodeError)
+            batch.records.pop()
+            decoded = batch.decoded()
+            assert [(d.key, d.value) for d in decoded] == [("k1", {"n": 1}), (None, {"n": 2})]
+            gen.cancel()
+    with pytest.raises(ConfigError, match="value_deserializer"):
+        ConsumerGroup("g", ["t"], "127.0.0.1:1", value_deserializer="json")  # type: ignore[arg-type]
