@@ -1,0 +1,101 @@
+"""A member frozen past its session timeout (SIGSTOP) wakes up and processes
+nothing more: its local lease expired, so it hands out no further batch and
+ends its generation itself, while another member owns its partitions.
+
+Real Apache Kafka; the member runs in its own process so it can be stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gengroup import ConsumerGroup, Producer
+from gengroup.testing.kafka import KafkaBroker
+from gengroup.testing.pytest_plugin import make_unique_name
+
+from .helpers import create_topic
+
+pytestmark = pytest.mark.kafka
+
+SESSION = 6.0
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Lines:
+    """The member's output lines, read by a thread as they come, with arrival times."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.seen: list[tuple[float, str]] = []
+        self._proc = proc
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self.seen.append((time.monotonic(), line.strip()))
+
+    async def wait_for(self, prefix: str, since: float = 0.0) -> list[str]:
+        """The lines after ``since`` up to the first starting with ``prefix``."""
+        with anyio.fail_after(60):  # a hang guard, not a timing assertion
+            while True:
+                after = [line for t, line in self.seen if t > since]
+                for i, line in enumerate(after):
+                    if line.startswith(prefix):
+                        return after[: i + 1]
+                await anyio.sleep(0.05)
+
+
+async def test_a_member_frozen_past_its_session_processes_nothing_after_waking(
+    kafka: KafkaBroker,
+) -> None:
+    topic, group_id = make_unique_name("frozen"), make_unique_name("g")
+    await create_topic(kafka.bootstrap, topic, 2)
+    args = (kafka.bootstrap, group_id, topic, str(SESSION))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.consumer.frozen_member", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines = Lines(proc)
+    try:
+        await lines.wait_for("generation")
+        async with Producer(kafka.bootstrap) as producer:
+            for i in range(50):
+                await producer.send(topic, b"x" * 100, partition=i % 2)
+            await lines.wait_for("batch")
+            proc.send_signal(signal.SIGSTOP)
+            # Meanwhile another member takes the partitions and records keep coming.
+            async with ConsumerGroup(
+                group_id, [topic], kafka.bootstrap, session_timeout=SESSION, heartbeat_interval=0.5
+            ) as group:
+                with anyio.fail_after(60):
+                    async for gen in group:
+                        if len(gen.assignments) == 2:
+                            break
+                        gen.cancel("waiting for the frozen member's eviction")
+                for i in range(200):
+                    await producer.send(topic, b"y" * 100, partition=i % 2)
+                await anyio.sleep(SESSION)  # frozen well past its session timeout
+                woken = time.monotonic()
+                proc.send_signal(signal.SIGCONT)
+                after = await lines.wait_for("ended", since=woken)
+                gen.cancel()
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+    # Everything it printed after waking up, up to its generation's end: no batch.
+    assert not [line for line in after if line.startswith("batch")], after
+    assert "local lease expired" in after[-1], after
