@@ -51,6 +51,7 @@ from ._errors import (
     UnknownTopicOrPartition,
     error_for_code,
     is_retriable,
+    raise_for_code,
 )
 from ._types import GenerationIdentity, TopicPartition
 from .io import offsets
@@ -761,9 +762,8 @@ class Admin:
                 committed for (lag None); default: only committed partitions.
 
         Returns:
-            Each partition's committed offset, end offset and lag, sorted;
-            ``sum(p.lag for p in result.values() if p.lag is not None)`` is
-            the group's total.
+            Each partition's committed offset, end offset and lag, sorted
+            (the group's total is the sum of the lags that are not None).
         """
         committed = await self.fetch_offsets(group_id)
         tps = set(committed)
@@ -797,8 +797,8 @@ class Admin:
     ) -> dict[TopicPartition, int]:
         """Move a group's committed offsets, as Kafka's ``kafka-consumer-groups --reset-offsets``.
 
-        Refused while the group has members: a live member would overwrite
-        the new offsets with its next commit (the same rule as Kafka's tool).
+        Refused while the group has members (a live member would overwrite
+        the new offsets with its next commit), as Kafka's tool does.
 
         Args:
             group_id: the group (with no live members).
@@ -857,3 +857,43 @@ class Admin:
                 parse,
             )
         return plan
+
+    async def delete_offsets(self, group_id: str, tps: Iterable[TopicPartition]) -> None:
+        """Delete a group's committed offsets of some partitions (OffsetDelete);
+        the group starts them from its ``start_offset`` next time.
+
+        Raises:
+            GroupIdNotFound: the group does not exist.
+            BrokerError: GROUP_SUBSCRIBED_TO_TOPIC for a partition of a topic
+                the group's live members subscribe to (its offsets are kept).
+        """
+        by_topic: dict[str, list[int]] = {}
+        for tp in sorted(set(tps)):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+
+        def make(mod: Any) -> Any:
+            return build(
+                mod.OffsetDeleteRequest,
+                group_id=group_id,
+                topics=tuple(
+                    build(
+                        mod.OffsetDeleteRequestTopic,
+                        name=name,
+                        partitions=tuple(
+                            build(mod.OffsetDeleteRequestPartition, partition_index=p)
+                            for p in parts
+                        ),
+                    )
+                    for name, parts in by_topic.items()
+                ),
+            )
+
+        def parse(resp: Any) -> None:
+            raise_for_code(int(resp.error_code), f"OffsetDelete of {group_id!r}")
+            for t in resp.topics:
+                for p in t.partitions:
+                    where = f"{t.name}[{p.partition_index}]"
+                    raise_for_code(int(p.error_code), f"OffsetDelete of {group_id!r} for {where}")
+
+        if by_topic:
+            await self._group_call(group_id, "OffsetDelete", ApiKey.OFFSET_DELETE, make, parse)

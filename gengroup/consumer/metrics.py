@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .generation import RebalanceTimings
+from .timings import RebalanceTimings
 
 __all__ = ["GroupMetrics", "prometheus_collector"]
 

@@ -43,6 +43,7 @@ class ApiKey(enum.IntEnum):
     DELETE_TOPICS = 20
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
 
 
 #: (min, max) versions the gengroup client implements, per API.
@@ -65,6 +66,7 @@ CLIENT_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
     ApiKey.DELETE_TOPICS: (4, 5),
     ApiKey.CREATE_PARTITIONS: (2, 3),
     ApiKey.DELETE_GROUPS: (1, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
 }
 
 

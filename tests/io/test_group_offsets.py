@@ -58,6 +58,20 @@ async def scenario(bootstrap: str, topic: str, group_id: str) -> None:
         with pytest.raises(ValueError):
             await admin.reset_offsets(group_id, [tp0])
 
+        await admin.delete_offsets(group_id, [tp1])
+        assert (await admin.fetch_offsets(group_id)) == {tp0: 10}
+        with pytest.raises(BrokerError) as missing:
+            await admin.delete_offsets(group_id + "-nope", [tp0])
+        assert missing.value.code == ErrorCode.group_id_not_found
+
+        # A live member keeps the offsets of the topics it subscribes to.
+        async with ConsumerGroup(group_id, [topic], bootstrap, **settings) as group:
+            gen = await group.next()
+            with pytest.raises(BrokerError) as subscribed:
+                await admin.delete_offsets(group_id, [tp0])
+            assert subscribed.value.code == ErrorCode.group_subscribed_to_topic
+            gen.cancel()
+
 
 async def test_group_offsets_on_the_embedded_broker() -> None:
     async with embedded() as bootstrap:

@@ -44,6 +44,7 @@ from . import (
     list_offsets,
     metadata,
     offset_commit,
+    offset_delete,
     offset_fetch,
     produce,
     sync_group,
@@ -81,6 +82,7 @@ for _module in (
     delete_topics,
     create_partitions,
     delete_groups,
+    offset_delete,
 ):
     _specs[ApiKey(_module.SPEC.key)] = _module.SPEC
 _specs[api_versions.KEY] = api_versions.spec(SPECS)

@@ -565,6 +565,32 @@ class DeleteGroupsOutput:
     results: tuple[DeletableGroupResult, ...]
 
 
+@dataclass(frozen=True)
+class OffsetDeleteInput:
+    """An OffsetDelete request.
+
+    Attributes:
+        group_id: The group.
+        topics: ``(topic, partition indexes)`` whose committed offsets to delete.
+    """
+
+    group_id: str
+    topics: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True)
+class OffsetDeleteOutput:
+    """An OffsetDelete response.
+
+    Attributes:
+        error_code: The group-level error (GROUP_ID_NOT_FOUND, ...).
+        topics: ``(topic, ((partition, error code), ...))`` in request order.
+    """
+
+    error_code: ErrorCode
+    topics: tuple[tuple[str, tuple[tuple[int, ErrorCode], ...]], ...]
+
+
 Request: TypeAlias = (
     JoinGroupInput
     | SyncGroupInput
@@ -575,6 +601,7 @@ Request: TypeAlias = (
     | DescribeGroupsInput
     | ListGroupsInput
     | DeleteGroupsInput
+    | OffsetDeleteInput
 )
 """Any request :meth:`~gengroup.broker.coordinator.GroupCoordinator.handle` accepts."""
 
@@ -588,6 +615,7 @@ Response: TypeAlias = (
     | DescribeGroupsOutput
     | ListGroupsOutput
     | DeleteGroupsOutput
+    | OffsetDeleteOutput
 )
 """Any response the coordinator produces."""
 

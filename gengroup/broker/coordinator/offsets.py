@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from ... import _java
+from ..._errors import ProtocolError
+from ...protocol.consumer_protocol import PROTOCOL_TYPE, decode_subscription
 from .group import ClassicGroup, GroupState
 from .messages import (
     NO_OFFSET,
@@ -22,6 +24,8 @@ from .messages import (
     OffsetCommitPartition,
     OffsetCommitPartitionOutput,
     OffsetCommitTopicOutput,
+    OffsetDeleteInput,
+    OffsetDeleteOutput,
     OffsetFetchPartitionOutput,
     OffsetFetchTopic,
     OffsetFetchTopicOutput,
@@ -167,3 +171,44 @@ class OffsetStore:
     def delete(self, group_id: str) -> None:
         """Forget every offset of the group."""
         self._offsets.pop(group_id, None)
+
+    def delete_partitions(self, group_id: str, topic: str, partitions: Sequence[int]) -> None:
+        """Forget the group's committed offsets of these partitions (OffsetDelete)."""
+        stored = self._offsets.get(group_id, {}).get(topic)
+        if stored is None:
+            return
+        for index in partitions:
+            stored.pop(index, None)
+        if not stored:
+            del self._offsets[group_id][topic]
+
+
+def delete_offsets(
+    group: ClassicGroup | None, store: OffsetStore, request: OffsetDeleteInput
+) -> OffsetDeleteOutput:
+    """OffsetDelete: a live consumer group keeps the offsets of topics it subscribes to."""
+    if group is None or group.state is GroupState.DEAD:
+        return OffsetDeleteOutput(ErrorCode.group_id_not_found, ())
+    subscribed = _subscribed_topics(group)
+    out = []
+    for topic, partitions in request.topics:
+        if topic in subscribed:
+            code = ErrorCode.group_subscribed_to_topic
+        else:
+            code = ErrorCode.none
+            store.delete_partitions(request.group_id, topic, partitions)
+        out.append((topic, tuple((p, code) for p in partitions)))
+    return OffsetDeleteOutput(ErrorCode.none, tuple(out))
+
+
+def _subscribed_topics(group: ClassicGroup) -> set[str]:
+    """The topics a non-empty consumer group's members subscribe to (as Kafka reads them)."""
+    if group.state is GroupState.EMPTY or group.protocol_type != PROTOCOL_TYPE:
+        return set()
+    topics: set[str] = set()
+    for member in group.members.values():
+        try:
+            topics.update(decode_subscription(member.metadata(group.protocol_name)).topics)
+        except ProtocolError:
+            continue  # an unreadable subscription protects nothing, as in Kafka
+    return topics

@@ -46,6 +46,7 @@ from .messages import (
     ListGroupsOutput,
     OffsetCommitInput,
     OffsetCommitOutput,
+    OffsetDeleteInput,
     OffsetFetchGroup,
     OffsetFetchGroupOutput,
     OffsetFetchInput,
@@ -56,7 +57,7 @@ from .messages import (
     SyncGroupInput,
     SyncGroupOutput,
 )
-from .offsets import OffsetStore, rejected_commit, validate_offset_commit
+from .offsets import OffsetStore, delete_offsets, rejected_commit, validate_offset_commit
 from .timers import Timers, heartbeat_key, join_key, sync_key
 
 
@@ -893,7 +894,7 @@ _HANDLERS: Final[Mapping[type, _Handler]] = {
     DescribeGroupsInput: GroupCoordinator._describe_groups,
     ListGroupsInput: GroupCoordinator._list_groups,
     DeleteGroupsInput: GroupCoordinator._delete_groups,
+    OffsetDeleteInput: lambda c, _, r: delete_offsets(c._groups.get(r.group_id), c._offsets, r),
 }
-"""The handler of each request type: it returns the request's response when it
-is answered at once, or None when the request is parked (or was answered
-through its parked token)."""
+"""The handler of each request type: the response when answered at once, or
+None when the request is parked (or was answered through its parked token)."""
