@@ -25,7 +25,8 @@ pause between failed attempts is the client's one backoff
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -100,21 +101,47 @@ class GroupClient:
         if self.coordinator.node is not None:
             return self.coordinator.node
         t0 = anyio.current_time()
-        node = await self.coordinator.find()
+        async with self.said_if_slow("looking up the group's coordinator"):
+            node = await self.coordinator.find()
         timings.find_coordinator += anyio.current_time() - t0
         return node
+
+    @asynccontextmanager
+    async def said_if_slow(self, waiting_for: str) -> AsyncIterator[None]:
+        """Log once (INFO) if the body takes longer than a heartbeat interval.
+
+        Every wait of the member longer than that is said, once, with what it
+        waits for. The body's exception comes out as itself.
+        """
+
+        async def say() -> None:
+            await anyio.sleep(self.config.heartbeat_interval)
+            log.info("group %s: still %s", self.config.group_id, waiting_for)
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(say)
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
 
     # ------------------------------------------------------------------ join and sync
 
     async def join(self, node: int, params: JoinParams) -> requests.JoinResult:
         """JoinGroup (the coordinator may hold it for the rebalance timeout)."""
-        resp = await self.cluster.call(
-            node,
-            ApiKey.JOIN_GROUP,
-            partial(requests.join_request, params=params),
-            timeout=self._rebalance_wait,
-            channel="group",
-        )
+        async with self.said_if_slow("waiting for the coordinator to answer JoinGroup"):
+            resp = await self.cluster.call(
+                node,
+                ApiKey.JOIN_GROUP,
+                partial(requests.join_request, params=params),
+                timeout=self._rebalance_wait,
+                channel="group",
+            )
         return requests.parse_join(resp)
 
     async def sync(
@@ -125,18 +152,19 @@ class GroupClient:
         assignments: Mapping[str, bytes],
     ) -> tuple[int, bytes]:
         """SyncGroup; (error code, this member's encoded assignment)."""
-        resp = await self.cluster.call(
-            node,
-            ApiKey.SYNC_GROUP,
-            partial(
-                requests.sync_request,
-                identity=identity,
-                protocol=protocol,
-                assignments=assignments,
-            ),
-            timeout=self._rebalance_wait,
-            channel="group",
-        )
+        async with self.said_if_slow("waiting for the coordinator to answer SyncGroup"):
+            resp = await self.cluster.call(
+                node,
+                ApiKey.SYNC_GROUP,
+                partial(
+                    requests.sync_request,
+                    identity=identity,
+                    protocol=protocol,
+                    assignments=assignments,
+                ),
+                timeout=self._rebalance_wait,
+                channel="group",
+            )
         return requests.parse_sync(resp)
 
     @property

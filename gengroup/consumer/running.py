@@ -204,14 +204,11 @@ class _Run:
             refused.append(exc)
             return True
 
-        async def say_slow() -> None:
-            await anyio.sleep(self.config.heartbeat_interval)
-            self._log(f"final commit still waiting for the coordinator (up to {limit} s)")
-
         failure: BaseException | None = None
         with anyio.CancelScope(shield=True):
-            async with anyio.create_task_group() as slow:
-                slow.start_soon(say_slow)
+            async with self.client.said_if_slow(
+                f"waiting for the coordinator to accept the final commit (up to {limit} s)"
+            ):
                 try:
                     await retry(
                         f"final commit of group {gen.group_id} generation {gen.id}",
@@ -222,8 +219,6 @@ class _Run:
                     )
                 except (BrokerError, KafkaConnectionError, ProtocolError, TimeoutError) as exc:
                     failure = exc
-                finally:
-                    slow.cancel_scope.cancel()
         if failure is not None:
             log.warning(
                 "group %s generation %d member %s: final commit failed: %s "

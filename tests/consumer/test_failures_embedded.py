@@ -383,7 +383,7 @@ async def test_a_slow_teardown_is_logged_once_and_counted_in_the_next_timings(
     messages = [r.getMessage() for r in caplog.records]
     waiting = [m for m in messages if "waiting for 1 task(s) to return" in m]
     assert len(waiting) == 1 and "'slow'" in waiting[0]
-    assert sum("final commit still waiting for the coordinator" in m for m in messages) == 1
+    assert sum("coordinator to accept the final commit" in m for m in messages) == 1
     assert any("previous teardown 8." in m for m in messages), messages
 
 
@@ -516,3 +516,17 @@ def test_task_errors_and_abandoning_under_asyncio() -> None:
     raised, took = anyio.run(main, backend="asyncio")
     assert isinstance(raised, ValueError) and str(raised) == "boom"
     assert took < 5.0
+
+
+async def test_a_long_join_is_said_once(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The coordinator holds the JoinGroup (group.initial.rebalance.delay.ms = 5 s,
+    heartbeat interval 1 s): one line says what the member waits for."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=5000) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            gen = await group.next()
+            gen.cancel()
+    said = [r.getMessage() for r in caplog.records if "still waiting" in r.getMessage()]
+    assert said == ["group g: still waiting for the coordinator to answer JoinGroup"]
