@@ -236,6 +236,7 @@ class Cluster:
                 await new.aclose()
                 raise ConnectionClosed("the Cluster is closed")
             self._conns[slot] = new
+            self._reachable_again()  # any broker answering means the cluster is reachable
             return new
 
     async def connection(self, node_id: int, channel: str = "default") -> BrokerConnection:
@@ -256,6 +257,7 @@ class Cluster:
         """A connection to any reachable broker, preferring the least loaded."""
         usable = [c for (_, ch), c in self._conns.items() if ch == "default" and c.is_usable]
         if usable:
+            self._reachable_again()
             return min(usable, key=lambda c: self._inflight.get(c, 0))
         causes: dict[str, str] = {}
         candidates: list[int | tuple[str, int]] = list(self.brokers)
@@ -263,15 +265,12 @@ class Cluster:
         candidates += [a for a in self.bootstrap if a not in self._broker_addresses()]
         for key in candidates:
             try:
-                conn = await self._open(key)
+                return await self._open(key)
             except ConnectionClosed:
                 raise
             except KafkaConnectionError as exc:
                 host, port = key if isinstance(key, tuple) else self._address(key)
                 causes[_format_address(host, port)] = _cause(exc)
-                continue
-            self._reachable_again()
-            return conn
         raise self._unreachable(causes)
 
     def _broker_addresses(self) -> set[tuple[str, int]]:
