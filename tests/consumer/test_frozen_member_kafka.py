@@ -59,9 +59,9 @@ async def test_a_member_frozen_past_its_session_processes_nothing_after_waking(
 ) -> None:
     topic, group_id = make_unique_name("frozen"), make_unique_name("g")
     await create_topic(kafka.bootstrap, topic, 2)
-    args = (kafka.bootstrap, group_id, topic, str(SESSION))
+    args = (kafka.bootstrap, group_id, topic, str(SESSION), "batches")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.consumer.frozen_member", *args],
+        [sys.executable, "-m", "tests.consumer.member_process", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
