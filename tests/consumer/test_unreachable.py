@@ -22,7 +22,7 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup import ClusterUnreachable, ConsumerGroup, Generation, TopicPartition
+from gengroup import Admin, ClusterUnreachable, ConsumerGroup, Generation, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.protocol.records import NewRecord
 
@@ -137,3 +137,14 @@ async def test_the_only_broker_dying_ends_the_group_with_cluster_unreachable(
     assert count(caplog, logging.INFO, "fetch from broker 0 failed") <= 1
     assert count(caplog, logging.INFO, "heartbeat failed") == 1
     assert count(caplog, logging.INFO, "partition watch failed") <= 1
+
+
+async def test_an_admin_timeout_names_the_cause_not_none() -> None:
+    """Admin's deadline passes while the coordinator lookup inside it is still
+    retrying connections: the error names the refused address, not 'None'."""
+    port = closed_port()
+    async with Admin(f"127.0.0.1:{port}", timeout=1.0) as admin:
+        with pytest.raises(TimeoutError) as info:
+            await admin.fetch_offsets("g")
+    assert f"127.0.0.1:{port}: connection refused" in str(info.value)
+    assert "last error: None" not in str(info.value)
