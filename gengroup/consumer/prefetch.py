@@ -230,6 +230,9 @@ class Prefetcher:
         part.queue.clear()
         self._release(part, dropped)
         part.wake.set()
+        # A broker loop idle for lack of ready partitions fetches this one now.
+        self._space.set()
+        self._space = anyio.Event()
 
     def _release(self, part: _Partition, size: int) -> None:
         """``size`` bytes of ``part`` left the buffer: wake fetching if it has room again."""
