@@ -12,12 +12,12 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import demo, serve
+from . import demo, groups, serve
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
 #: ``add_parser`` functions of the subcommands, in help order.
-SUBCOMMANDS: list[Callable[[Any], None]] = [demo.add_parser, serve.add_parser]
+SUBCOMMANDS: list[Callable[[Any], None]] = [demo.add_parser, serve.add_parser, groups.add_parser]
 
 
 def build_parser() -> argparse.ArgumentParser:

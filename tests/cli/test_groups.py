@@ -1,0 +1,111 @@
+"""``gengroup groups``: run as a user would, against the embedded broker
+(``gengroup serve`` in its own process) and against real Kafka."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Iterator
+
+import anyio
+import pytest
+
+from gengroup import Admin, Producer, TopicPartition
+from gengroup.testing.kafka import KafkaBroker
+from tests.embedded.test_cli import command
+
+
+def gengroup(*args: str, bootstrap: str | None = None) -> subprocess.CompletedProcess[str]:
+    full = list(args) if bootstrap is None else [*args, "--bootstrap", bootstrap]
+    return subprocess.run(command(*full), capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def served() -> Iterator[str]:
+    """A ``gengroup serve`` process; its bootstrap address."""
+    proc = subprocess.Popen(command("serve"), stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line.startswith("bootstrap "), line
+        yield line.split(" ", 1)[1]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+def seed(bootstrap: str, topic: str, group_id: str) -> None:
+    """Two partitions of ten records; the group has committed 4 and 7."""
+
+    async def main() -> None:
+        async with Admin(bootstrap) as admin, Producer(admin.cluster) as producer:
+            await admin.create_topics({topic: 2})
+            for p in (0, 1):
+                for i in range(10):
+                    await producer.send(topic, str(i).encode(), partition=p)
+            await admin.reset_offsets(group_id, [TopicPartition(topic, 0)], offset=4)
+            await admin.reset_offsets(group_id, [TopicPartition(topic, 1)], offset=7)
+
+    anyio.run(main)
+
+
+def scenario(bootstrap: str, topic: str, group_id: str) -> None:
+    seed(bootstrap, topic, group_id)
+    listed = gengroup("groups", "list", "--json", bootstrap=bootstrap)
+    assert listed.returncode == 0, listed.stderr
+    assert group_id in [g["group"] for g in json.loads(listed.stdout)]
+
+    lag = gengroup("groups", "lag", group_id, "--json", bootstrap=bootstrap)
+    assert lag.returncode == 0, lag.stderr
+    report = json.loads(lag.stdout)
+    assert report["total_lag"] == 6 + 3
+    assert [(p["committed"], p["end"], p["lag"]) for p in report["partitions"]] == [
+        (4, 10, 6),
+        (7, 10, 3),
+    ]
+
+    plan = gengroup(
+        "groups", "reset-offsets", group_id, "--topic", topic, "--to", "earliest", "--dry-run",
+        "--json", bootstrap=bootstrap,
+    )  # fmt: skip
+    assert plan.returncode == 0, plan.stderr
+    assert [p["offset"] for p in json.loads(plan.stdout)["partitions"]] == [0, 0]
+    done = gengroup(
+        "groups", "reset-offsets", group_id, "--topic", topic, "--partition", "1",
+        "--offset", "2", bootstrap=bootstrap,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    after = json.loads(gengroup("groups", "lag", group_id, "--json", bootstrap=bootstrap).stdout)
+    assert [p["committed"] for p in after["partitions"]] == [4, 2]
+
+    described = gengroup("groups", "describe", group_id, bootstrap=bootstrap)
+    assert described.returncode == 0 and "state: Empty" in described.stdout, described
+
+    missing = gengroup("groups", "describe", group_id + "-nope", bootstrap=bootstrap)
+    assert missing.returncode == 3 and "does not exist" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+
+def test_groups_commands_on_the_embedded_broker(served: str) -> None:
+    scenario(served, "t", "g")
+
+
+@pytest.mark.kafka
+def test_groups_commands_on_real_kafka(
+    kafka: KafkaBroker, unique_name: Callable[[str], str]
+) -> None:
+    scenario(kafka.bootstrap, unique_name("cli"), unique_name("cli-group"))
+
+
+def test_usage_errors_and_an_unreachable_broker_say_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("GENGROUP_BOOTSTRAP", raising=False)
+    no_bootstrap = gengroup("groups", "list")
+    assert no_bootstrap.returncode == 2 and "GENGROUP_BOOTSTRAP" in no_bootstrap.stderr
+    down = gengroup("groups", "list", "--timeout", "1", bootstrap="127.0.0.1:1")
+    assert down.returncode == 1, down
+    assert "Traceback" not in down.stderr and "connection refused" in down.stderr
+    assert len(down.stderr.strip().splitlines()) == 1, down.stderr
