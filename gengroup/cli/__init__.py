@@ -12,12 +12,18 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import demo, groups, serve
+from .. import __version__
+from . import demo, groups, serve, topics
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
 #: ``add_parser`` functions of the subcommands, in help order.
-SUBCOMMANDS: list[Callable[[Any], None]] = [demo.add_parser, serve.add_parser, groups.add_parser]
+SUBCOMMANDS: list[Callable[[Any], None]] = [
+    demo.add_parser,
+    serve.add_parser,
+    groups.add_parser,
+    topics.add_parser,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gengroup",
         description="gengroup: Kafka consumer groups for structured-concurrency Python.",
     )
+    parser.add_argument("--version", action="version", version=f"gengroup {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add_parser in SUBCOMMANDS:
         add_parser(subparsers)

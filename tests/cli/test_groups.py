@@ -109,3 +109,26 @@ def test_usage_errors_and_an_unreachable_broker_say_so_in_one_line(
     assert down.returncode == 1, down
     assert "Traceback" not in down.stderr and "connection refused" in down.stderr
     assert len(down.stderr.strip().splitlines()) == 1, down.stderr
+
+
+def test_topics_commands_on_the_embedded_broker(served: str) -> None:
+    created = gengroup("topics", "create", "orders", "--partitions", "2", bootstrap=served)
+    assert created.returncode == 0, created.stderr
+    listed = json.loads(gengroup("topics", "list", "--json", bootstrap=served).stdout)
+    assert {"topic": "orders", "partitions": 2} in listed
+    grown = gengroup("topics", "add-partitions", "orders", "--partitions", "3", bootstrap=served)
+    assert grown.returncode == 0, grown.stderr
+    described = json.loads(
+        gengroup("topics", "describe", "orders", "--json", bootstrap=served).stdout
+    )
+    assert [p["partition"] for p in described["partitions"]] == [0, 1, 2]
+    assert all(p["end_offset"] == 0 for p in described["partitions"])
+    deleted = gengroup("topics", "delete", "orders", bootstrap=served)
+    assert deleted.returncode == 0, deleted.stderr
+    missing = gengroup("topics", "describe", "orders", bootstrap=served)
+    assert missing.returncode == 3 and "does not exist" in missing.stderr
+
+
+def test_version() -> None:
+    done = gengroup("--version")
+    assert done.returncode == 0 and done.stdout.startswith("gengroup 0.")
