@@ -747,7 +747,7 @@ class Admin:
             lambda mod: offsets.offset_fetch_request(mod, group_id, wanted, require_stable=False),
             lambda resp: offsets.parse_offset_fetch(resp, group_id),
         )
-        return {tp: off for tp, off in committed.items() if off >= 0}
+        return {tp: off for tp, (off, _) in committed.items() if off >= 0}
 
     # ------------------------------------------------------------------ group offsets
 

@@ -203,18 +203,18 @@ class GroupClient:
 
     async def start_positions(
         self, node: int, partitions: list[TopicPartition]
-    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
-        """Where each partition starts, and what is already committed."""
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, tuple[int, str]]]:
+        """Where each partition starts, and what is already committed (offset, metadata)."""
         if not partitions:
             return {}, {}
         committed = await offsets.fetch_committed(
             self.cluster, node, self.config.group_id, partitions
         )
-        positions = {tp: committed.get(tp, -1) for tp in partitions}
+        positions = {tp: committed.get(tp, (-1, ""))[0] for tp in partitions}
         missing = [tp for tp, off in positions.items() if off < 0]
         if missing:
             positions.update(await self.reset_offsets(missing))
-        return positions, {tp: off for tp, off in committed.items() if off >= 0}
+        return positions, {tp: c for tp, c in committed.items() if c[0] >= 0}
 
     async def reset_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """Where partitions without a usable offset start, per ``start_offset``."""
@@ -257,9 +257,13 @@ class GroupClient:
         return requests.error_code(resp)
 
     async def commit_offsets(
-        self, identity: GenerationIdentity, offsets: Mapping[TopicPartition, int]
+        self,
+        identity: GenerationIdentity,
+        offsets: Mapping[TopicPartition, int],
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> dict[TopicPartition, int]:
-        """OffsetCommit under ``identity``; the error code of each partition (0 = stored).
+        """OffsetCommit under ``identity`` (with ``metadata`` per partition, if given);
+        the error code of each partition (0 = stored).
 
         A broken connection, or every partition answered with a coordinator
         error, is followed once: the coordinator is looked up again and the
@@ -280,7 +284,12 @@ class GroupClient:
         try:
             results = await self.coordinator.call(
                 ApiKey.OFFSET_COMMIT,
-                partial(requests.offset_commit_request, identity=identity, offsets=offsets),
+                partial(
+                    requests.offset_commit_request,
+                    identity=identity,
+                    offsets=offsets,
+                    metadata=metadata,
+                ),
                 parse,
             )
         except BaseException:
@@ -483,7 +492,7 @@ def _formed(
     identity: GenerationIdentity,
     joined: Joined,
     positions: dict[TopicPartition, int],
-    committed: dict[TopicPartition, int],
+    committed: dict[TopicPartition, tuple[int, str]],
     counts: dict[str, int],
     timings: RebalanceTimings,
 ) -> Formed:
@@ -508,7 +517,8 @@ def _formed(
         timings=timings,
         _committer=client,
         _prefetcher=prefetcher,
-        _committed=dict(committed),
+        _committed={tp: off for tp, (off, _) in committed.items()},
+        _committed_metadata={tp: note for tp, (_, note) in committed.items() if note},
         _session_timeout=client.config.session_timeout,
     )
     log.info(

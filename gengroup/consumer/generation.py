@@ -60,7 +60,10 @@ class Committer(Protocol):
     """Sends OffsetCommit for a generation (the group's coordinator client)."""
 
     async def commit_offsets(
-        self, identity: GenerationIdentity, offsets: Mapping[TopicPartition, int]
+        self,
+        identity: GenerationIdentity,
+        offsets: Mapping[TopicPartition, int],
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> dict[TopicPartition, int]:
         """Commit ``offsets`` under ``identity``; the error code of each partition (0 = stored)."""
         ...
@@ -178,6 +181,7 @@ class Generation:
     _committer: Committer = field(repr=False)
     _prefetcher: Prefetcher = field(repr=False)
     _committed: dict[TopicPartition, int] = field(default_factory=dict, repr=False)
+    _committed_metadata: dict[TopicPartition, str] = field(default_factory=dict, repr=False)
     _scope: anyio.CancelScope = field(default_factory=anyio.CancelScope, repr=False)
     _tg: anyio.abc.TaskGroup | None = field(default=None, repr=False)
     _marks: dict[TopicPartition, int] = field(default_factory=dict, repr=False)
@@ -489,13 +493,34 @@ class Generation:
         """The offsets this member has committed (or found committed) per partition."""
         return dict(self._committed)
 
-    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+    @property
+    def committed_metadata(self) -> Mapping[TopicPartition, str]:
+        """The metadata committed with each partition's offset (partitions with none left out).
+
+        Read from the coordinator when the generation formed, then updated by
+        this generation's commits that carried metadata. A sink that publishes
+        its output through the commit keeps its bookkeeping here (the lake
+        sink names its newest file).
+        """
+        return dict(self._committed_metadata)
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int] | None = None,
+        *,
+        metadata: Mapping[TopicPartition, str] | None = None,
+    ) -> None:
         """Commit offsets with this generation's id and member id.
 
         Args:
             offsets: what to commit; default: every marked offset. Offsets not
                 above what this member already committed are left out, so a
                 committed offset never moves backwards.
+            metadata: a string stored with a partition's offset (Kafka's
+                commit metadata, at most ``offset.metadata.max.bytes``,
+                4096 by default), for partitions of ``offsets``. The
+                coordinator stores offset and metadata together, fenced by
+                the generation like any commit.
 
         Raises:
             GenerationEnded: the generation has ended; nothing was sent.
@@ -516,7 +541,8 @@ class Generation:
                 return
             sent_at = anyio.current_time()
             try:
-                results = await self._committer.commit_offsets(self.identity, due)
+                notes = {tp: m for tp, m in (metadata or {}).items() if tp in due}
+                results = await self._committer.commit_offsets(self.identity, due, notes or None)
             except BaseException as exc:
                 self.commit_error = exc
                 self.commits_failed += 1
@@ -529,6 +555,10 @@ class Generation:
             for tp, off in due.items():
                 if tp not in failed:
                     self._committed[tp] = max(off, self._committed.get(tp, -1))
+                    if tp in notes:
+                        self._committed_metadata[tp] = notes[tp]
+                    else:  # the coordinator stored an empty string with it
+                        self._committed_metadata.pop(tp, None)
             if failed:
                 tp, code = next(iter(sorted(failed.items())))
                 refused = error_for_code(

@@ -232,21 +232,21 @@ def offset_fetch_request(
     )
 
 
-def parse_offset_fetch(resp: Any, group_id: str) -> dict[TopicPartition, int]:
-    """The committed offset of every partition of an OffsetFetch response (-1: none).
+def parse_offset_fetch(resp: Any, group_id: str) -> dict[TopicPartition, tuple[int, str]]:
+    """The committed offset (-1: none) and metadata of every partition of an OffsetFetch response.
 
     Raises:
         BrokerError: a group-level or partition-level error (typed).
     """
     if getattr(resp, "error_code", 0):
         raise error_for_code(int(resp.error_code), f"OffsetFetch {group_id!r}")
-    out: dict[TopicPartition, int] = {}
+    out: dict[TopicPartition, tuple[int, str]] = {}
     for t in resp.topics:
         for p in t.partitions:
             tp = TopicPartition(t.name, int(p.partition_index))
             if p.error_code:
                 raise error_for_code(int(p.error_code), f"OffsetFetch {group_id!r} {tp}")
-            out[tp] = int(p.committed_offset)
+            out[tp] = (int(p.committed_offset), p.metadata or "")
     return out
 
 
@@ -257,8 +257,9 @@ async def fetch_committed(
     partitions: Iterable[TopicPartition] | None,
     *,
     require_stable: bool = True,
-) -> dict[TopicPartition, int]:
-    """OffsetFetch from ``node`` (the group's coordinator): committed offsets, -1 if none.
+) -> dict[TopicPartition, tuple[int, str]]:
+    """OffsetFetch from ``node`` (the group's coordinator): committed offsets (-1 if none)
+    with the metadata committed with them.
 
     Args:
         cluster: an open cluster.

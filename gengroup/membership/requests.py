@@ -139,12 +139,16 @@ def parse_leave(resp: Any) -> int:
 
 
 def offset_commit_request(
-    mod: Any, identity: GenerationIdentity, offsets: Mapping[TopicPartition, int]
+    mod: Any,
+    identity: GenerationIdentity,
+    offsets: Mapping[TopicPartition, int],
+    metadata: Mapping[TopicPartition, str] | None = None,
 ) -> Any:
-    """An OffsetCommit request of ``offsets`` under ``identity``."""
-    by_topic: dict[str, list[tuple[int, int]]] = {}
+    """An OffsetCommit request of ``offsets`` (with ``metadata`` per partition) under ``identity``."""
+    notes = metadata or {}
+    by_topic: dict[str, list[tuple[int, int, str | None]]] = {}
     for tp, off in sorted(offsets.items()):
-        by_topic.setdefault(tp.topic, []).append((tp.partition, off))
+        by_topic.setdefault(tp.topic, []).append((tp.partition, off, notes.get(tp)))
     return build(
         mod.OffsetCommitRequest,
         group_id=identity.group_id,
@@ -161,9 +165,9 @@ def offset_commit_request(
                         partition_index=p,
                         committed_offset=o,
                         committed_leader_epoch=-1,
-                        committed_metadata=None,
+                        committed_metadata=m,
                     )
-                    for p, o in parts
+                    for p, o, m in parts
                 ),
             )
             for topic, parts in sorted(by_topic.items())

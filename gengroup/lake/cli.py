@@ -1,0 +1,206 @@
+"""``gengroup lake``: run the sink, verify the lake on Spark, compute analytics on Spark.
+
+Usage::
+
+    gengroup lake sink --bootstrap HOST:PORT --group G --topic T --lake DIR [--until-caught-up]
+    gengroup lake verify --bootstrap HOST:PORT --topic T --lake DIR [--group G] [--master URL]
+    gengroup lake analytics --lake DIR --out DIR [--master URL]
+
+Also runnable as ``python -m gengroup.lake``. Exit status: 0 ok, 1 error (or,
+for ``verify``, any missing, duplicated or differing record), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from .._errors import GengroupError
+from ..admin import Admin
+from ..consumer.group import ConsumerGroup
+from .sink import LakeConfig, LakeSink, PartitionProgress, summarize
+
+__all__ = ["add_commands", "main"]
+
+log = logging.getLogger("gengroup.lake")
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add ``sink``, ``verify`` and ``analytics`` to an argparse subparsers object."""
+    bootstrap = os.environ.get("GENGROUP_BOOTSTRAP")
+    sink = subparsers.add_parser("sink", help="land topics in a Parquet lake through a group")
+    sink.add_argument("--bootstrap", default=bootstrap, required=bootstrap is None)
+    sink.add_argument("--group", required=True, help="the consumer group")
+    sink.add_argument("--topic", action="append", required=True, help="a topic (repeatable)")
+    sink.add_argument("--lake", required=True, help="a folder or pyarrow.fs URI (s3://...)")
+    sink.add_argument("--file-max-bytes", type=int, default=64 * 1024 * 1024)
+    sink.add_argument("--file-max-age", type=float, default=60.0, help="seconds")
+    sink.add_argument("--compression", default="zstd")
+    sink.add_argument("--session-timeout", type=float, default=10.0, help="seconds")
+    sink.add_argument("--client-id", default="gengroup-lake")
+    sink.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="stop once the group's committed offsets reach the topics' ends",
+    )
+    sink.add_argument(
+        "--progress",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="print a progress table this often (default: a log line every 30 s)",
+    )
+    sink.set_defaults(func=_sink)
+
+    verify = subparsers.add_parser(
+        "verify", help="check the lake against the topic on Spark (Spark's own Kafka reader)"
+    )
+    verify.add_argument("--bootstrap", default=bootstrap, required=bootstrap is None)
+    verify.add_argument("--topic", action="append", required=True)
+    verify.add_argument("--lake", required=True)
+    verify.add_argument(
+        "--group", help="compare only up to this group's committed offsets (default: topic ends)"
+    )
+    verify.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify.set_defaults(func=_verify)
+
+    analytics = subparsers.add_parser("analytics", help="aggregate the lake on Spark")
+    analytics.add_argument("--lake", required=True)
+    analytics.add_argument("--out", required=True, help="folder for Parquet, JSON and PNG")
+    analytics.add_argument("--master", default="local[2]")
+    analytics.set_defaults(func=_analytics)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m gengroup.lake``."""
+    parser = argparse.ArgumentParser(prog="gengroup lake", description=__doc__.splitlines()[0])
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed ``lake`` command; its exit status."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except (GengroupError, OSError) as exc:
+        print(f"gengroup lake {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+# ---------------------------------------------------------------------- sink
+
+
+def _sink(args: argparse.Namespace) -> int:
+    config = LakeConfig(
+        args.lake,
+        file_max_bytes=args.file_max_bytes,
+        file_max_age=args.file_max_age,
+        compression=args.compression,
+        progress_interval=0.0 if args.progress else 30.0,
+    )
+    sink = LakeSink(config)
+    anyio.run(_run_sink, args, sink, backend=os.environ.get("GENGROUP_BACKEND", "trio"))
+    print(f"lake sink {args.group}: {summarize(sink.progress())}", file=sys.stderr)
+    return 0
+
+
+async def _run_sink(args: argparse.Namespace, sink: LakeSink) -> None:
+    stop = anyio.Event()
+    async with ConsumerGroup(
+        args.group,
+        args.topic,
+        args.bootstrap,
+        session_timeout=args.session_timeout,
+        heartbeat_interval=min(1.0, args.session_timeout / 3),
+        client_id=args.client_id,
+        start_offset="earliest",
+    ) as group:
+        async with anyio.create_task_group() as tg:
+            if args.until_caught_up:
+                tg.start_soon(_stop_when_caught_up, args, stop)
+            if args.progress:
+                tg.start_soon(_show_progress, sink, args.progress)
+            await sink.run(group, stop)
+            tg.cancel_scope.cancel()
+
+
+async def _stop_when_caught_up(args: argparse.Namespace, stop: anyio.Event) -> None:
+    async with Admin(args.bootstrap) as admin:
+        while True:
+            lags = await admin.group_lag(args.group, args.topic)
+            if all(p.end == 0 or p.lag == 0 for p in lags.values()):
+                log.info("lake sink %s: caught up with %s", args.group, ", ".join(args.topic))
+                stop.set()
+                return
+            await anyio.sleep(1.0)
+
+
+async def _show_progress(sink: LakeSink, every: float) -> None:
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    def table(parts: list[PartitionProgress]) -> Table:
+        t = Table(title=f"lake sink: {summarize(parts)}")
+        for col in ("partition", "landed", "end", "lag", "buffered", "files", "delay s"):
+            t.add_column(col, justify="right")
+        for p in parts:
+            delay = "-" if p.last_delay is None else f"{p.last_delay:.1f}"
+            t.add_row(
+                str(p.tp),
+                str(p.landed_offset),
+                str(p.high_watermark),
+                str(p.lag),
+                str(p.buffered),
+                str(p.files),
+                delay,
+            )
+        return t
+
+    with Live(table([]), console=Console(stderr=True), auto_refresh=False) as live:
+        while True:
+            live.update(table(sink.progress()), refresh=True)
+            await anyio.sleep(every)
+
+
+# ---------------------------------------------------------------------- Spark
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from . import spark
+
+    ends = None
+    if args.group:
+        ends = anyio.run(_committed, args)
+    with spark.session(args.master, "gengroup lake verify") as session:
+        report = spark.verify(session, args.lake, args.bootstrap, args.topic, ends)
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
+    return 0 if report.ok else 1
+
+
+async def _committed(args: argparse.Namespace) -> dict[Any, int]:
+    async with Admin(args.bootstrap) as admin:
+        lags = await admin.group_lag(args.group, args.topic)
+    return {tp: p.committed or 0 for tp, p in lags.items()}
+
+
+def _analytics(args: argparse.Namespace) -> int:
+    from . import spark
+
+    with spark.session(args.master, "gengroup lake analytics") as session:
+        summary = spark.analytics(session, args.lake, args.out)
+    print(json.dumps(summary, indent=2))
+    return 0

@@ -1,0 +1,367 @@
+"""The lake sink: a consumer group whose partition workers land records as Parquet, exactly once.
+
+Theory of operation:
+
+Each generation starts one worker per assigned partition (:meth:`LakeSink.land`).
+A worker owns its partition's folder for as long as the generation lives, and
+does three things:
+
+1. *Acquire.* The commit the worker starts from carries, as its Kafka commit
+   metadata, the name of the staged file it landed (``layout.commit_note``).
+   If that file is still staged -- its writer died between commit and
+   publish -- the worker publishes it. Every other staged file belongs to a
+   writer whose commit never happened (a crash, or a zombie fenced by the
+   coordinator), and is deleted. A published file reaching past the committed
+   offset can only come from offsets reset backwards; it is deleted, and a file
+   straddling the committed offset makes the worker start from its base.
+2. *Buffer and roll.* Records are buffered in memory until ``file_max_bytes``
+   of keys and values or ``file_max_age`` seconds since the first one; then
+   the buffer becomes a file covering ``[base, next_offset)``.
+3. *Land one file:* write it staged and durable; commit its end offset under
+   this generation with the note naming it; only after the coordinator stored
+   that commit, publish it (atomic rename). The commit is the single point
+   where the file becomes part of the lake: a zombie's commit is refused, so a
+   zombie never publishes; a crash after the commit is repaired by the next
+   owner's step 1. Files of one partition are landed one at a time, so only
+   the newest commit can name an unpublished file.
+
+When the generation ends, the worker lands what it has buffered (shielded, for
+at most ``flush_timeout`` seconds) -- the coordinator still accepts commits of
+the ending generation while it rebalances -- so a rebalance does not throw
+work away. A refused commit deletes its staged file and ends the worker; a
+commit whose outcome is unknown (a broken connection, a timeout) keeps it for
+the next owner to resolve. ``docs/pipeline.md`` argues why the lake then holds
+each offset of the committed range exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from .._errors import (
+    ConfigError,
+    FencedInstanceId,
+    GenerationEnded,
+    MemberResetError,
+    RebalanceInProgress,
+)
+from .._types import TopicPartition
+from ..consumer.generation import Generation
+from ..consumer.group import ConsumerGroup
+from ..consumer.prefetch import FetchedBatch
+from .layout import Landed, commit_note, parse_note
+from .store import LakeError, LakeStore
+
+__all__ = ["LakeConfig", "LakeSink", "PartitionProgress"]
+
+log = logging.getLogger("gengroup.lake")
+
+#: Answers after which the commit was certainly not stored.
+_NOT_STORED = (GenerationEnded, MemberResetError, RebalanceInProgress, FencedInstanceId)
+
+
+@dataclass(frozen=True, slots=True)
+class LakeConfig:
+    """Settings of a lake sink.
+
+    Attributes:
+        lake: where the lake is: a local folder or a ``pyarrow.fs`` URI
+            (``s3://bucket/prefix``, ``file:///data/lake``, ...).
+        file_max_bytes: a file is rolled once its records' keys and values
+            reach this many bytes (default 64 MiB).
+        file_max_age: ... or once its first record waited this many seconds
+            (default 60 s), so a quiet topic still lands.
+        flush_timeout: how long a worker may take, once its generation ends,
+            to land what it buffered (default 10 s); past it, the buffered
+            records are left for the next owner to read again.
+        compression: Parquet codec: zstd (default), snappy, gzip, lz4 or none.
+        progress_interval: seconds between progress log lines on
+            ``gengroup.lake`` (default 30; 0 turns them off).
+    """
+
+    lake: str
+    file_max_bytes: int = 64 * 1024 * 1024
+    file_max_age: float = 60.0
+    flush_timeout: float = 10.0
+    compression: str = "zstd"
+    progress_interval: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.lake, str) or not self.lake:
+            raise ConfigError(f"lake must be a non-empty path or URI, got {self.lake!r}")
+        for name in ("file_max_bytes", "file_max_age", "flush_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"{name} must be a number > 0, got {value!r}")
+        if self.progress_interval < 0:
+            raise ConfigError(f"progress_interval must be >= 0, got {self.progress_interval!r}")
+        if self.compression not in ("zstd", "snappy", "gzip", "lz4", "none"):
+            raise ConfigError(
+                f"compression must be zstd, snappy, gzip, lz4 or none, got {self.compression!r}"
+            )
+
+
+@dataclass
+class PartitionProgress:
+    """Where the sink stands on one partition (this member's view).
+
+    Attributes:
+        tp: the partition.
+        landed_offset: every offset below this one is in the lake.
+        high_watermark: the partition's end, from the newest fetch (-1: not fetched yet).
+        buffered: records fetched but not landed yet.
+        records: records landed by this member.
+        bytes: bytes of keys and values landed by this member.
+        files: files published by this member.
+        last_delay: seconds from the oldest record of the newest file to its
+            publishing (None before the first file).
+    """
+
+    tp: TopicPartition
+    landed_offset: int
+    high_watermark: int = -1
+    buffered: int = 0
+    records: int = 0
+    bytes: int = 0
+    files: int = 0
+    last_delay: float | None = None
+
+    @property
+    def lag(self) -> int:
+        """Records between the landed offset and the high watermark (0 if unknown)."""
+        return max(0, self.high_watermark - self.landed_offset)
+
+
+@dataclass
+class _Buffer:
+    """The records of the file being filled, as columns."""
+
+    tp: TopicPartition
+    base: int
+    end: int = -1
+    nbytes: int = 0
+    started: float = math.inf
+    offsets: list[int] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    headers: list[list[dict[str, Any]]] = field(default_factory=list)
+
+    def add(self, batch: FetchedBatch) -> None:
+        if not self.offsets:
+            self.started = anyio.current_time()
+        for r in batch:
+            self.offsets.append(r.offset)
+            self.timestamps.append(r.timestamp)
+            self.keys.append(r.key)
+            self.values.append(r.value)
+            self.headers.append([{"key": k, "value": v} for k, v in r.headers])
+            self.nbytes += len(r.key or b"") + len(r.value or b"")
+        self.end = batch.next_offset
+
+    def columns(self, landed_at_ms: int) -> dict[str, list[Any]]:
+        n = len(self.offsets)
+        return {
+            "topic": [self.tp.topic] * n,
+            "partition": [self.tp.partition] * n,
+            "offset": self.offsets,
+            "timestamp": self.timestamps,
+            "key": self.keys,
+            "value": self.values,
+            "headers": self.headers,
+            "landed_at": [landed_at_ms] * n,
+        }
+
+
+class LakeSink:
+    """Lands a consumer group's records in a Parquet lake, exactly once.
+
+    Example::
+
+        sink = LakeSink(LakeConfig("s3://bucket/lake"))
+        async with ConsumerGroup("lake", topics=["events"], brokers=...) as group:
+            await sink.run(group)
+
+    Args:
+        config: the sink's settings.
+        store: the lake (default: opened from ``config.lake``).
+    """
+
+    def __init__(self, config: LakeConfig, store: LakeStore | None = None) -> None:
+        self.config = config
+        self.store = store or LakeStore(config.lake, compression=config.compression)
+        self._progress: dict[TopicPartition, PartitionProgress] = {}
+        self.generations = 0
+
+    def progress(self) -> list[PartitionProgress]:
+        """The partitions this member landed or owns, by topic and partition."""
+        return [self._progress[tp] for tp in sorted(self._progress)]
+
+    async def run(self, group: ConsumerGroup, stop: anyio.Event | None = None) -> None:
+        """Land the group's partitions until the group stops or ``stop`` is set.
+
+        Raises:
+            LakeError: the lake is inconsistent or storage failed.
+            GengroupError: what ``async for gen in group`` raises.
+        """
+        async with anyio.create_task_group() as tg:
+            if self.config.progress_interval:
+                tg.start_soon(self._log_progress, group.config.group_id)
+            if stop is not None:
+
+                async def stop_group() -> None:
+                    await stop.wait()
+                    await group.aclose()
+
+                tg.start_soon(stop_group)
+            async for gen in group:
+                self.generations += 1
+                for tp in gen.assignments:
+                    gen.start_soon(self.land, gen, tp, name=f"land {tp}")
+            tg.cancel_scope.cancel()
+
+    # ------------------------------------------------------------------ one partition
+
+    async def land(self, gen: Generation, tp: TopicPartition) -> None:
+        """Land ``tp`` for as long as ``gen`` owns it (a generation task)."""
+        start = await self._acquire(gen, tp)
+        prog = self._progress.setdefault(tp, PartitionProgress(tp, start))
+        prog.landed_offset, prog.buffered = start, 0
+        buf = _Buffer(tp, start)
+        batches = gen.fetch(tp)
+        try:
+            while True:
+                batch: FetchedBatch | None = None
+                with anyio.move_on_after(
+                    None
+                    if not buf.offsets
+                    else buf.started + self.config.file_max_age - anyio.current_time()
+                ):
+                    try:
+                        batch = await batches.__anext__()
+                    except StopAsyncIteration:
+                        return
+                if batch is not None:
+                    buf.add(batch)
+                    prog.high_watermark = batch.high_watermark
+                    prog.buffered = len(buf.offsets)
+                due = anyio.current_time() >= buf.started + self.config.file_max_age
+                if buf.offsets and (buf.nbytes >= self.config.file_max_bytes or due):
+                    if not await self._land_file(gen, buf, prog):
+                        return
+                    buf = _Buffer(tp, buf.end)
+        finally:
+            if buf.offsets:
+                with anyio.CancelScope(shield=True) as scope:
+                    scope.deadline = anyio.current_time() + self.config.flush_timeout
+                    await self._land_file(gen, buf, prog)
+                if scope.cancelled_caught:
+                    log.warning(
+                        "%s: landing %d buffered record(s) took over %.1f s after generation "
+                        "%d ended; the next owner reads them again from offset %d",
+                        tp,
+                        len(buf.offsets),
+                        self.config.flush_timeout,
+                        gen.id,
+                        buf.base,
+                    )
+
+    async def _acquire(self, gen: Generation, tp: TopicPartition) -> int:
+        """Repair ``tp``'s folder for this owner (protocol step 1); the offset to start from."""
+        start = gen.assignments[tp]
+        note = parse_note(gen.committed_metadata.get(tp))
+        if note is not None and note.end != gen.committed.get(tp):
+            note = None  # not the note of the committed offset: not ours to act on
+        store = self.store
+
+        def repair() -> tuple[int, bool, list[str], list[str]]:
+            published = note is not None and store.publish(tp, note)
+            stale = [path for _, path in store.staged(tp) if store.delete(path)]
+            ahead = [(landed, path) for landed, path in store.published(tp) if landed.end > start]
+            for _, path in ahead:
+                store.delete(path)
+            begin = min([start, *(landed.base for landed, _ in ahead)])
+            return begin, published, stale, [path for _, path in ahead]
+
+        begin, published, stale, ahead = await anyio.to_thread.run_sync(repair)
+        if published:
+            assert note is not None
+            log.info(
+                "%s: published %s, committed by the previous owner before it stopped",
+                tp,
+                store.published_path(tp, note),
+            )
+        if stale:
+            log.info("%s: deleted %d staged file(s) whose commit never happened", tp, len(stale))
+        if ahead:
+            log.warning(
+                "%s: the committed offset %d is behind the lake (offsets were reset); "
+                "deleted %s and landing again from offset %d",
+                tp,
+                start,
+                ", ".join(ahead),
+                begin,
+            )
+        if begin != start:
+            gen.seek(tp, begin)
+        return begin
+
+    async def _land_file(self, gen: Generation, buf: _Buffer, prog: PartitionProgress) -> bool:
+        """Stage, commit, publish one file (protocol step 3); False if the commit was refused."""
+        tp = buf.tp
+        if gen.committed.get(tp, -1) >= buf.end:
+            raise LakeError(f"{tp}: offset {buf.end} is already committed; refusing to land it")
+        landed = Landed(buf.base, buf.end, f"g{gen.id}-{secrets.token_hex(6)}")
+        landed_at = time.time()
+        columns = buf.columns(int(landed_at * 1000))
+        await anyio.to_thread.run_sync(self.store.write_staged, tp, landed, columns)
+        try:
+            await gen.commit({tp: landed.end}, metadata={tp: commit_note(landed)})
+        except _NOT_STORED as exc:
+            await anyio.to_thread.run_sync(self.store.delete, self.store.staged_path(tp, landed))
+            log.warning(
+                "%s: offsets %d..%d not landed: the commit was refused (%s); "
+                "the partition's next owner reads them again",
+                tp,
+                landed.base,
+                landed.end - 1,
+                exc,
+            )
+            return False
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self.store.publish, tp, landed)
+        prog.landed_offset = landed.end
+        prog.records += len(buf.offsets)
+        prog.bytes += buf.nbytes
+        prog.files += 1
+        prog.buffered = 0
+        prog.last_delay = max(0.0, time.time() - min(buf.timestamps) / 1000)
+        return True
+
+    async def _log_progress(self, group_id: str) -> None:
+        while True:
+            await anyio.sleep(self.config.progress_interval)
+            parts = self.progress()
+            if parts:
+                log.info("lake sink %s: %s", group_id, summarize(parts))
+
+
+def summarize(parts: Iterable[PartitionProgress]) -> str:
+    """One line about a sink's partitions: landed, lag, newest landing delay."""
+    parts = list(parts)
+    delays = [p.last_delay for p in parts if p.last_delay is not None]
+    delay = f"{max(delays):.1f} s" if delays else "-"
+    return (
+        f"{len(parts)} partition(s), {sum(p.records for p in parts)} record(s) "
+        f"({sum(p.bytes for p in parts) / 1e6:.1f} MB) in {sum(p.files for p in parts)} file(s), "
+        f"lag {sum(p.lag for p in parts)}, buffered {sum(p.buffered for p in parts)}, "
+        f"landing delay {delay}"
+    )

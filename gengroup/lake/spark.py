@@ -1,0 +1,338 @@
+"""Spark jobs over the lake: ``verify`` against the topic, and ``analytics``.
+
+Theory of operation:
+
+``verify`` is an independent check of the sink: it reads the topic with
+Spark's own Kafka source (``spark-sql-kafka-0-10``, built on the Java
+client, fetched by Spark from Maven Central on first use) and the lake with
+Spark's Parquet reader, and joins the two on (topic, partition, offset). The
+lake side is grouped first, so a record landed twice shows up as a duplicate
+rather than disappearing in the join. Per partition it counts records in the
+topic's range, records in the lake, offsets missing from the lake, offsets
+in the lake but not in the range, extra copies, and records whose key,
+value, headers or timestamp differ. The range is the whole topic, or, given
+a group's committed offsets, each partition up to its committed offset --
+what the sink claims to have landed.
+
+``analytics`` aggregates what landed: records and bytes per key and per
+minute, landing delay percentiles (``landed_at - timestamp``), per-partition
+counts and their skew; it writes Parquet tables, ``summary.json`` and
+``analytics.png``.
+
+Everything runs on any Spark master; ``local[2]`` by default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .._types import TopicPartition
+from .store import LakeError
+
+__all__ = ["KAFKA_PACKAGE", "PartitionCheck", "VerifyReport", "analytics", "session", "verify"]
+
+#: Spark's Kafka source, matching the pyspark version the ``spark`` extra pins.
+KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+
+
+@contextmanager
+def session(master: str = "local[2]", name: str = "gengroup lake") -> Iterator[Any]:
+    """A SparkSession with the Kafka source on its class path, stopped on exit.
+
+    Raises:
+        LakeError: no Java runtime (Spark needs Java 17 or later).
+    """
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise LakeError("Spark needs a Java runtime (17 or later): no `java` on PATH, no JAVA_HOME")
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(name)
+        .config("spark.jars.packages", KAFKA_PACKAGE)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "8")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
+def _lake_path(lake: str) -> str:
+    return lake if "://" in lake else os.path.abspath(lake)
+
+
+def read_lake(spark: Any, lake: str) -> Any:
+    """The lake as a DataFrame (topic and partition from the file, not the folder names)."""
+    path = _lake_path(lake)
+    return (
+        spark.read.option("recursiveFileLookup", "true")
+        .option("pathGlobFilter", "*.parquet")
+        .parquet(path)
+    )
+
+
+@dataclass
+class PartitionCheck:
+    """What ``verify`` found in one partition."""
+
+    topic: str
+    partition: int
+    topic_records: int = 0
+    lake_records: int = 0
+    missing: int = 0
+    extra: int = 0
+    duplicates: int = 0
+    mismatched: int = 0
+    first_missing: list[int] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No missing, extra, duplicated or differing record."""
+        return not (self.missing or self.extra or self.duplicates or self.mismatched)
+
+
+@dataclass
+class VerifyReport:
+    """The result of :func:`verify`, per partition."""
+
+    partitions: list[PartitionCheck]
+
+    @property
+    def ok(self) -> bool:
+        """Every partition is exactly the topic's range, once."""
+        return all(p.ok for p in self.partitions)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``ok``, totals and partitions."""
+        keys = ("topic_records", "lake_records", "missing", "extra", "duplicates", "mismatched")
+        return {
+            "ok": self.ok,
+            "totals": {k: sum(getattr(p, k) for p in self.partitions) for k in keys},
+            "partitions": [asdict(p) for p in self.partitions],
+        }
+
+    def text(self) -> str:
+        """A table, one line per partition, then a verdict."""
+        head = f"{'partition':<24} {'topic':>9} {'lake':>9} {'missing':>8} {'extra':>6} "
+        head += f"{'dups':>6} {'differ':>6}"
+        lines = [head]
+        for p in self.partitions:
+            lines.append(
+                f"{p.topic + '-' + str(p.partition):<24} {p.topic_records:>9} {p.lake_records:>9} "
+                f"{p.missing:>8} {p.extra:>6} {p.duplicates:>6} {p.mismatched:>6}"
+                + (f"  first missing: {p.first_missing}" if p.first_missing else "")
+            )
+        lines.append("OK: the lake holds the topic's range exactly once" if self.ok else "FAILED")
+        return "\n".join(lines)
+
+
+def verify(
+    spark: Any,
+    lake: str,
+    bootstrap: str,
+    topics: Sequence[str],
+    ends: Mapping[TopicPartition, int] | None = None,
+) -> VerifyReport:
+    """Compare the lake with the topics, read by Spark's Kafka source.
+
+    Args:
+        spark: a session from :func:`session`.
+        lake: the lake's folder or URI.
+        bootstrap: the Kafka cluster.
+        topics: the topics the lake should hold.
+        ends: per partition, the offset the range ends at (exclusive), e.g.
+            a group's committed offsets; default: each partition's end.
+    """
+    from pyspark.sql import functions as F
+
+    reader = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", ",".join(topics))
+        .option("includeHeaders", "true")
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "true")
+    )
+    if ends is not None:
+        by_topic: dict[str, dict[str, int]] = {}
+        for tp, off in ends.items():
+            by_topic.setdefault(tp.topic, {})[str(tp.partition)] = off
+        reader = reader.option("endingOffsets", json.dumps(by_topic))
+    else:
+        reader = reader.option("endingOffsets", "latest")
+    header_type = "array<struct<key:string,value:binary>>"
+    kafka = reader.load().select(
+        "topic",
+        "partition",
+        "offset",
+        F.col("key").alias("k_key"),
+        F.col("value").alias("k_value"),
+        F.coalesce(F.col("headers"), F.array().cast(header_type)).alias("k_headers"),
+        F.col("timestamp").alias("k_ts"),
+        F.lit(True).alias("in_topic"),
+    )
+    lake_df = read_lake(spark, lake).where(F.col("topic").isin(list(topics)))
+    landed = lake_df.groupBy("topic", "partition", "offset").agg(
+        F.count(F.lit(1)).alias("copies"),
+        F.first("key").alias("l_key"),
+        F.first("value").alias("l_value"),
+        F.first(F.coalesce(F.col("headers"), F.array().cast(header_type))).alias("l_headers"),
+        F.first("timestamp").alias("l_ts"),
+    )
+    joined = kafka.join(landed, ["topic", "partition", "offset"], "full_outer")
+    in_topic = F.col("in_topic").isNotNull()
+    in_lake = F.col("copies").isNotNull()
+    same = (
+        F.col("k_key").eqNullSafe(F.col("l_key"))
+        & F.col("k_value").eqNullSafe(F.col("l_value"))
+        & F.col("k_headers").eqNullSafe(F.col("l_headers"))
+        & F.col("k_ts").eqNullSafe(F.col("l_ts"))
+    )
+    rows = (
+        joined.groupBy("topic", "partition")
+        .agg(
+            F.sum(in_topic.cast("long")).alias("topic_records"),
+            F.sum(F.coalesce(F.col("copies"), F.lit(0))).alias("lake_records"),
+            F.sum((in_topic & ~in_lake).cast("long")).alias("missing"),
+            F.sum((in_lake & ~in_topic).cast("long")).alias("extra"),
+            F.sum(F.greatest(F.coalesce(F.col("copies"), F.lit(0)) - 1, F.lit(0))).alias(
+                "duplicates"
+            ),
+            F.sum((in_topic & in_lake & ~same).cast("long")).alias("mismatched"),
+            F.slice(
+                F.sort_array(F.collect_list(F.when(in_topic & ~in_lake, F.col("offset")))), 1, 5
+            ).alias("first_missing"),
+        )
+        .orderBy("topic", "partition")
+        .collect()
+    )
+    checks = [
+        PartitionCheck(
+            topic=r["topic"],
+            partition=int(r["partition"]),
+            topic_records=int(r["topic_records"]),
+            lake_records=int(r["lake_records"]),
+            missing=int(r["missing"]),
+            extra=int(r["extra"]),
+            duplicates=int(r["duplicates"]),
+            mismatched=int(r["mismatched"]),
+            first_missing=[int(o) for o in r["first_missing"]],
+        )
+        for r in rows
+    ]
+    return VerifyReport(checks)
+
+
+def analytics(spark: Any, lake: str, out: str) -> dict[str, Any]:
+    """Aggregate the lake; write Parquet tables, ``summary.json`` and ``analytics.png`` to ``out``.
+
+    Returns:
+        The summary (also in ``summary.json``): records, bytes, landing delay
+        percentiles in seconds, per-topic partition skew (largest partition's
+        records over the mean), the busiest keys.
+    """
+    from pyspark.sql import functions as F
+
+    os.makedirs(out, exist_ok=True)
+    df = read_lake(spark, lake).select(
+        "topic",
+        "partition",
+        "key",
+        "timestamp",
+        (F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))).alias(
+            "bytes"
+        ),
+        ((F.unix_millis("landed_at") - F.unix_millis("timestamp")) / 1000.0).alias("delay_s"),
+    )
+    df.cache()
+    per_key = df.groupBy("topic", "key").agg(
+        F.count(F.lit(1)).alias("records"), F.sum("bytes").alias("bytes")
+    )
+    per_minute = (
+        df.groupBy("topic", F.window("timestamp", "1 minute").alias("w"))
+        .agg(F.count(F.lit(1)).alias("records"), F.sum("bytes").alias("bytes"))
+        .select("topic", F.col("w.start").alias("minute"), "records", "bytes")
+    )
+    per_partition = df.groupBy("topic", "partition").agg(
+        F.count(F.lit(1)).alias("records"), F.sum("bytes").alias("bytes")
+    )
+    for name, table in (
+        ("per_key", per_key),
+        ("per_minute", per_minute),
+        ("per_partition", per_partition),
+    ):
+        table.write.mode("overwrite").parquet(os.path.join(os.path.abspath(out), name))
+
+    totals = df.agg(
+        F.count(F.lit(1)).alias("records"),
+        F.sum("bytes").alias("bytes"),
+        F.percentile_approx("delay_s", [0.5, 0.9, 0.99], 10000).alias("p"),
+        F.max("delay_s").alias("max"),
+    ).collect()[0]
+    parts = per_partition.orderBy("topic", "partition").collect()
+    skew: dict[str, float] = {}
+    for topic in sorted({r["topic"] for r in parts}):
+        counts = [r["records"] for r in parts if r["topic"] == topic]
+        skew[topic] = round(max(counts) / (sum(counts) / len(counts)), 3)
+    top = per_key.orderBy(F.desc("records"), "key").limit(10).collect()
+    minutes = per_minute.orderBy("minute").collect()
+    p = totals["p"] or [None, None, None]
+    summary: dict[str, Any] = {
+        "records": int(totals["records"]),
+        "bytes": int(totals["bytes"] or 0),
+        "landing_delay_s": {"p50": p[0], "p90": p[1], "p99": p[2], "max": totals["max"]},
+        "partition_skew": skew,
+        "partitions": [
+            {"topic": r["topic"], "partition": r["partition"], "records": r["records"]}
+            for r in parts
+        ],
+        "top_keys": [
+            {
+                "topic": r["topic"],
+                "key": None if r["key"] is None else bytes(r["key"]).decode("utf-8", "replace"),
+                "records": r["records"],
+                "bytes": r["bytes"],
+            }
+            for r in top
+        ],
+        "minutes": len(minutes),
+    }
+    df.unpersist()
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2, default=str)
+    _chart(minutes, parts, os.path.join(out, "analytics.png"))
+    return summary
+
+
+def _chart(minutes: list[Any], parts: list[Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    by_minute: dict[Any, int] = {}
+    for r in minutes:
+        by_minute[r["minute"]] = by_minute.get(r["minute"], 0) + r["records"]
+    xs = sorted(by_minute)
+    left.bar([x.strftime("%H:%M") for x in xs], [by_minute[x] for x in xs])
+    left.set_title("records per minute (event time, UTC)")
+    left.tick_params(axis="x", labelrotation=30)
+    right.bar([f"{r['topic']}-{r['partition']}" for r in parts], [r["records"] for r in parts])
+    right.set_title("records per partition")
+    right.tick_params(axis="x", labelrotation=60)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

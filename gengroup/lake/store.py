@@ -1,0 +1,180 @@
+"""The lake's storage: staged writes made durable, atomic publishing, listing, clean-up.
+
+Theory of operation:
+
+Every path goes through ``pyarrow.fs``, so a lake URI may be a local folder,
+``file://...``, ``s3://...``, ``gs://...`` or anything else pyarrow opens.
+Two operations carry the exactly-once argument and differ by store:
+
+* *durable write* -- on a local file system the staged file is written,
+  ``fsync``-ed, and its folder ``fsync``-ed, so the file survives a crash of
+  the machine once the call returns (the commit that names it comes after).
+  On an object store an object exists, whole and durable, once its upload
+  completed; there is nothing more to do.
+* *publish* -- locally, ``rename`` of the staged file to its final name (one
+  atomic step: the final name shows the complete file or nothing), then
+  ``fsync`` of the folder. An object store has no rename: the object is
+  copied to its final key (a new object becomes visible whole, at once) and
+  the staged object deleted. A crash between the two leaves a staged object
+  that the next owner of the partition deletes.
+
+All calls block; the sink runs them in worker threads.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .._errors import GengroupError
+from .._types import TopicPartition
+from .layout import (
+    STAGING,
+    Landed,
+    arrow_schema,
+    parse_file_name,
+    partition_dir,
+    published_name,
+    staged_name,
+)
+
+__all__ = ["LakeError", "LakeStore"]
+
+
+class LakeError(GengroupError):
+    """The lake is not as the landing protocol left it, or storage failed."""
+
+
+class LakeStore:
+    """A lake's root on a ``pyarrow.fs`` file system.
+
+    Args:
+        uri: a local path or any URI ``pyarrow.fs.FileSystem.from_uri`` opens.
+        compression: the Parquet codec of new files.
+    """
+
+    def __init__(self, uri: str, *, compression: str = "zstd") -> None:
+        from pyarrow import fs
+
+        if "://" in uri:
+            self.fs, root = fs.FileSystem.from_uri(uri)
+        else:
+            self.fs, root = fs.LocalFileSystem(), os.path.abspath(uri)
+        self.root = root.rstrip("/") or "/"
+        self.uri = uri
+        self.compression = compression
+        self.local = isinstance(self.fs, fs.LocalFileSystem)
+        self.fs.create_dir(self.root, recursive=True)
+
+    def __repr__(self) -> str:
+        return f"LakeStore({self.uri!r})"
+
+    # ------------------------------------------------------------------ paths
+
+    def partition_dir(self, tp: TopicPartition) -> str:
+        """The folder of ``tp``'s published files."""
+        return partition_dir(self.root, tp)
+
+    def published_path(self, tp: TopicPartition, landed: Landed) -> str:
+        """Where ``landed`` is visible once published."""
+        return f"{self.partition_dir(tp)}/{published_name(landed.base, landed.end)}"
+
+    def staged_path(self, tp: TopicPartition, landed: Landed) -> str:
+        """Where ``landed`` waits for its commit."""
+        name = staged_name(landed.base, landed.end, landed.token)
+        return f"{self.partition_dir(tp)}/{STAGING}/{name}"
+
+    # ------------------------------------------------------------------ writes
+
+    def write_staged(
+        self, tp: TopicPartition, landed: Landed, columns: dict[str, list[Any]]
+    ) -> int:
+        """Write ``columns`` as ``landed``'s staged Parquet file, durably; its size in bytes."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pydict(columns, schema=arrow_schema())
+        path = self.staged_path(tp, landed)
+        folder = path.rsplit("/", 1)[0]
+        self.fs.create_dir(folder, recursive=True)
+        if self.local:
+            with open(path, "wb") as f:
+                pq.write_table(table, f, compression=self.compression)
+                f.flush()
+                os.fsync(f.fileno())
+                size = f.tell()
+            _fsync_dir(folder)
+            return size
+        with self.fs.open_output_stream(path) as out:
+            pq.write_table(table, out, compression=self.compression)
+            return int(out.tell())
+
+    def publish(self, tp: TopicPartition, landed: Landed) -> bool:
+        """Make ``landed``'s staged file visible under its final name.
+
+        Returns:
+            True if this call published it; False if it was already published
+            (by an earlier owner, or an earlier call).
+
+        Raises:
+            LakeError: neither the staged nor the published file exists: the
+                lake lost a file whose offsets were committed.
+        """
+        from pyarrow import fs
+
+        staged, final = self.staged_path(tp, landed), self.published_path(tp, landed)
+        try:
+            if self.local:
+                os.replace(staged, final)
+                _fsync_dir(final.rsplit("/", 1)[0])
+            else:
+                self.fs.copy_file(staged, final)
+                self.fs.delete_file(staged)
+            return True
+        except FileNotFoundError:
+            pass
+        if self.fs.get_file_info(final).type == fs.FileType.File:
+            return False
+        raise LakeError(
+            f"{tp}: offsets {landed.base}..{landed.end - 1} were committed, but neither "
+            f"{staged} nor {final} exists"
+        )
+
+    def delete(self, path: str) -> bool:
+        """Delete a file; False if it was not there."""
+        try:
+            self.fs.delete_file(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    # ------------------------------------------------------------------ listing
+
+    def published(self, tp: TopicPartition) -> list[tuple[Landed, str]]:
+        """``tp``'s published files, by base offset."""
+        return sorted(self._list(self.partition_dir(tp), staged=False), key=lambda e: e[0].base)
+
+    def staged(self, tp: TopicPartition) -> list[tuple[Landed, str]]:
+        """``tp``'s staged files (of any writer)."""
+        return self._list(f"{self.partition_dir(tp)}/{STAGING}", staged=True)
+
+    def _list(self, folder: str, *, staged: bool) -> list[tuple[Landed, str]]:
+        from pyarrow import fs
+
+        selector = fs.FileSelector(folder, allow_not_found=True)
+        out = []
+        for info in self.fs.get_file_info(selector):
+            if info.type != fs.FileType.File:
+                continue
+            landed = parse_file_name(info.base_name, staged=staged)
+            if landed is not None:
+                out.append((landed, info.path))
+        return out
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
