@@ -16,6 +16,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -129,12 +130,22 @@ async def _run_sink(args: argparse.Namespace, sink: LakeSink) -> None:
         start_offset="earliest",
     ) as group:
         async with anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signal, stop)
             if args.until_caught_up:
                 tg.start_soon(_stop_when_caught_up, args, stop)
             if args.progress:
                 tg.start_soon(_show_progress, sink, args.progress)
             await sink.run(group, stop)
             tg.cancel_scope.cancel()
+
+
+async def _stop_on_signal(stop: anyio.Event) -> None:
+    """SIGINT or SIGTERM: land what is buffered, commit, leave the group, exit 0."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("lake sink: %s, stopping", signal.Signals(signum).name)
+            stop.set()
+            return
 
 
 async def _stop_when_caught_up(args: argparse.Namespace, stop: anyio.Event) -> None:

@@ -155,17 +155,28 @@ class _Buffer:
     values: list[bytes | None] = field(default_factory=list)
     headers: list[list[dict[str, Any]]] = field(default_factory=list)
 
-    def add(self, batch: FetchedBatch) -> None:
+    def add(self, batch: FetchedBatch, start: int, max_bytes: int) -> int:
+        """Take ``batch``'s records from index ``start`` until the file is full; where it stopped.
+
+        A full file ends after its last record; otherwise the buffer ends
+        where the batch does (``next_offset``, past any trailing gap).
+        """
         if not self.offsets:
             self.started = anyio.current_time()
-        for r in batch:
+        records = batch.records
+        for i in range(start, len(records)):
+            r = records[i]
             self.offsets.append(r.offset)
             self.timestamps.append(r.timestamp)
             self.keys.append(r.key)
             self.values.append(r.value)
             self.headers.append([{"key": k, "value": v} for k, v in r.headers])
             self.nbytes += len(r.key or b"") + len(r.value or b"")
+            if self.nbytes >= max_bytes:
+                self.end = r.offset + 1
+                return i + 1
         self.end = batch.next_offset
+        return len(records)
 
     def columns(self, landed_at_ms: int) -> dict[str, list[Any]]:
         n = len(self.offsets)
@@ -222,11 +233,17 @@ class LakeSink:
                     await group.aclose()
 
                 tg.start_soon(stop_group)
-            async for gen in group:
-                self.generations += 1
-                for tp in gen.assignments:
-                    gen.start_soon(self.land, gen, tp, name=f"land {tp}")
+            failure: Exception | None = None
+            try:
+                async for gen in group:
+                    self.generations += 1
+                    for tp in gen.assignments:
+                        gen.start_soon(self.land, gen, tp, name=f"land {tp}")
+            except Exception as exc:  # raised below as itself, not inside an exception group
+                failure = exc
             tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
 
     # ------------------------------------------------------------------ one partition
 
@@ -235,44 +252,64 @@ class LakeSink:
         start = await self._acquire(gen, tp)
         prog = self._progress.setdefault(tp, PartitionProgress(tp, start))
         prog.landed_offset, prog.buffered = start, 0
-        buf = _Buffer(tp, start)
-        batches = gen.fetch(tp)
+        filling = [_Buffer(tp, start)]
         try:
+            await self._fill(gen, tp, filling, prog)
+        except anyio.get_cancelled_exc_class():
+            await self._land_buffered(gen, filling[0], prog)
+            raise
+        # Anything else that ended the worker (a refused commit, a storage
+        # failure, a fetch error) leaves the buffer to the next owner.
+
+    async def _fill(
+        self, gen: Generation, tp: TopicPartition, filling: list[_Buffer], prog: PartitionProgress
+    ) -> None:
+        """Buffer ``tp``'s batches into ``filling[0]``, landing each full or old file."""
+        cfg = self.config
+        batches = gen.fetch(tp)
+        while True:
+            buf = filling[0]
+            batch: FetchedBatch | None = None
+            wait = (
+                None if not buf.offsets else buf.started + cfg.file_max_age - anyio.current_time()
+            )
+            with anyio.move_on_after(wait):
+                try:
+                    batch = await batches.__anext__()
+                except StopAsyncIteration:  # the generation ended; nothing more to land
+                    await self._land_buffered(gen, buf, prog)
+                    return
+            taken, count = 0, 0 if batch is None else len(batch.records)
             while True:
-                batch: FetchedBatch | None = None
-                with anyio.move_on_after(
-                    None
-                    if not buf.offsets
-                    else buf.started + self.config.file_max_age - anyio.current_time()
-                ):
-                    try:
-                        batch = await batches.__anext__()
-                    except StopAsyncIteration:
-                        return
-                if batch is not None:
-                    buf.add(batch)
+                if batch is not None and taken < count:
+                    taken = buf.add(batch, taken, cfg.file_max_bytes)
                     prog.high_watermark = batch.high_watermark
                     prog.buffered = len(buf.offsets)
-                due = anyio.current_time() >= buf.started + self.config.file_max_age
-                if buf.offsets and (buf.nbytes >= self.config.file_max_bytes or due):
+                due = anyio.current_time() >= buf.started + cfg.file_max_age
+                if buf.offsets and (buf.nbytes >= cfg.file_max_bytes or due):
                     if not await self._land_file(gen, buf, prog):
                         return
-                    buf = _Buffer(tp, buf.end)
-        finally:
-            if buf.offsets:
-                with anyio.CancelScope(shield=True) as scope:
-                    scope.deadline = anyio.current_time() + self.config.flush_timeout
-                    await self._land_file(gen, buf, prog)
-                if scope.cancelled_caught:
-                    log.warning(
-                        "%s: landing %d buffered record(s) took over %.1f s after generation "
-                        "%d ended; the next owner reads them again from offset %d",
-                        tp,
-                        len(buf.offsets),
-                        self.config.flush_timeout,
-                        gen.id,
-                        buf.base,
-                    )
+                    buf = filling[0] = _Buffer(tp, buf.end)
+                if taken >= count:
+                    break
+
+    async def _land_buffered(self, gen: Generation, buf: _Buffer, prog: PartitionProgress) -> None:
+        """Land what is buffered once the generation is ending (shielded, bounded)."""
+        if not buf.offsets:
+            return
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + self.config.flush_timeout
+            await self._land_file(gen, buf, prog)
+        if scope.cancelled_caught:
+            log.warning(
+                "%s: landing %d buffered record(s) took over %.1f s after generation "
+                "%d ended; the next owner reads them again from offset %d",
+                buf.tp,
+                len(buf.offsets),
+                self.config.flush_timeout,
+                gen.id,
+                buf.base,
+            )
 
     async def _acquire(self, gen: Generation, tp: TopicPartition) -> int:
         """Repair ``tp``'s folder for this owner (protocol step 1); the offset to start from."""

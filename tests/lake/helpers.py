@@ -1,0 +1,85 @@
+"""Shared pieces of the lake tests: producing numbered records, reading the lake back."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from gengroup import Admin, Producer, TopicPartition
+from gengroup.producer import ProducerRecord
+
+
+def record(i: int) -> ProducerRecord:
+    """Record number ``i``: a key among 17, a value naming ``i``, a header on every third."""
+    headers = [("n", str(i).encode()), ("empty", None)] if i % 3 == 0 else []
+    return ProducerRecord(
+        key=f"key-{i % 17}".encode() if i % 11 else None,
+        value=f"record-{i:08d}".encode() * (1 + i % 4),
+        headers=headers,
+    )
+
+
+async def produce(bootstrap: str, topic: str, ids: Iterable[int]) -> None:
+    async with Producer(bootstrap) as producer:
+        await producer.send_many(topic, [record(i) for i in ids])
+
+
+async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[TopicPartition, int]:
+    async with Admin(bootstrap) as admin:
+        return await admin.list_offsets(
+            [TopicPartition(topic, p) for p in range(partitions)], "latest"
+        )
+
+
+@dataclass
+class LakeContents:
+    """Every landed record of a lake, by (partition, offset)."""
+
+    copies: Counter[tuple[int, int]]
+    values: dict[tuple[int, int], tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]]
+    files: int
+
+    def check_exactly_once(self, ends: dict[TopicPartition, int]) -> None:
+        """Each offset below each partition's end landed exactly once, nothing else landed."""
+        wanted = {(tp.partition, o) for tp, end in ends.items() for o in range(end)}
+        dups = {k: n for k, n in self.copies.items() if n > 1}
+        missing = sorted(wanted - set(self.copies))
+        extra = sorted(set(self.copies) - wanted)
+        assert not dups, f"landed more than once: {sorted(dups)[:10]}"
+        assert not missing, f"{len(missing)} offsets missing, first {missing[:10]}"
+        assert not extra, f"{len(extra)} offsets landed past the end, first {extra[:10]}"
+
+    def check_values(self) -> None:
+        """Every landed value is one produced record's, with its key and headers."""
+        for (p, o), (key, value, headers) in self.values.items():
+            assert value is not None and value.startswith(b"record-"), (p, o, value)
+            want = record(int(value[7:15]))
+            assert (key, value) == (want.key, want.value), (p, o)
+            assert headers == [(k, v) for k, v in want.headers], (p, o, headers)
+
+
+def read_lake(lake: Path, topic: str) -> LakeContents:
+    """The published files of ``topic`` (staged ones are not part of the lake)."""
+    copies: Counter[tuple[int, int]] = Counter()
+    values = {}
+    files = 0
+    for path in sorted((lake / f"topic={topic}").glob("partition=*/*.parquet")):
+        files += 1
+        table = pq.read_table(path)
+        for row in table.to_pylist():
+            assert row["topic"] == topic
+            assert path.parent.name == f"partition={row['partition']}"
+            k = (row["partition"], row["offset"])
+            copies[k] += 1
+            headers = [(h["key"], h["value"]) for h in row["headers"]]
+            values[k] = (row["key"], row["value"], headers)
+    return LakeContents(copies, values, files)
+
+
+def staged_files(lake: Path) -> list[Path]:
+    """The files waiting in any partition's ``_staging`` folder."""
+    return sorted(lake.rglob("_staging/*.parquet"))

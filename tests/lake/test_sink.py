@@ -1,0 +1,225 @@
+"""The lake sink on the embedded broker, in one process: landing, rolling, rebalancing,
+recovering a file committed but not published, ignoring a zombie's staged file,
+landing again after offsets were reset."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+
+from gengroup import Admin, ConfigError, ConsumerGroup, TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.lake import LakeConfig, LakeError, LakeSink, LakeStore, Landed
+from gengroup.lake.layout import commit_note, parse_note, published_name
+
+from .helpers import end_offsets, produce, read_lake, staged_files
+
+TOPIC = "events"
+FAST: dict[str, Any] = {
+    "session_timeout": 6.0,
+    "heartbeat_interval": 0.3,
+    "rebalance_timeout": 10.0,
+    "fetch_max_wait": 0.1,
+    "join_backoff": 0.1,
+    "start_offset": "earliest",
+}
+
+
+async def _caught_up(bootstrap: str, group: str, partitions: int, timeout: float = 60) -> None:
+    """Wait until ``group`` committed every partition's end (a hang guard, not a timing check)."""
+    ends = await end_offsets(bootstrap, TOPIC, partitions)
+    async with Admin(bootstrap) as admin:
+        with anyio.fail_after(timeout):
+            while True:
+                committed = await admin.fetch_offsets(group)
+                if all(committed.get(tp, 0) >= end for tp, end in ends.items() if end):
+                    return
+                await anyio.sleep(0.05)
+
+
+async def _run_sink(
+    bootstrap: str, group: str, sink: LakeSink, done: anyio.Event, **settings: Any
+) -> None:
+    async with ConsumerGroup(group, [TOPIC], bootstrap, **{**FAST, **settings}) as g:
+        await sink.run(g, done)
+
+
+@pytest.fixture
+async def cluster() -> Any:
+    async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap) as admin:
+            await admin.create_topics({TOPIC: 4})
+        yield cluster
+
+
+def test_layout_names_and_notes_round_trip() -> None:
+    landed = Landed(120, 4567, "g7-abc123")
+    assert parse_note(commit_note(landed)) == landed
+    assert parse_note("") is None and parse_note("some other client's note") is None
+    assert published_name(1, 2) == "00000000000000000001-00000000000000000002.parquet"
+
+
+def test_bad_settings_are_config_errors(tmp_path: Path) -> None:
+    for bad in ({"file_max_bytes": 0}, {"file_max_age": -1}, {"compression": "brotli2"}):
+        with pytest.raises(ConfigError):
+            LakeConfig(str(tmp_path), **bad)
+    with pytest.raises(ConfigError):
+        LakeConfig("")
+
+
+async def test_every_offset_lands_once_in_files_rolled_by_size(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    await produce(cluster.bootstrap, TOPIC, range(3000))
+    config = LakeConfig(str(tmp_path), file_max_bytes=8_000, file_max_age=0.3, progress_interval=0)
+    sink = LakeSink(config)
+    done = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_run_sink, cluster.bootstrap, "lake", sink, done)
+        await _caught_up(cluster.bootstrap, "lake", 4)
+        done.set()
+    lake = read_lake(tmp_path, TOPIC)
+    lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
+    lake.check_values()
+    assert lake.files > 8  # rolled by size, not one file per partition
+    assert sum(p.records for p in sink.progress()) == 3000
+    assert all(p.lag == 0 and p.buffered == 0 for p in sink.progress())
+
+
+async def test_a_quiet_partition_lands_by_age(cluster: FakeCluster, tmp_path: Path) -> None:
+    """Without more records the buffer still lands once file_max_age passed."""
+    await produce(cluster.bootstrap, TOPIC, range(40))
+    sink = LakeSink(LakeConfig(str(tmp_path), file_max_age=0.2, progress_interval=0))
+    done = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_run_sink, cluster.bootstrap, "quiet", sink, done)
+        await _caught_up(cluster.bootstrap, "quiet", 4)  # lands while the group still runs
+        assert read_lake(tmp_path, TOPIC).files > 0
+        done.set()
+    read_lake(tmp_path, TOPIC).check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
+
+
+async def test_members_joining_and_leaving_land_everything_once(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    config = LakeConfig(str(tmp_path), file_max_bytes=4_000, file_max_age=0.2, progress_interval=0)
+    sinks = [LakeSink(config) for _ in range(3)]
+    stops = [anyio.Event() for _ in sinks]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_run_sink, cluster.bootstrap, "rb", sinks[0], stops[0])
+        for step, i in enumerate([1, 2]):
+            await produce(cluster.bootstrap, TOPIC, range(step * 2000, step * 2000 + 2000))
+            tg.start_soon(_run_sink, cluster.bootstrap, "rb", sinks[i], stops[i])
+            await anyio.sleep(0.5)
+        stops[0].set()  # a graceful leave in the middle of the stream
+        await produce(cluster.bootstrap, TOPIC, range(4000, 6000))
+        await _caught_up(cluster.bootstrap, "rb", 4)
+        for stop in stops:
+            stop.set()
+    lake = read_lake(tmp_path, TOPIC)
+    lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
+    lake.check_values()
+    assert sum(s.generations for s in sinks) >= 4
+
+
+class _PublishFails(LakeStore):
+    """A store whose first publish fails, as a machine dying between commit and rename would."""
+
+    failed: ClassVar[list[Landed]] = []
+
+    def publish(self, tp: TopicPartition, landed: Landed) -> bool:
+        if not self.failed:
+            self.failed.append(landed)
+            raise OSError("disk went away")
+        return super().publish(tp, landed)
+
+
+async def test_a_file_committed_but_not_published_is_published_by_the_next_owner(
+    cluster: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    await produce(cluster.bootstrap, TOPIC, range(1000))
+    config = LakeConfig(str(tmp_path), file_max_bytes=4_000, file_max_age=0.3, progress_interval=0)
+    broken = LakeSink(config, store=_PublishFails(str(tmp_path)))
+    with pytest.raises(OSError, match="disk went away"):
+        await _run_sink(cluster.bootstrap, "crash", broken, anyio.Event())
+    (landed,) = _PublishFails.failed
+    staged = staged_files(tmp_path)
+    # other partitions' files may be staged too (cancelled mid-commit: outcome unknown)
+    assert f"{landed.base:020d}-{landed.end:020d}" in [p.name.split(".")[0] for p in staged]
+    caplog.set_level(logging.INFO, "gengroup.lake")
+    sink = LakeSink(config)
+    done = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_run_sink, cluster.bootstrap, "crash", sink, done)
+        await _caught_up(cluster.bootstrap, "crash", 4)
+        done.set()
+    assert "committed by the previous owner before it stopped" in caplog.text
+    lake = read_lake(tmp_path, TOPIC)
+    lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
+    lake.check_values()
+
+
+async def test_a_missing_committed_file_is_a_lake_error(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """The commit names a file that is neither staged nor published: loud, not a silent gap."""
+    await produce(cluster.bootstrap, TOPIC, range(200))
+    config = LakeConfig(str(tmp_path), file_max_age=0.3, progress_interval=0)
+    broken = LakeSink(config, store=_PublishFails(str(tmp_path)))
+    _PublishFails.failed = []
+    with pytest.raises(OSError):
+        await _run_sink(cluster.bootstrap, "lost", broken, anyio.Event())
+    for path in staged_files(tmp_path):
+        path.unlink()
+    with pytest.raises(LakeError, match="were committed, but neither"):
+        await _run_sink(cluster.bootstrap, "lost", LakeSink(config), anyio.Event())
+
+
+async def test_a_zombie_staged_file_never_becomes_visible(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A staged file whose commit never happened is deleted when the partition is acquired."""
+    await produce(cluster.bootstrap, TOPIC, range(400))
+    store = LakeStore(str(tmp_path))
+    tp = TopicPartition(TOPIC, 0)
+    zombie = Landed(0, 50, "g1-zombie")
+    rows = {"topic": [TOPIC], "partition": [0], "offset": [0], "timestamp": [0]}
+    rows |= {"key": [None], "value": [b"not from the topic"], "headers": [[]], "landed_at": [0]}
+    store.write_staged(tp, zombie, rows)
+    sink = LakeSink(LakeConfig(str(tmp_path), file_max_age=0.3, progress_interval=0))
+    done = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_run_sink, cluster.bootstrap, "zombie", sink, done)
+        await _caught_up(cluster.bootstrap, "zombie", 4)
+        done.set()
+    assert store.staged(tp) == []
+    lake = read_lake(tmp_path, TOPIC)
+    lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
+    lake.check_values()
+
+
+async def test_offsets_reset_to_earliest_land_again_without_duplicates(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    await produce(cluster.bootstrap, TOPIC, range(1500))
+    config = LakeConfig(str(tmp_path), file_max_bytes=5_000, file_max_age=0.3, progress_interval=0)
+    for attempt in range(2):
+        sink, done = LakeSink(config), anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_run_sink, cluster.bootstrap, "reset", sink, done)
+            await _caught_up(cluster.bootstrap, "reset", 4)
+            done.set()
+        if attempt == 0:
+            async with Admin(cluster.bootstrap) as admin:
+                tps = [TopicPartition(TOPIC, p) for p in range(4)]
+                mid = await admin.list_offsets(tps, "latest")
+                await admin.reset_offsets("reset", tps[:2], to="earliest")
+                # partition 2 goes back into the middle of a file: that file is landed again
+                await admin.reset_offsets("reset", tps[2:3], offset=mid[tps[2]] // 2 + 1)
+    lake = read_lake(tmp_path, TOPIC)
+    lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
+    lake.check_values()
