@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import anyio
@@ -26,7 +27,7 @@ import anyio
 from .._errors import GengroupError
 from ..admin import Admin
 from ..consumer.group import ConsumerGroup
-from .sink import LakeConfig, LakeSink, PartitionProgress, summarize
+from .sink import LakeConfig, LakeSink, PartitionProgress, run_beside, summarize
 
 __all__ = ["add_commands", "main"]
 
@@ -129,14 +130,12 @@ async def _run_sink(args: argparse.Namespace, sink: LakeSink) -> None:
         client_id=args.client_id,
         start_offset="earliest",
     ) as group:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_stop_on_signal, stop)
-            if args.until_caught_up:
-                tg.start_soon(_stop_when_caught_up, args, stop)
-            if args.progress:
-                tg.start_soon(_show_progress, sink, args.progress)
-            await sink.run(group, stop)
-            tg.cancel_scope.cancel()
+        background = [partial(_stop_on_signal, stop)]
+        if args.until_caught_up:
+            background.append(partial(_stop_when_caught_up, args, stop))
+        if args.progress:
+            background.append(partial(_show_progress, sink, args.progress))
+        await run_beside(partial(sink.run, group, stop), *background)
 
 
 async def _stop_on_signal(stop: anyio.Event) -> None:

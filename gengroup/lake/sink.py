@@ -40,8 +40,9 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import anyio
@@ -223,27 +224,24 @@ class LakeSink:
             LakeError: the lake is inconsistent or storage failed.
             GengroupError: what ``async for gen in group`` raises.
         """
-        async with anyio.create_task_group() as tg:
-            if self.config.progress_interval:
-                tg.start_soon(self._log_progress, group.config.group_id)
-            if stop is not None:
+        background: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        if self.config.progress_interval:
+            background.append(partial(self._log_progress, group.config.group_id))
+        if stop is not None:
 
-                async def stop_group() -> None:
-                    await stop.wait()
-                    await group.aclose()
+            async def stop_group() -> None:
+                await stop.wait()
+                await group.aclose()
 
-                tg.start_soon(stop_group)
-            failure: Exception | None = None
-            try:
-                async for gen in group:
-                    self.generations += 1
-                    for tp in gen.assignments:
-                        gen.start_soon(self.land, gen, tp, name=f"land {tp}")
-            except Exception as exc:  # raised below as itself, not inside an exception group
-                failure = exc
-            tg.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
+            background.append(stop_group)
+
+        async def land_generations() -> None:
+            async for gen in group:
+                self.generations += 1
+                for tp in gen.assignments:
+                    gen.start_soon(self.land, gen, tp, name=f"land {tp}")
+
+        await run_beside(land_generations, *background)
 
     # ------------------------------------------------------------------ one partition
 
@@ -389,6 +387,28 @@ class LakeSink:
             parts = self.progress()
             if parts:
                 log.info("lake sink %s: %s", group_id, summarize(parts))
+
+
+async def run_beside(
+    main: Callable[[], Coroutine[Any, Any, None]],
+    *background: Callable[[], Coroutine[Any, Any, None]],
+) -> None:
+    """Run ``main`` with ``background`` tasks beside it, cancelled once ``main`` returns.
+
+    What ``main`` raises comes out as itself, not wrapped in an exception group,
+    so callers can ``except LakeError``.
+    """
+    failure: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        for task in background:
+            tg.start_soon(task)
+        try:
+            await main()
+        except Exception as exc:
+            failure = exc
+        tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
 
 
 def summarize(parts: Iterable[PartitionProgress]) -> str:
