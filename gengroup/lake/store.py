@@ -64,7 +64,10 @@ class LakeStore:
         self.uri = uri
         self.compression = compression
         self.local = isinstance(self.fs, fs.LocalFileSystem)
-        self.fs.create_dir(self.root, recursive=True)
+        try:
+            self.fs.create_dir(self.root, recursive=True)
+        except OSError as exc:
+            raise LakeError(f"cannot use {uri!r} as a lake: {exc}") from exc
 
     def __repr__(self) -> str:
         return f"LakeStore({self.uri!r})"

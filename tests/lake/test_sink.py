@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import anyio
 import pytest
 
-from gengroup import Admin, ConfigError, ConsumerGroup, TopicPartition
+from gengroup import Admin, ConfigError, ConsumerGroup, Producer, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.lake import LakeConfig, LakeError, LakeSink, LakeStore, Landed
 from gengroup.lake.layout import commit_note, parse_note, published_name
+from gengroup.producer import ProducerRecord
 
 from .helpers import end_offsets, produce, read_lake, staged_files
 
@@ -126,30 +127,50 @@ async def test_members_joining_and_leaving_land_everything_once(
     assert sum(s.generations for s in sinks) >= 4
 
 
-class _PublishFails(LakeStore):
-    """A store whose first publish fails, as a machine dying between commit and rename would."""
+class _Crashing(LakeStore):
+    """A store that fails once at one point of landing, as a machine dying there would.
 
-    failed: ClassVar[list[Landed]] = []
+    ``crash_at``: "write" (the file is staged, the commit not sent), "publish"
+    (the commit is stored, the rename not done) or "published" (renamed, the
+    worker never hears of it).
+    """
+
+    def __init__(self, lake: str, crash_at: str) -> None:
+        super().__init__(lake)
+        self.crash_at = crash_at
+        self.failed: list[tuple[TopicPartition, Landed]] = []
+
+    def _crash(self, point: str, tp: TopicPartition, landed: Landed) -> None:
+        if point == self.crash_at and not self.failed:
+            self.failed.append((tp, landed))
+            raise OSError(f"disk went away ({point})")
+
+    def write_staged(self, tp: TopicPartition, landed: Landed, columns: Any) -> int:
+        size = super().write_staged(tp, landed, columns)
+        self._crash("write", tp, landed)
+        return size
 
     def publish(self, tp: TopicPartition, landed: Landed) -> bool:
-        if not self.failed:
-            self.failed.append(landed)
-            raise OSError("disk went away")
-        return super().publish(tp, landed)
+        self._crash("publish", tp, landed)
+        published = super().publish(tp, landed)
+        self._crash("published", tp, landed)
+        return published
 
 
-async def test_a_file_committed_but_not_published_is_published_by_the_next_owner(
-    cluster: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("crash_at", ["write", "publish", "published"])
+async def test_a_crash_at_any_point_of_landing_loses_and_duplicates_nothing(
+    crash_at: str, cluster: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     await produce(cluster.bootstrap, TOPIC, range(1000))
     config = LakeConfig(str(tmp_path), file_max_bytes=4_000, file_max_age=0.3, progress_interval=0)
-    broken = LakeSink(config, store=_PublishFails(str(tmp_path)))
+    store = _Crashing(str(tmp_path), crash_at)
     with pytest.raises(OSError, match="disk went away"):
-        await _run_sink(cluster.bootstrap, "crash", broken, anyio.Event())
-    (landed,) = _PublishFails.failed
-    staged = staged_files(tmp_path)
+        await _run_sink(cluster.bootstrap, "crash", LakeSink(config, store=store), anyio.Event())
+    ((tp, landed),) = store.failed
+    staged = {(p.parent.parent.name, p.name.split(".")[0]) for p in staged_files(tmp_path)}
     # other partitions' files may be staged too (cancelled mid-commit: outcome unknown)
-    assert f"{landed.base:020d}-{landed.end:020d}" in [p.name.split(".")[0] for p in staged]
+    mine = (f"partition={tp.partition}", f"{landed.base:020d}-{landed.end:020d}")
+    assert (mine in staged) == (crash_at != "published")
     caplog.set_level(logging.INFO, "gengroup.lake")
     sink = LakeSink(config)
     done = anyio.Event()
@@ -157,7 +178,9 @@ async def test_a_file_committed_but_not_published_is_published_by_the_next_owner
         tg.start_soon(_run_sink, cluster.bootstrap, "crash", sink, done)
         await _caught_up(cluster.bootstrap, "crash", 4)
         done.set()
-    assert "committed by the previous owner before it stopped" in caplog.text
+    repaired = "committed by the previous owner before it stopped" in caplog.text
+    assert repaired == (crash_at == "publish")
+    assert staged_files(tmp_path) == []
     lake = read_lake(tmp_path, TOPIC)
     lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
     lake.check_values()
@@ -169,14 +192,39 @@ async def test_a_missing_committed_file_is_a_lake_error(
     """The commit names a file that is neither staged nor published: loud, not a silent gap."""
     await produce(cluster.bootstrap, TOPIC, range(200))
     config = LakeConfig(str(tmp_path), file_max_age=0.3, progress_interval=0)
-    broken = LakeSink(config, store=_PublishFails(str(tmp_path)))
-    _PublishFails.failed = []
+    broken = LakeSink(config, store=_Crashing(str(tmp_path), "publish"))
     with pytest.raises(OSError):
         await _run_sink(cluster.bootstrap, "lost", broken, anyio.Event())
     for path in staged_files(tmp_path):
         path.unlink()
     with pytest.raises(LakeError, match="were committed, but neither"):
         await _run_sink(cluster.bootstrap, "lost", LakeSink(config), anyio.Event())
+
+
+async def test_a_record_larger_than_a_file_lands_alone(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    big = bytes(range(256)) * 400  # 100 KiB against files of 4 KB
+    async with Producer(cluster.bootstrap) as producer:
+        await producer.send_many(
+            TOPIC,
+            [ProducerRecord(value=b"small", partition=0), ProducerRecord(value=big, partition=0)],
+        )
+    config = LakeConfig(str(tmp_path), file_max_bytes=4_000, file_max_age=0.3, progress_interval=0)
+    done = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_run_sink, cluster.bootstrap, "big", LakeSink(config), done)
+        await _caught_up(cluster.bootstrap, "big", 4)
+        done.set()
+    lake = read_lake(tmp_path, TOPIC)
+    lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
+    assert lake.values[(0, 1)][1] == big
+
+
+def test_a_lake_path_that_cannot_be_a_folder_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"not a folder")
+    with pytest.raises(LakeError, match="cannot use"):
+        LakeStore(str(tmp_path / "file" / "lake"))
 
 
 async def test_a_zombie_staged_file_never_becomes_visible(
