@@ -36,6 +36,7 @@ import datetime
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Final, Generic, TypeVar
 
@@ -769,23 +770,16 @@ class Admin(_Client):
         }
 
 
+@dataclass
 class Session:
     """One scenario's connections, labels, transcript and background requests."""
 
-    def __init__(
-        self,
-        bootstrap: str,
-        stack: AsyncExitStack,
-        tg: anyio.abc.TaskGroup,
-        names: Names,
-        admin: Admin,
-    ) -> None:
-        self.bootstrap = bootstrap
-        self._stack = stack
-        self._tg = tg
-        self.names = names
-        self.admin = admin
-        self.transcript: Transcript = []
+    bootstrap: str
+    _stack: AsyncExitStack
+    _tg: anyio.abc.TaskGroup
+    names: Names
+    admin: Admin
+    transcript: Transcript = field(default_factory=list)
 
     def record(self, step: str, answer: T) -> T:
         """Append ``(step, answer)`` to the transcript and return the answer."""

@@ -30,6 +30,7 @@ __all__ = [
     "epoch_datetime",
     "from_output",
     "group_handler",
+    "member_input",
     "ms",
     "per_partition",
 ]
@@ -190,6 +191,24 @@ def group_handler(
         return answer(req, v, out)
 
     return handle
+
+
+def member_input(make: Callable[..., T], req: Any, **fields: Any) -> T:
+    """A coordinator input from a request naming its sender's generation.
+
+    Args:
+        make: the input type.
+        req: the request: ``group_id``, ``generation_id``, ``member_id`` and,
+            from the version that adds it, ``group_instance_id``.
+        fields: the input's other fields.
+    """
+    return make(
+        group_id=req.group_id,
+        generation_id=int(req.generation_id),
+        member_id=req.member_id,
+        group_instance_id=getattr(req, "group_instance_id", None),
+        **fields,
+    )
 
 
 @dataclass(frozen=True, slots=True)
