@@ -76,20 +76,29 @@ def epoch_datetime(epoch_ms: int) -> datetime.datetime | None:
 
 
 def per_partition(
+    topic_type: Any,
     topics: Iterable[Any],
-    partitions: Callable[[Any], Iterable[Any]],
     answer: Callable[[Any, Any], Any],
-    entry: Callable[[Any, tuple[Any, ...]], Any],
+    *,
+    name: str = "name",
+    partitions: str = "partitions",
+    answers: str = "partitions",
 ) -> tuple[Any, ...]:
     """A response's topic list: one entry per requested topic, one answer per partition.
 
     Args:
+        topic_type: the kio type of a response topic.
         topics: the request's topics.
-        partitions: a requested topic's partitions.
         answer: ``(topic, partition) -> partition response``.
-        entry: ``(topic, partition responses) -> topic response``.
+        name: the field naming a topic, in the request and the response.
+        partitions: the request topic's field listing its partitions.
+        answers: the response topic's field listing the partition answers.
     """
-    return tuple(entry(t, tuple(answer(t, p) for p in partitions(t))) for t in topics)
+    entries = []
+    for t in topics:
+        parts = tuple(answer(t, p) for p in getattr(t, partitions))
+        entries.append(build(topic_type, **{name: getattr(t, name), answers: parts}))
+    return tuple(entries)
 
 
 def from_output(cls: type[T], output: Any, /, **values: Any) -> T:

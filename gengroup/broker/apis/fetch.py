@@ -35,12 +35,7 @@ KEY: Final = ApiKey.FETCH
 
 
 def _topics(mod: Any, req: Any, answer: Any) -> tuple[Any, ...]:
-    return per_partition(
-        req.topics,
-        lambda t: t.partitions,
-        answer,
-        lambda t, parts: build(mod.FetchableTopicResponse, topic=t.topic, partitions=parts),
-    )
+    return per_partition(mod.FetchableTopicResponse, req.topics, answer, name="topic")
 
 
 def _partition(

@@ -32,12 +32,7 @@ def _partition(mod: Any, index: int, code: int, found: tuple[int, int, int]) -> 
 
 
 def _response(mod: Any, req: Any, answer: Any) -> Any:
-    topics = per_partition(
-        req.topics,
-        lambda t: t.partitions,
-        answer,
-        lambda t, parts: build(mod.ListOffsetsTopicResponse, name=t.name, partitions=parts),
-    )
+    topics = per_partition(mod.ListOffsetsTopicResponse, req.topics, answer)
     return build(mod.ListOffsetsResponse, throttle_time=ZERO, topics=topics)
 
 
