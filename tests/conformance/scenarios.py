@@ -35,6 +35,7 @@ from typing import Any, Final
 
 import anyio
 
+from gengroup.broker import BrokerSettings
 from gengroup.testing.pytest_plugin import make_unique_name
 
 from .client import (
@@ -47,7 +48,7 @@ from .client import (
     subscription_bytes,
 )
 
-__all__ = ["SCENARIOS"]
+__all__ = ["MIN_SESSION_MS", "SCENARIOS"]
 
 SHORT_REBALANCE_MS: Final = 3_000
 """Rebalance timeout of the scenarios that wait for it to expire."""
@@ -55,8 +56,8 @@ SHORT_REBALANCE_MS: Final = 3_000
 MIN_SESSION_MS: Final = 1_000
 """``group.min.session.timeout.ms`` of both brokers under test."""
 
-MAX_SESSION_MS: Final = 1_800_000
-"""``group.max.session.timeout.ms`` (Kafka's default) of both brokers under test."""
+MAX_SESSION_MS: Final = BrokerSettings().group_max_session_timeout_ms
+"""``group.max.session.timeout.ms`` of both brokers under test: the default, the same in both."""
 
 PARK_DELAY: Final = 0.3
 """Seconds allowed for a background request to reach the broker and park."""

@@ -36,11 +36,11 @@ from gengroup.broker import BrokerSettings, FakeCluster
 from gengroup.testing.kafka import KafkaBroker
 
 from .client import Transcript
-from .scenarios import SCENARIOS
+from .scenarios import MIN_SESSION_MS, SCENARIOS
 
 EMBEDDED_SETTINGS: Final = BrokerSettings(
     group_initial_rebalance_delay_ms=0,
-    group_min_session_timeout_ms=1000,
+    group_min_session_timeout_ms=MIN_SESSION_MS,
     offsets_topic_num_partitions=1,
 )
 """The embedded broker configured like the harness's Kafka (gengroup.testing.kafka)."""
