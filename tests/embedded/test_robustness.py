@@ -13,6 +13,7 @@ import os
 import struct
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -37,6 +38,11 @@ def autojump_clock() -> trio.testing.MockClock:
 def header(api_key: int, version: int, cid: int = 42, *, flexible: bool = False) -> bytes:
     out = struct.pack(">hhih", api_key, version, cid, 4) + b"evil"
     return out + (b"\x00" if flexible else b"")
+
+
+def configured(**settings: Any) -> FakeCluster:
+    """A cluster with topic ``t`` (one partition) and these broker settings."""
+    return FakeCluster(topics={"t": 1}, settings=BrokerSettings(**settings))
 
 
 @asynccontextmanager
@@ -110,8 +116,7 @@ async def test_truncated_frame_then_eof(autojump_clock: trio.testing.MockClock) 
 async def test_oversized_frame_over_the_configured_limit(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    settings = BrokerSettings(socket_request_max_bytes=1024)
-    async with FakeCluster(topics={"t": 1}, settings=settings) as cluster:
+    async with configured(socket_request_max_bytes=1024) as cluster:
         async with connect(cluster) as good:
             await refused(cluster, struct.pack(">i", 1025))
             await still_served(good)
@@ -180,8 +185,7 @@ async def test_many_clients_survive_a_hostile_one(autojump_clock: trio.testing.M
 async def test_idle_connections_are_closed_when_configured(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    settings = BrokerSettings(connections_max_idle=600)
-    async with FakeCluster(topics={"t": 1}, settings=settings) as cluster, raw(cluster) as idle:
+    async with configured(connections_max_idle=600) as cluster, raw(cluster) as idle:
         start = trio.current_time()
         assert await closed_by_peer_after(idle, 700)
         assert trio.current_time() - start == pytest.approx(600)
