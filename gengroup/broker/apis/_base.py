@@ -33,6 +33,7 @@ __all__ = [
     "member_input",
     "ms",
     "per_partition",
+    "topic_result",
 ]
 
 ZERO: Final = datetime.timedelta(0)
@@ -99,6 +100,13 @@ def per_partition(
         parts = tuple(answer(t, p) for p in getattr(t, partitions))
         entries.append(build(topic_type, **{name: getattr(t, name), answers: parts}))
     return tuple(entries)
+
+
+def topic_result(
+    result_type: Any, name: str, code: int, message: str | None, /, **values: Any
+) -> Any:
+    """A per-topic result (the topic admin APIs): name, error code and message, and ``values``."""
+    return build(result_type, name=name, error_code=ec(code), error_message=message, **values)
 
 
 def from_output(cls: type[T], output: Any, /, **values: Any) -> T:
