@@ -30,29 +30,7 @@ from kio.schema.errors import ErrorCode
 
 from ._error_table import RETRY_ACTIONS, Action, policy_for
 
-__all__ = [
-    "GroupClosed",
-    "BrokenConnection",
-    "ClusterUnreachable",
-    "BrokerError",
-    "ConfigError",
-    "ConnectionClosed",
-    "CoordinatorError",
-    "CorruptRecordError",
-    "DeserializationError",
-    "GengroupError",
-    "GenerationEnded",
-    "KafkaConnectionError",
-    "ProtocolError",
-    "RebalanceError",
-    "RequestTimedOut",
-    "StaleMetadataError",
-    "TaskStuckError",
-    "UnsupportedVersion",
-    "error_for_code",
-    "is_retriable",
-    "raise_for_code",
-]
+# No __all__: the package namespace (gengroup/__init__.py) lists the public errors.
 
 
 class GengroupError(Exception):

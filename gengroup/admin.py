@@ -346,19 +346,26 @@ class Admin:
 
     async def _topic_requests(
         self,
-        what: str,
+        api: ApiKey,
         names: Sequence[str],
-        send: Callable[[list[str]], Awaitable[Iterable[Any]]],
+        make: Callable[[Any, list[str], float], Any],
+        results: str,
         accept: Callable[[BrokerError], bool],
-        timeout: float,
-    ) -> None:
+        timeout: float | None,
+    ) -> Callable[[], float]:
         """Send a per-topic request until every topic succeeded, was accepted or failed.
 
-        ``send`` sends the request for the topics still pending and returns
-        the per-topic results (``name``, ``error_code``, ``error_message``).
-        A topic whose error ``accept`` approves counts as done; a retriable
-        error keeps it pending for the next attempt; any other error is raised.
+        ``make(module, names, limit)`` builds the request for the topics still
+        pending, ``limit`` being the operation's time limit; the response's
+        ``results`` field lists the per-topic results (``name``,
+        ``error_code``, ``error_message``). A topic whose error ``accept``
+        approves counts as done; a retriable error keeps it pending for the
+        next attempt; any other error is raised.
+
+        Returns:
+            The seconds left of the operation's time limit, for what follows.
         """
+        limit, remaining = self._limit(timeout)
         pending = list(names)
 
         async def attempt() -> None:
@@ -367,7 +374,9 @@ class Admin:
                 return
             retry_names: list[str] = []
             first_error: BrokerError | None = None
-            for result in await send(pending):
+            batch = pending
+            resp = await self.cluster.call(None, api, lambda mod: make(mod, batch, limit))
+            for result in getattr(resp, results):
                 code = int(result.error_code)
                 if not code:
                     continue
@@ -382,7 +391,9 @@ class Admin:
             if first_error is not None:
                 raise first_error
 
-        await self._retrying(what, attempt, timeout)
+        what = "".join(word.capitalize() for word in api.name.split("_"))  # "CreateTopics"
+        await self._retrying(what, attempt, limit)
+        return remaining
 
     # ------------------------------------------------------------------ topics
 
@@ -413,9 +424,8 @@ class Admin:
             new = {t.name: t for t in topics}
         if not new:
             return
-        limit, remaining = self._limit(timeout)
 
-        def make(mod: Any, batch: list[str]) -> Any:
+        def make(mod: Any, batch: list[str], limit: float) -> Any:
             return build(
                 mod.CreateTopicsRequest,
                 topics=tuple(
@@ -436,16 +446,13 @@ class Admin:
                 validate_only=False,
             )
 
-        async def send(batch: list[str]) -> Iterable[Any]:
-            resp = await self.cluster.call(None, ApiKey.CREATE_TOPICS, lambda m: make(m, batch))
-            return list(resp.topics)
-
-        await self._topic_requests(
-            "CreateTopics",
+        remaining = await self._topic_requests(
+            ApiKey.CREATE_TOPICS,
             list(new),
-            send,
+            make,
+            "topics",
             lambda err: exist_ok and isinstance(err, TopicAlreadyExists),
-            limit,
+            timeout,
         )
         counts = {name: t.partitions for name, t in new.items()}
 
@@ -501,9 +508,8 @@ class Admin:
         topics = sorted(set(names))
         if not topics:
             return
-        limit, remaining = self._limit(timeout)
 
-        def make(mod: Any, batch: list[str]) -> Any:
+        def make(mod: Any, batch: list[str], limit: float) -> Any:
             return build(
                 mod.DeleteTopicsRequest,
                 topic_names=tuple(batch),
@@ -513,10 +519,6 @@ class Admin:
                 timeout=ms(limit),
             )
 
-        async def send(batch: list[str]) -> Iterable[Any]:
-            resp = await self.cluster.call(None, ApiKey.DELETE_TOPICS, lambda m: make(m, batch))
-            return list(resp.responses)
-
         def accept(err: BrokerError) -> bool:
             if isinstance(err, UnknownTopicOrPartition):
                 if missing_ok:
@@ -524,7 +526,9 @@ class Admin:
                 raise GiveUp(err)
             return False
 
-        await self._topic_requests("DeleteTopics", topics, send, accept, limit)
+        remaining = await self._topic_requests(
+            ApiKey.DELETE_TOPICS, topics, make, "responses", accept, timeout
+        )
 
         def gone(md: dict[str, Any]) -> bool:
             return all(md.get(n) is None or md[n].error_code for n in topics)
@@ -545,30 +549,26 @@ class Admin:
                 larger than the current count, UNKNOWN_TOPIC_OR_PARTITION.
             TimeoutError: the new partitions did not get leaders in time.
         """
-        limit, remaining = self._limit(timeout)
 
-        def make(mod: Any) -> Any:
+        def make(mod: Any, batch: list[str], limit: float) -> Any:
             return build(
                 mod.CreatePartitionsRequest,
-                topics=(
-                    build(
-                        mod.CreatePartitionsTopic, name=topic, count=total_count, assignments=None
-                    ),
+                topics=tuple(
+                    build(mod.CreatePartitionsTopic, name=n, count=total_count, assignments=None)
+                    for n in batch
                 ),
                 timeout=ms(limit),
                 validate_only=False,
             )
-
-        async def send(batch: list[str]) -> Iterable[Any]:
-            resp = await self.cluster.call(None, ApiKey.CREATE_PARTITIONS, make)
-            return list(resp.results)
 
         def accept(err: BrokerError) -> bool:
             if isinstance(err, UnknownTopicOrPartition):
                 raise GiveUp(err)
             return False
 
-        await self._topic_requests("CreatePartitions", [topic], send, accept, limit)
+        remaining = await self._topic_requests(
+            ApiKey.CREATE_PARTITIONS, [topic], make, "results", accept, timeout
+        )
 
         def ready(md: dict[str, Any]) -> bool:
             info = md.get(topic)

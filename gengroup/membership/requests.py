@@ -19,7 +19,8 @@ Error codes are returned, not raised: the member machine interprets them
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from .member import JoinParams
 
 __all__ = [
     "JoinResult",
+    "commit_request",
     "error_code",
     "heartbeat_request",
     "join_request",
@@ -144,17 +146,51 @@ def offset_commit_request(
     offsets: Mapping[TopicPartition, int],
     metadata: Mapping[TopicPartition, str] | None = None,
 ) -> Any:
-    """An OffsetCommit request of ``offsets`` (with ``metadata`` per partition) under ``identity``."""
+    """An OffsetCommit request of ``offsets`` (``metadata`` per partition) under ``identity``."""
     notes = metadata or {}
-    by_topic: dict[str, list[tuple[int, int, str | None]]] = {}
-    for tp, off in sorted(offsets.items()):
-        by_topic.setdefault(tp.topic, []).append((tp.partition, off, notes.get(tp)))
-    return build(
-        mod.OffsetCommitRequest,
+    return commit_request(
+        mod,
         group_id=identity.group_id,
-        generation_id_or_member_epoch=identity.generation_id,
+        generation_id=identity.generation_id,
         member_id=identity.member_id,
         group_instance_id=identity.group_instance_id,
+        offsets=(
+            (tp.topic, tp.partition, off, notes.get(tp)) for tp, off in sorted(offsets.items())
+        ),
+    )
+
+
+def commit_request(
+    mod: Any,
+    *,
+    group_id: str,
+    generation_id: int,
+    member_id: str,
+    group_instance_id: str | None,
+    offsets: Iterable[tuple[str, int, int, str | None]],
+) -> Any:
+    """An OffsetCommit request of ``mod``'s version, any version.
+
+    Args:
+        mod: the kio request module of the version to send.
+        group_id: the group.
+        generation_id: the generation (-1 for a commit from outside the group).
+        member_id: the member ("" from outside the group).
+        group_instance_id: the static member's instance id, or None.
+        offsets: ``(topic, partition, offset, metadata)`` entries, grouped by
+            topic in the order the topics first appear. The retention time
+            (v2-v4) and commit timestamp (v1) are -1: the broker's defaults.
+    """
+    by_topic: dict[str, list[tuple[int, int, str | None]]] = {}
+    for topic, partition, offset, metadata in offsets:
+        by_topic.setdefault(topic, []).append((partition, offset, metadata))
+    return build(
+        mod.OffsetCommitRequest,
+        group_id=group_id,
+        generation_id_or_member_epoch=generation_id,
+        member_id=member_id,
+        group_instance_id=group_instance_id,
+        retention_time=datetime.timedelta(milliseconds=-1),
         topics=tuple(
             build(
                 mod.OffsetCommitRequestTopic,
@@ -165,12 +201,13 @@ def offset_commit_request(
                         partition_index=p,
                         committed_offset=o,
                         committed_leader_epoch=-1,
-                        committed_metadata=m,
+                        commit_timestamp=-1,
+                        committed_metadata=metadata,
                     )
-                    for p, o, m in parts
+                    for p, o, metadata in parts
                 ),
             )
-            for topic, parts in sorted(by_topic.items())
+            for topic, parts in by_topic.items()
         ),
     )
 

@@ -126,6 +126,24 @@ def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
     raise ProtocolError("unsigned varint longer than five bytes")
 
 
+def _compact_count(
+    buf: Buffer, pos: int, what: str, nullable: bool, null: str = "null"
+) -> tuple[int, int]:
+    """Read a compact length or count (stored plus one, 0 for null: named ``null`` in errors).
+
+    Returns:
+        The length (-1 for a null, allowed only if ``nullable``) and the new position.
+    """
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = _uvarint(buf, pos)
+    if n == 0 and not nullable:
+        raise ProtocolError(f"{what}: {null} where a value is required")
+    return n - 1, pos
+
+
 def _is_nullable(field_type: Any) -> bool:
     """Whether the annotation itself (not a tuple's element) admits None."""
     return get_origin(field_type) in (UnionType, Union) and NoneType in get_args(field_type)
@@ -142,20 +160,12 @@ def _length_walker(what: str, *, flexible: bool, is_string: bool, nullable: bool
     if flexible:
 
         def walk_compact(buf: Buffer, pos: int) -> int:
-            n = buf[pos]
-            if n < 0x80:
-                pos += 1
-            else:
-                n, pos = _uvarint(buf, pos)
-            if n == 0:
-                if nullable:
-                    return pos
-                raise ProtocolError(f"{what}: null where a value is required")
-            end = pos + n - 1
+            n, pos = _compact_count(buf, pos, what, nullable)
+            if n < 0:
+                return pos
+            end = pos + n
             if end > len(buf):
-                raise ProtocolError(
-                    f"{what}: length {n - 1} exceeds the {len(buf) - pos} bytes left"
-                )
+                raise ProtocolError(f"{what}: length {n} exceeds the {len(buf) - pos} bytes left")
             return end
 
         return _Plan(walk_compact, 1, None)
@@ -183,29 +193,21 @@ def _array_plan(what: str, elem: _Plan, *, flexible: bool, nullable: bool) -> _P
     fixed = elem.fixed
     walk_elem = elem.walk
 
-    def too_many(n: int, left: int) -> ProtocolError:
-        return ProtocolError(f"{what}: {n} elements cannot fit in the {left} bytes left")
+    def walk_elements(buf: Buffer, pos: int, n: int) -> int:
+        left = len(buf) - pos
+        if n * step > left:
+            raise ProtocolError(f"{what}: {n} elements cannot fit in the {left} bytes left")
+        if fixed is not None:
+            return pos + n * fixed
+        for _ in range(n):
+            pos = walk_elem(buf, pos)
+        return pos
 
     if flexible:
 
         def walk_compact(buf: Buffer, pos: int) -> int:
-            n = buf[pos]
-            if n < 0x80:
-                pos += 1
-            else:
-                n, pos = _uvarint(buf, pos)
-            if n == 0:
-                if nullable:
-                    return pos
-                raise ProtocolError(f"{what}: null array where a value is required")
-            n -= 1
-            if n * step > len(buf) - pos:
-                raise too_many(n, len(buf) - pos)
-            if fixed is not None:
-                return pos + n * fixed
-            for _ in range(n):
-                pos = walk_elem(buf, pos)
-            return pos
+            n, pos = _compact_count(buf, pos, what, nullable, "null array")
+            return pos if n < 0 else walk_elements(buf, pos, n)
 
         return _Plan(walk_compact, 1, None)
 
@@ -216,13 +218,7 @@ def _array_plan(what: str, elem: _Plan, *, flexible: bool, nullable: bool) -> _P
             if n == -1 and nullable:
                 return pos
             raise ProtocolError(f"{what}: invalid array count {n}")
-        if n * step > len(buf) - pos:
-            raise too_many(n, len(buf) - pos)
-        if fixed is not None:
-            return pos + n * fixed
-        for _ in range(n):
-            pos = walk_elem(buf, pos)
-        return pos
+        return walk_elements(buf, pos, n)
 
     return _Plan(walk_legacy, 4, None)
 

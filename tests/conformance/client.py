@@ -36,6 +36,7 @@ import datetime
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Final, Generic, TypeVar
 
@@ -46,6 +47,7 @@ from kio.schema.errors import ErrorCode
 from gengroup._errors import ProtocolError
 from gengroup.io.cluster import parse_address
 from gengroup.io.connection import BrokerConnection, open_connection
+from gengroup.membership.requests import commit_request
 from gengroup.protocol.consumer_protocol import (
     PROTOCOL_TYPE,
     Assignment,
@@ -57,6 +59,8 @@ from gengroup.protocol.consumer_protocol import (
 )
 from gengroup.protocol.framing import build, request_module
 from gengroup.protocol.versions import ApiKey
+
+from .. import embedded as rq
 
 __all__ = [
     "VERSIONS",
@@ -295,30 +299,13 @@ class _Client:
         """
         _, mod = self.module(ApiKey.OFFSET_COMMIT, version)
         resp = await self.send(
-            build(
-                mod.OffsetCommitRequest,
+            commit_request(
+                mod,
                 group_id=group_id,
-                generation_id_or_member_epoch=generation,
+                generation_id=generation,
                 member_id=member_id,
                 group_instance_id=instance_id,
-                retention_time=datetime.timedelta(milliseconds=-1),
-                topics=(
-                    build(
-                        mod.OffsetCommitRequestTopic,
-                        name=topic,
-                        partitions=tuple(
-                            build(
-                                mod.OffsetCommitRequestPartition,
-                                partition_index=p,
-                                committed_offset=offset,
-                                committed_leader_epoch=-1,
-                                commit_timestamp=-1,
-                                committed_metadata=metadata,
-                            )
-                            for p, (offset, metadata) in sorted(offsets.items())
-                        ),
-                    ),
-                ),
+                offsets=((topic, p, o, metadata) for p, (o, metadata) in sorted(offsets.items())),
             )
         )
         return {
@@ -571,24 +558,8 @@ class Admin(_Client):
         Returns:
             ``error``, ``num_partitions``, ``replication_factor``.
         """
-        _, mod = self.module(ApiKey.CREATE_TOPICS, None)
-        resp = await self.send(
-            build(
-                mod.CreateTopicsRequest,
-                topics=(
-                    build(
-                        mod.CreatableTopic,
-                        name=name,
-                        num_partitions=partitions,
-                        replication_factor=-1,
-                        assignments=(),
-                        configs=(),
-                    ),
-                ),
-                timeout=datetime.timedelta(milliseconds=30_000),
-                validate_only=False,
-            )
-        )
+        v, _ = self.module(ApiKey.CREATE_TOPICS, None)
+        resp = await self.send(rq.create_topics(v, (name, partitions), rf=-1, timeout=30_000))
         (result,) = resp.topics
         answer = {
             "error": error_name(result.error_code),
@@ -712,26 +683,8 @@ class Admin(_Client):
         Returns:
             ``error`` and ``offsets``: ``{"t[0]": (offset, leader_epoch, metadata, error)}``.
         """
-        _, mod = self.module(ApiKey.OFFSET_FETCH, version)
-        resp = await self.send(
-            build(
-                mod.OffsetFetchRequest,
-                groups=(
-                    build(
-                        mod.OffsetFetchRequestGroup,
-                        group_id=group_id,
-                        topics=(
-                            build(
-                                mod.OffsetFetchRequestTopics,
-                                name=topic,
-                                partition_indexes=tuple(partitions),
-                            ),
-                        ),
-                    ),
-                ),
-                require_stable=False,
-            )
-        )
+        v, _ = self.module(ApiKey.OFFSET_FETCH, version)
+        resp = await self.send(rq.offset_fetch(v, group_id, [(topic, p) for p in partitions]))
         (group,) = resp.groups
         return {
             "error": error_name(group.error_code),
@@ -753,28 +706,8 @@ class Admin(_Client):
         Returns:
             ``error``, ``offset``, ``timestamp``, ``leader_epoch``.
         """
-        _, mod = self.module(ApiKey.LIST_OFFSETS, None)
-        resp = await self.send(
-            build(
-                mod.ListOffsetsRequest,
-                replica_id=-1,
-                isolation_level=0,
-                topics=(
-                    build(
-                        mod.ListOffsetsTopic,
-                        name=topic,
-                        partitions=(
-                            build(
-                                mod.ListOffsetsPartition,
-                                partition_index=partition,
-                                current_leader_epoch=-1,
-                                timestamp=timestamp,
-                            ),
-                        ),
-                    ),
-                ),
-            )
-        )
+        v, _ = self.module(ApiKey.LIST_OFFSETS, None)
+        resp = await self.send(rq.list_offsets(v, topic, partition, timestamp))
         ((part,),) = (t.partitions for t in resp.topics)
         return {
             "error": error_name(part.error_code),
@@ -837,23 +770,16 @@ class Admin(_Client):
         }
 
 
+@dataclass
 class Session:
     """One scenario's connections, labels, transcript and background requests."""
 
-    def __init__(
-        self,
-        bootstrap: str,
-        stack: AsyncExitStack,
-        tg: anyio.abc.TaskGroup,
-        names: Names,
-        admin: Admin,
-    ) -> None:
-        self.bootstrap = bootstrap
-        self._stack = stack
-        self._tg = tg
-        self.names = names
-        self.admin = admin
-        self.transcript: Transcript = []
+    bootstrap: str
+    _stack: AsyncExitStack
+    _tg: anyio.abc.TaskGroup
+    names: Names
+    admin: Admin
+    transcript: Transcript = field(default_factory=list)
 
     def record(self, step: str, answer: T) -> T:
         """Append ``(step, answer)`` to the transcript and return the answer."""

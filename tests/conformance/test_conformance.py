@@ -36,11 +36,11 @@ from gengroup.broker import BrokerSettings, FakeCluster
 from gengroup.testing.kafka import KafkaBroker
 
 from .client import Transcript
-from .scenarios import SCENARIOS
+from .scenarios import MIN_SESSION_MS, SCENARIOS
 
 EMBEDDED_SETTINGS: Final = BrokerSettings(
     group_initial_rebalance_delay_ms=0,
-    group_min_session_timeout_ms=1000,
+    group_min_session_timeout_ms=MIN_SESSION_MS,
     offsets_topic_num_partitions=1,
 )
 """The embedded broker configured like the harness's Kafka (gengroup.testing.kafka)."""
@@ -78,33 +78,21 @@ def resolve(expected: Transcript, target: str) -> Transcript:
     ]
 
 
-def mir(member: str, *, protocol: str | None = None) -> dict[str, Any]:
-    """JoinGroup answered MEMBER_ID_REQUIRED with a new member id (``protocol`` is ``""`` < v7)."""
-    return {
-        "error": "MEMBER_ID_REQUIRED",
-        "member": member,
-        "generation": -1,
-        "protocol_type": None,
-        "protocol": protocol,
-        "leader": "",
-        "members": [],
-        "skip_assignment": False,
-    }
-
-
 def joined(
     member: str,
     generation: int,
     leader: str,
     members: Sequence[str] = (),
     *,
-    protocol: str = "range",
+    protocol: str | None = "range",
     protocol_type: str | None = "consumer",
     skip: bool = False,
+    error: str = "NONE",
 ) -> dict[str, Any]:
-    """A successful JoinGroup (``members`` only for the leader; ``protocol_type`` v7+)."""
+    """A JoinGroup answer, by default a success (``members`` only for the leader;
+    ``protocol_type`` v7+)."""
     return {
-        "error": "NONE",
+        "error": error,
         "member": member,
         "generation": generation,
         "protocol_type": protocol_type,
@@ -115,18 +103,14 @@ def joined(
     }
 
 
-def join_error(error: str, member: str = "") -> dict[str, Any]:
+def mir(member: str, *, protocol: str | None = None) -> dict[str, Any]:
+    """JoinGroup answered MEMBER_ID_REQUIRED with a new member id (``protocol`` is ``""`` < v7)."""
+    return join_error("MEMBER_ID_REQUIRED", member, protocol=protocol)
+
+
+def join_error(error: str, member: str = "", *, protocol: str | None = None) -> dict[str, Any]:
     """A failed JoinGroup, echoing the member id it was sent with."""
-    return {
-        "error": error,
-        "member": member,
-        "generation": -1,
-        "protocol_type": None,
-        "protocol": None,
-        "leader": "",
-        "members": [],
-        "skip_assignment": False,
-    }
+    return joined(member, -1, "", error=error, protocol=protocol, protocol_type=None)
 
 
 def synced(

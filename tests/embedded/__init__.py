@@ -22,7 +22,12 @@ from gengroup import GenerationIdentity
 from gengroup.broker import FakeCluster
 from gengroup.io.connection import BrokerConnection, open_connection
 from gengroup.membership.member import JoinParams
-from gengroup.membership.requests import heartbeat_request, join_request, leave_request
+from gengroup.membership.requests import (
+    commit_request,
+    heartbeat_request,
+    join_request,
+    leave_request,
+)
 from gengroup.protocol.framing import (
     FrameBuffer,
     build,
@@ -272,69 +277,42 @@ def leave_group(v: int, group: str, member_id: str) -> Any:
 def offset_commit(
     v: int, group: str, generation: int, member_id: str, offsets: Sequence[tuple[str, int, int]]
 ) -> Any:
-    mod = request_module(ApiKey.OFFSET_COMMIT, v)
-    by_topic = _by_topic((t, (p, o)) for t, p, o in offsets)
-    return build(
-        mod.OffsetCommitRequest,
+    return commit_request(
+        request_module(ApiKey.OFFSET_COMMIT, v),
         group_id=group,
-        generation_id_or_member_epoch=generation,
+        generation_id=generation,
         member_id=member_id,
         group_instance_id=None,
-        retention_time=ms(-1),
-        topics=tuple(
-            build(
-                mod.OffsetCommitRequestTopic,
-                name=t,
-                partitions=tuple(
-                    build(
-                        mod.OffsetCommitRequestPartition,
-                        partition_index=p,
-                        committed_offset=o,
-                        committed_leader_epoch=-1,
-                        committed_metadata="m",
-                    )
-                    for p, o in parts
-                ),
-            )
-            for t, parts in by_topic.items()
-        ),
+        offsets=((t, p, o, "m") for t, p, o in offsets),
     )
 
 
 def offset_fetch(v: int, group: str, partitions: Sequence[tuple[str, int]] | None) -> Any:
     mod = request_module(ApiKey.OFFSET_FETCH, v)
-    by_topic = _by_topic(partitions or ())
-    if v >= 8:
-        topics = (
-            None
-            if partitions is None
-            else tuple(
-                build(mod.OffsetFetchRequestTopics, name=t, partition_indexes=tuple(ps))
-                for t, ps in by_topic.items()
-            )
-        )
-        return build(
-            mod.OffsetFetchRequest,
-            groups=(
-                build(
-                    mod.OffsetFetchRequestGroup,
-                    group_id=group,
-                    member_id=None,
-                    member_epoch=-1,
-                    topics=topics,
-                ),
-            ),
-            require_stable=False,
-        )
+    topic_type = mod.OffsetFetchRequestTopics if v >= 8 else mod.OffsetFetchRequestTopic
     topics = (
         None
         if partitions is None
         else tuple(
-            build(mod.OffsetFetchRequestTopic, name=t, partition_indexes=tuple(ps))
-            for t, ps in by_topic.items()
+            build(topic_type, name=t, partition_indexes=tuple(ps))
+            for t, ps in _by_topic(partitions).items()
         )
     )
-    return build(mod.OffsetFetchRequest, group_id=group, topics=topics, require_stable=False)
+    if v < 8:
+        return build(mod.OffsetFetchRequest, group_id=group, topics=topics, require_stable=False)
+    return build(
+        mod.OffsetFetchRequest,
+        groups=(
+            build(
+                mod.OffsetFetchRequestGroup,
+                group_id=group,
+                member_id=None,
+                member_epoch=-1,
+                topics=topics,
+            ),
+        ),
+        require_stable=False,
+    )
 
 
 def describe_groups(v: int, *groups: str) -> Any:
@@ -358,6 +336,7 @@ def create_topics(
     rf: int = 1,
     configs: dict[str, str] | None = None,
     validate_only: bool = False,
+    timeout: float = 5000,
 ) -> Any:
     mod = request_module(ApiKey.CREATE_TOPICS, v)
     return build(
@@ -376,7 +355,7 @@ def create_topics(
             )
             for name, count in topics
         ),
-        timeout=ms(5000),
+        timeout=ms(timeout),
         validate_only=validate_only,
     )
 

@@ -13,6 +13,7 @@ import os
 import struct
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -39,6 +40,11 @@ def header(api_key: int, version: int, cid: int = 42, *, flexible: bool = False)
     return out + (b"\x00" if flexible else b"")
 
 
+def configured(**settings: Any) -> FakeCluster:
+    """A cluster with topic ``t`` (one partition) and these broker settings."""
+    return FakeCluster(topics={"t": 1}, settings=BrokerSettings(**settings))
+
+
 @asynccontextmanager
 async def raw(cluster: FakeCluster) -> AsyncIterator[anyio.abc.SocketStream]:
     host, port = cluster.address(0)
@@ -55,6 +61,15 @@ async def closed_by_peer(stream: anyio.abc.SocketStream) -> bool:
     except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionResetError):
         return True
     raise AssertionError(f"expected the connection to be closed, got {data!r}")
+
+
+async def refused(cluster: FakeCluster, data: bytes, *, eof: bool = False) -> None:
+    """A new raw connection sends ``data`` (then EOF if asked): the server closes it."""
+    async with raw(cluster) as evil:
+        await evil.send(data)
+        if eof:
+            await evil.send_eof()
+        assert await closed_by_peer(evil)
 
 
 async def still_served(conn: BrokerConnection) -> None:
@@ -84,12 +99,8 @@ async def test_hostile_frames_close_only_that_connection(
 ) -> None:
     async with FakeCluster(topics={"t": 1}) as cluster, connect(cluster) as good:
         await still_served(good)
-        async with raw(cluster) as evil:
-            await evil.send(HOSTILE[name]())
-            if name == "garbage without a frame":
-                # a ~16 MB declared length: the server waits for the rest, like Kafka
-                await evil.send_eof()
-            assert await closed_by_peer(evil)
+        # "garbage without a frame" declares ~16 MB: the server waits for the rest, like Kafka
+        await refused(cluster, HOSTILE[name](), eof=name == "garbage without a frame")
         await still_served(good)
         assert cluster.servers[0].connection_count == 1
         assert not cluster.errors
@@ -97,10 +108,7 @@ async def test_hostile_frames_close_only_that_connection(
 
 async def test_truncated_frame_then_eof(autojump_clock: trio.testing.MockClock) -> None:
     async with FakeCluster(topics={"t": 1}) as cluster, connect(cluster) as good:
-        async with raw(cluster) as evil:
-            await evil.send(struct.pack(">i", 100) + b"only ten b")
-            await evil.send_eof()
-            assert await closed_by_peer(evil)
+        await refused(cluster, struct.pack(">i", 100) + b"only ten b", eof=True)
         await still_served(good)
         assert not cluster.errors
 
@@ -108,11 +116,9 @@ async def test_truncated_frame_then_eof(autojump_clock: trio.testing.MockClock) 
 async def test_oversized_frame_over_the_configured_limit(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    settings = BrokerSettings(socket_request_max_bytes=1024)
-    async with FakeCluster(topics={"t": 1}, settings=settings) as cluster:
-        async with connect(cluster) as good, raw(cluster) as evil:
-            await evil.send(struct.pack(">i", 1025))
-            assert await closed_by_peer(evil)
+    async with configured(socket_request_max_bytes=1024) as cluster:
+        async with connect(cluster) as good:
+            await refused(cluster, struct.pack(">i", 1025))
             await still_served(good)
 
 
@@ -170,10 +176,7 @@ async def test_many_clients_survive_a_hostile_one(autojump_clock: trio.testing.M
     async with FakeCluster(topics={"t": 1}) as cluster:
         async with connect(cluster) as a, connect(cluster) as b, connect(cluster) as c:
             for make in HOSTILE.values():
-                async with raw(cluster) as evil:
-                    await evil.send(make())
-                    await evil.send_eof()
-                    await closed_by_peer(evil)
+                await refused(cluster, make(), eof=True)
                 for conn in (a, b, c):
                     await still_served(conn)
         assert not cluster.errors
@@ -182,8 +185,7 @@ async def test_many_clients_survive_a_hostile_one(autojump_clock: trio.testing.M
 async def test_idle_connections_are_closed_when_configured(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    settings = BrokerSettings(connections_max_idle=600)
-    async with FakeCluster(topics={"t": 1}, settings=settings) as cluster, raw(cluster) as idle:
+    async with configured(connections_max_idle=600) as cluster, raw(cluster) as idle:
         start = trio.current_time()
         assert await closed_by_peer_after(idle, 700)
         assert trio.current_time() - start == pytest.approx(600)

@@ -30,8 +30,10 @@ __all__ = [
     "epoch_datetime",
     "from_output",
     "group_handler",
+    "member_input",
     "ms",
     "per_partition",
+    "topic_result",
 ]
 
 ZERO: Final = datetime.timedelta(0)
@@ -75,20 +77,36 @@ def epoch_datetime(epoch_ms: int) -> datetime.datetime | None:
 
 
 def per_partition(
+    topic_type: Any,
     topics: Iterable[Any],
-    partitions: Callable[[Any], Iterable[Any]],
     answer: Callable[[Any, Any], Any],
-    entry: Callable[[Any, tuple[Any, ...]], Any],
+    *,
+    name: str = "name",
+    partitions: str = "partitions",
+    answers: str = "partitions",
 ) -> tuple[Any, ...]:
     """A response's topic list: one entry per requested topic, one answer per partition.
 
     Args:
+        topic_type: the kio type of a response topic.
         topics: the request's topics.
-        partitions: a requested topic's partitions.
         answer: ``(topic, partition) -> partition response``.
-        entry: ``(topic, partition responses) -> topic response``.
+        name: the field naming a topic, in the request and the response.
+        partitions: the request topic's field listing its partitions.
+        answers: the response topic's field listing the partition answers.
     """
-    return tuple(entry(t, tuple(answer(t, p) for p in partitions(t))) for t in topics)
+    entries = []
+    for t in topics:
+        parts = tuple(answer(t, p) for p in getattr(t, partitions))
+        entries.append(build(topic_type, **{name: getattr(t, name), answers: parts}))
+    return tuple(entries)
+
+
+def topic_result(
+    result_type: Any, name: str, code: int, message: str | None, /, **values: Any
+) -> Any:
+    """A per-topic result (the topic admin APIs): name, error code and message, and ``values``."""
+    return build(result_type, name=name, error_code=ec(code), error_message=message, **values)
 
 
 def from_output(cls: type[T], output: Any, /, **values: Any) -> T:
@@ -190,6 +208,24 @@ def group_handler(
         return answer(req, v, out)
 
     return handle
+
+
+def member_input(make: Callable[..., T], req: Any, **fields: Any) -> T:
+    """A coordinator input from a request naming its sender's generation.
+
+    Args:
+        make: the input type.
+        req: the request: ``group_id``, ``generation_id``, ``member_id`` and,
+            from the version that adds it, ``group_instance_id``.
+        fields: the input's other fields.
+    """
+    return make(
+        group_id=req.group_id,
+        generation_id=int(req.generation_id),
+        member_id=req.member_id,
+        group_instance_id=getattr(req, "group_instance_id", None),
+        **fields,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
 from ..log import LogError
-from ._base import ZERO, ApiSpec, Context, ec
+from ._base import ZERO, ApiSpec, Context, topic_result
 
 __all__ = ["SPEC", "error_response", "handle"]
 
@@ -23,19 +23,8 @@ KEY: Final = ApiKey.CREATE_PARTITIONS
 
 def _response(mod: Any, results: Any) -> Any:
     """The answer, from ``(name, error, message)`` triples."""
-    return build(
-        mod.CreatePartitionsResponse,
-        throttle_time=ZERO,
-        results=tuple(
-            build(
-                mod.CreatePartitionsTopicResult,
-                name=name,
-                error_code=ec(code),
-                error_message=message,
-            )
-            for name, code, message in results
-        ),
-    )
+    entries = tuple(topic_result(mod.CreatePartitionsTopicResult, *r) for r in results)
+    return build(mod.CreatePartitionsResponse, throttle_time=ZERO, results=entries)
 
 
 def error_response(version: int, request: Any, code: int, message: str | None = None) -> Any:

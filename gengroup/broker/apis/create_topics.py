@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
 from ..log import LogError, Topic
-from ._base import NIL_UUID, NONE, ZERO, ApiSpec, Context, ec
+from ._base import NIL_UUID, NONE, ZERO, ApiSpec, Context, topic_result
 
 __all__ = ["SPEC", "error_response", "handle"]
 
@@ -25,12 +25,12 @@ KEY: Final = ApiKey.CREATE_TOPICS
 def _result(
     mod: Any, v: int, name: str, code: int, message: str | None, topic: Topic | None
 ) -> Any:
-    return build(
+    return topic_result(
         mod.CreatableTopicResult,
-        name=name,
+        name,
+        code,
+        message,
         topic_id=topic.topic_id if topic is not None else NIL_UUID,
-        error_code=ec(code),
-        error_message=message,
         topic_config_error_code=NONE,
         num_partitions=len(topic.partitions) if topic is not None else -1,
         replication_factor=topic.replication_factor if topic is not None else -1,

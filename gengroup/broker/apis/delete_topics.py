@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
 from ..log import LogError
-from ._base import NIL_UUID, ZERO, ApiSpec, Context, ec
+from ._base import NIL_UUID, ZERO, ApiSpec, Context, topic_result
 
 __all__ = ["SPEC", "error_response", "handle"]
 
@@ -31,20 +31,11 @@ def _wanted(version: int, request: Any) -> list[tuple[str | None, uuid.UUID | No
 
 def _response(mod: Any, results: Any) -> Any:
     """The answer, from ``(name, topic id, error, message)`` tuples."""
-    return build(
-        mod.DeleteTopicsResponse,
-        throttle_time=ZERO,
-        responses=tuple(
-            build(
-                mod.DeletableTopicResult,
-                name=name,
-                topic_id=topic_id or NIL_UUID,
-                error_code=ec(code),
-                error_message=message,
-            )
-            for name, topic_id, code, message in results
-        ),
+    entries = tuple(
+        topic_result(mod.DeletableTopicResult, name, code, message, topic_id=topic_id or NIL_UUID)
+        for name, topic_id, code, message in results
     )
+    return build(mod.DeleteTopicsResponse, throttle_time=ZERO, responses=entries)
 
 
 def error_response(version: int, request: Any, code: int, message: str | None = None) -> Any:

@@ -35,11 +35,30 @@ KEY: Final = ApiKey.FETCH
 
 
 def _topics(mod: Any, req: Any, answer: Any) -> tuple[Any, ...]:
-    return per_partition(
-        req.topics,
-        lambda t: t.partitions,
-        answer,
-        lambda t, parts: build(mod.FetchableTopicResponse, topic=t.topic, partitions=parts),
+    return per_partition(mod.FetchableTopicResponse, req.topics, answer, name="topic")
+
+
+def _partition(
+    mod: Any,
+    index: int,
+    code: int,
+    *,
+    log_offsets: tuple[int, int] = (-1, -1),
+    aborted: tuple[()] | None = None,
+    records: bytes | None = None,
+) -> Any:
+    """A partition's answer; ``log_offsets`` are its high watermark (also the LSO) and log start."""
+    hw, start = log_offsets
+    return build(
+        mod.PartitionData,
+        partition_index=index,
+        error_code=ec(code),
+        high_watermark=hw,
+        last_stable_offset=hw,
+        log_start_offset=start,
+        aborted_transactions=aborted,
+        preferred_read_replica=-1,
+        records=records,
     )
 
 
@@ -55,19 +74,8 @@ def error_response(version: int, request: Any, code: int, message: str | None = 
     if version >= 7:
         return _response(mod, code, ())
 
-    def answer(t: Any, p: Any) -> Any:
-        return build(
-            mod.PartitionData,
-            partition_index=p.partition,
-            error_code=ec(code),
-            high_watermark=-1,
-            last_stable_offset=-1,
-            log_start_offset=-1,
-            aborted_transactions=None,
-            records=None,
-        )
-
-    return build(mod.FetchResponse, throttle_time=ZERO, responses=_topics(mod, request, answer))
+    topics = _topics(mod, request, lambda t, p: _partition(mod, int(p.partition), code))
+    return build(mod.FetchResponse, throttle_time=ZERO, responses=topics)
 
 
 def _fetch_once(ctx: Context, mod: Any, req: Any, v: int) -> tuple[Any, int, bool]:
@@ -104,15 +112,12 @@ def _fetch_once(ctx: Context, mod: Any, req: Any, v: int) -> tuple[Any, int, boo
                     budget["total"] += len(records)
         if code:
             budget["errors"] += 1
-        return build(
-            mod.PartitionData,
-            partition_index=index,
-            error_code=ec(code),
-            high_watermark=hw,
-            last_stable_offset=hw,
-            log_start_offset=start,
-            aborted_transactions=() if read_committed else None,
-            preferred_read_replica=-1,
+        return _partition(
+            mod,
+            index,
+            code,
+            log_offsets=(hw, start),
+            aborted=() if read_committed else None,
             records=records,
         )
 

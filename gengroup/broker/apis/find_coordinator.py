@@ -8,6 +8,7 @@ in ``coordinators``) instead of one top-level answer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
@@ -23,36 +24,25 @@ KEY: Final = ApiKey.FIND_COORDINATOR
 _Entry = tuple[int, int, str, int, str | None]
 
 
-def _response(mod: Any, v: int, req: Any, entry: Any) -> Any:
+def _response(mod: Any, v: int, req: Any, entry: Callable[[str], _Entry]) -> Any:
     """The answer, from ``entry(key) -> (error, node, host, port, message)``."""
+
+    def fields(key: str) -> dict[str, Any]:
+        code, node, host, port, message = entry(key)
+        return {
+            "node_id": node,
+            "host": host,
+            "port": port,
+            "error_code": ec(code),
+            "error_message": message,
+        }
+
     if v >= 4:
-        coordinators = []
-        for key in req.coordinator_keys:
-            code, node, host, port, message = entry(key)
-            coordinators.append(
-                build(
-                    mod.Coordinator,
-                    key=key,
-                    node_id=node,
-                    host=host,
-                    port=port,
-                    error_code=ec(code),
-                    error_message=message,
-                )
-            )
-        return build(
-            mod.FindCoordinatorResponse, throttle_time=ZERO, coordinators=tuple(coordinators)
+        coordinators = tuple(
+            build(mod.Coordinator, key=key, **fields(key)) for key in req.coordinator_keys
         )
-    code, node, host, port, message = entry(req.key)
-    return build(
-        mod.FindCoordinatorResponse,
-        throttle_time=ZERO,
-        error_code=ec(code),
-        error_message=message,
-        node_id=node,
-        host=host,
-        port=port,
-    )
+        return build(mod.FindCoordinatorResponse, throttle_time=ZERO, coordinators=coordinators)
+    return build(mod.FindCoordinatorResponse, throttle_time=ZERO, **fields(req.key))
 
 
 def error_response(version: int, request: Any, code: int, message: str | None = None) -> Any:

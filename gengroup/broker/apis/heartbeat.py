@@ -11,7 +11,7 @@ from typing import Any, Final
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
 from ..coordinator import HeartbeatInput
-from ._base import ZERO, ApiSpec, Context, ec, group_handler
+from ._base import ZERO, ApiSpec, Context, ec, group_handler, member_input
 
 __all__ = ["SPEC", "error_response", "handle"]
 
@@ -25,12 +25,7 @@ def error_response(version: int, request: Any, code: int, message: str | None = 
 
 
 def _input(ctx: Context, req: Any, v: int) -> HeartbeatInput:
-    return HeartbeatInput(
-        group_id=req.group_id,
-        generation_id=int(req.generation_id),
-        member_id=req.member_id,
-        group_instance_id=getattr(req, "group_instance_id", None),
-    )
+    return member_input(HeartbeatInput, req)
 
 
 #: Hand the heartbeat to the coordinator; the answer is its error code.

@@ -8,6 +8,7 @@ the leader epoch of the offset found in the answer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from ...protocol.framing import build, response_module
@@ -19,42 +20,39 @@ __all__ = ["SPEC", "error_response", "handle"]
 KEY: Final = ApiKey.LIST_OFFSETS
 
 
-def _partition(mod: Any, index: int, code: int, found: tuple[int, int, int]) -> Any:
-    offset, timestamp, epoch = found
-    return build(
-        mod.ListOffsetsPartitionResponse,
-        partition_index=index,
-        error_code=ec(code),
-        timestamp=timestamp,
-        offset=offset,
-        leader_epoch=epoch,
-    )
+_Answer = tuple[int, int, int, int]
+"""A partition's answer: error code, offset, timestamp and leader epoch (-1: none)."""
 
 
-def _response(mod: Any, req: Any, answer: Any) -> Any:
-    topics = per_partition(
-        req.topics,
-        lambda t: t.partitions,
-        answer,
-        lambda t, parts: build(mod.ListOffsetsTopicResponse, name=t.name, partitions=parts),
-    )
+def _response(mod: Any, req: Any, answer: Callable[[Any, Any], _Answer]) -> Any:
+    """The response, from ``answer(topic, partition)`` for each requested partition."""
+
+    def partition(t: Any, p: Any) -> Any:
+        code, offset, timestamp, epoch = answer(t, p)
+        return build(
+            mod.ListOffsetsPartitionResponse,
+            partition_index=p.partition_index,
+            error_code=ec(code),
+            timestamp=timestamp,
+            offset=offset,
+            leader_epoch=epoch,
+        )
+
+    topics = per_partition(mod.ListOffsetsTopicResponse, req.topics, partition)
     return build(mod.ListOffsetsResponse, throttle_time=ZERO, topics=topics)
 
 
 def error_response(version: int, request: Any, code: int, message: str | None = None) -> Any:
     """ListOffsets failing with ``code``: every requested partition carries it."""
-    mod = response_module(KEY, version)
-    return _response(mod, request, lambda t, p: _partition(mod, p.partition_index, code, (-1,) * 3))
+    return _response(response_module(KEY, version), request, lambda t, p: (code, -1, -1, -1))
 
 
 async def handle(ctx: Context, req: Any, v: int) -> Any:
     """Look up each partition's offset if this broker leads it."""
-    mod = response_module(KEY, v)
     state = ctx.state
 
-    def answer(ltopic: Any, lpart: Any) -> Any:
-        index = int(lpart.partition_index)
-        part = state.topics.partition(ltopic.name, index)
+    def answer(ltopic: Any, lpart: Any) -> _Answer:
+        part = state.topics.partition(ltopic.name, int(lpart.partition_index))
         code = ctx.leader_error(part, int(getattr(lpart, "current_leader_epoch", -1)))
         offset, timestamp, epoch = -1, -1, -1
         if code == 0:
@@ -62,9 +60,9 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
             offset, timestamp = part.log.offset_for(int(lpart.timestamp))
             if offset >= 0:
                 epoch = part.log.epoch_at(offset, part.leader_epoch)
-        return _partition(mod, index, code, (offset, timestamp, epoch))
+        return code, offset, timestamp, epoch
 
-    return _response(mod, req, answer)
+    return _response(response_module(KEY, v), req, answer)
 
 
 SPEC: Final = ApiSpec(KEY, 1, 10, handle, error_response)

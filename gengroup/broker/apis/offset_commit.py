@@ -27,14 +27,13 @@ def _response(version: int, req: Any, error: Any) -> Any:
     """The answer, from ``error(topic name, partition index) -> error code``."""
     mod = response_module(KEY, version)
     topics = per_partition(
+        mod.OffsetCommitResponseTopic,
         req.topics,
-        lambda t: t.partitions,
         lambda t, p: build(
             mod.OffsetCommitResponsePartition,
             partition_index=p.partition_index,
             error_code=error(t.name, int(p.partition_index)),
         ),
-        lambda t, parts: build(mod.OffsetCommitResponseTopic, name=t.name, partitions=parts),
     )
     return build(mod.OffsetCommitResponse, throttle_time=ZERO, topics=topics)
 

@@ -52,10 +52,11 @@ def _partition(
 
 def _response(mod: Any, req: Any, answer: Any) -> Any:
     topics = per_partition(
+        mod.TopicProduceResponse,
         req.topic_data,
-        lambda t: t.partition_data,
         answer,
-        lambda t, parts: build(mod.TopicProduceResponse, name=t.name, partition_responses=parts),
+        partitions="partition_data",
+        answers="partition_responses",
     )
     return build(mod.ProduceResponse, responses=topics, throttle_time=ZERO, node_endpoints=())
 

@@ -13,7 +13,7 @@ from typing import Any, Final
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
 from ..coordinator import SyncGroupInput
-from ._base import ZERO, ApiSpec, Context, ec, group_handler
+from ._base import ZERO, ApiSpec, Context, ec, group_handler, member_input
 
 __all__ = ["SPEC", "error_response", "handle"]
 
@@ -38,11 +38,9 @@ def error_response(version: int, request: Any, code: int, message: str | None = 
 
 
 def _input(ctx: Context, req: Any, v: int) -> SyncGroupInput:
-    return SyncGroupInput(
-        group_id=req.group_id,
-        generation_id=int(req.generation_id),
-        member_id=req.member_id,
-        group_instance_id=getattr(req, "group_instance_id", None),
+    return member_input(
+        SyncGroupInput,
+        req,
         protocol_type=getattr(req, "protocol_type", None),
         protocol_name=getattr(req, "protocol_name", None),
         assignments=tuple((a.member_id, bytes(a.assignment)) for a in req.assignments),

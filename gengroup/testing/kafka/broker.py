@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -359,25 +358,14 @@ class KafkaBroker:
             "-c",
             str(self._data_dir / "server.properties"),
         )
-        try:
-            done = subprocess.run(
-                command,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                cwd=self._data_dir,
-                timeout=self.start_timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise KafkaHarnessError(
-                f"formatting the KRaft storage took more than {self.start_timeout:.0f} s"
-            ) from None
-        if done.returncode != 0:
-            output = (done.stdout + done.stderr).decode(errors="replace").strip()
-            raise KafkaHarnessError(
-                f"formatting the KRaft storage failed (exit code {done.returncode}):\n"
-                + "\n".join(output.splitlines()[-_LOG_TAIL_LINES:])
-            )
+        process.run_logged(
+            command,
+            cwd=self._data_dir,
+            output=self._data_dir / "format.log",
+            timeout=self.start_timeout,
+            doing="formatting the KRaft storage",
+            lines=_LOG_TAIL_LINES,
+        )
 
     def _launch(self) -> None:
         assert self._data_dir is not None

@@ -15,7 +15,6 @@ import contextlib
 import fcntl
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from ._base import KAFKA_VERSION, KafkaHarnessError, tail
+from .process import run_logged
 from .tools import find_mvn
 
 __all__ = ["default_cache_root", "ensure_jars", "jar_dir"]
@@ -158,27 +158,14 @@ def ensure_jars(
                 "-DincludeScope=runtime",
                 f"-Dkafka.version={version}",
             ]
-            with log_path.open("wb") as log:
-                try:
-                    done = subprocess.run(
-                        command,
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        cwd=work,
-                        timeout=timeout,
-                        check=False,
-                    )
-                except subprocess.TimeoutExpired:
-                    raise KafkaHarnessError(
-                        f"Maven did not finish fetching the Kafka {version} jars within "
-                        f"{timeout:.0f} s:\n{tail(log_path, 40)}"
-                    ) from None
-            if done.returncode != 0:
-                raise KafkaHarnessError(
-                    f"Maven failed (exit code {done.returncode}) to fetch the Kafka "
-                    f"{version} jars from Maven Central:\n{tail(log_path, 40)}"
-                )
+            run_logged(
+                command,
+                cwd=work,
+                output=log_path,
+                timeout=timeout,
+                doing=f"Maven fetching the Kafka {version} jars from Maven Central",
+                lines=40,
+            )
             jars = sorted(p for p in out.glob("*.jar") if p.is_file()) if out.is_dir() else []
             names = {p.name for p in jars}
             missing = [name for name in _required_jars(version) if name not in names]

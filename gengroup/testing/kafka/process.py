@@ -27,7 +27,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-__all__ = ["JvmProcess", "free_ports", "killpg", "track", "untrack"]
+from ._base import KafkaHarnessError, tail
+
+__all__ = ["JvmProcess", "free_ports", "killpg", "run_logged", "spawn", "track", "untrack"]
 
 _WATCHDOG_WAIT: Final = 10.0
 
@@ -98,6 +100,57 @@ def free_ports(count: int, exclude: Sequence[int] = ()) -> list[int]:
             sock.close()
 
 
+def spawn(
+    command: Sequence[str], *, cwd: Path, output: Path, new_session: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` with no stdin, its stdout and stderr appended to ``output``.
+
+    Args:
+        command: The argument vector.
+        cwd: The working directory.
+        output: The log file.
+        new_session: Make the process the leader of a new session and process group.
+    """
+    with output.open("ab") as out:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            start_new_session=new_session,
+        )
+
+
+def run_logged(
+    command: Sequence[str], *, cwd: Path, output: Path, timeout: float, doing: str, lines: int
+) -> None:
+    """Run ``command`` to completion, its stdout and stderr appended to ``output``.
+
+    Args:
+        command: The argument vector.
+        cwd: The working directory.
+        output: The log file.
+        timeout: Seconds after which the process is killed.
+        doing: What the command does, for the error message.
+        lines: How many of the log's last lines the error message quotes.
+
+    Raises:
+        KafkaHarnessError: The command ran out of time or exited with a non-zero code.
+    """
+    proc = spawn(command, cwd=cwd, output=output)
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise KafkaHarnessError(
+            f"{doing} did not finish within {timeout:.0f} s:\n{tail(output, lines)}"
+        ) from None
+    if code != 0:
+        raise KafkaHarnessError(f"{doing} failed (exit code {code}):\n{tail(output, lines)}")
+
+
 class JvmProcess:
     """A started JVM leading its own process group, watched by a watchdog.
 
@@ -112,15 +165,7 @@ class JvmProcess:
     def __init__(
         self, command: Sequence[str], *, cwd: Path, output: Path, cleanup: Path | None
     ) -> None:
-        with output.open("ab") as out:
-            self._proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=cwd,
-                start_new_session=True,
-            )
+        self._proc = spawn(command, cwd=cwd, output=output, new_session=True)
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._watchdog_fd: int | None = None
         try:
