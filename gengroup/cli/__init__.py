@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import __version__
-from . import demo, groups, serve, topics
+from . import demo, groups, produce, serve, topics
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
@@ -23,6 +23,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     serve.add_parser,
     groups.add_parser,
     topics.add_parser,
+    produce.add_parser,
 ]
 
 
