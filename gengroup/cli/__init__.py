@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import __version__
-from . import demo, groups, produce, serve, topics
+from . import consume, demo, groups, produce, serve, topics
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
@@ -24,6 +24,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     groups.add_parser,
     topics.add_parser,
     produce.add_parser,
+    consume.add_parser,
 ]
 
 
