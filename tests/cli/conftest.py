@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 
 import pytest
 
 from tests.embedded.test_cli import command
+
+_EMPTY_HOME = tempfile.TemporaryDirectory(prefix="gengroup-home-")
 
 
 def gengroup(
@@ -18,9 +21,14 @@ def gengroup(
     env: dict[str, str] | None = None,
     timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``gengroup ARGS [--bootstrap B]`` to its end; stdin is ``input`` (or empty)."""
+    """Run ``gengroup ARGS [--bootstrap B]`` to its end; stdin is ``input`` (or empty).
+
+    The command sees an empty home directory and no ``GENGROUP_CONFIG`` (so no
+    config file of the machine's user), plus ``env``.
+    """
     full = list(args) if bootstrap is None else [*args, "--bootstrap", bootstrap]
-    environ = None if env is None else {**os.environ, **env}
+    environ = {k: v for k, v in os.environ.items() if k != "GENGROUP_CONFIG"}
+    environ.update({"HOME": _EMPTY_HOME.name, **(env or {})})
     return subprocess.run(
         command(*full),
         capture_output=True,
