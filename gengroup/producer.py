@@ -64,6 +64,7 @@ import anyio.abc
 from ._errors import (
     BrokenConnection,
     BrokerError,
+    ClusterUnreachable,
     ConfigError,
     ConnectionClosed,
     GengroupError,
@@ -621,6 +622,8 @@ class Producer:
                     error: BaseException = error_for_code(
                         last.code, f"topic {topic!r}: still failing after {self.config.max_block} s"
                     )
+                elif isinstance(last, ClusterUnreachable):
+                    error = ClusterUnreachable(last.causes, last.unreachable_for)
                 else:
                     error = type(last)(f"no metadata for topic {topic!r}: {last}")
                 error.__cause__ = last

@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import runpy
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+
+import anyio
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from gengroup import Admin, Cluster, Producer, TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.io.fetch import read_partition
+from gengroup.testing.kafka import KafkaBroker
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
@@ -25,3 +40,141 @@ def test_contiguous_tracker_never_skips_a_gap() -> None:
     assert tracker.finish(11) == 10
     assert tracker.finish(10) == 13
     assert tracker.finish(14) == 13
+
+
+# ---------------------------------------------------------------------------- the CLI examples
+
+CLI_EXAMPLES = [
+    "manual_commits.py",
+    "transform.py",
+    "graceful_shutdown.py",
+    "running_totals.py",
+    "sqlite_batches.py",
+    "testing_your_service.py",
+]
+
+
+@pytest.mark.parametrize("name", CLI_EXAMPLES)
+def test_each_example_is_a_command_with_help(name: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: ") and "--bootstrap" in done.stdout
+
+
+async def test_manual_commits_commit_every_batch_as_it_is_done() -> None:
+    ns = runpy.run_path(str(EXAMPLES / "manual_commits.py"))
+    processed, committed, commits = await ns["main"](None, 600)
+    assert processed == 600
+    # Read before the member stopped, with periodic commits off: gen.commit() did this.
+    assert committed == 600
+    assert commits >= 2  # at least one batch per partition
+
+
+async def test_transform_sends_one_label_per_order() -> None:
+    ns = runpy.run_path(str(EXAMPLES / "transform.py"))
+    async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
+        assert await ns["main"](cluster.bootstrap, 300) == 300
+        labels: list[dict[str, object]] = []
+        keys: dict[object, bytes | None] = {}
+        async with Cluster(cluster.bootstrap) as client:
+            for p in range(3):
+                for r in await read_partition(
+                    client, TopicPartition("shipping-labels", p), 0, None
+                ):
+                    label = json.loads(r.value or b"")
+                    labels.append(label)
+                    keys[label["order"]] = r.key
+    assert sorted(int(str(label["order"])) for label in labels) == list(range(300))
+    cities = ["LYON", "OSLO", "KYOTO", "LIMA"]
+    assert all(label["to"] == cities[int(str(label["order"])) % 4] for label in labels)
+    assert all(keys[i] == f"customer-{i % 9}".encode() for i in range(300))
+
+
+@pytest.mark.parametrize(
+    ("backend", "sig"),
+    [("trio", signal.SIGTERM), ("asyncio", signal.SIGTERM), ("trio", signal.SIGINT)],
+)
+async def test_graceful_shutdown_commits_everything_on_a_signal(
+    backend: str, sig: signal.Signals
+) -> None:
+    group_id = f"graceful-{backend}-{sig.name}"
+    async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap) as admin, Producer(admin.cluster) as producer:
+            await admin.create_topics({"jobs": 2})
+            await producer.send_many("jobs", [b"job %d" % i for i in range(50)])
+            cmd = [
+                sys.executable, str(EXAMPLES / "graceful_shutdown.py"),
+                "--bootstrap", cluster.bootstrap, "--backend", backend, "--group", group_id,
+            ]  # fmt: skip
+            async with await anyio.open_process(cmd) as process:
+                assert process.stdout is not None and process.stderr is not None
+                lines = BufferedByteReceiveStream(process.stdout)
+                with anyio.fail_after(60):
+                    while await lines.receive_until(b"\n", 1000) != b"processed 50":
+                        pass
+                # Nothing is committed yet: periodic commits are off.
+                assert await admin.fetch_offsets(group_id) == {}
+                process.send_signal(sig)
+                with anyio.fail_after(60):
+                    assert await process.wait() == 0
+                err = b"".join([chunk async for chunk in process.stderr]).decode()
+            assert f"{sig.name}: closing the group" in err and "Traceback" not in err, err
+            committed = await admin.fetch_offsets(group_id)
+            assert sum(committed.values()) == 50
+            # The member left the group on its way out.
+            assert (await admin.describe_groups([group_id]))[group_id].state == "Empty"
+
+
+async def test_running_totals_are_rebuilt_from_the_state_topic() -> None:
+    ns = runpy.run_path(str(EXAMPLES / "running_totals.py"))
+    expected: dict[str, int] = {}
+    for i in range(100):
+        expected[f"account-{i % 5}"] = expected.get(f"account-{i % 5}", 0) + i % 7 + 1
+    async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
+        assert await ns["main"](cluster.bootstrap, 100) == expected
+        # A second run is a new member: it knows the totals only from the state topic.
+        assert await ns["main"](cluster.bootstrap, 100) == {k: 2 * v for k, v in expected.items()}
+
+
+async def test_sqlite_batches_store_every_row_exactly_once_across_a_restart(
+    tmp_path: pathlib.Path,
+) -> None:
+    ns = runpy.run_path(str(EXAMPLES / "sqlite_batches.py"))
+    db_path = str(tmp_path / "rows.sqlite")
+    async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
+        assert await ns["main"](cluster.bootstrap, db_path, 500, 200) == 200
+        assert await ns["main"](cluster.bootstrap, db_path, 0, 500) == 500
+        async with Admin(cluster.bootstrap) as admin:
+            committed = await admin.fetch_offsets("sqlite-sink")
+    with sqlite3.connect(db_path) as db:
+        rows = db.execute("SELECT partition, kafka_offset, value FROM readings").fetchall()
+    assert len(rows) == 500
+    assert sorted(int(value) for _, _, value in rows) == list(range(500))
+    assert len({(p, o) for p, o, _ in rows}) == 500
+    # The committed offsets are exactly past the rows of each partition.
+    for tp, offset in committed.items():
+        assert offset == 1 + max(o for p, o, _ in rows if p == tp.partition)
+
+
+async def test_testing_your_service_runs_on_the_embedded_broker() -> None:
+    ns = runpy.run_path(str(EXAMPLES / "testing_your_service.py"))
+    alerts = await ns["main"](None, [120, 5000, 80, 1001, 1000])
+    assert alerts == [{"account": "acct-1", "amount": 5000}, {"account": "acct-3", "amount": 1001}]
+
+
+async def test_the_example_test_file_passes_on_the_embedded_broker() -> None:
+    ns = runpy.run_path(str(EXAMPLES / "test_testing_your_service.py"))
+    await ns["test_flags_only_payments_above_the_limit_on_the_embedded_broker"]()
+
+
+@pytest.mark.kafka
+async def test_the_example_test_file_passes_on_real_kafka(
+    kafka: KafkaBroker, unique_name: Callable[[str], str]
+) -> None:
+    ns = runpy.run_path(str(EXAMPLES / "test_testing_your_service.py"))
+    await ns["test_flags_on_real_kafka"](kafka, unique_name)

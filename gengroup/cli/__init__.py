@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import __version__
-from . import demo, groups, serve, topics
+from . import consume, demo, groups, lag, produce, serve, topics
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
@@ -22,7 +22,10 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     demo.add_parser,
     serve.add_parser,
     groups.add_parser,
+    lag.add_parser,
     topics.add_parser,
+    produce.add_parser,
+    consume.add_parser,
 ]
 
 

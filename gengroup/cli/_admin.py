@@ -3,36 +3,72 @@
 Each such command (``groups``, ``topics``) is a set of actions. An action is
 an async function of an open Admin and the parsed arguments that returns
 what to print; :class:`AdminCommand` registers it with the common options
-(``--bootstrap`` or ``GENGROUP_BOOTSTRAP``, ``--json``, ``--timeout``) and
-runs it: JSON or text on stdout, one line on stderr for an expected failure,
-and the exit code.
+(see :func:`~gengroup.cli._common.add_connection_options`) and runs it: JSON
+or text on stdout, one line on stderr for an expected failure, and the exit
+code (:mod:`gengroup.cli._common`).
+
+An action that does several things (deleting several groups) and fails at
+some of them raises :class:`PartlyFailed`: what succeeded is printed, each
+failure is one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import anyio
-
-from .._errors import GengroupError, GroupIdNotFound, UnknownTopicOrPartition
 from ..admin import Admin
+from ._common import (
+    EPILOG,
+    EXIT_ERROR,
+    EXIT_NOT_FOUND,
+    EXIT_USAGE,
+    add_connection_options,
+    connection,
+    exit_code,
+    run,
+)
 
-__all__ = ["EPILOG", "EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_USAGE", "Action", "AdminCommand"]
-
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 3
-
-EPILOG = "exit codes: 0 ok, 1 error, 2 usage, 3 not found (group or topic)"
+__all__ = [
+    "EPILOG",
+    "EXIT_ERROR",
+    "EXIT_NOT_FOUND",
+    "EXIT_USAGE",
+    "Action",
+    "AdminCommand",
+    "PartlyFailed",
+    "open_admin",
+    "print_result",
+]
 
 #: One action: what it prints (as JSON or text), from an open Admin.
 Action = Callable[[Admin, argparse.Namespace], Awaitable[Any]]
+
+
+class PartlyFailed(Exception):
+    """Some of an action's steps failed: print ``result``, then say each error.
+
+    Attributes:
+        result: what to print for the steps that succeeded.
+        errors: the failures, each said in one line; the exit code is 3 when
+            every one is "not found", else 1.
+    """
+
+    def __init__(self, result: Any, errors: Sequence[BaseException]) -> None:
+        super().__init__(f"{len(errors)} failed")
+        self.result = result
+        self.errors = list(errors)
+
+
+def open_admin(args: argparse.Namespace) -> Admin:
+    """An Admin for the command's connection options (not entered yet)."""
+    conn = connection(args)
+    if conn.client_id is None:
+        return Admin(conn.bootstrap, timeout=args.timeout)
+    return Admin(conn.bootstrap, timeout=args.timeout, client_id=conn.client_id)
 
 
 class AdminCommand:
@@ -48,42 +84,35 @@ class AdminCommand:
     def action(self, name: str, help: str, func: Action) -> argparse.ArgumentParser:
         """Register an action; its parser, to add the action's own arguments to."""
         p: argparse.ArgumentParser = self._sub.add_parser(name, help=help, epilog=EPILOG)
-        p.add_argument("--bootstrap", default=os.environ.get("GENGROUP_BOOTSTRAP"))
-        p.add_argument("--json", action="store_true", help="print JSON instead of text")
-        p.add_argument("--timeout", type=float, default=30.0, help="seconds (default 30)")
+        add_connection_options(p)
         p.set_defaults(func=lambda args: self._run(args, func))
         self.actions[name] = p
         return p
 
     def _run(self, args: argparse.Namespace, func: Action) -> int:
         where = f"gengroup {self.name}"
-        if not args.bootstrap:
-            print(f"{where}: give --bootstrap or set GENGROUP_BOOTSTRAP", file=sys.stderr)
-            return EXIT_USAGE
-        # The command says what failed itself, once; the client's own warnings
-        # (e.g. "cluster unreachable") would say it twice.
-        logging.getLogger("gengroup").setLevel(logging.ERROR)
 
-        async def main() -> Any:
-            async with Admin(args.bootstrap, timeout=args.timeout) as admin:
-                return await func(admin, args)
+        async def main() -> int:
+            try:
+                async with open_admin(args) as admin:
+                    result = await func(admin, args)
+            except PartlyFailed as partly:
+                print_result(partly.result, args.json)
+                codes = {exit_code(e) or EXIT_ERROR for e in partly.errors}
+                for error in partly.errors:
+                    print(f"{where}: {error}", file=sys.stderr)
+                return EXIT_NOT_FOUND if codes == {EXIT_NOT_FOUND} else EXIT_ERROR
+            print_result(result, args.json)
+            return 0
 
-        try:
-            result = anyio.run(main)
-        except (GroupIdNotFound, UnknownTopicOrPartition) as exc:
-            print(f"{where}: {exc}", file=sys.stderr)
-            return EXIT_NOT_FOUND
-        except (GengroupError, TimeoutError, ValueError) as exc:
-            print(f"{where}: {exc}", file=sys.stderr)
-            return EXIT_ERROR
-        if args.json:
-            print(json.dumps(result, indent=2, sort_keys=True))
-        else:
-            _print_text(result)
-        return 0
+        return run(where, main, backend="asyncio")
 
 
-def _print_text(result: Any) -> None:
+def print_result(result: Any, as_json: bool) -> None:
+    """Print an action's result: indented JSON, or text (rows, or ``key: value`` lines)."""
+    if as_json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+        return
     if isinstance(result, list):
         for row in result:
             print("  ".join(str(v) for v in row.values()))
@@ -92,6 +121,9 @@ def _print_text(result: Any) -> None:
         if isinstance(value, list):
             print(f"{key}:")
             for row in value:
-                print("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+                if isinstance(row, dict):
+                    print("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+                else:
+                    print(f"  {row}")
         else:
             print(f"{key}: {value}")

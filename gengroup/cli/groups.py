@@ -12,12 +12,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from .._errors import GroupIdNotFound
+from .._errors import BrokerError, GroupIdNotFound
 from .._types import TopicPartition
 from ..admin import Admin
-from ._admin import AdminCommand
+from ._admin import AdminCommand, PartlyFailed
 
-__all__ = ["add_parser"]
+__all__ = ["add_parser", "lag_report"]
 
 
 def add_parser(subparsers: Any) -> None:
@@ -42,6 +42,10 @@ def add_parser(subparsers: Any) -> None:
     target.add_argument("--to", help="earliest, latest, or a timestamp in ms")
     target.add_argument("--offset", type=int, help="an explicit offset (clamped to the log)")
     reset.add_argument("--dry-run", action="store_true", help="show the plan, commit nothing")
+    delete = command.action(
+        "delete", "delete groups and their committed offsets (no live members)", _delete
+    )
+    delete.add_argument("groups", nargs="+", metavar="group")
 
 
 async def _list(admin: Admin, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -73,15 +77,40 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _lag(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
-    lags = await admin.group_lag(args.group, args.topic)
-    if not lags and (await admin.describe_groups([args.group]))[args.group].state == "Dead":
-        raise GroupIdNotFound(ErrorCode.group_id_not_found, f"group {args.group!r} does not exist")
+    return await lag_report(admin, args.group, args.topic)
+
+
+async def lag_report(admin: Admin, group: str, topics: list[str] | None) -> dict[str, Any]:
+    """``group``'s lag: ``{"group", "total_lag", "partitions": [{"partition", ...}]}``.
+
+    Raises:
+        GroupIdNotFound: the group has no committed offsets and does not exist.
+    """
+    lags = await admin.group_lag(group, topics)
+    if not lags and (await admin.describe_groups([group]))[group].state == "Dead":
+        raise GroupIdNotFound(ErrorCode.group_id_not_found, f"group {group!r} does not exist")
     rows = [
         {"partition": str(tp), "committed": p.committed, "end": p.end, "lag": p.lag}
         for tp, p in lags.items()
     ]
     total = sum(p.lag or 0 for p in lags.values())
-    return {"group": args.group, "total_lag": total, "partitions": rows}
+    return {"group": group, "total_lag": total, "partitions": rows}
+
+
+async def _delete(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
+    deleted: list[str] = []
+    errors: list[BaseException] = []
+    for group in dict.fromkeys(args.groups):
+        try:
+            await admin.delete_groups([group])
+        except (BrokerError, TimeoutError) as exc:
+            errors.append(exc)
+        else:
+            deleted.append(group)
+    result = {"deleted": deleted}
+    if errors:
+        raise PartlyFailed(result, errors)
+    return result
 
 
 async def _reset(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:

@@ -4,36 +4,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import anyio
 import pytest
 
 from gengroup import Admin, Producer, TopicPartition
 from gengroup.testing.kafka import KafkaBroker
-from tests.embedded.test_cli import command
-
-
-def gengroup(*args: str, bootstrap: str | None = None) -> subprocess.CompletedProcess[str]:
-    full = list(args) if bootstrap is None else [*args, "--bootstrap", bootstrap]
-    return subprocess.run(command(*full), capture_output=True, text=True, timeout=120)
-
-
-@pytest.fixture
-def served() -> Iterator[str]:
-    """A ``gengroup serve`` process; its bootstrap address."""
-    proc = subprocess.Popen(command("serve"), stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        assert line.startswith("bootstrap "), line
-        yield line.split(" ", 1)[1]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        assert proc.stdout is not None
-        proc.stdout.close()
+from tests.cli.conftest import gengroup
 
 
 def seed(bootstrap: str, topic: str, group_id: str) -> None:

@@ -1,0 +1,438 @@
+"""``gengroup consume TOPIC...``: print records, as a group member or read directly.
+
+Two ways to read:
+
+* ``--group G``: as a member of consumer group ``G``, one task per assigned
+  partition. Each new generation is one line on stderr (its id, the member
+  id, the partitions assigned). Reading starts at the group's committed
+  offsets (where there is none: the beginning with ``--from-beginning``, else
+  the end), and only printed records are marked, so the committed offsets
+  (periodic, and a final commit when the command ends) cover exactly what was
+  printed.
+* without a group: the partitions given by ``--partition`` (default: all) of
+  each topic are read directly, from the beginning with ``--from-beginning``,
+  else from the end. Nothing is committed.
+
+``-n N`` stops after N records; ``--until-end`` stops once every partition
+read reached the end offset it had when the command started (records written
+since are not printed). Otherwise the command runs until SIGINT (Ctrl-C) or
+SIGTERM, and then ends cleanly (group mode: final commit, leaving the group)
+with exit code 0.
+
+Formats: ``raw`` writes each value as it is (``null`` for a null value; with
+``--key-separator SEP``, ``KEY SEP VALUE``); ``json`` one object per line with
+topic, partition, offset, timestamp, key, value and headers (bytes shown as
+UTF-8, with backslash escapes where they are not); ``table`` a table (rich).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import IO, Any, Literal, cast
+
+import anyio
+from kio.schema.errors import ErrorCode
+
+from .._errors import ProtocolError, UnknownTopicOrPartition, error_for_code
+from .._types import TopicPartition
+from ..admin import Admin
+from ..consumer.generation import Generation
+from ..consumer.group import ConsumerGroup
+from ..io.cluster import Cluster
+from ..io.fetch import PartitionFetch, fetch_once
+from ..io.retry import Backoff, retry
+from ..protocol.records import Record
+from ._common import EPILOG, add_connection_options, connection, run
+
+__all__ = ["Printer", "add_parser"]
+
+_UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
+_LEADER_NOT_AVAILABLE = int(ErrorCode.leader_not_available)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the ``consume`` subcommand."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "consume",
+        help="print records of topics, as a group member or read directly",
+        description=(
+            "Print the records of TOPICs: as a member of --group G (committing only what "
+            "was printed) or, without a group, reading --partition P (default: all) "
+            "directly. Starts at the end (or the committed offsets) unless --from-beginning. "
+            "Runs until -n N records, --until-end, or Ctrl-C/SIGTERM (a clean exit)."
+        ),
+        epilog=EPILOG,
+    )
+    parser.add_argument("topics", nargs="+", metavar="TOPIC")
+    parser.add_argument("--group", help="consume as a member of this consumer group")
+    parser.add_argument(
+        "--partition",
+        type=int,
+        action="append",
+        help="without --group: read this partition of each topic (repeatable; default all)",
+    )
+    parser.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start at the beginning (with --group: where the group has no committed offset)",
+    )
+    parser.add_argument("-n", "--max-records", type=int, metavar="N", help="stop after N records")
+    parser.add_argument(
+        "--until-end",
+        action="store_true",
+        help="stop when every partition reached the end offset it had at start",
+    )
+    parser.add_argument("--format", choices=("raw", "json", "table"), default="raw")
+    parser.add_argument(
+        "--key-separator", metavar="SEP", help="raw: print KEY SEP VALUE instead of the value"
+    )
+    add_connection_options(parser, timeout=60.0)
+    parser.set_defaults(func=_run)
+
+
+# ---------------------------------------------------------------------------- printing
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+class Printer:
+    """Writes records to stdout in one of the formats; counts them against ``-n``.
+
+    Args:
+        fmt: ``"raw"``, ``"json"`` or ``"table"``.
+        key_separator: raw format: print ``KEY SEP VALUE``.
+        limit: the most records to print (None: no limit).
+        out: a binary stream (default: stdout's).
+    """
+
+    def __init__(
+        self, fmt: str, key_separator: str | None, limit: int | None, out: Any = None
+    ) -> None:
+        self.fmt = fmt
+        self.separator = None if key_separator is None else key_separator.encode()
+        self.remaining = limit
+        self.printed = 0
+        self.out = out if out is not None else sys.stdout.buffer
+        #: Set once the limit was reached or stdout was closed: stop reading.
+        self.full = anyio.Event()
+        self._console: Any = None
+
+    def take(self) -> bool:
+        """Whether one more record may be printed (then it counts as printed)."""
+        if self.full.is_set() or self.remaining == 0:
+            return False
+        if self.remaining is not None:
+            self.remaining -= 1
+            if self.remaining == 0:
+                self.full.set()
+        self.printed += 1
+        return True
+
+    def record(self, tp: TopicPartition, record: Record) -> None:
+        """Write one record (after :meth:`take` allowed it)."""
+        try:
+            if self.fmt == "raw":
+                value = b"null" if record.value is None else record.value
+                if self.separator is not None:
+                    key = b"null" if record.key is None else record.key
+                    value = key + self.separator + value
+                self.out.write(value + b"\n")
+            elif self.fmt == "json":
+                obj = {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "offset": record.offset,
+                    "timestamp": record.timestamp,
+                    "key": _text(record.key),
+                    "value": _text(record.value),
+                    "headers": {k: _text(v) for k, v in record.headers},
+                }
+                self.out.write(json.dumps(obj, ensure_ascii=False).encode() + b"\n")
+            else:
+                self._table_row(tp, record)
+        except BrokenPipeError:
+            self._closed()
+
+    def flush(self) -> None:
+        """Flush stdout (after each batch)."""
+        try:
+            self.out.flush()
+        except BrokenPipeError:
+            self._closed()
+
+    def _closed(self) -> None:
+        # The reader went away (``| head``): stop quietly; the interpreter's own
+        # flush at exit must not fail either.
+        self.full.set()
+        self.remaining = 0
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+    def _table_row(self, tp: TopicPartition, record: Record) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        if self._console is None:
+            self._console = Console(
+                file=cast(IO[str], _TextOut(self.out)),
+                # A pipe has no width: do not wrap values at 80 columns.
+                width=None if sys.stdout.isatty() else 10_000,
+            )
+            self._console.print(self._table(Table, header=True))
+        when = datetime.datetime.fromtimestamp(record.timestamp / 1000, datetime.UTC)
+        table = self._table(Table, header=False)
+        table.add_row(
+            str(tp),
+            str(record.offset),
+            when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            _text(record.key) or "",
+            "null" if record.value is None else _text(record.value),
+        )
+        self._console.print(table)
+
+    @staticmethod
+    def _table(table_type: Any, *, header: bool) -> Any:
+        table = table_type(show_header=header, box=None, pad_edge=False, expand=False)
+        table.add_column("partition", width=16, no_wrap=True)
+        table.add_column("offset", width=10, justify="right")
+        table.add_column("timestamp", width=24)
+        table.add_column("key", width=16, overflow="fold")
+        table.add_column("value", overflow="fold")
+        return table
+
+
+class _TextOut:
+    """A text view of a binary stream, for rich."""
+
+    def __init__(self, out: Any) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        self._out.write(text.encode())
+        return len(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def isatty(self) -> bool:
+        return sys.stdout.isatty()
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+async def _partitions(
+    cluster: Cluster, topics: Sequence[str], only: Sequence[int] | None
+) -> list[TopicPartition]:
+    """The partitions to read; a topic or partition that does not exist raises."""
+    md = await cluster.refresh_metadata(topics)
+    tps: list[TopicPartition] = []
+    for name in dict.fromkeys(topics):
+        info = md.get(name)
+        if info is None or info.error_code:
+            code = (info.error_code if info is not None else 0) or _UNKNOWN_TOPIC
+            raise error_for_code(code, f"topic {name!r} does not exist")
+        missing = sorted(set(only or ()) - set(info.partitions))
+        if missing:
+            raise UnknownTopicOrPartition(
+                _UNKNOWN_TOPIC, f"topic {name!r} has no partition {', '.join(map(str, missing))}"
+            )
+        tps.extend(TopicPartition(name, p) for p in sorted(only or info.partitions))
+    return tps
+
+
+class _Ends:
+    """The end offsets as of start (``--until-end``) and the partitions that reached them."""
+
+    def __init__(self, ends: dict[TopicPartition, int] | None) -> None:
+        self.ends = ends
+        self.reached: set[TopicPartition] = set()
+        self.all_reached = anyio.Event()
+
+    def end(self, tp: TopicPartition) -> int | None:
+        return None if self.ends is None else self.ends.get(tp, 0)
+
+    def check(self, tp: TopicPartition, position: int, owned: Sequence[TopicPartition]) -> bool:
+        """Note ``tp``'s position; whether it reached its end (then check all ``owned``)."""
+        end = self.end(tp)
+        if end is None or position < end:
+            return False
+        self.reached.add(tp)
+        if set(owned) <= self.reached:
+            self.all_reached.set()
+        return True
+
+
+async def _read_directly(
+    args: argparse.Namespace, printer: Printer, stop: anyio.Event, cluster: Cluster
+) -> None:
+    admin = Admin(cluster, timeout=args.timeout)
+    tps = await _partitions(cluster, args.topics, args.partition)
+    starts = await admin.list_offsets(tps, "earliest" if args.from_beginning else "latest")
+    ends = _Ends(
+        await admin.list_offsets(tps, "latest", read_committed=True) if args.until_end else None
+    )
+
+    async def follow(tp: TopicPartition) -> None:
+        position = starts[tp]
+        backoff = Backoff(cluster.retry_backoff)
+
+        async def refresh() -> None:
+            await cluster.refresh_metadata([tp.topic])
+
+        async def step() -> PartitionFetch:
+            leader = cluster.leader_for(tp)
+            if leader < 0:
+                await refresh()
+                leader = cluster.leader_for(tp)
+                if leader < 0:
+                    raise error_for_code(_LEADER_NOT_AVAILABLE, f"no leader for {tp}")
+            answer = await fetch_once(
+                cluster, leader, {tp: position}, isolation_level="read_committed"
+            )
+            pf = answer.get(tp)
+            if pf is None:
+                raise ProtocolError(f"broker {leader} did not answer for {tp}")
+            if pf.error is not None:
+                raise pf.error
+            return pf
+
+        while not ends.check(tp, position, tps):
+            pf = await retry(
+                f"fetch {tp}", step, timeout=args.timeout, backoff=backoff, refresh_metadata=refresh
+            )
+            backoff.reset()
+            end = ends.end(tp)
+            for record in pf.records:
+                if end is not None and record.offset >= end:
+                    break
+                if not printer.take():
+                    return
+                printer.record(tp, record)
+            printer.flush()
+            position = max(position, pf.next_offset)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_stop_on, [stop, printer.full, ends.all_reached], tg.cancel_scope.cancel)
+        async with anyio.create_task_group() as readers:
+            for tp in tps:
+                readers.start_soon(follow, tp)
+        tg.cancel_scope.cancel()
+
+
+async def _read_as_member(
+    args: argparse.Namespace, printer: Printer, stop: anyio.Event, bootstrap: str, settings: Any
+) -> None:
+    start_offset: Literal["earliest", "latest"] = "earliest" if args.from_beginning else "latest"
+    group = ConsumerGroup(
+        args.group,
+        args.topics,
+        bootstrap,
+        start_offset=start_offset,
+        unreachable_timeout=args.timeout,
+        **settings,
+    )
+    async with group:
+        tps = await _partitions(group.cluster, args.topics, None)
+        admin = Admin(group.cluster, timeout=args.timeout)
+        ends = _Ends(
+            await admin.list_offsets(tps, "latest", read_committed=True) if args.until_end else None
+        )
+
+        async def worker(gen: Generation, tp: TopicPartition) -> None:
+            owned = list(gen.assignments)
+            end = ends.end(tp)
+            if not ends.check(tp, gen.assignments[tp], owned):
+                async for batch in gen.fetch(tp):
+                    for record in batch:
+                        if end is not None and record.offset >= end:
+                            break
+                        if not printer.take():
+                            await anyio.sleep_forever()
+                        printer.record(tp, record)
+                        gen.mark(tp, record.offset + 1)
+                    printer.flush()
+                    if ends.check(tp, batch.next_offset, owned):
+                        break
+            # Returning would end the generation: a finished partition waits.
+            await anyio.sleep_forever()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on, [stop, printer.full, ends.all_reached], group.aclose)
+            async for gen in group:
+                owned = ", ".join(str(tp) for tp in sorted(gen.assignments)) or "nothing"
+                print(
+                    f"generation {gen.id} (member {gen.member_id}): assigned {owned}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                for tp in gen.assignments:
+                    gen.start_soon(worker, gen, tp, name=f"consume {tp}")
+                if args.until_end and set(gen.assignments) <= ends.reached:
+                    ends.all_reached.set()
+            tg.cancel_scope.cancel()
+
+
+async def _stop_on(events: Sequence[anyio.Event], then: Any) -> None:
+    """Wait for the first of ``events``, then call (or await) ``then``."""
+    async with anyio.create_task_group() as tg:
+
+        async def wait(event: anyio.Event) -> None:
+            await event.wait()
+            tg.cancel_scope.cancel()
+
+        for event in events:
+            tg.start_soon(wait, event)
+    result = then()
+    if result is not None:
+        await result
+
+
+async def _signals(stop: anyio.Event) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            stop.set()
+
+
+def _run(args: argparse.Namespace) -> int:
+    where = "gengroup consume"
+    if args.group is not None and args.partition:
+        print(f"{where}: --partition is for reading without --group", file=sys.stderr)
+        return 2
+    if args.max_records is not None and args.max_records < 0:
+        print(f"{where}: -n must be >= 0", file=sys.stderr)
+        return 2
+    if args.key_separator is not None and args.format != "raw":
+        print(f"{where}: --key-separator is for --format raw", file=sys.stderr)
+        return 2
+
+    async def main() -> int:
+        conn = connection(args)
+        printer = Printer(args.format, args.key_separator, args.max_records)
+        if args.max_records == 0:
+            return 0
+        stop = anyio.Event()
+        settings: dict[str, Any] = {} if conn.client_id is None else {"client_id": conn.client_id}
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_signals, stop)
+            if args.group is None:
+                async with Cluster(
+                    conn.bootstrap, unreachable_timeout=args.timeout, **settings
+                ) as cluster:
+                    await _read_directly(args, printer, stop, cluster)
+            else:
+                await _read_as_member(args, printer, stop, conn.bootstrap, settings)
+            tg.cancel_scope.cancel()
+        printer.flush()
+        return 0
+
+    return run(where, main)

@@ -1,0 +1,228 @@
+"""``gengroup produce TOPIC``: send lines from stdin (or a file) as records.
+
+Each line is one record. ``--format raw`` (the default) takes the line as the
+value (with ``--key-separator SEP``, the text before the first ``SEP`` is the
+key and a line without it is an error); ``--format json`` takes one object per
+line, ``{"key": ..., "value": ..., "headers": {...}, "partition": N}``, every
+field optional (strings are sent as UTF-8, other JSON values as their compact
+JSON text, null as null; blank lines are skipped; other fields are ignored, so
+``gengroup consume --format json`` output can be sent again).
+
+The partition is the line's ``partition``, else ``--partition``, else chosen
+by the key (murmur2, as the Java client) or, for null keys, the sticky
+partitioner. Input is read in chunks while earlier records are in flight, so
+``tail -f log | gengroup produce T`` sends as lines arrive.
+
+When every record is acknowledged, one line on stderr says how many records
+went to which partitions (``--json``: a JSON object on stdout instead). A
+record the broker refuses, or an input line that cannot be read, ends the
+command with exit code 1 (records before it were sent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, BinaryIO
+
+import anyio
+
+from ..producer import Compression, Producer, ProducerRecord
+from ._common import EPILOG, add_connection_options, connection, run
+
+__all__ = ["add_parser", "parse_json_line", "parse_raw_line"]
+
+_CHUNK = 64 * 1024
+_MAX_RECORDS_PER_SEND = 1000
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the ``produce`` subcommand."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "produce",
+        help="send lines from stdin or a file as records",
+        description=(
+            "Send each line of stdin (or --file) as a record: the line is the value "
+            "(--format raw, with --key-separator KEY SEP VALUE) or a JSON object "
+            '{"key", "value", "headers", "partition"} (--format json). A one-line summary '
+            "goes to stderr once every record is acknowledged (--json: JSON on stdout)."
+        ),
+        epilog=EPILOG,
+    )
+    parser.add_argument("topic")
+    parser.add_argument("--file", help="read this file instead of stdin")
+    parser.add_argument("--format", choices=("raw", "json"), default="raw")
+    parser.add_argument(
+        "--key-separator", metavar="SEP", help="raw lines are KEY SEP VALUE (split at the first)"
+    )
+    parser.add_argument("--partition", type=int, help="send every record to this partition")
+    parser.add_argument(
+        "--compression",
+        choices=[c.name.lower() for c in Compression],
+        default="none",
+        help="codec of every batch (default none)",
+    )
+    parser.add_argument(
+        "--acks", choices=("0", "1", "all"), default="all", help="default all (every replica)"
+    )
+    add_connection_options(parser)
+    parser.set_defaults(func=_run)
+
+
+def parse_raw_line(line: bytes, separator: bytes | None, number: int) -> ProducerRecord:
+    """The record of one raw line (without its line ending).
+
+    Raises:
+        ValueError: ``separator`` is given and the line does not contain it.
+    """
+    if separator is None:
+        return ProducerRecord(line)
+    key, found, value = line.partition(separator)
+    if not found:
+        raise ValueError(f"line {number}: no key separator {separator.decode()!r}")
+    return ProducerRecord(value, key=key)
+
+
+def _field_bytes(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def parse_json_line(line: bytes, number: int) -> ProducerRecord | None:
+    """The record of one JSON line (None for a blank line).
+
+    Raises:
+        ValueError: the line is not a JSON object of the documented fields.
+    """
+    if not line.strip():
+        return None
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"line {number}: not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"line {number}: expected a JSON object")
+    headers = obj.get("headers") or {}
+    if not isinstance(headers, dict):
+        raise ValueError(f"line {number}: headers must be an object")
+    partition = obj.get("partition")
+    if partition is not None and (not isinstance(partition, int) or partition < 0):
+        raise ValueError(f"line {number}: partition must be a non-negative integer")
+    return ProducerRecord(
+        _field_bytes(obj.get("value")),
+        key=_field_bytes(obj.get("key")),
+        headers=[(str(k), _field_bytes(v)) for k, v in headers.items()],
+        partition=partition,
+    )
+
+
+async def _chunks(stream: BinaryIO) -> AsyncIterator[list[bytes]]:
+    """The complete lines of ``stream``, in the groups a read returned them."""
+    read = getattr(stream, "read1", stream.read)
+    rest = b""
+    while True:
+        data = await anyio.to_thread.run_sync(read, _CHUNK, abandon_on_cancel=True)
+        if not data:
+            break
+        lines = (rest + data).split(b"\n")
+        rest = lines.pop()
+        if lines:
+            yield [ln.removesuffix(b"\r") for ln in lines]
+    if rest:
+        yield [rest.removesuffix(b"\r")]
+
+
+def _records(lines: Iterable[bytes], args: argparse.Namespace, first: int) -> list[ProducerRecord]:
+    separator = args.key_separator.encode() if args.key_separator else None
+    out: list[ProducerRecord] = []
+    for number, line in enumerate(lines, first):
+        rec = (
+            parse_json_line(line, number)
+            if args.format == "json"
+            else parse_raw_line(line, separator, number)
+        )
+        if rec is None:
+            continue
+        if rec.partition is None and args.partition is not None:
+            rec = ProducerRecord(rec.value, rec.key, rec.headers, args.partition)
+        out.append(rec)
+    return out
+
+
+async def _produce(args: argparse.Namespace, stream: BinaryIO) -> Counter[int]:
+    conn = connection(args)
+    settings: dict[str, Any] = {
+        "acks": "all" if args.acks == "all" else int(args.acks),
+        "compression": Compression[args.compression.upper()],
+        "delivery_timeout": args.timeout,
+        "max_block": args.timeout,
+    }
+    if conn.client_id is not None:
+        settings["client_id"] = conn.client_id
+    per_partition: Counter[int] = Counter()
+    send, receive = anyio.create_memory_object_stream[list[ProducerRecord]](4)
+
+    async with Producer(conn.bootstrap, **settings) as producer:
+
+        async def sender() -> None:
+            async with receive:
+                async for records in receive:
+                    for meta in await producer.send_many(args.topic, records):
+                        per_partition[meta.partition] += 1
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sender)
+            async with send:
+                number = 1
+                async for lines in _chunks(stream):
+                    for i in range(0, len(lines), _MAX_RECORDS_PER_SEND):
+                        part = lines[i : i + _MAX_RECORDS_PER_SEND]
+                        await send.send(_records(part, args, number))
+                        number += len(part)
+    return per_partition
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.key_separator is not None and (args.format != "raw" or not args.key_separator):
+        print("gengroup produce: --key-separator needs --format raw and a SEP", file=sys.stderr)
+        return 2
+    if args.partition is not None and args.partition < 0:
+        print("gengroup produce: --partition must be >= 0", file=sys.stderr)
+        return 2
+
+    if args.file is None:
+        return _run_on(args, sys.stdin.buffer)
+    try:
+        with open(args.file, "rb") as stream:
+            return _run_on(args, stream)
+    except OSError as exc:
+        print(f"gengroup produce: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+
+
+def _run_on(args: argparse.Namespace, stream: BinaryIO) -> int:
+    async def main() -> int:
+        counts = await _produce(args, stream)
+        total = sum(counts.values())
+        if args.json:
+            summary = {
+                "topic": args.topic,
+                "records": total,
+                "partitions": {str(p): n for p, n in sorted(counts.items())},
+            }
+            print(json.dumps(summary, sort_keys=True))
+        else:
+            spread = ", ".join(f"{p}: {n}" for p, n in sorted(counts.items())) or "none"
+            print(
+                f"produced {total} records to {args.topic} ({len(counts)} partitions; {spread})",
+                file=sys.stderr,
+            )
+        return 0
+
+    return run("gengroup produce", main)

@@ -1,0 +1,57 @@
+"""The ``gengroup`` command run as a user would: a subprocess, against ``gengroup serve``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+from tests.embedded.test_cli import command
+
+_EMPTY_HOME = tempfile.TemporaryDirectory(prefix="gengroup-home-")
+
+
+def gengroup(
+    *args: str,
+    bootstrap: str | None = None,
+    input: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``gengroup ARGS [--bootstrap B]`` to its end; stdin is ``input`` (or empty).
+
+    The command sees an empty home directory and no ``GENGROUP_CONFIG`` (so no
+    config file of the machine's user), plus ``env``.
+    """
+    full = list(args) if bootstrap is None else [*args, "--bootstrap", bootstrap]
+    environ = {k: v for k, v in os.environ.items() if k != "GENGROUP_CONFIG"}
+    environ.update({"HOME": _EMPTY_HOME.name, **(env or {})})
+    return subprocess.run(
+        command(*full),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input or "",
+        env=environ,
+    )
+
+
+@pytest.fixture
+def served() -> Iterator[str]:
+    """A ``gengroup serve`` process; its bootstrap address."""
+    proc = subprocess.Popen(
+        command("serve", "--initial-rebalance-delay-ms", "0"), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line.startswith("bootstrap "), line
+        yield line.split(" ", 1)[1]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        assert proc.stdout is not None
+        proc.stdout.close()

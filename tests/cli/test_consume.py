@@ -1,0 +1,210 @@
+"""``gengroup consume``: as a group member or reading partitions directly, as a user runs it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+
+import anyio
+import pytest
+
+from gengroup import Admin, Producer, TopicPartition
+from gengroup.producer import ProducerRecord
+from gengroup.testing.kafka import KafkaBroker
+from tests.cli.conftest import gengroup
+from tests.embedded.test_cli import command
+
+
+def seed(bootstrap: str, topic: str, partitions: int = 3, per_partition: int = 10) -> None:
+    """``per_partition`` records ``p<P>-<I>`` (key ``k<I>``) in each partition."""
+
+    async def main() -> None:
+        async with Admin(bootstrap) as admin, Producer(admin.cluster) as producer:
+            await admin.create_topics({topic: partitions})
+            for p in range(partitions):
+                await producer.send_many(
+                    topic,
+                    [
+                        ProducerRecord(f"p{p}-{i}".encode(), f"k{i}".encode(), partition=p)
+                        for i in range(per_partition)
+                    ],
+                )
+
+    anyio.run(main)
+
+
+def committed(bootstrap: str, group_id: str) -> dict[int, int]:
+    async def main() -> dict[TopicPartition, int]:
+        async with Admin(bootstrap) as admin:
+            return await admin.fetch_offsets(group_id)
+
+    return {tp.partition: off for tp, off in anyio.run(main).items()}
+
+
+@contextlib.contextmanager
+def running(cmd: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """``cmd`` started with pipes; killed if still running when the block ends (a failure)."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def as_json(stdout: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stdout.splitlines()]
+
+
+def group_reads_each_record_once(bootstrap: str, topic: str, group_id: str) -> None:
+    seed(bootstrap, topic)
+    first = gengroup(
+        "consume", topic, "--group", group_id, "--from-beginning", "-n", "7", "--format", "json",
+        bootstrap=bootstrap,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    printed = as_json(first.stdout)
+    assert len(printed) == 7
+    assert "assigned " + ", ".join(f"{topic}[{p}]" for p in range(3)) in first.stderr
+    # Committed: exactly past the printed records of each partition.
+    expected: dict[int, int] = {}
+    for r in printed:
+        p, offset = int(str(r["partition"])), int(str(r["offset"]))
+        expected[p] = max(expected.get(p, 0), offset + 1)
+    assert committed(bootstrap, group_id) == expected
+
+    # --from-beginning: where nothing was committed (a partition nothing was printed from).
+    rest = gengroup(
+        "consume", topic, "--group", group_id, "--from-beginning", "--until-end",
+        "--format", "json", bootstrap=bootstrap,
+    )  # fmt: skip
+    assert rest.returncode == 0, rest.stderr
+    everything = printed + as_json(rest.stdout)
+    assert sorted(str(r["value"]) for r in everything) == sorted(
+        f"p{p}-{i}" for p in range(3) for i in range(10)
+    )
+    assert committed(bootstrap, group_id) == {0: 10, 1: 10, 2: 10}
+
+
+def test_a_group_member_prints_and_commits_each_record_once(served: str) -> None:
+    group_reads_each_record_once(served, "orders", "printer")
+
+
+@pytest.mark.kafka
+def test_a_group_member_on_real_kafka(
+    kafka: KafkaBroker, unique_name: Callable[[str], str]
+) -> None:
+    group_reads_each_record_once(kafka.bootstrap, unique_name("cli-consume"), unique_name("cli-g"))
+
+
+def direct_reads(bootstrap: str, topic: str) -> None:
+    seed(bootstrap, topic)
+    everything = gengroup(
+        "consume", topic, "--from-beginning", "--until-end", "--format", "json",
+        bootstrap=bootstrap,
+    )  # fmt: skip
+    assert everything.returncode == 0, everything.stderr
+    records = as_json(everything.stdout)
+    assert sorted((r["partition"], r["offset"]) for r in records) == [
+        (p, i) for p in range(3) for i in range(10)
+    ]
+    assert all(r["value"] == f"p{r['partition']}-{r['offset']}" for r in records)
+    assert all(r["key"] == f"k{r['offset']}" and r["topic"] == topic for r in records)
+
+    two = gengroup(
+        "consume", topic, "--partition", "1", "--from-beginning", "-n", "2",
+        "--key-separator", "=", bootstrap=bootstrap,
+    )  # fmt: skip
+    assert two.returncode == 0, two.stderr
+    assert two.stdout == "k0=p1-0\nk1=p1-1\n"
+
+    # From the end (the default) with --until-end there is nothing to print.
+    nothing = gengroup("consume", topic, "--until-end", bootstrap=bootstrap)
+    assert nothing.returncode == 0 and nothing.stdout == "", nothing
+
+
+def test_reading_partitions_directly(served: str) -> None:
+    direct_reads(served, "direct")
+
+
+@pytest.mark.kafka
+def test_reading_partitions_directly_on_real_kafka(
+    kafka: KafkaBroker, unique_name: Callable[[str], str]
+) -> None:
+    direct_reads(kafka.bootstrap, unique_name("cli-direct"))
+
+
+def test_produce_then_consume_round_trips_json(served: str) -> None:
+    seed(served, "source", partitions=2, per_partition=5)
+    out = gengroup("consume", "source", "--from-beginning", "--until-end", "--format", "json",
+                   bootstrap=served)  # fmt: skip
+    assert (
+        gengroup("topics", "create", "copy", "--partitions", "2", bootstrap=served).returncode == 0
+    )
+    copied = gengroup("produce", "copy", "--format", "json", "--json", bootstrap=served,
+                      input=out.stdout)  # fmt: skip
+    assert copied.returncode == 0, copied.stderr
+    assert json.loads(copied.stdout)["partitions"] == {"0": 5, "1": 5}
+    back = gengroup("consume", "copy", "--from-beginning", "--until-end", "--format", "json",
+                    bootstrap=served)  # fmt: skip
+    strip = [{k: v for k, v in r.items() if k not in ("topic", "timestamp")} for r in as_json(
+        back.stdout)]  # fmt: skip
+    assert sorted(strip, key=str) == sorted(
+        [{k: v for k, v in r.items() if k not in ("topic", "timestamp")} for r in as_json(
+            out.stdout)], key=str)  # fmt: skip
+
+
+def test_table_format_prints_a_header_and_a_row_per_record(served: str) -> None:
+    seed(served, "tabled", partitions=1, per_partition=3)
+    done = gengroup("consume", "tabled", "--from-beginning", "--until-end", "--format", "table",
+                    bootstrap=served)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["partition", "offset", "timestamp", "key", "value"]
+    assert [(ln.split()[0], ln.split()[1], ln.split()[-1]) for ln in lines[1:]] == [
+        ("tabled[0]", str(i), f"p0-{i}") for i in range(3)
+    ]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_ends_a_group_member_cleanly_with_its_commit(served: str, sig: int) -> None:
+    seed(served, "live", partitions=2, per_partition=4)
+    group_id = f"live-{sig}"
+    cmd = command("consume", "live", "--group", group_id, "--from-beginning",
+                  "--bootstrap", served)  # fmt: skip
+    with running(cmd) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        lines = [proc.stdout.readline() for _ in range(8)]
+        assert sorted(lines) == sorted(f"p{p}-{i}\n" for p in range(2) for i in range(4))
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == 0
+        assert proc.stdout.read() == ""
+        err = proc.stderr.read()
+        assert "Traceback" not in err and err.startswith("generation "), err
+    assert committed(served, group_id) == {0: 4, 1: 4}
+
+
+def test_a_signal_ends_a_direct_reader_cleanly(served: str) -> None:
+    seed(served, "tail", partitions=1, per_partition=2)
+    cmd = command("consume", "tail", "--from-beginning", "--bootstrap", served)
+    with running(cmd) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert [proc.stdout.readline() for _ in range(2)] == ["p0-0\n", "p0-1\n"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        assert proc.stderr.read() == ""
+
+
+def test_missing_topics_and_bad_usage(served: str) -> None:
+    missing = gengroup("consume", "nope", "--until-end", bootstrap=served)
+    assert missing.returncode == 3 and "'nope' does not exist" in missing.stderr, missing
+    member = gengroup("consume", "nope", "--group", "g", "-n", "1", bootstrap=served)
+    assert member.returncode == 3 and "Traceback" not in member.stderr, member
+    seed(served, "two", partitions=2, per_partition=1)
+    no_partition = gengroup("consume", "two", "--partition", "5", bootstrap=served)
+    assert no_partition.returncode == 3 and "no partition 5" in no_partition.stderr
+    both = gengroup("consume", "two", "--group", "g", "--partition", "0", bootstrap=served)
+    assert both.returncode == 2 and "--partition" in both.stderr

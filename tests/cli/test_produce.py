@@ -1,0 +1,142 @@
+"""``gengroup produce``: lines from stdin or a file become records, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gengroup import Admin, Cluster, TopicPartition
+from gengroup.io.fetch import read_partition
+from gengroup.partitioner import partition_for_key
+from gengroup.protocol.records import Record
+from gengroup.testing.kafka import KafkaBroker
+from tests.cli.conftest import gengroup
+
+
+def create(bootstrap: str, topic: str, partitions: int) -> None:
+    async def main() -> None:
+        async with Admin(bootstrap) as admin:
+            await admin.create_topics({topic: partitions})
+
+    anyio.run(main)
+
+
+def read_back(bootstrap: str, topic: str, partitions: int) -> dict[int, list[Record]]:
+    """Every record of every partition, by partition."""
+
+    async def main() -> dict[int, list[Record]]:
+        async with Cluster(bootstrap) as cluster:
+            return {
+                p: await read_partition(cluster, TopicPartition(topic, p), 0, None)
+                for p in range(partitions)
+            }
+
+    return anyio.run(main)
+
+
+def keyed_lines_go_to_their_key_partition(bootstrap: str, topic: str) -> None:
+    create(bootstrap, topic, 3)
+    lines = "".join(f"user-{i % 7}|order {i}\n" for i in range(60))
+    done = gengroup(
+        "produce", topic, "--key-separator", "|", "--compression", "gzip", "--json",
+        bootstrap=bootstrap, input=lines,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["records"] == 60 and summary["topic"] == topic
+    got = read_back(bootstrap, topic, 3)
+    assert {str(p): len(rs) for p, rs in got.items() if rs} == summary["partitions"]
+    seen = []
+    for p, records in got.items():
+        for r in records:
+            assert r.key is not None and r.value is not None
+            assert partition_for_key(r.key, 3) == p
+            seen.append((r.key.decode(), r.value.decode()))
+    assert sorted(seen) == sorted((f"user-{i % 7}", f"order {i}") for i in range(60))
+    # Per key, the order of the input.
+    for p, records in got.items():
+        for key in {r.key for r in records}:
+            numbers = [int(r.value.split()[1]) for r in records if r.key == key and r.value]
+            assert numbers == sorted(numbers), (p, key)
+
+
+def test_raw_lines_with_keys_on_the_embedded_broker(served: str) -> None:
+    keyed_lines_go_to_their_key_partition(served, "orders")
+
+
+@pytest.mark.kafka
+def test_raw_lines_with_keys_on_real_kafka(
+    kafka: KafkaBroker, unique_name: Callable[[str], str]
+) -> None:
+    keyed_lines_go_to_their_key_partition(kafka.bootstrap, unique_name("cli-produce"))
+
+
+def test_json_lines_carry_key_value_headers_and_partition(served: str) -> None:
+    create(served, "events", 2)
+    lines = "\n".join(
+        [
+            json.dumps({"key": "k", "value": "v1", "headers": {"h": "1", "n": None}}),
+            "",
+            json.dumps({"value": {"nested": [1, 2]}, "partition": 1}),
+            json.dumps({"key": "gone", "value": None, "partition": 0, "offset": 99}),
+        ]
+    )
+    done = gengroup(
+        "produce", "events", "--format", "json", "--partition", "0", "--acks", "1",
+        "--compression", "zstd", bootstrap=served, input=lines,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.strip() == "produced 3 records to events (2 partitions; 0: 2, 1: 1)"
+    got = read_back(served, "events", 2)
+    assert [(r.key, r.value, r.headers) for r in got[0]] == [
+        (b"k", b"v1", (("h", b"1"), ("n", None))),
+        (b"gone", None, ()),
+    ]
+    assert [(r.key, r.value) for r in got[1]] == [(None, b'{"nested":[1,2]}')]
+
+
+def test_a_file_to_one_partition_without_acks(served: str, tmp_path: Path) -> None:
+    create(served, "audit", 3)
+    path = tmp_path / "lines.txt"
+    path.write_bytes(b"first\r\n\nthird")
+    done = gengroup(
+        "produce", "audit", "--file", str(path), "--partition", "2", "--acks", "0",
+        "--json", bootstrap=served,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["partitions"] == {"2": 3}
+
+    async def values() -> list[bytes | None]:
+        async with Cluster(served) as cluster:
+            # acks=0: wait until the broker wrote all three.
+            records = await read_partition(cluster, TopicPartition("audit", 2), 0, 3)
+            return [r.value for r in records]
+
+    assert anyio.run(values) == [b"first", b"", b"third"]
+
+
+def test_bad_input_and_bad_usage_say_so_in_one_line(served: str, tmp_path: Path) -> None:
+    no_sep = gengroup("produce", "t", "--key-separator", ":", bootstrap=served, input="a:1\nb\n")
+    assert no_sep.returncode == 1
+    assert no_sep.stderr.strip() == "gengroup produce: line 2: no key separator ':'"
+    not_json = gengroup("produce", "t", "--format", "json", bootstrap=served, input="{nope\n")
+    assert not_json.returncode == 1 and "line 1: not JSON" in not_json.stderr
+    assert "Traceback" not in not_json.stderr
+    missing = gengroup("produce", "t", "--file", str(tmp_path / "none"), bootstrap=served)
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    both = gengroup("produce", "t", "--format", "json", "--key-separator", ":", bootstrap=served)
+    assert both.returncode == 2
+    codec = gengroup("produce", "t", "--compression", "brotli", bootstrap=served)
+    assert codec.returncode == 2
+
+
+def test_an_unreachable_broker_is_one_line() -> None:
+    down = gengroup("produce", "t", "--timeout", "1", bootstrap="127.0.0.1:1", input="x\n")
+    assert down.returncode == 1, down
+    assert "Traceback" not in down.stderr and "connection refused" in down.stderr
+    assert len(down.stderr.strip().splitlines()) == 1, down.stderr
