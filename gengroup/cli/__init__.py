@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import __version__
-from . import consume, demo, groups, lag, produce, serve, topics
+from . import consume, demo, groups, lag, lake, produce, serve, topics
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
@@ -26,6 +26,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     topics.add_parser,
     produce.add_parser,
     consume.add_parser,
+    lake.add_parser,
 ]
 
 

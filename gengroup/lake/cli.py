@@ -59,7 +59,7 @@ def add_commands(subparsers: Any) -> None:
         metavar="SECONDS",
         help="print a progress table this often (default: a log line every 30 s)",
     )
-    sink.set_defaults(func=_sink)
+    sink.set_defaults(lake_func=_sink)
 
     verify = subparsers.add_parser(
         "verify", help="check the lake against the topic on Spark (Spark's own Kafka reader)"
@@ -72,19 +72,19 @@ def add_commands(subparsers: Any) -> None:
     )
     verify.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
-    verify.set_defaults(func=_verify)
+    verify.set_defaults(lake_func=_verify)
 
     analytics = subparsers.add_parser("analytics", help="aggregate the lake on Spark")
     analytics.add_argument("--lake", required=True)
     analytics.add_argument("--out", required=True, help="folder for Parquet, JSON and PNG")
     analytics.add_argument("--master", default="local[2]")
-    analytics.set_defaults(func=_analytics)
+    analytics.set_defaults(lake_func=_analytics)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m gengroup.lake``."""
     parser = argparse.ArgumentParser(prog="gengroup lake", description=__doc__.splitlines()[0])
-    add_commands(parser.add_subparsers(dest="command", required=True))
+    add_commands(parser.add_subparsers(dest="lake_command", required=True))
     args = parser.parse_args(argv)
     return run(args)
 
@@ -94,11 +94,11 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
-        return int(args.func(args))
+        return int(args.lake_func(args))
     except KeyboardInterrupt:
         return 130
     except (GengroupError, OSError) as exc:
-        print(f"gengroup lake {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"gengroup lake {args.lake_command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 
 
