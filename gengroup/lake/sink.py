@@ -335,7 +335,12 @@ class LakeSink:
                 store.published_path(tp, note),
             )
         if stale:
-            log.info("%s: deleted %d staged file(s) whose commit never happened", tp, len(stale))
+            log.info(
+                "%s: deleted %d staged file(s) that no stored commit names (writers that "
+                "crashed, were fenced or were cancelled before their commit)",
+                tp,
+                len(stale),
+            )
         if ahead:
             log.warning(
                 "%s: the committed offset %d is behind the lake (offsets were reset); "

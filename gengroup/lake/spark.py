@@ -35,7 +35,15 @@ from typing import Any
 from .._types import TopicPartition
 from .store import LakeError
 
-__all__ = ["KAFKA_PACKAGE", "PartitionCheck", "VerifyReport", "analytics", "session", "verify"]
+__all__ = [
+    "KAFKA_PACKAGE",
+    "PartitionCheck",
+    "VerifyReport",
+    "analytics",
+    "check_files",
+    "session",
+    "verify",
+]
 
 #: Spark's Kafka source, matching the pyspark version the ``spark`` extra pins.
 KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
@@ -71,6 +79,41 @@ def session(master: str = "local[2]", name: str = "gengroup lake") -> Iterator[A
 
 def _lake_path(lake: str) -> str:
     return lake if "://" in lake else os.path.abspath(lake)
+
+
+def check_files(lake: str) -> int:
+    """Read every published file's Parquet footer; how many files the lake holds.
+
+    Raises:
+        LakeError: files that are not readable Parquet, named (Spark would
+            fail on the first one deep inside a job, or skip them silently
+            with ``ignoreCorruptFiles``).
+    """
+    import pyarrow.parquet as pq
+    from pyarrow import fs
+
+    from .layout import parse_file_name
+    from .store import LakeStore
+
+    store = LakeStore(lake)
+    infos = store.fs.get_file_info(fs.FileSelector(store.root, recursive=True))
+    published = [
+        i
+        for i in infos
+        if i.type == fs.FileType.File
+        and "/_" not in i.path[len(store.root) :]
+        and parse_file_name(i.base_name, staged=False) is not None
+    ]
+    corrupt = []
+    for info in published:
+        try:
+            with store.fs.open_input_file(info.path) as f:
+                pq.ParquetFile(f).metadata  # noqa: B018 -- reading the footer is the check
+        except Exception as exc:
+            corrupt.append(f"{info.path}: {exc}")
+    if corrupt:
+        raise LakeError(f"{len(corrupt)} corrupt file(s) in the lake: " + "; ".join(corrupt))
+    return len(published)
 
 
 def read_lake(spark: Any, lake: str) -> Any:
@@ -157,6 +200,7 @@ def verify(
     """
     from pyspark.sql import functions as F
 
+    check_files(lake)
     reader = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -246,6 +290,7 @@ def analytics(spark: Any, lake: str, out: str) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     os.makedirs(out, exist_ok=True)
+    check_files(lake)
     df = read_lake(spark, lake).select(
         "topic",
         "partition",

@@ -83,3 +83,10 @@ def read_lake(lake: Path, topic: str) -> LakeContents:
 def staged_files(lake: Path) -> list[Path]:
     """The files waiting in any partition's ``_staging`` folder."""
     return sorted(lake.rglob("_staging/*.parquet"))
+
+
+def write_garbage(folder: Path, name: str) -> Path:
+    """A file that is not Parquet, under a published file's name."""
+    path = folder / name
+    path.write_bytes(b"PAR1 this is not a parquet file")
+    return path

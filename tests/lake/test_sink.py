@@ -15,9 +15,10 @@ from gengroup import Admin, ConfigError, ConsumerGroup, Producer, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.lake import LakeConfig, LakeError, LakeSink, LakeStore, Landed
 from gengroup.lake.layout import commit_note, parse_note, published_name
+from gengroup.lake.spark import check_files
 from gengroup.producer import ProducerRecord
 
-from .helpers import end_offsets, produce, read_lake, staged_files
+from .helpers import end_offsets, produce, read_lake, staged_files, write_garbage
 
 TOPIC = "events"
 FAST: dict[str, Any] = {
@@ -271,3 +272,49 @@ async def test_offsets_reset_to_earliest_land_again_without_duplicates(
     lake = read_lake(tmp_path, TOPIC)
     lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
     lake.check_values()
+
+
+async def test_a_topic_deleted_while_landing_leaves_the_others_landing(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topics({"doomed": 2})
+    await produce(cluster.bootstrap, TOPIC, range(500))
+    await produce(cluster.bootstrap, "doomed", range(300))
+    config = LakeConfig(str(tmp_path), file_max_bytes=3_000, file_max_age=0.3, progress_interval=0)
+    sink, done = LakeSink(config), anyio.Event()
+
+    async def run() -> None:
+        async with ConsumerGroup(
+            "del", [TOPIC, "doomed"], cluster.bootstrap, partition_watch_interval=0.3, **FAST
+        ) as group:
+            await sink.run(group, done)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await _caught_up(cluster.bootstrap, "del", 4)
+        async with Admin(cluster.bootstrap) as admin:
+            await admin.delete_topics(["doomed"])
+        await produce(cluster.bootstrap, TOPIC, range(500, 1000))
+        await _caught_up(cluster.bootstrap, "del", 4)
+        done.set()
+    lake = read_lake(tmp_path, TOPIC)
+    lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
+    lake.check_values()
+    assert sum(read_lake(tmp_path, "doomed").copies.values()) == 300  # landed before deletion
+
+
+async def test_verify_names_a_corrupt_file_before_running_spark(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    await produce(cluster.bootstrap, TOPIC, range(300))
+    config = LakeConfig(str(tmp_path), file_max_age=0.3, progress_interval=0)
+    done = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_run_sink, cluster.bootstrap, "corrupt", LakeSink(config), done)
+        await _caught_up(cluster.bootstrap, "corrupt", 4)
+        done.set()
+    assert check_files(str(tmp_path)) == read_lake(tmp_path, TOPIC).files
+    bad = write_garbage(tmp_path / f"topic={TOPIC}" / "partition=0", published_name(900, 901))
+    with pytest.raises(LakeError, match=f"1 corrupt file.*{bad.name}"):
+        check_files(str(tmp_path))
