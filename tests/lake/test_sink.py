@@ -50,6 +50,22 @@ async def _run_sink(
         await sink.run(g, done)
 
 
+async def _land_all(bootstrap: str, group: str, sink: LakeSink) -> None:
+    """Run ``sink`` in ``group`` until the group committed every partition's end, then stop it."""
+    done = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_run_sink, bootstrap, group, sink, done)
+        await _caught_up(bootstrap, group, 4)
+        done.set()
+
+
+async def _check_lake(bootstrap: str, lake: Path) -> None:
+    """The lake holds every offset of the topic once, with the produced records."""
+    contents = read_lake(lake, TOPIC)
+    contents.check_exactly_once(await end_offsets(bootstrap, TOPIC, 4))
+    contents.check_values()
+
+
 @pytest.fixture
 async def cluster() -> Any:
     async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
@@ -79,15 +95,9 @@ async def test_every_offset_lands_once_in_files_rolled_by_size(
     await produce(cluster.bootstrap, TOPIC, range(3000))
     config = LakeConfig(str(tmp_path), file_max_bytes=8_000, file_max_age=0.3, progress_interval=0)
     sink = LakeSink(config)
-    done = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_run_sink, cluster.bootstrap, "lake", sink, done)
-        await _caught_up(cluster.bootstrap, "lake", 4)
-        done.set()
-    lake = read_lake(tmp_path, TOPIC)
-    lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
-    lake.check_values()
-    assert lake.files > 8  # rolled by size, not one file per partition
+    await _land_all(cluster.bootstrap, "lake", sink)
+    await _check_lake(cluster.bootstrap, tmp_path)
+    assert read_lake(tmp_path, TOPIC).files > 8  # rolled by size, not one file per partition
     assert sum(p.records for p in sink.progress()) == 3000
     assert all(p.lag == 0 and p.buffered == 0 for p in sink.progress())
 
@@ -122,9 +132,7 @@ async def test_members_joining_and_leaving_land_everything_once(
         await _caught_up(cluster.bootstrap, "rb", 4)
         for stop in stops:
             stop.set()
-    lake = read_lake(tmp_path, TOPIC)
-    lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
-    lake.check_values()
+    await _check_lake(cluster.bootstrap, tmp_path)
     assert sum(s.generations for s in sinks) >= 4
 
 
@@ -174,17 +182,11 @@ async def test_a_crash_at_any_point_of_landing_loses_and_duplicates_nothing(
     assert (mine in staged) == (crash_at != "published")
     caplog.set_level(logging.INFO, "gengroup.lake")
     sink = LakeSink(config)
-    done = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_run_sink, cluster.bootstrap, "crash", sink, done)
-        await _caught_up(cluster.bootstrap, "crash", 4)
-        done.set()
+    await _land_all(cluster.bootstrap, "crash", sink)
     repaired = "committed by the previous owner before it stopped" in caplog.text
     assert repaired == (crash_at == "publish")
     assert staged_files(tmp_path) == []
-    lake = read_lake(tmp_path, TOPIC)
-    lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
-    lake.check_values()
+    await _check_lake(cluster.bootstrap, tmp_path)
 
 
 async def test_a_missing_committed_file_is_a_lake_error(
@@ -212,11 +214,7 @@ async def test_a_record_larger_than_a_file_lands_alone(
             [ProducerRecord(value=b"small", partition=0), ProducerRecord(value=big, partition=0)],
         )
     config = LakeConfig(str(tmp_path), file_max_bytes=4_000, file_max_age=0.3, progress_interval=0)
-    done = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_run_sink, cluster.bootstrap, "big", LakeSink(config), done)
-        await _caught_up(cluster.bootstrap, "big", 4)
-        done.set()
+    await _land_all(cluster.bootstrap, "big", LakeSink(config))
     lake = read_lake(tmp_path, TOPIC)
     lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
     assert lake.values[(0, 1)][1] == big
@@ -240,15 +238,9 @@ async def test_a_zombie_staged_file_never_becomes_visible(
     rows |= {"key": [None], "value": [b"not from the topic"], "headers": [[]], "landed_at": [0]}
     store.write_staged(tp, zombie, rows)
     sink = LakeSink(LakeConfig(str(tmp_path), file_max_age=0.3, progress_interval=0))
-    done = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_run_sink, cluster.bootstrap, "zombie", sink, done)
-        await _caught_up(cluster.bootstrap, "zombie", 4)
-        done.set()
+    await _land_all(cluster.bootstrap, "zombie", sink)
     assert store.staged(tp) == []
-    lake = read_lake(tmp_path, TOPIC)
-    lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
-    lake.check_values()
+    await _check_lake(cluster.bootstrap, tmp_path)
 
 
 async def test_offsets_reset_to_earliest_land_again_without_duplicates(
@@ -257,11 +249,7 @@ async def test_offsets_reset_to_earliest_land_again_without_duplicates(
     await produce(cluster.bootstrap, TOPIC, range(1500))
     config = LakeConfig(str(tmp_path), file_max_bytes=5_000, file_max_age=0.3, progress_interval=0)
     for attempt in range(2):
-        sink, done = LakeSink(config), anyio.Event()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_run_sink, cluster.bootstrap, "reset", sink, done)
-            await _caught_up(cluster.bootstrap, "reset", 4)
-            done.set()
+        await _land_all(cluster.bootstrap, "reset", LakeSink(config))
         if attempt == 0:
             async with Admin(cluster.bootstrap) as admin:
                 tps = [TopicPartition(TOPIC, p) for p in range(4)]
@@ -269,9 +257,7 @@ async def test_offsets_reset_to_earliest_land_again_without_duplicates(
                 await admin.reset_offsets("reset", tps[:2], to="earliest")
                 # partition 2 goes back into the middle of a file: that file is landed again
                 await admin.reset_offsets("reset", tps[2:3], offset=mid[tps[2]] // 2 + 1)
-    lake = read_lake(tmp_path, TOPIC)
-    lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
-    lake.check_values()
+    await _check_lake(cluster.bootstrap, tmp_path)
 
 
 async def test_a_topic_deleted_while_landing_leaves_the_others_landing(
@@ -298,9 +284,7 @@ async def test_a_topic_deleted_while_landing_leaves_the_others_landing(
         await produce(cluster.bootstrap, TOPIC, range(500, 1000))
         await _caught_up(cluster.bootstrap, "del", 4)
         done.set()
-    lake = read_lake(tmp_path, TOPIC)
-    lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
-    lake.check_values()
+    await _check_lake(cluster.bootstrap, tmp_path)
     assert sum(read_lake(tmp_path, "doomed").copies.values()) == 300  # landed before deletion
 
 
@@ -309,11 +293,7 @@ async def test_verify_names_a_corrupt_file_before_running_spark(
 ) -> None:
     await produce(cluster.bootstrap, TOPIC, range(300))
     config = LakeConfig(str(tmp_path), file_max_age=0.3, progress_interval=0)
-    done = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_run_sink, cluster.bootstrap, "corrupt", LakeSink(config), done)
-        await _caught_up(cluster.bootstrap, "corrupt", 4)
-        done.set()
+    await _land_all(cluster.bootstrap, "corrupt", LakeSink(config))
     assert check_files(str(tmp_path)) == read_lake(tmp_path, TOPIC).files
     bad = write_garbage(tmp_path / f"topic={TOPIC}" / "partition=0", published_name(900, 901))
     with pytest.raises(LakeError, match=f"1 corrupt file.*{bad.name}"):
