@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import accumulate
 from typing import Any
 
 import anyio
@@ -58,6 +59,7 @@ from .._types import TopicPartition
 from ..consumer.generation import Generation
 from ..consumer.group import ConsumerGroup
 from ..consumer.prefetch import FetchedBatch
+from ..protocol.records import Header
 from .layout import Landed, commit_note, parse_note
 from .store import LakeError, LakeStore
 
@@ -154,7 +156,7 @@ class _Buffer:
     timestamps: list[int] = field(default_factory=list)
     keys: list[bytes | None] = field(default_factory=list)
     values: list[bytes | None] = field(default_factory=list)
-    headers: list[list[dict[str, Any]]] = field(default_factory=list)
+    headers: list[tuple[Header, ...]] = field(default_factory=list)
 
     def add(self, batch: FetchedBatch, start: int, max_bytes: int) -> int:
         """Take ``batch``'s records from index ``start`` until the file is full; where it stopped.
@@ -164,20 +166,26 @@ class _Buffer:
         """
         if not self.offsets:
             self.started = anyio.current_time()
-        records = batch.records
-        for i in range(start, len(records)):
-            r = records[i]
-            self.offsets.append(r.offset)
-            self.timestamps.append(r.timestamp)
-            self.keys.append(r.key)
-            self.values.append(r.value)
-            self.headers.append([{"key": k, "value": v} for k, v in r.headers])
-            self.nbytes += len(r.key or b"") + len(r.value or b"")
-            if self.nbytes >= max_bytes:
-                self.end = r.offset + 1
-                return i + 1
+        records = batch.records[start:] if start else batch.records
+        sizes = [len(r.key or b"") + len(r.value or b"") for r in records]
+        room, take = max_bytes - self.nbytes, len(records)
+        if sum(sizes) >= room:  # the file fills up inside this batch: find where
+            for i, total in enumerate(accumulate(sizes)):
+                if total >= room:
+                    take = i + 1
+                    break
+        part = records[:take] if take < len(records) else records
+        self.offsets.extend([r.offset for r in part])
+        self.timestamps.extend([r.timestamp for r in part])
+        self.keys.extend([r.key for r in part])
+        self.values.extend([r.value for r in part])
+        self.headers.extend([r.headers for r in part])
+        self.nbytes += sum(sizes[:take])
+        if self.nbytes >= max_bytes:
+            self.end = part[-1].offset + 1
+            return start + take
         self.end = batch.next_offset
-        return len(records)
+        return len(batch.records)
 
     def columns(self, landed_at_ms: int) -> dict[str, list[Any]]:
         n = len(self.offsets)
