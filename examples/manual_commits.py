@@ -11,13 +11,12 @@ Without --bootstrap it starts an embedded broker in this process.
 
 from __future__ import annotations
 
-import argparse
 from contextlib import AsyncExitStack
 
 import anyio
+from _common import bootstrap_or_embedded, command, consuming, until
 
 import gengroup
-from gengroup.broker import FakeCluster
 from gengroup.producer import ProducerRecord
 
 TOPIC = "invoices"
@@ -49,9 +48,7 @@ async def main(bootstrap: str | None, count: int) -> tuple[int, int, int]:
         (records processed and committed, sum of the committed offsets, commits made).
     """
     async with AsyncExitStack() as stack:
-        if bootstrap is None:
-            cluster = await stack.enter_async_context(FakeCluster(initial_rebalance_delay_ms=0))
-            bootstrap = cluster.bootstrap
+        bootstrap = await bootstrap_or_embedded(stack, bootstrap)
         admin = await stack.enter_async_context(gengroup.Admin(bootstrap))
         await admin.create_topics({TOPIC: 2}, exist_ok=True)
         async with gengroup.Producer(admin.cluster) as producer:
@@ -60,21 +57,11 @@ async def main(bootstrap: str | None, count: int) -> tuple[int, int, int]:
 
         progress = Progress()
         async with gengroup.ConsumerGroup(GROUP, [TOPIC], bootstrap, commit_interval=0) as group:
-            async with anyio.create_task_group() as tg:
-
-                async def run() -> None:
-                    async for gen in group:
-                        for tp in gen.assignments:
-                            gen.start_soon(handle, gen, tp, progress)
-
-                tg.start_soon(run)
-                with anyio.fail_after(60):
-                    while progress.committed_records < count:  # noqa: ASYNC110 (progress poll)
-                        await anyio.sleep(0.05)
-                    # Read while the member still runs: no final commit has happened
-                    # yet, so what is committed was committed batch by batch.
-                    committed = await admin.fetch_offsets(GROUP)
-                tg.cancel_scope.cancel()
+            async with consuming(group, handle, progress):  # a worker per partition
+                await until(lambda: progress.committed_records >= count)
+                # Read while the member still runs: no final commit has happened
+                # yet, so what is committed was committed batch by batch.
+                committed = await admin.fetch_offsets(GROUP)
         total = sum(committed.values())
         n = progress.committed_records
         print(f"{n} records in {progress.commits} commits; committed offsets sum to {total}")
@@ -82,8 +69,6 @@ async def main(bootstrap: str | None, count: int) -> tuple[int, int, int]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", help="a Kafka cluster (default: an embedded broker)")
-    parser.add_argument("--count", type=int, default=1000, help="records to produce")
+    parser = command(__doc__, count=1000)
     args = parser.parse_args()
     anyio.run(main, args.bootstrap, args.count)

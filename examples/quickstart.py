@@ -6,13 +6,12 @@ Without --bootstrap it starts an embedded broker in this process.
 
 from __future__ import annotations
 
-import argparse
 from contextlib import AsyncExitStack
 
 import anyio
+from _common import bootstrap_or_embedded, command
 
 import gengroup
-from gengroup.broker import FakeCluster
 from gengroup.producer import ProducerRecord
 
 TOPIC = "orders"
@@ -20,9 +19,7 @@ TOPIC = "orders"
 
 async def main(bootstrap: str | None, count: int) -> int:
     async with AsyncExitStack() as stack:
-        if bootstrap is None:
-            cluster = await stack.enter_async_context(FakeCluster(initial_rebalance_delay_ms=0))
-            bootstrap = cluster.bootstrap
+        bootstrap = await bootstrap_or_embedded(stack, bootstrap)
         async with gengroup.Admin(bootstrap) as admin:
             await admin.create_topics({TOPIC: 4}, exist_ok=True)
         async with gengroup.Producer(bootstrap) as producer:
@@ -57,8 +54,6 @@ async def main(bootstrap: str | None, count: int) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap")
-    parser.add_argument("--count", type=int, default=1000)
+    parser = command(__doc__, count=1000)
     args = parser.parse_args()
     anyio.run(main, args.bootstrap, args.count)

@@ -19,13 +19,12 @@ Without --bootstrap it starts an embedded broker in this process.
 
 from __future__ import annotations
 
-import argparse
 from contextlib import AsyncExitStack
 
 import anyio
+from _common import bootstrap_or_embedded, command, consuming, until
 
 import gengroup
-import gengroup.broker
 from gengroup.admin import NewTopic
 from gengroup.io.fetch import read_partition
 from gengroup.producer import ProducerRecord
@@ -72,9 +71,7 @@ async def keep_totals(
 async def main(bootstrap: str | None, count: int) -> dict[str, int]:
     """Add ``count`` deposits and process them; returns every account's total."""
     async with AsyncExitStack() as stack:
-        if bootstrap is None:
-            embedded = gengroup.broker.FakeCluster(initial_rebalance_delay_ms=0)
-            bootstrap = (await stack.enter_async_context(embedded)).bootstrap
+        bootstrap = await bootstrap_or_embedded(stack, bootstrap)
         admin = await stack.enter_async_context(gengroup.Admin(bootstrap))
         await admin.create_topics(
             [
@@ -93,18 +90,8 @@ async def main(bootstrap: str | None, count: int) -> dict[str, int]:
         )
         progress: list[int] = []
         async with gengroup.ConsumerGroup(GROUP, [INPUT], bootstrap) as group:
-            async with anyio.create_task_group() as tg:
-
-                async def run() -> None:
-                    async for gen in group:
-                        for tp in gen.assignments:
-                            gen.start_soon(keep_totals, gen, tp, producer, progress)
-
-                tg.start_soon(run)
-                with anyio.fail_after(60):
-                    while sum(progress) < count:  # noqa: ASYNC110 (a short progress poll)
-                        await anyio.sleep(0.05)
-                tg.cancel_scope.cancel()
+            async with consuming(group, keep_totals, producer, progress):  # one per partition
+                await until(lambda: sum(progress) >= count)
         totals: dict[str, int] = {}
         for p in range(PARTITIONS):
             totals.update(await rebuild(admin.cluster, p))
@@ -113,8 +100,6 @@ async def main(bootstrap: str | None, count: int) -> dict[str, int]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", help="a Kafka cluster (default: an embedded broker)")
-    parser.add_argument("--count", type=int, default=300, help="deposits to add")
+    parser = command(__doc__, count=300, records="deposits")
     args = parser.parse_args()
     anyio.run(main, args.bootstrap, args.count)

@@ -16,14 +16,13 @@ Without --bootstrap it starts an embedded broker in this process.
 
 from __future__ import annotations
 
-import argparse
 import sqlite3
 from contextlib import AsyncExitStack
 
 import anyio
+from _common import bootstrap_or_embedded, command, consuming, until as wait_until
 
 import gengroup
-import gengroup.broker
 from gengroup.producer import ProducerRecord
 
 TOPIC = "readings"
@@ -64,9 +63,7 @@ async def main(bootstrap: str | None, db_path: str, produce: int, until: int) ->
     lock = anyio.Lock()  # one connection: one transaction at a time
     async with AsyncExitStack() as stack:
         stack.callback(db.close)
-        if bootstrap is None:
-            embedded = gengroup.broker.FakeCluster(initial_rebalance_delay_ms=0)
-            bootstrap = (await stack.enter_async_context(embedded)).bootstrap
+        bootstrap = await bootstrap_or_embedded(stack, bootstrap)
         admin = await stack.enter_async_context(gengroup.Admin(bootstrap))
         await admin.create_topics({TOPIC: 2}, exist_ok=True)
         async with gengroup.Producer(admin.cluster) as producer:
@@ -90,26 +87,15 @@ async def main(bootstrap: str | None, db_path: str, produce: int, until: int) ->
                 await gen.commit()  # only now: the rows are in the database
 
         async with gengroup.ConsumerGroup(GROUP, [TOPIC], bootstrap, commit_interval=0) as group:
-            async with anyio.create_task_group() as tg:
-
-                async def run() -> None:
-                    async for gen in group:
-                        for tp in gen.assignments:
-                            gen.start_soon(sink, gen, tp)
-
-                tg.start_soon(run)
-                with anyio.fail_after(60):
-                    while stored < until:  # noqa: ASYNC110 (a short progress poll)
-                        await anyio.sleep(0.05)
-                tg.cancel_scope.cancel()
+            async with consuming(group, sink):  # a sink task per assigned partition
+                await wait_until(lambda: stored >= until)
     rows = count_rows(db_path)
     print(f"{rows} rows in {db_path}")
     return rows
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", help="a Kafka cluster (default: an embedded broker)")
+    parser = command(__doc__)
     parser.add_argument("--db", default="readings.sqlite", help="the SQLite file")
     parser.add_argument("--produce", type=int, default=500, help="readings to produce first")
     parser.add_argument("--until", type=int, default=500, help="stop at this many rows")

@@ -23,15 +23,14 @@ prints the alerts.
 
 from __future__ import annotations
 
-import argparse
 import json
 from contextlib import AsyncExitStack
 
 import anyio
 import anyio.abc
+from _common import bootstrap_or_embedded, command
 
 import gengroup
-import gengroup.broker
 from gengroup.io.fetch import read_partition
 from gengroup.producer import ProducerRecord
 
@@ -102,9 +101,7 @@ async def read_alerts(bootstrap: str, topic: str, expected: int) -> list[dict[st
 async def main(bootstrap: str | None, amounts: list[int]) -> list[dict[str, object]]:
     """Run the service on sample payments; returns the alerts it sent."""
     async with AsyncExitStack() as stack:
-        if bootstrap is None:
-            embedded = gengroup.broker.FakeCluster(initial_rebalance_delay_ms=0)
-            bootstrap = (await stack.enter_async_context(embedded)).bootstrap
+        bootstrap = await bootstrap_or_embedded(stack, bootstrap)
         await send_payments(bootstrap, "payments", amounts)
         async with anyio.create_task_group() as tg:
             await tg.start(flag_large_payments, bootstrap, "payments", "alerts", "fraud-check")
@@ -116,7 +113,6 @@ async def main(bootstrap: str | None, amounts: list[int]) -> list[dict[str, obje
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", help="a Kafka cluster (default: an embedded broker)")
+    parser = command(__doc__)
     args = parser.parse_args()
     anyio.run(main, args.bootstrap, [120, 5000, 80, 1001, 1000])

@@ -12,14 +12,13 @@ Without --bootstrap it starts an embedded broker in this process.
 
 from __future__ import annotations
 
-import argparse
 import json
 from contextlib import AsyncExitStack
 
 import anyio
+from _common import bootstrap_or_embedded, command, consuming, until
 
 import gengroup
-from gengroup.broker import FakeCluster
 from gengroup.producer import ProducerRecord
 
 SOURCE = "orders"
@@ -49,9 +48,7 @@ async def worker(
 async def main(bootstrap: str | None, count: int) -> int:
     """Produce ``count`` orders, turn each into a label; returns the labels sent."""
     async with AsyncExitStack() as stack:
-        if bootstrap is None:
-            cluster = await stack.enter_async_context(FakeCluster(initial_rebalance_delay_ms=0))
-            bootstrap = cluster.bootstrap
+        bootstrap = await bootstrap_or_embedded(stack, bootstrap)
         admin = await stack.enter_async_context(gengroup.Admin(bootstrap))
         await admin.create_topics({SOURCE: 3, TARGET: 3}, exist_ok=True)
         producer = await stack.enter_async_context(gengroup.Producer(admin.cluster))
@@ -68,25 +65,13 @@ async def main(bootstrap: str | None, count: int) -> int:
         )
         done: list[int] = []
         async with gengroup.ConsumerGroup(GROUP, [SOURCE], bootstrap) as group:
-            async with anyio.create_task_group() as tg:
-
-                async def run() -> None:
-                    async for gen in group:
-                        for tp in gen.assignments:
-                            gen.start_soon(worker, gen, tp, producer, done)
-
-                tg.start_soon(run)
-                with anyio.fail_after(60):
-                    while sum(done) < count:  # noqa: ASYNC110 (a short progress poll)
-                        await anyio.sleep(0.05)
-                tg.cancel_scope.cancel()
+            async with consuming(group, worker, producer, done):  # a worker per partition
+                await until(lambda: sum(done) >= count)
         print(f"sent {sum(done)} labels to {TARGET}")
         return sum(done)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", help="a Kafka cluster (default: an embedded broker)")
-    parser.add_argument("--count", type=int, default=500, help="orders to produce")
+    parser = command(__doc__, count=500, records="orders")
     args = parser.parse_args()
     anyio.run(main, args.bootstrap, args.count)

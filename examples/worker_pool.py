@@ -13,16 +13,15 @@ Run: python examples/worker_pool.py [--bootstrap HOST:PORT] [--pool 4]
 
 from __future__ import annotations
 
-import argparse
 import random
 import zlib
 from contextlib import AsyncExitStack
 
 import anyio
+from _common import bootstrap_or_embedded, command, consuming, until
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 import gengroup
-from gengroup.broker import FakeCluster
 from gengroup.producer import ProducerRecord
 
 TOPIC = "events"
@@ -82,9 +81,7 @@ async def pool_worker(
 
 async def main(bootstrap: str | None, pool: int, count: int) -> int:
     async with AsyncExitStack() as stack:
-        if bootstrap is None:
-            embedded = await stack.enter_async_context(FakeCluster(initial_rebalance_delay_ms=0))
-            bootstrap = embedded.bootstrap
+        bootstrap = await bootstrap_or_embedded(stack, bootstrap)
         # One Cluster (the broker connections) serves the admin client and the
         # producer; the admin client reads back what the group committed at the end.
         shared = await stack.enter_async_context(gengroup.Cluster(bootstrap))
@@ -99,18 +96,8 @@ async def main(bootstrap: str | None, pool: int, count: int) -> int:
         async with gengroup.ConsumerGroup(
             "pool-example", [TOPIC], bootstrap, commit_interval=0.2
         ) as group:
-            async with anyio.create_task_group() as tg:
-
-                async def run() -> None:
-                    async for gen in group:
-                        for tp in gen.assignments:
-                            gen.start_soon(partition_worker, gen, tp, pool, processed)
-
-                tg.start_soon(run)
-                with anyio.fail_after(60):
-                    while len(processed) < count:  # noqa: ASYNC110 (a short progress poll)
-                        await anyio.sleep(0.05)
-                tg.cancel_scope.cancel()
+            async with consuming(group, partition_worker, pool, processed):
+                await until(lambda: len(processed) >= count)
         committed = await admin.fetch_offsets("pool-example")
         print(f"processed {len(processed)} records with {pool} workers per partition")
         print("committed:", {str(tp): off for tp, off in sorted(committed.items())})
@@ -118,9 +105,7 @@ async def main(bootstrap: str | None, pool: int, count: int) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap")
-    parser.add_argument("--pool", type=int, default=4)
-    parser.add_argument("--count", type=int, default=3000)
+    parser = command(__doc__, count=3000)
+    parser.add_argument("--pool", type=int, default=4, help="workers per partition")
     args = parser.parse_args()
     anyio.run(main, args.bootstrap, args.pool, args.count)

@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -23,18 +24,28 @@ from gengroup.testing.kafka import KafkaBroker
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
 
+def example(name: str) -> dict[str, Any]:
+    """The namespace of ``examples/NAME``, loaded as ``python examples/NAME`` would.
+
+    As a script, an example finds its scaffold ``_common.py`` beside it.
+    """
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    return runpy.run_path(str(EXAMPLES / name))
+
+
 async def test_quickstart_consumes_everything() -> None:
-    ns = runpy.run_path(str(EXAMPLES / "quickstart.py"))
+    ns = example("quickstart.py")
     assert await ns["main"](None, 300) == 300
 
 
 async def test_worker_pool_commits_every_processed_record_and_nothing_more() -> None:
-    ns = runpy.run_path(str(EXAMPLES / "worker_pool.py"))
+    ns = example("worker_pool.py")
     assert await ns["main"](None, 4, 1500) == 1500
 
 
 def test_contiguous_tracker_never_skips_a_gap() -> None:
-    ns = runpy.run_path(str(EXAMPLES / "worker_pool.py"))
+    ns = example("worker_pool.py")
     tracker = ns["ContiguousTracker"](10)
     assert tracker.finish(12) == 10
     assert tracker.finish(11) == 10
@@ -45,6 +56,8 @@ def test_contiguous_tracker_never_skips_a_gap() -> None:
 # ---------------------------------------------------------------------------- the CLI examples
 
 CLI_EXAMPLES = [
+    "quickstart.py",
+    "worker_pool.py",
     "manual_commits.py",
     "transform.py",
     "graceful_shutdown.py",
@@ -67,7 +80,7 @@ def test_each_example_is_a_command_with_help(name: str) -> None:
 
 
 async def test_manual_commits_commit_every_batch_as_it_is_done() -> None:
-    ns = runpy.run_path(str(EXAMPLES / "manual_commits.py"))
+    ns = example("manual_commits.py")
     processed, committed, commits = await ns["main"](None, 600)
     assert processed == 600
     # Read before the member stopped, with periodic commits off: gen.commit() did this.
@@ -76,7 +89,7 @@ async def test_manual_commits_commit_every_batch_as_it_is_done() -> None:
 
 
 async def test_transform_sends_one_label_per_order() -> None:
-    ns = runpy.run_path(str(EXAMPLES / "transform.py"))
+    ns = example("transform.py")
     async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
         assert await ns["main"](cluster.bootstrap, 300) == 300
         labels: list[dict[str, object]] = []
@@ -131,7 +144,7 @@ async def test_graceful_shutdown_commits_everything_on_a_signal(
 
 
 async def test_running_totals_are_rebuilt_from_the_state_topic() -> None:
-    ns = runpy.run_path(str(EXAMPLES / "running_totals.py"))
+    ns = example("running_totals.py")
     expected: dict[str, int] = {}
     for i in range(100):
         expected[f"account-{i % 5}"] = expected.get(f"account-{i % 5}", 0) + i % 7 + 1
@@ -144,7 +157,7 @@ async def test_running_totals_are_rebuilt_from_the_state_topic() -> None:
 async def test_sqlite_batches_store_every_row_exactly_once_across_a_restart(
     tmp_path: pathlib.Path,
 ) -> None:
-    ns = runpy.run_path(str(EXAMPLES / "sqlite_batches.py"))
+    ns = example("sqlite_batches.py")
     db_path = str(tmp_path / "rows.sqlite")
     async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
         assert await ns["main"](cluster.bootstrap, db_path, 500, 200) == 200
@@ -162,13 +175,13 @@ async def test_sqlite_batches_store_every_row_exactly_once_across_a_restart(
 
 
 async def test_testing_your_service_runs_on_the_embedded_broker() -> None:
-    ns = runpy.run_path(str(EXAMPLES / "testing_your_service.py"))
+    ns = example("testing_your_service.py")
     alerts = await ns["main"](None, [120, 5000, 80, 1001, 1000])
     assert alerts == [{"account": "acct-1", "amount": 5000}, {"account": "acct-3", "amount": 1001}]
 
 
 async def test_the_example_test_file_passes_on_the_embedded_broker() -> None:
-    ns = runpy.run_path(str(EXAMPLES / "test_testing_your_service.py"))
+    ns = example("test_testing_your_service.py")
     await ns["test_flags_only_payments_above_the_limit_on_the_embedded_broker"]()
 
 
@@ -176,5 +189,5 @@ async def test_the_example_test_file_passes_on_the_embedded_broker() -> None:
 async def test_the_example_test_file_passes_on_real_kafka(
     kafka: KafkaBroker, unique_name: Callable[[str], str]
 ) -> None:
-    ns = runpy.run_path(str(EXAMPLES / "test_testing_your_service.py"))
+    ns = example("test_testing_your_service.py")
     await ns["test_flags_on_real_kafka"](kafka, unique_name)

@@ -26,6 +26,7 @@ from ._common import (
     EXIT_ERROR,
     EXIT_NOT_FOUND,
     EXIT_USAGE,
+    add_command,
     add_connection_options,
     connection,
     exit_code,
@@ -76,14 +77,14 @@ class AdminCommand:
 
     def __init__(self, subparsers: Any, name: str, help: str) -> None:
         self.name = name
-        parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, epilog=EPILOG)
+        parser = add_command(subparsers, name, help=help, description=None)
         self._sub = parser.add_subparsers(dest=f"{name}_action", metavar="ACTION", required=True)
         #: Each action's parser, by action name.
         self.actions: dict[str, argparse.ArgumentParser] = {}
 
     def action(self, name: str, help: str, func: Action) -> argparse.ArgumentParser:
         """Register an action; its parser, to add the action's own arguments to."""
-        p: argparse.ArgumentParser = self._sub.add_parser(name, help=help, epilog=EPILOG)
+        p = add_command(self._sub, name, help=help, description=None)
         add_connection_options(p)
         p.set_defaults(func=lambda args: self._run(args, func))
         self.actions[name] = p

@@ -1,5 +1,9 @@
 """What every command that talks to a cluster shares: its options, and how it ends.
 
+* :func:`add_command` registers a subcommand with its help, description and
+  the exit-code epilog; :func:`command` makes a module's ``add_parser`` from
+  the function that adds the subcommand's own arguments (its docstring is the
+  description).
 * :func:`add_connection_options` adds ``--bootstrap``, ``--client-id``,
   ``--config``, ``--json`` and ``--timeout``; :func:`connection` resolves the
   bootstrap address and client id: a flag, else the environment
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import logging
 import os
 import sys
@@ -27,6 +32,7 @@ import tomllib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import trio
@@ -42,7 +48,9 @@ __all__ = [
     "DEFAULT_CONFIG",
     "Connection",
     "UsageError",
+    "add_command",
     "add_connection_options",
+    "command",
     "config_path",
     "connection",
     "exit_code",
@@ -79,6 +87,52 @@ class Connection:
 
     bootstrap: str
     client_id: str | None = None
+
+
+def add_command(
+    subparsers: Any, name: str, *, help: str, description: str | None, epilog: str | None = EPILOG
+) -> argparse.ArgumentParser:
+    """Register the subcommand ``name``; its parser, to add its own arguments to.
+
+    Args:
+        subparsers: what ``ArgumentParser.add_subparsers`` returned.
+        name: the subcommand's name.
+        help: its line in ``gengroup --help``.
+        description: the text of ``gengroup NAME --help``.
+        epilog: the text after its options (default: the exit codes).
+    """
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=help, description=description, epilog=epilog
+    )
+    return parser
+
+
+def command(
+    name: str, *, help: str, epilog: str | None = EPILOG
+) -> Callable[[Callable[[argparse.ArgumentParser], None]], Callable[[Any], None]]:
+    """Make a subcommand's ``add_parser(subparsers)`` from the function adding its arguments.
+
+    The decorated function takes the subcommand's parser; its docstring is the
+    description (``gengroup NAME --help``).
+
+    Args:
+        name: the subcommand's name.
+        help: its line in ``gengroup --help``.
+        epilog: the text after its options (default: the exit codes).
+    """
+
+    def decorate(arguments: Callable[[argparse.ArgumentParser], None]) -> Callable[[Any], None]:
+        description = inspect.cleandoc(arguments.__doc__) if arguments.__doc__ else None
+
+        def add_parser(subparsers: Any) -> None:
+            arguments(
+                add_command(subparsers, name, help=help, description=description, epilog=epilog)
+            )
+
+        add_parser.__doc__ = f"Register the ``{name}`` subcommand."
+        return add_parser
+
+    return decorate
 
 
 def add_connection_options(parser: argparse.ArgumentParser, *, timeout: float = 30.0) -> None:

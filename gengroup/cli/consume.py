@@ -48,7 +48,7 @@ from ..io.cluster import Cluster
 from ..io.fetch import PartitionFetch, fetch_once
 from ..io.retry import Backoff, retry
 from ..protocol.records import Record
-from ._common import EPILOG, add_connection_options, connection, run
+from ._common import add_connection_options, command, connection, run
 
 __all__ = ["Printer", "add_parser"]
 
@@ -56,19 +56,13 @@ _UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
 _LEADER_NOT_AVAILABLE = int(ErrorCode.leader_not_available)
 
 
-def add_parser(subparsers: Any) -> None:
-    """Register the ``consume`` subcommand."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "consume",
-        help="print records of topics, as a group member or read directly",
-        description=(
-            "Print the records of TOPICs: as a member of --group G (committing only what "
-            "was printed) or, without a group, reading --partition P (default: all) "
-            "directly. Starts at the end (or the committed offsets) unless --from-beginning. "
-            "Runs until -n N records, --until-end, or Ctrl-C/SIGTERM (a clean exit)."
-        ),
-        epilog=EPILOG,
-    )
+@command("consume", help="print records of topics, as a group member or read directly")
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    """Print the records of TOPICs: as a member of --group G (committing only what was printed) or,
+    without a group, reading --partition P (default: all) directly. Starts at the end (or
+    the committed offsets) unless --from-beginning. Runs until -n N records, --until-end, or
+    Ctrl-C/SIGTERM (a clean exit).
+    """
     parser.add_argument("topics", nargs="+", metavar="TOPIC")
     parser.add_argument("--group", help="consume as a member of this consumer group")
     parser.add_argument(

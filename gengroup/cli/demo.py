@@ -33,6 +33,7 @@ from ..broker import FakeCluster
 from ..consumer.generation import Generation
 from ..consumer.group import ConsumerGroup
 from ..producer import Producer, ProducerRecord
+from ._common import add_command
 
 __all__ = ["DemoConfig", "Scoreboard", "add_parser", "run_demo", "summarise"]
 
@@ -359,10 +360,12 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     """Register the ``demo`` subcommand."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "demo",
         help="watch a consumer group rebalance through generations (embedded broker, no JVM)",
         description=__doc__.splitlines()[0] if __doc__ else None,
+        epilog=None,
     )
     add_arguments(parser)
     parser.set_defaults(func=run)

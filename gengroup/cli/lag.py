@@ -22,23 +22,17 @@ import anyio
 
 from ..admin import Admin
 from ._admin import open_admin
-from ._common import EPILOG, add_connection_options, run
+from ._common import add_connection_options, command, run
 from .groups import lag_report
 
 __all__ = ["add_parser", "render"]
 
 
-def add_parser(subparsers: Any) -> None:
-    """Register the ``lag`` subcommand."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "lag",
-        help="a group's lag per partition, once or refreshed live (--watch)",
-        description=(
-            "Print a group's committed offset, end offset and lag per partition as a table "
-            "(--json: JSON). --watch SECONDS refreshes it until Ctrl-C."
-        ),
-        epilog=EPILOG,
-    )
+@command("lag", help="a group's lag per partition, once or refreshed live (--watch)")
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    """Print a group's committed offset, end offset and lag per partition as a table (--json:
+    JSON). --watch SECONDS refreshes it until Ctrl-C.
+    """
     parser.add_argument("group")
     parser.add_argument(
         "--topic", action="append", default=None, help="include a topic's partitions"

@@ -31,7 +31,7 @@ from typing import Any, BinaryIO
 import anyio
 
 from ..producer import Compression, Producer, ProducerRecord
-from ._common import EPILOG, add_connection_options, connection, run
+from ._common import add_connection_options, command, connection, run
 
 __all__ = ["add_parser", "parse_json_line", "parse_raw_line"]
 
@@ -39,19 +39,13 @@ _CHUNK = 64 * 1024
 _MAX_RECORDS_PER_SEND = 1000
 
 
-def add_parser(subparsers: Any) -> None:
-    """Register the ``produce`` subcommand."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "produce",
-        help="send lines from stdin or a file as records",
-        description=(
-            "Send each line of stdin (or --file) as a record: the line is the value "
-            "(--format raw, with --key-separator KEY SEP VALUE) or a JSON object "
-            '{"key", "value", "headers", "partition"} (--format json). A one-line summary '
-            "goes to stderr once every record is acknowledged (--json: JSON on stdout)."
-        ),
-        epilog=EPILOG,
-    )
+@command("produce", help="send lines from stdin or a file as records")
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    """Send each line of stdin (or --file) as a record: the line is the value (--format raw, with
+    --key-separator KEY SEP VALUE) or a JSON object {"key", "value", "headers", "partition"}
+    (--format json). A one-line summary goes to stderr once every record is acknowledged
+    (--json: JSON on stdout).
+    """
     parser.add_argument("topic")
     parser.add_argument("--file", help="read this file instead of stdin")
     parser.add_argument("--format", choices=("raw", "json"), default="raw")

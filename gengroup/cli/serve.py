@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import Any
 
 import anyio
 
 from ..broker import BrokerSettings, FakeCluster
+from ._common import command
 
 __all__ = ["add_parser", "parse_topic", "run"]
 
@@ -34,16 +34,11 @@ def parse_topic(text: str) -> tuple[str, int]:
     return name, int(count)
 
 
-def add_parser(subparsers: Any) -> None:
-    """Register the ``serve`` subcommand."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "serve",
-        help="run the embedded Kafka-compatible broker",
-        description=(
-            "Run the embedded Kafka-compatible broker in memory on loopback. "
-            "Prints 'bootstrap HOST:PORT[,...]' once ready; stops on SIGINT/SIGTERM."
-        ),
-    )
+@command("serve", help="run the embedded Kafka-compatible broker", epilog=None)
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    """Run the embedded Kafka-compatible broker in memory on loopback. Prints 'bootstrap
+    HOST:PORT[,...]' once ready; stops on SIGINT/SIGTERM.
+    """
     parser.add_argument(
         "--port",
         type=int,

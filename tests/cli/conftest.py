@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -55,3 +56,21 @@ def served() -> Iterator[str]:
         proc.wait(timeout=30)
         assert proc.stdout is not None
         proc.stdout.close()
+
+
+@dataclass(frozen=True)
+class Target:
+    """A broker a scenario runs on: its address, and the names its topics and groups take."""
+
+    bootstrap: str
+    #: A topic or group name from a base name (unique on the shared real broker).
+    name: Callable[[str], str]
+
+
+@pytest.fixture(params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
+def target(request: pytest.FixtureRequest) -> Target:
+    """Each scenario twice: on ``gengroup serve``, and (marked ``kafka``) on real Apache Kafka."""
+    if request.param == "kafka":
+        kafka = request.getfixturevalue("kafka")
+        return Target(kafka.bootstrap, request.getfixturevalue("unique_name"))
+    return Target(request.getfixturevalue("served"), lambda base: base)

@@ -66,22 +66,25 @@ def test_the_file_from_the_environment_then_the_default_path(
     assert connection(args(config=str(flagged))).bootstrap == "flagged:1"
 
 
-def test_bad_config_files_are_usage_errors(clean_env: Path, tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="from --config"):
-        connection(args(config=str(tmp_path / "missing.toml")))
-    bad = write(tmp_path / "bad.toml", "bootstrap = \n")
-    with pytest.raises(UsageError, match="not valid TOML"):
-        connection(args(config=str(bad)))
-    typo = write(tmp_path / "typo.toml", 'bootstraps = "a:1"\n')
-    with pytest.raises(UsageError, match="unknown key 'bootstraps'"):
-        connection(args(config=str(typo)))
-    wrong = write(tmp_path / "wrong.toml", "bootstrap = 9092\n")
-    with pytest.raises(UsageError, match="string or list"):
-        connection(args(config=str(wrong)))
-    # Without a bootstrap address in it, the file is no answer either.
-    only_id = write(tmp_path / "id.toml", 'client_id = "x"\n')
-    with pytest.raises(UsageError, match="give --bootstrap"):
-        connection(args(config=str(only_id)))
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        (None, "from --config"),  # no such file
+        ("bootstrap = \n", "not valid TOML"),
+        ('bootstraps = "a:1"\n', "unknown key 'bootstraps'"),
+        ("bootstrap = 9092\n", "string or list"),
+        # Without a bootstrap address in it, the file is no answer either.
+        ('client_id = "x"\n', "give --bootstrap"),
+    ],
+)
+def test_bad_config_files_are_usage_errors(
+    clean_env: Path, tmp_path: Path, text: str | None, match: str
+) -> None:
+    path = tmp_path / "gengroup.toml"
+    if text is not None:
+        write(path, text)
+    with pytest.raises(UsageError, match=match):
+        connection(args(config=str(path)))
 
 
 def test_commands_use_the_config_file(served: str, tmp_path: Path) -> None:

@@ -6,15 +6,14 @@ import contextlib
 import json
 import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import anyio
 import pytest
 
 from gengroup import Admin, Producer, TopicPartition
 from gengroup.producer import ProducerRecord
-from gengroup.testing.kafka import KafkaBroker
-from tests.cli.conftest import gengroup
+from tests.cli.conftest import Target, gengroup
 from tests.embedded.test_cli import command
 
 
@@ -89,15 +88,8 @@ def group_reads_each_record_once(bootstrap: str, topic: str, group_id: str) -> N
     assert committed(bootstrap, group_id) == {0: 10, 1: 10, 2: 10}
 
 
-def test_a_group_member_prints_and_commits_each_record_once(served: str) -> None:
-    group_reads_each_record_once(served, "orders", "printer")
-
-
-@pytest.mark.kafka
-def test_a_group_member_on_real_kafka(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
-) -> None:
-    group_reads_each_record_once(kafka.bootstrap, unique_name("cli-consume"), unique_name("cli-g"))
+def test_a_group_member_prints_and_commits_each_record_once(target: Target) -> None:
+    group_reads_each_record_once(target.bootstrap, target.name("orders"), target.name("printer"))
 
 
 def direct_reads(bootstrap: str, topic: str) -> None:
@@ -126,15 +118,8 @@ def direct_reads(bootstrap: str, topic: str) -> None:
     assert nothing.returncode == 0 and nothing.stdout == "", nothing
 
 
-def test_reading_partitions_directly(served: str) -> None:
-    direct_reads(served, "direct")
-
-
-@pytest.mark.kafka
-def test_reading_partitions_directly_on_real_kafka(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
-) -> None:
-    direct_reads(kafka.bootstrap, unique_name("cli-direct"))
+def test_reading_partitions_directly(target: Target) -> None:
+    direct_reads(target.bootstrap, target.name("direct"))
 
 
 def test_produce_then_consume_round_trips_json(served: str) -> None:

@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
 import anyio
 import pytest
 
 from gengroup import Admin, Producer, TopicPartition
-from gengroup.testing.kafka import KafkaBroker
-from tests.cli.conftest import gengroup
+from tests.cli.conftest import Target, gengroup
 
 
 def seed(bootstrap: str, topic: str, group_id: str) -> None:
@@ -66,15 +64,8 @@ def scenario(bootstrap: str, topic: str, group_id: str) -> None:
     assert "Traceback" not in missing.stderr
 
 
-def test_groups_commands_on_the_embedded_broker(served: str) -> None:
-    scenario(served, "t", "g")
-
-
-@pytest.mark.kafka
-def test_groups_commands_on_real_kafka(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
-) -> None:
-    scenario(kafka.bootstrap, unique_name("cli"), unique_name("cli-group"))
+def test_groups_commands(target: Target) -> None:
+    scenario(target.bootstrap, target.name("t"), target.name("g"))
 
 
 def test_usage_errors_and_an_unreachable_broker_say_so_in_one_line(

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
-import pytest
 
 from gengroup import Admin, Cluster, TopicPartition
 from gengroup.io.fetch import read_partition
 from gengroup.partitioner import partition_for_key
 from gengroup.protocol.records import Record
-from gengroup.testing.kafka import KafkaBroker
-from tests.cli.conftest import gengroup
+from tests.cli.conftest import Target, gengroup
 
 
 def create(bootstrap: str, topic: str, partitions: int) -> None:
@@ -64,15 +61,8 @@ def keyed_lines_go_to_their_key_partition(bootstrap: str, topic: str) -> None:
             assert numbers == sorted(numbers), (p, key)
 
 
-def test_raw_lines_with_keys_on_the_embedded_broker(served: str) -> None:
-    keyed_lines_go_to_their_key_partition(served, "orders")
-
-
-@pytest.mark.kafka
-def test_raw_lines_with_keys_on_real_kafka(
-    kafka: KafkaBroker, unique_name: Callable[[str], str]
-) -> None:
-    keyed_lines_go_to_their_key_partition(kafka.bootstrap, unique_name("cli-produce"))
+def test_raw_lines_with_keys_go_to_their_key_partition(target: Target) -> None:
+    keyed_lines_go_to_their_key_partition(target.bootstrap, target.name("orders"))
 
 
 def test_json_lines_carry_key_value_headers_and_partition(served: str) -> None:

@@ -1,0 +1,75 @@
+"""The documentation names real things: every test a page cites exists."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+#: ``tests/PATH.py::test_name`` as the pages cite a test.
+_CITED = re.compile(r"`(tests/[\w/]+\.py)::(test_\w+)`")
+#: A bare ``test_name`` after a cited one, on the same page (``and `test_other```).
+_BARE = re.compile(r"`(test_\w+)`")
+
+
+def _tests_in(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name.startswith("test_")
+    }
+
+
+def _citations(page: pathlib.Path) -> list[tuple[str, str]]:
+    """(file, test) of each test the page cites; a bare name belongs to the file cited before."""
+    found: list[tuple[str, str]] = []
+    current: str | None = None
+    for line in page.read_text().splitlines():
+        spans = sorted(
+            [(m.start(), m.group(1), m.group(2)) for m in _CITED.finditer(line)]
+            + [(m.start(), None, m.group(1)) for m in _BARE.finditer(line)]
+        )
+        for _, file, name in spans:
+            current = file or current
+            assert current is not None, f"{page.name}: {name} cited before any test file"
+            found.append((current, name))
+    return found
+
+
+PAGES = sorted(p for p in DOCS.glob("*.md") if _CITED.search(p.read_text()))
+
+
+def test_some_page_cites_tests() -> None:
+    assert any(p.name == "guarantees.md" for p in PAGES)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_cited_test_exists(page: pathlib.Path) -> None:
+    citations = _citations(page)
+    assert citations
+    missing = [
+        f"{file}::{name}"
+        for file, name in citations
+        if not (ROOT / file).is_file() or name not in _tests_in(ROOT / file)
+    ]
+    assert not missing, f"{page.name} cites tests that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("config", ["GroupConfig", "ProducerConfig", "AdminConfig"])
+def test_the_configuration_page_lists_every_setting(config: str) -> None:
+    import dataclasses
+
+    import gengroup
+
+    page = (DOCS / "configuration.md").read_text()
+    section = page.split(f"## `{config}`", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(\w+)` \|", section, re.M))
+    fields = {f.name for f in dataclasses.fields(getattr(gengroup, config))}
+    assert listed == fields
