@@ -167,6 +167,46 @@ class GroupClient:
             )
         return requests.parse_sync(resp)
 
+    async def describe_group(self, node: int) -> requests.GroupView | None:
+        """DescribeGroups of this group at ``node``, for messages: None if it cannot say.
+
+        Bounded by the request timeout; a connection failure, a broker error
+        or a malformed answer is None, never raised.
+        """
+        cfg = self.config
+        view: requests.GroupView | None = None
+        with anyio.move_on_after(cfg.request_timeout):
+            try:
+                resp = await self.cluster.call(
+                    node,
+                    ApiKey.DESCRIBE_GROUPS,
+                    partial(requests.describe_request, group_id=cfg.group_id),
+                    timeout=cfg.request_timeout,
+                )
+                view = requests.parse_describe(resp, cfg.group_id)
+            except (KafkaConnectionError, ProtocolError, BrokerError, TimeoutError) as exc:
+                log.debug("group %s: DescribeGroups failed: %s", cfg.group_id, exc)
+        return view
+
+    async def report_unreadable(self, node: int, joined: Joined) -> None:
+        """Log (ERROR) once each member whose subscription the leader could not read."""
+        if not joined.unreadable:
+            return
+        view = await self.describe_group(node)
+        clients = view.clients if view is not None else {}
+        for bad in joined.unreadable:
+            client = clients.get(bad.member_id, "unknown (DescribeGroups did not say)")
+            log.error(
+                "group %s generation %d: member %s%s, client %s, sent a subscription this "
+                "leader cannot read (%s); it is assigned no partitions",
+                self.config.group_id,
+                joined.generation_id,
+                bad.member_id,
+                f" (instance {bad.group_instance_id})" if bad.group_instance_id else "",
+                client,
+                bad.error,
+            )
+
     @property
     def _rebalance_wait(self) -> float:
         """How long JoinGroup and SyncGroup may wait: the coordinator holds them."""
@@ -389,6 +429,7 @@ async def form_generation(
             counts: dict[str, int] = {}
             assignments: dict[str, bytes] = {}
             if joined.is_leader:
+                await client.report_unreadable(node, joined)
                 counts = await client.partition_counts(member.subscribed_topics())
                 assignments = member.assign(counts)
             identity = GenerationIdentity(
