@@ -42,6 +42,7 @@ from .._error_table import ERROR_OUTCOMES, Outcome, outcome_for
 from .._errors import BrokerError, ProtocolError, error_for_code
 from .._types import TopicPartition
 from ..protocol.consumer_protocol import (
+    LATEST_VERSION,
     Assignment,
     Subscription,
     decode_assignment,
@@ -118,6 +119,7 @@ class MemberConfig:
     heartbeat_interval: float
     group_instance_id: str | None = None
     rack: str | None = None
+    subscription_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +254,13 @@ class Member:
                 generation_id=self.generation_id,
                 rack=self.config.rack,
             )
-            out.append((balancer.name, encode_subscription(sub)))
+            version = self.config.subscription_version
+            out.append(
+                (
+                    balancer.name,
+                    encode_subscription(sub, LATEST_VERSION if version is None else version),
+                )
+            )
         return tuple(out)
 
     def join_params(self) -> JoinParams:
