@@ -211,6 +211,7 @@ class Member:
     phase: Phase = Phase.UNJOINED
     joined: Joined | None = None
     owned: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    owned_generation: int = -1
     last_heartbeat_ok: float | None = None
     rejoin_reason: str | None = None
 
@@ -249,7 +250,9 @@ class Member:
         for balancer in self.config.balancers:
             sub = Subscription(
                 topics=tuple(sorted(self.config.topics)),
-                user_data=balancer_user_data(balancer, self.config.topics),
+                user_data=balancer_user_data(
+                    balancer, self.config.topics, owned, self.owned_generation
+                ),
                 owned_partitions=owned,
                 generation_id=self.generation_id,
                 rack=self.config.rack,
@@ -383,6 +386,7 @@ class Member:
         decoded = decode_assignment(assignment or b"")
         mine = {t: tuple(ps) for t, ps in decoded.partitions}
         self.owned = mine
+        self.owned_generation = self.generation_id
         self.last_heartbeat_ok = None
         return Synced(self.generation_id, mine, decoded.user_data)
 
@@ -447,6 +451,7 @@ class Member:
         self.member_id = ""
         self.generation_id = -1
         self.owned = {}
+        self.owned_generation = -1
 
     def leave_params(self) -> tuple[str, str | None] | None:
         """(member_id, group_instance_id) for LeaveGroup, or None if none is due.
