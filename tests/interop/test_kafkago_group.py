@@ -13,7 +13,6 @@ version-0 subscriptions, so gengroup members send version 0
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from collections import Counter
@@ -22,15 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.abc
 import pytest
-from anyio.streams.text import TextReceiveStream
 
-from gengroup import ConsumerGroup, RangeBalancer, TopicPartition
+from gengroup import ConsumerGroup, RangeBalancer
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
 from ..consumer.helpers import FAST, Ledger, all_partitions, create_topic, produce_ids
+from .members import ProcessMember
 
 pytestmark = pytest.mark.kafka
 
@@ -62,58 +60,6 @@ def kafkago_member(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield binary
 
 
-class KafkaGoMember:
-    """The kafka-go member process and what it reported."""
-
-    def __init__(self, binary: Path, bootstrap: str, group_id: str, topic: str, log: Path) -> None:
-        self.argv = [str(binary), bootstrap, group_id, topic]
-        self.log = log
-        self.generations: list[dict[str, Any]] = []
-        self.records: list[dict[str, Any]] = []
-        self.errors: list[str] = []
-        self.process: anyio.abc.Process | None = None
-
-    async def run(self) -> None:
-        """Start the process and read its events until it exits."""
-        with self.log.open("wb") as stderr:
-            self.process = await anyio.open_process(self.argv, stderr=stderr)
-            assert self.process.stdout is not None
-            pending = ""
-            async for chunk in TextReceiveStream(self.process.stdout):
-                pending += chunk
-                *lines, pending = pending.split("\n")
-                for line in lines:
-                    self._event(json.loads(line))
-            await self.process.wait()
-
-    def _event(self, event: dict[str, Any]) -> None:
-        if event["event"] == "assigned":
-            self.generations.append(event)
-        elif event["event"] == "record":
-            self.records.append(event)
-        elif event["event"] == "error":
-            self.errors.append(event["error"])
-
-    def current(self) -> set[TopicPartition]:
-        """The partitions of the newest generation it reported."""
-        if not self.generations:
-            return set()
-        latest = self.generations[-1]["partitions"]
-        return {TopicPartition(t, p) for t, parts in latest.items() for p in parts}
-
-    async def stop(self) -> None:
-        """SIGTERM: it leaves the group and exits 0."""
-        if self.process is None or self.process.returncode is not None:
-            return
-        self.process.terminate()
-        with anyio.fail_after(30):
-            code = await self.process.wait()
-        assert code == 0, f"kafka-go member exited {code}:\n{self.tail()}"
-
-    def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
-
-
 @pytest.mark.parametrize(
     ("gengroup_leads", "subscription_version"),
     [(True, None), (True, 0), (False, 0)],
@@ -129,7 +75,9 @@ async def test_mixed_group_with_kafka_go(
     topic, group_id = make_unique_name("kafkago"), make_unique_name("g")
     await create_topic(kafka.bootstrap, topic, PARTITIONS)
     every = all_partitions(topic, PARTITIONS)
-    peer = KafkaGoMember(kafkago_member, kafka.bootstrap, group_id, topic, tmp_path / "go.log")
+    peer = ProcessMember(
+        [str(kafkago_member), kafka.bootstrap, group_id, topic], topic, tmp_path / "go.log"
+    )
     ledger = Ledger()
 
     async def wait_for(predicate: Any, what: str) -> None:
@@ -196,7 +144,7 @@ async def test_mixed_group_with_kafka_go(
             await peer.stop()
 
     # Each member consumed only from its own partitions, and both consumed some.
-    assert {TopicPartition(r["topic"], r["partition"]) for r in peer.records} <= theirs
+    assert peer.consumed() <= theirs
     assert peer.records and ledger.processed
     assert peer.errors == [], peer.errors
     assert mine | theirs == every
