@@ -169,21 +169,25 @@ class GroupClient:
             )
         return requests.parse_sync(resp)
 
-    async def describe_group(self, node: int) -> requests.GroupView | None:
+    async def describe_group(
+        self, node: int, timeout: float | None = None
+    ) -> requests.GroupView | None:
         """DescribeGroups of this group at ``node``, for messages: None if it cannot say.
 
-        Bounded by the request timeout; a connection failure, a broker error
-        or a malformed answer is None, never raised.
+        Bounded by ``timeout`` (default: the request timeout); a connection
+        failure, a broker error, a malformed answer or no answer in time is
+        None, never raised.
         """
         cfg = self.config
+        limit = cfg.request_timeout if timeout is None else timeout
         view: requests.GroupView | None = None
-        with anyio.move_on_after(cfg.request_timeout):
+        with anyio.move_on_after(limit):
             try:
                 resp = await self.cluster.call(
                     node,
                     ApiKey.DESCRIBE_GROUPS,
                     partial(requests.describe_request, group_id=cfg.group_id),
-                    timeout=cfg.request_timeout,
+                    timeout=limit,
                 )
                 view = requests.parse_describe(resp, cfg.group_id)
             except (KafkaConnectionError, ProtocolError, BrokerError, TimeoutError) as exc:
@@ -194,7 +198,8 @@ class GroupClient:
         """Log (ERROR) once each member whose subscription the leader could not read."""
         if not joined.unreadable:
             return
-        view = await self.describe_group(node)
+        # The group waits for this leader's SyncGroup: ask briefly.
+        view = await self.describe_group(node, timeout=self.config.heartbeat_interval)
         clients = view.clients if view is not None else {}
         for bad in joined.unreadable:
             client = clients.get(bad.member_id, "unknown (DescribeGroups did not say)")

@@ -18,7 +18,9 @@ from kio.schema.errors import ErrorCode
 
 from gengroup import ConsumerGroup
 from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Fail
 from gengroup.protocol.consumer_protocol import decode_assignment
+from gengroup.protocol.versions import ApiKey
 
 from .. import embedded as rq
 from ..consumer.helpers import Ledger, all_partitions, covers_exactly_once
@@ -73,13 +75,20 @@ class GarbageMember:
                     await anyio.sleep(1.0)
 
 
+@pytest.mark.parametrize("describe_works", [True, False], ids=["described", "undescribed"])
 async def test_leader_assigns_around_a_member_with_unreadable_metadata(
-    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+    describe_works: bool,
 ) -> None:
     caplog.set_level(logging.ERROR, logger="gengroup")
     every = all_partitions("t", 4)
     ledger = Ledger()
     async with FakeCluster(topics={"t": 4}, initial_rebalance_delay_ms=0) as cluster:
+        if not describe_works:
+            cluster.control(
+                ApiKey.DESCRIBE_GROUPS, lambda req: Fail(ErrorCode.group_authorization_failed)
+            )
         garbage = GarbageMember(cluster)
         async with anyio.create_task_group() as tg:
             a = await tg.start(_member, ledger, "a", cluster)
@@ -125,7 +134,10 @@ async def test_leader_assigns_around_a_member_with_unreadable_metadata(
     for record in errors:
         text = record.getMessage()
         assert garbage.member_id in text
-        assert "embedded-test@" in text  # the client id the raw member connected with
+        if describe_works:
+            assert "client embedded-test@" in text  # the client id the raw member connected with
+        else:
+            assert "client unknown (DescribeGroups did not say)" in text
         assert "malformed consumer protocol subscription" in text
         match = re.search(r"generation (\d+)", text)
         assert match is not None
