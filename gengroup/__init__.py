@@ -28,6 +28,7 @@ from .membership.balancers import (
     RangeBalancer as RangeBalancer,
     RoundRobinBalancer as RoundRobinBalancer,
 )
+from .membership.sticky import StickyBalancer as StickyBalancer
 
 # Producing and administering.
 from .admin import (
@@ -87,6 +88,7 @@ __all__ = [
     "GroupMember",
     "RangeBalancer",
     "RoundRobinBalancer",
+    "StickyBalancer",
     # producing and administering
     "Admin",
     "AdminConfig",

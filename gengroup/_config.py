@@ -15,6 +15,7 @@ from typing import Any, Literal, TypedDict, Unpack
 from ._errors import ConfigError
 from .membership.balancers import Balancer, RangeBalancer, RoundRobinBalancer
 from .membership.member import MemberConfig
+from .protocol.consumer_protocol import LATEST_VERSION
 
 __all__ = ["GroupConfig", "GroupSettings", "IsolationLevel", "StartOffset"]
 
@@ -64,6 +65,12 @@ class GroupConfig:
         isolation_level: ``"read_committed"`` or ``"read_uncommitted"``.
         client_id: client id sent to brokers.
         rack: this member's rack, sent in the subscription.
+        subscription_version: the consumer-protocol version of the
+            subscription sent in JoinGroup, 0 to 3; None sends the latest
+            (3, as the Java client does). Use 0 in a group shared with
+            segmentio/kafka-go members, whose leader reads only version-0
+            subscriptions and rejects longer ones; version 0 carries no owned
+            partitions, generation or rack.
         request_timeout: seconds to wait for an ordinary response.
         unreachable_timeout: seconds the cluster may stay unreachable (no
             bootstrap address or broker accepts a connection) before
@@ -121,6 +128,7 @@ class GroupConfig:
     isolation_level: IsolationLevel = "read_committed"
     client_id: str = "gengroup"
     rack: str | None = None
+    subscription_version: int | None = None
     request_timeout: float = 30.0
     unreachable_timeout: float | None = 60.0
     fetch_max_wait: float = 0.5
@@ -214,6 +222,15 @@ class GroupConfig:
             )
         if self.group_instance_id is not None and not self.group_instance_id:
             raise ConfigError("group_instance_id must be None or a non-empty string")
+        version = self.subscription_version
+        if version is not None and (
+            isinstance(version, bool)
+            or not isinstance(version, int)
+            or not 0 <= version <= LATEST_VERSION
+        ):
+            raise ConfigError(
+                f"subscription_version must be None or 0..{LATEST_VERSION}, got {version!r}"
+            )
         if self.fetch_max_wait >= self.request_timeout:
             raise ConfigError("fetch_max_wait must be below request_timeout")
         for name in ("key_deserializer", "value_deserializer"):
@@ -252,6 +269,7 @@ class GroupSettings(TypedDict, total=False):
     isolation_level: IsolationLevel
     client_id: str
     rack: str | None
+    subscription_version: int | None
     request_timeout: float
     unreachable_timeout: float | None
     fetch_max_wait: float

@@ -49,6 +49,7 @@ __all__ = [
     "GroupMember",
     "RangeBalancer",
     "RoundRobinBalancer",
+    "SupportsOwnedUserData",
     "SupportsUserData",
     "balancer_user_data",
 ]
@@ -70,6 +71,8 @@ class GroupMember:
         owned_partitions: the partitions the member owned in its previous
             generation, grouped by topic.
         rack: the member's rack, or ``None``.
+        generation_id: the generation in which it owned ``owned_partitions``
+            (version 2+ subscriptions), -1 when unknown.
     """
 
     member_id: str
@@ -78,6 +81,7 @@ class GroupMember:
     user_data: bytes | None = None
     owned_partitions: TopicPartitions = ()
     rack: str | None = None
+    generation_id: int = -1
 
     @classmethod
     def from_subscription(
@@ -103,6 +107,7 @@ class GroupMember:
             user_data=subscription.user_data,
             owned_partitions=subscription.owned_partitions,
             rack=subscription.rack or None,
+            generation_id=subscription.generation_id,
         )
 
 
@@ -157,16 +162,46 @@ class SupportsUserData(Protocol):
         ...
 
 
-def balancer_user_data(balancer: Balancer, topics: Sequence[str]) -> bytes | None:
-    """Call the balancer's optional ``user_data`` hook.
+@runtime_checkable
+class SupportsOwnedUserData(Protocol):
+    """The optional hook of a balancer whose user data says what the member owned."""
+
+    def owned_user_data(self, owned: TopicPartitions, generation: int) -> bytes | None:
+        """Return the ``user_data`` of a member that owned ``owned`` in ``generation``.
+
+        Args:
+            owned: the partitions assigned to this member in its last
+                generation, grouped by topic.
+            generation: that generation's id, negative if it never had one.
+
+        Returns:
+            The user data, or ``None`` to fall back to :meth:`SupportsUserData.user_data`.
+        """
+        ...
+
+
+def balancer_user_data(
+    balancer: Balancer,
+    topics: Sequence[str],
+    owned: TopicPartitions = (),
+    generation: int = -1,
+) -> bytes | None:
+    """Call the balancer's optional user-data hooks.
 
     Args:
         balancer: any balancer.
         topics: the topics this member subscribes to.
+        owned: the partitions assigned to this member in its last generation.
+        generation: that generation's id, negative if it never had one.
 
     Returns:
-        What the hook returns, or ``None`` when the balancer has no hook.
+        What ``owned_user_data`` returns if the balancer has it and it is not
+        ``None``, else what ``user_data`` returns, else ``None``.
     """
+    if isinstance(balancer, SupportsOwnedUserData):
+        data = balancer.owned_user_data(owned, generation)
+        if data is not None:
+            return data
     if isinstance(balancer, SupportsUserData):
         return balancer.user_data(topics)
     return None

@@ -39,9 +39,10 @@ from typing import Final
 from kio.schema.errors import ErrorCode
 
 from .._error_table import ERROR_OUTCOMES, Outcome, outcome_for
-from .._errors import BrokerError, error_for_code
+from .._errors import BrokerError, ProtocolError, error_for_code
 from .._types import TopicPartition
 from ..protocol.consumer_protocol import (
+    LATEST_VERSION,
     Assignment,
     Subscription,
     decode_assignment,
@@ -63,6 +64,7 @@ __all__ = [
     "Retry",
     "Synced",
     "TRANSITIONS",
+    "UnreadableMember",
     "outcome_for",
 ]
 
@@ -117,6 +119,7 @@ class MemberConfig:
     heartbeat_interval: float
     group_instance_id: str | None = None
     rack: str | None = None
+    subscription_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,14 +144,43 @@ class Retry:
 
 
 @dataclass(frozen=True, slots=True)
+class UnreadableMember:
+    """A member whose subscription the leader could not decode.
+
+    The leader leaves it out of the balancer's input and sends it an empty
+    assignment, so one peer's malformed metadata never stops the group.
+
+    Attributes:
+        member_id: the member's id.
+        group_instance_id: its ``group.instance.id``, or ``None``.
+        error: why its metadata could not be read.
+    """
+
+    member_id: str
+    group_instance_id: str | None
+    error: ProtocolError
+
+
+@dataclass(frozen=True, slots=True)
 class Joined:
-    """JoinGroup succeeded."""
+    """JoinGroup succeeded.
+
+    Attributes:
+        generation_id: the new generation.
+        member_id: this member's id.
+        leader_id: the leader's member id.
+        protocol: the protocol (balancer) the coordinator chose.
+        members: every member whose subscription could be read (leader only).
+        unreadable: the members whose subscription could not be read (leader
+            only); they are assigned nothing.
+    """
 
     generation_id: int
     member_id: str
     leader_id: str
     protocol: str
     members: tuple[GroupMember, ...]
+    unreadable: tuple[UnreadableMember, ...] = ()
 
     @property
     def is_leader(self) -> bool:
@@ -179,6 +211,7 @@ class Member:
     phase: Phase = Phase.UNJOINED
     joined: Joined | None = None
     owned: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    owned_generation: int = -1
     last_heartbeat_ok: float | None = None
     rejoin_reason: str | None = None
 
@@ -217,12 +250,20 @@ class Member:
         for balancer in self.config.balancers:
             sub = Subscription(
                 topics=tuple(sorted(self.config.topics)),
-                user_data=balancer_user_data(balancer, self.config.topics),
+                user_data=balancer_user_data(
+                    balancer, self.config.topics, owned, self.owned_generation
+                ),
                 owned_partitions=owned,
                 generation_id=self.generation_id,
                 rack=self.config.rack,
             )
-            out.append((balancer.name, encode_subscription(sub)))
+            version = self.config.subscription_version
+            out.append(
+                (
+                    balancer.name,
+                    encode_subscription(sub, LATEST_VERSION if version is None else version),
+                )
+            )
         return tuple(out)
 
     def join_params(self) -> JoinParams:
@@ -271,16 +312,21 @@ class Member:
         self.member_id = member_id
         self.generation_id = generation_id
         decoded = []
+        unreadable = []
         for mid, instance_id, metadata in members:
-            decoded.append(
-                GroupMember.from_subscription(mid, instance_id, decode_subscription(metadata))
-            )
+            try:
+                sub = decode_subscription(metadata)
+            except ProtocolError as exc:
+                unreadable.append(UnreadableMember(mid, instance_id, exc))
+                continue
+            decoded.append(GroupMember.from_subscription(mid, instance_id, sub))
         self.joined = Joined(
             generation_id=generation_id,
             member_id=member_id,
             leader_id=leader,
             protocol=protocol or "",
             members=tuple(decoded),
+            unreadable=tuple(unreadable),
         )
         return self.joined
 
@@ -298,14 +344,18 @@ class Member:
             partitions: topic -> partition count, for every topic any member subscribes to.
 
         Returns:
-            member_id -> encoded ConsumerProtocolAssignment (every member included).
+            member_id -> encoded ConsumerProtocolAssignment (every member
+            included; a member whose subscription could not be read gets an
+            empty assignment).
         """
         assert self.joined is not None and self.joined.is_leader
         plan = self.balancer(self.joined.protocol).assign(self.joined.members, partitions)
         out: dict[str, bytes] = {}
-        for m in self.joined.members:
-            per_topic = plan.get(m.member_id, {})
-            out[m.member_id] = encode_assignment(
+        member_ids = [m.member_id for m in self.joined.members]
+        member_ids += [m.member_id for m in self.joined.unreadable]
+        for member_id in member_ids:
+            per_topic = plan.get(member_id, {})
+            out[member_id] = encode_assignment(
                 Assignment(
                     partitions=tuple(
                         (t, tuple(sorted(ps))) for t, ps in sorted(per_topic.items()) if ps
@@ -336,6 +386,7 @@ class Member:
         decoded = decode_assignment(assignment or b"")
         mine = {t: tuple(ps) for t, ps in decoded.partitions}
         self.owned = mine
+        self.owned_generation = self.generation_id
         self.last_heartbeat_ok = None
         return Synced(self.generation_id, mine, decoded.user_data)
 
@@ -400,6 +451,7 @@ class Member:
         self.member_id = ""
         self.generation_id = -1
         self.owned = {}
+        self.owned_generation = -1
 
     def leave_params(self) -> tuple[str, str | None] | None:
         """(member_id, group_instance_id) for LeaveGroup, or None if none is due.

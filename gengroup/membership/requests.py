@@ -29,13 +29,16 @@ from ..protocol.framing import build, ms
 from .member import JoinParams
 
 __all__ = [
+    "GroupView",
     "JoinResult",
     "commit_request",
+    "describe_request",
     "error_code",
     "heartbeat_request",
     "join_request",
     "leave_request",
     "offset_commit_request",
+    "parse_describe",
     "parse_join",
     "parse_leave",
     "parse_offset_commit",
@@ -54,6 +57,42 @@ class JoinResult:
     protocol: str | None
     leader: str
     members: tuple[tuple[str, str | None, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """What DescribeGroups says of a group, as far as a member's messages need it.
+
+    Attributes:
+        state: the group's state (``Stable``, ``PreparingRebalance``, ...).
+        protocol_type: the group's protocol type (``consumer``), or ``""``.
+        protocol: the protocol (assignor) the group runs, ``""`` while none
+            is chosen (the coordinator names it only once a generation forms).
+        clients: member id -> ``client_id@client_host``.
+    """
+
+    state: str
+    protocol_type: str
+    protocol: str
+    clients: dict[str, str]
+
+
+def describe_request(mod: Any, group_id: str) -> Any:
+    """A DescribeGroups request of one group."""
+    return build(mod.DescribeGroupsRequest, groups=(group_id,), include_authorized_operations=False)
+
+
+def parse_describe(resp: Any, group_id: str) -> GroupView | None:
+    """The group's view from a DescribeGroups response; None if it has none (an error)."""
+    for g in resp.groups:
+        if g.group_id == group_id and not g.error_code:
+            return GroupView(
+                state=str(g.group_state or ""),
+                protocol_type=str(g.protocol_type or ""),
+                protocol=str(g.protocol_data or ""),
+                clients={m.member_id: f"{m.client_id}@{m.client_host}" for m in g.members},
+            )
+    return None
 
 
 def error_code(resp: Any) -> int:

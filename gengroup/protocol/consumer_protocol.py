@@ -48,6 +48,11 @@ This module is sans-IO: it only turns values into bytes and back.
 
 Interop notes: the Java client (3.x and later) and librdkafka both send
 version 3 subscriptions, and librdkafka fills in owned partitions.
+segmentio/kafka-go labels its subscriptions version 1 but writes only the
+version-0 fields; the decoder reads a version >= 1 that ends right after the
+user data as version 0 (as franz-go does). A kafka-go leader reads only the
+version-0 fields and rejects any bytes after them, so a member sharing a group
+with kafka-go must send version 0 (``subscription_version=0``).
 """
 
 from __future__ import annotations
@@ -331,6 +336,9 @@ class _Reader:
         n = self.count(field, 6)  # int16 topic length + int32 partition count
         return tuple((self.string("topic name"), self.int32_array("partitions")) for _ in range(n))
 
+    def at_end(self) -> bool:
+        return self._pos == len(self._data)
+
     def version(self) -> int:
         v = self.i16("version")
         if v < 0:
@@ -342,7 +350,9 @@ def decode_subscription(data: bytes) -> Subscription:
     """Decode a member's JoinGroup protocol metadata.
 
     Any version >= 0 is accepted: fields of versions above 3 and trailing bytes
-    are ignored; fields the version lacks get their defaults.
+    are ignored; fields the version lacks get their defaults. A subscription of
+    version 1 or later that ends right after its user data (what
+    segmentio/kafka-go sends, labelled version 1) is read as version 0.
 
     Args:
         data: the metadata bytes.
@@ -360,6 +370,10 @@ def decode_subscription(data: bytes) -> Subscription:
     owned: TopicPartitions = ()
     generation_id = -1
     rack: str | None = None
+    if version >= 1 and r.at_end():
+        # segmentio/kafka-go labels its subscription version 1 but writes only
+        # the version-0 fields: read such a truncated v1 (or later) as v0.
+        return Subscription(topics=topics, user_data=user_data, version=0)
     if version >= 1:
         owned = r.topic_partitions("owned partitions")
     if version >= 2:

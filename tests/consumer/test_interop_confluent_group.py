@@ -10,6 +10,7 @@ import confluent_kafka
 import pytest
 
 from gengroup import ConsumerGroup, RangeBalancer, RoundRobinBalancer, TopicPartition
+from gengroup._errors import InconsistentGroupProtocol
 from gengroup.membership.balancers import Balancer
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
@@ -137,6 +138,34 @@ async def test_mixed_group_covers_every_partition_once(
             assert [tp.partition for tp in mine] in ([0, 1, 2], [3, 4, 5])
         else:
             assert len(mine) == 3
+        assert peer.error is None
+    finally:
+        peer.close()
+
+
+async def test_a_group_running_a_protocol_gengroup_does_not_offer_is_explained(
+    kafka: KafkaBroker,
+) -> None:
+    """A librdkafka member on cooperative-sticky holds the group; gengroup offers
+    range and roundrobin: the error says both sides' protocols and who is there."""
+    topic, group_id = make_unique_name("inconsistent"), make_unique_name("g")
+    await create_topic(kafka.bootstrap, topic, PARTITIONS)
+    every = all_partitions(topic, PARTITIONS)
+    peer = LibrdkafkaMember(kafka.bootstrap, group_id, topic, "cooperative-sticky")
+    try:
+        peer.start()
+        with anyio.fail_after(60):
+            while peer.current() != every:
+                await anyio.sleep(0.05)
+        with pytest.raises(InconsistentGroupProtocol) as raised:
+            async with ConsumerGroup(group_id, [topic], kafka.bootstrap, **FAST) as group:
+                await group.next()
+        said = str(raised.value)
+        assert "INCONSISTENT_GROUP_PROTOCOL" in said
+        assert "[range, roundrobin]" in said
+        assert "runs the protocol 'cooperative-sticky'" in said
+        assert "librdkafka-member@" in said
+        assert peer.current() == every  # the group went on without us
         assert peer.error is None
     finally:
         peer.close()

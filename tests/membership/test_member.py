@@ -227,3 +227,26 @@ def test_abandon_is_allowed_before_the_member_synced() -> None:
     m.join_params()
     m.abandon(Outcome.RESET_MEMBER, "unknown member")
     assert m.phase is Phase.UNJOINED and m.member_id == ""
+
+
+def test_an_unreadable_subscription_gets_an_empty_assignment() -> None:
+    m = make()
+    m.join_params()
+    r = m.on_join(
+        error_code=0,
+        member_id="m1",
+        generation_id=5,
+        protocol="range",
+        leader="m1",
+        members=(("m1", None, sub("a")), ("bad", "i-9", b"\x00\x00\xff"), ("m2", None, sub("a"))),
+    )
+    assert isinstance(r, Joined)
+    assert [g.member_id for g in r.members] == ["m1", "m2"]
+    (bad,) = r.unreadable
+    assert (bad.member_id, bad.group_instance_id) == ("bad", "i-9")
+    assert "malformed consumer protocol subscription" in str(bad.error)
+    out = m.assign({"a": 4})
+    assert set(out) == {"m1", "m2", "bad"}
+    assert decode_assignment(out["bad"]).as_mapping() == {}
+    assert decode_assignment(out["m1"]).as_mapping() == {"a": [0, 1]}
+    assert decode_assignment(out["m2"]).as_mapping() == {"a": [2, 3]}

@@ -169,7 +169,7 @@ def test_negative_nullable_lengths_mean_null() -> None:
         pytest.param(i16(0) + i32(1) + i16(-1) + i32(-1), id="null-topic-name"),
         pytest.param(i16(0) + i32(1) + i16(2) + b"\xff\xfe" + i32(-1), id="invalid-utf8"),
         pytest.param(i16(0) + i32(2**31 - 1) + string("a"), id="huge-count"),
-        pytest.param(i16(1) + i32(0) + i32(-1), id="v1-missing-owned"),
+        pytest.param(i16(1) + i32(0) + i32(-1) + b"\x00\x00", id="v1-short-owned"),
         pytest.param(i16(1) + i32(0) + i32(-1) + i32(1) + string("t") + i32(-1), id="null-parts"),
         pytest.param(i16(2) + i32(0) + i32(-1) + i32(0) + b"\x00\x00", id="short-generation"),
         pytest.param(i16(3) + i32(0) + i32(-1) + i32(0) + i32(1) + i16(4) + b"ab", id="short-rack"),

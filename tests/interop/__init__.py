@@ -1,0 +1,1 @@
+"""Groups shared with other Kafka clients, built from source by the tests."""
