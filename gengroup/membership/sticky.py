@@ -329,13 +329,15 @@ class _Inputs:
         self.doubly_claimed: set[_TP] = set()
         self.max_generation = _DEFAULT_GENERATION
         self.all_subscriptions_equal = True
-        first_topics: set[str] = set()
+        first_topics: set[str] | None = None
         previous_owner: dict[_TP, str] = {}
         for member_id in order:
             member = members[member_id]
             topics = list(member.topics)
-            if not first_topics:
-                first_topics.update(topics)
+            # Java compares with the first non-empty subscription, so a member subscribed
+            # to nothing can be handed the others' partitions; compare with the first one.
+            if first_topics is None:
+                first_topics = set(topics)
             elif self.all_subscriptions_equal and not (
                 len(topics) == len(first_topics) and first_topics.issuperset(topics)
             ):
