@@ -13,10 +13,12 @@ import pytest
 
 from gengroup import Admin, ConfigError, ConsumerGroup, Producer, TopicPartition
 from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Disconnect, Intercepted
 from gengroup.lake import LakeConfig, LakeError, LakeSink, LakeStore, Landed
 from gengroup.lake.layout import commit_note, parse_note, published_name
 from gengroup.lake.spark import check_files
 from gengroup.producer import ProducerRecord
+from gengroup.protocol.versions import ApiKey
 
 from .helpers import end_offsets, produce, read_lake, staged_files, write_garbage
 
@@ -298,3 +300,29 @@ async def test_verify_names_a_corrupt_file_before_running_spark(
     bad = write_garbage(tmp_path / f"topic={TOPIC}" / "partition=0", published_name(900, 901))
     with pytest.raises(LakeError, match=f"1 corrupt file.*{bad.name}"):
         check_files(str(tmp_path))
+
+
+async def test_a_commit_lost_with_its_connection_ends_the_generation_not_the_sink(
+    cluster: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Twice in a row the connection drops under an OffsetCommit (the client follows a
+    broken connection once): the outcome is unknown, the staged file stays, the member
+    rejoins and the lake still holds every offset once."""
+    await produce(cluster.bootstrap, TOPIC, range(800))
+    dropped: list[int] = []
+
+    def drop_two(request: Intercepted) -> Disconnect | None:
+        if len(dropped) < 2:
+            dropped.append(1)
+            return Disconnect()
+        return None
+
+    cluster.control(ApiKey.OFFSET_COMMIT, drop_two)
+    caplog.set_level(logging.WARNING, "gengroup.lake")
+    config = LakeConfig(str(tmp_path), file_max_bytes=4_000, file_max_age=0.3, progress_interval=0)
+    sink = LakeSink(config)
+    await _land_all(cluster.bootstrap, "lost-commit", sink)
+    assert len(dropped) == 2
+    assert "failed" in caplog.text and "settles the staged file" in caplog.text
+    assert sink.generations >= 2  # the generation ended and the member rejoined
+    await _check_lake(cluster.bootstrap, tmp_path)
