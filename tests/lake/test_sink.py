@@ -326,3 +326,23 @@ async def test_a_commit_lost_with_its_connection_ends_the_generation_not_the_sin
     assert "failed" in caplog.text and "settles the staged file" in caplog.text
     assert sink.generations >= 2  # the generation ended and the member rejoined
     await _check_lake(cluster.bootstrap, tmp_path)
+
+
+@pytest.mark.parametrize("crash_at", [None, "write", "publish", "published"])
+async def test_an_object_store_lands_exactly_once_through_copy_and_delete(
+    crash_at: str | None, cluster: FakeCluster
+) -> None:
+    """A ``pyarrow.fs`` store that is not local (no rename, no fsync: publish copies the
+    staged object and deletes it), with the same crash points as on a local folder."""
+    await produce(cluster.bootstrap, TOPIC, range(1000))
+    config = LakeConfig("mock:///lake", file_max_bytes=4_000, file_max_age=0.3, progress_interval=0)
+    store = _Crashing("mock:///lake", crash_at or "never")
+    assert not store.local
+    if crash_at is not None:
+        with pytest.raises(OSError, match="disk went away"):
+            await _run_sink(cluster.bootstrap, "s3", LakeSink(config, store=store), anyio.Event())
+    await _land_all(cluster.bootstrap, "s3", LakeSink(config, store=store))
+    lake = read_lake(store, TOPIC)
+    lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
+    lake.check_values()
+    assert all(store.staged(TopicPartition(TOPIC, p)) == [] for p in range(4))
