@@ -29,7 +29,7 @@ from .membership.balancers import (
     RoundRobinBalancer as RoundRobinBalancer,
 )
 
-# Producing and administering.
+# Producing and administering (and securing the connections of every client).
 from .admin import (
     Admin as Admin,
     AdminConfig as AdminConfig,
@@ -37,6 +37,7 @@ from .admin import (
     PartitionLag as PartitionLag,
 )
 from .io.cluster import Cluster as Cluster
+from .io.security import Security as Security, SecuritySettings as SecuritySettings
 from .producer import (
     Producer as Producer,
     ProducerConfig as ProducerConfig,
@@ -46,6 +47,7 @@ from .producer import (
 
 # Errors: GengroupError is the root; BrokerError carries a Kafka error code.
 from ._errors import (
+    AuthenticationError as AuthenticationError,
     BrokenConnection as BrokenConnection,
     ClusterUnreachable as ClusterUnreachable,
     BrokerError as BrokerError,
@@ -65,6 +67,7 @@ from ._errors import (
     RebalanceInProgress as RebalanceInProgress,
     RequestTimedOut as RequestTimedOut,
     TaskStuckError as TaskStuckError,
+    TLSError as TLSError,
     UnknownMemberId as UnknownMemberId,
     UnknownTopicOrPartition as UnknownTopicOrPartition,
 )
@@ -97,7 +100,11 @@ __all__ = [
     "ProducerConfig",
     "ProducerSettings",
     "RecordMetadata",
+    # securing connections
+    "Security",
+    "SecuritySettings",
     # errors
+    "AuthenticationError",
     "BrokenConnection",
     "ClusterUnreachable",
     "BrokerError",
@@ -117,6 +124,7 @@ __all__ = [
     "RebalanceInProgress",
     "RequestTimedOut",
     "TaskStuckError",
+    "TLSError",
     "UnknownMemberId",
     "UnknownTopicOrPartition",
 ]
