@@ -298,6 +298,18 @@ class GroupMaxSizeReached(BrokerError):
     """The group is full."""
 
 
+class TopicAuthorizationFailed(BrokerError):
+    """The broker's ACLs do not let this client's principal use the topic (fatal)."""
+
+
+class GroupAuthorizationFailed(BrokerError):
+    """The broker's ACLs do not let this client's principal use the group (fatal)."""
+
+
+class ClusterAuthorizationFailed(BrokerError):
+    """The broker's ACLs do not let this client's principal do this cluster operation (fatal)."""
+
+
 _SPECIFIC: Final[dict[int, type[BrokerError]]] = {
     ErrorCode.offset_out_of_range: OffsetOutOfRange,
     ErrorCode.unknown_topic_or_partition: UnknownTopicOrPartition,
@@ -316,6 +328,9 @@ _SPECIFIC: Final[dict[int, type[BrokerError]]] = {
     ErrorCode.inconsistent_group_protocol: InconsistentGroupProtocol,
     ErrorCode.unsupported_version: UnsupportedVersionError,
     ErrorCode.group_max_size_reached: GroupMaxSizeReached,
+    ErrorCode.topic_authorization_failed: TopicAuthorizationFailed,
+    ErrorCode.group_authorization_failed: GroupAuthorizationFailed,
+    ErrorCode.cluster_authorization_failed: ClusterAuthorizationFailed,
 }
 
 #: The class of a code without one of its own: the base class of its action.

@@ -18,7 +18,9 @@ Fixtures:
   (SASL_SSL, REAUTH, MTLS, WRONG_HOST) beside PLAINTEXT, certificates made by
   trustme for the session, the PLAIN user ``alice`` / ``alice-secret`` and the
   SCRAM-SHA-256/512 user ``bob`` / ``bob-secret``
-  (``secure_kafka.security.certificates`` has the PEM files).
+  (``secure_kafka.security.certificates`` has the PEM files), and the
+  ``StandardAuthorizer`` (resources without ACLs open to all; the PLAINTEXT
+  listener's ``User:ANONYMOUS`` is a super user who may create ACLs).
 * ``unique_name``: a function ``unique_name(prefix) -> str`` returning a fresh
   topic or group name, so tests sharing the broker never collide.
 
@@ -104,7 +106,10 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     broker = KafkaBroker(
         keep=os.environ.get("GENGROUP_KAFKA_KEEP", "") not in ("", "0"),
         security=BrokerSecurity(
-            certificates, plain_users=SECURE_PLAIN_USERS, scram_users=SECURE_SCRAM_USERS
+            certificates,
+            plain_users=SECURE_PLAIN_USERS,
+            scram_users=SECURE_SCRAM_USERS,
+            authorizer=True,
         ),
     )
     broker.start()

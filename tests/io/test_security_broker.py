@@ -11,6 +11,8 @@ from typing import Any
 
 import anyio
 import pytest
+from kio.schema.create_acls.v3.request import AclCreation, CreateAclsRequest
+from kio.static.primitive import i8
 
 from gengroup import (
     Admin,
@@ -18,10 +20,13 @@ from gengroup import (
     Cluster,
     ConsumerGroup,
     Generation,
+    GroupAuthorizationFailed,
     Producer,
     TLSError,
+    TopicAuthorizationFailed,
     TopicPartition,
 )
+from gengroup.io.connection import open_connection
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import SECURE_PLAIN_USERS, SECURE_SCRAM_USERS
 
@@ -233,3 +238,51 @@ async def test_connections_reauthenticate_before_their_session_expires(
     provider = settings.get("sasl_oauth_token_provider")
     if provider is not None:  # a fresh token for every re-authentication
         assert provider.calls >= 3
+
+
+# Kafka's ACL enums (AclResourceType, AclOperation, AclPermissionType, PatternType).
+RESOURCE_TOPIC, RESOURCE_GROUP = 2, 3
+ALL, ALLOW, LITERAL = 2, 3, 3
+
+
+async def allow_only(broker: KafkaBroker, principal: str, resource_type: int, name: str) -> None:
+    """Create an ACL letting only ``principal`` use the resource (others are then denied)."""
+    creation = AclCreation(
+        resource_type=i8(resource_type),
+        resource_name=name,
+        resource_pattern_type=i8(LITERAL),
+        principal=principal,
+        host="*",
+        operation=i8(ALL),
+        permission_type=i8(ALLOW),
+    )
+    # The PLAINTEXT listener's principal, User:ANONYMOUS, is the super user.
+    async with open_connection(broker.host, broker.port) as conn:
+        resp = await conn.request(CreateAclsRequest(creations=(creation,)))
+    assert [r.error_code for r in resp.results] == [0]
+
+
+async def test_acls_reach_the_user_as_typed_errors(
+    secure_kafka: KafkaBroker, unique_name: Callable[[str], str]
+) -> None:
+    """alice may use neither a topic nor a group that an ACL reserves for bob."""
+    bootstrap = secure_kafka.listener_bootstrap("SASL_SSL")
+    alice = sasl_settings(secure_kafka, "PLAIN")
+    topic, group_id = unique_name("acl"), unique_name("acl-group")
+    with anyio.fail_after(HANG_GUARD):
+        async with Admin(bootstrap, **alice) as admin:
+            await admin.create_topics({topic: 1})
+            await allow_only(secure_kafka, "User:bob", RESOURCE_TOPIC, topic)
+            await allow_only(secure_kafka, "User:bob", RESOURCE_GROUP, group_id)
+            # The ACLs reach the broker's authorizer through the metadata log.
+            while (await admin.cluster.refresh_metadata([topic]))[topic].error_code == 0:
+                await anyio.sleep(0.05)
+        with pytest.raises(TopicAuthorizationFailed, match=topic):
+            async with Producer(bootstrap, **alice) as producer:
+                await producer.send(topic, b"denied")
+        with pytest.raises(GroupAuthorizationFailed):
+            async with ConsumerGroup(group_id, [topic], bootstrap, **alice, **GROUP) as group:
+                await group.next()
+        bob = sasl_settings(secure_kafka, "SCRAM-SHA-256")
+        async with Producer(bootstrap, **bob) as producer:
+            assert (await producer.send(topic, b"allowed")).offset == 0

@@ -20,6 +20,12 @@ in the listeners' JAAS configuration; SCRAM users are created the way an
 operator bootstraps them in KRaft mode: ``kafka-storage format --add-scram``,
 which writes their salted credentials into the cluster's first metadata
 records.
+
+With ``authorizer=True`` the broker runs KRaft's ``StandardAuthorizer``: the
+PLAINTEXT listeners' principal (``User:ANONYMOUS``, which the broker's own
+controller traffic uses too) is a super user, and a resource without ACLs is
+open to everyone, so a test restricts exactly the topic or group it creates
+ACLs for (over the PLAINTEXT listener, as the super user).
 """
 
 from __future__ import annotations
@@ -129,12 +135,14 @@ class BrokerSecurity:
         plain_users: user -> password accepted by SASL/PLAIN.
         scram_users: user -> password created for SCRAM-SHA-256 and SCRAM-SHA-512.
         reauth_ms: session lifetime on the ``REAUTH`` listener, in milliseconds.
+        authorizer: run the ``StandardAuthorizer`` (see the module's description).
     """
 
     certificates: Certificates
     plain_users: Mapping[str, str] = field(default_factory=lambda: {"admin": "admin-secret"})
     scram_users: Mapping[str, str] = field(default_factory=dict)
     reauth_ms: int = 4000
+    authorizer: bool = False
 
 
 def _jaas(module: str, options: Mapping[str, str]) -> str:
@@ -168,6 +176,10 @@ def secure_properties(
         ),
         "sasl.enabled.mechanisms": ",".join(_MECHANISMS),
     }
+    if security.authorizer:
+        props["authorizer.class.name"] = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        props["super.users"] = "User:ANONYMOUS"
+        props["allow.everyone.if.no.acl.found"] = True
     plain = _jaas(
         "org.apache.kafka.common.security.plain.PlainLoginModule",
         {f"user_{user}": password for user, password in security.plain_users.items()},
