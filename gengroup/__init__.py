@@ -30,7 +30,7 @@ from .membership.balancers import (
 )
 from .membership.sticky import StickyBalancer as StickyBalancer
 
-# Producing and administering.
+# Producing and administering (and securing the connections of every client).
 from .admin import (
     Admin as Admin,
     AdminConfig as AdminConfig,
@@ -38,6 +38,7 @@ from .admin import (
     PartitionLag as PartitionLag,
 )
 from .io.cluster import Cluster as Cluster
+from .io.security import Security as Security, SecuritySettings as SecuritySettings
 from .producer import (
     Producer as Producer,
     ProducerConfig as ProducerConfig,
@@ -47,9 +48,11 @@ from .producer import (
 
 # Errors: GengroupError is the root; BrokerError carries a Kafka error code.
 from ._errors import (
+    AuthenticationError as AuthenticationError,
     BrokenConnection as BrokenConnection,
     ClusterUnreachable as ClusterUnreachable,
     BrokerError as BrokerError,
+    ClusterAuthorizationFailed as ClusterAuthorizationFailed,
     ConfigError as ConfigError,
     ConnectionClosed as ConnectionClosed,
     CoordinatorError as CoordinatorError,
@@ -58,6 +61,7 @@ from ._errors import (
     FencedInstanceId as FencedInstanceId,
     GenerationEnded as GenerationEnded,
     GengroupError as GengroupError,
+    GroupAuthorizationFailed as GroupAuthorizationFailed,
     GroupClosed as GroupClosed,
     IllegalGeneration as IllegalGeneration,
     KafkaConnectionError as KafkaConnectionError,
@@ -66,6 +70,8 @@ from ._errors import (
     RebalanceInProgress as RebalanceInProgress,
     RequestTimedOut as RequestTimedOut,
     TaskStuckError as TaskStuckError,
+    TLSError as TLSError,
+    TopicAuthorizationFailed as TopicAuthorizationFailed,
     UnknownMemberId as UnknownMemberId,
     UnknownTopicOrPartition as UnknownTopicOrPartition,
 )
@@ -99,10 +105,15 @@ __all__ = [
     "ProducerConfig",
     "ProducerSettings",
     "RecordMetadata",
+    # securing connections
+    "Security",
+    "SecuritySettings",
     # errors
+    "AuthenticationError",
     "BrokenConnection",
     "ClusterUnreachable",
     "BrokerError",
+    "ClusterAuthorizationFailed",
     "ConfigError",
     "ConnectionClosed",
     "CoordinatorError",
@@ -111,6 +122,7 @@ __all__ = [
     "FencedInstanceId",
     "GenerationEnded",
     "GengroupError",
+    "GroupAuthorizationFailed",
     "GroupClosed",
     "IllegalGeneration",
     "KafkaConnectionError",
@@ -119,6 +131,8 @@ __all__ = [
     "RebalanceInProgress",
     "RequestTimedOut",
     "TaskStuckError",
+    "TLSError",
+    "TopicAuthorizationFailed",
     "UnknownMemberId",
     "UnknownTopicOrPartition",
 ]

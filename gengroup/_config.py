@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, TypedDict, Unpack
+from typing import Any, Literal, Unpack
 
 from ._errors import ConfigError
+from .io.security import Security, SecuritySettings
 from .membership.balancers import Balancer, RangeBalancer, RoundRobinBalancer
 from .membership.member import MemberConfig
 from .protocol.consumer_protocol import LATEST_VERSION
@@ -37,7 +38,7 @@ def _default_balancers() -> tuple[Balancer, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class GroupConfig:
+class GroupConfig(Security):
     """Settings of a :class:`~gengroup.ConsumerGroup`: the one place they are declared.
 
     ``ConsumerGroup(group_id, topics, brokers, **settings)`` builds this with
@@ -83,6 +84,9 @@ class GroupConfig:
         key_deserializer: turns a record's key bytes (or None) into an object,
             applied by ``FetchedBatch.decoded()`` (None: keys stay bytes).
         value_deserializer: the same for values.
+
+    The security settings (``security_protocol``, ``ssl_*``, ``sasl_*``) are
+    :class:`~gengroup.io.security.Security`'s, inherited (keyword-only).
 
     Defaults and their reasons:
 
@@ -175,6 +179,7 @@ class GroupConfig:
         return MemberConfig(**{f.name: getattr(self, f.name) for f in fields(MemberConfig)})
 
     def __post_init__(self) -> None:
+        Security.__post_init__(self)
         if not isinstance(self.group_id, str) or not self.group_id:
             raise ConfigError("group_id must be a non-empty string")
         if isinstance(self.topics, str) or not isinstance(self.topics, Sequence):
@@ -248,7 +253,7 @@ def _topics(topics: Sequence[str]) -> tuple[str, ...]:
     return topics if isinstance(topics, str) else tuple(topics)  # type: ignore[return-value]
 
 
-class GroupSettings(TypedDict, total=False):
+class GroupSettings(SecuritySettings, total=False):
     """The keyword settings of ``ConsumerGroup``: :class:`GroupConfig`'s fields after
     ``group_id``, ``topics`` and ``brokers`` (meanings and defaults there).
 

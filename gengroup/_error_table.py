@@ -121,6 +121,11 @@ _ACTIONS: Final[dict[int, Action]] = {
     _E.inconsistent_group_protocol: "fail",
     _E.unsupported_version: "fail",
     _E.group_max_size_reached: "fail",
+    # Wrong credentials or mechanism: retrying only repeats the failure (and
+    # may lock the user out), so these are never retried.
+    _E.sasl_authentication_failed: "fail",
+    _E.unsupported_sasl_mechanism: "fail",
+    _E.illegal_sasl_state: "fail",
 }
 
 #: Codes whose member outcome is not the one their action implies.

@@ -84,6 +84,7 @@ class GroupClient:
             client_id=config.client_id,
             request_timeout=config.request_timeout,
             unreachable_timeout=config.unreachable_timeout,
+            security=config,
         )
         self._missing_topics: set[str] = set()
         #: The member's counters (``ConsumerGroup.metrics()``).
