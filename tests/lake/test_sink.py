@@ -346,3 +346,10 @@ async def test_an_object_store_lands_exactly_once_through_copy_and_delete(
     lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
     lake.check_values()
     assert all(store.staged(TopicPartition(TOPIC, p)) == [] for p in range(4))
+
+
+def test_the_spark_jobs_refuse_a_missing_or_empty_lake(tmp_path: Path) -> None:
+    with pytest.raises(LakeError, match=r"no lake at .*not a folder"):
+        check_files(str(tmp_path / "nowhere"))
+    with pytest.raises(LakeError, match=r"no lake at .*no landed file"):
+        check_files(str(tmp_path))
