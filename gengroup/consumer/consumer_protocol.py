@@ -180,16 +180,21 @@ class ConsumerProtocolMember:
         ``body``'s exception comes out as itself, after leaving.
         """
         error: Exception | None = None
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._heartbeat_loop, name=f"gengroup-heartbeat-{self.config.group_id}")
-            try:
-                await body()
-            except Exception as exc:
-                error = exc
-            finally:
-                tg.cancel_scope.cancel()
-        with anyio.CancelScope(shield=True):
-            await self._leave()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    self._heartbeat_loop, name=f"gengroup-heartbeat-{self.config.group_id}"
+                )
+                try:
+                    await body()
+                except Exception as exc:
+                    error = exc
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            # Also when the group is cancelled from outside: leave, shielded and bounded.
+            with anyio.CancelScope(shield=True):
+                await self._leave()
         if error is not None:
             raise error
 

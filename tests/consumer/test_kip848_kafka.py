@@ -9,13 +9,21 @@ broker's configuration can lower.
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import anyio
 import anyio.abc
 import pytest
 
 from gengroup import Admin, ConsumerGroup, TopicPartition
+from gengroup._errors import UnreleasedInstanceId
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
@@ -121,3 +129,196 @@ async def test_one_then_three_then_two_members(kip848_kafka: KafkaBroker) -> Non
         ids = [g.id for g in gens]
         assert ids == sorted(ids) and ids[0] > 0, (name, ids)
     log.info("kip848 timings: %s", {n: list(g.history) for n, g in groups.items()})
+
+
+#: A member in its own process (``python -c MEMBER BOOTSTRAP GROUP TOPIC``), to
+#: kill or freeze: prints ``generation ID P,P,...`` per generation, ``batch P
+#: NEXT`` per batch handed out and ``ended REASON`` when a generation ended.
+MEMBER = """
+import sys
+import anyio
+from gengroup import ConsumerGroup
+
+
+async def worker(gen, tp):
+    async for batch in gen.fetch(tp):
+        print(f"batch {tp.partition} {batch.next_offset}", flush=True)
+        gen.mark(tp, batch.next_offset)
+
+
+async def main(bootstrap, group_id, topic):
+    async with ConsumerGroup(
+        group_id, [topic], bootstrap, group_protocol="consumer", session_timeout=6.0,
+        rebalance_timeout=10.0, fetch_max_wait=0.1, commit_interval=0.3,
+        partition_buffer_bytes=256, client_id="doomed",
+    ) as group:
+        async for gen in group:
+            parts = ",".join(str(tp.partition) for tp in sorted(gen.assignments))
+            print(f"generation {gen.id} {parts}", flush=True)
+            for tp in gen.assignments:
+                gen.start_soon(worker, gen, tp)
+            await gen.wait_ending()
+            print(f"ended {gen.end_reason}", flush=True)
+
+
+anyio.run(main, *sys.argv[1:4])
+"""
+
+
+class Lines:
+    """A member process's output lines, read by a thread as they come, with arrival times."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.seen: list[tuple[float, str]] = []
+        self._proc = proc
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self.seen.append((time.monotonic(), line.strip()))
+
+    async def wait_for(self, prefix: str, since: float = 0.0) -> list[str]:
+        """The lines after ``since`` up to the first starting with ``prefix``."""
+        with anyio.fail_after(60):  # a hang guard, not a timing assertion
+            while True:
+                after = [line for t, line in self.seen if t > since]
+                for i, line in enumerate(after):
+                    if line.startswith(prefix):
+                        return after[: i + 1]
+                await anyio.sleep(0.05)
+
+
+@contextmanager
+def member_process(bootstrap: str, group_id: str, topic: str) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MEMBER, bootstrap, group_id, topic],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+async def test_a_killed_member_is_fenced_and_its_partitions_move_after_the_session_timeout(
+    kip848_kafka: KafkaBroker,
+) -> None:
+    bootstrap = kip848_kafka.bootstrap
+    topic, group_id = make_unique_name("kip848-kill"), make_unique_name("g")
+    await create_topic(bootstrap, topic, 4)
+    every = all_partitions(topic, 4)
+    ledger = Ledger()
+    with member_process(bootstrap, group_id, topic) as proc:
+        lines = Lines(proc)
+        await lines.wait_for("generation")
+        async with (
+            ConsumerGroup(group_id, [topic], bootstrap, client_id="survivor", **KIP848) as group,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(ledger.member, "survivor", group)
+            await ledger.wait_for(
+                lambda: len(ledger.assigned("survivor")) == 2, "the survivor to get half"
+            )
+            killed_at = anyio.current_time()
+            proc.send_signal(signal.SIGKILL)
+            # Nothing left the group: only the broker's session timeout moves them.
+            await ledger.wait_for(
+                lambda: ledger.assigned("survivor") == every, "the survivor to own all 4"
+            )
+            elapsed = anyio.current_time() - killed_at
+            await produce_ids(bootstrap, topic, range(100))
+            expected = {f"id-{i}".encode() for i in range(100)}
+            await ledger.wait_for(lambda: set(ledger.processed) >= expected, "the new records")
+            tg.cancel_scope.cancel()
+    assert elapsed >= 3.0, f"partitions moved {elapsed:.2f} s after the kill, before its session"
+    assert not ledger.overlaps, ledger.overlaps
+
+
+async def test_a_frozen_member_is_fenced_and_rejoins_with_epoch_0(
+    kip848_kafka: KafkaBroker,
+) -> None:
+    """Frozen past the session timeout (SIGSTOP), the member processes nothing after
+    waking: its generation ends, then it rejoins and the partitions are shared again."""
+    bootstrap = kip848_kafka.bootstrap
+    topic, group_id = make_unique_name("kip848-frozen"), make_unique_name("g")
+    await create_topic(bootstrap, topic, 2)
+    ledger = Ledger()
+    with member_process(bootstrap, group_id, topic) as proc:
+        lines = Lines(proc)
+        first = await lines.wait_for("generation")
+        await produce_ids(bootstrap, topic, range(50))
+        await lines.wait_for("batch")
+        proc.send_signal(signal.SIGSTOP)
+        async with (
+            ConsumerGroup(group_id, [topic], bootstrap, client_id="survivor", **KIP848) as group,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(ledger.member, "survivor", group)
+            await ledger.wait_for(
+                lambda: len(ledger.assigned("survivor")) == 2, "the survivor to own both"
+            )
+            await produce_ids(bootstrap, topic, range(50, 250))
+            woken = time.monotonic()
+            proc.send_signal(signal.SIGCONT)
+            after = await lines.wait_for("ended", since=woken)
+            again = await lines.wait_for("generation", since=woken)
+            await ledger.wait_for(
+                lambda: len(ledger.assigned("survivor")) == 1, "the partitions shared again"
+            )
+            tg.cancel_scope.cancel()
+    assert not [line for line in after if line.startswith("batch")], after
+    reason = after[-1]
+    assert "fenced" in reason or "local lease expired" in reason, reason
+    assert int(again[-1].split()[1]) > int(first[-1].split()[1]), (first, again)
+
+
+async def test_a_static_member_keeps_its_partitions_across_a_restart(
+    kip848_kafka: KafkaBroker,
+) -> None:
+    """Leaving with epoch -2 keeps a static member's partitions for it; a second
+    member with the same group_instance_id meanwhile is refused."""
+    bootstrap = kip848_kafka.bootstrap
+    topic, group_id = make_unique_name("kip848-static"), make_unique_name("g")
+    await create_topic(bootstrap, topic, 4)
+    ledger = Ledger()
+
+    async def static(name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        async with ConsumerGroup(
+            group_id, [topic], bootstrap, client_id=name, group_instance_id="s1", **KIP848
+        ) as group:
+            task_status.started()
+            await ledger.member(name, group)
+
+    async with anyio.create_task_group() as tg:
+        async with ConsumerGroup(group_id, [topic], bootstrap, client_id="other", **KIP848) as o:
+            tg.start_soon(ledger.member, "other", o)
+            with anyio.CancelScope() as first:
+                async with anyio.create_task_group() as inner:
+                    await inner.start(static, "first")
+                    await ledger.wait_for(
+                        lambda: len(ledger.assigned("first")) == 2, "the static member's half"
+                    )
+                    kept = ledger.assigned("first")
+                    others = ledger.generations["other"][-1]
+                    with pytest.raises(UnreleasedInstanceId, match="group_instance_id='s1'"):
+                        async with ConsumerGroup(
+                            group_id, [topic], bootstrap, group_instance_id="s1", **KIP848
+                        ) as twin:
+                            async for _ in twin:
+                                pytest.fail("a second member with the instance id s1 joined")
+                    first.cancel()
+            # Left with epoch -2: its partitions wait for it; the other member keeps its own.
+            await tg.start(static, "second")
+            await ledger.wait_for(
+                lambda: ledger.assigned("second") == kept, "the restarted member's partitions"
+            )
+            assert ledger.generations["other"][-1] is others
+            tg.cancel_scope.cancel()
+    assert not ledger.overlaps, ledger.overlaps
