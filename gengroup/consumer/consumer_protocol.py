@@ -419,7 +419,8 @@ class ConsumerProtocolMember:
         if message:
             said += f": {message}"
         if code == ErrorCode.unsupported_version:
-            self._fail(self._unsupported(f"it answered UNSUPPORTED_VERSION: {message or ''}"))
+            said = "it answered UNSUPPORTED_VERSION" + (f": {message}" if message else "")
+            self._fail(self._unsupported(said))
             return
         outcome = outcome_for(code)
         if outcome is Outcome.RESET_MEMBER:

@@ -11,7 +11,10 @@ JoinGroup, SyncGroup, OffsetFetch) and running it
 group, in the run loop's own task, until every task of it returned and the
 final commit was made). The Generation object is handed over a
 zero-capacity channel to ``async for gen in group`` (``group.next()``), so
-user code never yields from inside a nursery.
+user code never yields from inside a nursery. Under
+``group_protocol="consumer"`` (KIP-848) the generations are formed by
+:class:`~gengroup.consumer.consumer_protocol.ConsumerProtocolMember`, whose
+heartbeat runs around the run loop, and run the same way.
 
 A user task's exception, a fatal broker error or a :class:`TaskStuckError`
 from the teardown watchdog stops the run loop and comes out of ``async for``.

@@ -23,8 +23,8 @@ import anyio.abc
 import pytest
 
 from gengroup import Admin, ConsumerGroup, TopicPartition
-from gengroup._errors import UnreleasedInstanceId
-from gengroup.testing.kafka import KafkaBroker
+from gengroup._errors import GroupProtocolUnsupported, UnreleasedInstanceId
+from gengroup.testing.kafka import KafkaBroker, kafka_broker
 from gengroup.testing.pytest_plugin import make_unique_name
 
 from .helpers import FAST, Ledger, all_partitions, covers_exactly_once, create_topic, produce_ids
@@ -322,3 +322,19 @@ async def test_a_static_member_keeps_its_partitions_across_a_restart(
             assert ledger.generations["other"][-1] is others
             tg.cancel_scope.cancel()
     assert not ledger.overlaps, ledger.overlaps
+
+
+async def test_a_kafka_broker_without_the_consumer_protocol_gives_a_clear_error() -> None:
+    """Apache Kafka with only the classic protocol enabled: a typed error naming
+    group_protocol, and the classic protocol still works."""
+    async with kafka_broker(properties={"group.coordinator.rebalance.protocols": "classic"}) as b:
+        topic = make_unique_name("kip848-off")
+        await create_topic(b.bootstrap, topic, 2)
+        with pytest.raises(GroupProtocolUnsupported, match="group_protocol='consumer'"):
+            async with ConsumerGroup(make_unique_name("g"), [topic], b.bootstrap, **KIP848) as g:
+                async for _ in g:
+                    pytest.fail("a generation formed without the consumer protocol")
+        async with ConsumerGroup(make_unique_name("g"), [topic], b.bootstrap, **FAST) as g:
+            async for gen in g:
+                assert len(gen.assignments) == 2
+                break
