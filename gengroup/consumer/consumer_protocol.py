@@ -424,7 +424,10 @@ class ConsumerProtocolMember:
             return
         outcome = outcome_for(code)
         if outcome is Outcome.RESET_MEMBER:
+            joining = self.epoch == 0
             self._fence(f"heartbeat answered {error_for_code(code).name}")
+            if joining:  # refused while joining: not at once again
+                await backoff.sleep()
             return
         if outcome is Outcome.FATAL:
             self._fail(error_for_code(code, self._explain(code, said)))

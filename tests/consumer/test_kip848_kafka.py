@@ -58,7 +58,15 @@ def kip848_kafka() -> Iterator[KafkaBroker]:
 async def test_one_then_three_then_two_members(kip848_kafka: KafkaBroker) -> None:
     """Every partition has one owner at every instant; every record is processed;
     commits are accepted and never move backwards."""
-    bootstrap = kip848_kafka.bootstrap
+    await one_then_three_then_two(kip848_kafka.bootstrap)
+
+
+def test_one_then_three_then_two_members_asyncio(kip848_kafka: KafkaBroker) -> None:
+    """The same under asyncio."""
+    anyio.run(one_then_three_then_two, kip848_kafka.bootstrap, backend="asyncio")
+
+
+async def one_then_three_then_two(bootstrap: str) -> None:
     topic, group_id = make_unique_name("kip848"), make_unique_name("g")
     partitions = 6
     await create_topic(bootstrap, topic, partitions)
