@@ -18,8 +18,9 @@ from .membership.balancers import Balancer, RangeBalancer, RoundRobinBalancer
 from .membership.member import MemberConfig
 from .protocol.consumer_protocol import LATEST_VERSION
 
-__all__ = ["GroupConfig", "GroupSettings", "IsolationLevel", "StartOffset"]
+__all__ = ["GroupConfig", "GroupProtocol", "GroupSettings", "IsolationLevel", "StartOffset"]
 
+GroupProtocol = Literal["classic", "consumer"]
 StartOffset = Literal["earliest", "latest", "error"]
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
 #: Turns a key's or value's bytes (None for null) into an object.
@@ -84,6 +85,15 @@ class GroupConfig(Security):
         key_deserializer: turns a record's key bytes (or None) into an object,
             applied by ``FetchedBatch.decoded()`` (None: keys stay bytes).
         value_deserializer: the same for values.
+        group_protocol: the group protocol: ``"classic"`` (JoinGroup, SyncGroup
+            and Heartbeat; a member balances) or ``"consumer"`` (KIP-848: one
+            ConsumerGroupHeartbeat, the coordinator assigns; needs Apache
+            Kafka 4.x). ``balancers`` and ``subscription_version`` are the
+            classic protocol's; ``group_remote_assignor`` the consumer protocol's.
+        group_remote_assignor: the coordinator's assignor under
+            ``group_protocol="consumer"``, e.g. ``"uniform"`` or ``"range"``;
+            None lets the broker choose (the first of its
+            ``group.consumer.assignors``).
 
     The security settings (``security_protocol``, ``ssl_*``, ``sasl_*``) are
     :class:`~gengroup.io.security.Security`'s, inherited (keyword-only).
@@ -141,6 +151,9 @@ class GroupConfig(Security):
     partition_buffer_bytes: int = 1024 * 1024
     key_deserializer: Deserializer | None = None
     value_deserializer: Deserializer | None = None
+    # The group protocol (KIP-848); see ``gengroup.consumer.consumer_protocol``.
+    group_protocol: GroupProtocol = "classic"
+    group_remote_assignor: str | None = None
 
     @classmethod
     def create(
@@ -246,6 +259,23 @@ class GroupConfig(Security):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        self._check_group_protocol()
+
+    def _check_group_protocol(self) -> None:
+        if self.group_protocol not in ("classic", "consumer"):
+            raise ConfigError(
+                f"group_protocol must be 'classic' or 'consumer', got {self.group_protocol!r}"
+            )
+        assignor = self.group_remote_assignor
+        if assignor is not None and (not isinstance(assignor, str) or not assignor):
+            raise ConfigError(
+                f"group_remote_assignor must be None or an assignor's name, got {assignor!r}"
+            )
+        if assignor is not None and self.group_protocol == "classic":
+            raise ConfigError(
+                "group_remote_assignor is the consumer protocol's (the coordinator assigns): "
+                "set group_protocol='consumer', or choose balancers for the classic protocol"
+            )
 
 
 def _topics(topics: Sequence[str]) -> tuple[str, ...]:
@@ -283,3 +313,5 @@ class GroupSettings(SecuritySettings, total=False):
     partition_buffer_bytes: int
     key_deserializer: Deserializer | None
     value_deserializer: Deserializer | None
+    group_protocol: GroupProtocol
+    group_remote_assignor: str | None

@@ -310,6 +310,28 @@ class ClusterAuthorizationFailed(BrokerError):
     """The broker's ACLs do not let this client's principal do this cluster operation (fatal)."""
 
 
+class FencedMemberEpoch(MemberResetError):
+    """KIP-848: the member's epoch is not the coordinator's: it lost its partitions
+    and rejoins with epoch 0."""
+
+
+class StaleMemberEpoch(RetriableBrokerError):
+    """KIP-848: a commit carried an epoch the member has moved past: send it again
+    with the newest one."""
+
+
+class UnreleasedInstanceId(BrokerError):
+    """KIP-848: a member with this ``group_instance_id`` is still in the group (fatal)."""
+
+
+class UnsupportedAssignor(BrokerError):
+    """KIP-848: the broker has no server-side assignor of the name asked for (fatal)."""
+
+
+class GroupProtocolUnsupported(UnsupportedVersion):
+    """The broker does not speak the group protocol chosen with ``group_protocol``."""
+
+
 _SPECIFIC: Final[dict[int, type[BrokerError]]] = {
     ErrorCode.offset_out_of_range: OffsetOutOfRange,
     ErrorCode.unknown_topic_or_partition: UnknownTopicOrPartition,
@@ -331,6 +353,10 @@ _SPECIFIC: Final[dict[int, type[BrokerError]]] = {
     ErrorCode.topic_authorization_failed: TopicAuthorizationFailed,
     ErrorCode.group_authorization_failed: GroupAuthorizationFailed,
     ErrorCode.cluster_authorization_failed: ClusterAuthorizationFailed,
+    ErrorCode.fenced_member_epoch: FencedMemberEpoch,
+    ErrorCode.stale_member_epoch: StaleMemberEpoch,
+    ErrorCode.unreleased_instance_id: UnreleasedInstanceId,
+    ErrorCode.unsupported_assignor: UnsupportedAssignor,
 }
 
 #: The class of a code without one of its own: the base class of its action.
