@@ -28,6 +28,7 @@ from contextlib import ExitStack
 from typing import Any
 
 import anyio
+from broker import real_broker
 
 CLIENTS = ("gengroup-trio", "gengroup-asyncio", "aiokafka", "confluent-kafka")
 
@@ -156,14 +157,7 @@ def main() -> None:
         print(json.dumps(child(args.child, args.bootstrap, args.topic, args.records)))
         return
     with ExitStack() as stack:
-        bootstrap = args.bootstrap
-        if bootstrap is None:
-            from gengroup.testing.kafka import KafkaBroker
-
-            broker = KafkaBroker()
-            broker.start()
-            stack.callback(broker.stop)
-            bootstrap = broker.bootstrap
+        bootstrap = real_broker(stack, args.bootstrap)
         topic = f"bench-mem-{uuid.uuid4().hex[:8]}"
         t0 = time.perf_counter()
         produce(bootstrap, topic, args.partitions, args.records, args.value_size)

@@ -20,14 +20,14 @@ import argparse
 import statistics
 import time
 import uuid
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, ExitStack
 
 import anyio
+from broker import real_broker
 
 from gengroup import Admin, ConsumerGroup, Generation, Producer, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.producer import ProducerRecord
-from gengroup.testing.kafka import KafkaBroker
 
 
 async def keep_producing(bootstrap: str, topic: str) -> None:
@@ -108,16 +108,10 @@ def main() -> None:
     parser.add_argument("--bootstrap")
     parser.add_argument("--embedded", action="store_true")
     args = parser.parse_args()
-    broker = None
-    if args.bootstrap is None and not args.embedded:
-        broker = KafkaBroker()
-        broker.start()
-        args.bootstrap = broker.bootstrap
-    try:
+    with ExitStack() as stack:
+        if not args.embedded:
+            args.bootstrap = real_broker(stack, args.bootstrap)
         anyio.run(main_async, args.bootstrap, args.embedded, args.generations, backend="trio")
-    finally:
-        if broker is not None:
-            broker.stop()
 
 
 if __name__ == "__main__":
