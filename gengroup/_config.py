@@ -73,6 +73,12 @@ class GroupConfig:
         fetch_min_bytes: bytes a Fetch waits for.
         fetch_max_bytes: bytes one Fetch response may carry.
         partition_buffer_bytes: fetched-but-unprocessed bytes held per partition.
+        fetch_buffer_bytes: fetched-but-unprocessed bytes held by the whole
+            member (None: ``partition_buffer_bytes`` per partition). When set,
+            each assigned partition's share is this divided by the number of
+            partitions the member is assigned in the generation, and it
+            replaces ``partition_buffer_bytes``; fetch sizes follow from the
+            share (see below).
         key_deserializer: turns a record's key bytes (or None) into an object,
             applied by ``FetchedBatch.decoded()`` (None: keys stay bytes).
         value_deserializer: the same for values.
@@ -103,6 +109,14 @@ class GroupConfig:
       wait out any outage pass None.
     * ``partition_buffer_bytes=1 MiB`` -- fetched-but-unprocessed data held per
       partition; a slow worker stops its partition's fetching at this bound.
+      A partition is fetched in steps of half its bound, so that one step is
+      buffered while the next is on its way: buffered plus requested bytes
+      never exceed the bound, except that Kafka returns a first batch larger
+      than what was asked for whole (otherwise it could not be consumed).
+    * ``fetch_buffer_bytes=None`` -- bound memory per partition; set it to
+      bound the member's memory instead (e.g. ``64 * 1024 * 1024``): few
+      assigned partitions then get large shares and fetches, many get small
+      ones.
     """
 
     group_id: str
@@ -127,6 +141,7 @@ class GroupConfig:
     fetch_min_bytes: int = 1
     fetch_max_bytes: int = 50 * 1024 * 1024
     partition_buffer_bytes: int = 1024 * 1024
+    fetch_buffer_bytes: int | None = None
     key_deserializer: Deserializer | None = None
     value_deserializer: Deserializer | None = None
 
@@ -224,6 +239,13 @@ class GroupConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        budget = self.fetch_buffer_bytes
+        if budget is not None and (
+            isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0
+        ):
+            raise ConfigError(
+                f"fetch_buffer_bytes must be None or a positive integer, got {budget!r}"
+            )
 
 
 def _topics(topics: Sequence[str]) -> tuple[str, ...]:
@@ -258,5 +280,6 @@ class GroupSettings(TypedDict, total=False):
     fetch_min_bytes: int
     fetch_max_bytes: int
     partition_buffer_bytes: int
+    fetch_buffer_bytes: int | None
     key_deserializer: Deserializer | None
     value_deserializer: Deserializer | None

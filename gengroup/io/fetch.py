@@ -56,12 +56,16 @@ async def fetch_once(
     max_wait: float = 0.5,
     min_bytes: int = 1,
     max_bytes: int = 50 * 1024 * 1024,
-    partition_max_bytes: int = 1024 * 1024,
+    partition_max_bytes: int | Mapping[TopicPartition, int] = 1024 * 1024,
     isolation_level: IsolationLevelArg | int = "read_uncommitted",
+    decode: bool = True,
 ) -> dict[TopicPartition, PartitionFetch]:
     """Send one Fetch to broker ``node_id`` and parse the answer.
 
     The response is awaited for ``max_wait`` plus the cluster's request timeout.
+    ``partition_max_bytes`` is one limit for every partition or one per
+    partition; ``decode=False`` leaves the records undecoded (checked, in each
+    result's ``raw``; see :func:`parse_fetch_response`).
 
     Returns:
         See :func:`parse_fetch_response`.
@@ -90,7 +94,9 @@ async def fetch_once(
         timeout=max_wait + cluster.request_timeout,
         channel="fetch",
     )
-    return parse_fetch_response(resp, isolation_level=isolation_level, positions=positions)
+    return parse_fetch_response(
+        resp, isolation_level=isolation_level, positions=positions, decode=decode
+    )
 
 
 async def read_partition(

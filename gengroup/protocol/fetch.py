@@ -147,7 +147,7 @@ def build_fetch_request(
     max_wait: float,
     min_bytes: int,
     max_bytes: int,
-    partition_max_bytes: int,
+    partition_max_bytes: int | Mapping[TopicPartition, int],
     isolation_level: IsolationLevelArg | int,
     leader_epochs: Mapping[TopicPartition, int] | None = None,
 ) -> Any:
@@ -159,7 +159,8 @@ def build_fetch_request(
         max_wait: seconds the broker may wait for ``min_bytes``.
         min_bytes: bytes to accumulate before answering.
         max_bytes: response size limit (the first batch is returned even if larger).
-        partition_max_bytes: size limit per partition.
+        partition_max_bytes: size limit per partition: one for all, or one
+            for each partition of ``positions``.
         isolation_level: ``"read_uncommitted"`` / ``"read_committed"`` (or 0 / 1).
         leader_epochs: the current leader epoch per partition, if the caller
             wants the broker to fence stale leaders (default: -1, no check).
@@ -179,7 +180,12 @@ def build_fetch_request(
                 fetch_offset=offset,
                 last_fetched_epoch=-1,
                 log_start_offset=-1,
-                partition_max_bytes=min(partition_max_bytes, _INT32_MAX),
+                partition_max_bytes=min(
+                    partition_max_bytes
+                    if isinstance(partition_max_bytes, int)
+                    else partition_max_bytes[tp],
+                    _INT32_MAX,
+                ),
             )
         )
     return build(
