@@ -109,10 +109,13 @@ class GroupConfig:
       wait out any outage pass None.
     * ``partition_buffer_bytes=1 MiB`` -- fetched-but-unprocessed data held per
       partition; a slow worker stops its partition's fetching at this bound.
-      A partition is fetched in steps of half its bound, so that one step is
-      buffered while the next is on its way: buffered plus requested bytes
-      never exceed the bound, except that Kafka returns a first batch larger
-      than what was asked for whole (otherwise it could not be consumed).
+      A partition is fetched in steps of half its bound (or of its largest
+      recent batch, if larger), so that one step is buffered while the next
+      is on its way: buffered plus requested bytes never exceed the bound,
+      except that Kafka returns a batch larger than the whole bound whole
+      (otherwise it could not be consumed). Batches of about half the bound
+      or more therefore leave no room for a second step: producers batching
+      1 MB (librdkafka's default) fetch faster with a bound of a few MiB.
     * ``fetch_buffer_bytes=None`` -- bound memory per partition; set it to
       bound the member's memory instead (e.g. ``64 * 1024 * 1024``): few
       assigned partitions then get large shares and fetches, many get small

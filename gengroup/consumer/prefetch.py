@@ -12,9 +12,14 @@ next is on its way, so the socket stays busy while workers process.
 
 Each partition has a bounded buffer (its *share*: ``partition_buffer_bytes``,
 or ``fetch_buffer_bytes`` divided among the assigned partitions). A partition
-is fetched in steps of half its share, and only while at least half is free, so
-buffered plus requested bytes stay within the share (Kafka may answer with one
-first batch larger than asked, which is the only excess). When a worker falls
+is fetched in steps of half its share -- or of its largest recent batch if that
+is larger, since Kafka answers a partition whose next batch exceeds the limit
+with nothing (unless it comes first in the request, which rotates) -- and only
+while a step is free, so buffered plus requested bytes stay within the share
+(the one excess: a first batch larger than the whole share, which Kafka sends
+whole so that it can be consumed at all). Requests in flight together use
+separate connections, as the broker answers one connection in order and a
+long poll must not hold up an answer with data. When a worker falls
 behind, its partition drops out of the fetch requests until the worker drains
 it, so memory stays bounded and a slow worker applies backpressure to its own
 partition only.
@@ -239,6 +244,8 @@ class _Partition:
     high_watermark: int = -1
     #: A Fetch naming the partition is in flight.
     in_flight: bool = False
+    #: The largest batch of the last answer, in bytes (a Fetch asks for at least that).
+    largest: int = 0
 
 
 def _request_action(exc: BaseException) -> Action:
@@ -387,8 +394,13 @@ class Prefetcher:
             part.leader == node
             and not part.in_flight
             and part.error is None
-            and self._share - part.buffered >= self._step
+            and self._share - part.buffered >= self._want(part)
         )
+
+    def _want(self, part: _Partition) -> int:
+        """The bytes one Fetch asks for ``part``: a step (half the share), or
+        the largest batch seen if that is larger, within the share."""
+        return min(self._share, max(self._step, part.largest))
 
     async def _broker_loop(self, node: int) -> None:
         """Send Fetch requests to ``node`` for its ready partitions, two at most at a time.
@@ -397,14 +409,17 @@ class Prefetcher:
         flight; it leaves the loop set at that moment, so the manager starts a
         fresh loop should the broker lead a partition again.
         """
-        in_flight = 0
+        # One connection per request that may be in flight at the same time:
+        # the broker answers a connection's requests in order, and a long poll
+        # for partitions without new data must not hold up an answer with data.
+        free = [f"fetch-{i}" if i else "fetch" for i in range(_MAX_IN_FLIGHT)]
+        turn = 0
 
-        async def fetch(ready: dict[TopicPartition, int]) -> None:
-            nonlocal in_flight
+        async def fetch(channel: str, ready: dict[TopicPartition, int]) -> None:
             try:
-                await self._fetch(node, ready)
+                await self._fetch(node, ready, channel)
             finally:
-                in_flight -= 1
+                free.append(channel)
                 for tp in ready:
                     self._parts[tp].in_flight = False
                 self._changed()
@@ -412,18 +427,21 @@ class Prefetcher:
         try:
             async with anyio.create_task_group() as tg:
                 while True:
-                    if in_flight == 0 and not any(p.leader == node for p in self._parts.values()):
+                    idle = len(free) == _MAX_IN_FLIGHT
+                    if idle and not any(p.leader == node for p in self._parts.values()):
                         self._loops.discard(node)
                         return
-                    if in_flight < _MAX_IN_FLIGHT:
-                        ready = {
-                            p.tp: p.position for p in self._parts.values() if self._ready(p, node)
-                        }
+                    if free:
+                        # The first partition of a request is the one Kafka
+                        # lets exceed its limit: a different one each time.
+                        order = list(self._parts.values())
+                        turn += 1
+                        order = order[turn % len(order) :] + order[: turn % len(order)]
+                        ready = {p.tp: p.position for p in order if self._ready(p, node)}
                         if ready:
                             for tp in ready:
                                 self._parts[tp].in_flight = True
-                            in_flight += 1
-                            tg.start_soon(fetch, ready)
+                            tg.start_soon(fetch, free.pop(), ready)
                             continue
                     space = self._space
                     await space.wait()
@@ -431,9 +449,10 @@ class Prefetcher:
             self._loops.discard(node)
             raise
 
-    async def _fetch(self, node: int, ready: dict[TopicPartition, int]) -> None:
-        """One Fetch to ``node`` for ``ready``; the answer goes to the buffers."""
+    async def _fetch(self, node: int, ready: dict[TopicPartition, int], channel: str) -> None:
+        """One Fetch to ``node`` for ``ready`` on ``channel``; the answer goes to the buffers."""
         cfg = self._config
+        asks = {tp: self._want(self._parts[tp]) for tp in ready}
         try:
             result = await fetch_once(
                 self._cluster,
@@ -441,10 +460,11 @@ class Prefetcher:
                 ready,
                 max_wait=cfg.fetch_max_wait,
                 min_bytes=cfg.fetch_min_bytes,
-                max_bytes=min(cfg.fetch_max_bytes, self._step * len(ready)),
-                partition_max_bytes=self._step,
+                max_bytes=min(cfg.fetch_max_bytes, sum(asks.values())),
+                partition_max_bytes=asks,
                 isolation_level=cfg.isolation_level,
                 decode=False,
+                channel=channel,
             )
         except Exception as exc:
             if _request_action(exc) != "refresh_metadata":
@@ -501,12 +521,19 @@ class Prefetcher:
         # parse_fetch_response already dropped control and aborted batches
         # and the records below the requested offset; the raw batches are
         # decoded by the worker.
+        if pf.next_offset <= part.position < pf.high_watermark:
+            # Data is there but not one batch came: the next batch is larger
+            # than what was asked for (Kafka lets only the first partition of
+            # an answer exceed its limit), so ask for more next time.
+            part.largest = min(self._share, 2 * self._want(part))
         part.position = max(part.position, pf.next_offset)
         batches, raw = pf.batches, pf.raw
         if not batches and not raw:
             return
         records = [r for b in batches for r in b.records]
         count = len(records) + sum(b.count for b in raw)
+        if raw:
+            part.largest = max(b.end - b.start for b in raw)
         # Charged at the size of the bytes received: decoded records take more
         # memory, but in proportion, and counting them would cost a pass over
         # every record.

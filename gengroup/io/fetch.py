@@ -59,13 +59,17 @@ async def fetch_once(
     partition_max_bytes: int | Mapping[TopicPartition, int] = 1024 * 1024,
     isolation_level: IsolationLevelArg | int = "read_uncommitted",
     decode: bool = True,
+    channel: str = "fetch",
 ) -> dict[TopicPartition, PartitionFetch]:
     """Send one Fetch to broker ``node_id`` and parse the answer.
 
     The response is awaited for ``max_wait`` plus the cluster's request timeout.
     ``partition_max_bytes`` is one limit for every partition or one per
     partition; ``decode=False`` leaves the records undecoded (checked, in each
-    result's ``raw``; see :func:`parse_fetch_response`).
+    result's ``raw``; see :func:`parse_fetch_response`). ``channel`` names the
+    broker connection (see :meth:`~gengroup.io.cluster.Cluster.connection`):
+    requests that may be in flight together use different ones, so that a
+    long poll does not hold up the other.
 
     Returns:
         See :func:`parse_fetch_response`.
@@ -92,7 +96,7 @@ async def fetch_once(
             isolation_level=isolation_level,
         ),
         timeout=max_wait + cluster.request_timeout,
-        channel="fetch",
+        channel=channel,
     )
     return parse_fetch_response(
         resp, isolation_level=isolation_level, positions=positions, decode=decode
