@@ -112,8 +112,9 @@ class GroupConfig:
       A partition is fetched in steps of half its bound (or of its largest
       recent batch, if larger), so that one step is buffered while the next
       is on its way: buffered plus requested bytes never exceed the bound,
-      except that Kafka returns a batch larger than the whole bound whole
-      (otherwise it could not be consumed). Batches of about half the bound
+      except that Kafka sends the first partition of an answer one batch
+      whole even when it is larger than asked (otherwise a batch larger than
+      the bound could never be consumed). Batches of about half the bound
       or more therefore leave no room for a second step: producers batching
       1 MB (librdkafka's default) fetch faster with a bound of a few MiB.
     * ``fetch_buffer_bytes=None`` -- bound memory per partition; set it to

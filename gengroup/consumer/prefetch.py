@@ -15,9 +15,10 @@ or ``fetch_buffer_bytes`` divided among the assigned partitions). A partition
 is fetched in steps of half its share -- or of its largest recent batch if that
 is larger, since Kafka answers a partition whose next batch exceeds the limit
 with nothing (unless it comes first in the request, which rotates) -- and only
-while a step is free, so buffered plus requested bytes stay within the share
-(the one excess: a first batch larger than the whole share, which Kafka sends
-whole so that it can be consumed at all). Requests in flight together use
+while a step is free, so buffered plus requested bytes stay within the share.
+The one excess: Kafka sends the first partition of an answer one batch whole
+even when it is larger than asked (so that a batch larger than the share can
+be consumed at all). Requests in flight together use
 separate connections, as the broker answers one connection in order and a
 long poll must not hold up an answer with data. When a worker falls
 behind, its partition drops out of the fetch requests until the worker drains
