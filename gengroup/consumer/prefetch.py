@@ -331,10 +331,9 @@ class Prefetcher:
         self._space = anyio.Event()
 
     def _consumed(self, part: _Partition, batch: FetchedBatch) -> None:
-        before = part.buffered
         part.buffered -= batch.size
-        if self._share - before < self._step <= self._share - part.buffered:
-            self._changed()
+        if not part.in_flight and self._share - part.buffered >= self._want(part):
+            self._changed()  # the partition is ready again
         if self._on_first_batch is not None:
             callback, self._on_first_batch = self._on_first_batch, None
             callback()
