@@ -5,7 +5,8 @@ Theory of operation:
 Building the request and reading the response are sans-IO, in
 :mod:`gengroup.protocol.fetch` (its names are re-exported here). This module
 sends: :func:`fetch_once` sends one request to one broker on the broker's
-``"fetch"`` connection (long polls never delay other traffic);
+``"fetch"`` connection, or another one named by the caller (long polls never
+delay other traffic), and can leave the records undecoded for the consumer;
 :func:`read_partition` is a convenience for tests and tools that reads a range
 of offsets, following leadership changes by refreshing metadata, with the
 client's retry helper (:mod:`gengroup.io.retry`).
