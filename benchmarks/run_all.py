@@ -5,8 +5,10 @@ broker (:class:`gengroup.testing.kafka.KafkaBroker`), and for each value size
 (100 B and 1 KB by default) and codec (uncompressed and lz4) creates a topic of
 ``--partitions`` partitions, produces the records once with confluent-kafka in
 large batches, then lets every client consume all of them as the single member
-of a fresh consumer group, ``--repeat`` times. Every client touches every value
-(``total += len(record.value)``), so lazy decoding cannot skip work.
+of a fresh consumer group, ``--repeat`` times (in rounds: each client once per
+round, so that load from other processes hits every client alike). Every
+client touches every value (``total += len(record.value)``), so lazy decoding
+cannot skip work.
 
 The time measured runs from the moment the member learns its assignment to the
 last record, so it includes each client's first fetches (the join before it is
@@ -314,10 +316,18 @@ def main() -> None:
                     "records": n,
                     "clients": {},
                 }
-                for name, run in clients(bootstrap, topic, n).items():
-                    if args.clients and name not in args.clients.split(","):
-                        continue
-                    runs = [run() for _ in range(args.repeat)]
+                chosen = {
+                    name: run
+                    for name, run in clients(bootstrap, topic, n).items()
+                    if not args.clients or name in args.clients.split(",")
+                }
+                # Round by round, every client once per round: load from other
+                # processes on a shared machine then hits every client alike.
+                all_runs: dict[str, list[Run]] = {name: [] for name in chosen}
+                for _ in range(args.repeat):
+                    for name, run in chosen.items():
+                        all_runs[name].append(run())
+                for name, runs in all_runs.items():
                     if any(total != runs[0][2] for _, _, total in runs) or runs[0][2] < n * size:
                         raise SystemExit(f"{name}: not every value was read: {runs}")
                     rate = statistics.median(n / t for _, t, _ in runs)
