@@ -82,6 +82,12 @@ class GroupConfig(Security):
         fetch_min_bytes: bytes a Fetch waits for.
         fetch_max_bytes: bytes one Fetch response may carry.
         partition_buffer_bytes: fetched-but-unprocessed bytes held per partition.
+        fetch_buffer_bytes: fetched-but-unprocessed bytes held by the whole
+            member (None: ``partition_buffer_bytes`` per partition). When set,
+            each assigned partition's share is this divided by the number of
+            partitions the member is assigned in the generation, and it
+            replaces ``partition_buffer_bytes``; fetch sizes follow from the
+            share (see below).
         key_deserializer: turns a record's key bytes (or None) into an object,
             applied by ``FetchedBatch.decoded()`` (None: keys stay bytes).
         value_deserializer: the same for values.
@@ -124,6 +130,18 @@ class GroupConfig(Security):
       wait out any outage pass None.
     * ``partition_buffer_bytes=1 MiB`` -- fetched-but-unprocessed data held per
       partition; a slow worker stops its partition's fetching at this bound.
+      A partition is fetched in steps of half its bound (or of its largest
+      recent batch, if larger), so that one step is buffered while the next
+      is on its way: buffered plus requested bytes never exceed the bound,
+      except that Kafka sends the first partition of an answer one batch
+      whole even when it is larger than asked (otherwise a batch larger than
+      the bound could never be consumed). Batches of about half the bound
+      or more therefore leave no room for a second step: producers batching
+      1 MB (librdkafka's default) fetch faster with a bound of a few MiB.
+    * ``fetch_buffer_bytes=None`` -- bound memory per partition; set it to
+      bound the member's memory instead (e.g. ``64 * 1024 * 1024``): few
+      assigned partitions then get large shares and fetches, many get small
+      ones.
     """
 
     group_id: str
@@ -149,6 +167,7 @@ class GroupConfig(Security):
     fetch_min_bytes: int = 1
     fetch_max_bytes: int = 50 * 1024 * 1024
     partition_buffer_bytes: int = 1024 * 1024
+    fetch_buffer_bytes: int | None = None
     key_deserializer: Deserializer | None = None
     value_deserializer: Deserializer | None = None
     # The group protocol (KIP-848); see ``gengroup.consumer.consumer_protocol``.
@@ -259,6 +278,13 @@ class GroupConfig(Security):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        budget = self.fetch_buffer_bytes
+        if budget is not None and (
+            isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0
+        ):
+            raise ConfigError(
+                f"fetch_buffer_bytes must be None or a positive integer, got {budget!r}"
+            )
         self._check_group_protocol()
 
     def _check_group_protocol(self) -> None:
@@ -311,6 +337,7 @@ class GroupSettings(SecuritySettings, total=False):
     fetch_min_bytes: int
     fetch_max_bytes: int
     partition_buffer_bytes: int
+    fetch_buffer_bytes: int | None
     key_deserializer: Deserializer | None
     value_deserializer: Deserializer | None
     group_protocol: GroupProtocol
