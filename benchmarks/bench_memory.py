@@ -30,7 +30,9 @@ from typing import Any
 import anyio
 from broker import real_broker
 
-CLIENTS = ("gengroup-trio", "gengroup-asyncio", "aiokafka", "confluent-kafka")
+CLIENTS = ("gengroup-trio", "gengroup-budget", "gengroup-asyncio", "aiokafka", "confluent-kafka")
+#: ``gengroup-budget``: trio with a member-wide buffer of this many bytes (``fetch_buffer_bytes``).
+BUDGET = 32 * 1024 * 1024
 
 
 def produce(bootstrap: str, topic: str, partitions: int, n: int, size: int) -> None:
@@ -54,7 +56,7 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int, size: int) -> N
 # ---------------------------------------------------------------------- the clients
 
 
-async def run_gengroup(bootstrap: str, topic: str, n: int) -> int:
+async def run_gengroup(bootstrap: str, topic: str, n: int, budget: int | None = None) -> int:
     from gengroup import ConsumerGroup, FetchedBatch, Generation, TopicPartition, run_workers
 
     total = seen = 0
@@ -69,7 +71,9 @@ async def run_gengroup(bootstrap: str, topic: str, n: int) -> int:
             done.set()
 
     group_id = f"mem-{uuid.uuid4().hex[:8]}"
-    async with ConsumerGroup(group_id, [topic], bootstrap, start_offset="earliest") as group:
+    async with ConsumerGroup(
+        group_id, [topic], bootstrap, start_offset="earliest", fetch_buffer_bytes=budget
+    ) as group:
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_workers, group, handler)
             await done.wait()
@@ -128,6 +132,8 @@ def child(client: str, bootstrap: str, topic: str, n: int) -> dict[str, Any]:
     started = time.perf_counter()
     if client == "gengroup-trio":
         total = anyio.run(run_gengroup, bootstrap, topic, n, backend="trio")
+    elif client == "gengroup-budget":
+        total = anyio.run(run_gengroup, bootstrap, topic, n, BUDGET, backend="trio")
     elif client == "gengroup-asyncio":
         total = anyio.run(run_gengroup, bootstrap, topic, n, backend="asyncio")
     elif client == "aiokafka":
