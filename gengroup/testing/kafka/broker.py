@@ -14,7 +14,10 @@ sends SIGTERM, waits, then SIGKILLs and removes the data directory;
 :meth:`KafkaBroker.restart` relaunches on the same ports and data.
 :func:`kafka_broker` runs the blocking calls in a worker thread for async code.
 With ``security=`` (:mod:`.secure`) the broker also listens with TLS, SASL and
-mutual TLS on further ports (:meth:`KafkaBroker.listener_bootstrap`).
+mutual TLS on further ports (:meth:`KafkaBroker.listener_bootstrap`). With
+``node_id=`` and ``quorum=`` it is one node of a :class:`~.cluster.KafkaCluster`:
+``start(wait=False)`` launches it, :meth:`KafkaBroker.wait_ready` awaits it, and
+:meth:`KafkaBroker.halt` stops it gracefully keeping its data for a restart.
 """
 
 from __future__ import annotations
