@@ -21,10 +21,12 @@ import pytest
 import trio
 
 from gengroup._errors import GengroupError
+from gengroup.admin import Admin, NewTopic
 from gengroup.testing.kafka import (
     INSTALL_HINT,
     BrokerSecurity,
     KafkaBroker,
+    KafkaCluster,
     KafkaHarnessError,
     ensure_jars,
     jar_dir,
@@ -33,6 +35,8 @@ from gengroup.testing.kafka import (
     new_cluster_id,
     probe_api_versions,
 )
+from gengroup.testing.kafka.cluster import cluster_properties
+from gengroup.testing.kafka.config import Quorum, server_properties
 from gengroup.testing.kafka.secure import LISTENERS, scram_format_args
 
 # Idempotent with the same line in tests/conftest.py (a plugin is loaded once).
@@ -357,3 +361,93 @@ def test_scram_users_the_storage_tool_cannot_carry_are_refused(tmp_path: Path) -
         scram_format_args(BrokerSecurity(certs, scram_users={"bob": "a,b"}))
     with pytest.raises(KafkaHarnessError, match="has no listener 'SASL_SSL'"):
         KafkaBroker().listener_port("SASL_SSL")
+
+
+# ---------------------------------------------------------------- a cluster of three
+
+
+@pytest.mark.kafka
+async def test_cluster_nodes_replicate_fail_over_and_come_back(
+    kafka_cluster: KafkaCluster, unique_name: Callable[[str], str]
+) -> None:
+    cluster = kafka_cluster
+    try:
+        nodes = cluster.nodes
+        assert cluster.running == [0, 1, 2]
+        assert cluster.bootstrap == ",".join(n.bootstrap for n in nodes)
+        ports = {p for n in nodes for p in (n.port, n.controller_port)}
+        assert len(ports) == 6 and len({n.cluster_id for n in nodes}) == 1
+        assert nodes[2].data_dir is not None
+        properties = (nodes[2].data_dir / "server.properties").read_text()
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
+        assert f"controller.quorum.voters={voters}\n" in properties
+        assert "node.id=2\n" in properties and "min.insync.replicas=2\n" in properties
+        assert "controller.quorum.bootstrap.servers" not in properties
+
+        topic = unique_name("replicated")
+        async with Admin(cluster.bootstrap) as admin:
+            # Admin asks for one replica unless told; -1 takes the cluster's default.
+            await admin.create_topics([NewTopic(topic, 2, replication_factor=-1)])
+        brokers, states = await trio.to_thread.run_sync(cluster.partitions, [topic])
+        assert brokers == {0, 1, 2}
+        assert sorted(len(s.replicas) for s in states) == [3, 3]
+        offsets_topic = [s for s in cluster.partitions()[1] if s.topic == "__consumer_offsets"]
+        assert len(offsets_topic) == 3 and all(len(s.replicas) == 3 for s in offsets_topic)
+        coordinator = await trio.to_thread.run_sync(cluster.coordinator_of, topic)
+        assert coordinator in (0, 1, 2)
+
+        leader = cluster.node_of_leader(topic, 0)
+        victim = nodes[leader]
+        pid, data_dir = victim.pid, victim.data_dir
+        assert pid is not None
+        await trio.to_thread.run_sync(cluster.kill, leader)
+        assert _pid_gone(pid) and leader not in cluster.running
+
+        def new_leader() -> bool:
+            return cluster.node_of_leader(topic, 0) != leader
+
+        assert await trio.to_thread.run_sync(_wait_until, new_leader, 60)
+        await trio.to_thread.run_sync(cluster.restart, leader)
+        assert victim.port == nodes[leader].port and victim.data_dir == data_dir
+        assert victim.pid != pid
+        await trio.to_thread.run_sync(cluster.wait_healthy)
+
+        other = (leader + 1) % 3
+        await trio.to_thread.run_sync(cluster.stop, other)
+        assert other not in cluster.running and nodes[other].data_dir is not None
+        with pytest.raises(KafkaHarnessError, match=rf"node\(s\) \[{other}\] not running"):
+            cluster.wait_healthy(timeout=1)
+    finally:
+        await trio.to_thread.run_sync(cluster.heal)
+    assert cluster.running == [0, 1, 2]
+
+
+@pytest.mark.kafka
+def test_cli_runs_a_cluster_with_brokers_3(tmp_path: Path) -> None:
+    with _cli(tmp_path, "--brokers", "3") as (proc, stderr_path):
+        line = _await_bootstrap(proc, stderr_path)
+        assert re.fullmatch(rb"bootstrap (127\.0\.0\.1:\d+,){2}127\.0\.0\.1:\d+\n", line), line
+        for address in line.split()[1].decode().split(","):
+            assert JOIN_GROUP in probe_api_versions("127.0.0.1", int(address.split(":")[1]))
+        jvms = _harness_jvms(proc.pid)
+        assert len(jvms) == 3
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, stderr_path.read_text()
+        assert all(_pid_gone(pid) and _group_gone(pid) for pid in jvms)
+
+
+def test_cluster_configuration_without_a_broker(tmp_path: Path) -> None:
+    quorum = Quorum("abc", {2: 9302, 0: 9300, 1: 9301})
+    props = server_properties(tmp_path, 9200, 9300, {}, node_id=0, quorum=quorum)
+    assert props["controller.quorum.voters"] == "0@127.0.0.1:9300,1@127.0.0.1:9301,2@127.0.0.1:9302"
+    assert props["node.id"] == "0" and "controller.quorum.bootstrap.servers" not in props
+    single = server_properties(tmp_path, 9200, 9300, {})
+    assert single["controller.quorum.bootstrap.servers"] == "127.0.0.1:9300"
+    assert "controller.quorum.voters" not in single
+    assert cluster_properties(3)["min.insync.replicas"] == 2
+    assert cluster_properties(1)["offsets.topic.replication.factor"] == 1
+    assert cluster_properties(5)["default.replication.factor"] == 3
+    with pytest.raises(KafkaHarnessError, match="at least one broker"):
+        KafkaCluster(0)
+    with pytest.raises(KafkaHarnessError, match="has not been started"):
+        _ = KafkaCluster(3).bootstrap

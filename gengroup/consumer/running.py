@@ -260,24 +260,39 @@ class _Run:
     async def _heartbeat_loop(self) -> None:
         gen = self.gen
         member = self.member
+        coordinator = self.client.coordinator
         started = anyio.current_time()
-        node = self.client.coordinator.node
+        node = coordinator.node
+        if node is None:
+            await anyio.sleep(self.config.heartbeat_interval)
+            gen.end(Outcome.FIND_COORDINATOR, "no coordinator")
+            return
+        found: int | None = node
+        # One beat, a lookup of the coordinator included, waits at most this long.
+        limit = min(self.config.request_timeout, self.config.session_timeout)
         while True:
             await anyio.sleep(self.config.heartbeat_interval)
-            if node is None:
-                gen.end(Outcome.FIND_COORDINATOR, "no coordinator")
-                return
             if gen.lease_expired():
                 return
             sent_at = anyio.current_time()
             try:
-                code = await self.client.heartbeat(node, gen.identity)
-            except (KafkaConnectionError, ProtocolError) as exc:
+                with anyio.fail_after(limit):
+                    # After a failed beat the coordinator is looked up again (a
+                    # commit may have found it moved already): the broker that
+                    # was coordinator may be gone, and the new one loads the
+                    # group with its members and generation, which go on.
+                    if found is None:
+                        found = await coordinator.find()
+                    code = await self.client.heartbeat(found, gen.identity)
+            except (KafkaConnectionError, ProtocolError, TimeoutError) as exc:
+                if found is not None and coordinator.node == found:
+                    coordinator.forget()
+                found = None
                 outcome = member.on_heartbeat_failure(now=anyio.current_time(), started=started)
                 if outcome is not None:
                     gen.end(outcome, f"no successful heartbeat for a session timeout ({exc})")
                     return
-                self._log_retry("heartbeat", exc, "retrying")
+                self._log_retry("heartbeat", exc, "looking the coordinator up again")
                 continue
             self._log_recovered("heartbeat")
             if code == 0:
@@ -321,6 +336,9 @@ class _Run:
                 outcome = outcome_for(exc.code)
                 if outcome is Outcome.FATAL:
                     raise
+                if outcome is Outcome.RETRY:  # e.g. a new coordinator still loading the group
+                    self._log_retry("periodic commit", exc, "will retry")
+                    continue
                 gen.end(outcome, f"commit refused: {exc}")
                 return
             except (KafkaConnectionError, ProtocolError, TimeoutError) as exc:

@@ -21,6 +21,12 @@ Fixtures:
   (``secure_kafka.security.certificates`` has the PEM files), and the
   ``StandardAuthorizer`` (resources without ACLs open to all; the PLAINTEXT
   listener's ``User:ANONYMOUS`` is a super user who may create ACLs).
+* ``kafka_cluster`` (session scope, sync): a
+  :class:`~gengroup.testing.kafka.KafkaCluster` of three nodes, started on
+  first use (``kafka_cluster.bootstrap`` names all three): three replicas of
+  every topic and of ``__consumer_offsets``, ``min.insync.replicas=2``, no
+  unclean leader election. Failover tests stop, kill and restart its nodes;
+  each brings them back before it ends (``kafka_cluster.heal()``).
 * ``unique_name``: a function ``unique_name(prefix) -> str`` returning a fresh
   topic or group name, so tests sharing the broker never collide.
 
@@ -37,9 +43,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from gengroup.testing.kafka import BrokerSecurity, KafkaBroker, make_certificates
+from gengroup.testing.kafka import BrokerSecurity, KafkaBroker, KafkaCluster, make_certificates
 
-__all__ = ["kafka", "make_unique_name", "secure_kafka", "unique_name"]
+__all__ = ["kafka", "kafka_cluster", "make_unique_name", "secure_kafka", "unique_name"]
 
 #: The users of the ``secure_kafka`` broker: SASL/PLAIN and SCRAM (both SHA-256 and SHA-512).
 SECURE_PLAIN_USERS = {"alice": "alice-secret"}
@@ -117,6 +123,24 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[KafkaCluster]:
+    """A real three-node Apache Kafka cluster shared by the test session.
+
+    Yields:
+        The started, healthy cluster; ``kafka_cluster.bootstrap`` names every node.
+
+    Raises:
+        KafkaHarnessError: The cluster could not be started (an error, never a skip).
+    """
+    cluster = KafkaCluster(3, keep=os.environ.get("GENGROUP_KAFKA_KEEP", "") not in ("", "0"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
 
 
 @pytest.fixture

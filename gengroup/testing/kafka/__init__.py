@@ -39,6 +39,12 @@ Theory of operation:
    the blocking calls in ``anyio.to_thread.run_sync`` (trio and asyncio alike),
    and ``python -m gengroup.testing.kafka`` runs a broker until SIGINT/SIGTERM,
    printing ``bootstrap 127.0.0.1:PORT`` once it is ready.
+6. **Several nodes** (:mod:`.cluster`). :class:`KafkaCluster` runs N such
+   nodes as one static controller quorum (every node a voter), with one shared
+   cluster id and fixed ports, three replicas of every topic (two in sync for
+   ``acks=all``) and no unclean leader election; each node can be stopped,
+   SIGKILLed and restarted on its ports and data. :func:`kafka_cluster` is its
+   async wrapper, ``--brokers N`` its CLI.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from ._base import (
 )
 from .broker import BrokerOptions, KafkaBroker, kafka_broker
 from .cli import main
+from .cluster import KafkaCluster, PartitionState, kafka_cluster
 from .config import new_cluster_id
 from .jars import default_cache_root, ensure_jars, jar_dir
 from .probe import probe_api_versions
@@ -68,6 +75,7 @@ __all__ = [
     "BrokerSecurity",
     "Certificates",
     "KafkaBroker",
+    "KafkaCluster",
     "KafkaHarnessError",
     "MIN_JAVA",
     "default_cache_root",
@@ -76,8 +84,10 @@ __all__ = [
     "find_mvn",
     "jar_dir",
     "kafka_broker",
+    "kafka_cluster",
     "main",
     "make_certificates",
     "new_cluster_id",
+    "PartitionState",
     "probe_api_versions",
 ]

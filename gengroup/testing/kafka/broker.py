@@ -14,7 +14,10 @@ sends SIGTERM, waits, then SIGKILLs and removes the data directory;
 :meth:`KafkaBroker.restart` relaunches on the same ports and data.
 :func:`kafka_broker` runs the blocking calls in a worker thread for async code.
 With ``security=`` (:mod:`.secure`) the broker also listens with TLS, SASL and
-mutual TLS on further ports (:meth:`KafkaBroker.listener_bootstrap`).
+mutual TLS on further ports (:meth:`KafkaBroker.listener_bootstrap`). With
+``node_id=`` and ``quorum=`` it is one node of a :class:`~.cluster.KafkaCluster`:
+``start(wait=False)`` launches it, :meth:`KafkaBroker.wait_ready` awaits it, and
+:meth:`KafkaBroker.halt` stops it gracefully keeping its data for a restart.
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ class BrokerOptions(TypedDict, total=False):
     stop_timeout: float
     keep: bool
     security: secure.BrokerSecurity | None
+    node_id: int
+    quorum: config.Quorum | None
 
 
 def _started(port: int | None) -> int:
@@ -106,6 +111,12 @@ class KafkaBroker:
         keep: Keep the data directory (storage and ``broker.log``) after :meth:`stop`.
         security: Add the secure listeners of :mod:`.secure` (TLS, SASL, mutual
             TLS), their users and certificates.
+        node_id: The node's id (``node.id``).
+        quorum: Make the node one voter of a static controller quorum of
+            several nodes (see :class:`~gengroup.testing.kafka.KafkaCluster`):
+            its storage is formatted with the quorum's cluster id, and it is
+            ready only once a majority of the voters runs. ``None``: a single
+            node that is its own quorum.
     """
 
     def __init__(
@@ -126,6 +137,8 @@ class KafkaBroker:
         stop_timeout: float = DEFAULT_STOP_TIMEOUT,
         keep: bool = False,
         security: secure.BrokerSecurity | None = None,
+        node_id: int = 1,
+        quorum: config.Quorum | None = None,
     ) -> None:
         self.version: Final = version
         self._fixed_port = port
@@ -143,6 +156,8 @@ class KafkaBroker:
         self.keep = keep
         self.security: Final = security
         self._listener_ports: dict[str, int] = {}
+        self.node_id: Final = node_id
+        self.quorum: Final = quorum
 
         self._lock = threading.RLock()
         self._process: process.JvmProcess | None = None
@@ -251,8 +266,15 @@ class KafkaBroker:
 
     # -- lifecycle
 
-    def start(self) -> None:
+    def start(self, *, wait: bool = True) -> None:
         """Fetch the jars if needed, format fresh storage, start and await the broker.
+
+        Args:
+            wait: Wait until the broker answers ApiVersions. ``False`` returns
+                once the JVM was launched (a node of a multi-node cluster is not
+                ready before a majority of the quorum runs): call
+                :meth:`wait_ready` then. Picked ports taken meanwhile are only
+                retried when waiting.
 
         Raises:
             KafkaHarnessError: ``java``/``mvn`` missing, the fetch failed, or the
@@ -277,13 +299,15 @@ class KafkaBroker:
                     tempfile.mkdtemp(prefix="gengroup-kafka-", dir=self._base_dir)
                 )
                 auto = self._fixed_port is None or self._fixed_controller_port is None
-                attempts = _BIND_ATTEMPTS if auto else 1
+                attempts = _BIND_ATTEMPTS if auto and wait else 1
                 deadline = time.monotonic() + self.start_timeout
                 for attempt in range(attempts):
                     self._pick_ports()
                     self._write_config()
                     self._format()
                     self._launch()
+                    if not wait:
+                        return
                     try:
                         self._await_ready(deadline, detect_conflict=attempt + 1 < attempts)
                         return
@@ -291,9 +315,27 @@ class KafkaBroker:
                         self._terminate(kill=True)
                         shutil.rmtree(self._data_dir / "kraft", ignore_errors=True)
             except BaseException:
-                self._terminate(kill=True)
-                self._remove_data_dir(force=False)
-                process.untrack(self)
+                self._abandon()
+                raise
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Wait until the broker launched by ``start(wait=False)`` answers ApiVersions.
+
+        Args:
+            timeout: Seconds to wait (default: :attr:`start_timeout`).
+
+        Raises:
+            KafkaHarnessError: The broker is not running, exited, or did not
+                answer in time; it is then stopped and its data removed.
+        """
+        with self._lock:
+            if self._process is None:
+                raise KafkaHarnessError(f"{self!r} is not running")
+            limit = self.start_timeout if timeout is None else timeout
+            try:
+                self._await_ready(time.monotonic() + limit, detect_conflict=False)
+            except BaseException:
+                self._abandon()
                 raise
 
     def stop(self) -> None:
@@ -308,6 +350,13 @@ class KafkaBroker:
             finally:
                 self._remove_data_dir(force=False)
                 process.untrack(self)
+
+    def halt(self) -> None:
+        """Stop the broker gracefully (SIGTERM, SIGKILL after :attr:`stop_timeout`),
+        keeping its data directory: :meth:`restart` brings it back, :meth:`stop`
+        cleans up."""
+        with self._lock:
+            self._terminate(kill=False)
 
     def kill(self) -> None:
         """SIGKILL the broker's process group now, as a crash would.
@@ -350,6 +399,11 @@ class KafkaBroker:
 
     # -- internals
 
+    def _abandon(self) -> None:
+        self._terminate(kill=True)
+        self._remove_data_dir(force=False)
+        process.untrack(self)
+
     def _pick_ports(self) -> None:
         fixed = [p for p in (self._fixed_port, self._fixed_controller_port) if p is not None]
         extra = list(secure.LISTENERS) if self.security is not None else []
@@ -368,7 +422,12 @@ class KafkaBroker:
             ports.update(self._listener_ports)
             overrides = {**secure.secure_properties(self.security, self.host, ports), **overrides}
         properties = config.server_properties(
-            self._data_dir, self.port, self.controller_port, overrides
+            self._data_dir,
+            self.port,
+            self.controller_port,
+            overrides,
+            node_id=self.node_id,
+            quorum=self.quorum,
         )
         # A secure broker logs each failed authentication ("Failed authentication with ...").
         loud = [secure.AUTH_LOGGER] if self.security is not None else []
@@ -382,11 +441,13 @@ class KafkaBroker:
 
     def _format(self) -> None:
         assert self._data_dir is not None
-        self._cluster_id = config.new_cluster_id()
+        # A static quorum (controller.quorum.voters) is formatted without --standalone.
+        quorum = self.quorum
+        self._cluster_id = config.new_cluster_id() if quorum is None else quorum.cluster_id
         command = self._java_command(
             "kafka.tools.StorageTool",
             "format",
-            "--standalone",
+            *(["--standalone"] if quorum is None else []),
             "-t",
             self._cluster_id,
             "-c",

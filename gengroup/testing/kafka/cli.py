@@ -2,7 +2,9 @@
 
 It prints exactly one line to stdout, ``bootstrap 127.0.0.1:PORT``, once the
 broker is ready, so a script can read the address; everything else (where the
-log is, why the broker failed) goes to stderr.
+log is, why the broker failed) goes to stderr. With ``--brokers N`` it runs a
+:class:`~.cluster.KafkaCluster` of N nodes instead and prints every node's
+address, comma-separated, once the cluster is healthy.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from types import FrameType
 
 from ._base import DEFAULT_START_TIMEOUT, KAFKA_VERSION, KafkaHarnessError
 from .broker import KafkaBroker
+from .cluster import KafkaCluster
 
 __all__ = ["main"]
 
@@ -42,6 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--port", type=int, default=None, help="client port (default: free)")
     parser.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="run a cluster of this many nodes, each on free ports (default: %(default)s)",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_START_TIMEOUT,
@@ -51,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--keep", action="store_true", help="keep the data directory and broker log"
     )
     args = parser.parse_args(argv)
+    if args.brokers < 1 or (args.brokers > 1 and args.port is not None):
+        parser.error("--brokers must be at least 1, and --port needs a single broker")
 
     stop_requested = threading.Event()
     starting = [True]
@@ -62,7 +73,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise _Interrupted
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    broker = KafkaBroker(port=args.port, start_timeout=args.timeout, keep=args.keep)
+    broker: KafkaBroker | KafkaCluster
+    if args.brokers > 1:
+        broker = KafkaCluster(args.brokers, start_timeout=args.timeout, keep=args.keep)
+    else:
+        broker = KafkaBroker(port=args.port, start_timeout=args.timeout, keep=args.keep)
     try:
         try:
             broker.start()
@@ -74,18 +89,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             starting[0] = False
         print(f"bootstrap {broker.bootstrap}", flush=True)
+        nodes = broker.nodes if isinstance(broker, KafkaCluster) else [broker]
+        where = ", ".join(f"pid {n.pid}, log {n.log_path}" for n in nodes)
         print(
-            f"Kafka {broker.version} ready (pid {broker.pid}, log {broker.log_path}); "
-            "stop with SIGINT or SIGTERM",
+            f"Kafka {nodes[0].version} ready ({where}); stop with SIGINT or SIGTERM",
             file=sys.stderr,
             flush=True,
         )
         while not stop_requested.wait(0.5):
-            if not broker.running:
-                print(f"error: the broker died:\n{broker.log_tail()}", file=sys.stderr, flush=True)
-                return 1
+            for node in nodes:
+                if not node.running:
+                    print(f"error: a broker died:\n{node.log_tail()}", file=sys.stderr, flush=True)
+                    return 1
         return 0
     finally:
-        broker.stop()
+        if isinstance(broker, KafkaCluster):
+            broker.close()
+        else:
+            broker.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

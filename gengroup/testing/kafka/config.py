@@ -13,11 +13,13 @@ import base64
 import os
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 __all__ = [
     "OWNER_PROPERTY",
+    "Quorum",
     "escape_property",
     "java_command",
     "new_cluster_id",
@@ -85,8 +87,32 @@ def escape_property(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n")
 
 
+@dataclass(frozen=True, slots=True)
+class Quorum:
+    """The controller quorum of a multi-node cluster, shared by every node.
+
+    Attributes:
+        cluster_id: The KRaft cluster id every node's storage is formatted with.
+        voters: Node id -> controller port of every voter (a static quorum:
+            ``controller.quorum.voters``).
+    """
+
+    cluster_id: str
+    voters: Mapping[int, int]
+
+    def voters_property(self) -> str:
+        """The ``controller.quorum.voters`` value: ``id@127.0.0.1:port,...``."""
+        return ",".join(f"{node}@127.0.0.1:{port}" for node, port in sorted(self.voters.items()))
+
+
 def server_properties(
-    data_dir: Path, port: int, controller_port: int, overrides: Mapping[str, str | int | bool]
+    data_dir: Path,
+    port: int,
+    controller_port: int,
+    overrides: Mapping[str, str | int | bool],
+    *,
+    node_id: int = 1,
+    quorum: Quorum | None = None,
 ) -> dict[str, str]:
     """The broker's ``server.properties`` entries, as strings.
 
@@ -95,15 +121,23 @@ def server_properties(
         port: The client (PLAINTEXT) port.
         controller_port: The KRaft controller port.
         overrides: Entries replacing or adding to the harness defaults.
+        node_id: The node's id.
+        quorum: The static controller quorum of a multi-node cluster; ``None``
+            for a single node that is its own quorum.
 
     Returns:
         Every entry, booleans spelled as Java does (``true``/``false``).
     """
     cport = controller_port
+    voters: dict[str, str | int | bool] = (
+        {"controller.quorum.bootstrap.servers": f"127.0.0.1:{cport}"}
+        if quorum is None
+        else {"controller.quorum.voters": quorum.voters_property()}
+    )
     props: dict[str, str | int | bool] = {
         "process.roles": "broker,controller",
-        "node.id": 1,
-        "controller.quorum.bootstrap.servers": f"127.0.0.1:{cport}",
+        "node.id": node_id,
+        **voters,
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
         "controller.listener.names": "CONTROLLER",

@@ -1,5 +1,8 @@
 """The readiness probe: one ApiVersions v0 request over a blocking socket.
 
+:func:`exchange` sends any one request the same way (the cluster's Metadata
+and FindCoordinator questions).
+
 The request is framed and the response decoded by the client's own
 :mod:`gengroup.protocol.framing`, so a broker that answers the probe speaks
 the wire format gengroup itself will use. Version 0 is the one every broker
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Final
+from typing import Any, Final, TypeVar
 
 from kio.schema.api_versions.v0.request import ApiVersionsRequest
 from kio.schema.api_versions.v0.response import ApiVersionsResponse
@@ -21,7 +24,9 @@ from gengroup.protocol.framing import FrameBuffer, decode_response, encode_reque
 
 from ._base import KafkaHarnessError
 
-__all__ = ["probe_api_versions"]
+__all__ = ["exchange", "probe_api_versions"]
+
+T = TypeVar("T")
 
 _MAX_RESPONSE: Final = 1 << 20
 _CLIENT_ID: Final = "gengroup-harness"
@@ -37,6 +42,35 @@ def _exchange(sock: socket.socket, request: bytes) -> bytes:
             raise ConnectionError("the broker closed the connection mid-response")
         frames.feed(chunk)
     return payload
+
+
+def exchange(host: str, port: int, request: Any, response_cls: type[T], *, timeout: float) -> T:
+    """Send one request over a new blocking connection and return the decoded response.
+
+    Args:
+        host: The broker's host.
+        port: The broker's client port.
+        request: A kio request of a version the broker accepts.
+        response_cls: The kio response class of the same API and version.
+        timeout: Seconds allowed for connecting and for each socket operation.
+
+    Raises:
+        OSError: The connection failed (refused, reset, timed out).
+        KafkaHarnessError: The answer could not be decoded or names another request.
+    """
+    correlation_id = int.from_bytes(os.urandom(4), "big") & 0x7FFFFFFF
+    frame = encode_request(request, correlation_id=correlation_id, client_id=_CLIENT_ID)
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        try:
+            payload = _exchange(sock, frame)
+            answered, response = decode_response(response_cls, payload)
+        except ProtocolError as exc:
+            raise KafkaHarnessError(f"undecodable {response_cls.__name__}: {exc}") from exc
+    if answered != correlation_id:
+        raise KafkaHarnessError(
+            f"{response_cls.__name__} has correlation id {answered}, expected {correlation_id}"
+        )
+    return response
 
 
 def probe_api_versions(
@@ -57,20 +91,7 @@ def probe_api_versions(
         KafkaHarnessError: The broker answered something that is not a successful
             ApiVersions response.
     """
-    correlation_id = int.from_bytes(os.urandom(4), "big") & 0x7FFFFFFF
-    request = encode_request(
-        ApiVersionsRequest(), correlation_id=correlation_id, client_id=_CLIENT_ID
-    )
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        try:
-            payload = _exchange(sock, request)
-            answered, response = decode_response(ApiVersionsResponse, payload)
-        except ProtocolError as exc:
-            raise KafkaHarnessError(f"undecodable ApiVersions response: {exc}") from exc
-    if answered != correlation_id:
-        raise KafkaHarnessError(
-            f"ApiVersions response has correlation id {answered}, expected {correlation_id}"
-        )
+    response = exchange(host, port, ApiVersionsRequest(), ApiVersionsResponse, timeout=timeout)
     if response.error_code != ErrorCode.none:
         raise KafkaHarnessError(f"ApiVersions failed with {response.error_code.name}")
     return {
