@@ -18,11 +18,6 @@ from gengroup.broker import FakeCluster
 from gengroup.protocol.versions import CONSUMER_PROTOCOL_VERSIONS, ApiKey, negotiate
 
 
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
 async def test_a_broker_without_the_consumer_protocol_gives_a_clear_error(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -20,11 +20,6 @@ from .. import embedded as rq
 from . import batch, connect
 
 
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
 def versions(key: ApiKey) -> list[int]:
     lo, hi = SUPPORTED_VERSIONS[key]
     return list(range(lo, hi + 1))

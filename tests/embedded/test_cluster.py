@@ -18,11 +18,6 @@ from gengroup.protocol.records import Compression, NewRecord
 from . import connect, fetch, metadata, offset_commit
 
 
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

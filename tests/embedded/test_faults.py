@@ -38,11 +38,6 @@ from . import (
 )
 
 
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
 async def _member(conn: Any, group: str) -> tuple[str, int]:
     resp = await conn.request(join_group(9, group))
     resp = await conn.request(join_group(9, group, resp.member_id))

@@ -12,11 +12,6 @@ from gengroup.protocol.records import decode_batches
 from . import batch, connect, fetch, produce, raw_roundtrip
 
 
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
 async def test_long_poll_waits_max_wait_when_no_data(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

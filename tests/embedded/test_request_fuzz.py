@@ -17,7 +17,6 @@ from pkgutil import resolve_name
 from typing import Any
 
 import anyio
-import pytest
 import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -56,11 +55,6 @@ def _seeds(count: int) -> list[bytes]:
 
     collect()
     return seeds
-
-
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
 
 
 async def test_mutated_requests_never_stop_the_broker_serving_others(

@@ -30,11 +30,6 @@ from gengroup.protocol.framing import FrameBuffer, decode_response, encode_reque
 from . import api_versions, connect, fetch, frame, metadata
 
 
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
 def header(api_key: int, version: int, cid: int = 42, *, flexible: bool = False) -> bytes:
     out = struct.pack(">hhih", api_key, version, cid, 4) + b"evil"
     return out + (b"\x00" if flexible else b"")

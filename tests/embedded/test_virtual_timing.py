@@ -17,11 +17,6 @@ from gengroup.broker import FakeCluster
 from . import connect, heartbeat, join_group, sync_group
 
 
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
 async def new_member(conn: Any, group: str, **kw: Any) -> str:
     first = await conn.request(join_group(9, group, **kw))
     assert first.error_code == 79  # MEMBER_ID_REQUIRED
