@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -106,3 +109,39 @@ def covers_exactly_once(gens: Iterable[Generation], partitions: set[TopicPartiti
 
 def all_partitions(topic: str, n: int) -> set[TopicPartition]:
     return {TopicPartition(topic, p) for p in range(n)}
+
+
+class Lines:
+    """A member process's output lines, read by a thread as they come, with arrival times."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.seen: list[tuple[float, str]] = []
+        self._proc = proc
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self.seen.append((time.monotonic(), line.strip()))
+
+    async def wait_for(self, prefix: str, since: float = 0.0) -> list[str]:
+        """The lines after ``since`` up to the first starting with ``prefix``."""
+        with anyio.fail_after(60):  # a hang guard, not a timing assertion
+            while True:
+                after = [line for t, line in self.seen if t > since]
+                for i, line in enumerate(after):
+                    if line.startswith(prefix):
+                        return after[: i + 1]
+                await anyio.sleep(0.05)
+
+
+async def watch_commits(
+    bootstrap: str, group_id: str, history: dict[TopicPartition, list[int]]
+) -> None:
+    """Poll the group's committed offsets into ``history`` (to check they never go back)."""
+    async with Admin(bootstrap) as admin:
+        while True:
+            offsets = await admin.fetch_offsets(group_id)
+            for tp, off in offsets.items():
+                history.setdefault(tp, []).append(off)
+            await anyio.sleep(0.1)

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -22,36 +21,12 @@ from gengroup import ConsumerGroup, Producer
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
-from .helpers import create_topic
+from .helpers import Lines, create_topic
 
 pytestmark = pytest.mark.kafka
 
 SESSION = 6.0
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Lines:
-    """The member's output lines, read by a thread as they come, with arrival times."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.seen: list[tuple[float, str]] = []
-        self._proc = proc
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self._proc.stdout is not None
-        for line in self._proc.stdout:
-            self.seen.append((time.monotonic(), line.strip()))
-
-    async def wait_for(self, prefix: str, since: float = 0.0) -> list[str]:
-        """The lines after ``since`` up to the first starting with ``prefix``."""
-        with anyio.fail_after(60):  # a hang guard, not a timing assertion
-            while True:
-                after = [line for t, line in self.seen if t > since]
-                for i, line in enumerate(after):
-                    if line.startswith(prefix):
-                        return after[: i + 1]
-                await anyio.sleep(0.05)
 
 
 async def test_a_member_frozen_past_its_session_processes_nothing_after_waking(

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,12 +21,21 @@ import anyio
 import anyio.abc
 import pytest
 
-from gengroup import Admin, ConsumerGroup, TopicPartition
+from gengroup import ConsumerGroup, TopicPartition
 from gengroup._errors import GroupProtocolUnsupported, UnreleasedInstanceId
 from gengroup.testing.kafka import KafkaBroker, kafka_broker
 from gengroup.testing.pytest_plugin import make_unique_name
 
-from .helpers import FAST, Ledger, all_partitions, covers_exactly_once, create_topic, produce_ids
+from .helpers import (
+    FAST,
+    Ledger,
+    Lines,
+    all_partitions,
+    covers_exactly_once,
+    create_topic,
+    produce_ids,
+    watch_commits as watch_committed,
+)
 
 pytestmark = pytest.mark.kafka
 log = logging.getLogger("gengroup.tests")
@@ -86,12 +94,7 @@ async def one_then_three_then_two(bootstrap: str) -> None:
                 await ledger.member(name, g)
 
     async def watch_commits() -> None:
-        async with Admin(bootstrap) as admin:
-            while True:
-                offsets = await admin.fetch_offsets(group_id)
-                for tp, off in offsets.items():
-                    committed_history.setdefault(tp, []).append(off)
-                await anyio.sleep(0.1)
+        await watch_committed(bootstrap, group_id, committed_history)
 
     def stable(names: set[str]) -> bool:
         """Each of ``names`` runs a generation; they cover every partition, evenly."""
@@ -171,30 +174,6 @@ async def main(bootstrap, group_id, topic):
 
 anyio.run(main, *sys.argv[1:4])
 """
-
-
-class Lines:
-    """A member process's output lines, read by a thread as they come, with arrival times."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.seen: list[tuple[float, str]] = []
-        self._proc = proc
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self._proc.stdout is not None
-        for line in self._proc.stdout:
-            self.seen.append((time.monotonic(), line.strip()))
-
-    async def wait_for(self, prefix: str, since: float = 0.0) -> list[str]:
-        """The lines after ``since`` up to the first starting with ``prefix``."""
-        with anyio.fail_after(60):  # a hang guard, not a timing assertion
-            while True:
-                after = [line for t, line in self.seen if t > since]
-                for i, line in enumerate(after):
-                    if line.startswith(prefix):
-                        return after[: i + 1]
-                await anyio.sleep(0.05)
 
 
 @contextmanager

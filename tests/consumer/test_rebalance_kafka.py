@@ -11,11 +11,19 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 
-from gengroup import Admin, ConsumerGroup, TopicPartition
+from gengroup import ConsumerGroup, TopicPartition
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
-from .helpers import FAST, Ledger, all_partitions, covers_exactly_once, create_topic, produce_ids
+from .helpers import (
+    FAST,
+    Ledger,
+    all_partitions,
+    covers_exactly_once,
+    create_topic,
+    produce_ids,
+    watch_commits as watch_committed,
+)
 
 pytestmark = pytest.mark.kafka
 log = logging.getLogger("gengroup.tests")
@@ -40,12 +48,7 @@ async def three_then_four(bootstrap: str) -> dict[str, object]:
             await ledger.member(name, group)
 
     async def watch_commits() -> None:
-        async with Admin(bootstrap) as admin:
-            while True:
-                offsets = await admin.fetch_offsets(group_id)
-                for tp, off in offsets.items():
-                    committed_history.setdefault(tp, []).append(off)
-                await anyio.sleep(0.1)
+        await watch_committed(bootstrap, group_id, committed_history)
 
     def stable(names: set[str]) -> bool:
         cur = ledger.current()
