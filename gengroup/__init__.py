@@ -29,6 +29,7 @@ from .membership.balancers import (
     RoundRobinBalancer as RoundRobinBalancer,
 )
 from .membership.sticky import StickyBalancer as StickyBalancer
+from .membership.cooperative import CooperativeStickyBalancer as CooperativeStickyBalancer
 
 # Producing and administering.
 from .admin import (
@@ -89,6 +90,7 @@ __all__ = [
     "RangeBalancer",
     "RoundRobinBalancer",
     "StickyBalancer",
+    "CooperativeStickyBalancer",
     # producing and administering
     "Admin",
     "AdminConfig",
