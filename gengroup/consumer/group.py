@@ -41,7 +41,7 @@ from ..membership.member import Member, Outcome
 from .forming import Formed, GroupClient, form_generation
 from .generation import Generation, RebalanceTimings
 from .metrics import GroupMetrics
-from .running import run_generation
+from .running import Ownership, run_generation
 
 __all__ = ["ConsumerGroup"]
 
@@ -103,6 +103,9 @@ class ConsumerGroup:
         self.config = GroupConfig.create(group_id, topics, brokers, **settings)
         self._member = Member(self.config.member_config())
         self._client = GroupClient(self.config)
+        # The partitions owned across generations and their span-scoped tasks.
+        self._ownership = Ownership(self.config)
+        self._ownership.on_failure = lambda: self._join_scope.cancel()
         # The open cluster and task group, from ``__aenter__`` to ``__aexit__``.
         self._stack: AsyncExitStack | None = None
         self._closing = False
@@ -190,7 +193,7 @@ class ConsumerGroup:
             self._closing = True
             self._join_scope.cancel()
             if self._current is not None:
-                self._current.end(Outcome.REJOIN, "the group is closing")
+                self._current.end(Outcome.REJOIN, "the group is closing", release=True)
             if self._stuck:
                 self._abandon_stuck()
         await self._done.wait()
@@ -237,27 +240,16 @@ class ConsumerGroup:
 
     async def _run(self) -> None:
         try:
-            while not self._closing:
-                formed: Formed | None = None
-                with self._join_scope:  # cancelled by aclose() during a join
-                    formed = await form_generation(
-                        self._member,
-                        self._client,
-                        self._is_closing,
-                        previous_teardown=self._last_teardown,
-                    )
-                if formed is None:
-                    break
-                self.history.append((formed.generation.id, formed.generation.timings))
-                self._client.metrics.generations += 1
-                self._client.metrics.last_timings = formed.generation.timings
-                if self._closing:
-                    break
-                await self._run_generation(formed)
-                self._last_teardown = formed.generation.teardown or 0.0
-                if self._failure is not None:
-                    break
-                self._join_scope = anyio.CancelScope()
+            async with self._ownership.hosting():
+                # Caught here, not raised through the span tasks' task group
+                # (which would wrap it in an exception group).
+                try:
+                    await self._loop()
+                except Exception as exc:
+                    self._report(exc)
+            failure = self._ownership.take_failure(f"group {self.config.group_id}")
+            if failure is not None:
+                self._report(failure)
         except Exception as exc:
             self._report(exc)
         finally:
@@ -271,8 +263,32 @@ class ConsumerGroup:
                 self._send.close()
                 self._done.set()
 
+    async def _loop(self) -> None:
+        while not self._is_closing():
+            formed: Formed | None = None
+            with self._join_scope:  # cancelled by aclose() during a join
+                formed = await form_generation(
+                    self._member,
+                    self._client,
+                    self._is_closing,
+                    previous_teardown=self._last_teardown,
+                    ownership=self._ownership,
+                )
+            if formed is None:
+                break
+            self.history.append((formed.generation.id, formed.generation.timings))
+            self._client.metrics.generations += 1
+            self._client.metrics.last_timings = formed.generation.timings
+            if self._closing:
+                break
+            await self._run_generation(formed)
+            self._last_teardown = formed.generation.teardown or 0.0
+            if self._failure is not None:
+                break
+            self._join_scope = anyio.CancelScope()
+
     def _is_closing(self) -> bool:
-        return self._closing
+        return self._closing or bool(self._ownership.failures)
 
     def _report(self, exc: BaseException) -> None:
         """Record a failure; ``next()`` raises it once the run loop closes the channel."""
@@ -310,10 +326,15 @@ class ConsumerGroup:
     async def _run_generation(self, formed: Formed) -> None:
         gen = self._current = formed.generation
         if self._closing:
-            gen.end(Outcome.REJOIN, "the group is closing")
+            gen.end(Outcome.REJOIN, "the group is closing", release=True)
         try:
             error = await run_generation(
-                formed, self._member, self._client, self._send.send, self._report_stuck
+                formed,
+                self._member,
+                self._client,
+                self._send.send,
+                self._report_stuck,
+                self._ownership,
             )
         finally:
             self._current = None
