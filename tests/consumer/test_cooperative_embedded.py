@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import anyio
+import pytest
 import trio
 import trio.testing
 
-from gengroup import ConsumerGroup, CooperativeStickyBalancer, TopicPartition
+from gengroup import (
+    Balancer,
+    ConsumerGroup,
+    CooperativeStickyBalancer,
+    FetchedBatch,
+    Generation,
+    RangeBalancer,
+    TaskStuckError,
+    TopicPartition,
+    run_workers,
+)
 from gengroup.broker import FakeCluster
 from gengroup.protocol.records import NewRecord
 
-from .cooperative import three_four_three
+from .cooperative import SpanLedger, three_four_three, wait_until
 from .helpers import all_partitions
 
 SETTINGS = {
@@ -69,3 +83,131 @@ async def test_three_four_three_members_keep_retained_workers_running(
         # Phase two: the newcomer got the partition only in a later generation.
         received = [g.id for g in ledger.generations["m4"] if moved in g.added]
         assert received and received[0] > revoking[0].id
+
+
+def group_on(
+    cluster: FakeCluster, name: str, balancers: list[Balancer], **extra: Any
+) -> ConsumerGroup:
+    settings: dict[str, Any] = {**SETTINGS, **extra}
+    return ConsumerGroup(
+        "g", ["t"], cluster.bootstrap, client_id=name, balancers=balancers, **settings
+    )
+
+
+async def test_members_offering_both_follow_the_group_into_eager_and_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Members offering cooperative-sticky and range follow what the group chose.
+
+    Two such members run cooperatively; a member offering only range joins, so
+    the group switches to range: the cooperative members revoke every
+    partition before SyncGroup, and nobody ever owns a partition twice. When
+    it leaves, the group is cooperative again.
+    """
+    every = all_partitions("t", PARTITIONS)
+    ledger = SpanLedger()
+    both: list[Balancer] = [CooperativeStickyBalancer(), RangeBalancer()]
+    stops: dict[str, anyio.CancelScope] = {}
+
+    async def member(name: str, balancers: list[Balancer]) -> None:
+        with anyio.CancelScope() as scope:
+            stops[name] = scope
+            async with group_on(cluster, name, balancers) as group:
+                await ledger.member(name, group)
+
+    def protocols(*names: str) -> set[str]:
+        return {ledger.current()[n].rebalance_protocol for n in names}
+
+    async with (
+        FakeCluster(topics={"t": PARTITIONS}, initial_rebalance_delay_ms=0) as cluster,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(member, "a", both)
+        tg.start_soon(member, "b", both)
+        await wait_until(lambda: ledger.stable({"a", "b"}, every), "a and b", 600)
+        assert protocols("a", "b") == {"cooperative"}
+        tg.start_soon(member, "c", [RangeBalancer()])
+        await wait_until(lambda: ledger.stable({"a", "b", "c"}, every), "a, b and c", 600)
+        assert protocols("a", "b", "c") == {"eager"}
+        assert ledger.current()["a"].protocol == "range"
+        stops["c"].cancel()
+        await wait_until(lambda: ledger.stable({"a", "b"}, every), "a and b again", 600)
+        assert protocols("a", "b") == {"cooperative"}
+        tg.cancel_scope.cancel()
+    assert not ledger.overlaps, ledger.overlaps
+
+
+async def test_a_partition_task_that_returns_gives_the_partition_up(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The partition's task returns: the member rejoins without it and gets it back as added."""
+    generations: list[Generation] = []
+    starts: list[TopicPartition] = []
+
+    async def worker(gen: Generation, tp: TopicPartition) -> None:
+        starts.append(tp)
+        if tp.partition == 0 and starts.count(tp) == 1:
+            return
+        await anyio.sleep_forever()
+
+    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        async with group_on(cluster, "m", [CooperativeStickyBalancer()]) as group:
+            async for gen in group:
+                generations.append(gen)
+                for tp in gen.added:
+                    gen.start_soon(worker, gen, tp, name="worker", partition=tp)
+                if len(generations) == 2:
+                    break
+    first, second = generations
+    assert first.end_reason == "task 'worker' exited"
+    assert second.added == {TopicPartition("t", 0)}
+    assert second.retained == {TopicPartition("t", 1)}
+    assert sorted(starts) == [TopicPartition("t", 0)] * 2 + [TopicPartition("t", 1)]
+
+
+async def test_a_partition_tasks_exception_comes_out_of_run_workers(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def handler(gen: Generation, tp: TopicPartition, batch: FetchedBatch) -> None:
+        if tp.partition == 1:
+            raise ValueError(f"cannot handle {tp}")
+
+    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.produce("t", [NewRecord(None, b"x", (), 0)], partition=1)
+        with pytest.raises(ValueError, match="cannot handle"):
+            async with group_on(cluster, "m", [CooperativeStickyBalancer()]) as group:
+                await run_workers(group, handler)
+
+
+async def test_a_revoked_partitions_stuck_task_is_reported(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A task ignoring the cancellation of its revoked partition: TaskStuckError names it."""
+    let_go = anyio.Event()
+
+    async def stubborn(gen: Generation, tp: TopicPartition) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await let_go.wait()
+
+    async def newcomer() -> None:
+        async with group_on(cluster, "n", [CooperativeStickyBalancer()]) as group:
+            async for _gen in group:
+                pass
+
+    async with (
+        FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster,
+        anyio.create_task_group() as tg,
+    ):
+        with pytest.raises(TaskStuckError, match="stubborn") as caught:
+            async with group_on(cluster, "m", [CooperativeStickyBalancer()]) as group:
+                async for gen in group:
+                    for tp in gen.added:
+                        gen.start_soon(stubborn, gen, tp, partition=tp)
+                    if len(gen.assignments) == 2:
+                        tg.start_soon(newcomer)
+        assert "revoked" in str(caught.value)
+        let_go.set()
+        tg.cancel_scope.cancel()
