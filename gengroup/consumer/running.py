@@ -190,7 +190,7 @@ class Ownership:
         holder = self.current
         if holder is not None and not holder.ending:
             holder.end(Outcome.FATAL, f"task raised {exc!r}")
-        elif holder is None:
+        else:  # between generations: stop forming the next one
             self.on_failure()
 
     def take_failure(self, where: str) -> BaseException | None:
