@@ -27,7 +27,7 @@ class SpanLedger:
     starts: Counter[tuple[str, TopicPartition]] = field(default_factory=Counter)
     processed: Counter[bytes] = field(default_factory=Counter)
     generations: dict[str, list[Generation]] = field(default_factory=dict)
-    marks_after_revocation: list[str] = field(default_factory=list)
+    marks: dict[TopicPartition, int] = field(default_factory=dict)
 
     async def worker(self, name: str, gen: Generation, tp: TopicPartition) -> None:
         if tp in self.owners:
@@ -40,6 +40,7 @@ class SpanLedger:
                     assert record.value is not None
                     self.processed[record.value] += 1
                 gen.mark(tp, batch.next_offset)
+                self.marks[tp] = max(self.marks.get(tp, 0), batch.next_offset)
         finally:
             if self.owners.get(tp) == name:
                 del self.owners[tp]
@@ -144,9 +145,17 @@ async def three_four_three(
             assert all(ledger.starts_of(name)[tp] == 1 for tp in kept[name]), name
         await produce(3)
         await wait_until(lambda: set(ledger.processed) >= expected(), "every record", timeout)
-        # The last marks reach the coordinator with the periodic commits.
-        for tp, off in (await committed()).items():
-            history.setdefault(tp, []).append(off)
+        # The retained workers' last marks reach the coordinator with the
+        # current generation's periodic commits (it refuses any other id).
+        final = dict(ledger.marks)
+        with anyio.fail_after(timeout):
+            while True:
+                now = await committed()
+                for tp, off in now.items():
+                    history.setdefault(tp, []).append(off)
+                if all(now.get(tp, -1) >= off for tp, off in final.items()):
+                    break
+                await anyio.sleep(0.1)
         tg.cancel_scope.cancel()
 
     assert not ledger.overlaps, ledger.overlaps
