@@ -351,6 +351,12 @@ class Generation:
         """The group."""
         return self.identity.group_id
 
+    def __post_init__(self) -> None:
+        if not (self.added or self.retained or self.revoked):
+            # Formed without ownership information: the member owned nothing
+            # before, as under the eager protocol.
+            self.added = frozenset(self.assignments)
+
     # ------------------------------------------------------------------ state
 
     @property
@@ -492,7 +498,11 @@ class Generation:
                 f"{partition} is not assigned to member {self.member_id} in generation {self.id}"
             )
         if self._span_host is None:
-            raise GenerationEnded(f"start_soon: generation {self.id} hosts no partition tasks")
+            # No span outlives a generation formed without a host: the task is
+            # the generation's, which under the eager protocol is the same.
+            tg = self._check_live("start_soon")
+            tg.start_soon(self._run_task, task, _awaitable(fn, fn(*args)), name=task.name)
+            return
         self._span_host.start_span_task(self, partition, task, _awaitable(fn, fn(*args)))
 
     async def start(

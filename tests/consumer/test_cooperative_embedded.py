@@ -20,7 +20,9 @@ from gengroup import (
     TopicPartition,
     run_workers,
 )
+from gengroup._types import GenerationIdentity
 from gengroup.broker import FakeCluster
+from gengroup.consumer.generation import RebalanceTimings
 from gengroup.protocol.records import NewRecord
 
 from .cooperative import SpanLedger, three_four_three, wait_until
@@ -211,3 +213,28 @@ async def test_a_revoked_partitions_stuck_task_is_reported(
         assert "revoked" in str(caught.value)
         let_go.set()
         tg.cancel_scope.cancel()
+
+
+async def test_a_generation_formed_without_ownership_runs_partition_tasks_as_its_own() -> None:
+    """A generation formed elsewhere (no ownership registry): every partition is
+    added, and a partition task is simply one of the generation's tasks."""
+    tp = TopicPartition("t", 0)
+    gen = Generation(
+        identity=GenerationIdentity("g", 3, "m", None),
+        is_leader=True,
+        protocol="range",
+        assignments={tp: 0},
+        timings=RebalanceTimings(),
+        _committer=None,  # type: ignore[arg-type]
+        _prefetcher=None,  # type: ignore[arg-type]
+    )
+    assert gen.added == {tp} and not gen.retained and not gen.revoked
+    ran: list[TopicPartition] = []
+
+    async def task(tp: TopicPartition) -> None:
+        ran.append(tp)
+
+    async with gen.task_group():
+        gen.start_soon(task, tp, partition=tp)
+    assert ran == [tp]
+    assert gen.end_reason is not None and "exited" in gen.end_reason
