@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from broker import real_broker
 from options import benchmark_parser
 
 from gengroup import Admin, ConsumerGroup, Producer
 from gengroup.lake import LakeConfig, LakeSink
 from gengroup.lake.spark import session
 from gengroup.producer import ProducerRecord
-from gengroup.testing.kafka import KafkaBroker
 
 
 async def produce(bootstrap: str, topic: str, partitions: int, n: int, size: int) -> None:
@@ -114,12 +114,7 @@ def main() -> None:
     n, size = args.records, args.value_size
     mb = n * (size + 8) / 1e6
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
-        bootstrap = args.bootstrap
-        if bootstrap is None:
-            broker = KafkaBroker()
-            broker.start()
-            stack.callback(broker.stop)
-            bootstrap = broker.bootstrap
+        bootstrap = real_broker(stack, args.bootstrap)
         topic = f"bench-lake-{uuid.uuid4().hex[:8]}"
         t0 = time.perf_counter()
         anyio.run(produce, bootstrap, topic, args.partitions, n, size)

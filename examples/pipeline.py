@@ -2,8 +2,9 @@
 
 1. Produces ``--records`` records (keys from a skewed set, event times spread
    over ``--minutes`` minutes) to a topic of 6 partitions.
-2. Lands them with two lake-sink members of one consumer group (a second
-   member joins halfway, so the landing crosses a rebalance).
+2. Lands them, while they are produced, with three lake-sink members of one
+   consumer group: two start, a third joins at a third of the stream and the
+   first leaves at two thirds, so the landing crosses rebalances.
 3. Verifies the lake against the topic on Spark, read by Spark's own Kafka
    source, and computes the analytics (Parquet tables, summary.json,
    analytics.png in ``--out``).
@@ -46,33 +47,51 @@ def clicks(count: int, minutes: int, seed: int = 1) -> list[ProducerRecord]:
     return out
 
 
-async def land(bootstrap: str, lake: str, count: int) -> LakeSink:
-    """Two sink members land the topic; returns once the group committed every record."""
-    config = LakeConfig(lake, file_max_bytes=256 * 1024, file_max_age=1.0, progress_interval=5)
-    sinks = [LakeSink(config), LakeSink(config)]
-    stop = anyio.Event()
+async def land(bootstrap: str, lake: str, events: list[ProducerRecord]) -> list[LakeSink]:
+    """Three sink members land the stream while it is produced, through rebalances.
 
-    async def member(sink: LakeSink) -> None:
+    Two members start; the stream is produced in chunks while they land it; a
+    third member joins once a third of it landed, and the first one leaves
+    (gracefully) at two thirds. Returns once the group committed every record.
+    """
+    config = LakeConfig(lake, file_max_bytes=256 * 1024, file_max_age=1.0, progress_interval=5)
+    sinks = [LakeSink(config) for _ in range(3)]
+    stops = [anyio.Event() for _ in sinks]
+
+    async def member(i: int) -> None:
         async with gengroup.ConsumerGroup(
             GROUP, [TOPIC], bootstrap, start_offset="earliest", fetch_max_wait=0.2
         ) as group:
-            await sink.run(group, stop)
+            await sinks[i].run(group, stops[i])
+
+    async def produce() -> None:
+        async with gengroup.Producer(bootstrap) as producer:
+            for start in range(0, len(events), 1000):
+                await producer.send_many(TOPIC, events[start : start + 1000])
+                await anyio.sleep(0.05)
 
     async with gengroup.Admin(bootstrap) as admin, anyio.create_task_group() as tg:
-        tg.start_soon(member, sinks[0])
-        joined = False
+        tg.start_soon(member, 0)
+        tg.start_soon(member, 1)
+        tg.start_soon(produce)
+        steps = [(len(events) // 3, "member 3 joins"), (2 * len(events) // 3, "member 1 leaves")]
         with anyio.fail_after(300):
             while True:
                 lag = await admin.group_lag(GROUP, [TOPIC])
                 landed = sum(p.committed or 0 for p in lag.values())
-                if not joined and landed >= count // 2:
-                    tg.start_soon(member, sinks[1])  # a rebalance in the middle of landing
-                    joined = True
-                if landed >= count:
+                if steps and landed >= steps[0][0]:
+                    print(f"{landed} records landed: {steps[0][1]}")
+                    if len(steps) == 2:
+                        tg.start_soon(member, 2)
+                    else:
+                        stops[0].set()
+                    steps.pop(0)
+                if landed >= len(events):
                     break
-                await anyio.sleep(0.2)
-        stop.set()
-    return sinks[0]
+                await anyio.sleep(0.1)
+        for stop in stops:
+            stop.set()
+    return sinks
 
 
 async def main(bootstrap: str | None, count: int, lake: str, out: str, master: str) -> int:
@@ -82,11 +101,14 @@ async def main(bootstrap: str | None, count: int, lake: str, out: str, master: s
             bootstrap = cluster.bootstrap
         async with gengroup.Admin(bootstrap) as admin:
             await admin.create_topics({TOPIC: 6}, exist_ok=True)
-        async with gengroup.Producer(bootstrap) as producer:
-            await producer.send_many(TOPIC, clicks(count, minutes=10))
         started = time.monotonic()
-        await land(bootstrap, lake, count)
-        print(f"landed {count} records in {time.monotonic() - started:.1f} s into {lake}")
+        sinks = await land(bootstrap, lake, clicks(count, minutes=10))
+        files = sum(p.files for sink in sinks for p in sink.progress())
+        generations = sum(sink.generations for sink in sinks)
+        print(
+            f"landed {count} records in {time.monotonic() - started:.1f} s into {lake}: "
+            f"{files} files, {generations} generations across 3 members"
+        )
 
         def spark_jobs() -> bool:
             with lake_spark.session(master, "gengroup pipeline") as spark:
@@ -97,7 +119,7 @@ async def main(bootstrap: str | None, count: int, lake: str, out: str, master: s
             print(
                 f"analytics in {out}: {summary['records']} records, {summary['bytes']} bytes, "
                 f"landing delay p50 {delay['p50']:.1f} s p99 {delay['p99']:.1f} s, "
-                f"partition skew {summary['partition_skew']}"
+                f"partition skew {summary['partition_skew']}; chart: {out}/analytics.png"
             )
             return report.ok
 

@@ -31,7 +31,7 @@ from .membership.balancers import (
 from .membership.sticky import StickyBalancer as StickyBalancer
 from .membership.cooperative import CooperativeStickyBalancer as CooperativeStickyBalancer
 
-# Producing and administering.
+# Producing and administering (and securing the connections of every client).
 from .admin import (
     Admin as Admin,
     AdminConfig as AdminConfig,
@@ -39,6 +39,7 @@ from .admin import (
     PartitionLag as PartitionLag,
 )
 from .io.cluster import Cluster as Cluster
+from .io.security import Security as Security, SecuritySettings as SecuritySettings
 from .producer import (
     Producer as Producer,
     ProducerConfig as ProducerConfig,
@@ -48,17 +49,25 @@ from .producer import (
 
 # Errors: GengroupError is the root; BrokerError carries a Kafka error code.
 from ._errors import (
+    AuthenticationError as AuthenticationError,
     BrokenConnection as BrokenConnection,
     ClusterUnreachable as ClusterUnreachable,
     BrokerError as BrokerError,
+    ClusterAuthorizationFailed as ClusterAuthorizationFailed,
     ConfigError as ConfigError,
     ConnectionClosed as ConnectionClosed,
     CoordinatorError as CoordinatorError,
     CorruptRecordError as CorruptRecordError,
     DeserializationError as DeserializationError,
     FencedInstanceId as FencedInstanceId,
+    FencedMemberEpoch as FencedMemberEpoch,
+    GroupProtocolUnsupported as GroupProtocolUnsupported,
+    StaleMemberEpoch as StaleMemberEpoch,
+    UnreleasedInstanceId as UnreleasedInstanceId,
+    UnsupportedAssignor as UnsupportedAssignor,
     GenerationEnded as GenerationEnded,
     GengroupError as GengroupError,
+    GroupAuthorizationFailed as GroupAuthorizationFailed,
     GroupClosed as GroupClosed,
     IllegalGeneration as IllegalGeneration,
     KafkaConnectionError as KafkaConnectionError,
@@ -67,6 +76,8 @@ from ._errors import (
     RebalanceInProgress as RebalanceInProgress,
     RequestTimedOut as RequestTimedOut,
     TaskStuckError as TaskStuckError,
+    TLSError as TLSError,
+    TopicAuthorizationFailed as TopicAuthorizationFailed,
     UnknownMemberId as UnknownMemberId,
     UnknownTopicOrPartition as UnknownTopicOrPartition,
 )
@@ -101,18 +112,29 @@ __all__ = [
     "ProducerConfig",
     "ProducerSettings",
     "RecordMetadata",
+    # securing connections
+    "Security",
+    "SecuritySettings",
     # errors
+    "AuthenticationError",
     "BrokenConnection",
     "ClusterUnreachable",
     "BrokerError",
+    "ClusterAuthorizationFailed",
     "ConfigError",
     "ConnectionClosed",
     "CoordinatorError",
     "CorruptRecordError",
     "DeserializationError",
     "FencedInstanceId",
+    "FencedMemberEpoch",
+    "GroupProtocolUnsupported",
+    "StaleMemberEpoch",
+    "UnreleasedInstanceId",
+    "UnsupportedAssignor",
     "GenerationEnded",
     "GengroupError",
+    "GroupAuthorizationFailed",
     "GroupClosed",
     "IllegalGeneration",
     "KafkaConnectionError",
@@ -121,6 +143,8 @@ __all__ = [
     "RebalanceInProgress",
     "RequestTimedOut",
     "TaskStuckError",
+    "TLSError",
+    "TopicAuthorizationFailed",
     "UnknownMemberId",
     "UnknownTopicOrPartition",
 ]

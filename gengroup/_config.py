@@ -10,15 +10,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, TypedDict, Unpack
+from typing import Any, Literal, Unpack
 
 from ._errors import ConfigError
+from .io.security import Security, SecuritySettings
 from .membership.balancers import Balancer, RangeBalancer, RoundRobinBalancer
 from .membership.member import MemberConfig
 from .protocol.consumer_protocol import LATEST_VERSION
 
-__all__ = ["GroupConfig", "GroupSettings", "IsolationLevel", "StartOffset"]
+__all__ = ["GroupConfig", "GroupProtocol", "GroupSettings", "IsolationLevel", "StartOffset"]
 
+GroupProtocol = Literal["classic", "consumer"]
 StartOffset = Literal["earliest", "latest", "error"]
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
 #: Turns a key's or value's bytes (None for null) into an object.
@@ -37,7 +39,7 @@ def _default_balancers() -> tuple[Balancer, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class GroupConfig:
+class GroupConfig(Security):
     """Settings of a :class:`~gengroup.ConsumerGroup`: the one place they are declared.
 
     ``ConsumerGroup(group_id, topics, brokers, **settings)`` builds this with
@@ -80,9 +82,27 @@ class GroupConfig:
         fetch_min_bytes: bytes a Fetch waits for.
         fetch_max_bytes: bytes one Fetch response may carry.
         partition_buffer_bytes: fetched-but-unprocessed bytes held per partition.
+        fetch_buffer_bytes: fetched-but-unprocessed bytes held by the whole
+            member (None: ``partition_buffer_bytes`` per partition). When set,
+            each assigned partition's share is this divided by the number of
+            partitions the member is assigned in the generation, and it
+            replaces ``partition_buffer_bytes``; fetch sizes follow from the
+            share (see below).
         key_deserializer: turns a record's key bytes (or None) into an object,
             applied by ``FetchedBatch.decoded()`` (None: keys stay bytes).
         value_deserializer: the same for values.
+        group_protocol: the group protocol: ``"classic"`` (JoinGroup, SyncGroup
+            and Heartbeat; a member balances) or ``"consumer"`` (KIP-848: one
+            ConsumerGroupHeartbeat, the coordinator assigns; needs Apache
+            Kafka 4.x). ``balancers`` and ``subscription_version`` are the
+            classic protocol's; ``group_remote_assignor`` the consumer protocol's.
+        group_remote_assignor: the coordinator's assignor under
+            ``group_protocol="consumer"``, e.g. ``"uniform"`` or ``"range"``;
+            None lets the broker choose (the first of its
+            ``group.consumer.assignors``).
+
+    The security settings (``security_protocol``, ``ssl_*``, ``sasl_*``) are
+    :class:`~gengroup.io.security.Security`'s, inherited (keyword-only).
 
     Defaults and their reasons:
 
@@ -110,6 +130,18 @@ class GroupConfig:
       wait out any outage pass None.
     * ``partition_buffer_bytes=1 MiB`` -- fetched-but-unprocessed data held per
       partition; a slow worker stops its partition's fetching at this bound.
+      A partition is fetched in steps of half its bound (or of its largest
+      recent batch, if larger), so that one step is buffered while the next
+      is on its way: buffered plus requested bytes never exceed the bound,
+      except that Kafka sends the first partition of an answer one batch
+      whole even when it is larger than asked (otherwise a batch larger than
+      the bound could never be consumed). Batches of about half the bound
+      or more therefore leave no room for a second step: producers batching
+      1 MB (librdkafka's default) fetch faster with a bound of a few MiB.
+    * ``fetch_buffer_bytes=None`` -- bound memory per partition; set it to
+      bound the member's memory instead (e.g. ``64 * 1024 * 1024``): few
+      assigned partitions then get large shares and fetches, many get small
+      ones.
     """
 
     group_id: str
@@ -135,8 +167,12 @@ class GroupConfig:
     fetch_min_bytes: int = 1
     fetch_max_bytes: int = 50 * 1024 * 1024
     partition_buffer_bytes: int = 1024 * 1024
+    fetch_buffer_bytes: int | None = None
     key_deserializer: Deserializer | None = None
     value_deserializer: Deserializer | None = None
+    # The group protocol (KIP-848); see ``gengroup.consumer.consumer_protocol``.
+    group_protocol: GroupProtocol = "classic"
+    group_remote_assignor: str | None = None
 
     @classmethod
     def create(
@@ -175,6 +211,7 @@ class GroupConfig:
         return MemberConfig(**{f.name: getattr(self, f.name) for f in fields(MemberConfig)})
 
     def __post_init__(self) -> None:
+        Security.__post_init__(self)
         if not isinstance(self.group_id, str) or not self.group_id:
             raise ConfigError("group_id must be a non-empty string")
         if isinstance(self.topics, str) or not isinstance(self.topics, Sequence):
@@ -241,6 +278,30 @@ class GroupConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        budget = self.fetch_buffer_bytes
+        if budget is not None and (
+            isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0
+        ):
+            raise ConfigError(
+                f"fetch_buffer_bytes must be None or a positive integer, got {budget!r}"
+            )
+        self._check_group_protocol()
+
+    def _check_group_protocol(self) -> None:
+        if self.group_protocol not in ("classic", "consumer"):
+            raise ConfigError(
+                f"group_protocol must be 'classic' or 'consumer', got {self.group_protocol!r}"
+            )
+        assignor = self.group_remote_assignor
+        if assignor is not None and (not isinstance(assignor, str) or not assignor):
+            raise ConfigError(
+                f"group_remote_assignor must be None or an assignor's name, got {assignor!r}"
+            )
+        if assignor is not None and self.group_protocol == "classic":
+            raise ConfigError(
+                "group_remote_assignor is the consumer protocol's (the coordinator assigns): "
+                "set group_protocol='consumer', or choose balancers for the classic protocol"
+            )
 
 
 def _topics(topics: Sequence[str]) -> tuple[str, ...]:
@@ -248,7 +309,7 @@ def _topics(topics: Sequence[str]) -> tuple[str, ...]:
     return topics if isinstance(topics, str) else tuple(topics)  # type: ignore[return-value]
 
 
-class GroupSettings(TypedDict, total=False):
+class GroupSettings(SecuritySettings, total=False):
     """The keyword settings of ``ConsumerGroup``: :class:`GroupConfig`'s fields after
     ``group_id``, ``topics`` and ``brokers`` (meanings and defaults there).
 
@@ -276,5 +337,8 @@ class GroupSettings(TypedDict, total=False):
     fetch_min_bytes: int
     fetch_max_bytes: int
     partition_buffer_bytes: int
+    fetch_buffer_bytes: int | None
     key_deserializer: Deserializer | None
     value_deserializer: Deserializer | None
+    group_protocol: GroupProtocol
+    group_remote_assignor: str | None

@@ -121,6 +121,18 @@ _ACTIONS: Final[dict[int, Action]] = {
     _E.inconsistent_group_protocol: "fail",
     _E.unsupported_version: "fail",
     _E.group_max_size_reached: "fail",
+    # Wrong credentials or mechanism: retrying only repeats the failure (and
+    # may lock the user out), so these are never retried.
+    _E.sasl_authentication_failed: "fail",
+    _E.unsupported_sasl_mechanism: "fail",
+    _E.illegal_sasl_state: "fail",
+    # The consumer group protocol (KIP-848). A fenced member rejoins with epoch
+    # 0 and no partitions; a commit under an epoch the member has moved past is
+    # sent again under the newest one (as the Java client does).
+    _E.fenced_member_epoch: "reset_member",
+    _E.stale_member_epoch: "retry",
+    _E.unreleased_instance_id: "fail",
+    _E.unsupported_assignor: "fail",
 }
 
 #: Codes whose member outcome is not the one their action implies.

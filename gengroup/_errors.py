@@ -99,6 +99,57 @@ class RequestTimedOut(KafkaConnectionError):
     """A request got no response within its timeout; the connection is closed."""
 
 
+class AuthenticationError(GengroupError):
+    """A broker did not accept this client's credentials: SASL authentication failed.
+
+    Never retried: the same credentials would fail again, and a broker may
+    lock out a user after repeated failures. Raised by the connection attempt,
+    it reaches the caller of the client (``async for`` over a consumer group,
+    ``Producer.send``, every ``Admin`` operation) at once.
+
+    Attributes:
+        broker: the broker's ``host:port``.
+        mechanism: the SASL mechanism (``"SCRAM-SHA-256"`` ...), or ``"TLS"``.
+    """
+
+    def __init__(self, message: str, *, broker: str, mechanism: str) -> None:
+        super().__init__(message)
+        self.broker = broker
+        self.mechanism = mechanism
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_auth_error, (type(self), str(self), self.__dict__))
+
+
+class TLSError(AuthenticationError):
+    """A TLS connection to a broker could not be established with a verified peer.
+
+    The broker's certificate was not signed by a trusted authority
+    (``reason="certificate verify failed"``), does not name the host connected
+    to (``reason="hostname mismatch"``), or the broker refused the handshake,
+    e.g. for a missing or untrusted client certificate
+    (``reason="rejected by the broker"``). Not retried: the configuration or
+    the certificates must change. A handshake cut short by a broker that goes
+    away is a :class:`BrokenConnection` instead, and retried.
+
+    Attributes:
+        reason: one of the three reasons above.
+    """
+
+    def __init__(self, message: str, *, broker: str, reason: str) -> None:
+        super().__init__(message, broker=broker, mechanism="TLS")
+        self.reason = reason
+
+
+def _rebuild_auth_error(
+    cls: type[AuthenticationError], message: str, state: dict[str, object]
+) -> AuthenticationError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
+
+
 class DeserializationError(GengroupError):
     """A key or value deserializer raised; names the topic, partition and offset."""
 
@@ -247,6 +298,40 @@ class GroupMaxSizeReached(BrokerError):
     """The group is full."""
 
 
+class TopicAuthorizationFailed(BrokerError):
+    """The broker's ACLs do not let this client's principal use the topic (fatal)."""
+
+
+class GroupAuthorizationFailed(BrokerError):
+    """The broker's ACLs do not let this client's principal use the group (fatal)."""
+
+
+class ClusterAuthorizationFailed(BrokerError):
+    """The broker's ACLs do not let this client's principal do this cluster operation (fatal)."""
+
+
+class FencedMemberEpoch(MemberResetError):
+    """KIP-848: the member's epoch is not the coordinator's: it lost its partitions
+    and rejoins with epoch 0."""
+
+
+class StaleMemberEpoch(RetriableBrokerError):
+    """KIP-848: a commit carried an epoch the member has moved past: send it again
+    with the newest one."""
+
+
+class UnreleasedInstanceId(BrokerError):
+    """KIP-848: a member with this ``group_instance_id`` is still in the group (fatal)."""
+
+
+class UnsupportedAssignor(BrokerError):
+    """KIP-848: the broker has no server-side assignor of the name asked for (fatal)."""
+
+
+class GroupProtocolUnsupported(UnsupportedVersion):
+    """The broker does not speak the group protocol chosen with ``group_protocol``."""
+
+
 _SPECIFIC: Final[dict[int, type[BrokerError]]] = {
     ErrorCode.offset_out_of_range: OffsetOutOfRange,
     ErrorCode.unknown_topic_or_partition: UnknownTopicOrPartition,
@@ -265,6 +350,13 @@ _SPECIFIC: Final[dict[int, type[BrokerError]]] = {
     ErrorCode.inconsistent_group_protocol: InconsistentGroupProtocol,
     ErrorCode.unsupported_version: UnsupportedVersionError,
     ErrorCode.group_max_size_reached: GroupMaxSizeReached,
+    ErrorCode.topic_authorization_failed: TopicAuthorizationFailed,
+    ErrorCode.group_authorization_failed: GroupAuthorizationFailed,
+    ErrorCode.cluster_authorization_failed: ClusterAuthorizationFailed,
+    ErrorCode.fenced_member_epoch: FencedMemberEpoch,
+    ErrorCode.stale_member_epoch: StaleMemberEpoch,
+    ErrorCode.unreleased_instance_id: UnreleasedInstanceId,
+    ErrorCode.unsupported_assignor: UnsupportedAssignor,
 }
 
 #: The class of a code without one of its own: the base class of its action.
@@ -303,8 +395,12 @@ def is_retriable(exc: BaseException) -> bool:
 
     Connection failures are; a broker error is when Kafka marks it retriable or
     its action (find the coordinator, refresh metadata, retry) comes before a
-    retry. Anything else (a bug, a local error) is not.
+    retry. Anything else (a bug, a local error) is not -- in particular an
+    :class:`AuthenticationError` (wrong credentials, an untrusted certificate)
+    is never retried.
     """
+    if isinstance(exc, AuthenticationError):
+        return False
     if isinstance(exc, ClusterUnreachable):
         return not exc.exhausted
     if isinstance(exc, KafkaConnectionError):

@@ -38,9 +38,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Final, Self, TypedDict, TypeVar, Unpack
+from typing import Any, Final, Self, TypeVar, Unpack
 
-import anyio
 from kio.schema.errors import ErrorCode
 
 from ._config import check_seconds
@@ -59,7 +58,8 @@ from .io.cluster import Cluster
 from .io.coordinator import CoordinatorClient
 from .io.offsets import OffsetSpec
 from .io.request import MakeRequest, raise_item_errors
-from .io.retry import GiveUp, retry
+from .io.retry import GiveUp, retry, seconds_left
+from .io.security import Security, SecuritySettings
 from .membership import requests
 from .protocol.consumer_protocol import PROTOCOL_TYPE, Assignment, decode_assignment
 from .protocol.framing import build, ms
@@ -83,12 +83,13 @@ _GROUP_ID_NOT_FOUND: Final = int(ErrorCode.group_id_not_found)
 
 
 @dataclass(frozen=True, slots=True)
-class AdminConfig:
+class AdminConfig(Security):
     """The settings of an :class:`Admin` (validated at construction).
 
     Attributes:
         client_id: client id of a cluster the admin opens itself.
         timeout: default seconds an operation may take, including its metadata wait.
+        security_protocol, ssl_*, sasl_*: :class:`~gengroup.io.security.Security`'s, inherited.
 
     Raises:
         ConfigError: ``timeout`` is not positive.
@@ -98,10 +99,11 @@ class AdminConfig:
     timeout: float = 30.0
 
     def __post_init__(self) -> None:
+        Security.__post_init__(self)
         check_seconds("timeout", self.timeout)
 
 
-class AdminSettings(TypedDict, total=False):
+class AdminSettings(SecuritySettings, total=False):
     """:class:`AdminConfig`'s fields as keyword arguments of :class:`Admin` (for type checkers)."""
 
     client_id: str
@@ -228,12 +230,6 @@ class _NotYet(Exception):
     """The metadata does not show what is awaited yet (retried until the deadline)."""
 
 
-def _deadline(seconds: float) -> Callable[[], float]:
-    """The seconds left until ``seconds`` from now, each time it is called (never negative)."""
-    end = anyio.current_time() + seconds
-    return lambda: max(0.0, end - anyio.current_time())
-
-
 class Admin:
     """Administrative operations on a Kafka cluster.
 
@@ -267,7 +263,7 @@ class Admin:
             self.cluster = cluster
             self._owns_cluster = False
         else:
-            self.cluster = Cluster(cluster, client_id=self.config.client_id)
+            self.cluster = Cluster(cluster, client_id=self.config.client_id, security=self.config)
             self._owns_cluster = True
         self._coordinators: dict[str, CoordinatorClient] = {}
         self._stack = AsyncExitStack()
@@ -309,7 +305,7 @@ class Admin:
     def _limit(self, timeout: float | None) -> tuple[float, Callable[[], float]]:
         """An operation's time limit (``timeout`` or the default) and its seconds left."""
         limit = self.timeout if timeout is None else timeout
-        return limit, _deadline(limit)
+        return limit, seconds_left(limit)
 
     def coordinator(self, group_id: str) -> CoordinatorClient:
         """The client of ``group_id``'s coordinator (one per group, kept by the admin)."""

@@ -56,7 +56,7 @@ from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Self, TypedDict, Unpack, overload
+from typing import Any, Final, Literal, Self, Unpack, overload
 
 import anyio
 import anyio.abc
@@ -77,6 +77,7 @@ from ._errors import (
 from ._types import TopicPartition
 from .io.cluster import Cluster
 from .io.retry import backoff_delay, retry
+from .io.security import Security, SecuritySettings
 from .partitioner import KeylessPartitioner, Partitioner, murmur2, partition_for_key
 from .protocol.framing import build, ms
 from .protocol.records import Compression, Header, encode_batch
@@ -220,7 +221,7 @@ class _Queue:
 
 
 @dataclass(frozen=True, slots=True)
-class ProducerConfig:
+class ProducerConfig(Security):
     """The settings of a :class:`Producer`, validated at construction.
 
     Attributes:
@@ -244,6 +245,7 @@ class ProducerConfig:
         allow_auto_create_topics: let the broker create a topic this producer
             sends to that does not exist, where the broker allows it
             (``auto.create.topics.enable``), as the Java producer does.
+        security_protocol, ssl_*, sasl_*: :class:`~gengroup.io.security.Security`'s, inherited.
 
     Raises:
         ConfigError: an invalid value.
@@ -264,6 +266,7 @@ class ProducerConfig:
     allow_auto_create_topics: bool = True
 
     def __post_init__(self) -> None:
+        Security.__post_init__(self)
         acks = -1 if self.acks == "all" else self.acks
         if acks not in (-1, 0, 1):
             raise ConfigError(f"acks must be -1, 'all', 0 or 1, not {self.acks!r}")
@@ -282,7 +285,7 @@ class ProducerConfig:
 # ---------------------------------------------------------------------------- producer
 
 
-class ProducerSettings(TypedDict, total=False):
+class ProducerSettings(SecuritySettings, total=False):
     """:class:`ProducerConfig`'s fields as keyword arguments of :class:`Producer`.
 
     Names and types only, for type checkers; a test checks they match the config.
@@ -336,7 +339,7 @@ class Producer:
             self._owns_cluster = False
         else:
             self.cluster = Cluster(
-                cluster, client_id=cfg.client_id, request_timeout=cfg.request_timeout
+                cluster, client_id=cfg.client_id, request_timeout=cfg.request_timeout, security=cfg
             )
             self._owns_cluster = True
 

@@ -23,14 +23,17 @@ import trio
 from gengroup._errors import GengroupError
 from gengroup.testing.kafka import (
     INSTALL_HINT,
+    BrokerSecurity,
     KafkaBroker,
     KafkaHarnessError,
     ensure_jars,
     jar_dir,
     kafka_broker,
+    make_certificates,
     new_cluster_id,
     probe_api_versions,
 )
+from gengroup.testing.kafka.secure import LISTENERS, scram_format_args
 
 # Idempotent with the same line in tests/conftest.py (a plugin is loaded once).
 pytest_plugins = ["gengroup.testing.pytest_plugin"]
@@ -319,3 +322,38 @@ def test_cluster_ids_and_unique_names(unique_name: Callable[[str], str]) -> None
     names = {unique_name("orders") for _ in range(100)}
     assert len(names) == 100 and all(n.startswith("orders-") for n in names)
     assert re.fullmatch(r"a-b-[0-9a-f]{12}", unique_name("a b/"))
+
+
+def test_secure_broker_listeners_and_users(secure_kafka: KafkaBroker) -> None:
+    """The secure broker: every listener on its own port, PEM files, SCRAM users formatted in."""
+    assert secure_kafka.security is not None
+    ports = {name: secure_kafka.listener_port(name) for name in LISTENERS}
+    assert len({*ports.values(), secure_kafka.port, secure_kafka.controller_port}) == 6
+    certs = secure_kafka.security.certificates
+    assert certs.server.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")  # PKCS#8
+    assert b"BEGIN CERTIFICATE" in certs.server.read_bytes()
+    assert secure_kafka.data_dir is not None
+    properties = (secure_kafka.data_dir / "server.properties").read_text()
+    assert "listener.name.mtls.ssl.client.auth=required" in properties
+    assert "listener.name.reauth.scram-sha-256.connections.max.reauth.ms=4000" in properties
+    formatted = (secure_kafka.data_dir / "format.log").read_text()
+    # The storage tool wrote bob's credentials, for both SCRAM mechanisms, as metadata records.
+    assert formatted.count("UserScramCredentialRecord(name='bob'") == 2
+    # The PLAINTEXT listener stays, for the readiness probe and inter-broker traffic.
+    assert JOIN_GROUP in probe_api_versions(secure_kafka.host, secure_kafka.port)
+    with pytest.raises(KafkaHarnessError, match="has no listener 'NOPE'"):
+        secure_kafka.listener_port("NOPE")
+
+
+def test_scram_users_the_storage_tool_cannot_carry_are_refused(tmp_path: Path) -> None:
+    certs = make_certificates(tmp_path)
+    assert scram_format_args(BrokerSecurity(certs, scram_users={"bob": "pw"})) == [
+        "--add-scram",
+        "SCRAM-SHA-256=[name=bob,password=pw]",
+        "--add-scram",
+        "SCRAM-SHA-512=[name=bob,password=pw]",
+    ]
+    with pytest.raises(KafkaHarnessError, match="may not hold"):
+        scram_format_args(BrokerSecurity(certs, scram_users={"bob": "a,b"}))
+    with pytest.raises(KafkaHarnessError, match="has no listener 'SASL_SSL'"):
+        KafkaBroker().listener_port("SASL_SSL")

@@ -84,6 +84,7 @@ class GroupClient:
             client_id=config.client_id,
             request_timeout=config.request_timeout,
             unreachable_timeout=config.unreachable_timeout,
+            security=config,
         )
         self._missing_topics: set[str] = set()
         #: The member's counters (``ConsumerGroup.metrics()``).
@@ -427,11 +428,16 @@ class Formed:
         prefetcher: the generation's prefetcher (a task of the generation).
         partition_counts: topic -> partition count the leader assigned from
             (empty on followers).
+        classic: whether the generation runs the classic protocol's Heartbeat
+            loop; False under ``group_protocol="consumer"``, whose heartbeat
+            runs beside the generations
+            (:mod:`~gengroup.consumer.consumer_protocol`).
     """
 
     generation: Generation
     prefetcher: Prefetcher
     partition_counts: dict[str, int]
+    classic: bool = True
 
 
 async def form_generation(

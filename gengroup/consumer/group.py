@@ -11,7 +11,10 @@ JoinGroup, SyncGroup, OffsetFetch) and running it
 group, in the run loop's own task, until every task of it returned and the
 final commit was made). The Generation object is handed over a
 zero-capacity channel to ``async for gen in group`` (``group.next()``), so
-user code never yields from inside a nursery.
+user code never yields from inside a nursery. Under
+``group_protocol="consumer"`` (KIP-848) the generations are formed by
+:class:`~gengroup.consumer.consumer_protocol.ConsumerProtocolMember`, whose
+heartbeat runs around the run loop, and run the same way.
 
 A user task's exception, a fatal broker error or a :class:`TaskStuckError`
 from the teardown watchdog stops the run loop and comes out of ``async for``.
@@ -38,6 +41,7 @@ from .._config import GroupConfig, GroupSettings
 from .._errors import GengroupError, GroupClosed, TaskStuckError
 from ..io.cluster import Cluster
 from ..membership.member import Member, Outcome
+from .consumer_protocol import ConsumerProtocolMember
 from .forming import Formed, GroupClient, form_generation
 from .generation import Generation, RebalanceTimings
 from .metrics import GroupMetrics
@@ -106,6 +110,12 @@ class ConsumerGroup:
         # The partitions owned across generations and their span-scoped tasks.
         self._ownership = Ownership(self.config)
         self._ownership.on_failure = lambda: self._join_scope.cancel()
+        # group_protocol="consumer" (KIP-848): its member loop instead of the classic one.
+        self._kip848 = (
+            ConsumerProtocolMember(self._client)
+            if self.config.group_protocol == "consumer"
+            else None
+        )
         # The open cluster and task group, from ``__aenter__`` to ``__aexit__``.
         self._stack: AsyncExitStack | None = None
         self._closing = False
@@ -123,11 +133,14 @@ class ConsumerGroup:
         self.history: deque[tuple[int, RebalanceTimings]] = deque(maxlen=100)
 
     def __repr__(self) -> str:
-        return f"<ConsumerGroup {self.config.group_id!r} member={self._member.member_id!r}>"
+        return f"<ConsumerGroup {self.config.group_id!r} member={self.member_id!r}>"
 
     @property
     def member_id(self) -> str:
-        """This member's current id ("" before the first join)."""
+        """This member's current id ("" before the first join under the classic protocol;
+        under the consumer protocol the member makes its own at construction)."""
+        if self._kip848 is not None:
+            return self._kip848.member_id
         return self._member.member_id
 
     @property
@@ -244,7 +257,10 @@ class ConsumerGroup:
                 # Caught here, not raised through the span tasks' task group
                 # (which would wrap it in an exception group).
                 try:
-                    await self._loop()
+                    if self._kip848 is not None:
+                        await self._kip848.run(self._generations)
+                    else:
+                        await self._generations()
                 except Exception as exc:
                     self._report(exc)
             failure = self._ownership.take_failure(f"group {self.config.group_id}")
@@ -263,17 +279,25 @@ class ConsumerGroup:
                 self._send.close()
                 self._done.set()
 
-    async def _loop(self) -> None:
+    async def _form(self) -> Formed | None:
+        if self._kip848 is not None:
+            return await self._kip848.form_generation(
+                self._is_closing, previous_teardown=self._last_teardown
+            )
+        return await form_generation(
+            self._member,
+            self._client,
+            self._is_closing,
+            previous_teardown=self._last_teardown,
+            ownership=self._ownership,
+        )
+
+    async def _generations(self) -> None:
+        """Form and run generations until the group closes or fails."""
         while not self._is_closing():
             formed: Formed | None = None
             with self._join_scope:  # cancelled by aclose() during a join
-                formed = await form_generation(
-                    self._member,
-                    self._client,
-                    self._is_closing,
-                    previous_teardown=self._last_teardown,
-                    ownership=self._ownership,
-                )
+                formed = await self._form()
             if formed is None:
                 break
             self.history.append((formed.generation.id, formed.generation.timings))
@@ -319,6 +343,8 @@ class ConsumerGroup:
             )
 
     async def _leave(self) -> None:
+        if self._kip848 is not None:
+            return  # the consumer protocol's member left as its loop ended
         params = self._member.leave_params()
         if params is not None:
             await self._client.leave(params[0])

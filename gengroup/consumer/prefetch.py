@@ -1,14 +1,37 @@
-"""The generation's prefetcher: one fetch loop per broker, bounded per-partition buffers.
+"""The generation's prefetcher: fetch loops per broker, bounded per-partition buffers.
 
 Theory of operation:
 
 A :class:`Prefetcher` runs as one task of the generation. Inside it, one loop per
-leader broker sends a single Fetch request covering every assigned partition
-that broker leads *and whose buffer has room* -- never a request per partition.
-Each partition has a bounded buffer (``partition_buffer_bytes`` of record
-payload): when a worker falls behind, its partition drops out of the fetch
-requests until the worker drains it, so memory stays bounded and a slow worker
-applies backpressure to its own partition only.
+leader broker sends Fetch requests, each covering every assigned partition that
+broker leads *whose buffer has room and which is not already being fetched* --
+never a request per partition by design. Up to two requests per broker are in
+flight at a time (over disjoint partitions: a partition's next position is only
+known from the previous answer), and the answer to one is handed out while the
+next is on its way, so the socket stays busy while workers process.
+
+Each partition has a bounded buffer (its *share*: ``partition_buffer_bytes``,
+or ``fetch_buffer_bytes`` divided among the assigned partitions). A partition
+is fetched in steps of half its share -- or of its largest recent batch if that
+is larger, since Kafka answers a partition whose next batch exceeds the limit
+with nothing (unless it comes first in the request, which rotates) -- and only
+while a step is free, so buffered plus requested bytes stay within the share.
+The one excess: Kafka sends the first partition of an answer one batch whole
+even when it is larger than asked (so that a batch larger than the share can
+be consumed at all). Requests in flight together use
+separate connections, as the broker answers one connection in order and a
+long poll must not hold up an answer with data. When a worker falls
+behind, its partition drops out of the fetch requests until the worker drains
+it, so memory stays bounded and a slow worker applies backpressure to its own
+partition only.
+
+Records are not decoded by the fetch loop: the answer's batch headers are
+checked there (lengths, magic, CRC-32C, codec, count -- damage found there is
+the partition's error, raised from the worker's ``async for`` as before), and
+each :class:`FetchedBatch` keeps the raw batches until the worker first reads
+``batch.records`` (or iterates it, or asks its length). Decoding then happens
+in the worker's task; records that do not add up under a correct CRC raise
+:class:`~gengroup.CorruptRecordError` from that access.
 
 Errors are handled where they are understood, as the client's error table
 (:mod:`gengroup._error_table`) says: stale leadership (action
@@ -26,16 +49,17 @@ generator, so there is nothing to finalise). Every step is a cancellation
 point, and it hands out no batch once the generation is ending (checked when
 the batch is taken from the buffer, not only when the buffer is empty): a
 worker of the generation is cancelled there; one shielded from it sees the
-iteration stop.
+iteration stop. :meth:`Prefetcher.seek` drops the partition's buffered batches,
+and an answer to a request made before the seek is dropped when it arrives.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import anyio.abc
@@ -55,7 +79,7 @@ from ..io.cluster import Cluster
 from ..io.fetch import fetch_once
 from ..io.retry import Backoff
 from ..protocol.fetch import PartitionFetch
-from ..protocol.records import Header, Record
+from ..protocol.records import Header, RawBatch, Record, decode_raw
 from .metrics import GroupMetrics
 
 __all__ = ["FetchedBatch", "Prefetcher"]
@@ -63,26 +87,78 @@ __all__ = ["FetchedBatch", "Prefetcher"]
 log = logging.getLogger("gengroup")
 
 
-@dataclass(slots=True)
 class FetchedBatch:
     """The records of one partition from one fetch, handed to a worker whole.
+
+    The records are decoded when first read (``records``, iteration, ``len``),
+    in the reading task, and kept. A batch whose header was damaged never
+    gets here (the worker's ``async for`` raises instead); one whose records
+    do not add up under a correct CRC raises from that first read (and from
+    each later one).
 
     Attributes:
         topic: the topic.
         partition: the partition.
-        records: the records, in offset order (never empty).
         next_offset: the offset to mark once the batch is processed.
         high_watermark: the partition's high watermark when fetched (lag =
             ``high_watermark - next_offset``).
+        size: the bytes the batch was fetched as (what it counted against
+            the partition's buffer).
     """
 
-    topic: str
-    partition: int
-    records: list[Record]
-    next_offset: int
-    high_watermark: int
-    size: int = 0
-    deserializers: Deserializers = field(default=(None, None), repr=False)
+    __slots__ = (
+        "_raw",
+        "_records",
+        "deserializers",
+        "high_watermark",
+        "next_offset",
+        "partition",
+        "size",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        records: list[Record],
+        next_offset: int,
+        high_watermark: int,
+        size: int = 0,
+        deserializers: Deserializers = (None, None),
+        raw: Sequence[RawBatch] = (),
+    ) -> None:
+        """A batch of ``records`` followed by the still undecoded ``raw`` batches."""
+        self.topic = topic
+        self.partition = partition
+        self._records = records
+        self._raw = raw
+        self.next_offset = next_offset
+        self.high_watermark = high_watermark
+        self.size = size
+        self.deserializers = deserializers
+
+    def __repr__(self) -> str:
+        return (
+            f"FetchedBatch(topic={self.topic!r}, partition={self.partition}, "
+            f"next_offset={self.next_offset}, high_watermark={self.high_watermark}, "
+            f"size={self.size})"
+        )
+
+    @property
+    def records(self) -> list[Record]:
+        """The records, in offset order (never empty), decoded on first access.
+
+        Raises:
+            CorruptRecordError: the records are inconsistent or cannot be
+                decompressed (names the batch's offset).
+            ProtocolError: they decompress to more than the decoder allows.
+        """
+        if self._raw:
+            decoded = decode_raw(self._raw)
+            self._records = self._records + decoded if self._records else decoded
+            self._raw = ()  # the fetched bytes can go
+        return self._records
 
     @property
     def tp(self) -> TopicPartition:
@@ -108,6 +184,7 @@ class FetchedBatch:
             DeserializationError: a deserializer raised; it names the topic,
                 partition, offset and whether key or value, with the
                 deserializer's exception as its cause.
+            CorruptRecordError: as :attr:`records`.
         """
         key_of, value_of = self.deserializers
         out: list[DecodedRecord] = []
@@ -151,6 +228,10 @@ def _apply(
         ) from exc
 
 
+#: Fetch requests in flight per broker at most (over disjoint partitions).
+_MAX_IN_FLIGHT: Final = 2
+
+
 @dataclass(eq=False)
 class _Partition:
     tp: TopicPartition
@@ -162,6 +243,10 @@ class _Partition:
     wake: anyio.Event = field(default_factory=anyio.Event)
     #: The high watermark in the newest fetch answer for the partition (-1: none yet).
     high_watermark: int = -1
+    #: A Fetch naming the partition is in flight.
+    in_flight: bool = False
+    #: The largest batch of the last answer, in bytes (a Fetch asks for at least that).
+    largest: int = 0
 
 
 def _request_action(exc: BaseException) -> Action:
@@ -192,6 +277,14 @@ class Prefetcher:
         self._metrics = GroupMetrics() if metrics is None else metrics
         self._config = config
         self._parts = {tp: _Partition(tp, off) for tp, off in positions.items()}
+        budget = config.fetch_buffer_bytes
+        #: Each partition's buffer bound, and the size of one fetch step (half of it).
+        self._share = (
+            config.partition_buffer_bytes
+            if budget is None
+            else max(1, budget // max(1, len(self._parts)))
+        )
+        self._step = max(1, self._share // 2)
         self._reset_offset = reset_offset
         self._on_first_batch = on_first_batch
         self._loops: set[int] = set()
@@ -226,25 +319,21 @@ class Prefetcher:
         part = self._parts[tp]
         part.position = offset
         part.error = None
-        dropped = sum(batch.size for batch in part.queue)
+        part.buffered -= sum(batch.size for batch in part.queue)
         part.queue.clear()
-        self._release(part, dropped)
         part.wake.set()
         # A broker loop idle for lack of ready partitions fetches this one now.
+        self._changed()
+
+    def _changed(self) -> None:
+        """Wake the broker loops: a buffer has room, or a request ended."""
         self._space.set()
         self._space = anyio.Event()
 
-    def _release(self, part: _Partition, size: int) -> None:
-        """``size`` bytes of ``part`` left the buffer: wake fetching if it has room again."""
-        before = part.buffered
-        part.buffered -= size
-        limit = self._config.partition_buffer_bytes
-        if before >= limit > part.buffered:
-            self._space.set()
-            self._space = anyio.Event()
-
     def _consumed(self, part: _Partition, batch: FetchedBatch) -> None:
-        self._release(part, batch.size)
+        part.buffered -= batch.size
+        if not part.in_flight and self._share - part.buffered >= self._want(part):
+            self._changed()  # the partition is ready again
         if self._on_first_batch is not None:
             callback, self._on_first_batch = self._on_first_batch, None
             callback()
@@ -293,68 +382,115 @@ class Prefetcher:
         for node in {p.leader for p in self._parts.values()} - self._loops:
             self._loops.add(node)
             self._tg.start_soon(self._broker_loop, node, name=f"gengroup-fetch-{node}")
+        self._changed()  # running loops pick up the partitions they lead now
 
     def _stale(self, part: _Partition) -> None:
         part.leader = -1
         self._reroute.set()
 
+    def _ready(self, part: _Partition, node: int) -> bool:
+        """Whether ``part`` goes into the next Fetch to ``node``."""
+        return (
+            part.leader == node
+            and not part.in_flight
+            and part.error is None
+            and self._share - part.buffered >= self._want(part)
+        )
+
+    def _want(self, part: _Partition) -> int:
+        """The bytes one Fetch asks for ``part``: a step (half the share), or
+        the largest batch seen if that is larger, within the share."""
+        return min(self._share, max(self._step, part.largest))
+
     async def _broker_loop(self, node: int) -> None:
-        cfg = self._config
+        """Send Fetch requests to ``node`` for its ready partitions, two at most at a time.
+
+        Ends when the broker leads none of the partitions and nothing is in
+        flight; it leaves the loop set at that moment, so the manager starts a
+        fresh loop should the broker lead a partition again.
+        """
+        # One connection per request that may be in flight at the same time:
+        # the broker answers a connection's requests in order, and a long poll
+        # for partitions without new data must not hold up an answer with data.
+        free = [f"fetch-{i}" if i else "fetch" for i in range(_MAX_IN_FLIGHT)]
+        turn = 0
+
+        async def fetch(channel: str, ready: dict[TopicPartition, int]) -> None:
+            try:
+                await self._fetch(node, ready, channel)
+            finally:
+                free.append(channel)
+                for tp in ready:
+                    self._parts[tp].in_flight = False
+                self._changed()
+
         try:
-            while True:
-                mine = [p for p in self._parts.values() if p.leader == node]
-                if not mine:
-                    return
-                ready = {
-                    p.tp: p.position
-                    for p in mine
-                    if p.error is None and p.buffered < cfg.partition_buffer_bytes
-                }
-                if not ready:
+            async with anyio.create_task_group() as tg:
+                while True:
+                    idle = len(free) == _MAX_IN_FLIGHT
+                    if idle and not any(p.leader == node for p in self._parts.values()):
+                        self._loops.discard(node)
+                        return
+                    if free:
+                        # The first partition of a request is the one Kafka
+                        # lets exceed its limit: a different one each time.
+                        order = list(self._parts.values())
+                        turn += 1
+                        order = order[turn % len(order) :] + order[: turn % len(order)]
+                        ready = {p.tp: p.position for p in order if self._ready(p, node)}
+                        if ready:
+                            for tp in ready:
+                                self._parts[tp].in_flight = True
+                            tg.start_soon(fetch, free.pop(), ready)
+                            continue
                     space = self._space
                     await space.wait()
-                    continue
-                try:
-                    result = await fetch_once(
-                        self._cluster,
-                        node,
-                        ready,
-                        max_wait=cfg.fetch_max_wait,
-                        min_bytes=cfg.fetch_min_bytes,
-                        max_bytes=cfg.fetch_max_bytes,
-                        partition_max_bytes=cfg.partition_buffer_bytes,
-                        isolation_level=cfg.isolation_level,
-                    )
-                except Exception as exc:
-                    if _request_action(exc) != "refresh_metadata":
-                        raise
-                    self._metrics.fetch_errors += 1
-                    if node not in self._failing:
-                        self._failing.add(node)
-                        log.info(
-                            "group %s: fetch from broker %d failed: %s", cfg.group_id, node, exc
-                        )
-                    backoff = self._backoffs.setdefault(node, Backoff(self._cluster.retry_backoff))
-                    await backoff.sleep()
-                    # Leave the loop set before asking for a re-route, so
-                    # the manager starts a fresh loop for this broker if it
-                    # still leads these partitions.
-                    self._loops.discard(node)
-                    for p in mine:
-                        self._stale(p)
-                    return
-                self._metrics.fetches += 1
-                if node in self._failing:
-                    self._failing.discard(node)
-                    log.info("group %s: fetching from broker %d again", cfg.group_id, node)
-                self._backoffs.pop(node, None)
-                for tp, pf in result.items():
-                    part = self._parts.get(tp)
-                    if part is None or part.position != ready.get(tp):
-                        continue
-                    await self._deliver(part, pf)
-        finally:
+        except BaseException:
             self._loops.discard(node)
+            raise
+
+    async def _fetch(self, node: int, ready: dict[TopicPartition, int], channel: str) -> None:
+        """One Fetch to ``node`` for ``ready`` on ``channel``; the answer goes to the buffers."""
+        cfg = self._config
+        asks = {tp: self._want(self._parts[tp]) for tp in ready}
+        try:
+            result = await fetch_once(
+                self._cluster,
+                node,
+                ready,
+                max_wait=cfg.fetch_max_wait,
+                min_bytes=cfg.fetch_min_bytes,
+                max_bytes=min(cfg.fetch_max_bytes, sum(asks.values())),
+                partition_max_bytes=asks,
+                isolation_level=cfg.isolation_level,
+                decode=False,
+                channel=channel,
+            )
+        except Exception as exc:
+            if _request_action(exc) != "refresh_metadata":
+                raise
+            self._metrics.fetch_errors += 1
+            if node not in self._failing:
+                self._failing.add(node)
+                log.info("group %s: fetch from broker %d failed: %s", cfg.group_id, node, exc)
+            backoff = self._backoffs.setdefault(node, Backoff(self._cluster.retry_backoff))
+            await backoff.sleep()
+            # Every partition of the broker looks its leader up again (the
+            # loop picks them up if the broker still leads them).
+            for p in self._parts.values():
+                if p.leader == node:
+                    self._stale(p)
+            return
+        self._metrics.fetches += 1
+        if node in self._failing:
+            self._failing.discard(node)
+            log.info("group %s: fetching from broker %d again", cfg.group_id, node)
+        self._backoffs.pop(node, None)
+        for tp, pf in result.items():
+            part = self._parts.get(tp)
+            if part is None or part.position != ready.get(tp):
+                continue
+            await self._deliver(part, pf)
 
     async def _deliver(self, part: _Partition, pf: PartitionFetch) -> None:
         error = pf.error
@@ -383,18 +519,24 @@ class Prefetcher:
             return
         part.high_watermark = max(part.high_watermark, pf.high_watermark)
         # parse_fetch_response already dropped control and aborted batches
-        # and the records below the requested offset.
-        batches = pf.batches
-        if len(batches) == 1:
-            records = batches[0].records
-        else:
-            records = [r for b in batches for r in b.records]
+        # and the records below the requested offset; the raw batches are
+        # decoded by the worker.
+        if pf.next_offset <= part.position < pf.high_watermark:
+            # Data is there but not one batch came: the next batch is larger
+            # than what was asked for (Kafka lets only the first partition of
+            # an answer exceed its limit), so ask for more next time.
+            part.largest = min(self._share, 2 * self._want(part))
         part.position = max(part.position, pf.next_offset)
-        if not records:
+        batches, raw = pf.batches, pf.raw
+        if not batches and not raw:
             return
+        records = [r for b in batches for r in b.records]
+        count = len(records) + sum(b.count for b in raw)
+        if raw:
+            part.largest = max(b.end - b.start for b in raw)
         # Charged at the size of the bytes received: decoded records take more
         # memory, but in proportion, and counting them would cost a pass over
-        # every record on the hot path.
+        # every record.
         size = pf.size
         part.queue.append(
             FetchedBatch(
@@ -405,10 +547,11 @@ class Prefetcher:
                 pf.high_watermark,
                 size,
                 (self._config.key_deserializer, self._config.value_deserializer),
+                raw,
             )
         )
         part.buffered += size
-        self._metrics.records += len(records)
+        self._metrics.records += count
         self._metrics.bytes += size
         part.wake.set()
 

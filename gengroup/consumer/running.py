@@ -336,7 +336,8 @@ class _Run:
                 # cancellation caused, leaving only what the tasks raised.
                 try:
                     async with gen.task_group() as tg:
-                        tg.start_soon(self._heartbeat_loop, name="gengroup-heartbeat")
+                        if self.formed.classic:
+                            tg.start_soon(self._heartbeat_loop, name="gengroup-heartbeat")
                         tg.start_soon(self.formed.prefetcher.run, name="gengroup-prefetcher")
                         if gen.is_leader and cfg.watch_partition_changes:
                             tg.start_soon(self._watch_partitions, name="gengroup-watcher")

@@ -28,6 +28,13 @@ Every request goes out through :meth:`Cluster.call` (version negotiated on
 the connection that carries it, see :mod:`gengroup.io.request`); every retry
 waits the one backoff of :mod:`gengroup.io.retry`, from ``retry_backoff``.
 
+Every connection is secured alike: the cluster's :class:`~gengroup.io.security.Security`
+(TLS and SASL settings) and the one TLS context built from it at construction
+go to each :class:`~gengroup.io.connection.BrokerConnection` it opens. An
+:class:`~gengroup._errors.AuthenticationError` (TLS or SASL) is not a
+connection failure to try the next address with: it comes out of
+:meth:`Cluster.any_connection` at once, and nothing retries it.
+
 FindCoordinator retries what the error table retries (NOT_COORDINATOR,
 COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, connection failures
 ...) with backoff until its deadline; following a coordinator that moves is
@@ -41,7 +48,7 @@ import random
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, Unpack
 from uuid import UUID
 
 import anyio
@@ -62,6 +69,7 @@ from ..protocol.versions import ApiKey
 from . import request as _request
 from .connection import BrokerConnection
 from .retry import retry
+from .security import PLAINTEXT, Security, SecuritySettings
 
 __all__ = ["BrokerInfo", "Cluster", "PartitionInfo", "TopicInfo", "ms"]
 
@@ -131,11 +139,22 @@ class Cluster:
         unreachable_timeout: seconds the cluster may stay unreachable (no
             broker answers at all) before :class:`~gengroup._errors.ClusterUnreachable`
             stops being retried; None retries forever.
+        security: TLS and SASL settings of every connection (default: plain TCP).
+        **settings: the same settings by name instead (``security_protocol``,
+            ``sasl_mechanism`` ..., see :class:`~gengroup.io.security.Security`).
+
+    Raises:
+        ConfigError: an invalid address or security setting.
 
     Example::
 
         async with Cluster(["127.0.0.1:9092"]) as cluster:
             await cluster.refresh_metadata(["payments"])
+
+        async with Cluster(["kafka.example:9093"], security_protocol="SASL_SSL",
+                           sasl_mechanism="SCRAM-SHA-512", sasl_username="billing",
+                           sasl_password=secret) as cluster:
+            ...
     """
 
     def __init__(
@@ -147,6 +166,8 @@ class Cluster:
         request_timeout: float = 30.0,
         retry_backoff: float = 0.1,
         unreachable_timeout: float | None = None,
+        security: Security | None = None,
+        **settings: Unpack[SecuritySettings],
     ) -> None:
         if isinstance(bootstrap, str):
             bootstrap = [a for a in bootstrap.split(",") if a.strip()]
@@ -158,6 +179,10 @@ class Cluster:
         self.request_timeout = request_timeout
         self.retry_backoff = retry_backoff
         self.unreachable_timeout = unreachable_timeout
+        if security is not None and settings:
+            raise ConfigError(f"pass either security or {', '.join(settings)}, not both")
+        self.security = Security(**settings) if settings else Security.of(security or PLAINTEXT)
+        self._tls = self.security.tls_context()
         #: When the cluster was first found unreachable (None: reachable, or not tried yet).
         self.unreachable_since: float | None = None
         self.brokers: dict[int, BrokerInfo] = {}
@@ -230,6 +255,8 @@ class Cluster:
                 client_id=self.client_id,
                 connect_timeout=self.connect_timeout,
                 request_timeout=self.request_timeout,
+                security=self.security,
+                tls=self._tls,
             )
             await self._tg.start(new.serve)
             if self._closed:  # aclose() ran while this one was connecting

@@ -1,4 +1,4 @@
-"""One TCP connection to one Kafka broker, multiplexed by correlation id.
+"""One connection to one Kafka broker (TCP, TLS, SASL), multiplexed by correlation id.
 
 Theory of operation:
 
@@ -18,6 +18,19 @@ the caller's task, so a malformed response fails only that request (with
 A request that outlives its timeout closes the connection, as the Java client
 does: its response would otherwise arrive late into an unknown state.
 
+Security (:mod:`gengroup.io.security`): with ``SSL``/``SASL_SSL`` the TCP
+stream is wrapped in TLS (anyio's ``TLSStream``, server name = the broker's
+host) before anything is sent; a certificate that does not verify, or a
+handshake the broker refuses, raises :class:`~gengroup._errors.TLSError`
+naming the cause, which is not retried. With ``SASL_*``, the SASL exchange
+of :mod:`gengroup.io.sasl` runs right after ApiVersions, before readiness
+is reported; rejected credentials raise
+:class:`~gengroup._errors.AuthenticationError` (logged once, here, and not
+retried). When the broker limits the session's lifetime (KIP-368), a task
+beside the reader re-authenticates on this same connection before it
+expires, holding the send lock so that no other request goes out between
+the SASL frames (see :mod:`gengroup.io.sasl` for why in place).
+
 The read loop is shielded from cancellation: the connection lives until its
 owner closes it, so that shielded clean-up in a cancelled scope (the final
 offset commit of a generation, LeaveGroup) can still use it. Owners therefore
@@ -28,8 +41,11 @@ always close their connections on exit (``Cluster.__aexit__``,
 from __future__ import annotations
 
 import itertools
+import logging
 import math
+import random
 import socket
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -44,19 +60,28 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersions
 from kio.schema.errors import ErrorCode
 
 from .._errors import (
+    AuthenticationError,
     BrokenConnection,
     ConnectionClosed,
     KafkaConnectionError,
     ProtocolError,
     RequestTimedOut,
+    TLSError,
     error_for_code,
 )
 from ..protocol.framing import FrameBuffer, decode_response, encode_request, read_correlation_id
 from ..protocol.versions import ApiKey, negotiate
+from . import sasl
+from .security import PLAINTEXT, Security
 
 __all__ = ["BrokerConnection", "open_connection"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("gengroup.connection")
+
+#: Re-authenticate at this fraction of the session lifetime (jittered between them).
+_REAUTH_AT = (0.85, 0.95)
 
 _SOFTWARE_NAME = "gengroup"
 _SOFTWARE_VERSION = "0.1.0"
@@ -89,6 +114,39 @@ def describe_connect_failure(exc: BaseException) -> str:
     return repr(exc)
 
 
+def tls_failure(exc: BaseException, broker: str) -> TLSError | None:
+    """The :class:`TLSError` for a TLS failure the configuration must fix, else None.
+
+    A certificate that does not verify or a handshake alert from the broker
+    is one; a handshake cut short (EOF, reset) is an ordinary broken
+    connection, worth retrying.
+    """
+    err = exc
+    while not isinstance(err, ssl.SSLError) and err.__cause__ is not None:
+        err = err.__cause__
+    if isinstance(err, ssl.SSLCertVerificationError):
+        # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH (62) and X509_V_ERR_IP_ADDRESS_MISMATCH (64).
+        reason = "hostname mismatch" if err.verify_code in (62, 64) else "certificate verify failed"
+        detail = err.verify_message or str(err)
+        message = f"TLS handshake with {broker} failed: {reason}: {detail}"
+        return TLSError(message, broker=broker, reason=reason)
+    if isinstance(err, ssl.SSLError) and not isinstance(
+        err, ssl.SSLEOFError | ssl.SSLZeroReturnError | ssl.SSLSyscallError
+    ):
+        code = err.reason or str(err)
+        if "ALERT" in code:
+            detail = f"{code} (a client certificate missing or not trusted?)"
+            reason = "rejected by the broker"
+        elif code == "WRONG_VERSION_NUMBER":
+            detail = "the broker does not speak TLS on this port (check security_protocol)"
+            reason = "rejected by the broker"
+        else:
+            return None
+        message = f"TLS handshake with {broker} failed: {reason}: {detail}"
+        return TLSError(message, broker=broker, reason=reason)
+    return None
+
+
 class BrokerConnection:
     """A multiplexed connection to one broker.
 
@@ -100,8 +158,12 @@ class BrokerConnection:
         port: the broker's port.
         node_id: the broker's node id, if known (-1 for a bootstrap address).
         client_id: sent in every request header.
-        connect_timeout: seconds to establish TCP and negotiate versions.
+        connect_timeout: seconds to establish TCP and TLS, negotiate versions
+            and authenticate.
         request_timeout: default seconds to wait for a response.
+        security: TLS and SASL settings (default: plain TCP).
+        tls: the TLS context to use (default: built from ``security``; a
+            :class:`~gengroup.io.cluster.Cluster` builds one for all its connections).
     """
 
     def __init__(
@@ -113,6 +175,8 @@ class BrokerConnection:
         client_id: str = "gengroup",
         connect_timeout: float = 10.0,
         request_timeout: float = 30.0,
+        security: Security = PLAINTEXT,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -120,6 +184,13 @@ class BrokerConnection:
         self.client_id = client_id
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
+        self.security = security
+        self._tls = tls if tls is not None or not security.uses_tls else security.tls_context()
+        #: Seconds the broker gave the SASL session (None: unlimited or no SASL).
+        self.session_lifetime: float | None = None
+        #: How many times the connection re-authenticated (KIP-368).
+        self.reauthentications = 0
+        self._read_error: BaseException | None = None
         #: api key -> negotiated version (filled in during :meth:`serve`).
         self.versions: dict[ApiKey, int] = {}
         #: api key -> (min, max) the broker advertised.
@@ -135,6 +206,11 @@ class BrokerConnection:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
 
     @property
+    def address(self) -> str:
+        """The broker's ``host:port``."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
     def is_usable(self) -> bool:
         """True while the connection is open and not broken."""
         return self._stream is not None and self._failure is None
@@ -142,15 +218,31 @@ class BrokerConnection:
     # ------------------------------------------------------------------ lifecycle
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[BrokerConnection]) -> None:
-        """Connect, negotiate versions, report readiness, then read until closed.
+        """Connect, negotiate versions, authenticate, report readiness, then read until closed.
 
         Raises (before readiness only):
             BrokenConnection: the broker could not be reached or negotiated with.
+            TLSError: the broker's certificate did not verify, or it refused the handshake.
+            AuthenticationError: SASL authentication failed.
         """
         try:
             with anyio.fail_after(self.connect_timeout):
-                self._stream = await anyio.connect_tcp(self.host, self.port)
-        except (OSError, TimeoutError) as exc:
+                if self._tls is None:
+                    self._stream = await anyio.connect_tcp(self.host, self.port)
+                else:
+                    self._stream = await anyio.connect_tcp(
+                        self.host,
+                        self.port,
+                        ssl_context=self._tls,
+                        tls_hostname=self.host,
+                        # Brokers close TLS connections without close_notify.
+                        tls_standard_compatible=False,
+                    )
+        except (OSError, TimeoutError, anyio.BrokenResourceError) as exc:
+            tls_error = tls_failure(exc, self.address)
+            if tls_error is not None:
+                log.warning("%s", tls_error)
+                raise tls_error from exc
             raise BrokenConnection(
                 f"cannot connect to {self.host}:{self.port}: {describe_connect_failure(exc)}"
             ) from exc
@@ -161,8 +253,17 @@ class BrokerConnection:
                 try:
                     with anyio.fail_after(self.connect_timeout):
                         await self._negotiate()
-                except (TimeoutError, KafkaConnectionError, ProtocolError) as exc:
+                        if self.security.uses_sasl:
+                            self.session_lifetime = await sasl.authenticate(
+                                self, self.security, self.address
+                            )
+                except AuthenticationError as exc:
                     failure = exc
+                    log.warning("%s", exc)
+                    self._fail(BrokenConnection(f"{self}: authentication failed"))
+                    await self._close_stream()
+                except (TimeoutError, KafkaConnectionError, ProtocolError) as exc:
+                    failure = self._tls_read_failure() or exc
                     self._fail(BrokenConnection(f"{self}: version negotiation failed: {exc!r}"))
                     await self._close_stream()
                 except BaseException:
@@ -172,6 +273,8 @@ class BrokerConnection:
                     await self._close_stream()
                     raise
                 else:
+                    if self.session_lifetime is not None:
+                        tg.start_soon(self._reauthenticate_loop)
                     task_status.started(self)
                     # If the task that asked for this connection was cancelled
                     # meanwhile, trio does not hand the connection over to the
@@ -186,8 +289,43 @@ class BrokerConnection:
                         raise
         finally:
             await self._close_stream()
+        if isinstance(failure, AuthenticationError):
+            raise failure
         if failure is not None:
             raise BrokenConnection(f"{self}: version negotiation failed: {failure!r}") from failure
+
+    def _tls_read_failure(self) -> TLSError | None:
+        """A TLS alert read after the handshake (how TLS 1.3 refuses a client certificate)."""
+        if self._read_error is None:
+            return None
+        error = tls_failure(self._read_error, self.address)
+        if error is not None:
+            log.warning("%s", error)
+        return error
+
+    async def _reauthenticate_loop(self) -> None:
+        """Re-authenticate before each session expires, until the connection closes."""
+        while self.session_lifetime is not None:
+            delay = self.session_lifetime * random.uniform(*_REAUTH_AT)
+            with anyio.move_on_after(delay):
+                await self._closed.wait()
+                return
+            try:
+                async with self._send_lock:
+                    with anyio.fail_after(self.connect_timeout):
+                        lifetime = await sasl.authenticate(
+                            _Locked(self), self.security, self.address
+                        )
+            except Exception as exc:  # the serve task never raises once started
+                if isinstance(exc, ConnectionClosed) or self._failure is not None:
+                    return  # closed (or broken) meanwhile: nothing left to re-authenticate
+                log.warning("%s: re-authentication failed, closing the connection: %s", self, exc)
+                self._fail(BrokenConnection(f"{self}: re-authentication failed: {exc}"))
+                await self._close_stream()
+                return
+            self.reauthentications += 1
+            self.session_lifetime = lifetime
+            log.debug("%s re-authenticated; next session lasts %s s", self, lifetime)
 
     async def _negotiate(self) -> None:
         req: Any = ApiVersionsRequestV3(
@@ -252,6 +390,7 @@ class BrokerConnection:
                     waiter.frame = frame
                     waiter.event.set()
         except (anyio.EndOfStream, anyio.BrokenResourceError, OSError) as exc:
+            self._read_error = exc
             self._fail(BrokenConnection(f"{self} broke: {exc!r}"))
         except anyio.ClosedResourceError:
             self._fail(ConnectionClosed(f"{self} was closed"))
@@ -264,7 +403,12 @@ class BrokerConnection:
     # ------------------------------------------------------------------ requests
 
     async def request(
-        self, request: Any, *, timeout: float | None = None, expect_response: bool = True
+        self,
+        request: Any,
+        *,
+        timeout: float | None = None,
+        expect_response: bool = True,
+        _lock_held: bool = False,
     ) -> Any:
         """Send one request and wait for its response.
 
@@ -295,7 +439,7 @@ class BrokerConnection:
         if expect_response:
             self._waiters[cid] = waiter
         try:
-            async with self._send_lock:
+            async with _maybe(self._send_lock, not _lock_held):
                 stream = self._stream
                 if stream is None or self._failure is not None:
                     raise ConnectionClosed(f"{self} is not connected")
@@ -339,6 +483,26 @@ class BrokerConnection:
         return response
 
 
+class _Locked:
+    """A connection seen by a task that holds its send lock (re-authentication)."""
+
+    def __init__(self, conn: BrokerConnection) -> None:
+        self._conn = conn
+        self.broker_versions = conn.broker_versions
+
+    async def request(self, request: Any, *, timeout: float | None = None) -> Any:
+        return await self._conn.request(request, timeout=timeout, _lock_held=True)
+
+
+@asynccontextmanager
+async def _maybe(lock: anyio.Lock, take: bool) -> AsyncIterator[None]:
+    if take:
+        async with lock:
+            yield
+    else:
+        yield
+
+
 @asynccontextmanager
 async def open_connection(
     host: str,
@@ -347,6 +511,7 @@ async def open_connection(
     client_id: str = "gengroup",
     connect_timeout: float = 10.0,
     request_timeout: float = 30.0,
+    security: Security = PLAINTEXT,
 ) -> AsyncIterator[BrokerConnection]:
     """Open a standalone connection to one broker.
 
@@ -361,6 +526,7 @@ async def open_connection(
         client_id=client_id,
         connect_timeout=connect_timeout,
         request_timeout=request_timeout,
+        security=security,
     )
     # The task group is entered by hand so that a failure to connect, and an
     # exception from the body, come out as themselves rather than wrapped in

@@ -5,7 +5,8 @@ Theory of operation:
 Building the request and reading the response are sans-IO, in
 :mod:`gengroup.protocol.fetch` (its names are re-exported here). This module
 sends: :func:`fetch_once` sends one request to one broker on the broker's
-``"fetch"`` connection (long polls never delay other traffic);
+``"fetch"`` connection, or another one named by the caller (long polls never
+delay other traffic), and can leave the records undecoded for the consumer;
 :func:`read_partition` is a convenience for tests and tools that reads a range
 of offsets, following leadership changes by refreshing metadata, with the
 client's retry helper (:mod:`gengroup.io.retry`).
@@ -56,12 +57,20 @@ async def fetch_once(
     max_wait: float = 0.5,
     min_bytes: int = 1,
     max_bytes: int = 50 * 1024 * 1024,
-    partition_max_bytes: int = 1024 * 1024,
+    partition_max_bytes: int | Mapping[TopicPartition, int] = 1024 * 1024,
     isolation_level: IsolationLevelArg | int = "read_uncommitted",
+    decode: bool = True,
+    channel: str = "fetch",
 ) -> dict[TopicPartition, PartitionFetch]:
     """Send one Fetch to broker ``node_id`` and parse the answer.
 
     The response is awaited for ``max_wait`` plus the cluster's request timeout.
+    ``partition_max_bytes`` is one limit for every partition or one per
+    partition; ``decode=False`` leaves the records undecoded (checked, in each
+    result's ``raw``; see :func:`parse_fetch_response`). ``channel`` names the
+    broker connection (see :meth:`~gengroup.io.cluster.Cluster.connection`):
+    requests that may be in flight together use different ones, so that a
+    long poll does not hold up the other.
 
     Returns:
         See :func:`parse_fetch_response`.
@@ -88,9 +97,11 @@ async def fetch_once(
             isolation_level=isolation_level,
         ),
         timeout=max_wait + cluster.request_timeout,
-        channel="fetch",
+        channel=channel,
     )
-    return parse_fetch_response(resp, isolation_level=isolation_level, positions=positions)
+    return parse_fetch_response(
+        resp, isolation_level=isolation_level, positions=positions, decode=decode
+    )
 
 
 async def read_partition(

@@ -34,7 +34,7 @@ import anyio
 
 from .._errors import BrokerError, is_retriable
 
-__all__ = ["DEFAULT_CAP", "Backoff", "GiveUp", "backoff_delay", "retry"]
+__all__ = ["DEFAULT_CAP", "Backoff", "GiveUp", "backoff_delay", "retry", "seconds_left"]
 
 T = TypeVar("T")
 
@@ -90,6 +90,12 @@ class Backoff:
     def reset(self) -> None:
         """Start again from the first delay (after a success)."""
         self.attempt = 0
+
+
+def seconds_left(seconds: float) -> Callable[[], float]:
+    """The seconds left until ``seconds`` from now, each time it is called (never negative)."""
+    end = anyio.current_time() + seconds
+    return lambda: max(0.0, end - anyio.current_time())
 
 
 class GiveUp(Exception):

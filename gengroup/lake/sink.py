@@ -30,7 +30,8 @@ at most ``flush_timeout`` seconds) -- the coordinator still accepts commits of
 the ending generation while it rebalances -- so a rebalance does not throw
 work away. A refused commit deletes its staged file and ends the worker; a
 commit whose outcome is unknown (a broken connection, a timeout) keeps it for
-the next owner to resolve. ``docs/pipeline.md`` argues why the lake then holds
+the next owner to resolve and ends the worker too, so the generation ends and
+the member rejoins rather than the sink failing. ``docs/pipeline.md`` argues why the lake then holds
 each offset of the committed range exactly once.
 """
 
@@ -54,6 +55,7 @@ from .._errors import (
     GenerationEnded,
     MemberResetError,
     RebalanceInProgress,
+    is_retriable,
 )
 from .._types import TopicPartition
 from ..consumer.generation import Generation
@@ -382,6 +384,21 @@ class LakeSink:
                 landed.base,
                 landed.end - 1,
                 exc,
+            )
+            return False
+        except Exception as exc:
+            if not is_retriable(exc):
+                raise
+            # The commit may or may not be stored: the staged file stays for the next
+            # owner (this member, after rejoining, or another) to publish or delete.
+            log.warning(
+                "%s: the commit of offsets %d..%d failed (%s); ending generation %d, "
+                "the partition's next owner settles the staged file",
+                tp,
+                landed.base,
+                landed.end - 1,
+                exc,
+                gen.id,
             )
             return False
         with anyio.CancelScope(shield=True):

@@ -4,7 +4,7 @@ Theory of operation:
 
 ``verify`` is an independent check of the sink: it reads the topic with
 Spark's own Kafka source (``spark-sql-kafka-0-10``, built on the Java
-client, fetched by Spark from Maven Central on first use) and the lake with
+client; :func:`connector_jars` fetches it with Maven once) and the lake with
 Spark's Parquet reader, and joins the two on (topic, partition, offset). The
 lake side is grouped first, so a record landed twice shows up as a duplicate
 rather than disappearing in the join. Per partition it counts records in the
@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .._types import TopicPartition
@@ -37,6 +39,8 @@ from .store import LakeError
 
 __all__ = [
     "KAFKA_PACKAGE",
+    "SPARK_VERSION",
+    "connector_jars",
     "PartitionCheck",
     "VerifyReport",
     "analytics",
@@ -45,8 +49,51 @@ __all__ = [
     "verify",
 ]
 
-#: Spark's Kafka source, matching the pyspark version the ``spark`` extra pins.
-KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+#: The Spark version of Spark's Kafka source; the ``spark`` extra pins pyspark to it.
+SPARK_VERSION = "4.2.0"
+#: Spark's Kafka source, as Maven coordinates.
+KAFKA_PACKAGE = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}"
+
+
+def connector_jars() -> list[str]:
+    """The jars of Spark's Kafka source, fetched once with Maven into gengroup's jar cache.
+
+    They sit beside the Kafka broker's jars (``~/.cache/gengroup``, or
+    ``$GENGROUP_KAFKA_CACHE``) and are handed to Spark as local jars, so a
+    session resolves nothing at run time.
+
+    Raises:
+        LakeError: Maven is missing or could not fetch them.
+    """
+    from importlib import resources
+
+    from ..testing.kafka._base import KafkaHarnessError
+    from ..testing.kafka.jars import default_cache_root, fetch_maven_jars
+
+    pom = resources.files("gengroup.lake").joinpath("spark-kafka-pom.xml").read_bytes()
+    lib = default_cache_root() / f"spark-kafka-{SPARK_VERSION}" / "lib"
+    try:
+        fetch_maven_jars(
+            lib,
+            pom,
+            (f"spark-sql-kafka-0-10_2.13-{SPARK_VERSION}.jar",),
+            properties={"spark.version": SPARK_VERSION},
+            what=f"Spark's Kafka source {SPARK_VERSION}",
+        )
+    except KafkaHarnessError as exc:
+        raise LakeError(f"cannot get Spark's Kafka source: {exc}") from exc
+    import pyspark
+
+    # Spark ships its own Scala, Hadoop client, compression codecs and logging: a second
+    # copy of any of them on the class path would only shadow or clash.
+    spark_has = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return sorted(str(p) for p in lib.glob("*.jar") if _artifact(p.name) not in spark_has)
+
+
+def _artifact(jar: str) -> str:
+    """``kafka-clients-3.9.2.jar`` -> ``kafka-clients``."""
+    m = re.match(r"^(.*?)-\d[^-]*(-[A-Za-z]\w*)?\.jar$", jar)
+    return m[1] if m else jar
 
 
 @contextmanager
@@ -54,7 +101,8 @@ def session(master: str = "local[2]", name: str = "gengroup lake") -> Iterator[A
     """A SparkSession with the Kafka source on its class path, stopped on exit.
 
     Raises:
-        LakeError: no Java runtime (Spark needs Java 17 or later).
+        LakeError: no Java runtime (Spark needs Java 17 or later), or the Kafka
+            source's jars could not be fetched.
     """
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise LakeError("Spark needs a Java runtime (17 or later): no `java` on PATH, no JAVA_HOME")
@@ -63,7 +111,7 @@ def session(master: str = "local[2]", name: str = "gengroup lake") -> Iterator[A
     spark = (
         SparkSession.builder.master(master)
         .appName(name)
-        .config("spark.jars.packages", KAFKA_PACKAGE)
+        .config("spark.jars", ",".join(connector_jars()))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
@@ -85,9 +133,10 @@ def check_files(lake: str) -> int:
     """Read every published file's Parquet footer; how many files the lake holds.
 
     Raises:
-        LakeError: files that are not readable Parquet, named (Spark would
-            fail on the first one deep inside a job, or skip them silently
-            with ``ignoreCorruptFiles``).
+        LakeError: no lake there (no folder, or no landed file in it), or
+            files that are not readable Parquet, named (Spark would fail on
+            the first one deep inside a job, or skip them silently with
+            ``ignoreCorruptFiles``).
     """
     import pyarrow.parquet as pq
     from pyarrow import fs
@@ -95,7 +144,7 @@ def check_files(lake: str) -> int:
     from .layout import parse_file_name
     from .store import LakeStore
 
-    store = LakeStore(lake)
+    store = LakeStore(lake, create=False)
     infos = store.fs.get_file_info(fs.FileSelector(store.root, recursive=True))
     published = [
         i
@@ -113,6 +162,8 @@ def check_files(lake: str) -> int:
             corrupt.append(f"{info.path}: {exc}")
     if corrupt:
         raise LakeError(f"{len(corrupt)} corrupt file(s) in the lake: " + "; ".join(corrupt))
+    if not published:
+        raise LakeError(f"no lake at {lake!r}: the folder holds no landed file")
     return len(published)
 
 

@@ -51,9 +51,11 @@ class LakeStore:
     Args:
         uri: a local path or any URI ``pyarrow.fs.FileSystem.from_uri`` opens.
         compression: the Parquet codec of new files.
+        create: create the lake's folder if missing (the sink); without it, a
+            missing folder is a :class:`LakeError` (the readers).
     """
 
-    def __init__(self, uri: str, *, compression: str = "zstd") -> None:
+    def __init__(self, uri: str, *, compression: str = "zstd", create: bool = True) -> None:
         from pyarrow import fs
 
         if "://" in uri:
@@ -64,6 +66,10 @@ class LakeStore:
         self.uri = uri
         self.compression = compression
         self.local = isinstance(self.fs, fs.LocalFileSystem)
+        if not create:
+            if self.fs.get_file_info(self.root).type != fs.FileType.Directory:
+                raise LakeError(f"no lake at {uri!r}: it is not a folder")
+            return
         try:
             self.fs.create_dir(self.root, recursive=True)
         except OSError as exc:

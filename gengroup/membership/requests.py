@@ -20,6 +20,7 @@ Error codes are returned, not raised: the member machine interprets them
 from __future__ import annotations
 
 import datetime
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +30,11 @@ from ..protocol.framing import build, ms
 from .member import JoinParams
 
 __all__ = [
+    "ConsumerHeartbeat",
     "GroupView",
     "JoinResult",
     "commit_request",
+    "consumer_heartbeat_request",
     "describe_request",
     "error_code",
     "heartbeat_request",
@@ -258,3 +261,63 @@ def parse_offset_commit(resp: Any) -> dict[TopicPartition, int]:
         for t in resp.topics
         for p in t.partitions
     }
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeat:
+    """A ConsumerGroupHeartbeat of the consumer group protocol (KIP-848).
+
+    Every field is sent each time (none is left null as "unchanged"), except
+    on leaving (``member_epoch`` -1 or -2), which sends only who leaves.
+
+    Attributes:
+        group_id: the group.
+        member_id: the member's own id (the coordinator's from v0 on, once it
+            gave one).
+        member_epoch: 0 to join, the current epoch, -1 to leave, -2 for a
+            static member leaving to come back.
+        instance_id: the static member id, or None.
+        rack: the member's rack, or None.
+        rebalance_timeout: seconds the coordinator waits for a revocation.
+        topics: the subscribed topic names.
+        assignor: the server-side assignor asked for, or None.
+        owned: topic id -> the partitions the member owns (empty to join).
+    """
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rack: str | None
+    rebalance_timeout: float
+    topics: tuple[str, ...]
+    assignor: str | None
+    owned: Mapping[uuid.UUID, tuple[int, ...]]
+
+
+def consumer_heartbeat_request(mod: Any, beat: ConsumerHeartbeat) -> Any:
+    """A ConsumerGroupHeartbeat request (v0-v1)."""
+    if beat.member_epoch < 0:
+        return build(
+            mod.ConsumerGroupHeartbeatRequest,
+            group_id=beat.group_id,
+            member_id=beat.member_id,
+            member_epoch=beat.member_epoch,
+            instance_id=beat.instance_id,
+            topic_partitions=None,
+        )
+    return build(
+        mod.ConsumerGroupHeartbeatRequest,
+        group_id=beat.group_id,
+        member_id=beat.member_id,
+        member_epoch=beat.member_epoch,
+        instance_id=beat.instance_id,
+        rack_id=beat.rack,
+        rebalance_timeout=ms(beat.rebalance_timeout),
+        subscribed_topic_names=tuple(sorted(beat.topics)),
+        server_assignor=beat.assignor,
+        topic_partitions=tuple(
+            build(mod.TopicPartitions, topic_id=tid, partitions=tuple(sorted(parts)))
+            for tid, parts in sorted(beat.owned.items())
+        ),
+    )

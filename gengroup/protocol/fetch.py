@@ -33,6 +33,13 @@ A last batch cut short by the broker's size limit is not decoded; if nothing
 complete came, ``truncated`` tells the caller to fetch with a larger
 ``partition_max_bytes``.
 
+With ``decode=False`` the records are not decoded here: the batches are
+checked by :func:`~gengroup.protocol.records.scan_batches` (length, magic,
+CRC, codec, count -- a failure is the partition's ``error``, as before) and
+left in ``raw`` for the consumer to decode when it reads them. Only what the
+filtering needs is decoded at once: control batches (for their type) and a
+batch that starts below the requested offset (trimmed into ``batches``).
+
 Nothing here touches a socket or a clock; sending is :mod:`gengroup.io.fetch`'s.
 """
 
@@ -47,7 +54,15 @@ from typing import Any, Final, Literal
 from .._errors import GengroupError, ProtocolError, error_for_code
 from .._types import TopicPartition
 from .framing import build, ms, request_module
-from .records import ControlType, Record, RecordBatch, decode_batches_partial
+from .records import (
+    ControlType,
+    RawBatch,
+    Record,
+    RecordBatch,
+    decode_batches_partial,
+    decode_raw,
+    scan_batches,
+)
 from .versions import ApiKey
 
 __all__ = [
@@ -99,6 +114,9 @@ class PartitionFetch:
         truncated: the data ended with an incomplete batch.
         size: bytes of record data the broker sent for the partition (what a
             consumer's buffer accounting charges for it).
+        raw: with ``decode=False``, the data batches still undecoded, in
+            offset order after those in ``batches`` (checked, filtered like
+            them; none starts below the requested offset).
     """
 
     error: GengroupError | None
@@ -109,11 +127,17 @@ class PartitionFetch:
     next_offset: int = -1
     truncated: bool = False
     size: int = 0
+    raw: list[RawBatch] = field(default_factory=list)
 
     @property
     def records(self) -> list[Record]:
-        """Every record of :attr:`batches`, in offset order."""
-        return [r for b in self.batches for r in b.records]
+        """Every record of :attr:`batches` and :attr:`raw`, in offset order.
+
+        Raises:
+            CorruptRecordError: a batch of :attr:`raw` cannot be decoded.
+        """
+        out = [r for b in self.batches for r in b.records]
+        return out + decode_raw(self.raw) if self.raw else out
 
 
 def build_fetch_request(
@@ -123,7 +147,7 @@ def build_fetch_request(
     max_wait: float,
     min_bytes: int,
     max_bytes: int,
-    partition_max_bytes: int,
+    partition_max_bytes: int | Mapping[TopicPartition, int],
     isolation_level: IsolationLevelArg | int,
     leader_epochs: Mapping[TopicPartition, int] | None = None,
 ) -> Any:
@@ -135,7 +159,8 @@ def build_fetch_request(
         max_wait: seconds the broker may wait for ``min_bytes``.
         min_bytes: bytes to accumulate before answering.
         max_bytes: response size limit (the first batch is returned even if larger).
-        partition_max_bytes: size limit per partition.
+        partition_max_bytes: size limit per partition: one for all, or one
+            for each partition of ``positions``.
         isolation_level: ``"read_uncommitted"`` / ``"read_committed"`` (or 0 / 1).
         leader_epochs: the current leader epoch per partition, if the caller
             wants the broker to fence stale leaders (default: -1, no check).
@@ -155,7 +180,12 @@ def build_fetch_request(
                 fetch_offset=offset,
                 last_fetched_epoch=-1,
                 log_start_offset=-1,
-                partition_max_bytes=min(partition_max_bytes, _INT32_MAX),
+                partition_max_bytes=min(
+                    partition_max_bytes
+                    if isinstance(partition_max_bytes, int)
+                    else partition_max_bytes[tp],
+                    _INT32_MAX,
+                ),
             )
         )
     return build(
@@ -213,11 +243,52 @@ def _filter_batches(
     return out
 
 
+def _filter_raw(
+    batches: list[RawBatch],
+    aborted: Any,
+    read_committed: bool,
+    start: int | None,
+) -> tuple[list[RecordBatch], list[RawBatch]]:
+    """:func:`_filter_batches` on undecoded batches: what to hand out, as ``(decoded, raw)``.
+
+    A control batch is decoded for its type; a batch starting below ``start``
+    is decoded and trimmed (it can only be the first); every other batch
+    stays raw.
+    """
+    pending: list[tuple[int, int]] = []
+    if read_committed and aborted:
+        pending = [(int(a.first_offset), int(a.producer_id)) for a in aborted]
+        heapq.heapify(pending)
+    aborted_pids: set[int] = set()
+    decoded: list[RecordBatch] = []
+    out: list[RawBatch] = []
+    for batch in batches:
+        if read_committed and batch.producer_id >= 0:
+            last = batch.last_offset
+            while pending and pending[0][0] <= last:
+                aborted_pids.add(heapq.heappop(pending)[1])
+            if batch.is_control:
+                if _is_abort_marker(batch.decode()):
+                    aborted_pids.discard(batch.producer_id)
+            elif batch.is_transactional and batch.producer_id in aborted_pids:
+                continue
+        if batch.is_control or not batch.count:
+            continue
+        if start is not None and batch.base_offset < start:
+            if batch.last_offset >= start:
+                kept = _filter_batches([batch.decode()], None, False, start)
+                decoded += kept
+            continue
+        out.append(batch)
+    return decoded, out
+
+
 def parse_fetch_response(
     resp: Any,
     *,
     isolation_level: IsolationLevelArg | int,
     positions: Mapping[TopicPartition, int] | None = None,
+    decode: bool = True,
 ) -> dict[TopicPartition, PartitionFetch]:
     """Read a Fetch response into filtered, decoded per-partition results.
 
@@ -226,6 +297,8 @@ def parse_fetch_response(
         isolation_level: the level the request was made with.
         positions: the requested offsets; needed to trim records below them
             and to report ``next_offset`` for partitions that returned nothing.
+        decode: False leaves the data batches undecoded in ``raw`` (checked;
+            see the theory of operation).
 
     Returns:
         A :class:`PartitionFetch` per partition in the response. A partition
@@ -259,16 +332,31 @@ def parse_fetch_response(
                 continue
             result.size = len(data)
             try:
-                batches, consumed = decode_batches_partial(data)
+                if decode:
+                    batches, consumed = decode_batches_partial(data)
+                else:
+                    raws, consumed = scan_batches(data)
             except ProtocolError as exc:
                 result.error = exc
                 continue
             result.truncated = consumed < len(data)
-            if not batches:
+            if decode:
+                if batches:
+                    result.next_offset = _next(start, batches[-1].next_offset)
+                    result.batches = _filter_batches(
+                        batches, part.aborted_transactions, read_committed, start
+                    )
                 continue
-            nxt = batches[-1].next_offset
-            result.next_offset = nxt if start is None else max(start, nxt)
-            result.batches = _filter_batches(
-                batches, part.aborted_transactions, read_committed, start
-            )
+            if raws:
+                result.next_offset = _next(start, raws[-1].next_offset)
+                try:
+                    result.batches, result.raw = _filter_raw(
+                        raws, part.aborted_transactions, read_committed, start
+                    )
+                except ProtocolError as exc:
+                    result.error = exc
     return out
+
+
+def _next(start: int | None, nxt: int) -> int:
+    return nxt if start is None else max(start, nxt)

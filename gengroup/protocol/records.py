@@ -37,6 +37,13 @@ it allocate much more than the input (decompressed size is capped by
 Compressed record blobs go through :mod:`gengroup.protocol.compression`,
 which caps the decompressed size (``max_decompressed_size``).
 
+Decoding has two steps, which :func:`decode_batches_partial` runs back to back
+and a consumer may run at different times: :func:`scan_batches` checks what the
+headers prove (length, magic, CRC-32C, codec, count) and keeps the bytes as
+:class:`RawBatch` views; :func:`decode_raw` decodes their records when wanted,
+and can still fail with the same typed errors (contents that do not add up
+under a correct CRC, a codec error).
+
 Nothing here touches a socket or a clock: bytes in, objects out. Every foreign
 exception raised while decoding is translated into
 :class:`~gengroup._errors.ProtocolError` (truncated, hostile or unsupported
@@ -49,7 +56,8 @@ from __future__ import annotations
 import enum
 import gc
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final, NamedTuple, TypeAlias
 
@@ -68,10 +76,13 @@ __all__ = [
     "RecordBatch",
     "RecordInput",
     "TimestampType",
+    "RawBatch",
     "decode_batches",
     "decode_batches_partial",
+    "decode_raw",
     "encode_batch",
     "encode_control_batch",
+    "scan_batches",
     "with_base_offset",
 ]
 
@@ -114,6 +125,7 @@ _I64: Final = struct.Struct(">q")
 # length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headerCount
 _MIN_RECORD_SIZE: Final = 7
 _MAGIC: Final = 2
+_MAX_CODEC: Final = max(Compression)
 
 _ATTR_COMPRESSION: Final = 0x07
 _ATTR_TIMESTAMP_TYPE: Final = 0x08
@@ -150,26 +162,13 @@ class Record:
     headers: tuple[Header, ...]
 
 
-@dataclass(slots=True)
-class RecordBatch:
-    """One decoded record batch (magic 2).
+class _BatchHeader:
+    """What the header of a batch tells, shared by :class:`RecordBatch` and :class:`RawBatch`."""
 
-    The fields mirror the wire header. Use :attr:`next_offset`, not the last
-    record's offset, to advance a fetch position: compaction may have removed
-    records at the end of a batch, and a batch may even be empty.
-    """
-
+    __slots__ = ()
     base_offset: int
-    partition_leader_epoch: int
-    magic: int
     attributes: int
     last_offset_delta: int
-    base_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    records: list[Record]
 
     @property
     def compression(self) -> Compression:
@@ -202,6 +201,28 @@ class RecordBatch:
     def next_offset(self) -> int:
         """The offset to fetch after this batch."""
         return self.base_offset + self.last_offset_delta + 1
+
+
+@dataclass(slots=True)
+class RecordBatch(_BatchHeader):
+    """One decoded record batch (magic 2).
+
+    The fields mirror the wire header. Use :attr:`next_offset`, not the last
+    record's offset, to advance a fetch position: compaction may have removed
+    records at the end of a batch, and a batch may even be empty.
+    """
+
+    base_offset: int
+    partition_leader_epoch: int
+    magic: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records: list[Record]
 
     @property
     def control_type(self) -> ControlType | None:
@@ -242,6 +263,53 @@ class NewRecord(NamedTuple):
 
 RecordInput: TypeAlias = tuple[bytes | None, bytes | None, Sequence[Header], int]
 """``(key, value, headers, timestamp_ms)``; :class:`NewRecord` is one."""
+
+
+@dataclass(slots=True)
+class RawBatch(_BatchHeader):
+    """A batch checked by :func:`scan_batches` whose records are still bytes.
+
+    The header fields mean what :class:`RecordBatch`'s do.
+
+    Attributes:
+        buf: the bytes the batch lies in (shared by the batches of one scan).
+        start: where the batch starts in ``buf``.
+        end: where it ends.
+    """
+
+    buf: bytes
+    start: int
+    end: int
+    base_offset: int
+    partition_leader_epoch: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    count: int
+
+    def decode(self, max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> RecordBatch:
+        """The batch with its records decoded (errors as :func:`decode_raw`'s)."""
+        return _decoded(self, decode_raw((self,), max_decompressed_size=max_decompressed_size))
+
+
+def _decoded(raw: RawBatch, records: list[Record]) -> RecordBatch:
+    return RecordBatch(
+        raw.base_offset,
+        raw.partition_leader_epoch,
+        _MAGIC,
+        raw.attributes,
+        raw.last_offset_delta,
+        raw.base_timestamp,
+        raw.max_timestamp,
+        raw.producer_id,
+        raw.producer_epoch,
+        raw.base_sequence,
+        records,
+    )
 
 
 # --------------------------------------------------------------------------- decoding
@@ -303,27 +371,50 @@ def decode_batches_partial(
         ProtocolError: unsupported magic or codec, or hostile sizes.
     """
     buf = data if type(data) is bytes else bytes(data)
-    # Pause the cyclic GC (see the theory of operation); re-enable it only if
-    # it was enabled, so a caller's gc.disable() is respected.
+    with _gc_paused():
+        raws, consumed = scan_batches(buf, verify_crc=verify_crc)
+        batches = [_decoded(raw, _records_of(raw, max_decompressed_size)) for raw in raws]
+    return batches, consumed
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC (see the theory of operation), respecting a caller's gc.disable()."""
     gc_was_enabled = gc.isenabled()
     if gc_was_enabled:
         gc.disable()
     try:
-        return _decode_all(buf, verify_crc, max_decompressed_size)
+        yield
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _decode_all(
-    buf: bytes, verify_crc: bool, max_decompressed_size: int
-) -> tuple[list[RecordBatch], int]:
-    """The body of :func:`decode_batches_partial`, on ``bytes``."""
+def scan_batches(
+    data: bytes | bytearray | memoryview, *, verify_crc: bool = True
+) -> tuple[list[RawBatch], int]:
+    """Check the headers of concatenated record batches without decoding their records.
+
+    Per batch: the declared length, the magic, the CRC-32C (over the records
+    too), the codec and the record count.
+
+    Args:
+        data: concatenated record batches, possibly ending in a partial batch.
+        verify_crc: check each batch's CRC-32C.
+
+    Returns:
+        ``(batches, consumed)`` as :func:`decode_batches_partial`, undecoded.
+
+    Raises:
+        CorruptRecordError: a batch fails its CRC, length or count check.
+        ProtocolError: unsupported magic or codec.
+    """
+    buf = data if type(data) is bytes else bytes(data)
     view = memoryview(buf)
     size = len(buf)
     unpack_prefix = _LOG_PREFIX.unpack_from
     unpack_header = _HEADER.unpack_from
-    batches: list[RecordBatch] = []
+    batches: list[RawBatch] = []
     pos = 0
     while size - pos >= _LOG_OVERHEAD:
         base_offset, batch_length = unpack_prefix(buf, pos)
@@ -335,21 +426,8 @@ def _decode_all(
         end = pos + _LOG_OVERHEAD + batch_length
         if end > size:
             break  # a partial last batch: the broker stopped at its size limit
-        (
-            _,
-            _,
-            leader_epoch,
-            magic,
-            crc,
-            attributes,
-            last_offset_delta,
-            base_timestamp,
-            max_timestamp,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            count,
-        ) = unpack_header(buf, pos)
+        header = unpack_header(buf, pos)
+        magic, crc, count = header[3], header[4], header[12]
         if magic != _MAGIC:
             raise ProtocolError(
                 f"record batch at offset {base_offset} has magic {magic}; only magic 2 is supported"
@@ -360,51 +438,83 @@ def _decode_all(
             raise CorruptRecordError(
                 f"record batch at offset {base_offset} declares {count} records"
             )
-        codec = attributes & _ATTR_COMPRESSION
-        try:
-            if count == 0 and end == pos + _HEADER_SIZE:
-                records = []  # an empty batch (e.g. kept by compaction), any codec
-            elif codec == 0:
-                records = _decode_records(
-                    buf, pos + _HEADER_SIZE, end, count, base_offset, base_timestamp
-                )
-            else:
-                raw = decompress(codec, view[pos + _HEADER_SIZE : end], max_decompressed_size)
-                records = _decode_records(raw, 0, len(raw), count, base_offset, base_timestamp)
-        except ProtocolError as exc:
-            raise type(exc)(f"record batch at offset {base_offset}: {exc}") from exc
-        except (IndexError, ValueError, OverflowError) as exc:
-            raise CorruptRecordError(
-                f"record batch at offset {base_offset} is inconsistent: {exc!r}"
-            ) from exc
-        if attributes & _ATTR_TIMESTAMP_TYPE:
-            for record in records:
-                record.timestamp = max_timestamp
-        if attributes & _ATTR_CONTROL:
-            for record in records:
-                key = record.key
-                if key is None or len(key) < 4:
-                    raise CorruptRecordError(
-                        f"control batch at offset {base_offset} has a record "
-                        "without a valid control key"
-                    )
-        batches.append(
-            RecordBatch(
-                base_offset,
-                leader_epoch,
-                magic,
-                attributes,
-                last_offset_delta,
-                base_timestamp,
-                max_timestamp,
-                producer_id,
-                producer_epoch,
-                base_sequence,
-                records,
+        codec = header[5] & _ATTR_COMPRESSION
+        if codec > _MAX_CODEC:
+            raise ProtocolError(
+                f"record batch at offset {base_offset}: unsupported compression codec {codec}"
             )
-        )
+        # baseOffset, partitionLeaderEpoch, then attributes .. recordsCount
+        batches.append(RawBatch(buf, pos, end, base_offset, header[2], *header[5:]))
         pos = end
     return batches, pos
+
+
+def decode_raw(
+    batches: Iterable[RawBatch],
+    *,
+    min_offset: int | None = None,
+    max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+) -> list[Record]:
+    """The records of scanned batches, in order, in one list.
+
+    Args:
+        batches: batches from :func:`scan_batches`.
+        min_offset: drop the records below it (a position inside a batch).
+        max_decompressed_size: cap, in bytes, on one batch's decompressed records.
+
+    Raises:
+        CorruptRecordError: inconsistent records, or they cannot be decompressed.
+        ProtocolError: hostile sizes (``max_decompressed_size`` exceeded).
+    """
+    out: list[Record] = []
+    with _gc_paused():
+        for raw in batches:
+            records = _records_of(raw, max_decompressed_size)
+            if min_offset is not None and raw.base_offset < min_offset:
+                records = [r for r in records if r.offset >= min_offset]
+            if out:
+                out += records
+            else:
+                out = records
+    return out
+
+
+def _records_of(raw: RawBatch, max_decompressed_size: int) -> list[Record]:
+    """Decode the records of one scanned batch (the GC is paused by the caller)."""
+    buf, pos, end, base_offset = raw.buf, raw.start, raw.end, raw.base_offset
+    attributes, count = raw.attributes, raw.count
+    codec = attributes & _ATTR_COMPRESSION
+    try:
+        if count == 0 and end == pos + _HEADER_SIZE:
+            records = []  # an empty batch (e.g. kept by compaction), any codec
+        elif codec == 0:
+            records = _decode_records(
+                buf, pos + _HEADER_SIZE, end, count, base_offset, raw.base_timestamp
+            )
+        else:
+            blob = decompress(
+                codec, memoryview(buf)[pos + _HEADER_SIZE : end], max_decompressed_size
+            )
+            records = _decode_records(blob, 0, len(blob), count, base_offset, raw.base_timestamp)
+    except ProtocolError as exc:
+        raise type(exc)(f"record batch at offset {base_offset}: {exc}") from exc
+    except (IndexError, ValueError, OverflowError) as exc:
+        raise CorruptRecordError(
+            f"record batch at offset {base_offset} is inconsistent: {exc!r}"
+        ) from exc
+    if attributes & _ATTR_TIMESTAMP_TYPE:
+        max_timestamp = raw.max_timestamp
+        for record in records:
+            record.timestamp = max_timestamp
+    if attributes & _ATTR_CONTROL:
+        for record in records:
+            key = record.key
+            if key is None or len(key) < 4:
+                raise CorruptRecordError(
+                    f"control batch at offset {base_offset} has a record "
+                    "without a valid control key"
+                )
+    return records
 
 
 def _varint_slow(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:

@@ -19,7 +19,13 @@ from typing import Final
 
 from .._errors import UnsupportedVersion
 
-__all__ = ["ApiKey", "CLIENT_VERSIONS", "negotiate"]
+__all__ = [
+    "ApiKey",
+    "CLIENT_VERSIONS",
+    "CONSUMER_PROTOCOL_VERSIONS",
+    "NEGOTIATED_VERSIONS",
+    "negotiate",
+]
 
 
 class ApiKey(enum.IntEnum):
@@ -44,6 +50,7 @@ class ApiKey(enum.IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
+    CONSUMER_GROUP_HEARTBEAT = 68
 
 
 #: (min, max) versions the gengroup client implements, per API.
@@ -69,16 +76,29 @@ CLIENT_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
     ApiKey.OFFSET_DELETE: (0, 0),
 }
 
+#: (min, max) versions of the consumer group protocol's APIs (KIP-848), which
+#: only ``group_protocol="consumer"`` uses. Apart from :data:`CLIENT_VERSIONS`,
+#: whose every API the embedded broker serves; this one it does not serve.
+CONSUMER_PROTOCOL_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+}
+
+#: Every API the client negotiates: both tables.
+NEGOTIATED_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
+    **CLIENT_VERSIONS,
+    **CONSUMER_PROTOCOL_VERSIONS,
+}
+
 
 def negotiate(
     broker: Mapping[int, tuple[int, int]],
-    client: Mapping[ApiKey, tuple[int, int]] = CLIENT_VERSIONS,
+    client: Mapping[ApiKey, tuple[int, int]] = NEGOTIATED_VERSIONS,
 ) -> dict[ApiKey, int]:
     """Pick, per API, the highest version both sides support.
 
     Args:
         broker: api key -> (min, max) from the broker's ApiVersions response.
-        client: the client's table (defaults to :data:`CLIENT_VERSIONS`).
+        client: the client's table (defaults to :data:`NEGOTIATED_VERSIONS`).
 
     Returns:
         api key -> version, only for APIs both sides share a version of.
@@ -99,7 +119,7 @@ def require(versions: Mapping[ApiKey, int], key: ApiKey) -> int:
     try:
         return versions[key]
     except KeyError:
-        lo, hi = CLIENT_VERSIONS[key]
+        lo, hi = NEGOTIATED_VERSIONS[key]
         raise UnsupportedVersion(
             f"the broker supports no version of {key.name} in gengroup's range v{lo}-v{hi}"
         ) from None

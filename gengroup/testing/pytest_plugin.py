@@ -13,6 +13,14 @@ Fixtures:
   restart a broker should start their own with
   :func:`~gengroup.testing.kafka.kafka_broker` instead of disturbing this one.
   Set ``GENGROUP_KAFKA_KEEP=1`` to keep its data directory and ``broker.log``.
+* ``secure_kafka`` (session scope, sync): a second broker, started on first
+  use, with the secure listeners of :mod:`gengroup.testing.kafka.secure`
+  (SASL_SSL, REAUTH, MTLS, WRONG_HOST) beside PLAINTEXT, certificates made by
+  trustme for the session, the PLAIN user ``alice`` / ``alice-secret`` and the
+  SCRAM-SHA-256/512 user ``bob`` / ``bob-secret``
+  (``secure_kafka.security.certificates`` has the PEM files), and the
+  ``StandardAuthorizer`` (resources without ACLs open to all; the PLAINTEXT
+  listener's ``User:ANONYMOUS`` is a super user who may create ACLs).
 * ``unique_name``: a function ``unique_name(prefix) -> str`` returning a fresh
   topic or group name, so tests sharing the broker never collide.
 
@@ -29,9 +37,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from gengroup.testing.kafka import KafkaBroker
+from gengroup.testing.kafka import BrokerSecurity, KafkaBroker, make_certificates
 
-__all__ = ["kafka", "make_unique_name", "unique_name"]
+__all__ = ["kafka", "make_unique_name", "secure_kafka", "unique_name"]
+
+#: The users of the ``secure_kafka`` broker: SASL/PLAIN and SCRAM (both SHA-256 and SHA-512).
+SECURE_PLAIN_USERS = {"alice": "alice-secret"}
+SECURE_SCRAM_USERS = {"bob": "bob-secret"}
 
 _ILLEGAL = re.compile(r"[^A-Za-z0-9_-]+")
 
@@ -71,6 +83,35 @@ def kafka() -> Iterator[KafkaBroker]:
         KafkaHarnessError: The broker could not be started (an error, never a skip).
     """
     broker = KafkaBroker(keep=os.environ.get("GENGROUP_KAFKA_KEEP", "") not in ("", "0"))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A real Apache Kafka broker with TLS, SASL and mutual-TLS listeners, for the session.
+
+    Yields:
+        The started broker: ``secure_kafka.listener_bootstrap("SASL_SSL")`` and
+        the other secure listeners, ``secure_kafka.security.certificates``.
+
+    Raises:
+        KafkaHarnessError: The certificates could not be made (trustme missing)
+            or the broker could not be started (an error, never a skip).
+    """
+    certificates = make_certificates(tmp_path_factory.mktemp("certificates"))
+    broker = KafkaBroker(
+        keep=os.environ.get("GENGROUP_KAFKA_KEEP", "") not in ("", "0"),
+        security=BrokerSecurity(
+            certificates,
+            plain_users=SECURE_PLAIN_USERS,
+            scram_users=SECURE_SCRAM_USERS,
+            authorizer=True,
+        ),
+    )
     broker.start()
     try:
         yield broker

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from gengroup import Admin, Producer, TopicPartition
+from gengroup.lake import LakeStore
 from gengroup.producer import ProducerRecord
 
 
@@ -62,22 +63,37 @@ class LakeContents:
             assert headers == [(k, v) for k, v in want.headers], (p, o, headers)
 
 
-def read_lake(lake: Path, topic: str) -> LakeContents:
-    """The published files of ``topic`` (staged ones are not part of the lake)."""
+def read_lake(lake: Path | LakeStore, topic: str) -> LakeContents:
+    """The published files of ``topic`` (staged ones are not part of the lake), from a local
+    folder or any store (``pyarrow.fs``)."""
+    store = lake if isinstance(lake, LakeStore) else LakeStore(str(lake))
     copies: Counter[tuple[int, int]] = Counter()
     values = {}
     files = 0
-    for path in sorted((lake / f"topic={topic}").glob("partition=*/*.parquet")):
-        files += 1
-        table = pq.read_table(path)
-        for row in table.to_pylist():
-            assert row["topic"] == topic
-            assert path.parent.name == f"partition={row['partition']}"
-            k = (row["partition"], row["offset"])
-            copies[k] += 1
-            headers = [(h["key"], h["value"]) for h in row["headers"]]
-            values[k] = (row["key"], row["value"], headers)
+    tps = {landed_tp for landed_tp in _partitions(store, topic)}
+    for tp in sorted(tps):
+        for _, path in store.published(tp):
+            files += 1
+            table = pq.read_table(path, filesystem=store.fs)
+            for row in table.to_pylist():
+                assert (row["topic"], row["partition"]) == (tp.topic, tp.partition), path
+                k = (row["partition"], row["offset"])
+                copies[k] += 1
+                headers = [(h["key"], h["value"]) for h in row["headers"]]
+                values[k] = (row["key"], row["value"], headers)
     return LakeContents(copies, values, files)
+
+
+def _partitions(store: LakeStore, topic: str) -> list[TopicPartition]:
+    """The partitions with a folder in the lake."""
+    from pyarrow import fs
+
+    selector = fs.FileSelector(f"{store.root}/topic={topic}", allow_not_found=True)
+    return [
+        TopicPartition(topic, int(info.base_name.split("=", 1)[1]))
+        for info in store.fs.get_file_info(selector)
+        if info.type == fs.FileType.Directory and info.base_name.startswith("partition=")
+    ]
 
 
 def staged_files(lake: Path) -> list[Path]:

@@ -13,10 +13,12 @@ import pytest
 
 from gengroup import Admin, ConfigError, ConsumerGroup, Producer, TopicPartition
 from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Disconnect, Intercepted
 from gengroup.lake import LakeConfig, LakeError, LakeSink, LakeStore, Landed
 from gengroup.lake.layout import commit_note, parse_note, published_name
 from gengroup.lake.spark import check_files
 from gengroup.producer import ProducerRecord
+from gengroup.protocol.versions import ApiKey
 
 from .helpers import end_offsets, produce, read_lake, staged_files, write_garbage
 
@@ -297,4 +299,57 @@ async def test_verify_names_a_corrupt_file_before_running_spark(
     assert check_files(str(tmp_path)) == read_lake(tmp_path, TOPIC).files
     bad = write_garbage(tmp_path / f"topic={TOPIC}" / "partition=0", published_name(900, 901))
     with pytest.raises(LakeError, match=f"1 corrupt file.*{bad.name}"):
+        check_files(str(tmp_path))
+
+
+async def test_a_commit_lost_with_its_connection_ends_the_generation_not_the_sink(
+    cluster: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Twice in a row the connection drops under an OffsetCommit (the client follows a
+    broken connection once): the outcome is unknown, the staged file stays, the member
+    rejoins and the lake still holds every offset once."""
+    await produce(cluster.bootstrap, TOPIC, range(800))
+    dropped: list[int] = []
+
+    def drop_two(request: Intercepted) -> Disconnect | None:
+        if len(dropped) < 2:
+            dropped.append(1)
+            return Disconnect()
+        return None
+
+    cluster.control(ApiKey.OFFSET_COMMIT, drop_two)
+    caplog.set_level(logging.WARNING, "gengroup.lake")
+    config = LakeConfig(str(tmp_path), file_max_bytes=4_000, file_max_age=0.3, progress_interval=0)
+    sink = LakeSink(config)
+    await _land_all(cluster.bootstrap, "lost-commit", sink)
+    assert len(dropped) == 2
+    assert "failed" in caplog.text and "settles the staged file" in caplog.text
+    assert sink.generations >= 2  # the generation ended and the member rejoined
+    await _check_lake(cluster.bootstrap, tmp_path)
+
+
+@pytest.mark.parametrize("crash_at", [None, "write", "publish", "published"])
+async def test_an_object_store_lands_exactly_once_through_copy_and_delete(
+    crash_at: str | None, cluster: FakeCluster
+) -> None:
+    """A ``pyarrow.fs`` store that is not local (no rename, no fsync: publish copies the
+    staged object and deletes it), with the same crash points as on a local folder."""
+    await produce(cluster.bootstrap, TOPIC, range(1000))
+    config = LakeConfig("mock:///lake", file_max_bytes=4_000, file_max_age=0.3, progress_interval=0)
+    store = _Crashing("mock:///lake", crash_at or "never")
+    assert not store.local
+    if crash_at is not None:
+        with pytest.raises(OSError, match="disk went away"):
+            await _run_sink(cluster.bootstrap, "s3", LakeSink(config, store=store), anyio.Event())
+    await _land_all(cluster.bootstrap, "s3", LakeSink(config, store=store))
+    lake = read_lake(store, TOPIC)
+    lake.check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
+    lake.check_values()
+    assert all(store.staged(TopicPartition(TOPIC, p)) == [] for p in range(4))
+
+
+def test_the_spark_jobs_refuse_a_missing_or_empty_lake(tmp_path: Path) -> None:
+    with pytest.raises(LakeError, match=r"no lake at .*not a folder"):
+        check_files(str(tmp_path / "nowhere"))
+    with pytest.raises(LakeError, match=r"no lake at .*no landed file"):
         check_files(str(tmp_path))

@@ -43,30 +43,11 @@ from gengroup._errors import GengroupError
 from gengroup.protocol.fetch import parse_fetch_response
 from gengroup.protocol.framing import decode_response, encode_response
 from gengroup.protocol.records import Compression, decode_batches, encode_batch
-from gengroup.protocol.versions import CLIENT_VERSIONS, ApiKey
+from gengroup.protocol.versions import CLIENT_VERSIONS, CONSUMER_PROTOCOL_VERSIONS, ApiKey
 
-#: The APIs whose responses the client decodes (consumer, producer, admin).
-CLIENT_APIS = (
-    "api_versions",
-    "metadata",
-    "fetch",
-    "list_offsets",
-    "produce",
-    "find_coordinator",
-    "join_group",
-    "sync_group",
-    "heartbeat",
-    "leave_group",
-    "offset_commit",
-    "offset_fetch",
-    "offset_delete",
-    "describe_groups",
-    "list_groups",
-    "delete_groups",
-    "create_topics",
-    "delete_topics",
-    "create_partitions",
-)
+#: The APIs whose responses the client decodes: every API it negotiates (consumer,
+#: producer, admin), the consumer protocol's heartbeat included.
+CLIENT_APIS = tuple(k.name.lower() for k in (*CLIENT_VERSIONS, *CONSUMER_PROTOCOL_VERSIONS))
 #: A case slower than this many seconds is a finding.
 SLOW = 1.0
 #: Values written over a span: lengths and counts a hostile peer would send.
@@ -108,7 +89,7 @@ class Stats:
 
 def _response_classes(api: str) -> list[type[Any]]:
     """The response classes of the versions of ``api`` the client negotiates."""
-    lo, hi = CLIENT_VERSIONS[ApiKey[api.upper()]]
+    lo, hi = {**CLIENT_VERSIONS, **CONSUMER_PROTOCOL_VERSIONS}[ApiKey[api.upper()]]
     return [
         resolve_name(by_type[EntityType.response])
         for version, by_type in schema_name_map[api].items()

@@ -56,6 +56,7 @@ from .cli import main
 from .config import new_cluster_id
 from .jars import default_cache_root, ensure_jars, jar_dir
 from .probe import probe_api_versions
+from .secure import BrokerSecurity, Certificates, make_certificates
 from .tools import find_java, find_mvn
 
 __all__ = [
@@ -64,6 +65,8 @@ __all__ = [
     "INSTALL_HINT",
     "KAFKA_VERSION",
     "BrokerOptions",
+    "BrokerSecurity",
+    "Certificates",
     "KafkaBroker",
     "KafkaHarnessError",
     "MIN_JAVA",
@@ -74,6 +77,7 @@ __all__ = [
     "jar_dir",
     "kafka_broker",
     "main",
+    "make_certificates",
     "new_cluster_id",
     "probe_api_versions",
 ]

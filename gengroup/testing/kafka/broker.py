@@ -13,6 +13,8 @@ sends SIGTERM, waits, then SIGKILLs and removes the data directory;
 :meth:`KafkaBroker.kill` SIGKILLs at once (crash tests) and
 :meth:`KafkaBroker.restart` relaunches on the same ports and data.
 :func:`kafka_broker` runs the blocking calls in a worker thread for async code.
+With ``security=`` (:mod:`.secure`) the broker also listens with TLS, SASL and
+mutual TLS on further ports (:meth:`KafkaBroker.listener_bootstrap`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Final, Self, TypedDict, Unpack
 import anyio
 import anyio.to_thread
 
-from . import config, process
+from . import config, process, secure
 from ._base import (
     DEFAULT_START_TIMEOUT,
     DEFAULT_STOP_TIMEOUT,
@@ -66,6 +68,7 @@ class BrokerOptions(TypedDict, total=False):
     start_timeout: float
     stop_timeout: float
     keep: bool
+    security: secure.BrokerSecurity | None
 
 
 def _started(port: int | None) -> int:
@@ -101,6 +104,8 @@ class KafkaBroker:
         start_timeout: Seconds :meth:`start` and :meth:`restart` wait for readiness.
         stop_timeout: Seconds :meth:`stop` waits after SIGTERM before SIGKILL.
         keep: Keep the data directory (storage and ``broker.log``) after :meth:`stop`.
+        security: Add the secure listeners of :mod:`.secure` (TLS, SASL, mutual
+            TLS), their users and certificates.
     """
 
     def __init__(
@@ -120,6 +125,7 @@ class KafkaBroker:
         start_timeout: float = DEFAULT_START_TIMEOUT,
         stop_timeout: float = DEFAULT_STOP_TIMEOUT,
         keep: bool = False,
+        security: secure.BrokerSecurity | None = None,
     ) -> None:
         self.version: Final = version
         self._fixed_port = port
@@ -135,6 +141,8 @@ class KafkaBroker:
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.keep = keep
+        self.security: Final = security
+        self._listener_ports: dict[str, int] = {}
 
         self._lock = threading.RLock()
         self._process: process.JvmProcess | None = None
@@ -174,6 +182,23 @@ class KafkaBroker:
     def bootstrap(self) -> str:
         """The bootstrap address, ``"127.0.0.1:PORT"``."""
         return f"{self.host}:{self.port}"
+
+    def listener_port(self, name: str) -> int:
+        """The port of a secure listener: ``SASL_SSL``, ``REAUTH``, ``MTLS`` or ``WRONG_HOST``.
+
+        Raises:
+            KafkaHarnessError: The broker has no such listener, or was never started.
+        """
+        port = self._listener_ports.get(name)
+        if port is None:
+            raise KafkaHarnessError(
+                f"{self!r} has no listener {name!r} (secure listeners need security=...)"
+            )
+        return port
+
+    def listener_bootstrap(self, name: str) -> str:
+        """The bootstrap address of a secure listener, ``"127.0.0.1:PORT"``."""
+        return f"{self.host}:{self.listener_port(name)}"
 
     @property
     def cluster_id(self) -> str | None:
@@ -327,18 +352,27 @@ class KafkaBroker:
 
     def _pick_ports(self) -> None:
         fixed = [p for p in (self._fixed_port, self._fixed_controller_port) if p is not None]
-        free = iter(process.free_ports(2 - len(fixed), exclude=fixed))
+        extra = list(secure.LISTENERS) if self.security is not None else []
+        free = iter(process.free_ports(2 - len(fixed) + len(extra), exclude=fixed))
         self._port = self._fixed_port if self._fixed_port is not None else next(free)
         self._controller_port = (
             self._fixed_controller_port if self._fixed_controller_port is not None else next(free)
         )
+        self._listener_ports = {name: next(free) for name in extra}
 
     def _write_config(self) -> None:
         assert self._data_dir is not None
+        overrides = dict(self._overrides)
+        if self.security is not None:
+            ports = {"PLAINTEXT": self.port, "CONTROLLER": self.controller_port}
+            ports.update(self._listener_ports)
+            overrides = {**secure.secure_properties(self.security, self.host, ports), **overrides}
         properties = config.server_properties(
-            self._data_dir, self.port, self.controller_port, self._overrides
+            self._data_dir, self.port, self.controller_port, overrides
         )
-        config.write_config(self._data_dir, properties)
+        # A secure broker logs each failed authentication ("Failed authentication with ...").
+        loud = [secure.AUTH_LOGGER] if self.security is not None else []
+        config.write_config(self._data_dir, properties, loud)
 
     def _java_command(self, *args: str, heap: str | None = None) -> list[str]:
         assert self._java is not None and self._lib is not None and self._data_dir is not None
@@ -357,6 +391,7 @@ class KafkaBroker:
             self._cluster_id,
             "-c",
             str(self._data_dir / "server.properties"),
+            *(secure.scram_format_args(self.security) if self.security is not None else []),
         )
         process.run_logged(
             command,

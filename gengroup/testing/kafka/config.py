@@ -135,12 +135,13 @@ def server_properties(
     return out
 
 
-def write_config(data_dir: Path, properties: Mapping[str, str]) -> None:
+def write_config(data_dir: Path, properties: Mapping[str, str], loud: Sequence[str] = ()) -> None:
     """Write ``server.properties`` and ``log4j2.properties`` into the data directory.
 
     Args:
         data_dir: The broker's data directory; ``broker.log`` will be written there.
         properties: The ``server.properties`` entries (see :func:`server_properties`).
+        loud: Loggers to log at INFO although a quiet parent logger would hide them.
     """
     data = data_dir
     lines = [f"{key}={escape_property(value)}" for key, value in properties.items()]
@@ -160,6 +161,8 @@ def write_config(data_dir: Path, properties: Mapping[str, str]) -> None:
     ]
     for i, name in enumerate(_QUIET_LOGGERS):
         log4j += [f"logger.q{i}.name = {name}", f"logger.q{i}.level = WARN"]
+    for i, name in enumerate(loud):
+        log4j += [f"logger.l{i}.name = {name}", f"logger.l{i}.level = INFO"]
     (data / "log4j2.properties").write_text("\n".join(log4j) + "\n")
 
 

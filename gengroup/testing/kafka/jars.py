@@ -26,7 +26,7 @@ from ._base import KAFKA_VERSION, KafkaHarnessError, tail
 from .process import run_logged
 from .tools import find_mvn
 
-__all__ = ["default_cache_root", "ensure_jars", "jar_dir"]
+__all__ = ["default_cache_root", "ensure_jars", "fetch_maven_jars", "jar_dir"]
 
 _MAVEN_TIMEOUT: Final = 900.0
 _MARKER: Final = ".gengroup-complete"
@@ -66,7 +66,7 @@ def _required_jars(version: str) -> tuple[str, ...]:
     return (f"kafka_2.13-{version}.jar", f"kafka-clients-{version}.jar")
 
 
-def _is_complete(lib: Path, version: str) -> bool:
+def _is_complete(lib: Path, required: tuple[str, ...]) -> bool:
     marker = lib / _MARKER
     try:
         lines = marker.read_text().splitlines()
@@ -81,7 +81,7 @@ def _is_complete(lib: Path, version: str) -> bool:
         except (OSError, ValueError):
             return False
         listed.add(name)
-    return all(name in listed for name in _required_jars(version))
+    return all(name in listed for name in required)
 
 
 @contextlib.contextmanager
@@ -97,7 +97,7 @@ def _file_lock(path: Path, timeout: float) -> Iterator[None]:
                 if time.monotonic() >= deadline:
                     raise KafkaHarnessError(
                         f"timed out after {timeout:.0f} s waiting for the lock {path} "
-                        "(another process is fetching the Kafka jars)"
+                        "(another process is fetching the same jars)"
                     ) from None
                 time.sleep(0.2)
         try:
@@ -132,19 +132,56 @@ def ensure_jars(
     Raises:
         KafkaHarnessError: Maven is missing, failed, or produced an incomplete set.
     """
-    lib = jar_dir(version, cache_root)
-    if _is_complete(lib, version):
+    return fetch_maven_jars(
+        jar_dir(version, cache_root),
+        resources.files(_POM_PACKAGE).joinpath("pom.xml").read_bytes(),
+        _required_jars(version),
+        properties={"kafka.version": version},
+        what=f"the Kafka {version} jars",
+        mvn=mvn,
+        timeout=timeout,
+    )
+
+
+def fetch_maven_jars(
+    lib: Path,
+    pom: bytes,
+    required: tuple[str, ...],
+    *,
+    properties: dict[str, str] | None = None,
+    what: str,
+    mvn: str | os.PathLike[str] | None = None,
+    timeout: float = _MAVEN_TIMEOUT,
+) -> Path:
+    """The runtime jars of a POM's dependencies in ``lib``, fetched with Maven once.
+
+    ``mvn dependency:copy-dependencies`` runs into a temporary folder beside
+    ``lib`` under a lock; the folder is renamed into place only after a marker
+    listing every jar and its size was written, so ``lib`` is absent or complete.
+
+    Args:
+        lib: where the jars are kept (created).
+        pom: the POM's bytes.
+        required: jar names that must be there, or the fetch failed.
+        properties: ``-Dname=value`` for Maven.
+        what: what is fetched, for messages ("the Kafka 4.3.1 jars").
+        mvn: the Maven executable; see :func:`find_mvn`.
+        timeout: seconds allowed for Maven (and for waiting on another fetcher).
+
+    Raises:
+        KafkaHarnessError: Maven is missing, failed, or produced an incomplete set.
+    """
+    if _is_complete(lib, required):
         return lib
     home = lib.parent
     home.mkdir(parents=True, exist_ok=True)
     with _file_lock(home / ".lock", timeout + 60):
-        if _is_complete(lib, version):
+        if _is_complete(lib, required):
             return lib
         mvn_path = find_mvn(mvn)
         work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=home))
         try:
-            pom = work / "pom.xml"
-            pom.write_bytes(resources.files(_POM_PACKAGE).joinpath("pom.xml").read_bytes())
+            (work / "pom.xml").write_bytes(pom)
             out = work / "lib"
             log_path = work / "mvn.log"
             command = [
@@ -152,26 +189,26 @@ def ensure_jars(
                 "-B",
                 "-q",
                 "-f",
-                str(pom),
+                str(work / "pom.xml"),
                 "dependency:copy-dependencies",
                 f"-DoutputDirectory={out}",
                 "-DincludeScope=runtime",
-                f"-Dkafka.version={version}",
+                *(f"-D{k}={v}" for k, v in (properties or {}).items()),
             ]
             run_logged(
                 command,
                 cwd=work,
                 output=log_path,
                 timeout=timeout,
-                doing=f"Maven fetching the Kafka {version} jars from Maven Central",
+                doing=f"Maven fetching {what} from Maven Central",
                 lines=40,
             )
             jars = sorted(p for p in out.glob("*.jar") if p.is_file()) if out.is_dir() else []
             names = {p.name for p in jars}
-            missing = [name for name in _required_jars(version) if name not in names]
+            missing = [name for name in required if name not in names]
             if missing:
                 raise KafkaHarnessError(
-                    f"Maven finished but the Kafka {version} jars are incomplete "
+                    f"Maven finished but {what} are incomplete "
                     f"(missing {', '.join(missing)}):\n{tail(log_path, 40)}"
                 )
             (out / _MARKER).write_text("".join(f"{p.name} {p.stat().st_size}\n" for p in jars))

@@ -1,0 +1,349 @@
+"""Consume throughput of gengroup, aiokafka and confluent-kafka on a real broker.
+
+One command for the whole comparison: it starts a single-node Apache Kafka
+broker (:class:`gengroup.testing.kafka.KafkaBroker`), and for each value size
+(100 B and 1 KB by default) and codec (uncompressed and lz4) creates a topic of
+``--partitions`` partitions, produces the records once with confluent-kafka in
+large batches, then lets every client consume all of them as the single member
+of a fresh consumer group, ``--repeat`` times (in rounds: each client once per
+round, so that load from other processes hits every client alike). Every
+client touches every value (``total += len(record.value)``), so lazy decoding
+cannot skip work.
+
+The time measured runs from the moment the member learns its assignment to the
+last record, so it includes each client's first fetches (the join before it is
+reported separately); the rate is the median of the runs. Results go to a JSON file
+(``--json``) and a Markdown page (``--markdown``) that states each client's
+ratio to aiokafka and to confluent-kafka. Nothing is asserted about time (the
+machines are shared and noisy).
+
+Clients: ``gengroup-trio`` and ``gengroup-asyncio`` (one worker task per
+partition, as ``run_workers`` runs them), ``aiokafka`` (``getmany``; skipped if not installed) and
+``confluent-kafka`` (``consume`` in batches of 1,000, 50 ms timeout).
+
+Usage: ``.venv/bin/python benchmarks/run_all.py [--records 1000000]
+[--records-1k 300000] [--repeat 3] [--partitions 8] [--codecs none,lz4]
+[--sizes 100,1000] [--clients ...] [--bootstrap HOST:PORT]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from gengroup import Admin, ConsumerGroup, Generation, TopicPartition
+from gengroup.testing.kafka import KafkaBroker
+
+HERE = Path(__file__).resolve().parent
+
+#: One consume run: (seconds from subscribing to the assignment, seconds
+#: from the assignment to the last record, sum of the value lengths).
+Run = tuple[float, float, int]
+
+
+def values(size: int, count: int = 1024) -> list[bytes]:
+    """``count`` text-like values of ``size`` bytes (37 symbols: compressible, not trivially)."""
+    rng = random.Random(size)
+    alphabet = b"abcdefghijklmnopqrstuvwxyz0123456789 "
+    table = bytes(alphabet[i % len(alphabet)] for i in range(256))
+    return [rng.randbytes(size).translate(table) for _ in range(count)]
+
+
+def produce(bootstrap: str, topic: str, partitions: int, n: int, size: int, codec: str) -> None:
+    """Create ``topic`` and produce ``n`` records of ``size`` bytes round-robin over partitions."""
+    import confluent_kafka
+
+    async def create() -> None:
+        async with Admin(bootstrap) as admin:
+            await admin.create_topics({topic: partitions})
+
+    anyio.run(create)
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "compression.type": codec,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+            "acks": 1,
+        }
+    )
+    pool = values(size)
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, pool[i % len(pool)], partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120.0):
+        raise SystemExit(f"producing to {topic}: records left unsent")
+
+
+async def consume_gengroup(bootstrap: str, topic: str, n: int) -> Run:
+    """Consume ``n`` records, one worker task per partition; every value is touched."""
+    count = 0
+    total = 0
+    assigned = 0.0
+    done = anyio.Event()
+
+    async def worker(gen: Generation, tp: TopicPartition) -> None:
+        nonlocal count, total
+        async for batch in gen.fetch(tp):
+            records = batch.records
+            total += sum([len(r.value) for r in records if r.value is not None])
+            count += len(records)
+            gen.mark(tp, batch.next_offset)
+            if count >= n:
+                done.set()
+
+    start = time.perf_counter()
+    async with ConsumerGroup("bench-" + uuid.uuid4().hex, [topic], bootstrap) as group:
+        async with anyio.create_task_group() as tg:
+
+            async def generations() -> None:
+                nonlocal assigned
+                async for gen in group:
+                    assigned = assigned or time.perf_counter()
+                    for tp in sorted(gen.assignments):
+                        gen.start_soon(worker, gen, tp)
+
+            tg.start_soon(generations)
+            await done.wait()
+            end = time.perf_counter()
+            tg.cancel_scope.cancel()
+    return assigned - start, end - assigned, total
+
+
+def consume_aiokafka(bootstrap: str, topic: str, n: int) -> Run:
+    """Consume ``n`` records with aiokafka's ``getmany``; every value is touched."""
+
+    async def run() -> Run:
+        from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+
+        assigned = 0.0
+
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            async def on_partitions_revoked(self, revoked: object) -> None:
+                pass
+
+            async def on_partitions_assigned(self, assigned_: object) -> None:
+                nonlocal assigned
+                assigned = assigned or time.perf_counter()
+
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id="bench-" + uuid.uuid4().hex,
+            auto_offset_reset="earliest",
+        )
+        start = time.perf_counter()
+        consumer.subscribe([topic], listener=Listener())
+        await consumer.start()
+        count = 0
+        total = 0
+        try:
+            while count < n:
+                batches = await consumer.getmany(timeout_ms=1000, max_records=10_000)
+                for records in batches.values():
+                    total += sum([len(r.value) for r in records if r.value is not None])
+                    count += len(records)
+            return assigned - start, time.perf_counter() - assigned, total
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(run())
+
+
+def consume_confluent(bootstrap: str, topic: str, n: int) -> Run:
+    """Consume ``n`` records with confluent-kafka in batches of 1,000; every value is touched."""
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-" + uuid.uuid4().hex,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": True,
+        }
+    )
+    assigned = 0.0
+
+    def on_assign(consumer: object, partitions: object) -> None:
+        nonlocal assigned
+        assigned = assigned or time.perf_counter()
+
+    start = time.perf_counter()
+    consumer.subscribe([topic], on_assign=on_assign)
+    count = 0
+    total = 0
+    try:
+        while count < n:
+            # A short timeout: consume() waits for all 1,000 or the timeout,
+            # which the last call, with fewer left, would always sit out.
+            for msg in consumer.consume(1000, 0.05):
+                if msg.error() is None:
+                    value = msg.value()
+                    if value is not None:
+                        total += len(value)
+                    count += 1
+        return assigned - start, time.perf_counter() - assigned, total
+    finally:
+        consumer.close()
+
+
+def clients(bootstrap: str, topic: str, n: int) -> dict[str, Callable[[], Run]]:
+    """The clients to measure, by name (aiokafka only if it is installed)."""
+    out: dict[str, Callable[[], Run]] = {
+        "gengroup-trio": lambda: anyio.run(consume_gengroup, bootstrap, topic, n, backend="trio"),
+        "gengroup-asyncio": lambda: anyio.run(
+            consume_gengroup, bootstrap, topic, n, backend="asyncio"
+        ),
+    }
+    try:
+        import aiokafka  # noqa: F401
+    except ImportError:
+        print("aiokafka is not installed (pip install aiokafka): skipped")
+    else:
+        out["aiokafka"] = lambda: consume_aiokafka(bootstrap, topic, n)
+    out["confluent-kafka"] = lambda: consume_confluent(bootstrap, topic, n)
+    return out
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results as a Markdown page, with ratios to aiokafka and confluent-kafka."""
+    meta = results["meta"]
+    lines = [
+        "# Consumer throughput",
+        "",
+        "Produced by `benchmarks/run_all.py` (rerun it to refresh this page):",
+        "",
+        f"    {meta['command']}",
+        "",
+        f"One Apache Kafka broker on loopback (the test harness), {meta['partitions']} "
+        "partitions, one consumer-group member per client, every value touched "
+        "(`total += len(record.value)`). Rate: records over the time from the "
+        "assignment to the last record, "
+        f"median of {meta['repeat']} runs. Python {meta['python']} on {meta['machine']} "
+        "(a shared machine: absolute numbers vary from run to run, the ratios less).",
+        "",
+        "| values | codec | records | client | records/s | MB/s | join s | vs aiokafka "
+        "| vs confluent-kafka |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for case in results["cases"]:
+        rates = {name: r["rate"] for name, r in case["clients"].items()}
+        for name, r in case["clients"].items():
+            vs_aio, vs_conf = (
+                "" if rates.get(peer) is None else f"{r['rate'] / rates[peer]:.2f}"
+                for peer in ("aiokafka", "confluent-kafka")
+            )
+            lines.append(
+                f"| {case['value_size']} B | {case['codec']} | {case['records']:,} | {name} "
+                f"| {r['rate']:,.0f} | {r['rate'] * case['value_size'] / 1e6:.1f} "
+                f"| {r['join']:.2f} "
+                f"| {vs_aio} | {vs_conf} |"
+            )
+    lines += [
+        "",
+        "Ratios above 1 mean faster than the client in the column's title.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Run the matrix and write the JSON and Markdown results."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000, help="records of 100-byte values")
+    parser.add_argument("--records-1k", type=int, default=300_000, help="records of 1 KB values")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--sizes", default="100,1000", help="comma-separated value sizes")
+    parser.add_argument("--codecs", default="none,lz4", help="comma-separated: none,lz4,...")
+    parser.add_argument("--clients", help="comma-separated subset of the client names")
+    parser.add_argument("--bootstrap", help="use this broker instead of starting one")
+    parser.add_argument("--json", type=Path, default=HERE / "results" / "run_all.json")
+    parser.add_argument("--markdown", type=Path, default=HERE.parent / "docs" / "benchmarks.md")
+    args = parser.parse_args()
+    command = "python benchmarks/run_all.py " + " ".join(
+        f"--{k.replace('_', '-')} {v}"
+        for k, v in vars(args).items()
+        if k not in ("json", "markdown", "bootstrap") and v is not None
+    )
+    results: dict[str, Any] = {
+        "meta": {
+            "command": command,
+            "partitions": args.partitions,
+            "repeat": args.repeat,
+            "python": platform.python_version(),
+            "machine": f"{platform.machine()}, {platform.system()}",
+        },
+        "cases": [],
+    }
+    with ExitStack() as stack:
+        bootstrap = args.bootstrap
+        if bootstrap is None:
+            bootstrap = stack.enter_context(KafkaBroker(heap="1g")).bootstrap
+        for size in (int(s) for s in args.sizes.split(",")):
+            n = args.records if size <= 100 else args.records_1k
+            for codec in args.codecs.split(","):
+                topic = f"bench-{size}-{codec}-{uuid.uuid4().hex[:6]}"
+                t0 = time.perf_counter()
+                produce(bootstrap, topic, args.partitions, n, size, codec)
+                print(
+                    f"{n:,} records of {size} B, {codec}: produced in "
+                    f"{time.perf_counter() - t0:.1f} s",
+                    flush=True,
+                )
+                case: dict[str, Any] = {
+                    "value_size": size,
+                    "codec": codec,
+                    "records": n,
+                    "clients": {},
+                }
+                chosen = {
+                    name: run
+                    for name, run in clients(bootstrap, topic, n).items()
+                    if not args.clients or name in args.clients.split(",")
+                }
+                # Round by round, every client once per round: load from other
+                # processes on a shared machine then hits every client alike.
+                all_runs: dict[str, list[Run]] = {name: [] for name in chosen}
+                for _ in range(args.repeat):
+                    for name, run in chosen.items():
+                        all_runs[name].append(run())
+                for name, runs in all_runs.items():
+                    if any(total != runs[0][2] for _, _, total in runs) or runs[0][2] < n * size:
+                        raise SystemExit(f"{name}: not every value was read: {runs}")
+                    rate = statistics.median(n / t for _, t, _ in runs)
+                    case["clients"][name] = {
+                        "rate": rate,
+                        "join": statistics.median(j for j, _, _ in runs),
+                        "runs": [n / t for _, t, _ in runs],
+                    }
+                    print(f"  {name:<18} {rate:>12,.0f} records/s", flush=True)
+                results["cases"].append(case)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    args.markdown.parent.mkdir(parents=True, exist_ok=True)
+    args.markdown.write_text(markdown(results))
+    print(f"wrote {args.json} and {args.markdown}")
+
+
+if __name__ == "__main__":
+    main()

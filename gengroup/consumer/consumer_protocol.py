@@ -1,0 +1,592 @@
+"""The consumer group protocol (KIP-848): a member driven by ConsumerGroupHeartbeat.
+
+Theory of operation:
+
+Under ``group_protocol="consumer"`` the coordinator assigns: there is no
+JoinGroup, SyncGroup or leader. :class:`ConsumerProtocolMember` keeps one
+heartbeat loop running beside the generations, for the member's whole life
+(:meth:`ConsumerProtocolMember.run` wraps the group's run loop). It joins
+with member epoch 0 and the subscribed topic names, then heartbeats every
+interval the coordinator returns, reporting the partitions it owns. An
+answer may carry a new assignment (by topic id; the names come from the
+subscribed topics' metadata).
+
+Reconciling is eager, so code written for the classic protocol works
+unchanged: when the assignment differs from the running generation's, that
+generation ends (its tasks are cancelled and joined, its marks committed);
+only then does the next :meth:`~ConsumerProtocolMember.form_generation`
+report the new assignment as owned -- which acknowledges a revocation -- and
+start a generation with it, whose id is the member epoch. Revoking comes
+before acquiring: the coordinator hands a revoked partition to another
+member only once this member stopped reporting it.
+
+Commits carry the member's newest epoch (OffsetCommit v9 reads the
+generation id field as the member epoch); a commit answered
+STALE_MEMBER_EPOCH because the epoch moved meanwhile is sent again with the
+newer one. A fenced member (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, or no
+successful heartbeat for ``session_timeout``) has lost its partitions: its
+generation ends without committing (the commit is refused locally, nothing
+is sent) and once it ended the member rejoins with epoch 0, keeping its
+member id. A generation that ends for another reason (a task returned,
+``gen.cancel()``, a refused commit) is followed by one with the same
+assignment. Closing leaves with epoch -1, or -2 for a static member
+(``group_instance_id``), whose partitions the coordinator then keeps for the
+session timeout.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+import anyio
+from kio.schema.errors import ErrorCode
+
+from .._errors import (
+    BrokerError,
+    ClusterUnreachable,
+    FencedMemberEpoch,
+    GroupProtocolUnsupported,
+    KafkaConnectionError,
+    ProtocolError,
+    UnsupportedVersion,
+    error_for_code,
+)
+from .._types import GenerationIdentity, TopicPartition
+from ..io.retry import Backoff
+from ..membership import requests
+from ..membership.member import Outcome, outcome_for
+from ..protocol.versions import ApiKey
+from .forming import Formed, GroupClient
+from .generation import Generation, RebalanceTimings
+
+__all__ = ["ConsumerProtocolMember"]
+
+log = logging.getLogger("gengroup")
+
+_HEARTBEAT = ApiKey.CONSUMER_GROUP_HEARTBEAT
+#: Commit attempts when the member epoch moves while a commit is in flight.
+_STALE_RETRIES = 3
+
+
+def new_member_id() -> str:
+    """A member id as the Java client makes one (KIP-848 v1: the member's own)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _unreachable(exc: BaseException) -> ClusterUnreachable | None:
+    """The exhausted cluster-unreachable error ``exc`` is or carries, if any."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ClusterUnreachable):
+            return seen if seen.exhausted else None
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _show(tps: frozenset[TopicPartition]) -> str:
+    return ", ".join(str(tp) for tp in sorted(tps)) or "none"
+
+
+class _EpochCommitter:
+    """Commits a generation's offsets under the member's newest epoch.
+
+    Implements :class:`~gengroup.consumer.generation.Committer`. A generation
+    of an earlier incarnation (the member was fenced since it formed) commits
+    nothing: the refusal is raised locally.
+    """
+
+    def __init__(self, member: ConsumerProtocolMember, incarnation: int) -> None:
+        self._member = member
+        self._incarnation = incarnation
+
+    async def commit_offsets(
+        self,
+        identity: GenerationIdentity,
+        offsets: Mapping[TopicPartition, int],
+        metadata: Mapping[TopicPartition, str] | None = None,
+    ) -> dict[TopicPartition, int]:
+        member = self._member
+        results: dict[TopicPartition, int] = {}
+        for _ in range(_STALE_RETRIES):
+            epoch = member.epoch
+            if member.incarnation != self._incarnation or epoch <= 0:
+                raise FencedMemberEpoch(
+                    ErrorCode.fenced_member_epoch,
+                    f"OffsetCommit of {identity.group_id} generation {identity.generation_id}: "
+                    f"member {identity.member_id} was fenced since; nothing was sent",
+                )
+            results = await member.client.commit_offsets(
+                replace(identity, generation_id=epoch), offsets, metadata
+            )
+            stale = bool(results) and all(
+                code == ErrorCode.stale_member_epoch for code in results.values()
+            )
+            if not stale or member.epoch == epoch:
+                break
+        return results
+
+
+class ConsumerProtocolMember:
+    """A group member under the consumer group protocol (KIP-848).
+
+    Args:
+        client: the group's requests (its cluster, coordinator and settings).
+
+    Attributes:
+        member_id: the member's id, made by the member and kept for its life.
+        epoch: the member epoch (0 while joining).
+        incarnation: how many times the member was fenced; commits of a
+            generation formed before the newest fencing are refused locally.
+    """
+
+    def __init__(self, client: GroupClient) -> None:
+        self.client = client
+        self.config = client.config
+        self.member_id = new_member_id()
+        self.epoch = 0
+        self.incarnation = 0
+        #: The newest assignment, topic id -> partitions (None: none since (re)joining).
+        self._assigned: dict[uuid.UUID, tuple[int, ...]] | None = None
+        #: The newest assignment by name, as far as topic ids could be resolved.
+        self._target: frozenset[TopicPartition] | None = None
+        self._unresolved: set[uuid.UUID] = set()
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        #: What the heartbeat reports as owned: the newest generation's partitions.
+        self._owned: frozenset[TopicPartition] = frozenset()
+        self._current: Generation | None = None
+        self._current_incarnation = -1
+        self._changed = anyio.Event()
+        self._wake = anyio.Event()
+        self._fatal: BaseException | None = None
+        self._joined = False
+        self._interval = self.config.heartbeat_interval
+        self._last_ok: float | None = None
+        self._failing = False
+
+    def __repr__(self) -> str:
+        return f"<ConsumerProtocolMember {self.member_id} epoch={self.epoch}>"
+
+    # ------------------------------------------------------------------ the member's life
+
+    async def run(self, body: Callable[[], Awaitable[None]]) -> None:
+        """Run ``body`` (the group's run loop) with the heartbeat beside it, then leave.
+
+        ``body``'s exception comes out as itself, after leaving.
+        """
+        error: Exception | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    self._heartbeat_loop, name=f"gengroup-heartbeat-{self.config.group_id}"
+                )
+                try:
+                    await body()
+                except Exception as exc:
+                    error = exc
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            # Also when the group is cancelled from outside: leave, shielded and bounded.
+            with anyio.CancelScope(shield=True):
+                await self._leave()
+        if error is not None:
+            raise error
+
+    async def form_generation(
+        self, closing: Callable[[], bool], *, previous_teardown: float = 0.0
+    ) -> Formed | None:
+        """The next generation: the newest assignment, once the previous generation ended.
+
+        Reporting the assignment as owned acknowledges any revocation. None if
+        ``closing()`` turned true first.
+
+        Raises:
+            BrokerError: a fatal answer (UNRELEASED_INSTANCE_ID, authorization, ...).
+            GroupProtocolUnsupported: the broker does not speak the consumer protocol.
+        """
+        cfg = self.config
+        timings = RebalanceTimings(previous_teardown=previous_teardown)
+        previous = self._current
+        if (
+            previous is not None
+            and previous.end_outcome is Outcome.RESET_MEMBER
+            and self._current_incarnation == self.incarnation
+        ):
+            # A commit was refused with a fencing answer: the partitions are lost.
+            self._fence(f"generation {previous.id} ended: {previous.end_reason}")
+        last_ok = self._last_ok
+        if self.epoch > 0 and last_ok is not None:
+            silent = anyio.current_time() - last_ok
+            if silent >= cfg.session_timeout:
+                self._fence(f"no successful heartbeat for {silent:.1f} s")
+        backoff = Backoff(cfg.join_backoff, cap=min(cfg.join_backoff * 32, 30.0))
+        t0 = anyio.current_time()
+        while not closing():
+            if self._fatal is not None:
+                raise self._fatal
+            target = self._target
+            if target is None:
+                changed = self._changed
+                await changed.wait()
+                continue
+            incarnation, epoch = self.incarnation, self.epoch
+            self._owned = target  # acknowledges what was revoked
+            self._wake.set()
+            timings.join = anyio.current_time() - t0
+            t1 = anyio.current_time()
+            try:
+                node = await self.client.find_coordinator(timings)
+                positions, committed = await self.client.start_positions(node, sorted(target))
+            except (KafkaConnectionError, BrokerError, TimeoutError) as exc:
+                if _unreachable(exc) is not None or (
+                    isinstance(exc, BrokerError) and outcome_for(exc.code) is Outcome.FATAL
+                ):
+                    raise
+                log.info("group %s: fetching start offsets failed (%s); again", cfg.group_id, exc)
+                self.client.forget_coordinator()
+                await backoff.sleep()
+                continue
+            timings.offset_fetch = anyio.current_time() - t1
+            if incarnation != self.incarnation or target != self._target:
+                continue  # fenced or reassigned meanwhile
+            return self._formed(epoch, incarnation, positions, committed, timings)
+        return None
+
+    def _formed(
+        self,
+        epoch: int,
+        incarnation: int,
+        positions: dict[TopicPartition, int],
+        committed: dict[TopicPartition, tuple[int, str]],
+        timings: RebalanceTimings,
+    ) -> Formed:
+        cfg = self.config
+        identity = GenerationIdentity(
+            group_id=cfg.group_id,
+            generation_id=epoch,
+            member_id=self.member_id,
+            group_instance_id=cfg.group_instance_id,
+        )
+        t_ready = anyio.current_time()
+
+        def first_batch() -> None:
+            timings.first_record = anyio.current_time() - t_ready
+
+        prefetcher = self.client.prefetcher(positions, first_batch)
+        gen = Generation(
+            identity=identity,
+            is_leader=False,
+            protocol=f"consumer/{cfg.group_remote_assignor or 'broker-default'}",
+            assignments=dict(positions),
+            timings=timings,
+            _committer=_EpochCommitter(self, incarnation),
+            _prefetcher=prefetcher,
+            _committed={tp: off for tp, (off, _) in committed.items()},
+            _committed_metadata={tp: note for tp, (_, note) in committed.items() if note},
+            _session_timeout=cfg.session_timeout,
+        )
+        gen.renew_lease(self._last_ok if self._last_ok is not None else t_ready)
+        self._current, self._current_incarnation = gen, incarnation
+        log.info(
+            "group %s generation %d formed (consumer protocol): member %s, %d partition(s) "
+            "[%s]; previous teardown %.3f s, waited %.3f s, offsets %.3f s",
+            cfg.group_id,
+            epoch,
+            self.member_id,
+            len(positions),
+            _show(frozenset(positions)),
+            timings.previous_teardown,
+            timings.join,
+            timings.offset_fetch,
+        )
+        return Formed(gen, prefetcher, {}, classic=False)
+
+    # ------------------------------------------------------------------ heartbeats
+
+    def _beat(self, epoch: int) -> requests.ConsumerHeartbeat:
+        cfg = self.config
+        owned: dict[uuid.UUID, list[int]] = {}
+        if epoch > 0:
+            for tp in self._owned:
+                tid = self._topic_ids.get(tp.topic)
+                if tid is not None:
+                    owned.setdefault(tid, []).append(tp.partition)
+        return requests.ConsumerHeartbeat(
+            group_id=cfg.group_id,
+            member_id=self.member_id,
+            member_epoch=epoch,
+            instance_id=cfg.group_instance_id,
+            rack=cfg.rack,
+            rebalance_timeout=cfg.rebalance_timeout,
+            topics=cfg.topics,
+            assignor=cfg.group_remote_assignor,
+            owned={tid: tuple(parts) for tid, parts in owned.items()},
+        )
+
+    async def _send(self, node: int, beat: requests.ConsumerHeartbeat) -> Any:
+        cfg = self.config
+        try:
+            return await self.client.cluster.call(
+                node,
+                _HEARTBEAT,
+                partial(requests.consumer_heartbeat_request, beat=beat),
+                timeout=min(cfg.request_timeout, cfg.session_timeout),
+                channel="group",
+            )
+        except UnsupportedVersion as exc:
+            raise self._unsupported(str(exc)) from None
+
+    def _unsupported(self, detail: str) -> GroupProtocolUnsupported:
+        return GroupProtocolUnsupported(
+            f"group {self.config.group_id}: group_protocol='consumer' needs a broker that "
+            f"speaks the consumer group protocol (KIP-848, ConsumerGroupHeartbeat: Apache "
+            f"Kafka 4.0 or later with 'consumer' in group.coordinator.rebalance.protocols); "
+            f"this one does not ({detail}). Use group_protocol='classic' with it."
+        )
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or less if a heartbeat is asked for at once."""
+        with anyio.move_on_after(seconds):
+            await self._wake.wait()
+        self._wake = anyio.Event()
+
+    async def _heartbeat_loop(self) -> None:
+        cfg = self.config
+        backoff = Backoff(cfg.join_backoff, cap=min(cfg.join_backoff * 32, 30.0))
+        started = anyio.current_time()
+        while self._fatal is None:
+            if self.epoch == 0:
+                # Joining: a fenced member rejoins once its generation ended.
+                gen = self._current
+                if gen is not None:
+                    await gen.wait_ended()
+            sent_at = anyio.current_time()
+            epoch = self.epoch
+            try:
+                node = await self.client.coordinator.find()
+                resp = await self._send(node, self._beat(epoch))
+            except GroupProtocolUnsupported as exc:
+                self._fail(exc)
+                return
+            except (KafkaConnectionError, ProtocolError, BrokerError, TimeoutError) as exc:
+                if isinstance(exc, BrokerError) and outcome_for(exc.code) is Outcome.FATAL:
+                    self._fail(exc)
+                    return
+                unreachable = _unreachable(exc)
+                if unreachable is not None:
+                    self._fail(unreachable)
+                    return
+                self._heartbeat_failed(exc, started)
+                await backoff.sleep()
+                continue
+            code = int(resp.error_code)
+            if code:
+                await self._heartbeat_refused(code, resp.error_message, backoff)
+                continue
+            backoff.reset()
+            if self._failing:
+                self._failing = False
+                log.info("group %s member %s: heartbeat works again", cfg.group_id, self.member_id)
+            if epoch != self.epoch:
+                continue  # fenced while it was in flight: rejoin
+            await self._on_heartbeat(resp, sent_at)
+            await self._pause(self._interval)
+
+    def _heartbeat_failed(self, exc: BaseException, started: float) -> None:
+        cfg = self.config
+        if not self._failing:
+            self._failing = True
+            log.info(
+                "group %s member %s: heartbeat failed (%s); retrying",
+                cfg.group_id,
+                self.member_id,
+                exc,
+            )
+        self.client.forget_coordinator()
+        since = self._last_ok if self._last_ok is not None else started
+        if self.epoch > 0 and anyio.current_time() - since >= cfg.session_timeout:
+            self._fence(f"no successful heartbeat for a session timeout ({exc})")
+
+    async def _heartbeat_refused(self, code: int, message: str | None, backoff: Backoff) -> None:
+        cfg = self.config
+        said = f"ConsumerGroupHeartbeat of {cfg.group_id} member {self.member_id}"
+        if message:
+            said += f": {message}"
+        if code == ErrorCode.unsupported_version:
+            said = "it answered UNSUPPORTED_VERSION" + (f": {message}" if message else "")
+            self._fail(self._unsupported(said))
+            return
+        outcome = outcome_for(code)
+        if outcome is Outcome.RESET_MEMBER:
+            joining = self.epoch == 0
+            self._fence(f"heartbeat answered {error_for_code(code).name}")
+            if joining:  # refused while joining: not at once again
+                await backoff.sleep()
+            return
+        if outcome is Outcome.FATAL:
+            self._fail(error_for_code(code, self._explain(code, said)))
+            return
+        if outcome is Outcome.FIND_COORDINATOR:
+            self.client.forget_coordinator()
+        if not self._failing:
+            self._failing = True
+            log.info(
+                "group %s: heartbeat refused (%s); retrying", cfg.group_id, error_for_code(code)
+            )
+        await backoff.sleep()
+
+    def _explain(self, code: int, said: str) -> str:
+        cfg = self.config
+        if code == ErrorCode.unreleased_instance_id:
+            return (
+                f"{said}; another member with group_instance_id={cfg.group_instance_id!r} is "
+                "still in the group: it must leave (or its session time out) first"
+            )
+        if code == ErrorCode.unsupported_assignor:
+            return (
+                f"{said}; group_remote_assignor={cfg.group_remote_assignor!r} is not one of the "
+                "broker's group.consumer.assignors (Kafka's: uniform, range)"
+            )
+        if code == ErrorCode.group_id_not_found:
+            return (
+                f"{said}; the group exists under the classic protocol and cannot be converted "
+                "now (its members must leave first, or see group.consumer.migration.policy)"
+            )
+        return said
+
+    async def _on_heartbeat(self, resp: Any, sent_at: float) -> None:
+        """A successful answer: the epoch, the interval, maybe a new assignment."""
+        self._last_ok = sent_at
+        if resp.member_id:
+            self.member_id = str(resp.member_id)
+        epoch = int(resp.member_epoch)
+        if epoch != self.epoch:
+            log.debug("group %s member %s: epoch %d", self.config.group_id, self.member_id, epoch)
+        self.epoch = epoch
+        self._joined = self._joined or epoch > 0
+        interval = resp.heartbeat_interval.total_seconds()
+        if interval > 0:
+            self._interval = interval
+        gen = self._current
+        if gen is not None and self._current_incarnation == self.incarnation:
+            gen.renew_lease(sent_at)
+        if resp.assignment is not None:
+            self._assigned = {
+                t.topic_id: tuple(int(p) for p in t.partitions)
+                for t in resp.assignment.topic_partitions
+                if t.topic_id is not None
+            }
+            await self._reconcile()
+        elif self._unresolved:
+            await self._reconcile()
+
+    async def _reconcile(self) -> None:
+        """Resolve the assignment's topic ids; end the generation if it changed."""
+        cfg = self.config
+        assigned = self._assigned or {}
+        names = self._names()
+        if any(tid not in names for tid in assigned):
+            try:
+                await self.client.cluster.refresh_metadata(cfg.topics)
+            except (KafkaConnectionError, ProtocolError, BrokerError) as exc:
+                log.info("group %s: metadata for the assignment failed: %s", cfg.group_id, exc)
+            names = self._names()
+        unresolved = {tid for tid in assigned if tid not in names}
+        if unresolved and unresolved != self._unresolved:
+            log.info(
+                "group %s member %s: assigned topic id(s) %s not in the metadata yet",
+                cfg.group_id,
+                self.member_id,
+                ", ".join(sorted(map(str, unresolved))),
+            )
+        self._unresolved = unresolved
+        target = frozenset(
+            TopicPartition(names[tid], p)
+            for tid, parts in assigned.items()
+            if tid in names
+            for p in parts
+        )
+        if target == self._target:
+            return
+        old = self._target
+        self._target = target
+        self._changed.set()
+        self._changed = anyio.Event()
+        gen = self._current
+        if gen is not None and not gen.ending and frozenset(gen.assignments) != target:
+            kept = frozenset(gen.assignments)
+            gen.end(
+                Outcome.REJOIN,
+                f"assignment changed at member epoch {self.epoch}: revoked "
+                f"[{_show(kept - target)}], added [{_show(target - kept)}]",
+            )
+        log.info(
+            "group %s member %s: assignment at epoch %d: [%s] (was [%s])",
+            cfg.group_id,
+            self.member_id,
+            self.epoch,
+            _show(target),
+            _show(old or frozenset()),
+        )
+
+    def _names(self) -> dict[uuid.UUID, str]:
+        for name, info in self.client.cluster.topics.items():
+            if info.topic_id is not None:
+                self._topic_ids[name] = info.topic_id
+        return {tid: name for name, tid in self._topic_ids.items()}
+
+    def _fence(self, reason: str) -> None:
+        """The member lost its partitions: end its generation uncommitted, rejoin with epoch 0."""
+        log.info(
+            "group %s member %s fenced at epoch %d: %s; rejoining with epoch 0",
+            self.config.group_id,
+            self.member_id,
+            self.epoch,
+            reason,
+        )
+        self.incarnation += 1
+        self.epoch = 0
+        self._assigned = None
+        self._target = None
+        self._unresolved = set()
+        self._owned = frozenset()
+        gen = self._current
+        if gen is not None:
+            gen.end(Outcome.RESET_MEMBER, f"fenced: {reason}")
+        self._wake.set()
+
+    def _fail(self, error: BaseException) -> None:
+        """A fatal error: the generation ends, and forming the next one raises it."""
+        self._fatal = error
+        log.error("group %s member %s: %s", self.config.group_id, self.member_id, error)
+        gen = self._current
+        if gen is not None:
+            gen.end(Outcome.FATAL, str(error))
+        self._changed.set()
+
+    async def _leave(self) -> None:
+        """Leave the group (epoch -1; -2 for a static member), bounded, never raising."""
+        cfg = self.config
+        node = self.client.coordinator.node
+        if not self._joined or node is None or self._fatal is not None:
+            return
+        epoch = -2 if cfg.group_instance_id is not None else -1
+        self.epoch = epoch
+        with anyio.move_on_after(cfg.request_timeout):
+            try:
+                resp = await self._send(node, self._beat(epoch))
+                if resp.error_code:
+                    log.info(
+                        "group %s member %s: leaving answered %s",
+                        cfg.group_id,
+                        self.member_id,
+                        error_for_code(int(resp.error_code)),
+                    )
+            except (KafkaConnectionError, ProtocolError, BrokerError, UnsupportedVersion) as exc:
+                log.info("group %s: leaving failed: %s", cfg.group_id, exc)

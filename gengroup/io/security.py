@@ -1,0 +1,255 @@
+"""How the client secures its connections: TLS and SASL settings, declared once.
+
+Theory of operation:
+
+:class:`Security` holds the settings a Java or librdkafka user knows by name
+(``security_protocol``, ``ssl_*``, ``sasl_*``) and checks them together at
+construction, before any I/O: a bad combination (SASL credentials with a
+protocol without SASL, a key file without its certificate, a missing file, a
+token provider with ``PLAIN`` ...) raises :class:`~gengroup._errors.ConfigError`
+naming the settings. Every client configuration (``GroupConfig``,
+``ProducerConfig``, ``AdminConfig``) inherits these fields, so
+``ConsumerGroup``, ``Producer`` and ``Admin`` take them as keyword settings,
+and :class:`~gengroup.io.cluster.Cluster` takes a :class:`Security` (or the
+same keywords). Passwords are left out of every ``repr``.
+
+:meth:`Security.tls_context` builds the one :class:`ssl.SSLContext` a cluster
+uses for every connection it opens: the caller's own ``ssl_context``, or one
+made from ``ssl_cafile`` (the system's trust store when omitted), the client
+certificate for mutual TLS (``ssl_certfile``/``ssl_keyfile``/``ssl_password``)
+and ``ssl_check_hostname``. Certificates are always verified; only the host
+name check can be turned off (for brokers whose certificates do not name the
+address clients use), and a caller who needs more passes a context of their own.
+
+The SASL exchange itself is :mod:`gengroup.io.sasl`'s; this module does no I/O
+beyond reading the certificate files when the context is built.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, Final, Literal, TypedDict, get_args
+
+from .._errors import ConfigError
+
+__all__ = [
+    "PLAINTEXT",
+    "SaslMechanism",
+    "Security",
+    "SecurityProtocol",
+    "SecuritySettings",
+    "TokenProvider",
+]
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
+#: An async callable returning an OAuth 2 bearer token (a compact JWT) for OAUTHBEARER.
+TokenProvider = Callable[[], Awaitable[str]]
+#: A path setting: a string or a :class:`os.PathLike`.
+PathSetting = str | os.PathLike[str]
+
+_PROTOCOLS: Final = get_args(SecurityProtocol)
+_MECHANISMS: Final = get_args(SaslMechanism)
+_SSL_FILES: Final = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Security:
+    """The security settings of a client's connections (keyword-only, validated).
+
+    Attributes:
+        security_protocol: ``"PLAINTEXT"`` (the default), ``"SSL"`` (TLS),
+            ``"SASL_PLAINTEXT"`` (SASL without TLS) or ``"SASL_SSL"`` (SASL over TLS).
+            Lower case is accepted.
+        ssl_context: a ready :class:`ssl.SSLContext` for TLS connections;
+            excludes the other ``ssl_*`` settings.
+        ssl_cafile: PEM file of the certificate authorities to trust (default:
+            the system's trust store).
+        ssl_certfile: PEM file of this client's certificate (mutual TLS); it
+            may hold the private key too.
+        ssl_keyfile: PEM file of the client certificate's private key.
+        ssl_password: the password of an encrypted private key.
+        ssl_check_hostname: whether the broker's certificate must name the
+            host connected to (certificates are verified either way).
+        sasl_mechanism: ``"PLAIN"``, ``"SCRAM-SHA-256"``, ``"SCRAM-SHA-512"`` or
+            ``"OAUTHBEARER"``; required with a ``SASL_*`` protocol.
+        sasl_username: the user name (PLAIN and SCRAM).
+        sasl_password: the password (PLAIN and SCRAM).
+        sasl_oauth_token_provider: an async callable returning a bearer token
+            (OAUTHBEARER); called on every (re-)authentication, so it may
+            refresh the token.
+
+    Raises:
+        ConfigError: a setting, or a combination of them, is invalid.
+    """
+
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    ssl_cafile: PathSetting | None = None
+    ssl_certfile: PathSetting | None = None
+    ssl_keyfile: PathSetting | None = None
+    ssl_password: str | None = field(default=None, repr=False)
+    ssl_check_hostname: bool = True
+    sasl_mechanism: SaslMechanism | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    sasl_oauth_token_provider: TokenProvider | None = None
+
+    def __post_init__(self) -> None:
+        _check_security(self)
+
+    @classmethod
+    def of(cls, settings: Security) -> Security:
+        """The security settings of a client configuration (which inherits them)."""
+        if type(settings) is cls:
+            return settings
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
+
+    @property
+    def uses_tls(self) -> bool:
+        """Whether connections are wrapped in TLS."""
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        """Whether connections authenticate with SASL after ApiVersions."""
+        return self.security_protocol.startswith("SASL_")
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The TLS context for this client's connections (None without TLS).
+
+        Raises:
+            ConfigError: a certificate or key file cannot be loaded (not PEM,
+                wrong key password, key not matching the certificate).
+        """
+        if not self.uses_tls:
+            return None
+        if self.ssl_context is not None:
+            return self.ssl_context
+        cafile = None if self.ssl_cafile is None else os.fspath(self.ssl_cafile)
+        try:
+            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
+        except (ssl.SSLError, OSError) as exc:
+            raise ConfigError(f"ssl_cafile {cafile!r} cannot be loaded: {exc}") from exc
+        context.check_hostname = self.ssl_check_hostname
+        context.verify_mode = ssl.CERT_REQUIRED
+        if self.ssl_certfile is not None:
+            certfile = os.fspath(self.ssl_certfile)
+            keyfile = None if self.ssl_keyfile is None else os.fspath(self.ssl_keyfile)
+            try:
+                context.load_cert_chain(certfile, keyfile, self.ssl_password)
+            except (ssl.SSLError, OSError) as exc:
+                raise ConfigError(
+                    f"ssl_certfile {certfile!r} / ssl_keyfile {keyfile!r} cannot be loaded "
+                    f"(not PEM, a wrong ssl_password, or a key of another certificate): {exc}"
+                ) from exc
+        return context
+
+
+def _check_security(s: Security) -> None:
+    protocol = s.security_protocol
+    if isinstance(protocol, str) and protocol.upper() in _PROTOCOLS:
+        protocol = protocol.upper()  # type: ignore[assignment]
+        object.__setattr__(s, "security_protocol", protocol)
+    else:
+        raise ConfigError(
+            f"security_protocol must be one of {', '.join(_PROTOCOLS)}, got {protocol!r}"
+        )
+    if not isinstance(s.ssl_check_hostname, bool):
+        raise ConfigError(f"ssl_check_hostname must be True or False, got {s.ssl_check_hostname!r}")
+    ssl_set = [n for n in (*_SSL_FILES, "ssl_password") if getattr(s, n) is not None]
+    if s.ssl_context is not None:
+        ssl_set.insert(0, "ssl_context")
+    if not s.uses_tls and (ssl_set or not s.ssl_check_hostname):
+        named = ", ".join(ssl_set or ["ssl_check_hostname"])
+        raise ConfigError(
+            f"{named} set, but security_protocol={protocol!r} uses no TLS (use 'SSL' or 'SASL_SSL')"
+        )
+    if s.ssl_context is not None:
+        if not isinstance(s.ssl_context, ssl.SSLContext):
+            raise ConfigError(f"ssl_context must be an ssl.SSLContext, got {s.ssl_context!r}")
+        if len(ssl_set) > 1 or not s.ssl_check_hostname:
+            others = ", ".join(ssl_set[1:] or ["ssl_check_hostname"])
+            raise ConfigError(
+                f"ssl_context excludes {others}: configure the context itself, "
+                "or pass the files instead of a context"
+            )
+    for name in _SSL_FILES:
+        value: Any = getattr(s, name)
+        if value is None:
+            continue
+        if not isinstance(value, str | os.PathLike) or not os.fspath(value):
+            raise ConfigError(f"{name} must be a path, got {value!r}")
+        if not os.path.isfile(value):
+            raise ConfigError(f"{name} {os.fspath(value)!r} is not a file")
+    if s.ssl_keyfile is not None and s.ssl_certfile is None:
+        raise ConfigError("ssl_keyfile needs ssl_certfile (the client certificate it belongs to)")
+    if s.ssl_password is not None and s.ssl_certfile is None:
+        raise ConfigError("ssl_password is the client key's password: it needs ssl_certfile")
+    _check_sasl(s, protocol)
+
+
+def _check_sasl(s: Security, protocol: str) -> None:
+    sasl_set = [
+        n
+        for n in ("sasl_mechanism", "sasl_username", "sasl_password", "sasl_oauth_token_provider")
+        if getattr(s, n) is not None
+    ]
+    if not s.uses_sasl:
+        if sasl_set:
+            raise ConfigError(
+                f"{', '.join(sasl_set)} set, but security_protocol={protocol!r} uses no SASL "
+                "(use 'SASL_SSL' or 'SASL_PLAINTEXT')"
+            )
+        return
+    mechanism = s.sasl_mechanism
+    if not isinstance(mechanism, str) or mechanism.upper() not in _MECHANISMS:
+        raise ConfigError(
+            f"security_protocol={protocol!r} needs sasl_mechanism, one of "
+            f"{', '.join(_MECHANISMS)} (got {mechanism!r})"
+        )
+    mechanism = mechanism.upper()  # type: ignore[assignment]
+    object.__setattr__(s, "sasl_mechanism", mechanism)
+    if mechanism == "OAUTHBEARER":
+        if not callable(s.sasl_oauth_token_provider):
+            raise ConfigError(
+                "sasl_mechanism='OAUTHBEARER' needs sasl_oauth_token_provider, an async "
+                f"callable returning a token (got {s.sasl_oauth_token_provider!r})"
+            )
+        if s.sasl_username is not None or s.sasl_password is not None:
+            raise ConfigError(
+                "sasl_username/sasl_password are not used by OAUTHBEARER: the token "
+                "provider's token names the principal"
+            )
+        return
+    if s.sasl_oauth_token_provider is not None:
+        raise ConfigError(
+            f"sasl_oauth_token_provider is for OAUTHBEARER, not sasl_mechanism={mechanism!r}"
+        )
+    for name in ("sasl_username", "sasl_password"):
+        value = getattr(s, name)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"sasl_mechanism={mechanism!r} needs {name} (a non-empty string)")
+
+
+#: No TLS, no SASL.
+PLAINTEXT: Final = Security()
+
+
+class SecuritySettings(TypedDict, total=False):
+    """:class:`Security`'s fields as keyword arguments (names and types, for type checkers)."""
+
+    security_protocol: SecurityProtocol
+    ssl_context: ssl.SSLContext | None
+    ssl_cafile: PathSetting | None
+    ssl_certfile: PathSetting | None
+    ssl_keyfile: PathSetting | None
+    ssl_password: str | None
+    ssl_check_hostname: bool
+    sasl_mechanism: SaslMechanism | None
+    sasl_username: str | None
+    sasl_password: str | None
+    sasl_oauth_token_provider: TokenProvider | None

@@ -1,0 +1,211 @@
+"""The prefetcher's buffers and fetch pipeline, on the embedded broker in virtual time.
+
+A slow worker holds its partition's buffer: the buffer does not grow past its
+bound and no Fetch is sent for the partition while it is full. The next Fetch
+goes out while the worker is still busy with the previous answer. With
+``fetch_buffer_bytes`` the member's whole buffer is bounded and each partition's
+fetch size follows from its share. Records reach the worker undecoded and are
+decoded on its first access, with the same typed errors for damaged data.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from crc32c import crc32c
+from kio.schema.errors import ErrorCode
+
+from gengroup import ConsumerGroup, CorruptRecordError, Generation, TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Intercepted, Respond
+from gengroup.protocol.framing import response_module
+from gengroup.protocol.records import NewRecord, encode_batch, with_base_offset
+from gengroup.protocol.versions import ApiKey
+
+SETTINGS: dict[str, Any] = {
+    "session_timeout": 10.0,
+    "heartbeat_interval": 1.0,
+    "rebalance_timeout": 20.0,
+    "commit_interval": 0.0,
+    "join_backoff": 0.5,
+    "fetch_max_wait": 0.5,
+    "request_timeout": 30.0,
+}
+TP = TopicPartition("t", 0)
+BATCHES = 60
+PER_BATCH = 10
+VALUE = b"v" * 100
+
+
+def _fill(cluster: FakeCluster, partitions: int = 1) -> int:
+    """Produce ``BATCHES`` batches of ``PER_BATCH`` records per partition; one batch's size."""
+    for p in range(partitions):
+        for i in range(BATCHES):
+            cluster.produce(
+                "t", [NewRecord(None, VALUE, (), i) for _ in range(PER_BATCH)], partition=p
+            )
+    return len(encode_batch([(None, VALUE, (), 0)] * PER_BATCH))
+
+
+class FetchLog:
+    """Every Fetch the broker receives: when, and the byte limit per partition."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[float, dict[int, int]]] = []
+
+    def __call__(self, req: Intercepted) -> None:
+        limits = {
+            int(p.partition): int(p.partition_max_bytes)
+            for t in req.request.topics
+            for p in t.partitions
+        }
+        self.requests.append((trio.current_time(), limits))
+
+    def since(self, t: float) -> int:
+        return sum(1 for when, _ in self.requests if when >= t)
+
+
+async def test_a_slow_worker_holds_its_buffer_and_it_does_not_grow(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limit = 8192
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        size = _fill(cluster)
+        fetches = FetchLog()
+        cluster.control(ApiKey.FETCH, fetches)
+        async with ConsumerGroup(
+            "g", ["t"], cluster.bootstrap, partition_buffer_bytes=limit, **SETTINGS
+        ) as group:
+            gen = await group.next()
+            part = gen._prefetcher._parts[TP]
+            seen: list[int] = []
+            samples: list[tuple[int, int, int]] = []
+            async for batch in gen.fetch(TP):
+                seen += [r.offset for r in batch.records]
+                if len(samples) < 2:
+                    # A worker stuck on its batch: the buffer fills up to
+                    # its bound, then stays as it is.
+                    await trio.sleep(10.0)
+                    samples.append((part.buffered, len(part.queue), len(fetches.requests)))
+                    await trio.sleep(100.0)
+                    samples.append((part.buffered, len(part.queue), len(fetches.requests)))
+                gen.mark(TP, batch.next_offset)
+                if batch.next_offset >= BATCHES * PER_BATCH:
+                    break
+        (held, queued, sent), (held_later, queued_later, sent_later) = samples
+        assert limit // 2 <= held <= limit, held  # prefetched, within the bound
+        assert queued >= 1
+        assert (held_later, queued_later, sent_later) == (held, queued, sent)
+        # Every request asked for half the bound at most (the room left for a
+        # second step while one is buffered).
+        assert all(limits[0] <= limit // 2 for _, limits in fetches.requests)
+        assert size < limit // 2
+        assert seen == list(range(BATCHES * PER_BATCH))
+
+
+async def test_the_next_fetch_goes_out_while_the_worker_processes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        _fill(cluster)
+        fetches = FetchLog()
+        cluster.control(ApiKey.FETCH, fetches)
+        async with ConsumerGroup(
+            "g", ["t"], cluster.bootstrap, partition_buffer_bytes=16384, **SETTINGS
+        ) as group:
+            gen = await group.next()
+            waited: list[float] = []
+            during: list[int] = []
+            t = trio.current_time()
+            async for batch in gen.fetch(TP):
+                now = trio.current_time()
+                waited.append(now - t)
+                await trio.sleep(5.0)  # processing the batch
+                during.append(fetches.since(now))
+                t = trio.current_time()
+                gen.mark(TP, batch.next_offset)
+                if len(waited) == 4:
+                    break
+        # While each batch was processed the next one was fetched, so the
+        # worker never waited for the broker after its first batch.
+        assert all(n >= 1 for n in during), during
+        assert waited[1:] == [0.0, 0.0, 0.0], waited
+
+
+def _limits_by_partition(fetches: FetchLog) -> set[int]:
+    return {limit for _, limits in fetches.requests for limit in limits.values()}
+
+
+@pytest.mark.parametrize("partitions", [1, 4])
+async def test_the_member_budget_is_shared_by_the_assigned_partitions(
+    autojump_clock: trio.testing.MockClock, partitions: int
+) -> None:
+    budget = 32768
+    async with FakeCluster(topics={"t": partitions}, initial_rebalance_delay_ms=0) as cluster:
+        _fill(cluster, partitions)
+        fetches = FetchLog()
+        cluster.control(ApiKey.FETCH, fetches)
+        async with ConsumerGroup(
+            "g", ["t"], cluster.bootstrap, fetch_buffer_bytes=budget, **SETTINGS
+        ) as group:
+            gen: Generation = await group.next()
+            await trio.sleep(30.0)  # no worker: the buffers fill up and stay
+            held = sum(p.buffered for p in gen._prefetcher._parts.values())
+        share = budget // partitions
+        assert _limits_by_partition(fetches) == {share // 2}
+        assert budget // 2 <= held <= budget, held
+
+
+def _corrupt_response(req: Intercepted, records: bytes) -> Respond:
+    mod = response_module(ApiKey.FETCH, req.api_version)
+    part = mod.PartitionData(
+        partition_index=0,
+        error_code=ErrorCode.none,
+        high_watermark=3,
+        last_stable_offset=3,
+        log_start_offset=0,
+        aborted_transactions=None,
+        records=records,
+    )
+    return Respond(
+        mod.FetchResponse(
+            throttle_time=datetime.timedelta(0),
+            error_code=ErrorCode.none,
+            session_id=0,
+            responses=(mod.FetchableTopicResponse(topic="t", partitions=(part,)),),
+        )
+    )
+
+
+def _batch_with_negative_record_length() -> bytes:
+    batch = bytearray(with_base_offset(encode_batch([(None, b"x", (), 0)] * 3), 0))
+    batch[61] = 0x03  # the first record's length: -2
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))  # a correct CRC
+    return bytes(batch)
+
+
+@pytest.mark.parametrize("damage", ["crc", "contents"])
+async def test_damaged_records_raise_typed_errors_in_the_worker(
+    autojump_clock: trio.testing.MockClock, damage: str
+) -> None:
+    data = _batch_with_negative_record_length()
+    if damage == "crc":
+        data = data[:-1] + bytes([data[-1] ^ 0xFF])
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.control(ApiKey.FETCH, lambda req: _corrupt_response(req, data))
+        where: list[str] = []
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            gen = await group.next()
+            with pytest.raises(CorruptRecordError):
+                async for batch in gen.fetch(TP):
+                    where.append("handed out")
+                    assert len(batch) == 3  # decoding here raises
+            gen.cancel("test over")
+    # A damaged header never reaches the worker; damaged contents under a
+    # correct CRC raise from the worker's first access to the records.
+    assert where == ([] if damage == "crc" else ["handed out"])

@@ -1,0 +1,233 @@
+"""Security settings: validation, how they reach every client, and the SASL conversations."""
+
+from __future__ import annotations
+
+import pickle
+import ssl
+from pathlib import Path
+from typing import Any
+
+import pytest
+import scramp  # type: ignore[import-untyped]
+
+from gengroup import (
+    Admin,
+    AdminConfig,
+    AuthenticationError,
+    Cluster,
+    ConfigError,
+    ConsumerGroup,
+    GroupConfig,
+    Producer,
+    ProducerConfig,
+    Security,
+    TLSError,
+)
+from gengroup._errors import BrokenConnection, error_for_code, is_retriable
+from gengroup.io import sasl
+from gengroup.io.security import PLAINTEXT
+
+
+async def token() -> str:
+    return "header.payload."
+
+
+@pytest.fixture
+def pem(tmp_path: Path) -> Path:
+    path = tmp_path / "ca.pem"
+    path.write_text("not a certificate")
+    return path
+
+
+def test_defaults_are_plaintext() -> None:
+    assert Security() == PLAINTEXT
+    assert not PLAINTEXT.uses_tls and not PLAINTEXT.uses_sasl
+    assert PLAINTEXT.tls_context() is None
+
+
+def test_tls_context_verifies_by_default() -> None:
+    context = Security(security_protocol="ssl").tls_context()
+    assert context is not None
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    relaxed = Security(security_protocol="SSL", ssl_check_hostname=False).tls_context()
+    assert relaxed is not None
+    assert relaxed.verify_mode == ssl.CERT_REQUIRED and not relaxed.check_hostname
+    own = ssl.create_default_context()
+    assert Security(security_protocol="SASL_SSL", **SCRAM, ssl_context=own).tls_context() is own
+
+
+SCRAM: dict[str, Any] = {
+    "sasl_mechanism": "scram-sha-512",
+    "sasl_username": "bob",
+    "sasl_password": "bob-secret",
+}
+
+
+def test_names_are_normalised_and_passwords_stay_out_of_repr() -> None:
+    s = Security(security_protocol="sasl_ssl", **SCRAM)
+    assert (s.security_protocol, s.sasl_mechanism) == ("SASL_SSL", "SCRAM-SHA-512")
+    assert "bob-secret" not in repr(s)
+    cfg = GroupConfig.create("g", ["t"], "h:1", security_protocol="SASL_SSL", **SCRAM)
+    assert "bob-secret" not in repr(cfg)
+    assert Security.of(cfg) == s
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"security_protocol": "TLS"}, "security_protocol must be one of PLAINTEXT, SSL"),
+        ({"ssl_cafile": "x.pem"}, "ssl_cafile set, but security_protocol='PLAINTEXT' uses no TLS"),
+        ({"ssl_check_hostname": False}, "ssl_check_hostname set, but"),
+        ({"security_protocol": "SSL", "ssl_cafile": "/no/such.pem"}, "is not a file"),
+        ({"security_protocol": "SSL", "ssl_keyfile": "{pem}"}, "ssl_keyfile needs ssl_certfile"),
+        ({"security_protocol": "SSL", "ssl_password": "p"}, "ssl_password is the client key's"),
+        (
+            {"security_protocol": "SSL", "ssl_context": "ctx"},
+            "ssl_context must be an ssl.SSLContext",
+        ),
+        (
+            {"security_protocol": "SSL", "ssl_context": "{context}", "ssl_cafile": "{pem}"},
+            "ssl_context excludes ssl_cafile",
+        ),
+        ({"sasl_mechanism": "PLAIN"}, "sasl_mechanism set, but security_protocol='PLAINTEXT'"),
+        ({"security_protocol": "SASL_SSL"}, "needs sasl_mechanism, one of PLAIN, SCRAM-SHA-256"),
+        (
+            {"security_protocol": "SASL_SSL", "sasl_mechanism": "GSSAPI"},
+            "needs sasl_mechanism",
+        ),
+        (
+            {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "sasl_username": "a"},
+            "needs sasl_password",
+        ),
+        (
+            {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "OAUTHBEARER"},
+            "needs sasl_oauth_token_provider",
+        ),
+        (
+            {
+                "security_protocol": "SASL_SSL",
+                "sasl_mechanism": "OAUTHBEARER",
+                "sasl_oauth_token_provider": token,
+                "sasl_username": "a",
+            },
+            "not used by OAUTHBEARER",
+        ),
+        (
+            {"security_protocol": "SASL_SSL", **SCRAM, "sasl_oauth_token_provider": token},
+            "sasl_oauth_token_provider is for OAUTHBEARER",
+        ),
+    ],
+)
+def test_invalid_settings_are_named(settings: dict[str, Any], message: str, pem: Path) -> None:
+    fill = {"{pem}": pem, "{context}": ssl.create_default_context()}
+    resolved = {k: fill.get(v, v) if isinstance(v, str) else v for k, v in settings.items()}
+    for build in (
+        lambda: Security(**resolved),
+        lambda: GroupConfig.create("g", ["t"], "h:1", **resolved),
+        lambda: ProducerConfig(**resolved),
+        lambda: AdminConfig(**resolved),
+        lambda: Cluster("h:1", **resolved),
+    ):
+        with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            build()
+
+
+def test_unloadable_certificate_is_a_config_error(pem: Path) -> None:
+    with pytest.raises(ConfigError, match=r"ssl_cafile .* cannot be loaded"):
+        Cluster("h:1", security_protocol="SSL", ssl_cafile=pem)
+    with pytest.raises(ConfigError, match=r"ssl_certfile .* cannot be loaded"):
+        Security(security_protocol="SSL", ssl_certfile=pem).tls_context()
+
+
+async def test_every_client_takes_the_settings_by_name() -> None:
+    settings: dict[str, Any] = {"security_protocol": "SASL_PLAINTEXT", **SCRAM}
+    expected = Security(**settings)
+    group = ConsumerGroup("g", ["t"], "h:1", **settings)
+    assert group.cluster.security == expected
+    assert Producer("h:1", **settings).cluster.security == expected
+    assert Admin("h:1", **settings).cluster.security == expected
+    assert Cluster("h:1", **settings).security == expected
+    assert Cluster("h:1", security=expected).security == expected
+    with pytest.raises(ConfigError, match="either security or security_protocol"):
+        Cluster("h:1", security=expected, security_protocol="SSL")
+
+
+def test_authentication_errors_are_never_retried() -> None:
+    auth = AuthenticationError("PLAIN authentication failed", broker="h:1", mechanism="PLAIN")
+    tls = TLSError("bad", broker="h:1", reason="hostname mismatch")
+    assert not is_retriable(auth) and not is_retriable(tls)
+    assert is_retriable(BrokenConnection("reset"))
+    for code in (33, 34, 58):  # UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE, SASL_AUTH_FAILED
+        assert not is_retriable(error_for_code(code))
+    copy = pickle.loads(pickle.dumps(tls))
+    assert (type(copy), str(copy), copy.broker, copy.reason) == (TLSError, "bad", "h:1", tls.reason)
+    assert copy.mechanism == "TLS"
+
+
+async def test_plain_message() -> None:
+    s = Security(
+        security_protocol="SASL_SSL",
+        sasl_mechanism="PLAIN",
+        sasl_username="alice",
+        sasl_password="pw",
+    )
+    mechanism = await sasl.mechanism_for(s, "h:1")
+    assert mechanism.first() == b"\0alice\0pw"
+    assert mechanism.reply(b"") is None
+
+
+@pytest.mark.parametrize("name", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+async def test_scram_conversation_with_a_scram_server(name: str) -> None:
+    """The client half against scramp's server half: proof accepted, signature checked."""
+    server_mechanism = scramp.ScramMechanism(name)
+    info = server_mechanism.make_auth_info("pw", iteration_count=4096)
+    s = Security(
+        security_protocol="SASL_SSL",
+        sasl_mechanism=name,
+        sasl_username="bob",
+        sasl_password="pw",
+    )
+    client = await sasl.mechanism_for(s, "h:1")
+    server = server_mechanism.make_server(lambda _user: info)
+    server.set_client_first(client.first().decode())
+    final = client.reply(server.get_server_first().encode())
+    assert final is not None
+    server.set_client_final(final.decode())
+    assert client.reply(server.get_server_final().encode()) is None
+
+
+async def test_scram_rejects_a_forged_server_signature() -> None:
+    name = "SCRAM-SHA-256"
+    server_mechanism = scramp.ScramMechanism(name)
+    wrong = server_mechanism.make_auth_info("other", iteration_count=4096)
+    s = Security(
+        security_protocol="SASL_SSL", sasl_mechanism=name, sasl_username="bob", sasl_password="pw"
+    )
+    client = await sasl.mechanism_for(s, "h:1")
+    server = server_mechanism.make_server(lambda _user: wrong)
+    server.set_client_first(client.first().decode())
+    client.reply(server.get_server_first().encode())
+    with pytest.raises(AuthenticationError, match="SCRAM-SHA-256 authentication with h:1 failed"):
+        client.reply(b"v=" + b"A" * 44)
+
+
+async def test_oauthbearer_message_and_a_failing_provider() -> None:
+    s = Security(
+        security_protocol="SASL_SSL", sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=token
+    )
+    mechanism = await sasl.mechanism_for(s, "h:1")
+    assert mechanism.first() == b"n,,\x01auth=Bearer header.payload.\x01\x01"
+    assert mechanism.reply(b'{"status":"invalid_token"}') == b"\x01"
+
+    async def broken() -> str:
+        raise RuntimeError("identity provider down")
+
+    with pytest.raises(AuthenticationError, match=r"token provider raised.*identity provider down"):
+        await sasl.mechanism_for(
+            Security(
+                security_protocol="SASL_SSL",
+                sasl_mechanism="OAUTHBEARER",
+                sasl_oauth_token_provider=broken,
+            ),
+            "h:1",
+        )

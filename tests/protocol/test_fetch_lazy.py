@@ -1,0 +1,160 @@
+"""Undecoded fetching: ``scan_batches`` / ``decode_raw`` and ``parse_fetch_response(decode=False)``.
+
+The lazy path must hand out exactly what the eager one does, and fail with the
+same typed errors: header-level damage (CRC, length, magic, codec) when the
+response is read, record-level damage under a correct CRC when the records
+are decoded.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from typing import Any
+
+import pytest
+from crc32c import crc32c
+
+from gengroup._errors import CorruptRecordError, ProtocolError
+from gengroup._types import TopicPartition
+from gengroup.protocol.fetch import PartitionFetch, parse_fetch_response
+from gengroup.protocol.framing import response_module
+from gengroup.protocol.records import (
+    Compression,
+    ControlType,
+    decode_batches,
+    decode_raw,
+    encode_batch,
+    encode_control_batch,
+    scan_batches,
+    with_base_offset,
+)
+from gengroup.protocol.versions import ApiKey
+
+TP = TopicPartition("t", 0)
+TS = 1_700_000_000_000
+PID_A, PID_B = 1000, 2000
+
+
+def _data(pid: int, first: int, n: int, *, txn: bool = True, codec: int = 0) -> bytes:
+    batch = encode_batch(
+        [(b"k", f"{pid}:{first + i}".encode(), (("h", b"v"),), TS + i) for i in range(n)],
+        producer_id=pid if txn else -1,
+        producer_epoch=0 if txn else -1,
+        base_sequence=0 if txn else -1,
+        transactional=txn,
+        compression=Compression(codec),
+    )
+    return with_base_offset(batch, first)
+
+
+def _marker(kind: ControlType, pid: int, offset: int) -> bytes:
+    return encode_control_batch(
+        kind, producer_id=pid, producer_epoch=0, timestamp=TS, base_offset=offset
+    )
+
+
+def _response(records: bytes, aborted: list[tuple[int, int]] | None) -> Any:
+    mod = response_module(ApiKey.FETCH, 12)
+    part = mod.PartitionData(
+        partition_index=0,
+        error_code=0,
+        high_watermark=100,
+        last_stable_offset=90,
+        log_start_offset=0,
+        aborted_transactions=None
+        if aborted is None
+        else tuple(mod.AbortedTransaction(producer_id=p, first_offset=o) for p, o in aborted),
+        records=records,
+    )
+    return mod.FetchResponse(
+        throttle_time=datetime.timedelta(0),
+        error_code=0,
+        session_id=0,
+        responses=(mod.FetchableTopicResponse(topic="t", partitions=(part,)),),
+    )
+
+
+def _both(data: bytes, aborted: Any, level: int, start: int) -> tuple[PartitionFetch, ...]:
+    return tuple(
+        parse_fetch_response(
+            _response(data, aborted), isolation_level=level, positions={TP: start}, decode=d
+        )[TP]
+        for d in (True, False)
+    )
+
+
+LOG = b"".join(
+    [
+        _data(PID_A, 0, 2),
+        _data(PID_B, 2, 2, codec=Compression.LZ4),
+        _marker(ControlType.ABORT, PID_A, 4),
+        _marker(ControlType.COMMIT, PID_B, 5),
+        _data(PID_A, 6, 2, codec=Compression.ZSTD),
+        _data(-1, 8, 5, txn=False, codec=Compression.LZ4),
+        _marker(ControlType.COMMIT, PID_A, 13),
+        _data(-1, 14, 3, txn=False),
+    ]
+)
+
+
+@pytest.mark.parametrize("level", [0, 1])
+@pytest.mark.parametrize("start", [0, 1, 6, 9, 12, 13, 16])
+@pytest.mark.parametrize("cut", [0, 7])
+def test_lazy_parse_hands_out_what_the_eager_one_does(level: int, start: int, cut: int) -> None:
+    data = LOG[: len(LOG) - cut]
+    eager, lazy = _both(data, [(PID_A, 0)], level, start)
+    assert eager.error is None and lazy.error is None
+    assert lazy.records == eager.records
+    assert (lazy.next_offset, lazy.truncated, lazy.size) == (
+        eager.next_offset,
+        eager.truncated,
+        eager.size,
+    )
+    # Only a batch that starts below the position is decoded at once.
+    assert all(b.base_offset < start for b in lazy.batches)
+    assert all(b.base_offset >= start and b.count for b in lazy.raw)
+
+
+def test_scan_then_decode_equals_decode() -> None:
+    raws, used = scan_batches(LOG)
+    assert used == len(LOG)
+    assert [r.base_offset for r in raws] == [b.base_offset for b in decode_batches(LOG)]
+    assert decode_raw(raws) == [r for b in decode_batches(LOG) for r in b.records]
+    assert [raw.decode() for raw in raws] == decode_batches(LOG)
+    assert decode_raw(raws, min_offset=9)[0].offset == 9
+    assert decode_raw([]) == []
+
+
+def test_header_damage_fails_the_scan_and_the_partition() -> None:
+    bad = bytearray(_data(-1, 0, 3, txn=False))
+    bad[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        scan_batches(bytes(bad))
+    _, lazy = _both(bytes(bad), None, 0, 0)
+    assert isinstance(lazy.error, CorruptRecordError)
+    magic = bytearray(_data(-1, 0, 1, txn=False))
+    magic[16] = 1
+    with pytest.raises(ProtocolError, match="magic"):
+        scan_batches(bytes(magic))
+
+
+def _recrc(batch: bytearray) -> bytes:
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    return bytes(batch)
+
+
+def test_record_damage_under_a_correct_crc_fails_when_decoded() -> None:
+    good = bytearray(_data(-1, 0, 3, txn=False))
+    good[61] = 0x03  # the first record's length: negative
+    bad = _recrc(good)
+    raws, _ = scan_batches(bad)  # the header is fine
+    with pytest.raises(CorruptRecordError):
+        decode_raw(raws)
+    eager, lazy = _both(bad, None, 0, 0)
+    assert isinstance(eager.error, CorruptRecordError)
+    assert lazy.error is None and lazy.next_offset == 3
+    with pytest.raises(CorruptRecordError):
+        _ = lazy.records
+    with pytest.raises(CorruptRecordError):  # again: nothing was half-decoded
+        _ = lazy.records
