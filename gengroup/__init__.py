@@ -29,6 +29,7 @@ from .membership.balancers import (
     RoundRobinBalancer as RoundRobinBalancer,
 )
 from .membership.sticky import StickyBalancer as StickyBalancer
+from .membership.cooperative import CooperativeStickyBalancer as CooperativeStickyBalancer
 
 # Producing and administering (and securing the connections of every client).
 from .admin import (
@@ -100,6 +101,7 @@ __all__ = [
     "RangeBalancer",
     "RoundRobinBalancer",
     "StickyBalancer",
+    "CooperativeStickyBalancer",
     # producing and administering
     "Admin",
     "AdminConfig",

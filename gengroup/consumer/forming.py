@@ -52,7 +52,7 @@ from ..membership import requests
 from ..membership.member import Joined, JoinParams, Member, Outcome, Retry, outcome_for
 from ..protocol.consumer_protocol import PROTOCOL_TYPE
 from ..protocol.versions import ApiKey
-from .generation import Generation, RebalanceTimings
+from .generation import Generation, RebalanceTimings, SpanHost
 from .metrics import GroupMetrics
 from .prefetch import Prefetcher
 
@@ -446,8 +446,15 @@ async def form_generation(
     closing: Callable[[], bool],
     *,
     previous_teardown: float = 0.0,
+    ownership: SpanHost | None = None,
 ) -> Formed | None:
     """Join and sync until a generation forms; None if ``closing()`` turned true.
+
+    ``ownership`` holds the spans a cooperative member kept from its previous
+    generation: they are revoked before joining if the member may have lost
+    its membership (its member id was reset, or no request was accepted for
+    a session timeout), and before SyncGroup if the group chose an eager
+    balancer. A retained partition's fetch continues where its span is.
 
     Raises:
         BrokerError: a fatal answer (FENCED_INSTANCE_ID, authorization, ...).
@@ -457,6 +464,11 @@ async def form_generation(
     timings = RebalanceTimings(previous_teardown=previous_teardown)
     while not closing():
         try:
+            if ownership is not None and ownership.spans:
+                if not member.member_id:
+                    await ownership.drop_all("the member lost its member id")
+                elif anyio.current_time() - ownership.lease_from >= cfg.session_timeout:
+                    await ownership.drop_all("no request accepted for a session timeout")
             node = await client.find_coordinator(timings)
             t0 = anyio.current_time()
             params = member.join_params()
@@ -474,6 +486,10 @@ async def form_generation(
                 members=res.members,
             )
             timings.join += anyio.current_time() - t0
+            if ownership is not None and not isinstance(joined, Retry):
+                ownership.lease_from = max(ownership.lease_from, t0)
+                if ownership.spans and member.rebalance_protocol(joined.protocol) == "eager":
+                    await ownership.drop_all(f"the group chose the eager {joined.protocol!r}")
             if isinstance(joined, Retry):
                 if joined.error.code == ErrorCode.inconsistent_group_protocol:
                     offered = [b.name for b in member.config.balancers]
@@ -529,7 +545,21 @@ async def form_generation(
             log.info("group %s: %s; rejoining", cfg.group_id, exc)
             await backoff.sleep()
             continue
+        rebalance = member.rebalance_protocol(joined.protocol)
+        owned = ownership.owned if ownership is not None and rebalance == "cooperative" else set()
+        for tp in set(positions) & owned:
+            span = ownership.spans.get(tp) if ownership is not None else None
+            if span is not None and not span.closed:
+                positions[tp] = span.position
         formed = _formed(client, identity, joined, positions, committed, counts, timings)
+        gen = formed.generation
+        gen.rebalance_protocol = rebalance
+        gen.added = frozenset(set(positions) - owned)
+        gen.retained = frozenset(set(positions) & owned)
+        gen.revoked = frozenset(owned - set(positions))
+        if ownership is not None:
+            gen._spans = ownership.spans
+            gen._span_host = ownership
         formed.generation.renew_lease(sync_sent)
         return formed
     return None

@@ -22,6 +22,16 @@ rebalances, and we do not rejoin before every task returned) and *ended* (every
 task returned and the final commit of marked offsets was made). From then on
 :meth:`commit` raises :class:`GenerationEnded` without sending anything.
 
+A partition's *ownership span* can outlive a generation (cooperative
+rebalancing, see ``docs/incremental-rebalancing.md``). Tasks started with
+``start_soon(..., partition=tp)`` belong to ``tp``'s :class:`Span`, hosted by
+a :class:`SpanHost` that lives across generations (the run loop's
+:class:`~gengroup.consumer.running.Ownership`). A span is *held* by the newest
+generation that assigns its partition; ``fetch``, ``mark`` and ``seek`` of
+that partition on any generation object act on the holder, so a retained
+partition's worker goes on fetching across generations and its marks are
+committed under the current generation's id.
+
 Marks only move forward; commits never send an offset lower than one this
 member already committed for the partition, so a late commit cannot move a
 committed offset backwards. A generation sends its commits through a
@@ -51,7 +61,7 @@ from .timings import RebalanceTimings
 if TYPE_CHECKING:
     from .prefetch import FetchedBatch, Prefetcher
 
-__all__ = ["Committer", "Generation", "RebalanceTimings"]
+__all__ = ["Committer", "Generation", "RebalanceTimings", "Span", "SpanHost"]
 
 log = logging.getLogger("gengroup")
 
@@ -147,6 +157,113 @@ def describe_stack(coro: Any) -> str:
     return "\n".join(lines) if lines else "  (no Python frame: not started or finished)"
 
 
+class SpanHost(Protocol):
+    """Hosts span-scoped tasks across generations (the run loop's ownership registry).
+
+    Attributes:
+        spans: each partition's open (or closing) span.
+        owned: the partitions the member owns now.
+        lease_from: when the newest request the coordinator accepted was sent.
+    """
+
+    spans: dict[TopicPartition, Span]
+    owned: set[TopicPartition]
+    lease_from: float
+
+    async def drop_all(self, reason: str) -> None:
+        """Revoke every span between generations (the membership may be lost)."""
+        ...
+
+    def start_span_task(
+        self, gen: Generation, tp: TopicPartition, task: _UserTask, coro: Awaitable[Any]
+    ) -> None:
+        """Start ``coro`` in ``tp``'s span (opened, held by ``gen``, if none is)."""
+        ...
+
+    def closing_tasks(self) -> list[_UserTask]:
+        """The tasks of revoked spans that have not returned yet."""
+        ...
+
+
+@dataclass(eq=False)
+class Span:
+    """One partition's ownership span: its tasks, its holder, where its fetch continues.
+
+    Attributes:
+        tp: the partition.
+        gen: the newest generation that holds it.
+        position: the offset its next batch starts at (after the last one handed out).
+        pending: a mark made while no live generation held it (-1: none).
+        closed: the span ended (revoked, lost or given up): its tasks are cancelled.
+    """
+
+    tp: TopicPartition
+    gen: Generation
+    position: int
+    tasks: list[_UserTask] = field(default_factory=list)
+    pending: int = -1
+    closed: bool = False
+    scopes: list[anyio.CancelScope] = field(default_factory=list)
+    moved: anyio.Event = field(default_factory=anyio.Event)
+    idle: anyio.Event = field(default_factory=anyio.Event)
+    running: int = 0
+
+    def hand_to(self, gen: Generation | None) -> None:
+        """``gen`` holds the span now (None: the span is closed); wakes its fetching task."""
+        if gen is None:
+            self.closed = True
+            for scope in self.scopes:
+                scope.cancel()
+            if not self.running:
+                self.idle.set()
+        else:
+            old, self.gen = self.gen, gen
+            carried = max(self.pending, old._marks.get(self.tp, -1))
+            if carried > gen._marks.get(self.tp, -1):
+                gen._marks[self.tp] = carried
+            self.pending = -1
+        self.moved.set()
+        self.moved = anyio.Event()
+
+    def mark(self, offset: int) -> None:
+        if self.gen.ended:
+            self.pending = max(self.pending, offset)
+        elif offset > self.gen._marks.get(self.tp, -1):
+            self.gen._marks[self.tp] = offset
+
+
+class _SpanBatches:
+    """A span's batches, from whichever generation holds it (waiting between generations)."""
+
+    def __init__(self, span: Span) -> None:
+        self._span = span
+        self._holder: Generation | None = None
+        self._it: AsyncIterator[FetchedBatch] | None = None
+
+    def __aiter__(self) -> _SpanBatches:
+        return self
+
+    async def __anext__(self) -> FetchedBatch:
+        span = self._span
+        while True:
+            if span.closed:
+                raise StopAsyncIteration
+            holder = span.gen
+            if self._it is None or self._holder is not holder:
+                self._holder = holder
+                self._it = holder._prefetcher.iterate(span.tp, holder._stops_fetching)
+            try:
+                batch = await anext(self._it)
+            except StopAsyncIteration:
+                # The holder is ending: wait to be adopted by the next generation or revoked.
+                moved = span.moved
+                if span.gen is holder and not span.closed:
+                    await moved.wait()
+                continue
+            span.position = batch.next_offset
+            return batch
+
+
 @dataclass(eq=False)
 class Generation:
     """One generation of the group, as seen by this member.
@@ -159,6 +276,14 @@ class Generation:
         is_leader: whether this member ran the balancer.
         protocol: the balancer chosen by the coordinator.
         assignments: each assigned partition and the offset its fetch starts at.
+        added: partitions owned now and not when the generation formed (under
+            the eager protocol: every assigned partition).
+        retained: partitions owned before and now; their span-scoped tasks ran on.
+        revoked: partitions owned before and not now; their span-scoped tasks
+            had all returned and their marks were committed before the
+            generation was handed out.
+        rebalance_protocol: ``"eager"`` or ``"cooperative"``, as the chosen
+            balancer moves partitions.
         timings: how long forming the generation took.
         end_outcome: what the member does once the generation ended (None while live).
         end_reason: why the generation ended (None while live).
@@ -201,6 +326,15 @@ class Generation:
     #: ``_session_timeout`` more seconds it may have been evicted.
     _session_timeout: float = field(default=float("inf"), repr=False)
     _lease_from: float = field(default=0.0, repr=False)
+    added: frozenset[TopicPartition] = frozenset()
+    retained: frozenset[TopicPartition] = frozenset()
+    revoked: frozenset[TopicPartition] = frozenset()
+    rebalance_protocol: str = "eager"
+    #: True once the generation ended in a way that releases every partition
+    #: (lost membership, lease expired, closing): no span outlives it.
+    release_all: bool = field(default=False, repr=False)
+    _spans: dict[TopicPartition, Span] = field(default_factory=dict, repr=False)
+    _span_host: SpanHost | None = field(default=None, repr=False)
 
     @property
     def id(self) -> int:
@@ -216,6 +350,12 @@ class Generation:
     def group_id(self) -> str:
         """The group."""
         return self.identity.group_id
+
+    def __post_init__(self) -> None:
+        if not (self.added or self.retained or self.revoked):
+            # Formed without ownership information: the member owned nothing
+            # before, as under the eager protocol.
+            self.added = frozenset(self.assignments)
 
     # ------------------------------------------------------------------ state
 
@@ -259,17 +399,21 @@ class Generation:
             Outcome.REJOIN,
             f"local lease expired: no answer from the coordinator for "
             f"session_timeout={self._session_timeout} s, the partitions may have a new owner",
+            release=True,
         )
         return True
 
-    def end(self, outcome: Outcome, reason: str) -> None:
+    def end(self, outcome: Outcome, reason: str, *, release: bool = False) -> None:
         """Cancel the generation; the first call's ``outcome`` and ``reason`` stick.
 
         Args:
             outcome: what the member does next (rejoin, reset its member id,
                 look the coordinator up again).
             reason: why, for logs and :attr:`end_reason`.
+            release: the member gives up every partition (no span outlives the
+                generation, even under a cooperative protocol).
         """
+        self.release_all = self.release_all or release
         if self.end_outcome is None:
             self.end_outcome = outcome
             self.end_reason = reason
@@ -316,19 +460,50 @@ class Generation:
         return self._tg
 
     def start_soon(
-        self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None
+        self,
+        fn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        name: str | None = None,
+        partition: TopicPartition | None = None,
     ) -> None:
-        """Start a task in the generation's nursery.
+        """Start a task in the generation's nursery, or in a partition's ownership span.
 
         The first task to exit, returning or raising, ends the generation; an
         exception reaches the code iterating the group.
 
+        Args:
+            fn: an async function, called with ``args``.
+            name: the task's name (default: the function's).
+            partition: scope the task to this assigned partition's ownership
+                span instead of the generation: under a cooperative protocol it
+                keeps running while the partition stays assigned to this member
+                across generations, and is cancelled (and awaited, and its
+                marks committed) when the partition is revoked. A span task
+                that returns gives the partition up. Under the eager protocol
+                the span ends with the generation.
+
         Raises:
             GenerationEnded: the generation is over.
+            KeyError: ``partition`` is not assigned in this generation.
         """
-        tg = self._check_live("start_soon")
         task = _UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
-        tg.start_soon(self._run_task, task, _awaitable(fn, fn(*args)), name=task.name)
+        if partition is None:
+            tg = self._check_live("start_soon")
+            tg.start_soon(self._run_task, task, _awaitable(fn, fn(*args)), name=task.name)
+            return
+        if self.ended:
+            raise GenerationEnded(f"start_soon: generation {self.id} of {self.group_id} has ended")
+        if partition not in self.assignments:
+            raise KeyError(
+                f"{partition} is not assigned to member {self.member_id} in generation {self.id}"
+            )
+        if self._span_host is None:
+            # No span outlives a generation formed without a host: the task is
+            # the generation's, which under the eager protocol is the same.
+            tg = self._check_live("start_soon")
+            tg.start_soon(self._run_task, task, _awaitable(fn, fn(*args)), name=task.name)
+            return
+        self._span_host.start_span_task(self, partition, task, _awaitable(fn, fn(*args)))
 
     async def start(
         self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None
@@ -385,7 +560,8 @@ class Generation:
             The names of the tasks abandoned.
         """
         names = []
-        for task in self._tasks:
+        closing = self._span_host.closing_tasks() if self._span_host is not None else []
+        for task in [*self._tasks, *closing]:
             if not task.hosted.finished:
                 task.hosted.abandon()
                 names.append(task.name)
@@ -393,7 +569,8 @@ class Generation:
 
     def stuck_tasks(self) -> list[tuple[str, str]]:
         """(name, stack) of each user task that has not returned yet."""
-        return [(t.name, describe_stack(t.coro)) for t in self._tasks if not t.done]
+        closing = self._span_host.closing_tasks() if self._span_host is not None else []
+        return [(t.name, describe_stack(t.coro)) for t in [*self._tasks, *closing] if not t.done]
 
     # ------------------------------------------------------------------ records
 
@@ -413,6 +590,9 @@ class Generation:
             KeyError: ``tp`` is not assigned to this member in this generation.
             GenerationEnded: the generation is over.
         """
+        span = self._span(tp)
+        if span is not None:
+            return _SpanBatches(span)
         self._check_live("fetch")
         if tp not in self.assignments:
             raise KeyError(
@@ -435,13 +615,19 @@ class Generation:
             ValueError: ``offset`` is negative.
             GenerationEnded: the generation is over.
         """
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
+        span = self._span(tp)
+        if span is not None:
+            span.position = offset
+            if not span.gen.ending:
+                span.gen._prefetcher.seek(tp, offset)
+            return
         self._check_live("seek")
         if tp not in self.assignments:
             raise KeyError(
                 f"{tp} is not assigned to member {self.member_id} in generation {self.id}"
             )
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
         self._prefetcher.seek(tp, offset)
 
     def lag(self) -> dict[TopicPartition, int]:
@@ -464,13 +650,18 @@ class Generation:
 
         The mark is committed with this generation's id by the periodic
         committer, by :meth:`commit` and when the generation ends. Marks only
-        move forward.
+        move forward. A partition with an open ownership span is marked in the
+        generation holding it now (between generations: in the next one).
 
         Raises:
             KeyError: ``tp`` is not assigned to this member in this generation.
             GenerationEnded: the generation's final commit is done; a mark now
                 would never be committed.
         """
+        span = self._span(tp)
+        if span is not None:
+            span.mark(offset)
+            return
         if tp not in self.assignments:
             raise KeyError(
                 f"{tp} is not assigned to member {self.member_id} in generation {self.id}"
@@ -482,6 +673,16 @@ class Generation:
             )
         if offset > self._marks.get(tp, -1):
             self._marks[tp] = offset
+
+    def _stops_fetching(self) -> bool:
+        return self.ending or self.lease_expired()
+
+    def _span(self, tp: TopicPartition) -> Span | None:
+        """``tp``'s span (open, or closing), if this generation assigned ``tp``."""
+        span = self._spans.get(tp)
+        if span is None or tp not in self.assignments:
+            return None
+        return span
 
     @property
     def marks(self) -> Mapping[TopicPartition, int]:
@@ -534,7 +735,7 @@ class Generation:
         async with self._commit_lock:
             wanted = dict(self._marks if offsets is None else offsets)
             for tp in wanted:
-                if tp not in self.assignments:
+                if tp not in self.assignments and tp not in self.revoked:
                     raise KeyError(f"{tp} is not assigned in generation {self.id}")
             due = {tp: o for tp, o in wanted.items() if o > self._committed.get(tp, -1)}
             if not due:

@@ -45,7 +45,7 @@ from .consumer_protocol import ConsumerProtocolMember
 from .forming import Formed, GroupClient, form_generation
 from .generation import Generation, RebalanceTimings
 from .metrics import GroupMetrics
-from .running import run_generation
+from .running import Ownership, run_generation
 
 __all__ = ["ConsumerGroup"]
 
@@ -107,6 +107,9 @@ class ConsumerGroup:
         self.config = GroupConfig.create(group_id, topics, brokers, **settings)
         self._member = Member(self.config.member_config())
         self._client = GroupClient(self.config)
+        # The partitions owned across generations and their span-scoped tasks.
+        self._ownership = Ownership(self.config)
+        self._ownership.on_failure = lambda: self._join_scope.cancel()
         # group_protocol="consumer" (KIP-848): its member loop instead of the classic one.
         self._kip848 = (
             ConsumerProtocolMember(self._client)
@@ -203,7 +206,7 @@ class ConsumerGroup:
             self._closing = True
             self._join_scope.cancel()
             if self._current is not None:
-                self._current.end(Outcome.REJOIN, "the group is closing")
+                self._current.end(Outcome.REJOIN, "the group is closing", release=True)
             if self._stuck:
                 self._abandon_stuck()
         await self._done.wait()
@@ -250,10 +253,19 @@ class ConsumerGroup:
 
     async def _run(self) -> None:
         try:
-            if self._kip848 is not None:
-                await self._kip848.run(self._generations)
-            else:
-                await self._generations()
+            async with self._ownership.hosting():
+                # Caught here, not raised through the span tasks' task group
+                # (which would wrap it in an exception group).
+                try:
+                    if self._kip848 is not None:
+                        await self._kip848.run(self._generations)
+                    else:
+                        await self._generations()
+                except Exception as exc:
+                    self._report(exc)
+            failure = self._ownership.take_failure(f"group {self.config.group_id}")
+            if failure is not None:
+                self._report(failure)
         except Exception as exc:
             self._report(exc)
         finally:
@@ -273,12 +285,16 @@ class ConsumerGroup:
                 self._is_closing, previous_teardown=self._last_teardown
             )
         return await form_generation(
-            self._member, self._client, self._is_closing, previous_teardown=self._last_teardown
+            self._member,
+            self._client,
+            self._is_closing,
+            previous_teardown=self._last_teardown,
+            ownership=self._ownership,
         )
 
     async def _generations(self) -> None:
         """Form and run generations until the group closes or fails."""
-        while not self._closing:
+        while not self._is_closing():
             formed: Formed | None = None
             with self._join_scope:  # cancelled by aclose() during a join
                 formed = await self._form()
@@ -296,7 +312,7 @@ class ConsumerGroup:
             self._join_scope = anyio.CancelScope()
 
     def _is_closing(self) -> bool:
-        return self._closing
+        return self._closing or bool(self._ownership.failures)
 
     def _report(self, exc: BaseException) -> None:
         """Record a failure; ``next()`` raises it once the run loop closes the channel."""
@@ -336,10 +352,15 @@ class ConsumerGroup:
     async def _run_generation(self, formed: Formed) -> None:
         gen = self._current = formed.generation
         if self._closing:
-            gen.end(Outcome.REJOIN, "the group is closing")
+            gen.end(Outcome.REJOIN, "the group is closing", release=True)
         try:
             error = await run_generation(
-                formed, self._member, self._client, self._send.send, self._report_stuck
+                formed,
+                self._member,
+                self._client,
+                self._send.send,
+                self._report_stuck,
+                self._ownership,
             )
         finally:
             self._current = None

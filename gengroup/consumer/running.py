@@ -24,19 +24,34 @@ loading or moving, a timeout, a broken connection) is retried with backoff for
 up to ``request_timeout``, a fencing answer ends it at once. Only then is the member machine
 told the generation ended, so the member rejoins only after all of it
 (semantic 1: one live generation per member).
+
+Partition-scoped tasks (``gen.start_soon(..., partition=tp)``) do not run in
+the generation's task group but in the :class:`Ownership`'s, which lives as
+long as the run loop. Under a cooperative protocol a generation that ends
+for a rebalance keeps its spans; the next generation first revokes the spans
+of the partitions it no longer assigns (cancels their tasks, waits for them
+under the same watchdog, commits their marks with its own id), adopts the
+retained ones, then is handed out; if it revoked anything it ends at once so
+that the member rejoins without those partitions. Every other end (an eager
+protocol, a lost membership, closing, a task's exception) revokes every span
+before the final commit.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
+import anyio.abc
 
 from .._config import GroupConfig
 from .._errors import (
     BrokerError,
     FencedInstanceId,
+    GenerationEnded,
     KafkaConnectionError,
     MemberResetError,
     ProtocolError,
@@ -45,12 +60,14 @@ from .._errors import (
     error_for_code,
     is_retriable,
 )
+from .._types import TopicPartition
 from ..io.retry import retry
 from ..membership.member import Member, Outcome, outcome_for
+from .detached import host
 from .forming import Formed, GroupClient
-from .generation import Generation
+from .generation import Generation, Span, _UserTask
 
-__all__ = ["run_generation"]
+__all__ = ["Ownership", "run_generation"]
 
 log = logging.getLogger("gengroup")
 
@@ -83,12 +100,171 @@ def first_failure(exc: BaseException, where: str) -> BaseException:
     return first
 
 
+class Ownership:
+    """The partitions a member owns across generations, and their spans' tasks.
+
+    Implements :class:`~gengroup.consumer.generation.SpanHost`; open it with
+    :meth:`hosting` around the run loop.
+
+    Attributes:
+        spans: each partition's open or closing span.
+        owned: the partitions the member owns now.
+        current: the newest generation handed out (None once it released everything).
+        lease_from: when the newest request the coordinator accepted was sent.
+    """
+
+    def __init__(self, config: GroupConfig) -> None:
+        self.config = config
+        self.spans: dict[TopicPartition, Span] = {}
+        self.owned: set[TopicPartition] = set()
+        self.current: Generation | None = None
+        self.lease_from = 0.0
+        self.failures: list[BaseException] = []
+        #: Called when a span task raised while no generation was live.
+        self.on_failure: Callable[[], None] = lambda: None
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    @asynccontextmanager
+    async def hosting(self) -> AsyncIterator[None]:
+        """The task group of span tasks; on exit every span left is revoked (bounded)."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                yield
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.drop_all("the group stopped")
+                self._tg = None
+
+    def start_span_task(
+        self, gen: Generation, tp: TopicPartition, task: _UserTask, coro: Awaitable[Any]
+    ) -> None:
+        """Start ``coro`` in ``tp``'s span, opening it (held by ``gen``) if there is none."""
+        span = self.spans.get(tp)
+        refused = None
+        if self._tg is None:
+            refused = "the group is not running"
+        elif span is not None and span.closed:
+            refused = f"{tp} is being revoked"
+        elif span is None and (gen is not self.current or tp not in self.owned):
+            refused = f"{tp} is no longer owned by generation {gen.id}"
+        if refused is not None:
+            if hasattr(coro, "close"):
+                coro.close()
+            raise GenerationEnded(f"start_soon: {refused}")
+        assert self._tg is not None
+        if span is None:
+            span = self.spans[tp] = Span(tp, gen, position=gen.assignments[tp])
+        span.running += 1
+        span.tasks.append(task)
+        self._tg.start_soon(self._run_span_task, span, task, coro, name=task.name)
+
+    async def _run_span_task(self, span: Span, task: _UserTask, coro: Awaitable[Any]) -> None:
+        task.coro = coro
+        returned = False
+        try:
+            with anyio.CancelScope() as scope:
+                span.scopes.append(scope)
+                if span.closed:
+                    scope.cancel()
+                try:
+                    await host(task.hosted, coro)
+                    returned = True
+                except Exception as exc:
+                    self._failed(span, exc)
+        finally:
+            task.done = True
+            span.running -= 1
+            if returned and not span.closed:
+                # The first task of a span to exit gives the partition up and
+                # ends the generation, so that the member rejoins without it.
+                self.release([span.tp])
+                if not span.gen.ending:
+                    span.gen.end(Outcome.REJOIN, f"task {task.name!r} exited")
+            if span.closed and not span.running:
+                span.idle.set()
+
+    def _failed(self, span: Span, exc: Exception) -> None:
+        self.failures.append(exc)
+        self.release([span.tp])
+        holder = self.current
+        if holder is not None and not holder.ending:
+            holder.end(Outcome.FATAL, f"task raised {exc!r}")
+        else:  # between generations: stop forming the next one
+            self.on_failure()
+
+    def take_failure(self, where: str) -> BaseException | None:
+        """The first span task's exception (the later ones in notes), once."""
+        if not self.failures:
+            return None
+        failure = first_failure(BaseExceptionGroup("span tasks", self.failures), where)
+        self.failures = []
+        return failure
+
+    def release(self, partitions: list[TopicPartition]) -> list[Span]:
+        """Close the spans of ``partitions`` (cancelling their tasks); no longer owned."""
+        closed = []
+        for tp in partitions:
+            self.owned.discard(tp)
+            span = self.spans.get(tp)
+            if span is not None and not span.closed:
+                span.hand_to(None)
+                closed.append(span)
+        return closed
+
+    async def wait_released(self) -> None:
+        """Wait until every closed span's tasks all returned (or were abandoned)."""
+        while closing := [s for s in self.spans.values() if s.closed]:
+            for span in closing:
+                await span.idle.wait()
+                if self.spans.get(span.tp) is span:
+                    del self.spans[span.tp]
+
+    def closing_tasks(self) -> list[_UserTask]:
+        """The tasks of closed spans that have not returned yet."""
+        return [t for s in self.spans.values() if s.closed for t in s.tasks if not t.done]
+
+    def adopt(self, gen: Generation) -> None:
+        """``gen`` holds the spans of the partitions it retained; it owns its assignment."""
+        for tp in gen.retained:
+            span = self.spans.get(tp)
+            if span is not None and not span.closed:
+                span.hand_to(gen)
+        self.owned = set(gen.assignments)
+        self.current = gen
+
+    async def drop_all(self, reason: str) -> None:
+        """Revoke every span between generations, waiting ``rebalance_timeout`` at most.
+
+        Their marks made since the last commit are not committed (the member
+        may no longer be in the group): the next owner processes them again.
+        """
+        self.current = None
+        if not self.release(list(self.spans)) and not self.closing_tasks():
+            self.owned.clear()
+            return
+        log.info("group %s: revoking every partition's tasks: %s", self.config.group_id, reason)
+        self.owned.clear()
+        with anyio.move_on_after(self.config.rebalance_timeout):
+            await self.wait_released()
+        for task in self.closing_tasks():
+            log.warning(
+                "group %s: abandoned task %r, which did not return within rebalance_timeout "
+                "after its partition was revoked",
+                self.config.group_id,
+                task.name,
+            )
+            task.hosted.abandon()
+        await self.wait_released()
+
+
 async def run_generation(
     formed: Formed,
     member: Member,
     client: GroupClient,
     hand_over: Callable[[Generation], Awaitable[None]],
     report_stuck: Callable[[TaskStuckError], Awaitable[None]],
+    ownership: Ownership | None = None,
 ) -> BaseException | None:
     """Run ``formed`` until every task of it returned, then commit and end it.
 
@@ -98,21 +274,29 @@ async def run_generation(
         client: the group's requests (heartbeats, commits, metadata).
         hand_over: gives the generation to the application (once its tasks run).
         report_stuck: reports tasks that did not return in time after cancellation.
+        ownership: the member's spans across generations (a private one if None).
 
     Returns:
         What a task of the generation raised, or None.
     """
-    return await _Run(formed, member, client).run(hand_over, report_stuck)
+    own = ownership if ownership is not None else Ownership(client.config)
+    if ownership is None:
+        async with own.hosting():
+            return await _Run(formed, member, client, own).run(hand_over, report_stuck)
+    return await _Run(formed, member, client, own).run(hand_over, report_stuck)
 
 
 class _Run:
     """One generation's internal tasks."""
 
-    def __init__(self, formed: Formed, member: Member, client: GroupClient) -> None:
+    def __init__(
+        self, formed: Formed, member: Member, client: GroupClient, ownership: Ownership
+    ) -> None:
         self.formed = formed
         self.gen = formed.generation
         self.member = member
         self.client = client
+        self.own = ownership
         self.config: GroupConfig = client.config
         #: The internal tasks whose requests are failing (each logged once).
         self.failing: set[str] = set()
@@ -143,6 +327,7 @@ class _Run:
         cfg = self.config
         gen = self.gen
         error: BaseException | None = None
+        where = f"group {gen.group_id} generation {gen.id}"
         try:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watchdog, report_stuck, name="gengroup-teardown-watchdog")
@@ -158,10 +343,19 @@ class _Run:
                             tg.start_soon(self._watch_partitions, name="gengroup-watcher")
                         if cfg.commit_interval > 0:
                             tg.start_soon(self._commit_loop, name="gengroup-committer")
+                        await self._revoke_first(report_stuck)
+                        self.own.adopt(gen)
                         await hand_over(gen)
+                        if gen.revoked and gen.rebalance_protocol == "cooperative":
+                            gen.end(
+                                Outcome.REJOIN,
+                                f"{len(gen.revoked)} partition(s) revoked: rejoining so that "
+                                "they are assigned anew",
+                            )
                 except Exception as exc:
-                    error = first_failure(exc, f"group {gen.group_id} generation {gen.id}")
+                    error = first_failure(exc, where)
                     gen.end(Outcome.FATAL, f"task raised {error!r}")
+                await self._settle_spans()
                 outer.cancel_scope.cancel()
         finally:
             await self._final_commit()
@@ -171,7 +365,54 @@ class _Run:
             )
             if gen.end_outcome is Outcome.FIND_COORDINATOR:
                 self.client.forget_coordinator()
-        return error
+        span_error = self.own.take_failure(where)
+        if error is not None and span_error is not None:
+            error.add_note(f"{where}: a partition's task also raised {span_error!r}")
+        return error if error is not None else span_error
+
+    async def _revoke_first(
+        self, report_stuck: Callable[[TaskStuckError], Awaitable[None]]
+    ) -> None:
+        """Cooperative phase one: revoke the spans this generation no longer assigns.
+
+        Their tasks are cancelled and awaited (``rebalance_timeout`` at most,
+        then TaskStuckError), and their marks committed with this generation's
+        id, before the generation is handed out.
+        """
+        gen = self.gen
+        closed = self.own.release([tp for tp in self.own.spans if tp not in gen.assignments])
+        if not closed and not self.own.closing_tasks():
+            return
+        async with anyio.create_task_group() as watch:
+            watch.start_soon(self._watch, report_stuck, "their partitions were revoked")
+            await self.own.wait_released()
+            watch.cancel_scope.cancel()
+        for span in closed:
+            carried = max(span.pending, span.gen._marks.get(span.tp, -1))
+            if span.tp in gen.revoked and carried > gen._marks.get(span.tp, -1):
+                gen._marks[span.tp] = carried
+        await self._final_commit()
+
+    async def _settle_spans(self) -> None:
+        """At the generation's end: keep the spans (cooperative rebalance) or revoke them all.
+
+        Either way every closed span's tasks have returned before the final
+        commit, so its marks are in it.
+        """
+        gen = self.gen
+        keep = (
+            gen.rebalance_protocol == "cooperative"
+            and gen.end_outcome is Outcome.REJOIN
+            and not gen.release_all
+        )
+        if not keep:
+            self.own.current = None
+            self.own.release(list(self.own.spans))
+            self.own.owned.clear()
+        await self.own.wait_released()
+        self.own.lease_from = gen._lease_from
+        if gen.rebalance_protocol == "cooperative":
+            self.member.retain_owned(self.own.owned)
 
     async def _final_commit(self) -> None:
         """Commit the marks once more, shielded, retrying retriable refusals.
@@ -231,8 +472,14 @@ class _Run:
             )
 
     async def _watchdog(self, report_stuck: Callable[[TaskStuckError], Awaitable[None]]) -> None:
+        await self.gen.wait_ending()
+        await self._watch(report_stuck, f"the generation ended ({self.gen.end_reason})")
+
+    async def _watch(
+        self, report_stuck: Callable[[TaskStuckError], Awaitable[None]], since: str
+    ) -> None:
+        """Report the tasks still running ``rebalance_timeout`` from now (after ``since``)."""
         gen = self.gen
-        await gen.wait_ending()
         deadline = anyio.current_time() + self.config.rebalance_timeout
         # A teardown longer than a heartbeat interval is said once, with what it waits for.
         await anyio.sleep(min(self.config.heartbeat_interval, self.config.rebalance_timeout))
@@ -248,9 +495,8 @@ class _Run:
         detail = "\n".join(f"task {name!r} is suspended at:\n{stack}" for name, stack in stuck)
         err = TaskStuckError(
             f"group {gen.group_id} generation {gen.id}: {len(stuck)} task(s) did not return "
-            f"within rebalance_timeout={self.config.rebalance_timeout} s after the generation "
-            f"ended ({gen.end_reason}); the group stops with this error, and closing it "
-            f"abandons them.\n{detail}"
+            f"within rebalance_timeout={self.config.rebalance_timeout} s after {since}; the "
+            f"group stops with this error, and closing it abandons them.\n{detail}"
         )
         log.error("%s", err)
         await report_stuck(err)

@@ -97,7 +97,9 @@ async def run_workers(
 ) -> None:
     """Run ``handler`` over every batch of every partition this member is assigned.
 
-    For each generation, one task per assigned partition iterates the
+    One task per assigned partition (started when the partition is added, and
+    ended when it is revoked: with an eager balancer, in every generation;
+    with a cooperative one, a retained partition's task runs on) iterates the
     partition's batches, awaits ``handler(gen, tp, batch)`` and marks the
     batch's ``next_offset`` once the batch is dealt with, so only records
     that were processed (or handed to the dead-letter hook, or skipped by
@@ -138,5 +140,7 @@ async def run_workers(
             gen.mark(tp, batch.next_offset)
 
     async for gen in group:
-        for tp in sorted(gen.assignments):
-            gen.start_soon(worker, gen, tp, name=f"worker {tp}")
+        # Each worker lives as long as its partition stays assigned: under a
+        # cooperative balancer a retained partition's worker runs on.
+        for tp in sorted(gen.added):
+            gen.start_soon(worker, gen, tp, name=f"worker {tp}", partition=tp)

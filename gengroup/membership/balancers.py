@@ -52,6 +52,7 @@ __all__ = [
     "SupportsOwnedUserData",
     "SupportsUserData",
     "balancer_user_data",
+    "rebalance_protocol",
 ]
 
 GroupAssignment = dict[str, dict[str, list[int]]]
@@ -205,6 +206,26 @@ def balancer_user_data(
     if isinstance(balancer, SupportsUserData):
         return balancer.user_data(topics)
     return None
+
+
+def rebalance_protocol(balancer: Balancer) -> str:
+    """How a group whose chosen balancer is ``balancer`` moves partitions.
+
+    A balancer with a ``rebalance_protocol`` attribute equal to
+    ``"cooperative"`` never assigns a partition that another member still
+    reports owning (KIP-429), so members keep their partitions across a
+    rebalance; any other balancer is eager: every member gives up everything
+    before rejoining.
+
+    Args:
+        balancer: any balancer.
+
+    Returns:
+        ``"cooperative"`` or ``"eager"``.
+    """
+    return (
+        "cooperative" if getattr(balancer, "rebalance_protocol", "") == "cooperative" else "eager"
+    )
 
 
 # --------------------------------------------------------------------------- helpers

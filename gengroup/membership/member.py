@@ -32,7 +32,7 @@ are its member column):
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -50,7 +50,7 @@ from ..protocol.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from .balancers import Balancer, GroupMember, balancer_user_data
+from .balancers import Balancer, GroupMember, balancer_user_data, rebalance_protocol
 
 __all__ = [
     "ERROR_OUTCOMES",
@@ -336,6 +336,26 @@ class Member:
             if b.name == name:
                 return b
         raise error_for_code(ErrorCode.inconsistent_group_protocol, f"no balancer named {name!r}")
+
+    def rebalance_protocol(self, name: str) -> str:
+        """``"cooperative"`` if the balancer named ``name`` is cooperative, else ``"eager"``."""
+        for b in self.config.balancers:
+            if b.name == name:
+                return rebalance_protocol(b)
+        return "eager"
+
+    def retain_owned(self, partitions: Collection[TopicPartition]) -> None:
+        """Own only ``partitions`` of what was assigned (a cooperative member gave the rest up).
+
+        The next JoinGroup reports them as owned, so the group may assign the
+        others to any member.
+        """
+        keep = set(partitions)
+        self.owned = {
+            t: kept
+            for t, parts in self.owned.items()
+            if (kept := tuple(p for p in parts if TopicPartition(t, p) in keep))
+        }
 
     def assign(self, partitions: dict[str, int]) -> dict[str, bytes]:
         """Run the chosen balancer (leader only) and encode each member's assignment.

@@ -51,14 +51,14 @@ is returned instead.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final, NamedTuple
 
 from .. import _java
 from ..protocol.consumer_protocol import TopicPartitions
 from .balancers import GroupAssignment, GroupMember
 
-__all__ = ["StickyBalancer", "decode_user_data", "encode_user_data"]
+__all__ = ["StickyBalancer", "decode_user_data", "encode_user_data", "sticky_assign"]
 
 _DEFAULT_GENERATION: Final = -1
 _I16: Final = struct.Struct(">h")
@@ -294,32 +294,75 @@ class StickyBalancer:
         Raises:
             ValueError: two members share a member id.
         """
-        by_id: dict[str, GroupMember] = {}
-        for member in members:
-            if member.member_id in by_id:
-                raise ValueError(f"duplicate member id {member.member_id!r}")
-            by_id[member.member_id] = member
-        if not by_id:
-            return {}
-        order = _java.hashmap_order(list(by_id))
-        subscribed = {t for m in members for t in m.topics}
-        counts = {t: partitions[t] for t in subscribed if partitions.get(t, 0) > 0}
-        state = _Inputs(order, by_id, counts)
-        raw = _constrained(state) if state.all_subscriptions_equal else _General(state).build()
-        result: GroupAssignment = {}
-        for member_id in sorted(by_id, key=_java.string_sort_key):
-            per_topic: dict[str, list[int]] = {}
-            for tp in raw.get(member_id, []):
-                per_topic.setdefault(tp.topic, []).append(tp.partition)
-            result[member_id] = {t: sorted(ps) for t, ps in sorted(per_topic.items())}
-        return result
+        return _result(sticky_assign(members, partitions)[0])
+
+
+def sticky_assign(
+    members: Sequence[GroupMember],
+    partitions: Mapping[str, int],
+    member_data: Callable[[GroupMember], tuple[list[tuple[str, int]], int | None]] | None = None,
+) -> tuple[dict[str, list[_TP]], dict[_TP, str] | None]:
+    """Java's ``AbstractStickyAssignor.assignPartitions``, without racks.
+
+    Args:
+        members: every member, in JoinGroup order.
+        partitions: the partition count of each known topic.
+        member_data: what each member owned and in which generation (Java's
+            ``memberData``); default: the ``StickyAssignor`` user data.
+
+    Returns:
+        Each member's partitions, and the partitions the identical-subscription
+        path took from an owner, with their new owner (None after the
+        general path, which does not say).
+
+    Raises:
+        ValueError: two members share a member id.
+    """
+    by_id: dict[str, GroupMember] = {}
+    for member in members:
+        if member.member_id in by_id:
+            raise ValueError(f"duplicate member id {member.member_id!r}")
+        by_id[member.member_id] = member
+    if not by_id:
+        return {}, {}
+    order = _java.hashmap_order(list(by_id))
+    subscribed = {t for m in members for t in m.topics}
+    counts = {t: partitions[t] for t in subscribed if partitions.get(t, 0) > 0}
+    state = (
+        _Inputs(order, by_id, counts)
+        if member_data is None
+        else _Inputs(order, by_id, counts, member_data)
+    )
+    if state.all_subscriptions_equal:
+        transfers: dict[_TP, str] = {}
+        raw = _constrained(state, transfers)
+        return {m: raw.get(m, []) for m in by_id}, transfers
+    raw = _General(state).build()
+    return {m: raw.get(m, []) for m in by_id}, None
+
+
+def _result(raw: Mapping[str, Sequence[tuple[str, int]]]) -> GroupAssignment:
+    """``member_id -> topic -> sorted partitions``, members and topics in order."""
+    result: GroupAssignment = {}
+    for member_id in sorted(raw, key=_java.string_sort_key):
+        per_topic: dict[str, list[int]] = {}
+        for topic, partition in raw[member_id]:
+            per_topic.setdefault(topic, []).append(partition)
+        result[member_id] = {t: sorted(ps) for t, ps in sorted(per_topic.items())}
+    return result
 
 
 class _Inputs:
     """Java's ``allSubscriptionsEqual``: the owned partitions worth keeping, per member."""
 
     def __init__(
-        self, order: list[str], members: Mapping[str, GroupMember], counts: dict[str, int]
+        self,
+        order: list[str],
+        members: Mapping[str, GroupMember],
+        counts: dict[str, int],
+        member_data: Callable[[GroupMember], tuple[list[tuple[str, int]], int | None]] = (
+            lambda m: decode_user_data(m.user_data)
+        ),
     ) -> None:
         self.order = order
         self.members = members
@@ -342,7 +385,7 @@ class _Inputs:
                 len(topics) == len(first_topics) and first_topics.issuperset(topics)
             ):
                 self.all_subscriptions_equal = False
-            parts, generation = decode_user_data(member.user_data)
+            parts, generation = member_data(member)
             data = ([_TP(t, p) for t, p in parts], generation)
             self.member_data[member_id] = data
             member_generation = _DEFAULT_GENERATION if generation is None else generation
@@ -399,8 +442,13 @@ def _unassigned(all_sorted: list[_TP], assigned_sorted: list[_TP]) -> list[_TP]:
     return out
 
 
-def _constrained(state: _Inputs) -> dict[str, list[_TP]]:
-    """Java's ``ConstrainedAssignmentBuilder`` (identical subscriptions), without racks."""
+def _constrained(state: _Inputs, transfers: dict[_TP, str] | None = None) -> dict[str, list[_TP]]:
+    """Java's ``ConstrainedAssignmentBuilder`` (identical subscriptions), without racks.
+
+    ``transfers`` (if given) receives each partition taken from a member that
+    owned it, with its new owner (Java's ``partitionsTransferringOwnership``).
+    """
+    revoked: set[_TP] = set()
     total, n = state.total(), len(state.owned)
     min_quota, max_quota = total // n, -(-total // n)
     expected_over = total % n
@@ -423,9 +471,11 @@ def _constrained(state: _Inputs) -> dict[str, list[_TP]]:
                 at_min.clear()
             assignment[member_id].extend(owned[:max_quota])
             assigned.extend(owned[:max_quota])
+            revoked.update(owned[max_quota:])
         else:
             assignment[member_id].extend(owned[:min_quota])
             assigned.extend(owned[:min_quota])
+            revoked.update(owned[min_quota:])
             if over < expected_over:
                 at_min.append(member_id)
     topics = sorted(state.counts, key=_topic_key)
@@ -450,6 +500,8 @@ def _constrained(state: _Inputs) -> dict[str, list[_TP]]:
             last, pos = 0, 1
             member_id = under_min[0]
         assignment[member_id].append(tp)
+        if transfers is not None and (tp in revoked or tp in state.doubly_claimed):
+            transfers[tp] = member_id
         count = len(assignment[member_id])
         if count == min_quota:
             del under_min[last]

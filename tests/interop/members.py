@@ -17,9 +17,9 @@ class ProcessMember:
     """A member process and what it reported on stdout.
 
     Events: ``{"event": "assigned", "partitions": {topic: [p, ...]} or [p, ...]}``
-    (a bare list is of ``topic``), ``{"event": "record", "partition": p,
-    "value": ...}`` and ``{"event": "error", "error": ...}``; its stderr goes
-    to ``log``.
+    (a bare list is of ``topic``), ``{"event": "revoked", "partitions": ...}``,
+    ``{"event": "record", "partition": p, "value": ...}`` and
+    ``{"event": "error", "error": ...}``; its stderr goes to ``log``.
     """
 
     def __init__(self, argv: list[str], topic: str, log: Path) -> None:
@@ -27,6 +27,7 @@ class ProcessMember:
         self.topic = topic
         self.log = log
         self.generations: list[dict[str, Any]] = []
+        self.revocations: list[dict[str, Any]] = []
         self.records: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self.process: anyio.abc.Process | None = None
@@ -48,6 +49,8 @@ class ProcessMember:
     def _event(self, event: dict[str, Any]) -> None:
         if event["event"] == "assigned":
             self.generations.append(event)
+        elif event["event"] == "revoked":
+            self.revocations.append(event)
         elif event["event"] == "record":
             self.records.append(event)
         elif event["event"] == "error":

@@ -9,9 +9,6 @@ only give partitions away. A missing JDK fails the tests.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +16,7 @@ import anyio
 import pytest
 
 from gengroup import ConsumerGroup, Generation, StickyBalancer
-from gengroup.testing.kafka import KafkaBroker, ensure_jars
+from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
 from ..consumer.helpers import FAST, Ledger, all_partitions, create_topic, produce_ids
@@ -27,29 +24,8 @@ from .members import ProcessMember
 
 pytestmark = pytest.mark.kafka
 
-SOURCE = Path(__file__).parent / "java" / "JavaMember.java"
 PARTITIONS = 6
 RECORDS = 60
-
-
-@pytest.fixture(scope="session")
-def java_member(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
-    """The command line running JavaMember (arguments follow), compiled once."""
-    javac, java = shutil.which("javac"), shutil.which("java")
-    if javac is None or java is None:
-        pytest.fail("the Java interop tests need a JDK: javac and java on PATH")
-    classpath = f"{ensure_jars()}/*"
-    out = tmp_path_factory.mktemp("java-member")
-    built = subprocess.run(
-        [javac, "-nowarn", "-d", str(out), "-cp", classpath, str(SOURCE)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if built.returncode != 0:
-        pytest.fail(f"javac failed:\n{built.stderr}")
-    yield [java, "-Xmx256m", "-cp", f"{out}:{classpath}", "JavaMember"]
 
 
 @pytest.mark.parametrize("gengroup_leads", [True, False], ids=["gengroup-leads", "java-leads"])

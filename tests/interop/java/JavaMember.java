@@ -1,7 +1,10 @@
 // A Java KafkaConsumer group member for gengroup's interop tests: joins GROUP
 // on TOPIC with the assignor named by STRATEGY (its class name) and reports,
-// as JSON lines on stdout, each assignment and each record it consumed:
+// as JSON lines on stdout, each assignment (all the partitions it owns after
+// the rebalance: with a cooperative assignor the callback is given only the
+// added ones), each revocation and each record it consumed:
 //   {"event":"assigned","generation":N,"partitions":[P,...]}
+//   {"event":"revoked","generation":N,"partitions":[P,...]}
 //   {"event":"record","partition":P,"offset":O,"value":"..."}
 // It runs until SIGTERM, then closes the consumer (leaving the group).
 //
@@ -56,15 +59,21 @@ public class JavaMember {
             consumer.subscribe(List.of(args[2]), new ConsumerRebalanceListener() {
                 @Override
                 public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+                    if (!partitions.isEmpty())
+                        report("revoked", partitions);
                 }
 
                 @Override
                 public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+                    report("assigned", consumer.assignment());
+                }
+
+                private void report(String event, Collection<TopicPartition> partitions) {
                     List<Integer> ids = new ArrayList<>();
                     for (TopicPartition tp : partitions)
                         ids.add(tp.partition());
                     ids.sort(null);
-                    emit("{\"event\":\"assigned\",\"generation\":" + consumer.groupMetadata().generationId()
+                    emit("{\"event\":\"" + event + "\",\"generation\":" + consumer.groupMetadata().generationId()
                         + ",\"partitions\":" + ids + "}");
                 }
             });

@@ -1,0 +1,165 @@
+"""The 3 -> 4 -> 3 member scenario under the cooperative-sticky balancer.
+
+Shared by the embedded-broker and the real-Kafka tests. Each member starts one
+span-scoped worker per *added* partition (``partition=tp``) and the
+:class:`SpanLedger` checks, at every step, that no two workers own a
+partition at once; it counts each partition's worker starts, so that
+retained partitions are seen never to restart.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+
+from gengroup import ConsumerGroup, Generation, TopicPartition
+
+
+@dataclass
+class SpanLedger:
+    """What every member's span-scoped workers did."""
+
+    owners: dict[TopicPartition, str] = field(default_factory=dict)
+    overlaps: list[str] = field(default_factory=list)
+    starts: Counter[tuple[str, TopicPartition]] = field(default_factory=Counter)
+    processed: Counter[bytes] = field(default_factory=Counter)
+    generations: dict[str, list[Generation]] = field(default_factory=dict)
+    marks: dict[TopicPartition, int] = field(default_factory=dict)
+
+    async def worker(self, name: str, gen: Generation, tp: TopicPartition) -> None:
+        if tp in self.owners:
+            self.overlaps.append(f"{tp}: {name} starts while {self.owners[tp]} owns it")
+        self.owners[tp] = name
+        self.starts[(name, tp)] += 1
+        try:
+            async for batch in gen.fetch(tp):
+                for record in batch.records:
+                    assert record.value is not None
+                    self.processed[record.value] += 1
+                gen.mark(tp, batch.next_offset)
+                self.marks[tp] = max(self.marks.get(tp, 0), batch.next_offset)
+        finally:
+            if self.owners.get(tp) == name:
+                del self.owners[tp]
+
+    async def member(self, name: str, group: ConsumerGroup) -> None:
+        async for gen in group:
+            self.generations.setdefault(name, []).append(gen)
+            assert gen.added | gen.retained == set(gen.assignments)
+            assert not gen.added & gen.retained
+            for tp in sorted(gen.added):
+                gen.start_soon(self.worker, name, gen, tp, name=f"{name} {tp}", partition=tp)
+
+    def current(self) -> dict[str, Generation]:
+        return {n: gens[-1] for n, gens in self.generations.items() if gens and not gens[-1].ending}
+
+    def assigned(self, name: str) -> set[TopicPartition]:
+        gen = self.current().get(name)
+        return set(gen.assignments) if gen is not None else set()
+
+    def stable(self, names: set[str], every: set[TopicPartition]) -> bool:
+        """``names`` (only) share one generation covering ``every`` partition exactly once,
+        and each partition's worker runs in its owner."""
+        cur = self.current()
+        if set(cur) != names or len({g.id for g in cur.values()}) != 1:
+            return False
+        seen = [tp for g in cur.values() for tp in g.assignments]
+        if len(seen) != len(set(seen)) or set(seen) != every:
+            return False
+        return all(self.owners.get(tp) == n for n, g in cur.items() for tp in g.assignments)
+
+    def starts_of(self, name: str) -> dict[TopicPartition, int]:
+        return {tp: n for (who, tp), n in self.starts.items() if who == name}
+
+
+async def wait_until(predicate: Callable[[], bool], what: str, timeout: float) -> None:
+    try:
+        with anyio.fail_after(timeout):
+            while not predicate():
+                await anyio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+async def three_four_three(
+    open_group: Callable[[str], ConsumerGroup],
+    every: set[TopicPartition],
+    produce: Callable[[int], Awaitable[None]],
+    committed: Callable[[], Awaitable[dict[TopicPartition, int]]],
+    expected: Callable[[], set[bytes]],
+    timeout: float,
+) -> SpanLedger:
+    """Run the scenario; returns the ledger (the caller asserts on it too).
+
+    ``produce(step)`` adds records, ``committed()`` reads the group's
+    committed offsets, ``expected()`` is every record value produced.
+    """
+    ledger = SpanLedger()
+    history: dict[TopicPartition, list[int]] = {}
+    stops: dict[str, anyio.CancelScope] = {}
+
+    async def run_member(name: str) -> None:
+        with anyio.CancelScope() as scope:
+            stops[name] = scope
+            async with open_group(name) as group:
+                await ledger.member(name, group)
+
+    async def watch_commits() -> None:
+        while True:
+            for tp, off in (await committed()).items():
+                history.setdefault(tp, []).append(off)
+            await anyio.sleep(0.1)
+
+    three = {"m1", "m2", "m3"}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch_commits)
+        await produce(0)
+        for name in sorted(three):
+            tg.start_soon(run_member, name)
+        await wait_until(lambda: ledger.stable(three, every), "3 members to share", timeout)
+        before = {n: ledger.assigned(n) for n in three}
+        starts = {n: ledger.starts_of(n) for n in three}
+        assert all(v == 1 for s in starts.values() for v in s.values()), starts
+
+        await produce(1)
+        tg.start_soon(run_member, "m4")
+        await wait_until(lambda: ledger.stable(three | {"m4"}, every), "4 members", timeout)
+        after = {n: ledger.assigned(n) for n in three}
+        for name in three:
+            # Sticky: the old members only gave partitions away, and the
+            # partitions they kept never restarted their worker.
+            assert after[name] <= before[name], (name, before[name], after[name])
+            assert all(ledger.starts_of(name)[tp] == 1 for tp in after[name]), name
+        assert len(ledger.assigned("m4")) == len(every) // 4
+
+        await produce(2)
+        kept = {n: ledger.assigned(n) for n in three}
+        stops["m4"].cancel()
+        await wait_until(lambda: ledger.stable(three, every), "3 members again", timeout)
+        for name in three:
+            now = ledger.assigned(name)
+            assert kept[name] <= now, (name, kept[name], now)
+            assert all(ledger.starts_of(name)[tp] == 1 for tp in kept[name]), name
+        await produce(3)
+        await wait_until(lambda: set(ledger.processed) >= expected(), "every record", timeout)
+        # The retained workers' last marks reach the coordinator with the
+        # current generation's periodic commits (it refuses any other id).
+        final = dict(ledger.marks)
+        with anyio.fail_after(timeout):
+            while True:
+                now = await committed()
+                for tp, off in now.items():
+                    history.setdefault(tp, []).append(off)
+                if all(now.get(tp, -1) >= off for tp, off in final.items()):
+                    break
+                await anyio.sleep(0.1)
+        tg.cancel_scope.cancel()
+
+    assert not ledger.overlaps, ledger.overlaps
+    assert set(ledger.processed) == expected()
+    for tp, offsets in history.items():
+        assert offsets == sorted(offsets), (tp, offsets)
+    return ledger
