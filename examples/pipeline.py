@@ -86,7 +86,7 @@ async def land(bootstrap: str, lake: str, events: list[ProducerRecord]) -> list[
                     else:
                         stops[0].set()
                     steps.pop(0)
-                if landed >= len(events):
+                if landed >= len(events) and not steps:
                     break
                 await anyio.sleep(0.1)
         for stop in stops:

@@ -192,9 +192,12 @@ async def _show_progress(sink: LakeSink, every: float) -> None:
 def _verify(args: argparse.Namespace) -> int:
     from . import spark
 
-    ends = None
-    if args.group:
-        ends = anyio.run(_committed, args)
+    # Before Spark starts: the cluster answers and the topics exist (Spark's reader would
+    # retry an absent broker for minutes, then fail deep in a Java stack trace).
+    ends: dict[Any, int] | None = anyio.run(_committed, args)
+    if not args.group:
+        ends = None
+    spark.check_files(args.lake)
     with spark.session(args.master, "gengroup lake verify") as session:
         report = spark.verify(session, args.lake, args.bootstrap, args.topic, ends)
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
@@ -202,8 +205,13 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 async def _committed(args: argparse.Namespace) -> dict[Any, int]:
-    async with Admin(args.bootstrap) as admin:
-        lags = await admin.group_lag(args.group, args.topic)
+    """The group's committed offsets (or, without ``--group``, the topics' ends), which
+    also checks the cluster answers (``ClusterUnreachable`` after 30 s) and the topics exist."""
+    async with Admin(args.bootstrap, timeout=30.0) as admin:
+        # A group that never committed reports every partition of the topics with its end.
+        lags = await admin.group_lag(args.group or "gengroup-lake-verify", args.topic)
+        if not args.group:
+            return {tp: p.end for tp, p in lags.items()}
     return {tp: p.committed or 0 for tp, p in lags.items()}
 
 
