@@ -10,8 +10,6 @@ move forward until they cover every record. A missing JDK fails the test.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +18,9 @@ import anyio
 import pytest
 
 from gengroup import Admin, ConsumerGroup, TopicPartition
-from gengroup.testing.kafka import KafkaBroker, ensure_jars
+from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
+from tests.java import compile_java
 
 from ..consumer.helpers import FAST, Ledger, all_partitions, create_topic, produce_ids
 from .members import ProcessMember
@@ -43,21 +42,8 @@ KIP848 = {
 @pytest.fixture(scope="session")
 def kip848_java_member(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     """The command line running Kip848Member (arguments follow), compiled once."""
-    javac, java = shutil.which("javac"), shutil.which("java")
-    if javac is None or java is None:
-        pytest.fail("the Java interop tests need a JDK: javac and java on PATH")
-    classpath = f"{ensure_jars()}/*"
-    out = tmp_path_factory.mktemp("java-kip848-member")
-    built = subprocess.run(
-        [javac, "-nowarn", "-d", str(out), "-cp", classpath, str(SOURCE)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if built.returncode != 0:
-        pytest.fail(f"javac failed:\n{built.stderr}")
-    yield [java, "-Xmx256m", "-cp", f"{out}:{classpath}", "Kip848Member"]
+    command = compile_java(SOURCE, tmp_path_factory.mktemp("java-kip848-member"))
+    yield command
 
 
 async def test_a_consumer_protocol_group_with_a_java_member(

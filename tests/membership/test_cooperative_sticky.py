@@ -13,7 +13,6 @@ equal. A missing JDK fails the tests.
 from __future__ import annotations
 
 import random
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from gengroup import CooperativeStickyBalancer
 from gengroup.membership.balancers import GroupAssignment, GroupMember, balancer_user_data
 from gengroup.membership.member import Member, MemberConfig
 from gengroup.protocol.consumer_protocol import Assignment, decode_subscription, encode_assignment
-from gengroup.testing.kafka import ensure_jars
+from tests.java import compile_java
 
 from .test_sticky import _grouped, parse_java
 
@@ -37,24 +36,11 @@ TOPICS = ["t0", "t1", "t2", "t3", "orders", "a-b"]
 @pytest.fixture(scope="module")
 def java_cooperative(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], str]]:
     """Run CooperativeStickyVectors on some input; returns its output."""
-    javac, java = shutil.which("javac"), shutil.which("java")
-    if javac is None or java is None:
-        pytest.fail("the cooperative balancer tests need a JDK (javac and java on PATH)")
-    classpath = f"{ensure_jars()}/*"
-    out = tmp_path_factory.mktemp("cooperative-vectors")
-    built = subprocess.run(
-        [javac, "-nowarn", "-d", str(out), "-cp", classpath, str(SOURCE)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if built.returncode != 0:
-        pytest.fail(f"javac failed:\n{built.stderr}")
+    command = compile_java(SOURCE, tmp_path_factory.mktemp("cooperative-vectors"))
 
     def run(cases: str) -> str:
         done = subprocess.run(
-            [java, "-cp", f"{out}:{classpath}", "CooperativeStickyVectors"],
+            command,
             input=cases,
             capture_output=True,
             text=True,

@@ -11,7 +11,6 @@ both, and the outputs must be equal. A missing JDK fails the tests.
 from __future__ import annotations
 
 import random
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -29,7 +28,7 @@ from gengroup.protocol.consumer_protocol import (
     decode_subscription,
     encode_assignment,
 )
-from gengroup.testing.kafka import ensure_jars
+from tests.java import compile_java
 
 from .test_balancers import groups
 
@@ -41,24 +40,11 @@ TOPICS = ["t0", "t1", "t2", "t3", "orders", "a-b"]
 @pytest.fixture(scope="module")
 def java_sticky(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], str]]:
     """Run StickyVectors on some input; returns its output."""
-    javac, java = shutil.which("javac"), shutil.which("java")
-    if javac is None or java is None:
-        pytest.fail("the sticky balancer tests need a JDK (javac and java on PATH)")
-    classpath = f"{ensure_jars()}/*"
-    out = tmp_path_factory.mktemp("sticky-vectors")
-    built = subprocess.run(
-        [javac, "-nowarn", "-d", str(out), "-cp", classpath, str(SOURCE)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if built.returncode != 0:
-        pytest.fail(f"javac failed:\n{built.stderr}")
+    command = compile_java(SOURCE, tmp_path_factory.mktemp("sticky-vectors"))
 
     def run(cases: str) -> str:
         done = subprocess.run(
-            [java, "-cp", f"{out}:{classpath}", "StickyVectors"],
+            command,
             input=cases,
             capture_output=True,
             text=True,
