@@ -63,6 +63,7 @@ from .._errors import (
 from .._types import TopicPartition
 from ..io.retry import retry
 from ..membership.member import Member, Outcome, outcome_for
+from ..membership.pattern import describe_change
 from .detached import host
 from .forming import Formed, GroupClient
 from .generation import Generation, Span, _UserTask
@@ -339,7 +340,9 @@ class _Run:
                         if self.formed.classic:
                             tg.start_soon(self._heartbeat_loop, name="gengroup-heartbeat")
                         tg.start_soon(self.formed.prefetcher.run, name="gengroup-prefetcher")
-                        if gen.is_leader and cfg.watch_partition_changes:
+                        if (
+                            gen.is_leader and cfg.watch_partition_changes
+                        ) or cfg.topic_pattern is not None:
                             tg.start_soon(self._watch_partitions, name="gengroup-watcher")
                         if cfg.commit_interval > 0:
                             tg.start_soon(self._commit_loop, name="gengroup-committer")
@@ -555,9 +558,22 @@ class _Run:
         gen = self.gen
         topics = self.member.subscribed_topics()
         at_join = self.formed.partition_counts
+        counts = gen.is_leader and self.config.watch_partition_changes
         while True:
             await anyio.sleep(self.config.partition_watch_interval)
             try:
+                # Subscribed by pattern (every member): rejoin when the matches change.
+                if self.config.topic_pattern is not None:
+                    before = self.member.matched
+                    if self.member.match(await self.client.matching_topics()):
+                        gen.end(
+                            Outcome.REJOIN,
+                            "topics matching the pattern changed: "
+                            + describe_change(before, self.member.matched),
+                        )
+                        return
+                if not counts:
+                    continue
                 now = await self.client.partition_counts(topics)
             except (KafkaConnectionError, BrokerError, ProtocolError) as exc:
                 self._log_retry("partition watch", exc, "retrying")
