@@ -579,12 +579,13 @@ async def form_generation(
 
 async def _match(member: Member, client: GroupClient) -> None:
     """Subscribe to what the pattern matches now (logged when it changes)."""
+    cfg = client.config
     before = member.matched
     if member.match(await client.matching_topics()):
         log.info(
             "group %s: topics matching %r: %s (%s)",
-            client.config.group_id,
-            member.config.topic_pattern.pattern if member.config.topic_pattern else None,
+            cfg.group_id,
+            cfg.topic_pattern.pattern if cfg.topic_pattern is not None else "",
             ", ".join(member.subscription()) or "none",
             describe_change(before, member.matched),
         )

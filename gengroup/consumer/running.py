@@ -340,9 +340,9 @@ class _Run:
                         if self.formed.classic:
                             tg.start_soon(self._heartbeat_loop, name="gengroup-heartbeat")
                         tg.start_soon(self.formed.prefetcher.run, name="gengroup-prefetcher")
-                        if (
-                            gen.is_leader and cfg.watch_partition_changes
-                        ) or cfg.topic_pattern is not None:
+                        if (gen.is_leader and cfg.watch_partition_changes) or (
+                            cfg.topic_pattern is not None and self.formed.classic
+                        ):
                             tg.start_soon(self._watch_partitions, name="gengroup-watcher")
                         if cfg.commit_interval > 0:
                             tg.start_soon(self._commit_loop, name="gengroup-committer")

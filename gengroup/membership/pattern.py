@@ -16,8 +16,10 @@ pattern in ConsumerGroupHeartbeat's ``subscribed_topic_regex``, and the broker
 compiles it with RE2J. :func:`re2j_regex` checks, at construction, that the
 pattern uses nothing RE2J lacks (lookaround, backreferences, atomic groups,
 possessive quantifiers, conditionals, verbose mode, ``\\Z``), by walking the
-parse tree Python itself makes of it, and turns the compiled pattern's flags
-into RE2J's inline ones.
+parse tree Python itself makes of it, then scans the text for what the tree
+does not show (the inline flags ``(?a)`` and ``(?u)``; ``{,n}``, which RE2J
+reads literally), and turns the compiled pattern's flags into RE2J's inline
+ones.
 """
 
 from __future__ import annotations
@@ -48,10 +50,16 @@ _UNSUPPORTED_OPS = {
     "POSSESSIVE_REPEAT": "a possessive quantifier (*+, ++, ?+, {m,n}+)",
 }
 
-#: Python flags RE2J has no equivalent of.
-_UNSUPPORTED_FLAGS = {
-    re.VERBOSE: "verbose mode (re.VERBOSE, (?x))",
-    re.ASCII: "ASCII-only matching (re.ASCII, (?a))",
+#: Python flags RE2J has no equivalent of (its classes are ASCII already, so
+#: re.ASCII given to re.compile() changes nothing a topic name can show).
+_UNSUPPORTED_FLAGS = {re.VERBOSE: "verbose mode (re.VERBOSE, (?x))"}
+
+#: Inline flags RE2J does not know (it has i, m, s and U).
+_UNSUPPORTED_INLINE = {
+    "a": "the inline flag (?a) (pass re.ASCII to re.compile instead)",
+    "u": "the inline flag (?u) (Python's default anyway: leave it out)",
+    "L": "the inline flag (?L)",
+    "x": "verbose mode (re.VERBOSE, (?x))",
 }
 
 #: Python flags RE2J spells the same way inline.
@@ -90,7 +98,7 @@ def re2j_regex(pattern: re.Pattern[str]) -> str:
         parsed = _parser.parse(source, pattern.flags)
     except re.error as exc:  # compiled already, so only if the parser changed
         raise ConfigError(f"topic_pattern {source!r} cannot be parsed: {exc}") from None
-    found = _unsupported(parsed, int(parsed.state.flags))
+    found = _unsupported(parsed, int(parsed.state.flags)) or _unsupported_text(source)
     if found is not None:
         raise ConfigError(
             f"topic_pattern {source!r} uses {found}, which the broker's regular-expression "
@@ -124,6 +132,37 @@ def _unsupported(node: Any, flags: int) -> str | None:
             found = _nested(av)
         if found is not None:
             return found
+    return None
+
+
+def _unsupported_text(source: str) -> str | None:
+    """What the parse tree does not show: inline flags and ``{,n}``, outside classes."""
+    i, n = 0, len(source)
+    in_class = False
+    while i < n:
+        c = source[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            i += 1
+            if source.startswith("^", i):
+                i += 1
+            if source.startswith("]", i):  # a "]" first in a class is a literal
+                i += 1
+            in_class = True
+            continue
+        elif source.startswith("(?", i):
+            m = re.match(r"\(\?([a-zA-Z]+)(?:-[a-zA-Z]+)?[:)]", source[i:])
+            letters = m.group(1) if m is not None else ""
+            for letter in letters:
+                if letter in _UNSUPPORTED_INLINE:
+                    return _UNSUPPORTED_INLINE[letter]
+        elif c == "{" and re.match(r"\{,\d+\}", source[i:]):
+            return "a quantifier without a minimum ({,n}: RE2J reads it literally; write {0,n})"
+        i += 1
     return None
 
 

@@ -47,6 +47,9 @@ def test_a_change_is_described() -> None:
         (re.compile("(?i)orders"), "(?i)orders"),
         (re.compile("a.b", re.DOTALL | re.IGNORECASE), "(?is)a.b"),
         (re.compile(r"[(?=]\(\?=x$"), r"[(?=]\(\?=x$"),
+        (re.compile(r"[]{,3}(?u)]\{,3\}"), r"[]{,3}(?u)]\{,3\}"),
+        (re.compile(r"[0-9]{0,3}", re.ASCII), r"[0-9]{0,3}"),
+        (re.compile(r"(?P<n>x)(?i:y)"), r"(?P<n>x)(?i:y)"),
     ],
 )
 def test_the_broker_gets_the_pattern_in_re2j_form(pattern: re.Pattern[str], regex: str) -> None:
@@ -69,7 +72,10 @@ def test_the_broker_gets_the_pattern_in_re2j_form(pattern: re.Pattern[str], rege
         (r"orders\Z", 0, r"\Z"),
         (r"orders # comment", re.VERBOSE, "verbose mode"),
         (r"x(?x: y)", 0, "verbose mode"),
-        (r"orders", re.ASCII, "ASCII-only"),
+        (r"(?u)orders", 0, "inline flag (?u)"),
+        (r"(?a)orders", 0, "inline flag (?a)"),
+        (r"x(?a:y)", 0, "inline flag (?a)"),
+        (r"orders-[0-9]{,3}", 0, "without a minimum"),
         (r"(?:ab|(?=c))d", 0, "lookahead"),
         (r"(x(y(?=z)))+", 0, "lookahead"),
     ],
