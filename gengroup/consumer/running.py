@@ -340,6 +340,7 @@ class _Run:
                         if self.formed.classic:
                             tg.start_soon(self._heartbeat_loop, name="gengroup-heartbeat")
                         tg.start_soon(self.formed.prefetcher.run, name="gengroup-prefetcher")
+                        tg.start_soon(self._lease_watch, name="gengroup-lease-watch")
                         if (gen.is_leader and cfg.watch_partition_changes) or (
                             cfg.topic_pattern is not None and self.formed.classic
                         ):
@@ -348,7 +349,12 @@ class _Run:
                             tg.start_soon(self._commit_loop, name="gengroup-committer")
                         await self._revoke_first(report_stuck)
                         self.own.adopt(gen)
-                        await hand_over(gen)
+                        # A generation whose forming outlived the session (an
+                        # offset fetch that crawled while the coordinator
+                        # moved) may already have a new owner for its
+                        # partitions: it is never handed out.
+                        if not gen.lease_expired():
+                            await hand_over(gen)
                         if gen.revoked and gen.rebalance_protocol == "cooperative":
                             gen.end(
                                 Outcome.REJOIN,
@@ -553,6 +559,19 @@ class _Run:
                 raise error_for_code(code, f"Heartbeat of {gen.group_id} generation {gen.id}")
             gen.end(outcome, f"heartbeat answered {error_for_code(code).name}")
             return
+
+    async def _lease_watch(self) -> None:
+        """End the generation the moment its local lease runs out.
+
+        The heartbeat loop renews the lease, but a beat can hang for up to
+        ``session_timeout`` itself (a broker that took the connection and went
+        silent), and a member must not go on working past the instant the
+        coordinator may have evicted it.
+        """
+        gen = self.gen
+        # A sleep, not an event: every renewal moves the deadline further.
+        while not gen.ending and not gen.lease_expired():  # noqa: ASYNC110
+            await anyio.sleep_until(gen.lease_deadline())
 
     async def _watch_partitions(self) -> None:
         gen = self.gen
