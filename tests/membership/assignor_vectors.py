@@ -11,7 +11,6 @@ the random groups both balancers' tests start from.
 from __future__ import annotations
 
 import random
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 from gengroup.membership.balancers import Balancer, GroupAssignment, GroupMember
 from gengroup.membership.member import Member, MemberConfig
 from tests.java import compile_java
+from tests.programs import run_program
 
 SOURCE = Path(__file__).parent / "java" / "AssignorVectors.java"
 TOPICS = ["t0", "t1", "t2", "t3", "orders", "a-b"]
@@ -36,17 +36,7 @@ def java_runner(assignor: str, out: Path) -> Callable[[str], str]:
     command = [*compile_java(SOURCE, out), assignor]
 
     def run(cases: str) -> str:
-        done = subprocess.run(
-            command,
-            input=cases,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise AssertionError(f"AssignorVectors {assignor} failed:\n{done.stderr[-3000:]}")
-        return done.stdout
+        return run_program(command, f"AssignorVectors {assignor}", stdin=cases)
 
     return run
 
