@@ -175,6 +175,26 @@ def random_group(rng: random.Random, most_members: int) -> RandomGroup:
     return RandomGroup(counts, ids, subscriptions, newest, owned)
 
 
+def random_case(
+    rng: random.Random,
+    most_members: int,
+    member: Callable[[random.Random, RandomGroup, str, float, int], GroupMember],
+) -> Case:
+    """A :func:`random_group` whose members ``member`` draws.
+
+    ``member`` is given the group, the member's id, a uniform draw in [0, 1)
+    choosing what kind of member it is, and the generation it last joined in
+    (mostly the newest).
+    """
+    group = random_group(rng, most_members)
+    members = []
+    for mid in group.ids:
+        kind = rng.random()
+        generation = group.newest if rng.random() < 0.7 else rng.randint(0, group.newest - 1)
+        members.append(member(rng, group, mid, kind, generation))
+    return Case(members, group.counts)
+
+
 def assert_random_groups_match(
     java: Callable[[str], str],
     cases: list[Case],

@@ -55,37 +55,33 @@ def check_cooperative(case: vectors.Case, result: GroupAssignment) -> None:
         assert len(claimers) != 1 or claimers == {member_id}, (topic, p)
 
 
-def random_case(rng: random.Random) -> vectors.Case:
-    group = vectors.random_group(rng, most_members=30)
-    members = []
-    for mid in group.ids:
-        kind = rng.random()
-        generation = group.newest if rng.random() < 0.7 else rng.randint(0, group.newest - 1)
-        parts = group.owned[mid] if rng.random() < 0.9 else []
-        if kind < 0.6:  # a v2+ subscription: the generation in its own field
-            user_data: bytes | None = COOPERATIVE.owned_user_data((), generation)
-            sub_generation = generation
-        elif kind < 0.8:  # v1: only the user data says the generation
-            user_data, sub_generation = COOPERATIVE.owned_user_data((), generation), -1
-        elif kind < 0.9:
-            user_data, sub_generation = None, -1
-        else:
-            user_data, sub_generation = b"\x07", -1
-        members.append(
-            GroupMember(
-                member_id=mid,
-                topics=tuple(group.subscriptions[mid]),
-                user_data=user_data,
-                owned_partitions=vectors.grouped(parts),
-                generation_id=sub_generation,
-            )
-        )
-    return vectors.Case(members, group.counts)
+def random_member(
+    rng: random.Random, group: vectors.RandomGroup, mid: str, kind: float, generation: int
+) -> GroupMember:
+    """Owned partitions (mostly), the generation in the subscription (v2+) or only
+    in the user data (v1), unreadable user data, or none."""
+    parts = group.owned[mid] if rng.random() < 0.9 else []
+    if kind < 0.6:  # a v2+ subscription: the generation in its own field
+        user_data: bytes | None = COOPERATIVE.owned_user_data((), generation)
+        sub_generation = generation
+    elif kind < 0.8:  # v1: only the user data says the generation
+        user_data, sub_generation = COOPERATIVE.owned_user_data((), generation), -1
+    elif kind < 0.9:
+        user_data, sub_generation = None, -1
+    else:
+        user_data, sub_generation = b"\x07", -1
+    return GroupMember(
+        member_id=mid,
+        topics=tuple(group.subscriptions[mid]),
+        user_data=user_data,
+        owned_partitions=vectors.grouped(parts),
+        generation_id=sub_generation,
+    )
 
 
 def test_random_groups_match_java(java_cooperative: Callable[[str], str]) -> None:
     rng = random.Random(20261124)
-    cases = [random_case(rng) for _ in range(400)]
+    cases = [vectors.random_case(rng, 30, random_member) for _ in range(400)]
     vectors.assert_random_groups_match(
         java_cooperative, cases, COOPERATIVE.assign, check_cooperative, claims_missing_partitions
     )

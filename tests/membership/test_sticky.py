@@ -54,36 +54,31 @@ def check_valid(case: vectors.Case, result: GroupAssignment) -> None:
     assert seen == {(t, p) for t, n in case.counts.items() if t in wanted for p in range(n)}
 
 
-def random_case(rng: random.Random) -> vectors.Case:
-    group = vectors.random_group(rng, most_members=40)
-    members = []
-    for mid in group.ids:
-        kind = rng.random()
-        generation = group.newest if rng.random() < 0.7 else rng.randint(0, group.newest - 1)
-        if kind < 0.15:
-            user_data, sub_generation = None, -1
-        elif kind < 0.2:
-            user_data, sub_generation = b"\x00\x01\xff", -1
-        elif kind < 0.3:
-            v1 = encode_user_data(vectors.grouped(group.owned[mid]), generation)
-            user_data, sub_generation = v1[:-4], -1  # version 0: no generation
-        else:
-            user_data = encode_user_data(vectors.grouped(group.owned[mid]), generation)
-            sub_generation = generation if rng.random() < 0.8 else -1
-        members.append(
-            GroupMember(
-                member_id=mid,
-                topics=tuple(group.subscriptions[mid]),
-                user_data=user_data,
-                generation_id=sub_generation,
-            )
-        )
-    return vectors.Case(members, group.counts)
+def random_member(
+    rng: random.Random, group: vectors.RandomGroup, mid: str, kind: float, generation: int
+) -> GroupMember:
+    """Sticky user data of version 1 or 0 (no generation), unreadable, or none."""
+    if kind < 0.15:
+        user_data, sub_generation = None, -1
+    elif kind < 0.2:
+        user_data, sub_generation = b"\x00\x01\xff", -1
+    elif kind < 0.3:
+        v1 = encode_user_data(vectors.grouped(group.owned[mid]), generation)
+        user_data, sub_generation = v1[:-4], -1  # version 0: no generation
+    else:
+        user_data = encode_user_data(vectors.grouped(group.owned[mid]), generation)
+        sub_generation = generation if rng.random() < 0.8 else -1
+    return GroupMember(
+        member_id=mid,
+        topics=tuple(group.subscriptions[mid]),
+        user_data=user_data,
+        generation_id=sub_generation,
+    )
 
 
 def test_random_groups_match_java(java_sticky: Callable[[str], str]) -> None:
     rng = random.Random(20261124)
-    cases = [random_case(rng) for _ in range(400)]
+    cases = [vectors.random_case(rng, 40, random_member) for _ in range(400)]
     vectors.assert_random_groups_match(
         java_sticky, cases, STICKY.assign, check_valid, claims_missing_partitions
     )
