@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
-from gengroup import TopicPartition
 from gengroup.testing.kafka import KafkaBroker
 from tests.java import compile_java
 
-from .members import ProcessMember, new_mixed_group
+from .members import MemberLedger, MixedGroup, new_mixed_group
 
 SOURCE = Path(__file__).parent / "java" / "JavaMember.java"
 
@@ -25,23 +24,22 @@ def java_member(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]
     yield command
 
 
-JavaGroup = tuple[str, str, set[TopicPartition], ProcessMember]
+JavaGroup = Callable[[str, str, MemberLedger], Coroutine[Any, Any, MixedGroup]]
 
 
 @pytest.fixture
-def java_group(
-    kafka: KafkaBroker, java_member: list[str], tmp_path: Path
-) -> Callable[[str, str], Coroutine[Any, Any, JavaGroup]]:
+def java_group(kafka: KafkaBroker, java_member: list[str], tmp_path: Path) -> JavaGroup:
     """A function making a new topic of six partitions and a group on the session's
     broker, with a JavaMember for it (not started) running the assignor named by
-    its first argument (a class name); its second prefixes the topic's name.
-    See :func:`~.members.new_mixed_group` for what it returns."""
+    its first argument (a class name); its second prefixes the topic's name, its
+    third records the gengroup members."""
 
-    async def new(strategy: str, prefix: str) -> JavaGroup:
+    async def new(strategy: str, prefix: str, ledger: MemberLedger) -> MixedGroup:
         return await new_mixed_group(
             kafka.bootstrap,
             java_member,
             tmp_path / "java.log",
+            ledger,
             partitions=6,
             prefix=prefix,
             name="the Java member",

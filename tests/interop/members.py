@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -106,60 +107,126 @@ class ProcessMember:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
 
 
-def share_one_generation(
-    gens: Sequence[Generation | None], peer: ProcessMember, every: set[TopicPartition]
-) -> bool:
-    """Whether gengroup members (their newest generations) and ``peer`` share a generation.
+class MemberLedger(Protocol):
+    """What records the generations of gengroup members and what they processed."""
 
-    They do when all are in the same generation, each owns some partitions, and
-    together they own each partition of ``every`` exactly once.
-    """
-    if any(g is None for g in gens) or not peer.generations:
-        return False
-    ids = {g.id for g in gens if g is not None} | {peer.generations[-1]["generation"]}
-    seen = [tp for g in gens if g is not None for tp in g.assignments] + list(peer.current())
-    return (
-        len(ids) == 1
-        and len(seen) == len(set(seen))
-        and set(seen) == every
-        and all(g.assignments for g in gens if g is not None)
-        and bool(peer.current())
-    )
+    @property
+    def processed(self) -> Iterable[bytes]: ...
+
+    async def member(self, name: str, group: ConsumerGroup) -> None: ...
+
+    def current(self) -> dict[str, Generation]: ...
+
+    def assigned(self, name: str) -> set[TopicPartition]: ...
 
 
-async def start_one_then_the_other(
-    tg: anyio.abc.TaskGroup,
-    peer: ProcessMember,
-    every: set[TopicPartition],
-    *,
-    gengroup_first: bool,
-    start_gengroup: Callable[[], object],
-    gengroup_owns_all: Callable[[], bool],
-) -> None:
-    """Start gengroup's member or ``peer``, wait until it owns ``every`` partition, start the other.
+@dataclass
+class MixedGroup:
+    """A consumer group on a new topic: gengroup members (recorded in ``ledger``)
+    and another client's member, ``peer`` (not started yet)."""
 
-    The first one leads the group.
-    """
-    if gengroup_first:
-        start_gengroup()
-        await peer.wait_for(gengroup_owns_all, "gengroup to own every partition")
-        tg.start_soon(peer.run)
-    else:
-        tg.start_soon(peer.run)
-        await peer.wait_for(lambda: peer.current() == every, f"{peer.name} to own every partition")
-        start_gengroup()
+    bootstrap: str
+    topic: str
+    group_id: str
+    every: set[TopicPartition]
+    """Every partition of the topic."""
+    peer: ProcessMember
+    ledger: MemberLedger
+
+    def gengroup_member(
+        self, balancer: Callable[[], Balancer]
+    ) -> Callable[[str], Coroutine[Any, Any, None]]:
+        """A task running a gengroup member on ``balancer``, named by its argument."""
+
+        async def member(name: str) -> None:
+            async with ConsumerGroup(
+                self.group_id, [self.topic], self.bootstrap, balancers=[balancer()], **FAST
+            ) as group:
+                await self.ledger.member(name, group)
+
+        return member
+
+    def share_one_generation(self, *names: str) -> bool:
+        """Whether the gengroup members ``names`` and ``peer`` share a generation.
+
+        They do when all are in the same generation, each owns some partitions,
+        and together they own each partition of the topic exactly once.
+        """
+        cur = self.ledger.current()
+        gens = [cur.get(n) for n in names]
+        peer = self.peer
+        if any(g is None for g in gens) or not peer.generations:
+            return False
+        ids = {g.id for g in gens if g is not None} | {peer.generations[-1]["generation"]}
+        seen = [tp for g in gens if g is not None for tp in g.assignments] + list(peer.current())
+        return (
+            len(ids) == 1
+            and len(seen) == len(set(seen))
+            and set(seen) == self.every
+            and all(g.assignments for g in gens if g is not None)
+            and bool(peer.current())
+        )
+
+    async def start_one_then_the_other(
+        self,
+        tg: anyio.abc.TaskGroup,
+        member: Callable[[str], Coroutine[Any, Any, None]],
+        *,
+        gengroup_first: bool,
+    ) -> None:
+        """Start ``member`` as ``gengroup`` or ``peer``, wait until it owns every
+        partition, then start the other. The first one leads the group."""
+        peer, every = self.peer, self.every
+        if gengroup_first:
+            tg.start_soon(member, "gengroup")
+            await peer.wait_for(
+                lambda: self.ledger.assigned("gengroup") == every, "gengroup to own every partition"
+            )
+            tg.start_soon(peer.run)
+        else:
+            tg.start_soon(peer.run)
+            await peer.wait_for(
+                lambda: peer.current() == every, f"{peer.name} to own every partition"
+            )
+            tg.start_soon(member, "gengroup")
+
+    def owned(self) -> dict[str, set[TopicPartition]]:
+        """What the gengroup member ``gengroup`` and ``peer`` own now."""
+        return {"gengroup": self.ledger.assigned("gengroup"), "peer": self.peer.current()}
+
+    def check_a_third_took_a_share(self, before: dict[str, set[TopicPartition]]) -> None:
+        """A third member, ``gengroup-2``, joined after :meth:`owned` was ``before``:
+        the others only gave partitions away, and each of the three owns a third."""
+        after = self.owned()
+        third = len(self.every) // 3
+        for name in after:
+            assert after[name] <= before[name], (name, before, after)
+            assert len(after[name]) == third
+        assert len(self.ledger.assigned("gengroup-2")) == third
+
+    async def produce_and_consume(self, records: int) -> None:
+        """Produce records ``id-0`` to ``id-<records - 1>`` and wait until the group
+        consumed each: the gengroup members or ``peer``."""
+        await produce_ids(self.bootstrap, self.topic, range(records))
+        wanted = {f"id-{i}" for i in range(records)}
+
+        def consumed() -> set[str]:
+            return {v.decode() for v in self.ledger.processed} | self.peer.values()
+
+        await self.peer.wait_for(lambda: wanted <= consumed(), "every record consumed")
 
 
 async def new_mixed_group(
     bootstrap: str,
     program: Sequence[str],
     log: Path,
+    ledger: MemberLedger,
     *,
     partitions: int,
     prefix: str,
     name: str,
     args: Sequence[str] = (),
-) -> tuple[str, str, set[TopicPartition], ProcessMember]:
+) -> MixedGroup:
     """A new topic and group id, and the other client's member of that group, not started yet.
 
     Args:
@@ -167,57 +234,13 @@ async def new_mixed_group(
         program: The command line of the member program; ``BOOTSTRAP GROUP
             TOPIC`` and ``args`` follow.
         log: Where the program's stderr goes.
+        ledger: Records the group's gengroup members.
         partitions: How many partitions the new topic has.
         prefix: Of the topic's name.
         name: Who the member is, in failure messages.
         args: More arguments of the program.
-
-    Returns:
-        The topic, the group id, all the topic's partitions, and the member.
     """
     topic, group_id = make_unique_name(prefix), make_unique_name("g")
     await create_topic(bootstrap, topic, partitions)
     peer = ProcessMember([*program, bootstrap, group_id, topic, *args], topic, log, name)
-    return topic, group_id, all_partitions(topic, partitions), peer
-
-
-class MemberLedger(Protocol):
-    """What records the generations of gengroup members."""
-
-    async def member(self, name: str, group: ConsumerGroup) -> None: ...
-
-
-def gengroup_members(
-    ledger: MemberLedger,
-    bootstrap: str,
-    group_id: str,
-    topic: str,
-    balancer: Callable[[], Balancer],
-) -> Callable[[str], Coroutine[Any, Any, None]]:
-    """A task running a gengroup member of the group on ``balancer``, named by its argument."""
-
-    async def member(name: str) -> None:
-        async with ConsumerGroup(
-            group_id, [topic], bootstrap, balancers=[balancer()], **FAST
-        ) as group:
-            await ledger.member(name, group)
-
-    return member
-
-
-async def produce_and_consume(
-    bootstrap: str,
-    topic: str,
-    records: int,
-    peer: ProcessMember,
-    processed: Callable[[], Iterable[bytes]],
-) -> None:
-    """Produce records ``id-0`` to ``id-<records - 1>`` and wait until the group
-    consumed each: ``peer`` or the gengroup members (whose values ``processed`` gives)."""
-    await produce_ids(bootstrap, topic, range(records))
-    wanted = {f"id-{i}" for i in range(records)}
-
-    def consumed() -> set[str]:
-        return {v.decode() for v in processed()} | peer.values()
-
-    await peer.wait_for(lambda: wanted <= consumed(), "every record consumed")
+    return MixedGroup(bootstrap, topic, group_id, all_partitions(topic, partitions), peer, ledger)

@@ -66,15 +66,17 @@ async def test_mixed_group_with_kafka_go(
     gengroup_leads: bool,
     subscription_version: int | None,
 ) -> None:
-    topic, group_id, every, peer = await new_mixed_group(
+    ledger = Ledger()
+    mixed = await new_mixed_group(
         kafka.bootstrap,
         [str(kafkago_member)],
         tmp_path / "go.log",
+        ledger,
         partitions=PARTITIONS,
         prefix="kafkago",
         name="kafka-go",
     )
-    ledger = Ledger()
+    topic, group_id, every, peer = mixed.topic, mixed.group_id, mixed.every, mixed.peer
 
     async with anyio.create_task_group() as outer:
         try:
