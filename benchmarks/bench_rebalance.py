@@ -387,7 +387,15 @@ def one_run(
             m.proc.wait()
         stop.set()
         producer.join()
-    return figures(members, partitions, t_join, t_end, steady)
+    result = figures(members, partitions, t_join, t_end, steady)
+    result["events"] = {
+        "join": t_join,
+        "members": [
+            {"assignments": [(t, sorted(o)) for t, o in m.assignments], "batches": m.batches}
+            for m in members
+        ],
+    }
+    return result
 
 
 def figures(
@@ -468,6 +476,7 @@ def main() -> None:
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     parser.add_argument("--json", type=Path, default=HERE / "results" / "rebalance.json")
+    parser.add_argument("--events", type=Path, help="write each run's raw events here")
     parser.add_argument("--member", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if args.member:
@@ -501,6 +510,10 @@ def main() -> None:
                 except TimeoutError as exc:
                     print(f"  {config} run {round_ + 1}: timed out waiting for {exc}", flush=True)
                     continue
+                events = r.pop("events")
+                if args.events:
+                    args.events.mkdir(parents=True, exist_ok=True)
+                    (args.events / f"{config}-{round_ + 1}.json").write_text(json.dumps(events))
                 runs[config].append(r)
                 print(
                     f"  {config} run {round_ + 1}: retained {r['retained_gap'] * 1000:.0f} ms, "
