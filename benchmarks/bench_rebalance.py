@@ -94,6 +94,13 @@ def member_gengroup(bootstrap: str, topic: str, group_id: str, protocol: str) ->
     from gengroup import ConsumerGroup, CooperativeStickyBalancer, Generation, TopicPartition
     from gengroup.membership.balancers import RangeBalancer
 
+    if os.environ.get("BENCH_REBALANCE_LOG"):
+        import logging
+
+        logging.basicConfig(
+            level=logging.INFO, format="%(created).6f %(name)s %(message)s", stream=sys.stderr
+        )
+
     settings: dict[str, Any] = {"start_offset": "earliest", "commit_interval": 5.0}
     if protocol == "consumer":
         settings["group_protocol"] = "consumer"
@@ -159,7 +166,7 @@ def member_confluent(bootstrap: str, topic: str, group_id: str, protocol: str) -
             if msg.error() is None:
                 value = msg.value()
                 total += len(value) if value is not None else 0
-                runs.setdefault(msg.partition(), []).append(msg)
+                runs.setdefault(msg.partition() or 0, []).append(msg)
         for p, msgs in runs.items():
             _emit(
                 f"R {now:.6f} {p} {msgs[0].offset()} {msgs[-1].offset()} {msgs[0].timestamp()[1]}"
@@ -345,9 +352,18 @@ def flowing(members: list[Member], partitions: int, since: float) -> bool:
 
 
 def one_run(
-    config: str, bootstrap: str, java: list[str], partitions: int, rate: int, steady: float
+    config: str,
+    bootstrap: str,
+    java: list[str],
+    partitions: int,
+    rate: int,
+    steady: float,
+    logs: Path | None = None,
 ) -> dict[str, Any]:
-    """One run of ``config``: 3 members, then a 4th; its figures."""
+    """One run of ``config``: 3 members, then a 4th; its figures.
+
+    With ``logs``, each member's stderr goes to ``logs-m<N>.log`` (gengroup members log at INFO).
+    """
     topic, group_id = f"rb-{uuid.uuid4().hex[:8]}", f"rb-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, partitions)
     stop = threading.Event()
@@ -356,11 +372,18 @@ def one_run(
     )
     producer.start()
     members: list[Member] = []
+    stack = ExitStack()
 
     def spawn() -> Member:
+        env, stderr = None, None
+        if logs is not None:
+            env = {**os.environ, "BENCH_REBALANCE_LOG": "1"}
+            stderr = stack.enter_context(open(f"{logs}-m{len(members)}.log", "w"))  # noqa: SIM115
         proc = subprocess.Popen(
             member_command(config, java, [bootstrap, topic, group_id]),
             stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
             text=True,
             bufsize=1,
         )
@@ -385,6 +408,7 @@ def one_run(
             m.proc.kill()
         for m in members:
             m.proc.wait()
+        stack.close()
         stop.set()
         producer.join()
     result = figures(members, partitions, t_join, t_end, steady)
@@ -467,53 +491,43 @@ def table(results: dict[str, Any]) -> Iterator[str]:
         )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--partitions", type=int, default=12)
-    parser.add_argument("--rate", type=int, default=100, help="records a second per partition")
-    parser.add_argument("--steady", type=float, default=3.0, help="seconds of baseline")
-    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
-    parser.add_argument("--bootstrap", help="use this broker instead of starting one")
-    parser.add_argument("--json", type=Path, default=HERE / "results" / "rebalance.json")
-    parser.add_argument("--events", type=Path, help="write each run's raw events here")
-    parser.add_argument("--member", help=argparse.SUPPRESS)
-    args, rest = parser.parse_known_args()
-    if args.member:
-        client, protocol = args.member.rsplit("-", 1)
-        MEMBERS[client](*rest, protocol)
-        return
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    configs = args.configs.split(",")
-    unknown = set(configs) - set(CONFIGS)
-    if unknown:
-        parser.error(f"unknown configurations {sorted(unknown)}; choose from {CONFIGS}")
-    command = "python benchmarks/bench_rebalance.py " + " ".join(
-        f"--{k} {v}"
-        for k, v in vars(args).items()
-        if k in ("repeat", "partitions", "rate", "steady", "configs")
-    )
+def run_suite(
+    bootstrap: str,
+    configs: list[str] | None = None,
+    *,
+    repeat: int = 3,
+    partitions: int = 12,
+    rate: int = 100,
+    steady: float = 3.0,
+    events: Path | None = None,
+) -> dict[str, Any]:
+    """Measure ``configs`` (all by default) ``repeat`` times in rounds on ``bootstrap``.
+
+    For the consumer protocol to run with the classic members' session and
+    heartbeat, the broker needs :data:`BROKER_PROPERTIES`.
+
+    Returns:
+        The results: ``meta``, and per configuration its ``median`` and ``runs``.
+    """
+    configs = list(CONFIGS) if configs is None else configs
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
     load_before = os.getloadavg()
-    with ExitStack() as stack:
-        bootstrap = args.bootstrap
-        if bootstrap is None:
-            from gengroup.testing.kafka import KafkaBroker
-
-            bootstrap = stack.enter_context(KafkaBroker(properties=BROKER_PROPERTIES)).bootstrap
-        java = java_command(Path(stack.enter_context(_tempdir())))
-        for round_ in range(args.repeat):
+    with _tempdir() as classes:
+        java = java_command(Path(classes))
+        for round_ in range(repeat):
             for config in configs:
+                logs = None
+                if events is not None:
+                    events.mkdir(parents=True, exist_ok=True)
+                    logs = events / f"{config}-{round_ + 1}"
                 try:
-                    r = one_run(config, bootstrap, java, args.partitions, args.rate, args.steady)
+                    r = one_run(config, bootstrap, java, partitions, rate, steady, logs)
                 except TimeoutError as exc:
                     print(f"  {config} run {round_ + 1}: timed out waiting for {exc}", flush=True)
                     continue
-                events = r.pop("events")
-                if args.events:
-                    args.events.mkdir(parents=True, exist_ok=True)
-                    (args.events / f"{config}-{round_ + 1}.json").write_text(json.dumps(events))
+                raw = r.pop("events")
+                if logs is not None:
+                    logs.with_suffix(".json").write_text(json.dumps(raw))
                 runs[config].append(r)
                 print(
                     f"  {config} run {round_ + 1}: retained {r['retained_gap'] * 1000:.0f} ms, "
@@ -522,12 +536,12 @@ def main() -> None:
                     f"stable {r['stable']:.2f} s ({r['moved']} moved)",
                     flush=True,
                 )
-    results: dict[str, Any] = {
+    return {
         "meta": {
-            "command": command,
-            "partitions": args.partitions,
-            "rate_per_partition": args.rate,
-            "repeat": args.repeat,
+            "command": "",
+            "partitions": partitions,
+            "rate_per_partition": rate,
+            "repeat": repeat,
             "python": platform.python_version(),
             "machine": f"{platform.machine()}, {platform.system()}, {os.cpu_count()} cores",
             "load_average": [round(x, 1) for x in (*load_before, *os.getloadavg())],
@@ -541,6 +555,55 @@ def main() -> None:
             if rs
         },
     }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=12)
+    parser.add_argument("--rate", type=int, default=100, help="records a second per partition")
+    parser.add_argument("--steady", type=float, default=3.0, help="seconds of baseline")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
+    parser.add_argument("--bootstrap", help="use this broker instead of starting one")
+    parser.add_argument("--json", type=Path, default=HERE / "results" / "rebalance.json")
+    parser.add_argument(
+        "--events", type=Path, help="write each run's raw events and members' logs here"
+    )
+    parser.add_argument("--member", help=argparse.SUPPRESS)
+    args, rest = parser.parse_known_args()
+    if args.member:
+        client, protocol = args.member.rsplit("-", 1)
+        if len(rest) != 3:
+            parser.error("a member takes BOOTSTRAP TOPIC GROUP")
+        MEMBERS[client](rest[0], rest[1], rest[2], protocol)
+        return
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    configs = args.configs.split(",")
+    unknown = set(configs) - set(CONFIGS)
+    if unknown:
+        parser.error(f"unknown configurations {sorted(unknown)}; choose from {CONFIGS}")
+    command = "python benchmarks/bench_rebalance.py " + " ".join(
+        f"--{k} {v}"
+        for k, v in vars(args).items()
+        if k in ("repeat", "partitions", "rate", "steady", "configs")
+    )
+    with ExitStack() as stack:
+        bootstrap = args.bootstrap
+        if bootstrap is None:
+            from gengroup.testing.kafka import KafkaBroker
+
+            bootstrap = stack.enter_context(KafkaBroker(properties=BROKER_PROPERTIES)).bootstrap
+        results = run_suite(
+            bootstrap,
+            configs,
+            repeat=args.repeat,
+            partitions=args.partitions,
+            rate=args.rate,
+            steady=args.steady,
+            events=args.events,
+        )
+    results["meta"]["command"] = command
     print()
     for line in table(results):
         print(line)
