@@ -34,7 +34,11 @@ Results go to ``benchmarks/results/rebalance.json``. Nothing is asserted.
 
 Usage: python benchmarks/bench_rebalance.py [--repeat 3] [--partitions 12]
        [--rate 100] [--configs gengroup-eager,java-cooperative,...]
-       [--bootstrap HOST:PORT]
+       [--events DIR] [--bootstrap HOST:PORT]
+
+With ``--bootstrap`` the broker's own consumer-protocol heartbeat and session
+apply (Kafka's defaults: 5 s and 45 s) unless it has :data:`BROKER_PROPERTIES`.
+From ``run_all.py``: :func:`run_suite` on its broker, :func:`table` to print.
 """
 
 from __future__ import annotations
