@@ -1,9 +1,7 @@
 """group_protocol="consumer" (KIP-848) on real Apache Kafka 4.3.1.
 
-The module runs its own broker with short consumer-group timings
-(``group.consumer.heartbeat.interval.ms`` 500, ``session.timeout.ms`` 6000):
-the shared one keeps Kafka's 5 s / 45 s defaults, whose minimums only the
-broker's configuration can lower.
+The tests run on a broker of their own with short consumer-group timings
+(the ``kip848_kafka`` fixture, ``tests/consumer/kip848.py``).
 """
 
 from __future__ import annotations
@@ -36,31 +34,10 @@ from .helpers import (
     produce_ids,
     watch_commits as watch_committed,
 )
+from .kip848 import KIP848
 
 pytestmark = pytest.mark.kafka
 log = logging.getLogger("gengroup.tests")
-
-#: The broker's consumer-group timings for these tests.
-BROKER_PROPERTIES = {
-    "group.consumer.heartbeat.interval.ms": 500,
-    "group.consumer.min.heartbeat.interval.ms": 500,
-    "group.consumer.session.timeout.ms": 6000,
-    "group.consumer.min.session.timeout.ms": 6000,
-}
-
-#: The members' settings: the consumer protocol, timings to match the broker's.
-KIP848 = {**FAST, "group_protocol": "consumer", "session_timeout": 6.0}
-
-
-@pytest.fixture(scope="module")
-def kip848_kafka() -> Iterator[KafkaBroker]:
-    """A broker of this module's own, with short consumer-group timings."""
-    broker = KafkaBroker(properties=BROKER_PROPERTIES)
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 async def test_one_then_three_then_two_members(kip848_kafka: KafkaBroker) -> None:
