@@ -18,11 +18,12 @@ import anyio.abc
 import pytest
 
 from gengroup import Admin, ConsumerGroup, Generation, TaskStuckError, TopicPartition
+from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
 from .cooperative import SpanLedger, three_four_three, wait_until
 from .helpers import all_partitions, create_topic, produce_ids
-from .kip848 import Kip848Broker
+from .kip848 import Kip848Broker, running
 
 PARTITIONS = 12
 PER_STEP = 600
@@ -34,7 +35,19 @@ async def test_three_four_three_members_keep_retained_workers_running(
     """Three members, a fourth joins and leaves: retained partitions' workers start
     once, no partition is owned twice at any instant, every record is processed and
     committed offsets never go backwards; generations are told apart by sequence."""
-    target = kip848_bootstrap
+    await three_four_three_members(kip848_bootstrap)
+
+
+@pytest.mark.kafka
+def test_three_four_three_members_keep_retained_workers_running_asyncio(
+    kip848_kafka: KafkaBroker,
+) -> None:
+    """The same under asyncio, on Apache Kafka."""
+    target = Kip848Broker("kafka", running(kip848_kafka.bootstrap))
+    anyio.run(three_four_three_members, target, backend="asyncio")
+
+
+async def three_four_three_members(target: Kip848Broker) -> None:
     async with target.open() as bootstrap:
         topic, group_id = make_unique_name("kip848-inc"), make_unique_name("g")
         await create_topic(bootstrap, topic, PARTITIONS)
