@@ -35,6 +35,13 @@ retained ones, then is handed out; if it revoked anything it ends at once so
 that the member rejoins without those partitions. Every other end (an eager
 protocol, a lost membership, closing, a task's exception) revokes every span
 before the final commit.
+
+Under the consumer protocol (KIP-848, ``Formed.classic`` False) the
+membership lives in the heartbeat beside the generations, so every end but a
+lost membership (``RESET_MEMBER``), a failure or closing keeps the spans;
+after revoking, the runner calls ``Formed.acknowledge`` (the heartbeat stops
+reporting the revoked partitions) and does not end the generation: the
+coordinator assigns the released partitions without a second rebalance.
 """
 
 from __future__ import annotations
