@@ -119,9 +119,11 @@ async def one_then_three_then_two(bootstrap: str) -> None:
     log.info("kip848 timings: %s", {n: list(g.history) for n, g in groups.items()})
 
 
-#: A member in its own process (``python -c MEMBER BOOTSTRAP GROUP TOPIC``), to
-#: kill or freeze: prints ``generation ID P,P,...`` per generation, ``batch P
-#: NEXT`` per batch handed out and ``ended REASON`` when a generation ended.
+#: A member in its own process (``python -c MEMBER BOOTSTRAP GROUP TOPIC SCOPE``),
+#: to kill or freeze: prints ``generation ID P,P,...`` per generation, ``batch P
+#: NEXT`` per batch handed out and ``ended REASON`` when a generation ended. Its
+#: workers are the generation's tasks (SCOPE ``generation``) or the partitions'
+#: (``partition``: started for ``gen.added`` with ``partition=tp``).
 MEMBER = """
 import sys
 import anyio
@@ -134,7 +136,7 @@ async def worker(gen, tp):
         gen.mark(tp, batch.next_offset)
 
 
-async def main(bootstrap, group_id, topic):
+async def main(bootstrap, group_id, topic, scope):
     async with ConsumerGroup(
         group_id, [topic], bootstrap, group_protocol="consumer", session_timeout=6.0,
         rebalance_timeout=10.0, fetch_max_wait=0.1, commit_interval=0.3,
@@ -143,20 +145,26 @@ async def main(bootstrap, group_id, topic):
         async for gen in group:
             parts = ",".join(str(tp.partition) for tp in sorted(gen.assignments))
             print(f"generation {gen.id} {parts}", flush=True)
-            for tp in gen.assignments:
-                gen.start_soon(worker, gen, tp)
+            if scope == "partition":
+                for tp in gen.added:
+                    gen.start_soon(worker, gen, tp, partition=tp)
+            else:
+                for tp in gen.assignments:
+                    gen.start_soon(worker, gen, tp)
             await gen.wait_ending()
             print(f"ended {gen.end_reason}", flush=True)
 
 
-anyio.run(main, *sys.argv[1:4])
+anyio.run(main, *sys.argv[1:5])
 """
 
 
 @contextmanager
-def member_process(bootstrap: str, group_id: str, topic: str) -> Iterator[subprocess.Popen[str]]:
+def member_process(
+    bootstrap: str, group_id: str, topic: str, scope: str = "generation"
+) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", MEMBER, bootstrap, group_id, topic],
+        [sys.executable, "-c", MEMBER, bootstrap, group_id, topic, scope],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -205,16 +213,18 @@ async def test_a_killed_member_is_fenced_and_its_partitions_move_after_the_sessi
     assert not ledger.overlaps, ledger.overlaps
 
 
+@pytest.mark.parametrize("scope", ["generation", "partition"])
 async def test_a_frozen_member_is_fenced_and_rejoins_with_epoch_0(
-    kip848_kafka: KafkaBroker,
+    kip848_kafka: KafkaBroker, scope: str
 ) -> None:
     """Frozen past the session timeout (SIGSTOP), the member processes nothing after
-    waking: its generation ends, then it rejoins and the partitions are shared again."""
+    waking: its generation ends (its partitions' tasks too, when they are
+    partition-scoped), then it rejoins and the partitions are shared again."""
     bootstrap = kip848_kafka.bootstrap
     topic, group_id = make_unique_name("kip848-frozen"), make_unique_name("g")
     await create_topic(bootstrap, topic, 2)
     ledger = Ledger()
-    with member_process(bootstrap, group_id, topic) as proc:
+    with member_process(bootstrap, group_id, topic, scope) as proc:
         lines = Lines(proc)
         first = await lines.wait_for("generation")
         await produce_ids(bootstrap, topic, range(50))
