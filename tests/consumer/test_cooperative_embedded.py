@@ -300,3 +300,27 @@ async def test_a_partition_whose_task_returned_between_generations_opens_a_new_s
     assert ran == [1, 2]
     assert first.label == "3 (#1)" and second.label == "3 (#2)"
     assert first.identity != second.identity
+
+
+async def test_generations_carry_a_sequence_in_history_metrics_and_labels(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Each generation the member forms gets the next sequence number; its label,
+    ``group.history`` and ``metrics().last_generation`` name it by id and sequence."""
+    seen: list[Generation] = []
+    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        async with group_on(cluster, "m", [CooperativeStickyBalancer()]) as group:
+            async for gen in group:
+                seen.append(gen)
+                if len(seen) == 3:
+                    break
+                gen.cancel()
+            history = list(group.history)
+            metrics = group.metrics()
+    assert [g.sequence for g in seen] == [1, 2, 3]
+    assert [g.label for g in seen] == [f"{g.id} (#{g.sequence})" for g in seen]
+    assert [(r.identity, r.id, r.label) for r in history] == [
+        (g.identity, g.id, g.label) for g in seen
+    ]
+    assert all(timings is g.timings for (_, timings), g in zip(history, seen, strict=True))
+    assert metrics.generations == 3 and metrics.last_generation == seen[-1].label
