@@ -394,6 +394,7 @@ class ConsumerProtocolMember:
             topics=cfg.topics,
             assignor=cfg.group_remote_assignor,
             owned={tid: tuple(parts) for tid, parts in owned.items()},
+            regex=cfg.subscription_regex,
         )
 
     async def _send(self, node: int, beat: requests.ConsumerHeartbeat) -> Any:
@@ -564,7 +565,8 @@ class ConsumerProtocolMember:
         names = self._names()
         if any(tid not in names for tid in assigned):
             try:
-                await self.client.cluster.refresh_metadata(cfg.topics)
+                # Subscribed by pattern: the broker chose the topics, so every topic's.
+                await self.client.cluster.refresh_metadata(cfg.topics or None)
             except (KafkaConnectionError, ProtocolError, BrokerError) as exc:
                 log.info("group %s: metadata for the assignment failed: %s", cfg.group_id, exc)
             names = self._names()

@@ -50,6 +50,7 @@ from ..io.coordinator import CoordinatorClient
 from ..io.retry import Backoff
 from ..membership import requests
 from ..membership.member import Joined, JoinParams, Member, Outcome, Retry, outcome_for
+from ..membership.pattern import describe_change, matching_topics
 from ..protocol.consumer_protocol import PROTOCOL_TYPE
 from ..protocol.versions import ApiKey
 from .generation import Generation, RebalanceTimings, SpanHost
@@ -258,6 +259,15 @@ class GroupClient:
     def _rebalance_wait(self) -> float:
         """How long JoinGroup and SyncGroup may wait: the coordinator holds them."""
         return self.config.rebalance_timeout + self.config.request_timeout
+
+    async def matching_topics(self) -> set[str]:
+        """The topics ``topic_pattern`` matches now (every topic's metadata is fetched)."""
+        pattern = self.config.topic_pattern
+        assert pattern is not None
+        md = await self.cluster.refresh_metadata(None)
+        return matching_topics(
+            pattern, ((t, info.is_internal) for t, info in md.items() if info.error_code == 0)
+        )
 
     async def partition_counts(self, topics: set[str]) -> dict[str, int]:
         """Topic -> partition count, for the topics that exist.
@@ -478,6 +488,8 @@ async def form_generation(
                     await ownership.drop_all("no request accepted for a session timeout")
             node = await client.find_coordinator(timings)
             t0 = anyio.current_time()
+            if cfg.topic_pattern is not None:
+                await _match(member, client)
             params = member.join_params()
             try:
                 res = await client.join(node, params)
@@ -571,6 +583,20 @@ async def form_generation(
         formed.generation.renew_lease(sync_sent)
         return formed
     return None
+
+
+async def _match(member: Member, client: GroupClient) -> None:
+    """Subscribe to what the pattern matches now (logged when it changes)."""
+    cfg = client.config
+    before = member.matched
+    if member.match(await client.matching_topics()):
+        log.info(
+            "group %s: topics matching %r: %s (%s)",
+            cfg.group_id,
+            cfg.topic_pattern.pattern if cfg.topic_pattern is not None else "",
+            ", ".join(member.subscription()) or "none",
+            describe_change(before, member.matched),
+        )
 
 
 def _exhausted(exc: BaseException) -> ClusterUnreachable | None:

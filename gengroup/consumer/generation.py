@@ -399,6 +399,10 @@ class Generation:
         """The coordinator accepted a request of this generation sent at ``sent_at``."""
         self._lease_from = max(self._lease_from, sent_at)
 
+    def lease_deadline(self) -> float:
+        """When the local lease runs out unless renewed, in ``anyio.current_time()`` terms."""
+        return self._lease_from + self._session_timeout
+
     def lease_expired(self) -> bool:
         """Whether the coordinator may have evicted this member; if so, end the generation.
 
@@ -471,7 +475,7 @@ class Generation:
     # ------------------------------------------------------------------ tasks
 
     def _check_live(self, what: str) -> anyio.abc.TaskGroup:
-        if self.ended or self._tg is None:
+        if self.ended or self._tg is None or self.lease_expired():
             raise GenerationEnded(f"{what}: generation {self.label} of {self.group_id} has ended")
         return self._tg
 

@@ -29,6 +29,7 @@ finish within a bounded time.
 from __future__ import annotations
 
 import logging
+import re
 from collections import deque
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -101,7 +102,9 @@ class ConsumerGroup:
 
     Args:
         group_id: the consumer group.
-        topics: topics to subscribe to.
+        topics: topics to subscribe to, or a compiled ``re.Pattern`` to
+            subscribe to every topic whose whole name it matches (see
+            ``topic_pattern``).
         brokers: bootstrap ``host:port`` addresses (a list or a comma-separated string).
         **settings: any other setting of :class:`~gengroup._config.GroupConfig`
             by keyword (``balancers``, ``session_timeout``, ``rebalance_timeout``,
@@ -130,7 +133,7 @@ class ConsumerGroup:
     def __init__(
         self,
         group_id: str,
-        topics: Sequence[str],
+        topics: Sequence[str] | re.Pattern[str] | None,
         brokers: Sequence[str] | str,
         **settings: Unpack[GroupSettings],
     ) -> None:

@@ -70,6 +70,7 @@ from .._errors import (
 from .._types import TopicPartition
 from ..io.retry import retry
 from ..membership.member import Member, Outcome, outcome_for
+from ..membership.pattern import describe_change
 from .detached import host
 from .forming import Formed, GroupClient
 from .generation import Generation, Span, _UserTask
@@ -357,7 +358,10 @@ class _Run:
                         if self.formed.classic:
                             tg.start_soon(self._heartbeat_loop, name="gengroup-heartbeat")
                         tg.start_soon(self.formed.prefetcher.run, name="gengroup-prefetcher")
-                        if gen.is_leader and cfg.watch_partition_changes:
+                        tg.start_soon(self._lease_watch, name="gengroup-lease-watch")
+                        if (gen.is_leader and cfg.watch_partition_changes) or (
+                            cfg.topic_pattern is not None and self.formed.classic
+                        ):
                             tg.start_soon(self._watch_partitions, name="gengroup-watcher")
                         if cfg.commit_interval > 0:
                             tg.start_soon(self._commit_loop, name="gengroup-committer")
@@ -365,7 +369,12 @@ class _Run:
                         if self.formed.acknowledge is not None:
                             self.formed.acknowledge()
                         self.own.adopt(gen)
-                        await hand_over(gen)
+                        # A generation whose forming outlived the session (an
+                        # offset fetch that crawled while the coordinator
+                        # moved) may already have a new owner for its
+                        # partitions: it is never handed out.
+                        if not gen.lease_expired():
+                            await hand_over(gen)
                         if (
                             self.formed.classic
                             and gen.revoked
@@ -584,13 +593,39 @@ class _Run:
             gen.end(outcome, f"heartbeat answered {error_for_code(code).name}")
             return
 
+    async def _lease_watch(self) -> None:
+        """End the generation the moment its local lease runs out.
+
+        The heartbeat loop renews the lease, but a beat can hang for up to
+        ``session_timeout`` itself (a broker that took the connection and went
+        silent), and a member must not go on working past the instant the
+        coordinator may have evicted it.
+        """
+        gen = self.gen
+        # A sleep, not an event: every renewal moves the deadline further.
+        while not gen.ending and not gen.lease_expired():  # noqa: ASYNC110
+            await anyio.sleep_until(gen.lease_deadline())
+
     async def _watch_partitions(self) -> None:
         gen = self.gen
         topics = self.member.subscribed_topics()
         at_join = self.formed.partition_counts
+        counts = gen.is_leader and self.config.watch_partition_changes
         while True:
             await anyio.sleep(self.config.partition_watch_interval)
             try:
+                # Subscribed by pattern (every member): rejoin when the matches change.
+                if self.config.topic_pattern is not None:
+                    before = self.member.matched
+                    if self.member.match(await self.client.matching_topics()):
+                        gen.end(
+                            Outcome.REJOIN,
+                            "topics matching the pattern changed: "
+                            + describe_change(before, self.member.matched),
+                        )
+                        return
+                if not counts:
+                    continue
                 now = await self.client.partition_counts(topics)
             except (KafkaConnectionError, BrokerError, ProtocolError) as exc:
                 self._log_retry("partition watch", exc, "retrying")

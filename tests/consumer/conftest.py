@@ -14,12 +14,8 @@ from .kip848 import BROKER_PROPERTIES, Kip848Broker, running
 @pytest.fixture(scope="session")
 def kip848_kafka() -> Iterator[KafkaBroker]:
     """Apache Kafka with short consumer-group timings (see ``kip848.BROKER_PROPERTIES``)."""
-    broker = KafkaBroker(properties=BROKER_PROPERTIES)
-    broker.start()
-    try:
+    with KafkaBroker(properties=BROKER_PROPERTIES) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 #: The brokers the parametrized consumer-protocol tests run on. Another broker

@@ -1,13 +1,19 @@
-"""Fixtures of the interop tests: a Java KafkaConsumer member, compiled once."""
+"""Fixtures of the interop tests: a Java KafkaConsumer member, compiled once, and new
+groups for it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gengroup import TopicPartition
+from gengroup.testing.kafka import KafkaBroker
 from tests.java import compile_java
+
+from .members import ProcessMember, new_mixed_group
 
 SOURCE = Path(__file__).parent / "java" / "JavaMember.java"
 
@@ -17,3 +23,29 @@ def java_member(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]
     """The command line running JavaMember (arguments follow), compiled once."""
     command = compile_java(SOURCE, tmp_path_factory.mktemp("java-member"))
     yield command
+
+
+JavaGroup = tuple[str, str, set[TopicPartition], ProcessMember]
+
+
+@pytest.fixture
+def java_group(
+    kafka: KafkaBroker, java_member: list[str], tmp_path: Path
+) -> Callable[[str, str], Coroutine[Any, Any, JavaGroup]]:
+    """A function making a new topic of six partitions and a group on the session's
+    broker, with a JavaMember for it (not started) running the assignor named by
+    its first argument (a class name); its second prefixes the topic's name.
+    See :func:`~.members.new_mixed_group` for what it returns."""
+
+    async def new(strategy: str, prefix: str) -> JavaGroup:
+        return await new_mixed_group(
+            kafka.bootstrap,
+            java_member,
+            tmp_path / "java.log",
+            partitions=6,
+            prefix=prefix,
+            name="the Java member",
+            args=[strategy],
+        )
+
+    return new

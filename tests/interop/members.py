@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
 from anyio.streams.text import TextReceiveStream
 
-from gengroup import TopicPartition
+from gengroup import Balancer, ConsumerGroup, Generation, TopicPartition
+from gengroup.testing.pytest_plugin import make_unique_name
+
+from ..consumer.helpers import FAST, all_partitions, create_topic, produce_ids
 
 
 class ProcessMember:
@@ -19,13 +23,15 @@ class ProcessMember:
     Events: ``{"event": "assigned", "partitions": {topic: [p, ...]} or [p, ...]}``
     (a bare list is of ``topic``), ``{"event": "revoked", "partitions": ...}``,
     ``{"event": "record", "partition": p, "value": ...}`` and
-    ``{"event": "error", "error": ...}``; its stderr goes to ``log``.
+    ``{"event": "error", "error": ...}``; its stderr goes to ``log``. ``name``
+    says who it is in failure messages.
     """
 
-    def __init__(self, argv: list[str], topic: str, log: Path) -> None:
+    def __init__(self, argv: list[str], topic: str, log: Path, name: str = "the member") -> None:
         self.argv = argv
         self.topic = topic
         self.log = log
+        self.name = name
         self.generations: list[dict[str, Any]] = []
         self.revocations: list[dict[str, Any]] = []
         self.records: list[dict[str, Any]] = []
@@ -69,6 +75,22 @@ class ProcessMember:
         """The partitions it consumed records from."""
         return {TopicPartition(self.topic, r["partition"]) for r in self.records}
 
+    def values(self) -> set[str]:
+        """The values of the records it consumed."""
+        return {r["value"] for r in self.records}
+
+    async def wait_for(self, predicate: Callable[[], bool], what: str, timeout: float = 90) -> None:
+        """Wait until ``predicate()``; a timeout fails with the end of this member's log."""
+        try:
+            with anyio.fail_after(timeout):  # a hang guard, not a timing assertion
+                while not predicate():
+                    await anyio.sleep(0.05)
+        except TimeoutError:
+            said = self.tail()
+            raise AssertionError(
+                f"timed out waiting for {what}; {self.name} said:\n{said}"
+            ) from None
+
     async def stop(self) -> None:
         """SIGTERM: it leaves the group and exits 0."""
         if self.process is None or self.process.returncode is not None:
@@ -82,3 +104,120 @@ class ProcessMember:
         if not self.log.exists():
             return "(no output)"
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+
+
+def share_one_generation(
+    gens: Sequence[Generation | None], peer: ProcessMember, every: set[TopicPartition]
+) -> bool:
+    """Whether gengroup members (their newest generations) and ``peer`` share a generation.
+
+    They do when all are in the same generation, each owns some partitions, and
+    together they own each partition of ``every`` exactly once.
+    """
+    if any(g is None for g in gens) or not peer.generations:
+        return False
+    ids = {g.id for g in gens if g is not None} | {peer.generations[-1]["generation"]}
+    seen = [tp for g in gens if g is not None for tp in g.assignments] + list(peer.current())
+    return (
+        len(ids) == 1
+        and len(seen) == len(set(seen))
+        and set(seen) == every
+        and all(g.assignments for g in gens if g is not None)
+        and bool(peer.current())
+    )
+
+
+async def start_one_then_the_other(
+    tg: anyio.abc.TaskGroup,
+    peer: ProcessMember,
+    every: set[TopicPartition],
+    *,
+    gengroup_first: bool,
+    start_gengroup: Callable[[], object],
+    gengroup_owns_all: Callable[[], bool],
+) -> None:
+    """Start gengroup's member or ``peer``, wait until it owns ``every`` partition, start the other.
+
+    The first one leads the group.
+    """
+    if gengroup_first:
+        start_gengroup()
+        await peer.wait_for(gengroup_owns_all, "gengroup to own every partition")
+        tg.start_soon(peer.run)
+    else:
+        tg.start_soon(peer.run)
+        await peer.wait_for(lambda: peer.current() == every, f"{peer.name} to own every partition")
+        start_gengroup()
+
+
+async def new_mixed_group(
+    bootstrap: str,
+    program: Sequence[str],
+    log: Path,
+    *,
+    partitions: int,
+    prefix: str,
+    name: str,
+    args: Sequence[str] = (),
+) -> tuple[str, str, set[TopicPartition], ProcessMember]:
+    """A new topic and group id, and the other client's member of that group, not started yet.
+
+    Args:
+        bootstrap: The Kafka cluster.
+        program: The command line of the member program; ``BOOTSTRAP GROUP
+            TOPIC`` and ``args`` follow.
+        log: Where the program's stderr goes.
+        partitions: How many partitions the new topic has.
+        prefix: Of the topic's name.
+        name: Who the member is, in failure messages.
+        args: More arguments of the program.
+
+    Returns:
+        The topic, the group id, all the topic's partitions, and the member.
+    """
+    topic, group_id = make_unique_name(prefix), make_unique_name("g")
+    await create_topic(bootstrap, topic, partitions)
+    peer = ProcessMember([*program, bootstrap, group_id, topic, *args], topic, log, name)
+    return topic, group_id, all_partitions(topic, partitions), peer
+
+
+class MemberLedger(Protocol):
+    """What records the generations of gengroup members."""
+
+    async def member(self, name: str, group: ConsumerGroup) -> None: ...
+
+
+def gengroup_members(
+    ledger: MemberLedger,
+    bootstrap: str,
+    group_id: str,
+    topic: str,
+    balancer: Callable[[], Balancer],
+) -> Callable[[str], Coroutine[Any, Any, None]]:
+    """A task running a gengroup member of the group on ``balancer``, named by its argument."""
+
+    async def member(name: str) -> None:
+        async with ConsumerGroup(
+            group_id, [topic], bootstrap, balancers=[balancer()], **FAST
+        ) as group:
+            await ledger.member(name, group)
+
+    return member
+
+
+async def produce_and_consume(
+    bootstrap: str,
+    topic: str,
+    records: int,
+    peer: ProcessMember,
+    processed: Callable[[], Iterable[bytes]],
+) -> None:
+    """Produce records ``id-0`` to ``id-<records - 1>`` and wait until the group
+    consumed each: ``peer`` or the gengroup members (whose values ``processed`` gives)."""
+    await produce_ids(bootstrap, topic, range(records))
+    wanted = {f"id-{i}" for i in range(records)}
+
+    def consumed() -> set[str]:
+        return {v.decode() for v in processed()} | peer.values()
+
+    await peer.wait_for(lambda: wanted <= consumed(), "every record consumed")
