@@ -10,6 +10,7 @@ the same.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,13 +18,22 @@ import anyio
 import anyio.abc
 import pytest
 
-from gengroup import Admin, ConsumerGroup, Generation, TaskStuckError, TopicPartition
+from gengroup import (
+    Admin,
+    ConsumerGroup,
+    CooperativeStickyBalancer,
+    Generation,
+    TaskStuckError,
+    TopicPartition,
+)
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
 from .cooperative import SpanLedger, three_four_three, wait_until
 from .helpers import all_partitions, create_topic, produce_ids
-from .kip848 import Kip848Broker, running
+from .kip848 import KIP848, Kip848Broker, running
+
+log = logging.getLogger("gengroup.tests")
 
 PARTITIONS = 12
 PER_STEP = 600
@@ -316,3 +326,48 @@ async def test_a_partition_task_that_returns_gives_the_partition_up(
     assert second.added == {TopicPartition(topic, 0)}
     assert second.retained == {TopicPartition(topic, 1)}
     assert sorted(starts) == [TopicPartition(topic, 0)] * 2 + [TopicPartition(topic, 1)]
+
+
+@pytest.mark.kafka
+async def test_a_classic_member_and_a_consumer_protocol_member_share_a_converted_group(
+    kip848_kafka: KafkaBroker,
+) -> None:
+    """A classic (cooperative-sticky) member's group is converted to the consumer
+    protocol when a consumer-protocol member joins, and back when it leaves: every
+    partition has one owner at every instant, and each member's generations have
+    distinct identities whatever their ids."""
+    bootstrap = kip848_kafka.bootstrap
+    topic, group_id = make_unique_name("kip848-convert"), make_unique_name("g")
+    await create_topic(bootstrap, topic, 4)
+    every = all_partitions(topic, 4)
+    ledger = SpanLedger()
+    classic = {
+        **{k: v for k, v in KIP848.items() if k != "group_protocol"},
+        "balancers": [CooperativeStickyBalancer()],
+    }
+    async with (
+        ConsumerGroup(group_id, [topic], bootstrap, client_id="classic", **classic) as old,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(ledger.member, "classic", old)
+        await wait_until(lambda: ledger.assigned("classic") == every, "the classic member", 60)
+        await produce_ids(bootstrap, topic, range(200))
+        async with ConsumerGroup(group_id, [topic], bootstrap, client_id="new", **KIP848) as new:
+            tg.start_soon(ledger.member, "new", new)
+            await wait_until(
+                lambda: ledger.stable({"classic", "new"}, every, same_generation=False),
+                "both members to share",
+                60,
+            )
+            await produce_ids(bootstrap, topic, range(200, 400))
+            expected = {f"id-{i}".encode() for i in range(400)}
+            await wait_until(lambda: set(ledger.processed) >= expected, "every record", 60)
+        await wait_until(lambda: ledger.assigned("classic") == every, "the classic alone", 60)
+        tg.cancel_scope.cancel()
+    assert not ledger.overlaps, ledger.overlaps
+    for name, gens in ledger.generations.items():
+        assert len({g.identity for g in gens}) == len(gens), name
+        assert [g.sequence for g in gens] == list(range(1, len(gens) + 1)), name
+    log.info(
+        "converted group: %s", {n: [g.label for g in gs] for n, gs in ledger.generations.items()}
+    )
