@@ -98,6 +98,12 @@ async def three_four_three_members(target: Kip848Broker) -> None:
         ids = [g.id for g in gens]
         assert ids == sorted(ids), (name, ids)
         assert all(g.commit_error is None for g in gens), name
+    log.info(
+        "3-4-3 under KIP-848: %d worker starts for %d partitions; generations %s",
+        sum(ledger.starts.values()),
+        PARTITIONS,
+        {n: [g.label for g in gs] for n, gs in sorted(ledger.generations.items())},
+    )
 
 
 async def test_successive_generations_have_distinct_identities_when_epochs_repeat(
