@@ -451,7 +451,14 @@ class _Run:
             self.own.current = None
             self.own.release(list(self.own.spans))
             self.own.owned.clear()
+        # A revocation that the generation's end interrupted: its spans' marks
+        # go into the final commit once their tasks returned.
+        interrupted = [s for s in self.own.spans.values() if s.closed and s.tp in gen.revoked]
         await self.own.wait_released()
+        for span in interrupted:
+            carried = max(span.pending, span.gen._marks.get(span.tp, -1))
+            if carried > gen._marks.get(span.tp, -1):
+                gen._marks[span.tp] = carried
         self.own.lease_from = gen._lease_from
         if self.formed.classic and gen.rebalance_protocol == "cooperative":
             self.member.retain_owned(self.own.owned)
