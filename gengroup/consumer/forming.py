@@ -442,12 +442,17 @@ class Formed:
             loop; False under ``group_protocol="consumer"``, whose heartbeat
             runs beside the generations
             (:mod:`~gengroup.consumer.consumer_protocol`).
+        acknowledge: called once the partitions the generation revoked were
+            released (their tasks returned, their marks committed), before it
+            is handed out: the consumer protocol then reports the smaller
+            owned set (None under the classic protocol).
     """
 
     generation: Generation
     prefetcher: Prefetcher
     partition_counts: dict[str, int]
     classic: bool = True
+    acknowledge: Callable[[], None] | None = None
 
 
 async def form_generation(
@@ -457,6 +462,7 @@ async def form_generation(
     *,
     previous_teardown: float = 0.0,
     ownership: SpanHost | None = None,
+    sequence: int = 0,
 ) -> Formed | None:
     """Join and sync until a generation forms; None if ``closing()`` turned true.
 
@@ -465,6 +471,7 @@ async def form_generation(
     its membership (its member id was reset, or no request was accepted for
     a session timeout), and before SyncGroup if the group chose an eager
     balancer. A retained partition's fetch continues where its span is.
+    ``sequence`` is the member's count of generations, this one included.
 
     Raises:
         BrokerError: a fatal answer (FENCED_INSTANCE_ID, authorization, ...).
@@ -520,6 +527,7 @@ async def form_generation(
                 generation_id=joined.generation_id,
                 member_id=joined.member_id,
                 group_instance_id=cfg.group_instance_id,
+                sequence=sequence,
             )
             sync_sent = anyio.current_time()
             try:
@@ -653,9 +661,9 @@ def _formed(
     def first_batch() -> None:
         timings.first_record = anyio.current_time() - t_ready
         log.info(
-            "group %s generation %d member %s: first records after %.3f s",
+            "group %s generation %s member %s: first records after %.3f s",
             identity.group_id,
-            identity.generation_id,
+            identity.label,
             identity.member_id,
             timings.first_record,
         )
@@ -674,10 +682,10 @@ def _formed(
         _session_timeout=client.config.session_timeout,
     )
     log.info(
-        "group %s generation %d formed: member %s%s, %d partition(s), protocol %s; "
+        "group %s generation %s formed: member %s%s, %d partition(s), protocol %s; "
         "previous teardown %.3f s, coordinator %.3f s, join %.3f s, sync %.3f s, offsets %.3f s",
         gen.group_id,
-        gen.id,
+        gen.label,
         gen.member_id,
         " (leader)" if gen.is_leader else "",
         len(positions),
