@@ -291,6 +291,9 @@ class ConsumerProtocolMember:
             if incarnation != self.incarnation or target != self._target:
                 continue  # fenced or reassigned meanwhile
             if own is not None:
+                # The previous generation's prefetcher went on handing out the
+                # spans' batches until now; from here their positions are final.
+                own.stop_prefetcher()
                 for tp in target & owned:
                     span = own.spans.get(tp)
                     if span is not None and not span.closed:
@@ -357,6 +360,7 @@ class ConsumerProtocolMember:
             _committed={tp: off for tp, (off, _) in committed.items()},
             _committed_metadata={tp: note for tp, (_, note) in committed.items() if note},
             _session_timeout=cfg.session_timeout,
+            _classic=False,
         )
         gen.renew_lease(self._last_ok if self._last_ok is not None else t_ready)
         self._current, self._current_incarnation = gen, incarnation
@@ -633,6 +637,9 @@ class ConsumerProtocolMember:
         gen = self._current
         if gen is not None:
             gen.end(Outcome.RESET_MEMBER, f"fenced: {reason}")
+        if self.ownership is not None:
+            # Between generations the spans' batches flow on: no longer.
+            self.ownership.stop_prefetcher()
         self._changed.set()  # a forming generation drops the spans
         self._changed = anyio.Event()
         self._wake.set()

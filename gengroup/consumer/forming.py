@@ -566,6 +566,10 @@ async def form_generation(
             await backoff.sleep()
             continue
         rebalance = member.rebalance_protocol(joined.protocol)
+        if ownership is not None:
+            # The previous generation's prefetcher went on handing out the
+            # spans' batches until now; from here their positions are final.
+            ownership.stop_prefetcher()
         owned = ownership.owned if ownership is not None and rebalance == "cooperative" else set()
         for tp in set(positions) & owned:
             span = ownership.spans.get(tp) if ownership is not None else None

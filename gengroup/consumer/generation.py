@@ -46,6 +46,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -184,6 +185,10 @@ class SpanHost(Protocol):
         """The tasks of revoked spans that have not returned yet."""
         ...
 
+    def stop_prefetcher(self) -> None:
+        """Stop the prefetcher that outlived its generation (positions are final now)."""
+        ...
+
 
 @dataclass(eq=False)
 class Span:
@@ -232,6 +237,27 @@ class Span:
             self.gen._marks[self.tp] = offset
 
 
+def _span_ending(span: Span, holder: Generation) -> bool:
+    """Whether ``span``'s batches stop (``holder`` holds it).
+
+    They stop once the span is closed, or once the holder is ending -- unless
+    its prefetcher outlives it (:attr:`Generation._fetch_across`) and its end
+    keeps the spans (a cooperative rebalance): then they flow on between
+    generations until the next one forms, and stop only if the member's local
+    lease runs out meanwhile (it may have been evicted: a new owner may be
+    processing the partition).
+    """
+    if span.closed:
+        return True
+    if not holder.ending:
+        return holder.lease_expired()
+    if not holder._fetch_across or not holder.keeps_spans():
+        return True
+    host = holder._span_host
+    since = max(holder._lease_from, host.lease_from if host is not None else 0.0)
+    return anyio.current_time() - since >= holder._session_timeout
+
+
 class _SpanBatches:
     """A span's batches, from whichever generation holds it (waiting between generations)."""
 
@@ -251,7 +277,7 @@ class _SpanBatches:
             holder = span.gen
             if self._it is None or self._holder is not holder:
                 self._holder = holder
-                self._it = holder._prefetcher.iterate(span.tp, holder._stops_fetching)
+                self._it = holder._prefetcher.iterate(span.tp, partial(_span_ending, span, holder))
             try:
                 batch = await anext(self._it)
             except StopAsyncIteration:
@@ -335,6 +361,11 @@ class Generation:
     release_all: bool = field(default=False, repr=False)
     _spans: dict[TopicPartition, Span] = field(default_factory=dict, repr=False)
     _span_host: SpanHost | None = field(default=None, repr=False)
+    #: Formed by the classic protocol (False: the consumer protocol, KIP-848).
+    _classic: bool = field(default=True, repr=False)
+    #: The prefetcher runs in the span host, not in the generation: it goes
+    #: on fetching the spans' partitions after an end that keeps them.
+    _fetch_across: bool = field(default=False, repr=False)
 
     @property
     def id(self) -> int:
@@ -447,6 +478,21 @@ class Generation:
             )
         self._scope.cancel()
         self._ending.set()
+
+    def keeps_spans(self) -> bool:
+        """Whether the partitions' spans outlive this generation's end.
+
+        Under the classic protocol: a cooperative rebalance (``REJOIN``).
+        Under the consumer protocol, whose membership lives in its heartbeat
+        beside the generations: every end but a lost membership
+        (``RESET_MEMBER``) or a failure. Never once the member gives up
+        every partition (:attr:`release_all`: lease expired, closing).
+        """
+        if self.release_all:
+            return False
+        if self._classic:
+            return self.rebalance_protocol == "cooperative" and self.end_outcome is Outcome.REJOIN
+        return self.end_outcome not in (Outcome.RESET_MEMBER, Outcome.FATAL)
 
     async def wait_ending(self) -> None:
         """Wait until the generation is cancelled."""
@@ -642,7 +688,7 @@ class Generation:
         span = self._span(tp)
         if span is not None:
             span.position = offset
-            if not span.gen.ending:
+            if span.gen._fetch_across or not span.gen.ending:
                 span.gen._prefetcher.seek(tp, offset)
             return
         self._check_live("seek")

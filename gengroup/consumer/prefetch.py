@@ -353,9 +353,13 @@ class Prefetcher:
                     await event.wait()
                     self._reroute = anyio.Event()
         finally:
-            self._closed = True
-            for part in self._parts.values():
-                part.wake.set()
+            self.close()
+
+    def close(self) -> None:
+        """Hand out nothing more, buffered or not: each iterator stops at its next step."""
+        self._closed = True
+        for part in self._parts.values():
+            part.wake.set()
 
     async def _assign_leaders(self) -> None:
         backoff = Backoff(self._cluster.retry_backoff)
@@ -585,7 +589,7 @@ class _PartitionIterator:
                 raise StopAsyncIteration
             part.wake = anyio.Event()
             await part.wake.wait()
-        if self._ending():
+        if self._prefetcher._closed or self._ending():
             raise StopAsyncIteration
         batch = part.queue.popleft()
         self._prefetcher._consumed(part, batch)

@@ -74,6 +74,7 @@ from ..membership.pattern import describe_change
 from .detached import host
 from .forming import Formed, GroupClient
 from .generation import Generation, Span, _UserTask
+from .prefetch import Prefetcher
 
 __all__ = ["Ownership", "run_generation"]
 
@@ -131,6 +132,8 @@ class Ownership:
         #: Called when a span task raised while no generation was live.
         self.on_failure: Callable[[], None] = lambda: None
         self._tg: anyio.abc.TaskGroup | None = None
+        #: The prefetcher running here (it outlives its generation) and its scope.
+        self._prefetching: tuple[Prefetcher, anyio.CancelScope] | None = None
 
     @asynccontextmanager
     async def hosting(self) -> AsyncIterator[None]:
@@ -252,6 +255,72 @@ class Ownership:
         self.owned = set(gen.assignments)
         self.current = gen
 
+    def host_prefetcher(self, gen: Generation, prefetcher: Prefetcher) -> None:
+        """Run ``gen``'s prefetcher here, so that it outlives ``gen``'s end.
+
+        A cooperative rebalance keeps the spans, and their partitions go on
+        being fetched and handed out while the next generation forms; the
+        next generation's forming stops the prefetcher
+        (:meth:`stop_prefetcher`) once it knows the retained positions. It
+        also stops once the local lease ran out (``lease_from`` or ``gen``'s,
+        whichever is newer, plus ``session_timeout``): the member may have
+        been evicted. A failing prefetcher fails the holding generation, or,
+        between generations, the next one's forming.
+        """
+        self.stop_prefetcher()
+        assert self._tg is not None
+        scope = anyio.CancelScope()
+        self._prefetching = (prefetcher, scope)
+        self._tg.start_soon(self._prefetch, gen, prefetcher, scope, name="gengroup-prefetcher")
+
+    async def _prefetch(
+        self, gen: Generation, prefetcher: Prefetcher, scope: anyio.CancelScope
+    ) -> None:
+        timeout = self.config.session_timeout
+
+        async def lease_watch() -> None:
+            # A sleep, not an event: every renewal moves the deadline further.
+            while (deadline := max(self.lease_from, gen._lease_from) + timeout) > (  # noqa: ASYNC110
+                anyio.current_time()
+            ):
+                await anyio.sleep_until(deadline)
+            log.info(
+                "group %s: no request accepted for session_timeout=%s s; stopped fetching",
+                self.config.group_id,
+                timeout,
+            )
+            self.stop_prefetcher(prefetcher)
+
+        try:
+            with scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(lease_watch)
+                    await prefetcher.run()
+        except Exception as exc:
+            self.failures.append(exc)
+            holder = self.current
+            if holder is not None and not holder.ending:
+                holder.end(Outcome.FATAL, f"the prefetcher raised {exc!r}")
+            else:
+                self.on_failure()
+        finally:
+            prefetcher.close()
+
+    def stop_prefetcher(self, prefetcher: Prefetcher | None = None) -> None:
+        """Stop the hosted prefetcher (only if it is ``prefetcher``, when given).
+
+        Synchronous: from its return no batch is handed out, so each span's
+        ``position`` is where the next generation fetches from.
+        """
+        if self._prefetching is None:
+            return
+        running, scope = self._prefetching
+        if prefetcher is not None and running is not prefetcher:
+            return
+        self._prefetching = None
+        running.close()
+        scope.cancel()
+
     async def drop_all(self, reason: str) -> None:
         """Revoke every span between generations, waiting ``rebalance_timeout`` at most.
 
@@ -259,6 +328,7 @@ class Ownership:
         may no longer be in the group): the next owner processes them again.
         """
         self.current = None
+        self.stop_prefetcher()
         if not self.release(list(self.spans)) and not self.closing_tasks():
             self.owned.clear()
             return
@@ -357,7 +427,14 @@ class _Run:
                     async with gen.task_group() as tg:
                         if self.formed.classic:
                             tg.start_soon(self._heartbeat_loop, name="gengroup-heartbeat")
-                        tg.start_soon(self.formed.prefetcher.run, name="gengroup-prefetcher")
+                        if gen._span_host is self.own and (
+                            not self.formed.classic or gen.rebalance_protocol == "cooperative"
+                        ):
+                            # Fetching outlives a generation whose end keeps the spans.
+                            gen._fetch_across = True
+                            self.own.host_prefetcher(gen, self.formed.prefetcher)
+                        else:
+                            tg.start_soon(self.formed.prefetcher.run, name="gengroup-prefetcher")
                         tg.start_soon(self._lease_watch, name="gengroup-lease-watch")
                         if (gen.is_leader and cfg.watch_partition_changes) or (
                             cfg.topic_pattern is not None and self.formed.classic
@@ -433,21 +510,8 @@ class _Run:
         commit, so its marks are in it.
         """
         gen = self.gen
-        if self.formed.classic:
-            keep = (
-                gen.rebalance_protocol == "cooperative"
-                and gen.end_outcome is Outcome.REJOIN
-                and not gen.release_all
-            )
-        else:
-            # The consumer protocol's membership lives in its heartbeat, beside
-            # the generations: only a lost membership (fenced), a failure or
-            # closing (release_all) revokes every span.
-            keep = not gen.release_all and gen.end_outcome not in (
-                Outcome.RESET_MEMBER,
-                Outcome.FATAL,
-            )
-        if not keep:
+        if not gen.keeps_spans():
+            self.own.stop_prefetcher()
             self.own.current = None
             self.own.release(list(self.own.spans))
             self.own.owned.clear()
