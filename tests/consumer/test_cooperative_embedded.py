@@ -23,10 +23,12 @@ from gengroup import (
 from gengroup._config import GroupConfig
 from gengroup._types import GenerationIdentity
 from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Intercepted
 from gengroup.consumer.generation import RebalanceTimings
 from gengroup.consumer.running import Ownership
 from gengroup.membership.member import Outcome
 from gengroup.protocol.records import NewRecord
+from gengroup.protocol.versions import ApiKey
 
 from .cooperative import SpanLedger, three_four_three, wait_until
 from .helpers import all_partitions
@@ -324,3 +326,157 @@ async def test_generations_carry_a_sequence_in_history_metrics_and_labels(
     ]
     assert all(timings is g.timings for (_, timings), g in zip(history, seen, strict=True))
     assert metrics.generations == 3 and metrics.last_generation == seen[-1].label
+
+
+class Receipts:
+    """Each member's generations as handed out, and every batch its workers received.
+
+    A receipt notes how many generations the member had been handed when the
+    batch came, so that tests order receipts against hand-outs by events.
+    """
+
+    def __init__(self) -> None:
+        self.handed: dict[str, list[Generation]] = {}
+        self.got: list[tuple[str, TopicPartition, int, int, bytes]] = []
+        self.stopped: dict[tuple[str, TopicPartition], bool] = {}
+
+    async def worker(self, name: str, gen: Generation, tp: TopicPartition) -> None:
+        try:
+            async for batch in gen.fetch(tp):
+                for record in batch.records:
+                    assert record.value is not None
+                    self.got.append((name, tp, record.offset, len(self.handed[name]), record.value))
+                gen.mark(tp, batch.next_offset)
+        finally:
+            # The newest generation handed out holds the span: when the span is
+            # revoked, its prefetcher has stopped already.
+            self.stopped[(name, tp)] = self.handed[name][-1]._prefetcher._closed
+
+    async def member(self, name: str, group: ConsumerGroup) -> None:
+        async for gen in group:
+            self.handed.setdefault(name, []).append(gen)
+            for tp in sorted(gen.added):
+                gen.start_soon(self.worker, name, gen, tp, name=f"{name} {tp}", partition=tp)
+
+    def current(self, name: str) -> Generation | None:
+        gens = self.handed.get(name)
+        return gens[-1] if gens and not gens[-1].ending else None
+
+    def values(self, name: str) -> set[bytes]:
+        return {value for who, *_, value in self.got if who == name}
+
+    def offsets(self, name: str, tp: TopicPartition) -> list[int]:
+        return [off for who, p, off, _, _ in self.got if who == name and p == tp]
+
+
+def one(cluster: FakeCluster, tp: TopicPartition, value: bytes) -> None:
+    cluster.produce(tp.topic, [NewRecord(None, value, (), 0)], partition=tp.partition)
+
+
+async def test_retained_partitions_are_served_between_generations_and_never_twice(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A cooperative rebalance does not stop a retained partition's batches.
+
+    Members m and s own two partitions each; s holds its generation's end up
+    (a task that ignores cancellation until let go), so the rebalance that a
+    newcomer n starts cannot finish. Meanwhile m's generation has ended
+    (phase one), and records produced then reach m's workers -- of the
+    partition m keeps and of the one it is about to give up -- before m is
+    handed its next generation. No batch is handed out twice: each
+    partition's offsets only increase, across the generations. The partition
+    m gives up is not fetched by m once it was revoked.
+    """
+    every = all_partitions("t", 4)
+    log = Receipts()
+    let_go = anyio.Event()
+    fetched: list[tuple[str | None, set[TopicPartition]]] = []
+
+    def note_fetch(req: Intercepted) -> None:
+        parts = {
+            TopicPartition(t.topic, int(p.partition))
+            for t in req.request.topics
+            for p in t.partitions
+        }
+        fetched.append((req.client_id, parts))
+
+    async def holding(gen: Generation) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(15):
+                await let_go.wait()
+
+    async def slow() -> None:
+        async with group_on(cluster, "s", [CooperativeStickyBalancer()]) as group:
+            async for gen in group:
+                log.handed.setdefault("s", []).append(gen)
+                for tp in sorted(gen.added):
+                    gen.start_soon(log.worker, "s", gen, tp, name=f"s {tp}", partition=tp)
+
+    async def member(name: str) -> None:
+        async with group_on(cluster, name, [CooperativeStickyBalancer()]) as group:
+            await log.member(name, group)
+
+    def held_assignments() -> set[TopicPartition]:
+        gen = log.current("s")
+        return set(gen.assignments) if gen is not None else set()
+
+    def assigned(*names: str) -> bool:
+        gens = [log.current(n) for n in names]
+        seen = [tp for g in gens if g is not None for tp in g.assignments]
+        return None not in gens and sorted(seen) == sorted(every)
+
+    async with (
+        FakeCluster(topics={"t": 4}, initial_rebalance_delay_ms=0) as cluster,
+        anyio.create_task_group() as tg,
+    ):
+        cluster.control(ApiKey.FETCH, note_fetch)
+        tg.start_soon(member, "m")
+        await wait_until(lambda: assigned("m"), "m alone", 60)
+        tg.start_soon(slow)
+        await wait_until(lambda: assigned("m", "s"), "m and s", 60)
+        first = log.handed["m"][-1]
+        before = {"m": set(first.assignments), "s": set(held_assignments())}
+        mine = sorted(first.assignments)
+        assert len(mine) == 2
+        for tp in every:
+            one(cluster, tp, f"before-{tp.partition}".encode())
+        await wait_until(lambda: len(log.got) == 4, "the first records", 60)
+        held = log.current("s")
+        assert held is not None
+        held.start_soon(holding, held, name="holding")
+        tg.start_soon(member, "n")
+        await first.wait_ending()  # phase one: the rebalance n started
+        assert first.end_outcome is Outcome.REJOIN
+        handed = len(log.handed["m"])
+        for tp in every:
+            one(cluster, tp, f"after-{tp.partition}".encode())
+        later = {f"after-{tp.partition}".encode() for tp in mine}
+        await wait_until(lambda: later <= log.values("m"), "m's records after the end", 8)
+        assert [n for who, _, _, n, v in log.got if who == "m" and v in later] == [handed] * 2
+        assert len(log.handed["m"]) == handed  # the rebalance still waits for s
+        let_go.set()
+        await wait_until(lambda: assigned("m", "s", "n"), "m, s and n", 120)
+        after = {name: log.current(name) for name in ("m", "s")}
+        since = len(fetched)
+        for tp in every:
+            one(cluster, tp, f"last-{tp.partition}".encode())
+        last = {f"last-{tp.partition}".encode() for tp in every}
+        everyone = lambda: log.values("m") | log.values("s") | log.values("n")  # noqa: E731
+        await wait_until(lambda: last <= everyone(), "the last records", 60)
+        tg.cancel_scope.cancel()
+    # One of m and s gave a partition up to n; every other partition stayed.
+    now = {name: set(gen.assignments) for name, gen in after.items() if gen is not None}
+    ((giver, gone),) = [(name, tp) for name in now for tp in before[name] - now[name]]
+    for name in ("m", "s"):
+        for tp in before[name] & now[name]:
+            assert log.offsets(name, tp) == [0, 1, 2]  # no batch twice, none skipped
+    # The giver processed the partition until it was revoked; n goes on after
+    # the giver's marks, committed at the revocation.
+    assert log.offsets(giver, gone) == [0, 1]
+    assert log.offsets("n", gone) == [2]
+    # The old prefetcher had stopped before the revoked worker was cancelled,
+    # and the giver never fetched the partition again.
+    assert log.stopped[(giver, gone)] is True
+    assert not [parts for who, parts in fetched[since:] if who == giver and gone in parts]
