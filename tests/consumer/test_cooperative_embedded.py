@@ -23,7 +23,7 @@ from gengroup import (
 from gengroup._config import GroupConfig
 from gengroup._types import GenerationIdentity
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Intercepted
+from gengroup.broker.faults import Delay, Intercepted
 from gengroup.consumer.generation import RebalanceTimings
 from gengroup.consumer.running import Ownership
 from gengroup.membership.member import Outcome
@@ -480,3 +480,48 @@ async def test_retained_partitions_are_served_between_generations_and_never_twic
     # and the giver never fetched the partition again.
     assert log.stopped[(giver, gone)] is True
     assert not [parts for who, parts in fetched[since:] if who == giver and gone in parts]
+
+
+async def test_span_batches_stop_once_the_lease_ran_out_between_generations(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Between generations the spans' batches flow only within the local lease.
+
+    The generation ends for a cooperative rejoin and the JoinGroup then hangs
+    at the broker past the session timeout. A record produced at once still
+    reaches the retained partition's worker; one produced after the lease ran
+    out (the coordinator may have evicted the member) reaches no worker
+    before the next generation is handed out.
+    """
+    tp = TopicPartition("t", 0)
+    log = Receipts()
+
+    async with (
+        FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def member() -> None:
+            async with group_on(cluster, "m", [CooperativeStickyBalancer()]) as group:
+                await log.member("m", group)
+
+        tg.start_soon(member)
+        one(cluster, tp, b"first")
+        await wait_until(lambda: b"first" in log.values("m"), "the first record", 60)
+        cluster.control(
+            ApiKey.JOIN_GROUP,
+            lambda req: Delay(1.5 * SETTINGS["session_timeout"]),
+            once=True,
+        )
+        first = log.handed["m"][0]
+        first.cancel("a cooperative rejoin")
+        one(cluster, tp, b"within")
+        await wait_until(lambda: b"within" in log.values("m"), "the record within the lease", 5)
+        await anyio.sleep(1.2 * SETTINGS["session_timeout"])
+        assert len(log.handed["m"]) == 1  # the JoinGroup is still held
+        one(cluster, tp, b"late")
+        await wait_until(lambda: b"late" in log.values("m"), "the late record", 120)
+        tg.cancel_scope.cancel()
+    (within,) = [n for _, _, _, n, v in log.got if v == b"within"]
+    (late,) = [n for _, _, _, n, v in log.got if v == b"late"]
+    assert within == 1 and late >= 2
