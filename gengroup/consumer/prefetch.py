@@ -2,7 +2,9 @@
 
 Theory of operation:
 
-A :class:`Prefetcher` runs as one task of the generation. Inside it, one loop per
+A :class:`Prefetcher` runs as one task of the generation (under a
+cooperative protocol, of the run loop's ownership registry, until the next
+generation forms: :meth:`Prefetcher.close` then stops it). Inside it, one loop per
 leader broker sends Fetch requests, each covering every assigned partition that
 broker leads *whose buffer has room and which is not already being fetched* --
 never a request per partition by design. Up to two requests per broker are in

@@ -36,6 +36,14 @@ that the member rejoins without those partitions. Every other end (an eager
 protocol, a lost membership, closing, a task's exception) revokes every span
 before the final commit.
 
+Under a cooperative protocol the generation's prefetcher runs in the
+:class:`Ownership`'s task group too (:meth:`Ownership.host_prefetcher`), so
+that retained partitions are served while the member rejoins: an end that
+keeps the spans leaves it running; the next generation's forming stops it
+(:meth:`Ownership.stop_prefetcher`) just before it takes the spans'
+positions, so no batch is handed out twice; it also stops once the local
+lease ran out, and with every end that revokes the spans.
+
 Under the consumer protocol (KIP-848, ``Formed.classic`` False) the
 membership lives in the heartbeat beside the generations, so every end but a
 lost membership (``RESET_MEMBER``), a failure or closing keeps the spans;
