@@ -478,6 +478,10 @@ class Generation:
             )
         self._scope.cancel()
         self._ending.set()
+        if self._fetch_across:
+            # The prefetcher runs on: iterators of the generation's own tasks
+            # waiting for a batch (shielded, or outside it) stop now.
+            self._prefetcher.wake()
 
     def keeps_spans(self) -> bool:
         """Whether the partitions' spans outlive this generation's end.

@@ -357,11 +357,15 @@ class Prefetcher:
         finally:
             self.close()
 
+    def wake(self) -> None:
+        """Make every waiting iterator check again whether it hands out nothing more."""
+        for part in self._parts.values():
+            part.wake.set()
+
     def close(self) -> None:
         """Hand out nothing more, buffered or not: each iterator stops at its next step."""
         self._closed = True
-        for part in self._parts.values():
-            part.wake.set()
+        self.wake()
 
     async def _assign_leaders(self) -> None:
         backoff = Backoff(self._cluster.retry_backoff)

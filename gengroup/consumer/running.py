@@ -306,10 +306,9 @@ class Ownership:
                     await prefetcher.run()
         except Exception as exc:
             self.failures.append(exc)
-            holder = self.current
-            if holder is not None and not holder.ending:
-                holder.end(Outcome.FATAL, f"the prefetcher raised {exc!r}")
-            else:
+            if not gen.ending:
+                gen.end(Outcome.FATAL, f"the prefetcher raised {exc!r}")
+            else:  # between generations: stop forming the next one
                 self.on_failure()
         finally:
             prefetcher.close()

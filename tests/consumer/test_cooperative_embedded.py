@@ -525,3 +525,38 @@ async def test_span_batches_stop_once_the_lease_ran_out_between_generations(
     (within,) = [n for _, _, _, n, v in log.got if v == b"within"]
     (late,) = [n for _, _, _, n, v in log.got if v == b"late"]
     assert within == 1 and late >= 2
+
+
+async def test_a_shielded_generation_fetch_stops_when_the_generation_ends(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Under a cooperative protocol the prefetcher outlives the generation; a
+    generation task's iteration, shielded from the cancellation and waiting
+    for a batch, still stops as soon as the generation ends."""
+    tp = TopicPartition("t", 0)
+    stopped = anyio.Event()
+    handed: list[Generation] = []
+
+    async def reader(gen: Generation) -> None:
+        try:
+            with anyio.CancelScope(shield=True):
+                async for _batch in gen.fetch(tp):
+                    pass
+            # Stopped by the generation's end, not by the prefetcher stopping
+            # (as it does once the lease runs out while the teardown waits).
+            assert not gen._prefetcher._closed
+        finally:
+            stopped.set()
+
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with group_on(cluster, "m", [CooperativeStickyBalancer()]) as group:
+            async for gen in group:
+                handed.append(gen)
+                if len(handed) == 2:
+                    break
+                gen.start_soon(reader, gen, name="reader")
+                await anyio.wait_all_tasks_blocked()
+                gen.cancel("a cooperative rejoin")
+                await stopped.wait()
+    first, _ = handed
+    assert first.rebalance_protocol == "cooperative" and first.end_reason == "a cooperative rejoin"
