@@ -415,7 +415,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.max_records == 0:
             return 0
         stop = anyio.Event()
-        settings: dict[str, Any] = {} if conn.client_id is None else {"client_id": conn.client_id}
+        settings = conn.settings()
         async with anyio.create_task_group() as tg:
             tg.start_soon(_signals, stop)
             if args.group is None:

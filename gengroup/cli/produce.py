@@ -156,9 +156,8 @@ async def _produce(args: argparse.Namespace, stream: BinaryIO) -> Counter[int]:
         "compression": Compression[args.compression.upper()],
         "delivery_timeout": args.timeout,
         "max_block": args.timeout,
+        **conn.settings(),
     }
-    if conn.client_id is not None:
-        settings["client_id"] = conn.client_id
     per_partition: Counter[int] = Counter()
     send, receive = anyio.create_memory_object_stream[list[ProducerRecord]](4)
 
