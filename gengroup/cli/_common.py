@@ -131,6 +131,15 @@ SECURITY_SETTINGS: Final[dict[str, _Setting]] = {
 }
 
 _CONNECTION_KEYS: Final = ("bootstrap", "client_id")
+#: The metavar of a setting, by the last word of its key (else PATH).
+_METAVARS: Final = {
+    "protocol": "PROTOCOL",
+    "mechanism": "MECHANISM",
+    "username": "USER",
+    "password": "PASSWORD",
+    "token": "TOKEN",
+    "command": "COMMAND",
+}
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off"})
 
@@ -286,7 +295,8 @@ def add_security_options(parser: argparse.ArgumentParser) -> None:
         help=f"TOML config file (default: $GENGROUP_CONFIG, else {DEFAULT_CONFIG})",
     )
     group = parser.add_argument_group(
-        "security", "TLS and SASL (each also GENGROUP_<NAME> and a config file key; see docs)"
+        "security",
+        "TLS and SASL; each also GENGROUP_<KEY> and the config file key <key> (docs/cli.md)",
     )
     for key, setting in SECURITY_SETTINGS.items():
         if setting.kind == "bool":
@@ -294,7 +304,7 @@ def add_security_options(parser: argparse.ArgumentParser) -> None:
                 setting.flag, dest=key, action="store_const", const=False, help=setting.help
             )
         else:
-            metavar = "PATH" if setting.kind == "path" else None
+            metavar = _METAVARS.get(key.rpartition("_")[2], "PATH")
             group.add_argument(setting.flag, dest=key, metavar=metavar, help=setting.help)
 
 

@@ -252,6 +252,48 @@ def _jaas_quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----.*?-----END \1-----\n?", re.S)
+
+
+def _pem_blocks(text: str, kind: str) -> str:
+    """The PEM blocks of ``text`` whose label ends with ``kind``."""
+    return "".join(m[0] for m in _PEM_BLOCK.finditer(text) if m[1].endswith(kind))
+
+
+def _pkcs8(text: str, password: str | None) -> str:
+    """The private key of ``text`` as PKCS#8 PEM, the one form the Java client's PEM key
+    store reads (``BEGIN PRIVATE KEY``, or ``BEGIN ENCRYPTED PRIVATE KEY`` with a password).
+
+    Raises:
+        LakeError: no private key in ``text``, or one in another form (PKCS#1 ``BEGIN RSA
+            PRIVATE KEY``, SEC1 ``BEGIN EC PRIVATE KEY``) and ``cryptography`` is not
+            installed to convert it.
+    """
+    key = _pem_blocks(text, "PRIVATE KEY")
+    if not key:
+        raise LakeError("the client certificate needs its private key (ssl_keyfile)")
+    if key.startswith(("-----BEGIN PRIVATE KEY-----", "-----BEGIN ENCRYPTED PRIVATE KEY-----")):
+        return key
+    try:
+        from cryptography.hazmat.primitives import serialization
+    except ImportError as exc:
+        raise LakeError(
+            "Spark's Kafka source needs the client key in PKCS#8 (BEGIN PRIVATE KEY); convert "
+            "it (openssl pkcs8 -topk8 -in KEY -out KEY.pk8) or install cryptography"
+        ) from exc
+    secret = None if password is None else password.encode()
+    loaded = serialization.load_pem_private_key(key.encode(), password=secret)
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.NoEncryption()
+        if secret is None
+        else serialization.BestAvailableEncryption(secret)
+    )
+    pem = loaded.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
+    )
+    return pem.decode()
+
+
 def kafka_options(security: Security, *, oauth_token_file: str | None = None) -> dict[str, str]:
     """The options of Spark's Kafka source (``kafka.``-prefixed Java client settings) for
     connections secured as ``security`` says.
@@ -279,11 +321,11 @@ def kafka_options(security: Security, *, oauth_token_file: str | None = None) ->
             out["kafka.ssl.truststore.type"] = "PEM"
             out["kafka.ssl.truststore.location"] = os.path.abspath(security.ssl_cafile)
         if security.ssl_certfile is not None:
-            chain = Path(security.ssl_certfile).read_text()
-            key = Path(security.ssl_keyfile or security.ssl_certfile).read_text()
+            chain = _pem_blocks(Path(security.ssl_certfile).read_text(), "CERTIFICATE")
+            key_pem = Path(security.ssl_keyfile or security.ssl_certfile).read_text()
             out["kafka.ssl.keystore.type"] = "PEM"
             out["kafka.ssl.keystore.certificate.chain"] = chain
-            out["kafka.ssl.keystore.key"] = key
+            out["kafka.ssl.keystore.key"] = _pkcs8(key_pem, security.ssl_password)
             if security.ssl_password is not None:
                 out["kafka.ssl.key.password"] = security.ssl_password
         if not security.ssl_check_hostname:

@@ -224,6 +224,20 @@ def test_oauthbearer_from_a_token_command_and_a_static_token(
     assert "OAUTHBEARER" in line and "exited with status 1: no token today" in line, line
 
 
+def land(topic: str, lake: Path, group: str, flags: list[str], env: dict[str, str]) -> None:
+    """Create ``topic`` (2 partitions), produce 50 records, land them with ``lake sink``."""
+    created = gengroup("topics", "create", topic, "--partitions", "2", *flags, env=env)
+    assert created.returncode == 0, created.stderr
+    lines = "".join(f"record {i}\n" for i in range(50))
+    produced = gengroup("produce", topic, *flags, input=lines, env=env)
+    assert produced.returncode == 0, produced.stderr
+    sunk = gengroup(
+        "lake", "sink", "--group", group, "--topic", topic, "--lake", str(lake),
+        "--until-caught-up", "--file-max-age", "0.5", *flags, env=env, timeout=180,
+    )  # fmt: skip
+    assert sunk.returncode == 0, sunk.stderr
+
+
 @pytest.mark.kafka
 def test_lake_sink_on_a_secured_cluster(
     secure_kafka: KafkaBroker, unique_name: Callable[[str], str], tmp_path: Path
@@ -231,19 +245,8 @@ def test_lake_sink_on_a_secured_cluster(
     import pyarrow.parquet as pq
 
     flags = scram_flags(secure_kafka)
-    env = {"GENGROUP_SASL_PASSWORD": BOB_PASSWORD}
-    topic = unique_name("cli-lake")
-    created = gengroup("topics", "create", topic, "--partitions", "2", *flags, env=env)
-    assert created.returncode == 0, created.stderr
-    lines = "".join(f"record {i}\n" for i in range(50))
-    produced = gengroup("produce", topic, *flags, input=lines, env=env)
-    assert produced.returncode == 0, produced.stderr
-    lake = tmp_path / "lake"
-    sunk = gengroup(
-        "lake", "sink", "--group", unique_name("lake"), "--topic", topic, "--lake", str(lake),
-        "--until-caught-up", "--file-max-age", "0.5", *flags, env=env, timeout=180,
-    )  # fmt: skip
-    assert sunk.returncode == 0, sunk.stderr
+    topic, lake = unique_name("cli-lake"), tmp_path / "lake"
+    land(topic, lake, unique_name("lake"), flags, {"GENGROUP_SASL_PASSWORD": BOB_PASSWORD})
     rows = sum(pq.read_table(p).num_rows for p in lake.glob("topic=*/partition=*/*.parquet"))
     assert rows == 50
     # A wrong password: one line, exit code 1.
@@ -253,6 +256,40 @@ def test_lake_sink_on_a_secured_cluster(
     )  # fmt: skip
     assert bad.returncode == 1, bad.stderr
     assert "AuthenticationError" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("how", ["SCRAM-SHA-512", "mutual TLS"])
+def test_lake_verify_reads_a_secured_cluster_with_spark(
+    secure_kafka: KafkaBroker, unique_name: Callable[[str], str], tmp_path: Path, how: str
+) -> None:
+    """Spark's Kafka source (the Java client) gets the same security as the sink.
+
+    Not OAUTHBEARER: the test broker's unsecured validator takes only unsigned
+    tokens (``header.payload.``), which the Java client's token-file login refuses
+    as malformed; the options it gets are checked by
+    ``test_spark_kafka_options_of_each_kind_of_security``."""
+    c = certs(secure_kafka)
+    env: dict[str, str] = {}
+    if how == "SCRAM-SHA-512":
+        flags = scram_flags(secure_kafka)
+        env["GENGROUP_SASL_PASSWORD"] = BOB_PASSWORD
+    else:
+        flags = [
+            "--bootstrap", secure_kafka.listener_bootstrap("MTLS"), "--security-protocol", "SSL",
+            "--ssl-cafile", str(c.ca), "--ssl-certfile", str(c.client_cert),
+            "--ssl-keyfile", str(c.client_key),
+        ]  # fmt: skip
+    topic, lake, group = unique_name("cli-verify"), tmp_path / "lake", unique_name("lake")
+    land(topic, lake, group, flags, env)
+    verified = gengroup(
+        "lake", "verify", "--topic", topic, "--lake", str(lake), "--group", group, "--json",
+        *flags, env=env, timeout=600,
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stderr[-3000:]
+    report = json.loads(verified.stdout)
+    assert report["ok"] is True, report
+    assert report["totals"]["topic_records"] == report["totals"]["lake_records"] == 50, report
 
 
 # ---------------------------------------------------------------------------- no broker
@@ -408,9 +445,15 @@ def test_bad_security_options_exit_2_in_one_line(tmp_path: Path) -> None:
 
 def test_spark_kafka_options_of_each_kind_of_security(tmp_path: Path) -> None:
     """What ``lake verify`` hands to Spark's Kafka source (the Java client's settings)."""
+    import trustme
+
+    authority = trustme.CA()
+    leaf = authority.issue_cert("client.test")
     ca, cert, key = (tmp_path / n for n in ("ca.pem", "cert.pem", "key.pem"))
-    for path in (ca, cert, key):
-        path.write_text(f"PEM of {path.name}\n")
+    authority.cert_pem.write_to_path(str(ca))
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    assert not key.read_text().startswith("-----BEGIN PRIVATE KEY-----")  # SEC1 or PKCS#1
     assert kafka_options(Security()) == {"kafka.security.protocol": "PLAINTEXT"}
     scram = Security(
         security_protocol="SASL_SSL",
@@ -445,9 +488,16 @@ def test_spark_kafka_options_of_each_kind_of_security(tmp_path: Path) -> None:
     )
     got = kafka_options(mtls)
     assert got["kafka.ssl.keystore.type"] == "PEM"
-    assert got["kafka.ssl.keystore.certificate.chain"] == "PEM of cert.pem\n"
-    assert got["kafka.ssl.keystore.key"] == "PEM of key.pem\n"
+    assert got["kafka.ssl.keystore.certificate.chain"] == cert.read_text()
+    # The Java client's PEM key store reads PKCS#8 only: the key is converted.
+    assert got["kafka.ssl.keystore.key"].startswith("-----BEGIN PRIVATE KEY-----")
     assert got["kafka.ssl.endpoint.identification.algorithm"] == ""
+    # A certificate file holding its key too: each goes where it belongs.
+    both = tmp_path / "both.pem"
+    both.write_text(key.read_text() + cert.read_text())
+    got = kafka_options(Security(security_protocol="SSL", ssl_certfile=both))
+    assert got["kafka.ssl.keystore.certificate.chain"] == cert.read_text()
+    assert "CERTIFICATE" not in got["kafka.ssl.keystore.key"]
 
     async def token() -> str:
         return "t"
