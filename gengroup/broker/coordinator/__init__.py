@@ -178,6 +178,21 @@ from .config import (
     CoordinatorConfig as CoordinatorConfig,
     default_member_id as default_member_id,
 )
+from .consumer_group import (
+    ConsumerGroup as ConsumerGroup,
+    ConsumerGroupMember as ConsumerGroupMember,
+    ConsumerGroupState as ConsumerGroupState,
+    MemberState as MemberState,
+)
+from .consumer_messages import (
+    ConsumerGroupDescribeInput as ConsumerGroupDescribeInput,
+    ConsumerGroupDescribeOutput as ConsumerGroupDescribeOutput,
+    ConsumerGroupHeartbeatInput as ConsumerGroupHeartbeatInput,
+    ConsumerGroupHeartbeatOutput as ConsumerGroupHeartbeatOutput,
+    DescribedConsumerGroup as DescribedConsumerGroup,
+    DescribedConsumerMember as DescribedConsumerMember,
+    TopicInfo as TopicInfo,
+)
 from .group import (
     TRANSITIONS as TRANSITIONS,
     ClassicGroup as ClassicGroup,
@@ -235,6 +250,17 @@ from .service import (
 
 __all__ = [
     "TRANSITIONS",
+    "ConsumerGroup",
+    "ConsumerGroupDescribeInput",
+    "ConsumerGroupDescribeOutput",
+    "ConsumerGroupHeartbeatInput",
+    "ConsumerGroupHeartbeatOutput",
+    "ConsumerGroupMember",
+    "ConsumerGroupState",
+    "DescribedConsumerGroup",
+    "DescribedConsumerMember",
+    "MemberState",
+    "TopicInfo",
     "ClassicGroup",
     "ClassicGroupMember",
     "CoordinatorConfig",
