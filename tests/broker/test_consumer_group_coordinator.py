@@ -50,6 +50,8 @@ class Group:
     """A coordinator and the time; members heartbeat through it."""
 
     def __init__(self, config: CoordinatorConfig | None = None) -> None:
+        # Assignments are recomputed at every change unless a test sets an interval.
+        config = config or CoordinatorConfig(consumer_assignment_interval_ms=0)
         self.coordinator = GroupCoordinator(config)
         self.now = 0
         self.topics: dict[str, TopicInfo] = dict(TOPICS)
@@ -113,13 +115,13 @@ def test_the_first_member_gets_epoch_1_and_every_partition() -> None:
     g = Group()
     out = g.hb("m1", 0)
     assert out.error_code is ErrorCode.none
-    assert (out.member_id, out.member_epoch, out.heartbeat_interval_ms) == ("m1", 1, 5000)
+    assert (out.member_id, out.member_epoch, out.heartbeat_interval_ms) == ("m1", 2, 5000)
     assert parts(out) == [0, 1, 2, 3, 4, 5]
     # A heartbeat that changes nothing carries no assignment.
-    again = g.hb("m1", 1, {T1: range(6)})
-    assert (again.member_epoch, again.assignment) == (1, None)
+    again = g.hb("m1", 2, {T1: range(6)})
+    assert (again.member_epoch, again.assignment) == (2, None)
     group = g.coordinator.consumer.groups["g"]
-    assert (group.group_epoch, group.assignment_epoch, group.state.value) == (1, 1, "Stable")
+    assert (group.group_epoch, group.assignment_epoch, group.state.value) == (2, 2, "Stable")
 
 
 def test_a_partition_moves_only_after_its_previous_owner_revoked_it() -> None:
@@ -127,21 +129,21 @@ def test_a_partition_moves_only_after_its_previous_owner_revoked_it() -> None:
     g.hb("m1", 0)
     m2 = g.hb("m2", 0)
     # m2 is at the new epoch but m1 still holds the partitions it is to get.
-    assert (m2.member_epoch, parts(m2)) == (2, [])
+    assert (m2.member_epoch, parts(m2)) == (3, [])
     group = g.coordinator.consumer.groups["g"]
     assert group.state.value == "Reconciling"
-    # m1 is asked to revoke: it stays at epoch 1 with the partitions it keeps.
-    m1 = g.hb("m1", 1, {T1: range(6)})
-    assert (m1.member_epoch, parts(m1)) == (1, [0, 1, 2])
+    # m1 is asked to revoke: it stays at epoch 2 with the partitions it keeps.
+    m1 = g.hb("m1", 2, {T1: range(6)})
+    assert (m1.member_epoch, parts(m1)) == (2, [0, 1, 2])
     # Still owning the revoked partitions: nothing moves.
-    assert g.hb("m1", 1, {T1: range(6)}).assignment is None
-    waiting = g.hb("m2", 2, {})
-    assert (waiting.member_epoch, waiting.assignment) == (2, None)
-    # m1 acknowledges: it reaches epoch 2; then m2 gets the released partitions.
-    m1 = g.hb("m1", 1, {T1: [0, 1, 2]})
-    assert (m1.member_epoch, m1.assignment) == (2, None)
-    m2 = g.hb("m2", 2, {})
-    assert (m2.member_epoch, parts(m2)) == (2, [3, 4, 5])
+    assert g.hb("m1", 2, {T1: range(6)}).assignment is None
+    waiting = g.hb("m2", 3, {})
+    assert (waiting.member_epoch, waiting.assignment) == (3, None)
+    # m1 acknowledges: it reaches epoch 3; then m2 gets the released partitions.
+    m1 = g.hb("m1", 2, {T1: [0, 1, 2]})
+    assert (m1.member_epoch, m1.assignment) == (3, None)
+    m2 = g.hb("m2", 3, {})
+    assert (m2.member_epoch, parts(m2)) == (3, [3, 4, 5])
     assert group.state.value == "Stable"
 
 
@@ -149,19 +151,25 @@ def test_the_member_epoch_is_checked_as_kafka_checks_it() -> None:
     g = Group()
     g.hb("m1", 0)
     g.hb("m2", 0)
-    g.hb("m1", 1, {T1: range(6)})
-    g.hb("m1", 1, {T1: [0, 1, 2]})  # m1: epoch 2, previous epoch 1
-    ahead = g.hb("m1", 3, {T1: [0, 1, 2]})
+    g.hb("m1", 2, {T1: range(6)})
+    g.hb("m1", 2, {T1: [0, 1, 2]})  # m1: epoch 2, previous epoch 1
+    ahead = g.hb("m1", 4, {T1: [0, 1, 2]})
     assert ahead.error_code is ErrorCode.fenced_member_epoch
-    assert ahead.error_message is not None and "greater member epoch (3)" in ahead.error_message
+    assert ahead.error_message is not None and "greater member epoch (4)" in ahead.error_message
     # The previous epoch is accepted when the owned partitions are within the assignment
     # (the response with the new epoch may have been lost) ...
-    assert g.hb("m1", 1, {T1: [0, 1]}).error_code is ErrorCode.none
+    assert g.hb("m1", 2, {T1: [0, 1]}).error_code is ErrorCode.none
     # ... not with partitions outside it, nor an older epoch.
-    assert g.hb("m1", 1, {T1: [0, 5]}).error_code is ErrorCode.fenced_member_epoch
-    assert g.hb("m1", 0, {}).error_code is ErrorCode.fenced_member_epoch
-    assert g.hb("nobody", 2, {}).error_code is ErrorCode.unknown_member_id
-    assert g.hb("m1", 2, group_id="other").error_code is ErrorCode.group_id_not_found
+    assert g.hb("m1", 2, {T1: [0, 5]}).error_code is ErrorCode.fenced_member_epoch
+    # A known member rejoining with epoch 0 keeps its state (Kafka 4.3 answers so).
+    rejoined = g.hb("m1", 0, {})
+    assert (rejoined.error_code, rejoined.member_epoch, parts(rejoined)) == (
+        ErrorCode.none,
+        3,
+        [0, 1, 2],
+    )
+    assert g.hb("nobody", 3, {}).error_code is ErrorCode.unknown_member_id
+    assert g.hb("m1", 3, group_id="other").error_code is ErrorCode.group_id_not_found
 
 
 @pytest.mark.parametrize(
@@ -217,56 +225,60 @@ def test_leaving_with_epoch_minus_1_bumps_the_group_epoch() -> None:
     assert (left.error_code, left.member_id, left.member_epoch) == (ErrorCode.none, "m2", -1)
     assert left.assignment is None
     group = g.coordinator.consumer.groups["g"]
-    assert (group.group_epoch, list(group.members)) == (3, ["m1"])
-    # m1, which had not revoked anything yet, keeps the whole topic at epoch 3:
+    assert (group.group_epoch, list(group.members)) == (4, ["m1"])
+    # m1, which had not revoked anything yet, keeps the whole topic at epoch 4:
     # its assignment did not change, so the answer carries none.
-    m1 = g.hb("m1", 1, {T1: range(6)})
-    assert (m1.member_epoch, m1.assignment) == (3, None)
+    m1 = g.hb("m1", 2, {T1: range(6)})
+    assert (m1.member_epoch, m1.assignment) == (4, None)
     assert g.hb("m2", -1).error_code is ErrorCode.unknown_member_id
     assert g.hb("m2", -1, group_id="nope").error_code is ErrorCode.group_id_not_found
 
 
 def test_a_silent_member_is_fenced_after_the_session_timeout() -> None:
-    g = Group(CoordinatorConfig(consumer_session_timeout_ms=6000))
+    g = Group(
+        CoordinatorConfig(consumer_session_timeout_ms=6000, consumer_assignment_interval_ms=0)
+    )
     g.hb("m1", 0)
     g.hb("m2", 0)
     g.advance(5999)
-    g.hb("m1", 1, {T1: [0, 1, 2]})  # m1 keeps its session alive; m2 does not
+    g.hb("m1", 2, {T1: [0, 1, 2]})  # m1 keeps its session alive; m2 does not
     assert "m2" in g.coordinator.consumer.groups["g"].members
     g.advance(1)
     assert list(g.coordinator.consumer.groups["g"].members) == ["m1"]
-    assert g.hb("m2", 2, {}).error_code is ErrorCode.unknown_member_id
+    assert g.hb("m2", 3, {}).error_code is ErrorCode.unknown_member_id
     # The fenced member rejoins with epoch 0, keeping its id.
     back = g.hb("m2", 0)
-    assert (back.error_code, back.member_epoch) == (ErrorCode.none, 4)
+    assert (back.error_code, back.member_epoch) == (ErrorCode.none, 5)
 
 
 def test_a_member_that_does_not_revoke_is_fenced_after_its_rebalance_timeout() -> None:
     g = Group()
     g.hb("m1", 0, rebalance_timeout_ms=10000)
     g.hb("m2", 0)
-    m1 = g.hb("m1", 1, {T1: range(6)})  # asked to revoke 3, 4, 5
-    assert m1.member_epoch == 1
+    m1 = g.hb("m1", 2, {T1: range(6)})  # asked to revoke 3, 4, 5
+    assert m1.member_epoch == 2
     g.advance(4000)
-    g.hb("m1", 1, {T1: range(6)})  # heartbeats, but never revokes
+    g.hb("m1", 2, {T1: range(6)})  # heartbeats, but never revokes
     g.advance(6000)
     assert list(g.coordinator.consumer.groups["g"].members) == ["m2"]
-    assert g.hb("m1", 1, {T1: range(6)}).error_code is ErrorCode.unknown_member_id
-    m2 = g.hb("m2", 2, {})
+    assert g.hb("m1", 2, {T1: range(6)}).error_code is ErrorCode.unknown_member_id
+    m2 = g.hb("m2", 3, {})
     assert parts(m2) == [0, 1, 2, 3, 4, 5]
 
 
 def test_a_static_member_keeps_its_partitions_while_away() -> None:
-    g = Group(CoordinatorConfig(consumer_session_timeout_ms=6000))
+    g = Group(
+        CoordinatorConfig(consumer_session_timeout_ms=6000, consumer_assignment_interval_ms=0)
+    )
     g.hb("s-a", 0, instance_id="s1")
     g.hb("m2", 0)
-    kept = parts(g.hb("s-a", 1, {T1: range(6)}, instance_id="s1"))
-    assert g.hb("s-a", 1, {T1: kept}, instance_id="s1").member_epoch == 2
-    assert parts(g.hb("m2", 2, {})) == [3, 4, 5]
+    kept = parts(g.hb("s-a", 2, {T1: range(6)}, instance_id="s1"))
+    assert g.hb("s-a", 2, {T1: kept}, instance_id="s1").member_epoch == 3
+    assert parts(g.hb("m2", 3, {})) == [3, 4, 5]
     twin = g.hb("s-b", 0, instance_id="s1")
     assert twin.error_code is ErrorCode.unreleased_instance_id
-    assert g.hb("s-b", 2, {}, instance_id="s1").error_code is ErrorCode.fenced_instance_id
-    assert g.hb("x", 2, {}, instance_id="s9").error_code is ErrorCode.unknown_member_id
+    assert g.hb("s-b", 3, {}, instance_id="s1").error_code is ErrorCode.fenced_instance_id
+    assert g.hb("x", 3, {}, instance_id="s9").error_code is ErrorCode.unknown_member_id
     away = g.hb("s-a", -2, instance_id="s1")
     assert (away.member_id, away.member_epoch) == ("s-a", -2)
     group = g.coordinator.consumer.groups["g"]
@@ -279,7 +291,7 @@ def test_a_static_member_keeps_its_partitions_while_away() -> None:
     # Away past the session timeout, the static member is removed.
     g.hb("s-b", -2, instance_id="s1")
     g.advance(3000)
-    g.hb("m2", 2, {T1: [3, 4, 5]})
+    g.hb("m2", 3, {T1: [3, 4, 5]})
     g.advance(3000)
     assert list(group.members) == ["m2"] and group.group_epoch == epoch + 1
 
@@ -299,8 +311,8 @@ def test_a_new_partition_bumps_the_group_epoch() -> None:
     g = Group()
     g.hb("m1", 0)
     g.topics["t"] = TopicInfo(T1, 8)
-    out = g.hb("m1", 1, {T1: range(6)})
-    assert (out.member_epoch, parts(out)) == (2, list(range(8)))
+    out = g.hb("m1", 2, {T1: range(6)})
+    assert (out.member_epoch, parts(out)) == (3, list(range(8)))
 
 
 def test_range_assignor_matches_kafka() -> None:
@@ -359,11 +371,11 @@ def test_offset_commits_carry_the_member_epoch() -> None:
         assert isinstance(out, OffsetCommitOutput)
         return out.topics[0].partitions[0].error_code
 
-    assert commit(1) is ErrorCode.none
-    assert commit(0) is ErrorCode.stale_member_epoch
-    assert commit(2) is ErrorCode.stale_member_epoch
-    assert commit(1, "nobody") is ErrorCode.unknown_member_id
-    assert commit(1, version=8) is ErrorCode.unsupported_version
+    assert commit(2) is ErrorCode.none
+    assert commit(1) is ErrorCode.stale_member_epoch
+    assert commit(3) is ErrorCode.stale_member_epoch
+    assert commit(2, "nobody") is ErrorCode.unknown_member_id
+    assert commit(2, version=8) is ErrorCode.unsupported_version
     fetched = g.call(OffsetFetchInput((OffsetFetchGroup("g", None),)))
     assert isinstance(fetched, OffsetFetchOutput)
     assert fetched.groups[0].topics[0].partitions[0].committed_offset == 10
@@ -389,7 +401,7 @@ def test_admin_requests_see_consumer_groups() -> None:
     cgd = g.call(ConsumerGroupDescribeInput(("g", "nope"), TOPICS))
     assert isinstance(cgd, ConsumerGroupDescribeOutput)
     mine, unknown = cgd.groups
-    assert (mine.group_state, mine.group_epoch, mine.assignment_epoch) == ("Stable", 1, 1)
+    assert (mine.group_state, mine.group_epoch, mine.assignment_epoch) == ("Stable", 2, 2)
     assert mine.assignor_name == "uniform"
     member = mine.members[0]
     assert member.assignment == ((T1, "t", (0, 1, 2, 3, 4, 5)),)
@@ -418,3 +430,21 @@ def test_classic_and_consumer_groups_do_not_mix() -> None:
     assert g.coordinator.handle(g.now, object(), classic) == []  # parked: a member joined
     refused = g.hb("m1", 0, group_id="classic")
     assert refused.error_code is ErrorCode.group_id_not_found
+
+
+def test_the_target_assignment_is_recomputed_at_most_once_per_interval() -> None:
+    """Kafka 4.3's assignment batching (KIP-1263), on the probe Kafka answered."""
+    g = Group(CoordinatorConfig())  # consumer_assignment_interval_ms = 1000
+    first = g.hb("m1", 0)
+    assert (first.member_epoch, parts(first)) == (2, [0, 1, 2, 3, 4, 5])  # immediate
+    g.advance(10)
+    m2 = g.hb("m2", 0)
+    group = g.coordinator.consumer.groups["g"]
+    assert (m2.member_epoch, parts(m2)) == (2, [])
+    assert (group.group_epoch, group.assignment_epoch, group.state.value) == (3, 2, "Assigning")
+    g.advance(989)
+    assert g.hb("m1", 2, {T1: range(6)}).assignment is None  # 999 ms: not yet
+    g.advance(1)
+    m1 = g.hb("m1", 2, {T1: range(6)})  # 1000 ms after the last computation
+    assert (m1.member_epoch, parts(m1)) == (2, [0, 1, 2])
+    assert (group.assignment_epoch, group.state.value) == (3, "Reconciling")

@@ -42,6 +42,9 @@ class CoordinatorConfig:
             consumer group member not heard from for this long is fenced.
         consumer_heartbeat_interval_ms: ``group.consumer.heartbeat.interval.ms``,
             the interval a consumer group member is told to heartbeat at.
+        consumer_assignment_interval_ms: ``group.consumer.assignment.interval.ms``
+            (KIP-1263): a consumer group's target assignment is recomputed at
+            most once per interval, by the first heartbeat after it.
         consumer_assignors: ``group.consumer.assignors``: the server-side
             assignors a member may ask for; the first is the default.
         consumer_max_group_size: ``group.consumer.max.size``.
@@ -58,6 +61,7 @@ class CoordinatorConfig:
     offset_metadata_max_bytes: int = 4096
     consumer_session_timeout_ms: int = 45000
     consumer_heartbeat_interval_ms: int = 5000
+    consumer_assignment_interval_ms: int = 1000
     consumer_assignors: tuple[str, ...] = ("uniform", "range")
     consumer_max_group_size: int = JAVA_INT_MAX
     member_id_generator: Callable[[str], str] = default_member_id

@@ -114,15 +114,21 @@ class ConsumerGroup:
         partition_topics: The subscribed topics' partition counts by name,
             when the group epoch was last bumped for them.
         owners: The member holding each partition.
+        assigned_at_ms: When the target assignment was last computed (None:
+            never).
+
+    A new group starts at group epoch 1, so its first member gets epoch 2, as
+    in Kafka 4.3.
     """
 
     group_id: str
-    group_epoch: int = 0
-    assignment_epoch: int = 0
+    group_epoch: int = 1
+    assignment_epoch: int = 1
     members: dict[str, ConsumerGroupMember] = field(default_factory=dict)
     target: dict[str, FrozenAssignment] = field(default_factory=dict)
     partition_topics: dict[str, int] = field(default_factory=dict)
     owners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
+    assigned_at_ms: int | None = None
 
     @property
     def state(self) -> ConsumerGroupState:

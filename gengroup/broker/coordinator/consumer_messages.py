@@ -131,7 +131,8 @@ class DescribedConsumerMember:
         client_host: The client host.
         subscribed_topic_names: The subscribed topics.
         subscribed_topic_regex: The subscribed regular expression, or None.
-        assignment: The current assignment, as ``(topic id, name, partitions)``.
+        assignment: The partitions it holds (assigned and pending revocation),
+            as ``(topic id, name, partitions)``.
         target_assignment: The target assignment, same shape.
     """
 

@@ -21,12 +21,15 @@ One heartbeat (:meth:`ConsumerGroupService.heartbeat`):
 3. gets the group (epoch 0 creates it; an empty classic group of that id is
    replaced) and the member: epoch 0 joins (a static member replaces its
    instance's previous member only if that one left with -2, else
-   UNRELEASED_INSTANCE_ID); any other epoch must be the member's current one,
+   UNRELEASED_INSTANCE_ID; a known dynamic member rejoining with epoch 0 keeps
+   its state, as Kafka 4.3 answers it); any other epoch must be the member's current one,
    or its previous one with owned partitions within its assignment, else
    FENCED_MEMBER_EPOCH; an unknown member is UNKNOWN_MEMBER_ID;
 4. updates the member's subscription; a changed subscription, a new member or
    a change in the subscribed topics' partition counts bumps the group epoch;
-5. recomputes the target assignment when the group epoch is ahead of it;
+5. recomputes the target assignment when the group epoch is ahead of it and
+   the last computation is at least ``consumer_assignment_interval_ms`` old
+   (Kafka 4.3's assignment batching, KIP-1263; the first one is immediate);
 6. reconciles the member towards its target (:func:`.consumer_group.reconcile`),
    arming a rebalance timeout while it has partitions to revoke;
 7. re-arms the member's session timeout and answers with the member's epoch
@@ -242,7 +245,9 @@ class ConsumerGroupService:
                         f"Member {member_id} is not a member of group {group.group_id}.",
                     )
                 member = ConsumerGroupMember(member_id)
-            self._check_epoch(member, request)
+            elif not joining:
+                self._check_epoch(member, request)
+            # A known member rejoining with epoch 0 keeps its state (Kafka 4.3).
             return member
         existing = group.static_member(instance_id)
         if joining:
@@ -333,8 +338,12 @@ class ConsumerGroupService:
         if bump:
             group.group_epoch += 1
         group.put(updated)
-        if group.group_epoch > group.assignment_epoch:
+        interval = self._config.consumer_assignment_interval_ms
+        if group.group_epoch > group.assignment_epoch and (
+            group.assigned_at_ms is None or self._now() - group.assigned_at_ms >= interval
+        ):
             self._update_target(group, request.topics)
+            group.assigned_at_ms = self._now()
         target = group.target.get(updated.member_id, {})
         reconciled = updated
         if not updated.is_reconciled_to(group.assignment_epoch):
@@ -548,7 +557,7 @@ class ConsumerGroupService:
                             client_host=m.client_host,
                             subscribed_topic_names=m.subscribed_topic_names,
                             subscribed_topic_regex=m.subscribed_topic_regex,
-                            assignment=named(m.assigned),
+                            assignment=named(m.held()),
                             target_assignment=named(group.target.get(m.member_id, {})),
                         )
                         for m in group.members.values()
