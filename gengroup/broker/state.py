@@ -104,6 +104,10 @@ class BrokerSettings:
             (consumer groups, KIP-848).
         group_consumer_heartbeat_interval_ms:
             ``group.consumer.heartbeat.interval.ms``.
+        group_consumer_assignment_interval_ms:
+            ``group.consumer.assignment.interval.ms`` (Kafka 4.3, KIP-1263): a
+            consumer group's target assignment is recomputed at most once
+            per interval.
         group_coordinator_rebalance_protocols:
             ``group.coordinator.rebalance.protocols``: without ``"consumer"``
             the broker neither advertises nor serves ConsumerGroupHeartbeat
@@ -131,6 +135,7 @@ class BrokerSettings:
     group_max_size: int = 2**31 - 1
     group_consumer_session_timeout_ms: int = 45000
     group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_assignment_interval_ms: int = 1000
     group_coordinator_rebalance_protocols: tuple[str, ...] = ("classic", "consumer")
     connections_max_idle: float | None = None
     validate_records: bool = True
@@ -187,6 +192,7 @@ class ClusterState:
                 max_group_size=self.settings.group_max_size,
                 consumer_session_timeout_ms=self.settings.group_consumer_session_timeout_ms,
                 consumer_heartbeat_interval_ms=self.settings.group_consumer_heartbeat_interval_ms,
+                consumer_assignment_interval_ms=self.settings.group_consumer_assignment_interval_ms,
                 member_id_generator=self._member_id,
             )
         )
