@@ -32,7 +32,7 @@ SOURCE = Path(__file__).parent / "java" / "Kip848Member.java"
 PARTITIONS = 6
 #: The shared broker keeps Kafka's consumer-group defaults (heartbeat 5 s,
 #: session 45 s): the members' session timeout matches.
-KIP848 = {
+KIP848: dict[str, Any] = {
     **FAST,
     "group_protocol": "consumer",
     "group_remote_assignor": "uniform",
