@@ -1,4 +1,4 @@
-"""The embedded broker's classic group coordinator, as a sans-IO state machine.
+"""The embedded broker's group coordinator (classic and KIP-848), as a sans-IO state machine.
 
 Theory of operation
 ===================
@@ -23,7 +23,13 @@ Where things are
   the transition table :data:`TRANSITIONS`, :class:`ClassicGroup` and
   :class:`ClassicGroupMember`, and the coordinator's exceptions.
 * :mod:`.offsets`: the rules of OffsetCommit and OffsetFetch, and the offsets.
-* :mod:`.admin`: what DescribeGroups and ListGroups show of the groups.
+* :mod:`.admin`: what DescribeGroups and ListGroups show of the groups, and
+  DeleteGroups.
+* :mod:`.consumer_service`, :mod:`.consumer_group`, :mod:`.assignors`,
+  :mod:`.consumer_messages`: consumer groups (KIP-848): ConsumerGroupHeartbeat
+  and ConsumerGroupDescribe, member epochs, reconciliation, the ``uniform``
+  and ``range`` assignors. Their theory of operation is in
+  :mod:`.consumer_service` and :mod:`.consumer_group`.
 * :mod:`.timers`: the keyed deadlines on a heap.
 * :mod:`.config`: :class:`CoordinatorConfig`.
 * :mod:`.service`: :class:`GroupCoordinator`, its single entry point
@@ -155,9 +161,11 @@ Divergences from Apache Kafka
   does not exist here). The ``Dead`` branches are kept for fidelity:
   COORDINATOR_NOT_AVAILABLE for JoinGroup, SyncGroup, Heartbeat, LeaveGroup and
   OffsetCommit, GROUP_ID_NOT_FOUND for DeleteGroups.
-* **Classic groups only.** KIP-848 consumer groups, share groups and streams
-  groups, and the online upgrade/downgrade between them, are not implemented;
-  ListGroups' type filter matches only ``"classic"``.
+* **No share or streams groups, no conversion.** Consumer groups (KIP-848)
+  are served beside classic groups, but the online upgrade/downgrade between
+  them is not: a classic JoinGroup to a consumer group is answered
+  INCONSISTENT_GROUP_PROTOCOL, a ConsumerGroupHeartbeat to a classic group
+  with members GROUP_ID_NOT_FOUND (an empty one is replaced, as in Kafka).
 * **Zero rebalance timeout.** When a join cannot complete because no member
   rejoined, Kafka re-arms the join timer with the group's rebalance timeout; a
   timeout of 0 would make it spin. Here that re-arm waits at least 1 ms.
