@@ -372,8 +372,8 @@ def test_offset_commits_carry_the_member_epoch() -> None:
         return out.topics[0].partitions[0].error_code
 
     assert commit(2) is ErrorCode.none
-    assert commit(1) is ErrorCode.stale_member_epoch
-    assert commit(3) is ErrorCode.stale_member_epoch
+    assert commit(1) is ErrorCode.stale_member_epoch  # older than its partitions
+    assert commit(3) is ErrorCode.stale_member_epoch  # ahead
     assert commit(2, "nobody") is ErrorCode.unknown_member_id
     assert commit(2, version=8) is ErrorCode.unsupported_version
     fetched = g.call(OffsetFetchInput((OffsetFetchGroup("g", None),)))
@@ -448,3 +448,24 @@ def test_the_target_assignment_is_recomputed_at_most_once_per_interval() -> None
     m1 = g.hb("m1", 2, {T1: range(6)})  # 1000 ms after the last computation
     assert (m1.member_epoch, parts(m1)) == (2, [0, 1, 2])
     assert (group.assignment_epoch, group.state.value) == (3, "Reconciling")
+
+
+def test_an_older_epoch_commits_partitions_held_since_then() -> None:
+    """KIP-1251 (Kafka 4.3): what conformance's ``commit_epochs`` observed."""
+    g = Group()
+    g.hb("m1", 0)  # t:0-5 at epoch 2
+    g.hb("m2", 0)
+    g.hb("m1", 2, {T1: range(6)})  # revoke 3, 4, 5
+    g.hb("m1", 2, {T1: [0, 1, 2]})  # epoch 3
+    g.hb("m2", 3, {})  # t:3-5 at epoch 3
+
+    def commit(member_id: str, epoch: int, partition: int) -> ErrorCode:
+        topics = (OffsetCommitTopic("t", (OffsetCommitPartition(partition, 1),)),)
+        out = g.call(OffsetCommitInput("g", topics, epoch, member_id))
+        return out.topics[0].partitions[0].error_code
+
+    assert commit("m1", 2, 0) is ErrorCode.none
+    assert commit("m1", 1, 0) is ErrorCode.stale_member_epoch
+    assert commit("m1", 2, 4) is ErrorCode.stale_member_epoch  # no longer its own
+    assert commit("m2", 2, 4) is ErrorCode.stale_member_epoch  # given at epoch 3
+    assert commit("m2", 3, 0) is ErrorCode.none  # its current epoch: any partition

@@ -313,6 +313,24 @@ async def static_member(s: Session) -> None:
     s.record("describe back", await describe(s, group_id))
 
 
+async def commit_epochs(s: Session) -> None:
+    _, (a, b) = await setup(s, 4, "A", "B")
+    topic = next(iter(a.topic_ids))
+    every = {tid: (0, 1, 2, 3) for tid in a.topic_ids.values()}
+    s.record("A joins", await a.heartbeat(0))
+    s.record("B joins", await b.heartbeat(0))
+    await anyio.sleep(INTERVAL_WAIT)
+    s.record("A must revoke", await a.heartbeat(owned=every))
+    s.record("A commits a kept partition", await a.commit(2, topic))
+    s.record("A revoked", await a.heartbeat())
+    s.record("A commits with the epoch it got the partition at", await a.commit(2, topic))
+    s.record("A commits with an older epoch", await a.commit(1, topic))
+    s.record("A commits with its epoch", await a.commit(3, topic))
+    s.record("B acquires", await b.heartbeat())
+    s.record("B commits a partition it does not own", await b.commit(3, topic))
+    s.record("B commits it with an older epoch", await b.commit(2, topic))
+
+
 async def mixed_protocols(s: Session) -> None:
     group_id, (a,) = await setup(s, 2, "A")
     topic = next(iter(a.topic_ids))
@@ -340,6 +358,7 @@ SCENARIOS: Final[Mapping[str, Scenario]] = {
         revoke_then_assign,
         fencing_errors,
         static_member,
+        commit_epochs,
         mixed_protocols,
     )
 }
@@ -471,6 +490,20 @@ EXPECTED: Final[dict[str, list[tuple[str, Any]]]] = {
     ],
 }
 
+
+EXPECTED["commit_epochs"] = [
+    ("A joins", hb("NONE", "A", 2, "t:0,1,2,3")),
+    ("B joins", hb("NONE", "B", 2, "")),
+    ("A must revoke", hb("NONE", "A", 2, "t:0,1")),
+    ("A commits a kept partition", {"t[0]": "NONE"}),
+    ("A revoked", hb("NONE", "A", 3, None)),
+    ("A commits with the epoch it got the partition at", {"t[0]": "NONE"}),
+    ("A commits with an older epoch", {"t[0]": "STALE_MEMBER_EPOCH"}),
+    ("A commits with its epoch", {"t[0]": "NONE"}),
+    ("B acquires", hb("NONE", "B", 3, "t:2,3")),
+    ("B commits a partition it does not own", {"t[0]": "NONE"}),
+    ("B commits it with an older epoch", {"t[0]": "STALE_MEMBER_EPOCH"}),
+]
 
 EXPECTED["mixed_protocols"] = [
     ("A joins", hb("NONE", "A", 2, "t:0,1")),

@@ -72,6 +72,9 @@ class ConsumerGroupMember:
         rack_id: Its rack, or None.
         client_id: Its client id.
         client_host: Its address.
+        assignment_epochs: The member epoch at which it was given each of its
+            assigned partitions (KIP-1251: a commit with an older epoch is
+            accepted for partitions it had since then).
     """
 
     member_id: str
@@ -88,6 +91,7 @@ class ConsumerGroupMember:
     rack_id: str | None = None
     client_id: str = ""
     client_host: str = ""
+    assignment_epochs: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
 
     def is_reconciled_to(self, epoch: int) -> bool:
         """Stable at ``epoch``."""
@@ -116,6 +120,8 @@ class ConsumerGroup:
         owners: The member holding each partition.
         assigned_at_ms: When the target assignment was last computed (None:
             never).
+        topic_ids: The ids of the topics its members subscribed to, by name
+            (to check offset commits, which name topics).
 
     A new group starts at group epoch 1, so its first member gets epoch 2, as
     in Kafka 4.3.
@@ -129,6 +135,7 @@ class ConsumerGroup:
     partition_topics: dict[str, int] = field(default_factory=dict)
     owners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
     assigned_at_ms: int | None = None
+    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
 
     @property
     def state(self) -> ConsumerGroupState:
@@ -271,6 +278,11 @@ def _updated(
     assigned: FrozenAssignment,
     pending: FrozenAssignment,
 ) -> ConsumerGroupMember:
+    since = {
+        (topic, p): member.assignment_epochs.get((topic, p), epoch)
+        for topic, parts in assigned.items()
+        for p in parts
+    }
     return dataclasses.replace(
         member,
         state=state,
@@ -278,4 +290,5 @@ def _updated(
         member_epoch=epoch,
         assigned=assigned,
         pending_revocation=pending,
+        assignment_epochs=since,
     )

@@ -44,7 +44,7 @@ from __future__ import annotations
 import base64
 import re
 import uuid
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Final
 
 from kio.schema.errors import ErrorCode
@@ -332,6 +332,9 @@ class ConsumerGroupService:
         )
         others = [m for m in group.members.values() if m.member_id != updated.member_id]
         subscribed = self._partition_topics([*others, updated], request.topics)
+        group.topic_ids.update(
+            (name, request.topics[name].topic_id) for name in subscribed if name in request.topics
+        )
         if subscribed != group.partition_topics:
             bump = True
             group.partition_topics = subscribed
@@ -567,9 +570,25 @@ class ConsumerGroupService:
         return ConsumerGroupDescribeOutput(tuple(out))
 
     def offset_commit_error(
-        self, group: ConsumerGroup, member_id: str, member_epoch: int, version: int
+        self,
+        group: ConsumerGroup,
+        member_id: str,
+        member_epoch: int,
+        version: int,
+        partitions: Sequence[tuple[str, int]] = (),
     ) -> ErrorCode | None:
-        """Kafka's ``ConsumerGroup.validateOffsetCommit`` (non-transactional)."""
+        """Kafka's ``ConsumerGroup.validateOffsetCommit`` (non-transactional).
+
+        An epoch older than the member's is accepted when the member was given
+        every committed partition at that epoch or earlier (KIP-1251, Kafka 4.3).
+
+        Args:
+            group: The consumer group.
+            member_id: The committing member.
+            member_epoch: The epoch the commit carries.
+            version: The OffsetCommit version.
+            partitions: The committed partitions, ``(topic name, index)``.
+        """
         if member_epoch < 0 and not group.members:
             return None
         member = group.members.get(member_id)
@@ -577,9 +596,17 @@ class ConsumerGroupService:
             return ErrorCode.unknown_member_id
         if version < 9:
             return ErrorCode.unsupported_version
-        if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
-        return None
+        if member_epoch == member.member_epoch:
+            return None
+        if member_epoch < member.member_epoch and partitions:
+            since = member.assignment_epochs
+            ids = group.topic_ids
+            if all(
+                name in ids and since.get((ids[name], p), member_epoch + 1) <= member_epoch
+                for name, p in partitions
+            ):
+                return None
+        return ErrorCode.stale_member_epoch
 
     def offset_fetch_error(
         self, group: ConsumerGroup, member_id: str | None, member_epoch: int

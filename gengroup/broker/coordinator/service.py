@@ -821,7 +821,11 @@ class GroupCoordinator:
             return rejected_commit(request, ErrorCode.invalid_group_id)
         if (consumer := self._consumer.groups.get(request.group_id)) is not None:
             error = self._consumer.offset_commit_error(
-                consumer, request.member_id, request.generation_id, request.version
+                consumer,
+                request.member_id,
+                request.generation_id,
+                request.version,
+                [(t.name, p.partition_index) for t in request.topics for p in t.partitions],
             )
             if error is not None:
                 return rejected_commit(request, error)
