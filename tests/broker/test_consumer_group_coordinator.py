@@ -462,6 +462,7 @@ def test_an_older_epoch_commits_partitions_held_since_then() -> None:
     def commit(member_id: str, epoch: int, partition: int) -> ErrorCode:
         topics = (OffsetCommitTopic("t", (OffsetCommitPartition(partition, 1),)),)
         out = g.call(OffsetCommitInput("g", topics, epoch, member_id))
+        assert isinstance(out, OffsetCommitOutput)
         return out.topics[0].partitions[0].error_code
 
     assert commit("m1", 2, 0) is ErrorCode.none
