@@ -331,6 +331,19 @@ async def commit_epochs(s: Session) -> None:
     s.record("B commits it with an older epoch", await b.commit(2, topic))
 
 
+async def range_assignor(s: Session) -> None:
+    group_id, (a, b) = await setup(s, 5, "A", "B")
+    every = {tid: (0, 1, 2, 3, 4) for tid in a.topic_ids.values()}
+    s.record("A joins", await a.heartbeat(0, assignor="range"))
+    s.record("B joins", await b.heartbeat(0, assignor="range"))
+    await anyio.sleep(INTERVAL_WAIT)
+    s.record("A must revoke", await a.heartbeat(owned=every))
+    s.record("A revoked", await a.heartbeat())
+    s.record("B acquires", await b.heartbeat())
+    described = await describe(s, group_id)
+    s.record("describe", {k: described[k] for k in ("state", "assignor", "members")})
+
+
 async def mixed_protocols(s: Session) -> None:
     group_id, (a,) = await setup(s, 2, "A")
     topic = next(iter(a.topic_ids))
@@ -359,6 +372,7 @@ SCENARIOS: Final[Mapping[str, Scenario]] = {
         fencing_errors,
         static_member,
         commit_epochs,
+        range_assignor,
         mixed_protocols,
     )
 }
@@ -503,6 +517,25 @@ EXPECTED["commit_epochs"] = [
     ("B acquires", hb("NONE", "B", 3, "t:2,3")),
     ("B commits a partition it does not own", {"t[0]": "NONE"}),
     ("B commits it with an older epoch", {"t[0]": "STALE_MEMBER_EPOCH"}),
+]
+
+EXPECTED["range_assignor"] = [
+    ("A joins", hb("NONE", "A", 2, "t:0,1,2,3,4")),
+    ("B joins", hb("NONE", "B", 2, "")),
+    ("A must revoke", hb("NONE", "A", 2, "t:0,1,2")),
+    ("A revoked", hb("NONE", "A", 3, None)),
+    ("B acquires", hb("NONE", "B", 3, "t:3,4")),
+    (
+        "describe",
+        {
+            "state": "Stable",
+            "assignor": "range",
+            "members": [
+                "A epoch=3 sub=t assign=t:0,1,2 target=t:0,1,2",
+                "B epoch=3 sub=t assign=t:3,4 target=t:3,4",
+            ],
+        },
+    ),
 ]
 
 EXPECTED["mixed_protocols"] = [
