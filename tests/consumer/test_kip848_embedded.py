@@ -53,6 +53,16 @@ async def test_one_then_three_then_two_members(autojump_clock: trio.testing.Mock
         await scenarios.one_then_three_then_two(broker.bootstrap)
 
 
+def test_one_then_three_then_two_members_asyncio() -> None:
+    """The same under asyncio, on the real clock."""
+
+    async def scenario() -> None:
+        async with kip848_cluster() as broker:
+            await scenarios.one_then_three_then_two(broker.bootstrap)
+
+    anyio.run(scenario, backend="asyncio")
+
+
 async def test_a_killed_member_is_fenced_after_the_session_timeout() -> None:
     """A member process killed (SIGKILL): only the broker's session timeout moves
     its partitions to the survivor."""

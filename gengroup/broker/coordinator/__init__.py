@@ -122,6 +122,9 @@ outside the group coordinator (``KafkaApis`` and the request classes):
   ``UNKNOWN_TOPIC_OR_PARTITION`` by ``KafkaApis`` and never reach the
   coordinator; filter them out before submitting the :class:`OffsetCommitInput`.
 * OffsetFetch before v8 addresses one group: wrap it as a one-group batch.
+* ConsumerGroupHeartbeat and ConsumerGroupDescribe name topics by id: pass a
+  snapshot of the cluster's topics (:class:`TopicInfo` by name) with each
+  request. Do not serve them when the consumer protocol is disabled.
 
 Divergences from Apache Kafka
 -----------------------------
