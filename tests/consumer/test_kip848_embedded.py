@@ -71,11 +71,13 @@ async def test_a_killed_member_is_fenced_after_the_session_timeout() -> None:
         await killed(broker)
 
 
-async def test_a_frozen_member_is_fenced_and_rejoins_with_epoch_0() -> None:
+@pytest.mark.parametrize("scope", ["generation", "partition"])
+async def test_a_frozen_member_is_fenced_and_rejoins_with_epoch_0(scope: str) -> None:
     """A member process frozen past its session (SIGSTOP) processes nothing after
-    waking, rejoins, and the partitions are shared again."""
+    waking (its tasks are generation- or partition-scoped), rejoins, and the
+    partitions are shared again."""
     async with kip848_cluster() as broker:
-        await scenarios.test_a_frozen_member_is_fenced_and_rejoins_with_epoch_0(broker)
+        await scenarios.test_a_frozen_member_is_fenced_and_rejoins_with_epoch_0(broker, scope)
 
 
 async def test_a_static_member_keeps_its_partitions_across_a_restart(
