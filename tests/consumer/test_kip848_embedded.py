@@ -12,6 +12,7 @@ ConsumerGroupHeartbeat, so a member asking for it gets a typed error naming
 
 from __future__ import annotations
 
+import re
 import types
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -153,3 +154,25 @@ def test_the_settings_default_to_the_classic_protocol() -> None:
     )
     assert kip848.config.group_remote_assignor == "range"
     assert len(kip848.member_id) == 22  # made by the member, as the Java client does
+
+
+async def test_a_pattern_subscription_is_resolved_by_the_broker(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The heartbeat carries the regular expression; the coordinator matches whole
+    topic names (internal topics never) and assigns what matches."""
+    async with FakeCluster(
+        topics={"orders": 2, "orders-eu": 1, "other": 3}, settings=KIP848_SETTINGS
+    ) as cluster:
+        async with ConsumerGroup(
+            "g", re.compile(r"orders.*"), cluster.bootstrap, group_protocol="consumer"
+        ) as group:
+            with anyio.fail_after(60):
+                async for gen in group:
+                    assert {(tp.topic, tp.partition) for tp in gen.assignments} == {
+                        ("orders", 0),
+                        ("orders", 1),
+                        ("orders-eu", 0),
+                    }
+                    break
+        assert not cluster.state.errors
