@@ -470,3 +470,15 @@ def test_an_older_epoch_commits_partitions_held_since_then() -> None:
     assert commit("m1", 2, 4) is ErrorCode.stale_member_epoch  # no longer its own
     assert commit("m2", 2, 4) is ErrorCode.stale_member_epoch  # given at epoch 3
     assert commit("m2", 3, 0) is ErrorCode.none  # its current epoch: any partition
+
+
+def test_an_empty_consumer_group_makes_way_for_a_classic_group() -> None:
+    g = Group()
+    g.hb("m1", 0)
+    g.hb("m1", -1)
+    join = JoinGroupInput(
+        "g", "", 10000, 10000, "consumer", (("range", b""),), require_known_member_id=False
+    )
+    assert g.coordinator.handle(g.now, object(), join) == []  # a classic group, joining
+    assert "g" not in g.coordinator.consumer.groups
+    assert g.coordinator.group("g") is not None

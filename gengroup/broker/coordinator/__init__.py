@@ -166,9 +166,10 @@ Divergences from Apache Kafka
   OffsetCommit, GROUP_ID_NOT_FOUND for DeleteGroups.
 * **No share or streams groups, no conversion.** Consumer groups (KIP-848)
   are served beside classic groups, but the online upgrade/downgrade between
-  them is not: a classic JoinGroup to a consumer group is answered
+  them is not: a classic JoinGroup to a consumer group with members is answered
   INCONSISTENT_GROUP_PROTOCOL, a ConsumerGroupHeartbeat to a classic group
-  with members GROUP_ID_NOT_FOUND (an empty one is replaced, as in Kafka).
+  with members GROUP_ID_NOT_FOUND (an empty group of either kind is
+  replaced, as in Kafka).
 * **Zero rebalance timeout.** When a join cannot complete because no member
   rejoined, Kafka re-arms the join timer with the group's rebalance timeout; a
   timeout of 0 would make it spin. Here that re-arm waits at least 1 ms.

@@ -621,6 +621,21 @@ class ConsumerGroupService:
             return ErrorCode.stale_member_epoch
         return None
 
+    def yield_to_classic(self, group_id: str) -> bool | None:
+        """Make way for a classic group: an empty consumer group of that id is dropped.
+
+        Returns:
+            None if there is no consumer group ``group_id``, True if it was
+            empty and dropped (its offsets stay), False if it has members.
+        """
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        if group.members:
+            return False
+        del self.groups[group_id]
+        return True
+
     def delete(self, group_id: str) -> ErrorCode | None:
         """Delete an empty consumer group; None if ``group_id`` is not one."""
         group = self.groups.get(group_id)

@@ -236,7 +236,7 @@ class GroupCoordinator:
             <= self._config.max_session_timeout_ms
         ):
             return JoinGroupOutput(ErrorCode.invalid_session_timeout, request.member_id)
-        if request.group_id in self._consumer.groups:
+        if self._consumer.yield_to_classic(request.group_id) is False:
             # Kafka lets a classic member join a consumer group; not served here.
             return JoinGroupOutput(ErrorCode.inconsistent_group_protocol, request.member_id)
 
