@@ -30,13 +30,10 @@ from gengroup.broker.state import BrokerSettings
 from gengroup.protocol.versions import CONSUMER_PROTOCOL_VERSIONS, ApiKey, negotiate
 
 from . import test_kip848_kafka as scenarios
+from .kip848 import EMBEDDED_SETTINGS
 
-#: The embedded broker with the timings of ``test_kip848_kafka.BROKER_PROPERTIES``.
-KIP848_SETTINGS = BrokerSettings(
-    group_initial_rebalance_delay_ms=0,
-    group_consumer_heartbeat_interval_ms=500,
-    group_consumer_session_timeout_ms=6000,
-)
+#: The embedded broker with the timings of ``kip848.BROKER_PROPERTIES``.
+KIP848_SETTINGS = EMBEDDED_SETTINGS
 
 
 @asynccontextmanager
