@@ -18,23 +18,21 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
 import pytest
 
-from gengroup.broker import FakeCluster
 from gengroup.io.connection import BrokerConnection
 from gengroup.protocol.framing import build, request_module
 from gengroup.protocol.versions import ApiKey
 
 from .client import Session, error_name, open_session
+from .conftest import Target
 from .test_conformance import (
-    EMBEDDED_SETTINGS,
     SCENARIO_TIMEOUT,
     Divergence,
-    Target,
     join_error,
     joined,
     resolve,
@@ -566,25 +564,6 @@ EXPECTED["mixed_protocols"] = [
 
 
 # --------------------------------------------------------------------------- the tests
-
-
-@pytest.fixture(params=[pytest.param("kafka", marks=pytest.mark.kafka), "embedded"])
-def target(request: pytest.FixtureRequest) -> Target:
-    """The broker under test (the session's Kafka is started only when needed)."""
-    if request.param == "kafka":
-        return Target("kafka", request.getfixturevalue("kafka").bootstrap)
-    return Target("embedded")
-
-
-@pytest.fixture
-async def bootstrap(target: Target) -> AsyncIterator[str]:
-    """The target's bootstrap address; a fresh embedded broker for the embedded target."""
-    if target.bootstrap is not None:
-        yield target.bootstrap
-        return
-    async with FakeCluster(settings=EMBEDDED_SETTINGS) as cluster:
-        yield cluster.bootstrap
-        assert cluster.errors == [], "the embedded broker met internal errors"
 
 
 def test_every_scenario_has_an_expected_transcript() -> None:
