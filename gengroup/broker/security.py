@@ -309,9 +309,9 @@ class _PlainServer:
         # Kafka reads three NUL-separated fields, ignoring anything after a third NUL.
         authzid, user, password = [*token.decode("utf-8", "replace").split("\0"), "", ""][:3]
         if not user:
-            raise _Rejected("Authentication failed: username not specified", public=False)
+            raise _Rejected("Authentication failed: username not specified", public=True)
         if not password:
-            raise _Rejected("Authentication failed: password not specified", public=False)
+            raise _Rejected("Authentication failed: password not specified", public=True)
         if self._users.get(user) != password:
             raise _Rejected("Authentication failed: Invalid username or password", public=True)
         if authzid and authzid != user:
@@ -548,7 +548,7 @@ class SaslAuthenticator:
                 ),
             )
         if not mechanism.complete:
-            answer = sasl_authenticate.response(version, ErrorCode.none, None, reply)
+            answer = sasl_authenticate.response(version, ErrorCode.none, auth_bytes=reply)
             return Outcome(response=answer)
         return self._complete(now, version=version, reply=reply)
 
@@ -576,7 +576,9 @@ class SaslAuthenticator:
         self._state = _State.COMPLETE
         if raw is not None:
             return Outcome(raw=raw, completed=text)
-        response = sasl_authenticate.response(version, ErrorCode.none, None, reply, lifetime)
+        response = sasl_authenticate.response(
+            version, ErrorCode.none, auth_bytes=reply, session_lifetime_ms=lifetime
+        )
         return Outcome(response=response, completed=text)
 
     def _authenticated(self, api_key: int, version: int, request: Any, now: float) -> Outcome:

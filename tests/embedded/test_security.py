@@ -26,7 +26,6 @@ import pytest
 import scramp  # type: ignore[import-untyped]
 import trio
 import trio.testing
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate.v0.request import (
     SaslAuthenticateRequest as SaslAuthenticateV0,
@@ -49,10 +48,10 @@ from gengroup import (
     TopicPartition,
 )
 from gengroup.broker import FakeCluster, ServerSecurity
-from gengroup.protocol.framing import FrameBuffer, decode_response, encode_request
 from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import Certificates, make_certificates
 
+from ..conformance.client import CLOSED, RawConnection
 from . import api_versions, metadata
 from .test_cli import command
 
@@ -404,58 +403,14 @@ def test_server_security_is_validated(certs: Certificates) -> None:
 
 # --------------------------------------------------------------------------- raw protocol
 
-CLOSED: Final = "closed"
 PLAIN_ALICE: Final = b"\0alice\0alice-secret"
 
 
-class Raw:
-    """One connection driven frame by frame; an answer of :data:`CLOSED` means the
-    broker closed the connection without answering."""
-
-    def __init__(self, stream: anyio.abc.ByteStream) -> None:
-        self.stream = stream
-        self.buf = FrameBuffer()
-        self.cid = 0
-
-    async def _frame(self) -> bytes | None:
-        try:
-            while (frame := self.buf.next_frame()) is None:
-                self.buf.feed(await self.stream.receive())
-        except (anyio.EndOfStream, anyio.BrokenResourceError):
-            return None
-        return frame
-
-    async def send(self, request: Any) -> Any:
-        """Send a request and return its decoded answer (or :data:`CLOSED`)."""
-        self.cid += 1
-        try:
-            await self.stream.send(encode_request(request, correlation_id=self.cid, client_id="r"))
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            return CLOSED
-        frame = await self._frame()
-        if frame is None:
-            return CLOSED
-        key, version = int(type(request).__api_key__), int(type(request).__version__)
-        cid, response = decode_response(load_response_schema(key, version), frame)
-        assert cid == self.cid
-        return response
-
-    async def token(self, data: bytes) -> bytes | str:
-        """Send a raw SASL token (after a v0 handshake); the raw answer or :data:`CLOSED`."""
-        await self.stream.send(len(data).to_bytes(4, "big") + data)
-        frame = await self._frame()
-        return CLOSED if frame is None else frame
-
-    async def closed(self) -> bool:
-        """Whether the broker closed the connection (nothing more to read)."""
-        return await self._frame() is None
-
-
 @asynccontextmanager
-async def raw(cluster: FakeCluster) -> AsyncIterator[Raw]:
+async def raw(cluster: FakeCluster) -> AsyncIterator[RawConnection]:
     stream = cluster.connect_memory()
     async with stream:
-        yield Raw(stream)
+        yield RawConnection(stream)
 
 
 def handshake(mechanism: str, version: int = 1) -> Any:
@@ -531,7 +486,7 @@ async def test_handshake_and_authenticate_answers(
         assert await r.closed()
     async with raw(plain_cluster) as r:
         await r.send(handshake("PLAIN"))
-        assert answer(await r.send(authenticate(PLAIN_ALICE))) == ("none", None, 4000)
+        assert answer(await r.send(authenticate(PLAIN_ALICE))) == ("none", "", 4000)
         # Authenticated: the SASL APIs are answered ILLEGAL_SASL_STATE and the connection lives.
         assert answer(await r.send(authenticate(PLAIN_ALICE))) == (
             "illegal_sasl_state",
@@ -546,7 +501,7 @@ async def test_scram_exchange_and_unknown_user(
     autojump_clock: trio.testing.MockClock, plain_cluster: FakeCluster
 ) -> None:
     for user, password, expected in [
-        ("bob", "bob-secret", ("none", None, 4000)),
+        ("bob", "bob-secret", ("none", "", 4000)),
         ("bob", "wrong", None),
         ("mallory", "bob-secret", None),
     ]:
@@ -557,7 +512,7 @@ async def test_scram_exchange_and_unknown_user(
             if user == "mallory":  # unknown users fail at the first message, generically
                 final = first
             else:
-                assert answer(first) == ("none", None, 0)
+                assert answer(first) == ("none", "", 0)
                 scram.set_server_first(first.auth_bytes.decode())
                 final = await r.send(authenticate(scram.get_client_final().encode()))
             if expected is not None:
@@ -584,7 +539,7 @@ async def test_session_expiry_and_reauthentication_rules(
         await anyio.sleep(3.9)
         # Re-authentication renews the session; another within a second is refused.
         assert answer(await r.send(handshake("PLAIN"))) == ("none", list(MECHANISMS))
-        assert answer(await r.send(authenticate(PLAIN_ALICE))) == ("none", None, 4000)
+        assert answer(await r.send(authenticate(PLAIN_ALICE))) == ("none", "", 4000)
         await anyio.sleep(0.5)
         assert answer(await r.send(handshake("PLAIN"))) == ("illegal_sasl_state", [])
         await anyio.sleep(3.4)  # 3.9 s into the new session

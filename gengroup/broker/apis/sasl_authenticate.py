@@ -35,11 +35,14 @@ AFTER_AUTHENTICATION: Final = "SaslAuthenticate request received after successfu
 def response(
     version: int,
     code: int,
-    message: str | None = None,
+    message: str | None = "",
     auth_bytes: bytes = b"",
     session_lifetime_ms: int = 0,
 ) -> Any:
-    """A SaslAuthenticate answer (``session_lifetime_ms`` is dropped before v1)."""
+    """A SaslAuthenticate answer (``session_lifetime_ms`` is dropped before v1).
+
+    Kafka's answers carry an empty message, not a null one, when all went well.
+    """
     mod = response_module(KEY, version)
     return build(
         mod.SaslAuthenticateResponse,
@@ -52,7 +55,7 @@ def response(
 
 def error_response(version: int, request: Any, code: int, message: str | None = None) -> Any:
     """SaslAuthenticate failing with ``code`` and ``message``."""
-    return response(version, code, message)
+    return response(version, code, "" if message is None else message)
 
 
 async def handle(ctx: Context, req: Any, v: int) -> Any:
