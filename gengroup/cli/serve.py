@@ -8,12 +8,15 @@ not on this machine) is one line on stderr and exit status 1.
 The listeners' security (``--security-protocol``, ``--ssl-*``, ``--sasl-*``)
 becomes a :class:`~gengroup.broker.ServerSecurity`, checked (and its
 certificate files loaded) before anything listens: an invalid combination or
-an unreadable file is one line on stderr and exit status 2.
+an unreadable file is one line on stderr and exit status 2. While serving,
+the broker's own log lines (a failed authentication, a connection closed for
+a request out of turn or an expired session) go to stderr, one line each.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 
@@ -164,6 +167,11 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"gengroup serve: {exc}", file=sys.stderr)
         return 2
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("gengroup serve: %(message)s"))
+    broker_log = logging.getLogger("gengroup.broker")
+    broker_log.addHandler(handler)
+    broker_log.setLevel(logging.INFO)
     try:
         anyio.run(_serve, args, security, backend="trio")
     except (OSError, BaseExceptionGroup) as exc:
@@ -174,6 +182,8 @@ def run(args: argparse.Namespace) -> int:
         reason = (failure.strerror or str(failure)).lower()
         print(f"gengroup serve: cannot listen on {args.host}:{port}: {reason}", file=sys.stderr)
         return 1
+    finally:
+        broker_log.removeHandler(handler)
     return 0
 
 

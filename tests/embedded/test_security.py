@@ -339,6 +339,13 @@ async def test_serve_with_sasl_ssl(certs: Certificates) -> None:
             process.send_signal(signal.SIGTERM)
         with anyio.fail_after(REAL_HANG_GUARD):
             assert await process.wait() == 0
+            assert process.stderr is not None
+            err = b"".join([chunk async for chunk in process.stderr]).decode()
+    # One line for the refused client, none for the others.
+    assert err.splitlines() == [
+        "gengroup serve: broker 0: failed authentication with /127.0.0.1 (SASL): "
+        "Unsupported SASL mechanism PLAIN"
+    ]
 
 
 def test_serve_rejects_bad_security_options(certs: Certificates) -> None:
