@@ -321,10 +321,14 @@ class BrokerServer:
         """The connection's stream wrapped in TLS; a failed handshake is logged and counted."""
         tls = _ServerTLSStream(conn.stream, context)
         try:
-            await tls.handshake()
+            # A client that never finishes the handshake is dropped like an idle one.
+            with anyio.move_on_after(self.state.settings.connections_max_idle) as scope:
+                await tls.handshake()
         except ssl.SSLError as exc:
             self._failed_authentication(conn, "SSL handshake failed", exc.reason or str(exc))
             raise anyio.EndOfStream from None
+        if scope.cancelled_caught:
+            raise anyio.EndOfStream
         return tls
 
     def _failed_authentication(self, conn: _Connection, what: str, message: str) -> None:

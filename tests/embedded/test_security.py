@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import ssl
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,6 +27,7 @@ import pytest
 import scramp  # type: ignore[import-untyped]
 import trio
 import trio.testing
+from anyio.streams.tls import TLSStream
 from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate.v0.request import (
     SaslAuthenticateRequest as SaslAuthenticateV0,
@@ -47,7 +49,7 @@ from gengroup import (
     TLSError,
     TopicPartition,
 )
-from gengroup.broker import FakeCluster, ServerSecurity
+from gengroup.broker import BrokerSettings, FakeCluster, ServerSecurity
 from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import Certificates, make_certificates
 
@@ -182,6 +184,41 @@ async def test_unknown_ca_is_a_tls_error(
         assert info.value.reason == "certificate verify failed"
         assert "unable to get local issuer certificate" in str(info.value)
         assert cluster.servers[0].authentications == 0
+
+
+async def test_tls_over_an_in_memory_connection(
+    autojump_clock: trio.testing.MockClock, certs: Certificates
+) -> None:
+    """connect_memory() is served like the listener: TLS first, then SASL."""
+    context = ssl.create_default_context(cafile=str(certs.ca))
+    async with FakeCluster(security=server(certs, session_lifetime_ms=1000)) as cluster:
+        stream = await TLSStream.wrap(
+            cluster.connect_memory(),
+            hostname="127.0.0.1",
+            ssl_context=context,
+            standard_compatible=False,
+        )
+        async with stream:
+            r = RawConnection(stream)
+            assert (await r.send(api_versions(3))).error_code == ErrorCode.none
+            assert answer(await r.send(handshake("PLAIN"))) == ("none", list(MECHANISMS))
+            assert answer(await r.send(authenticate(PLAIN_ALICE))) == ("none", "", 1000)
+            await anyio.sleep(2)  # virtual: the session expired
+            assert await r.send(api_versions(3)) == CLOSED
+        assert cluster.servers[0].expired_sessions == 1
+
+
+async def test_a_client_that_never_finishes_the_tls_handshake_is_dropped_when_idle(
+    autojump_clock: trio.testing.MockClock, certs: Certificates
+) -> None:
+    settings = BrokerSettings(connections_max_idle=30.0)
+    async with FakeCluster(security=server(certs, "SSL"), settings=settings) as cluster:
+        async with cluster.connect_memory() as stream:
+            t0 = trio.current_time()
+            with pytest.raises(anyio.EndOfStream):
+                await stream.receive()
+            assert trio.current_time() - t0 == pytest.approx(30.0)
+        assert cluster.failed_authentications == 0
 
 
 @pytest.mark.parametrize("kind", ["admin", "producer", "group"])
