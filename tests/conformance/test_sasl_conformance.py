@@ -267,12 +267,23 @@ async def authenticate_versions(s: Steps) -> None:
 
 
 async def scram_sha_256(s: Steps) -> None:
-    """SCRAM-SHA-256: a good exchange, then an unknown user (rejected at the first message)."""
+    """SCRAM-SHA-256: a good exchange, then an unknown user and another authorization id
+    (both rejected at the first message)."""
     async with s.connect() as c:
         await _scram(c, s, "SCRAM-SHA-256", BOB, BOB_PASSWORD)
         s.record("api versions", versions(await c.send(api_versions(3))))
     async with s.connect() as c:
         await _scram(c, s, "SCRAM-SHA-256", "mallory", BOB_PASSWORD)
+    async with s.connect() as c:  # bob asking to act as alice
+        s.record(
+            "handshake SCRAM-SHA-256", handshake_answer(await c.send(handshake("SCRAM-SHA-256")))
+        )
+        first = f"n,a={ALICE},n={BOB},r=fyko+d2lbbFgONRv9qkxdawL".encode()
+        s.record(
+            "client first, another authorization id",
+            authenticate_answer(await c.send(authenticate(first))),
+        )
+        s.record("then", "closed" if await c.closed() else "open")
 
 
 async def scram_sha_512(s: Steps) -> None:
@@ -460,6 +471,15 @@ EXPECTED: Final[dict[str, Transcript]] = {
         ("api versions", SASL_VERSIONS),
         ("handshake SCRAM-SHA-256", hs()),
         ("client first", failed(GENERIC.format("SCRAM-SHA-256"))),
+        ("then", "closed"),
+        ("handshake SCRAM-SHA-256", hs()),
+        (
+            "client first, another authorization id",
+            failed(
+                "Authentication failed: Client requested an authorization id that is "
+                "different from username"
+            ),
+        ),
         ("then", "closed"),
     ],
     "scram_sha_512": [

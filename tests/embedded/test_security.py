@@ -635,6 +635,38 @@ async def test_handshake_v0_exchanges_raw_tokens(
     assert plain_cluster.servers[0].authentications == 2
 
 
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("handshake_version", [0, 1])
+async def test_malformed_tokens_are_refused_cleanly(
+    autojump_clock: trio.testing.MockClock,
+    plain_cluster: FakeCluster,
+    mechanism: str,
+    handshake_version: int,
+) -> None:
+    """Garbage in the exchange is a failed authentication: answered or closed, never a bug."""
+    tokens = [
+        b"",
+        b"\xff\xfe\x00\x01",
+        b"\0\0\0\0",
+        b"n,,",
+        b"p=tls-unique,,n=alice,r=abc",
+        b"y,,n=alice,r=abc,x=unknown",
+        b"n,,n=alice" + b"A" * 100_000,
+    ]
+    for token in tokens:
+        async with raw(plain_cluster) as r:
+            await r.send(handshake(mechanism, handshake_version))
+            if handshake_version == 0:
+                got: Any = await r.token(token)
+            else:
+                got = answer(await r.send(authenticate(token)))
+            if isinstance(got, bytes) or got[0] == "none":  # SCRAM's first round went through
+                continue
+            assert await r.closed()
+    assert plain_cluster.errors == []
+    assert plain_cluster.servers[0].authentications == 0
+
+
 async def test_sasl_apis_on_a_listener_without_sasl(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
