@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import signal
 import sys
+from typing import Final
 
 import anyio
 
@@ -165,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         security = server_security(args)
     except ConfigError as exc:
-        print(f"gengroup serve: {exc}", file=sys.stderr)
+        print(f"gengroup serve: {_as_options(str(exc))}", file=sys.stderr)
         return 2
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("gengroup serve: %(message)s"))
@@ -185,6 +187,24 @@ def run(args: argparse.Namespace) -> int:
     finally:
         broker_log.removeHandler(handler)
     return 0
+
+
+#: ServerSecurity's settings, as the options that set them.
+_OPTIONS: Final = {
+    "security_protocol": "--security-protocol",
+    "ssl_certfile": "--ssl-certfile",
+    "ssl_keyfile": "--ssl-keyfile",
+    "ssl_cafile": "--ssl-cafile",
+    "sasl_mechanisms": "--sasl-mechanisms",
+    "session_lifetime_ms": "--sasl-session-lifetime-ms",
+    "users": "--sasl-user",
+}
+_SETTING: Final = re.compile(r"\b(" + "|".join(_OPTIONS) + r")\b")
+
+
+def _as_options(message: str) -> str:
+    """A ServerSecurity message naming the command's options instead of its settings."""
+    return _SETTING.sub(lambda m: _OPTIONS[m.group(1)], message)
 
 
 def _listen_failure(exc: BaseException) -> OSError | None:

@@ -390,8 +390,8 @@ def test_serve_rejects_bad_security_options(certs: Certificates) -> None:
 
     cases = {
         ("--security-protocol", "SASL_SSL", "--sasl-user", "a:b"): "needs the broker's certificate",
-        ("--sasl-user", "a:b"): "uses no SASL",
-        ("--security-protocol", "SASL_PLAINTEXT"): "needs users",
+        ("--sasl-user", "a:b"): "--sasl-user set, but --security-protocol='PLAINTEXT' uses no SASL",
+        ("--security-protocol", "SASL_PLAINTEXT"): "needs --sasl-user",
         (
             "--security-protocol",
             "SASL_PLAINTEXT",
@@ -399,7 +399,7 @@ def test_serve_rejects_bad_security_options(certs: Certificates) -> None:
             "a:b",
             "--sasl-mechanisms",
             "GSSAPI",
-        ): "sasl_mechanisms must name one or more of",
+        ): "--sasl-mechanisms must name one or more of",
         ("--security-protocol", "SSL", "--ssl-certfile", str(certs.ca)): "cannot be loaded",
     }
     for args, message in cases.items():
