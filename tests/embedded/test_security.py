@@ -49,7 +49,7 @@ from gengroup import (
     TLSError,
     TopicPartition,
 )
-from gengroup.broker import BrokerSettings, FakeCluster, ServerSecurity
+from gengroup.broker import BrokerSettings, Fail, FakeCluster, ServerSecurity
 from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import Certificates, make_certificates
 
@@ -274,6 +274,24 @@ async def test_unsupported_mechanism(
                 await admin.list_groups()
         assert "the broker does not enable SCRAM-SHA-512 (enabled: PLAIN)" in str(info.value)
         assert cluster.failed_authentications == 1
+
+
+async def test_fault_controls_see_the_sasl_exchange(
+    autojump_clock: trio.testing.MockClock, certs: Certificates
+) -> None:
+    """A test can make the broker refuse an authentication it would accept (once here)."""
+    async with FakeCluster(security=server(certs), topics={"t": 1}) as cluster:
+        cluster.control(
+            ApiKey.SASL_AUTHENTICATE,
+            lambda call: Fail(ErrorCode.sasl_authentication_failed, "locked out for the test"),
+            once=True,
+        )
+        with anyio.fail_after(HANG_GUARD):
+            with pytest.raises(AuthenticationError, match="locked out for the test"):
+                async with Admin(cluster.bootstrap, **client(certs)) as admin:
+                    await admin.list_groups()
+            async with Producer(cluster.bootstrap, **client(certs)) as producer:
+                assert (await producer.send("t", b"x")).offset == 0
 
 
 async def test_connections_reauthenticate_while_requests_flow(
