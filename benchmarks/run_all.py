@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from bench_rebalance import BROKER_PROPERTIES, run_suite, table
 
 from gengroup import Admin, ConsumerGroup, Generation, TopicPartition
 from gengroup.testing.kafka import KafkaBroker
@@ -277,6 +278,11 @@ def main() -> None:
     parser.add_argument("--codecs", default="none,lz4", help="comma-separated: none,lz4,...")
     parser.add_argument("--clients", help="comma-separated subset of the client names")
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
+    parser.add_argument(
+        "--rebalance",
+        action="store_true",
+        help="also run the rebalance-cost suite (bench_rebalance.py) on the same broker",
+    )
     parser.add_argument("--json", type=Path, default=HERE / "results" / "run_all.json")
     parser.add_argument("--markdown", type=Path, default=HERE.parent / "docs" / "benchmarks.md")
     args = parser.parse_args()
@@ -298,7 +304,9 @@ def main() -> None:
     with ExitStack() as stack:
         bootstrap = args.bootstrap
         if bootstrap is None:
-            bootstrap = stack.enter_context(KafkaBroker(heap="1g")).bootstrap
+            # The properties only matter to consumer-protocol (KIP-848) members.
+            broker = KafkaBroker(heap="1g", properties=BROKER_PROPERTIES)
+            bootstrap = stack.enter_context(broker).bootstrap
         for size in (int(s) for s in args.sizes.split(",")):
             n = args.records if size <= 100 else args.records_1k
             for codec in args.codecs.split(","):
@@ -338,6 +346,11 @@ def main() -> None:
                     }
                     print(f"  {name:<18} {rate:>12,.0f} records/s", flush=True)
                 results["cases"].append(case)
+        if args.rebalance:
+            rebalance = run_suite(bootstrap, repeat=args.repeat)
+            rebalance["meta"]["command"] = command
+            (HERE / "results" / "rebalance.json").write_text(json.dumps(rebalance, indent=2) + "\n")
+            print("\n".join(table(rebalance)), flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     args.markdown.parent.mkdir(parents=True, exist_ok=True)

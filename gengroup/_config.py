@@ -8,6 +8,7 @@ seconds throughout the public API.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Unpack
@@ -16,6 +17,7 @@ from ._errors import ConfigError
 from .io.security import Security, SecuritySettings
 from .membership.balancers import Balancer, RangeBalancer, RoundRobinBalancer
 from .membership.member import MemberConfig
+from .membership.pattern import re2j_regex
 from .protocol.consumer_protocol import LATEST_VERSION
 
 __all__ = ["GroupConfig", "GroupProtocol", "GroupSettings", "IsolationLevel", "StartOffset"]
@@ -47,7 +49,7 @@ class GroupConfig(Security):
 
     Attributes:
         group_id: the consumer group.
-        topics: topics to subscribe to.
+        topics: topics to subscribe to (empty when subscribing by pattern).
         brokers: bootstrap ``host:port`` addresses.
         balancers: assignment strategies offered, most preferred first
             (default: range, then roundrobin, like the Java client's default list).
@@ -56,7 +58,8 @@ class GroupConfig(Security):
             also how long tasks get to finish after a generation is cancelled.
         heartbeat_interval: seconds between heartbeats (must be below session_timeout).
         watch_partition_changes: whether the leader watches subscribed topics for
-            partition-count changes and new topics.
+            partition-count changes and new topics (a ``topic_pattern`` is
+            re-checked by every member whatever this says).
         partition_watch_interval: seconds between the leader's metadata checks.
         join_backoff: base seconds between failed join attempts (jittered).
         commit_interval: seconds between periodic commits of marked offsets
@@ -100,6 +103,13 @@ class GroupConfig(Security):
             ``group_protocol="consumer"``, e.g. ``"uniform"`` or ``"range"``;
             None lets the broker choose (the first of its
             ``group.consumer.assignors``).
+        topic_pattern: subscribe by pattern instead of by names: a compiled
+            ``re.Pattern`` (also accepted in place of ``topics``). Under the
+            classic protocol the member subscribes to the topics whose whole
+            name it matches, internal topics excepted, and follows topics
+            created and deleted (checked every ``partition_watch_interval``);
+            under ``group_protocol="consumer"`` the broker matches it (RE2J
+            syntax: constructs RE2J lacks are refused here).
 
     The security settings (``security_protocol``, ``ssl_*``, ``sasl_*``) are
     :class:`~gengroup.io.security.Security`'s, inherited (keyword-only).
@@ -173,12 +183,14 @@ class GroupConfig(Security):
     # The group protocol (KIP-848); see ``gengroup.consumer.consumer_protocol``.
     group_protocol: GroupProtocol = "classic"
     group_remote_assignor: str | None = None
+    # Subscribing by pattern; see ``gengroup.membership.pattern``.
+    topic_pattern: re.Pattern[str] | None = None
 
     @classmethod
     def create(
         cls,
         group_id: str,
-        topics: Sequence[str],
+        topics: Sequence[str] | re.Pattern[str] | None,
         brokers: Sequence[str] | str,
         **settings: Unpack[GroupSettings],
     ) -> GroupConfig:
@@ -186,7 +198,9 @@ class GroupConfig(Security):
 
         Args:
             group_id: the consumer group.
-            topics: topics to subscribe to (a sequence of names, not a string).
+            topics: topics to subscribe to (a sequence of names, not a string),
+                or a compiled ``re.Pattern`` to subscribe by pattern (None or
+                empty with the ``topic_pattern`` setting).
             brokers: bootstrap ``host:port`` addresses (a list or a comma-separated string).
             **settings: any other field of this class; ``balancers`` may be any
                 sequence (empty or None: the default list).
@@ -204,6 +218,12 @@ class GroupConfig(Security):
             rest["balancers"] = tuple(rest["balancers"])
         else:
             rest.pop("balancers", None)
+        if isinstance(topics, re.Pattern):
+            if rest.get("topic_pattern") is not None:
+                raise ConfigError(
+                    "give the pattern once: in place of topics or as topic_pattern, not both"
+                )
+            rest["topic_pattern"], topics = topics, ()
         return cls(group_id, _topics(topics), tuple(brokers), **rest)
 
     def member_config(self) -> MemberConfig:
@@ -216,8 +236,7 @@ class GroupConfig(Security):
             raise ConfigError("group_id must be a non-empty string")
         if isinstance(self.topics, str) or not isinstance(self.topics, Sequence):
             raise ConfigError("topics must be a sequence of topic names, not a string")
-        if not self.topics or not all(isinstance(t, str) and t for t in self.topics):
-            raise ConfigError(f"topics must be a non-empty list of names, got {self.topics!r}")
+        self._check_subscription()
         if not self.brokers:
             raise ConfigError("brokers must list at least one host:port")
         for name in (
@@ -287,6 +306,32 @@ class GroupConfig(Security):
             )
         self._check_group_protocol()
 
+    def _check_subscription(self) -> None:
+        """Exactly one of ``topics`` (names) and ``topic_pattern``."""
+        pattern = self.topic_pattern
+        if pattern is None:
+            if not self.topics or not all(isinstance(t, str) and t for t in self.topics):
+                raise ConfigError(
+                    f"topics must be a non-empty list of names, got {self.topics!r} (to "
+                    "subscribe by pattern, pass a compiled re.Pattern in place of the list, "
+                    "or topic_pattern=)"
+                )
+            return
+        if not isinstance(pattern, re.Pattern) or not isinstance(pattern.pattern, str):
+            raise ConfigError(
+                f"topic_pattern must be a compiled str pattern (re.compile(...)), got {pattern!r}"
+            )
+        if self.topics:
+            raise ConfigError(
+                f"subscribe either to topics or to a pattern, not both: got topics="
+                f"{list(self.topics)!r} and topic_pattern={pattern.pattern!r}"
+            )
+
+    @property
+    def subscription_regex(self) -> str | None:
+        """``topic_pattern`` as the broker's RE2J reads it (None: subscribed by names)."""
+        return None if self.topic_pattern is None else re2j_regex(self.topic_pattern)
+
     def _check_group_protocol(self) -> None:
         if self.group_protocol not in ("classic", "consumer"):
             raise ConfigError(
@@ -302,10 +347,14 @@ class GroupConfig(Security):
                 "group_remote_assignor is the consumer protocol's (the coordinator assigns): "
                 "set group_protocol='consumer', or choose balancers for the classic protocol"
             )
+        if self.group_protocol == "consumer" and self.topic_pattern is not None:
+            re2j_regex(self.topic_pattern)  # raises ConfigError naming what RE2J lacks
 
 
-def _topics(topics: Sequence[str]) -> tuple[str, ...]:
+def _topics(topics: Sequence[str] | None) -> tuple[str, ...]:
     # A string is passed through as is, for __post_init__ to reject by name.
+    if topics is None:
+        return ()
     return topics if isinstance(topics, str) else tuple(topics)  # type: ignore[return-value]
 
 
@@ -342,3 +391,4 @@ class GroupSettings(SecuritySettings, total=False):
     value_deserializer: Deserializer | None
     group_protocol: GroupProtocol
     group_remote_assignor: str | None
+    topic_pattern: re.Pattern[str] | None

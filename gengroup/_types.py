@@ -37,12 +37,24 @@ class GenerationIdentity:
         generation_id: the generation.
         member_id: the member's id in the generation.
         group_instance_id: the static member id (KIP-345), or None.
+        sequence: the member's own count of the generations it formed (1, 2,
+            3, ...; 0 if unknown). Generation ids repeat (a KIP-848 member
+            may form two generations in one member epoch, and a group
+            converted between the classic and the consumer protocol may
+            reuse an id), so a generation is told apart by its sequence,
+            never by its id. Not sent to the broker.
     """
 
     group_id: str
     generation_id: int
     member_id: str
     group_instance_id: str | None
+    sequence: int = 0
+
+    @property
+    def label(self) -> str:
+        """The generation id and sequence, for logs: ``"3 (#2)"``."""
+        return f"{self.generation_id} (#{self.sequence})"
 
     def fields(self) -> IdentityFields:
         """The four fields as keyword arguments (``**identity.fields()``)."""

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from gengroup.testing.kafka import ensure_jars
+from tests.programs import run_program
 
 
 def compile_java(source: Path, out: Path) -> list[str]:
@@ -20,13 +20,9 @@ def compile_java(source: Path, out: Path) -> list[str]:
     if javac is None or java is None:
         pytest.fail(f"{source.name} needs a JDK: javac and java on PATH")
     classpath = f"{ensure_jars()}/*"
-    built = subprocess.run(
-        [javac, "-nowarn", "-d", str(out), "-cp", classpath, str(source)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if built.returncode != 0:
-        pytest.fail(f"javac {source.name} failed:\n{built.stderr}")
+    # The source's own folder is the source path: the classes it uses from
+    # there (such as a shared helper class) are compiled along with it.
+    sourcepath = str(source.parent)
+    javac_args = ["-nowarn", "-d", str(out), "-cp", classpath, "-sourcepath", sourcepath]
+    run_program([javac, *javac_args, str(source)], f"javac {source.name}")
     return [java, "-Xmx256m", "-cp", f"{out}:{classpath}", source.stem]

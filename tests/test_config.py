@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from collections.abc import Sequence
 from typing import Any
@@ -137,3 +138,54 @@ def test_bootstrap_addresses_are_trimmed() -> None:
     assert group.cluster.bootstrap == [("h1", 9092), ("h2", 9093)]
     admin = Admin("h1:9092, [::1]:9093")
     assert admin.cluster.bootstrap == [("h1", 9092), ("::1", 9093)]
+
+
+def test_a_compiled_pattern_in_place_of_topics_subscribes_by_pattern() -> None:
+    pattern = re.compile(r"orders\..*")
+    cfg = make(topics=pattern).config
+    assert (cfg.topics, cfg.topic_pattern) == ((), pattern)
+    assert cfg.subscription_regex == r"orders\..*"
+    assert cfg.member_config().topic_pattern is pattern
+    keyword = make(topics=None, topic_pattern=pattern).config
+    assert (keyword.topics, keyword.topic_pattern) == ((), pattern)
+    assert make(topics=[], topic_pattern=pattern).config.topic_pattern is pattern
+    assert make().config.subscription_regex is None
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"topics": None}, "topics must be a non-empty list of names, got .*topic_pattern="),
+        (
+            {"topics": ["orders.eu"], "topic_pattern": re.compile("orders.*")},
+            "either to topics or to a pattern, not both",
+        ),
+        (
+            {"topics": re.compile("a.*"), "topic_pattern": re.compile("b.*")},
+            "give the pattern once",
+        ),
+        ({"topics": [], "topic_pattern": "orders.*"}, "topic_pattern must be a compiled str"),
+        ({"topics": re.compile(b"orders.*")}, "topic_pattern must be a compiled str"),
+    ],
+)
+def test_exactly_one_of_topics_and_pattern(kw: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make(**kw)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "named"),
+    [
+        (r"orders\.(?!test).*", "negative lookahead"),
+        (r"(orders)\.\1", "backreference"),
+        (r"orders.*+", "possessive quantifier"),
+        (r"(?>orders)", "atomic group"),
+        (r"(o)?(?(1)rders|x)", "conditional group"),
+    ],
+)
+def test_the_consumer_protocol_refuses_what_re2j_lacks(pattern: str, named: str) -> None:
+    """The broker matches under group_protocol="consumer": refused at construction, named;
+    the classic protocol matches with Python's re, so the same pattern is accepted there."""
+    with pytest.raises(ConfigError, match=f"uses an? {named}.*RE2J"):
+        make(topics=re.compile(pattern), group_protocol="consumer")
+    assert make(topics=re.compile(pattern)).config.topic_pattern is not None

@@ -11,14 +11,27 @@ interval the coordinator returns, reporting the partitions it owns. An
 answer may carry a new assignment (by topic id; the names come from the
 subscribed topics' metadata).
 
-Reconciling is eager, so code written for the classic protocol works
-unchanged: when the assignment differs from the running generation's, that
-generation ends (its tasks are cancelled and joined, its marks committed);
-only then does the next :meth:`~ConsumerProtocolMember.form_generation`
-report the new assignment as owned -- which acknowledges a revocation -- and
-start a generation with it, whose id is the member epoch. Revoking comes
-before acquiring: the coordinator hands a revoked partition to another
-member only once this member stopped reporting it.
+Reconciling is incremental, like the classic protocol's cooperative
+rebalancing (``docs/incremental-rebalancing.md``). When a heartbeat answer
+changes the assignment, the running generation ends with ``REJOIN``: its
+generation-scoped tasks are cancelled and joined and its marks committed,
+but the partitions' ownership spans (``start_soon(..., partition=tp)``,
+hosted by the run loop's :class:`~gengroup.consumer.running.Ownership`)
+run on. The next :meth:`~ConsumerProtocolMember.form_generation` forms a
+generation for the new assignment, whose id is the member epoch, with
+``added``, ``retained`` and ``revoked`` against what the member owned. Before
+it is handed out, the generation runner revokes the spans of ``revoked``
+(cancels their tasks, waits for them under the teardown watchdog, commits
+their marks with the current epoch) and only then calls
+:attr:`Formed.acknowledge <gengroup.consumer.forming.Formed.acknowledge>`:
+the heartbeat stops reporting those partitions, which acknowledges the
+revocation. Revoking comes before acquiring: the coordinator hands a
+revoked partition to another member only once this member stopped reporting
+it. Retained partitions' spans are adopted by the new generation and their
+workers never restart. Partitions the coordinator adds later in the same
+epoch (released late by another member) make a further generation with the
+same id; generations are told apart by their sequence
+(:attr:`GenerationIdentity.sequence <gengroup._types.GenerationIdentity.sequence>`).
 
 Commits carry the member's newest epoch (OffsetCommit v9 reads the
 generation id field as the member epoch); a commit answered
@@ -32,6 +45,11 @@ member id. A generation that ends for another reason (a task returned,
 assignment. Closing leaves with epoch -1, or -2 for a static member
 (``group_instance_id``), whose partitions the coordinator then keeps for the
 session timeout.
+
+A fenced member revokes every span without committing (the generation's
+end does it, or, if the member was fenced between generations, the next
+:meth:`~ConsumerProtocolMember.form_generation`) and rejoins only after
+that, so a partition never has tasks in two members at once.
 """
 
 from __future__ import annotations
@@ -63,7 +81,7 @@ from ..membership import requests
 from ..membership.member import Outcome, outcome_for
 from ..protocol.versions import ApiKey
 from .forming import Formed, GroupClient
-from .generation import Generation, RebalanceTimings
+from .generation import Generation, RebalanceTimings, SpanHost
 
 __all__ = ["ConsumerProtocolMember"]
 
@@ -118,7 +136,7 @@ class _EpochCommitter:
             if member.incarnation != self._incarnation or epoch <= 0:
                 raise FencedMemberEpoch(
                     ErrorCode.fenced_member_epoch,
-                    f"OffsetCommit of {identity.group_id} generation {identity.generation_id}: "
+                    f"OffsetCommit of {identity.group_id} generation {identity.label}: "
                     f"member {identity.member_id} was fenced since; nothing was sent",
                 )
             results = await member.client.commit_offsets(
@@ -137,6 +155,9 @@ class ConsumerProtocolMember:
 
     Args:
         client: the group's requests (its cluster, coordinator and settings).
+        ownership: the run loop's ownership registry (spans across
+            generations); None forms generations without spans, every
+            partition ``added`` in each (eager).
 
     Attributes:
         member_id: the member's id, made by the member and kept for its life.
@@ -145,8 +166,9 @@ class ConsumerProtocolMember:
             generation formed before the newest fencing are refused locally.
     """
 
-    def __init__(self, client: GroupClient) -> None:
+    def __init__(self, client: GroupClient, ownership: SpanHost | None = None) -> None:
         self.client = client
+        self.ownership = ownership
         self.config = client.config
         self.member_id = new_member_id()
         self.epoch = 0
@@ -162,6 +184,8 @@ class ConsumerProtocolMember:
         self._current: Generation | None = None
         self._current_incarnation = -1
         self._changed = anyio.Event()
+        #: Set once the spans of the newest fenced incarnation were revoked.
+        self._dropped = anyio.Event()
         self._wake = anyio.Event()
         self._fatal: BaseException | None = None
         self._joined = False
@@ -199,12 +223,14 @@ class ConsumerProtocolMember:
             raise error
 
     async def form_generation(
-        self, closing: Callable[[], bool], *, previous_teardown: float = 0.0
+        self, closing: Callable[[], bool], *, previous_teardown: float = 0.0, sequence: int = 0
     ) -> Formed | None:
         """The next generation: the newest assignment, once the previous generation ended.
 
-        Reporting the assignment as owned acknowledges any revocation. None if
-        ``closing()`` turned true first.
+        The partitions it revokes are reported as owned until the runner
+        revoked their spans (:attr:`Formed.acknowledge`). None if
+        ``closing()`` turned true first. ``sequence`` is the member's count
+        of generations, this one included.
 
         Raises:
             BrokerError: a fatal answer (UNRELEASED_INSTANCE_ID, authorization, ...).
@@ -219,7 +245,7 @@ class ConsumerProtocolMember:
             and self._current_incarnation == self.incarnation
         ):
             # A commit was refused with a fencing answer: the partitions are lost.
-            self._fence(f"generation {previous.id} ended: {previous.end_reason}")
+            self._fence(f"generation {previous.label} ended: {previous.end_reason}")
         last_ok = self._last_ok
         if self.epoch > 0 and last_ok is not None:
             silent = anyio.current_time() - last_ok
@@ -227,16 +253,25 @@ class ConsumerProtocolMember:
                 self._fence(f"no successful heartbeat for {silent:.1f} s")
         backoff = Backoff(cfg.join_backoff, cap=min(cfg.join_backoff * 32, 30.0))
         t0 = anyio.current_time()
+        own = self.ownership
         while not closing():
             if self._fatal is not None:
                 raise self._fatal
+            if self._current_incarnation != self.incarnation:
+                # Fenced since the spans formed: they are lost, revoke them
+                # (nothing is committed) before the heartbeat rejoins.
+                if own is not None and (own.spans or own.owned):
+                    await own.drop_all("the member was fenced")
+                self._dropped.set()
             target = self._target
             if target is None:
                 changed = self._changed
                 await changed.wait()
                 continue
             incarnation, epoch = self.incarnation, self.epoch
-            self._owned = target  # acknowledges what was revoked
+            owned = frozenset(own.owned) if own is not None else frozenset()
+            # Partitions being revoked stay reported until their spans are revoked.
+            self._owned = target | owned
             self._wake.set()
             timings.join = anyio.current_time() - t0
             t1 = anyio.current_time()
@@ -255,8 +290,38 @@ class ConsumerProtocolMember:
             timings.offset_fetch = anyio.current_time() - t1
             if incarnation != self.incarnation or target != self._target:
                 continue  # fenced or reassigned meanwhile
-            return self._formed(epoch, incarnation, positions, committed, timings)
+            if own is not None:
+                for tp in target & owned:
+                    span = own.spans.get(tp)
+                    if span is not None and not span.closed:
+                        positions[tp] = span.position  # its worker goes on from there
+            formed = self._formed(epoch, incarnation, positions, committed, timings, sequence)
+            if own is not None:
+                gen = formed.generation
+                gen.rebalance_protocol = "cooperative"
+                gen.added = target - owned
+                gen.retained = target & owned
+                gen.revoked = owned - target
+                gen._spans = own.spans
+                gen._span_host = own
+                formed.acknowledge = partial(self._acknowledge, gen, incarnation)
+            return formed
         return None
+
+    def _acknowledge(self, gen: Generation, incarnation: int) -> None:
+        """``gen``'s revoked partitions were released: stop reporting them."""
+        if incarnation != self.incarnation:
+            return  # fenced meanwhile: it owns nothing
+        self._owned = frozenset(gen.assignments)
+        if gen.revoked:
+            log.info(
+                "group %s member %s: revoked [%s] at epoch %d; acknowledging",
+                self.config.group_id,
+                self.member_id,
+                _show(gen.revoked),
+                self.epoch,
+            )
+            self._wake.set()
 
     def _formed(
         self,
@@ -265,6 +330,7 @@ class ConsumerProtocolMember:
         positions: dict[TopicPartition, int],
         committed: dict[TopicPartition, tuple[int, str]],
         timings: RebalanceTimings,
+        sequence: int,
     ) -> Formed:
         cfg = self.config
         identity = GenerationIdentity(
@@ -272,6 +338,7 @@ class ConsumerProtocolMember:
             generation_id=epoch,
             member_id=self.member_id,
             group_instance_id=cfg.group_instance_id,
+            sequence=sequence,
         )
         t_ready = anyio.current_time()
 
@@ -294,10 +361,10 @@ class ConsumerProtocolMember:
         gen.renew_lease(self._last_ok if self._last_ok is not None else t_ready)
         self._current, self._current_incarnation = gen, incarnation
         log.info(
-            "group %s generation %d formed (consumer protocol): member %s, %d partition(s) "
+            "group %s generation %s formed (consumer protocol): member %s, %d partition(s) "
             "[%s]; previous teardown %.3f s, waited %.3f s, offsets %.3f s",
             cfg.group_id,
-            epoch,
+            identity.label,
             self.member_id,
             len(positions),
             _show(frozenset(positions)),
@@ -327,6 +394,7 @@ class ConsumerProtocolMember:
             topics=cfg.topics,
             assignor=cfg.group_remote_assignor,
             owned={tid: tuple(parts) for tid, parts in owned.items()},
+            regex=cfg.subscription_regex,
         )
 
     async def _send(self, node: int, beat: requests.ConsumerHeartbeat) -> Any:
@@ -362,10 +430,14 @@ class ConsumerProtocolMember:
         started = anyio.current_time()
         while self._fatal is None:
             if self.epoch == 0:
-                # Joining: a fenced member rejoins once its generation ended.
+                # Joining: a fenced member rejoins once its generation ended
+                # and its spans were revoked.
                 gen = self._current
                 if gen is not None:
                     await gen.wait_ended()
+                own = self.ownership
+                if own is not None and own.spans and self.incarnation > 0:
+                    await self._dropped.wait()
             sent_at = anyio.current_time()
             epoch = self.epoch
             try:
@@ -493,7 +565,8 @@ class ConsumerProtocolMember:
         names = self._names()
         if any(tid not in names for tid in assigned):
             try:
-                await self.client.cluster.refresh_metadata(cfg.topics)
+                # Subscribed by pattern: the broker chose the topics, so every topic's.
+                await self.client.cluster.refresh_metadata(cfg.topics or None)
             except (KafkaConnectionError, ProtocolError, BrokerError) as exc:
                 log.info("group %s: metadata for the assignment failed: %s", cfg.group_id, exc)
             names = self._names()
@@ -556,9 +629,12 @@ class ConsumerProtocolMember:
         self._target = None
         self._unresolved = set()
         self._owned = frozenset()
+        self._dropped = anyio.Event()
         gen = self._current
         if gen is not None:
             gen.end(Outcome.RESET_MEMBER, f"fenced: {reason}")
+        self._changed.set()  # a forming generation drops the spans
+        self._changed = anyio.Event()
         self._wake.set()
 
     def _fail(self, error: BaseException) -> None:

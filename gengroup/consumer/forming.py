@@ -50,6 +50,7 @@ from ..io.coordinator import CoordinatorClient
 from ..io.retry import Backoff
 from ..membership import requests
 from ..membership.member import Joined, JoinParams, Member, Outcome, Retry, outcome_for
+from ..membership.pattern import describe_change, matching_topics
 from ..protocol.consumer_protocol import PROTOCOL_TYPE
 from ..protocol.versions import ApiKey
 from .generation import Generation, RebalanceTimings, SpanHost
@@ -259,6 +260,15 @@ class GroupClient:
         """How long JoinGroup and SyncGroup may wait: the coordinator holds them."""
         return self.config.rebalance_timeout + self.config.request_timeout
 
+    async def matching_topics(self) -> set[str]:
+        """The topics ``topic_pattern`` matches now (every topic's metadata is fetched)."""
+        pattern = self.config.topic_pattern
+        assert pattern is not None
+        md = await self.cluster.refresh_metadata(None)
+        return matching_topics(
+            pattern, ((t, info.is_internal) for t, info in md.items() if info.error_code == 0)
+        )
+
     async def partition_counts(self, topics: set[str]) -> dict[str, int]:
         """Topic -> partition count, for the topics that exist.
 
@@ -432,12 +442,17 @@ class Formed:
             loop; False under ``group_protocol="consumer"``, whose heartbeat
             runs beside the generations
             (:mod:`~gengroup.consumer.consumer_protocol`).
+        acknowledge: called once the partitions the generation revoked were
+            released (their tasks returned, their marks committed), before it
+            is handed out: the consumer protocol then reports the smaller
+            owned set (None under the classic protocol).
     """
 
     generation: Generation
     prefetcher: Prefetcher
     partition_counts: dict[str, int]
     classic: bool = True
+    acknowledge: Callable[[], None] | None = None
 
 
 async def form_generation(
@@ -447,6 +462,7 @@ async def form_generation(
     *,
     previous_teardown: float = 0.0,
     ownership: SpanHost | None = None,
+    sequence: int = 0,
 ) -> Formed | None:
     """Join and sync until a generation forms; None if ``closing()`` turned true.
 
@@ -455,6 +471,7 @@ async def form_generation(
     its membership (its member id was reset, or no request was accepted for
     a session timeout), and before SyncGroup if the group chose an eager
     balancer. A retained partition's fetch continues where its span is.
+    ``sequence`` is the member's count of generations, this one included.
 
     Raises:
         BrokerError: a fatal answer (FENCED_INSTANCE_ID, authorization, ...).
@@ -471,6 +488,8 @@ async def form_generation(
                     await ownership.drop_all("no request accepted for a session timeout")
             node = await client.find_coordinator(timings)
             t0 = anyio.current_time()
+            if cfg.topic_pattern is not None:
+                await _match(member, client)
             params = member.join_params()
             try:
                 res = await client.join(node, params)
@@ -508,6 +527,7 @@ async def form_generation(
                 generation_id=joined.generation_id,
                 member_id=joined.member_id,
                 group_instance_id=cfg.group_instance_id,
+                sequence=sequence,
             )
             sync_sent = anyio.current_time()
             try:
@@ -563,6 +583,20 @@ async def form_generation(
         formed.generation.renew_lease(sync_sent)
         return formed
     return None
+
+
+async def _match(member: Member, client: GroupClient) -> None:
+    """Subscribe to what the pattern matches now (logged when it changes)."""
+    cfg = client.config
+    before = member.matched
+    if member.match(await client.matching_topics()):
+        log.info(
+            "group %s: topics matching %r: %s (%s)",
+            cfg.group_id,
+            cfg.topic_pattern.pattern if cfg.topic_pattern is not None else "",
+            ", ".join(member.subscription()) or "none",
+            describe_change(before, member.matched),
+        )
 
 
 def _exhausted(exc: BaseException) -> ClusterUnreachable | None:
@@ -627,9 +661,9 @@ def _formed(
     def first_batch() -> None:
         timings.first_record = anyio.current_time() - t_ready
         log.info(
-            "group %s generation %d member %s: first records after %.3f s",
+            "group %s generation %s member %s: first records after %.3f s",
             identity.group_id,
-            identity.generation_id,
+            identity.label,
             identity.member_id,
             timings.first_record,
         )
@@ -648,10 +682,10 @@ def _formed(
         _session_timeout=client.config.session_timeout,
     )
     log.info(
-        "group %s generation %d formed: member %s%s, %d partition(s), protocol %s; "
+        "group %s generation %s formed: member %s%s, %d partition(s), protocol %s; "
         "previous teardown %.3f s, coordinator %.3f s, join %.3f s, sync %.3f s, offsets %.3f s",
         gen.group_id,
-        gen.id,
+        gen.label,
         gen.member_id,
         " (leader)" if gen.is_leader else "",
         len(positions),

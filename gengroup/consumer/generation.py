@@ -342,6 +342,22 @@ class Generation:
         return self.identity.generation_id
 
     @property
+    def sequence(self) -> int:
+        """This member's count of generations up to this one (1, 2, 3, ...).
+
+        Generation ids can repeat (two generations of one KIP-848 member
+        epoch; a group converted between the classic and the consumer
+        protocol); the sequence never does, for one member. Compare
+        generations by :attr:`identity` or by object, never by :attr:`id`.
+        """
+        return self.identity.sequence
+
+    @property
+    def label(self) -> str:
+        """The id and the sequence, as logs and errors name the generation: ``"3 (#2)"``."""
+        return self.identity.label
+
+    @property
     def member_id(self) -> str:
         """This member's id in the generation."""
         return self.identity.member_id
@@ -383,6 +399,10 @@ class Generation:
         """The coordinator accepted a request of this generation sent at ``sent_at``."""
         self._lease_from = max(self._lease_from, sent_at)
 
+    def lease_deadline(self) -> float:
+        """When the local lease runs out unless renewed, in ``anyio.current_time()`` terms."""
+        return self._lease_from + self._session_timeout
+
     def lease_expired(self) -> bool:
         """Whether the coordinator may have evicted this member; if so, end the generation.
 
@@ -419,9 +439,9 @@ class Generation:
             self.end_reason = reason
             self._ending_at = anyio.current_time()
             log.info(
-                "group %s generation %d member %s ending: %s",
+                "group %s generation %s member %s ending: %s",
                 self.group_id,
-                self.id,
+                self.label,
                 self.member_id,
                 reason,
             )
@@ -455,8 +475,8 @@ class Generation:
     # ------------------------------------------------------------------ tasks
 
     def _check_live(self, what: str) -> anyio.abc.TaskGroup:
-        if self.ended or self._tg is None:
-            raise GenerationEnded(f"{what}: generation {self.id} of {self.group_id} has ended")
+        if self.ended or self._tg is None or self.lease_expired():
+            raise GenerationEnded(f"{what}: generation {self.label} of {self.group_id} has ended")
         return self._tg
 
     def start_soon(
@@ -492,10 +512,12 @@ class Generation:
             tg.start_soon(self._run_task, task, _awaitable(fn, fn(*args)), name=task.name)
             return
         if self.ended:
-            raise GenerationEnded(f"start_soon: generation {self.id} of {self.group_id} has ended")
+            raise GenerationEnded(
+                f"start_soon: generation {self.label} of {self.group_id} has ended"
+            )
         if partition not in self.assignments:
             raise KeyError(
-                f"{partition} is not assigned to member {self.member_id} in generation {self.id}"
+                f"{partition} is not assigned to member {self.member_id} in generation {self.label}"
             )
         if self._span_host is None:
             # No span outlives a generation formed without a host: the task is
@@ -596,7 +618,7 @@ class Generation:
         self._check_live("fetch")
         if tp not in self.assignments:
             raise KeyError(
-                f"{tp} is not assigned to member {self.member_id} in generation {self.id}"
+                f"{tp} is not assigned to member {self.member_id} in generation {self.label}"
             )
         return self._prefetcher.iterate(tp, lambda: self.ending or self.lease_expired())
 
@@ -626,7 +648,7 @@ class Generation:
         self._check_live("seek")
         if tp not in self.assignments:
             raise KeyError(
-                f"{tp} is not assigned to member {self.member_id} in generation {self.id}"
+                f"{tp} is not assigned to member {self.member_id} in generation {self.label}"
             )
         self._prefetcher.seek(tp, offset)
 
@@ -664,11 +686,11 @@ class Generation:
             return
         if tp not in self.assignments:
             raise KeyError(
-                f"{tp} is not assigned to member {self.member_id} in generation {self.id}"
+                f"{tp} is not assigned to member {self.member_id} in generation {self.label}"
             )
         if self.ended:
             raise GenerationEnded(
-                f"mark: generation {self.id} of {self.group_id} has ended; "
+                f"mark: generation {self.label} of {self.group_id} has ended; "
                 "its marks were already committed"
             )
         if offset > self._marks.get(tp, -1):
@@ -730,13 +752,13 @@ class Generation:
         """
         if self.ended:
             raise GenerationEnded(
-                f"commit: generation {self.id} of {self.group_id} has ended; nothing was sent"
+                f"commit: generation {self.label} of {self.group_id} has ended; nothing was sent"
             )
         async with self._commit_lock:
             wanted = dict(self._marks if offsets is None else offsets)
             for tp in wanted:
                 if tp not in self.assignments and tp not in self.revoked:
-                    raise KeyError(f"{tp} is not assigned in generation {self.id}")
+                    raise KeyError(f"{tp} is not assigned in generation {self.label}")
             due = {tp: o for tp, o in wanted.items() if o > self._committed.get(tp, -1)}
             if not due:
                 return
@@ -764,7 +786,7 @@ class Generation:
                 tp, code = next(iter(sorted(failed.items())))
                 refused = error_for_code(
                     code,
-                    f"OffsetCommit of {self.group_id} generation {self.id} member "
+                    f"OffsetCommit of {self.group_id} generation {self.label} member "
                     f"{self.member_id}: {len(failed)} partition(s) refused, e.g. {tp}",
                 )
                 self.commit_error = refused

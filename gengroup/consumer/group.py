@@ -29,16 +29,18 @@ finish within a bounded time.
 from __future__ import annotations
 
 import logging
+import re
 from collections import deque
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from typing import Any, Self, Unpack
+from typing import Any, NamedTuple, Self, Unpack
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._config import GroupConfig, GroupSettings
 from .._errors import GengroupError, GroupClosed, TaskStuckError
+from .._types import GenerationIdentity
 from ..io.cluster import Cluster
 from ..membership.member import Member, Outcome
 from .consumer_protocol import ConsumerProtocolMember
@@ -47,9 +49,37 @@ from .generation import Generation, RebalanceTimings
 from .metrics import GroupMetrics
 from .running import Ownership, run_generation
 
-__all__ = ["ConsumerGroup"]
+__all__ = ["ConsumerGroup", "GenerationRecord"]
 
 log = logging.getLogger("gengroup")
+
+
+class GenerationRecord(NamedTuple):
+    """One generation in :attr:`ConsumerGroup.history`: who the member was, and timings.
+
+    Attributes:
+        identity: the generation's identity (its id, and the member's
+            sequence number, which tells apart two generations with one id).
+        timings: how long forming it took.
+    """
+
+    identity: GenerationIdentity
+    timings: RebalanceTimings
+
+    @property
+    def id(self) -> int:
+        """The generation id (member epoch under the consumer protocol); ids may repeat."""
+        return self.identity.generation_id
+
+    @property
+    def sequence(self) -> int:
+        """The member's count of generations up to this one: unique per member."""
+        return self.identity.sequence
+
+    @property
+    def label(self) -> str:
+        """``"3 (#2)"``: the id and the sequence."""
+        return self.identity.label
 
 
 class _Failure:
@@ -72,7 +102,9 @@ class ConsumerGroup:
 
     Args:
         group_id: the consumer group.
-        topics: topics to subscribe to.
+        topics: topics to subscribe to, or a compiled ``re.Pattern`` to
+            subscribe to every topic whose whole name it matches (see
+            ``topic_pattern``).
         brokers: bootstrap ``host:port`` addresses (a list or a comma-separated string).
         **settings: any other setting of :class:`~gengroup._config.GroupConfig`
             by keyword (``balancers``, ``session_timeout``, ``rebalance_timeout``,
@@ -82,7 +114,8 @@ class ConsumerGroup:
     Attributes:
         config: the validated settings.
         history: the last 100 generations this member took part in, oldest
-            first, as (generation id, timings).
+            first, as :class:`GenerationRecord` (identity, timings) pairs;
+            ``record.label`` names one in logs.
 
     A task that ignores cancellation for longer than ``rebalance_timeout``
     after its generation ended makes ``async for`` raise
@@ -100,7 +133,7 @@ class ConsumerGroup:
     def __init__(
         self,
         group_id: str,
-        topics: Sequence[str],
+        topics: Sequence[str] | re.Pattern[str] | None,
         brokers: Sequence[str] | str,
         **settings: Unpack[GroupSettings],
     ) -> None:
@@ -112,10 +145,12 @@ class ConsumerGroup:
         self._ownership.on_failure = lambda: self._join_scope.cancel()
         # group_protocol="consumer" (KIP-848): its member loop instead of the classic one.
         self._kip848 = (
-            ConsumerProtocolMember(self._client)
+            ConsumerProtocolMember(self._client, self._ownership)
             if self.config.group_protocol == "consumer"
             else None
         )
+        # How many generations this member formed (each generation's sequence).
+        self._sequence = 0
         # The open cluster and task group, from ``__aenter__`` to ``__aexit__``.
         self._stack: AsyncExitStack | None = None
         self._closing = False
@@ -130,7 +165,7 @@ class ConsumerGroup:
         self._recv: MemoryObjectReceiveStream[Generation | _Failure]
         self._done: anyio.Event
         self._join_scope: anyio.CancelScope
-        self.history: deque[tuple[int, RebalanceTimings]] = deque(maxlen=100)
+        self.history: deque[GenerationRecord] = deque(maxlen=100)
 
     def __repr__(self) -> str:
         return f"<ConsumerGroup {self.config.group_id!r} member={self.member_id!r}>"
@@ -281,16 +316,23 @@ class ConsumerGroup:
 
     async def _form(self) -> Formed | None:
         if self._kip848 is not None:
-            return await self._kip848.form_generation(
-                self._is_closing, previous_teardown=self._last_teardown
+            formed = await self._kip848.form_generation(
+                self._is_closing,
+                previous_teardown=self._last_teardown,
+                sequence=self._sequence + 1,
             )
-        return await form_generation(
-            self._member,
-            self._client,
-            self._is_closing,
-            previous_teardown=self._last_teardown,
-            ownership=self._ownership,
-        )
+        else:
+            formed = await form_generation(
+                self._member,
+                self._client,
+                self._is_closing,
+                previous_teardown=self._last_teardown,
+                ownership=self._ownership,
+                sequence=self._sequence + 1,
+            )
+        if formed is not None:
+            self._sequence += 1
+        return formed
 
     async def _generations(self) -> None:
         """Form and run generations until the group closes or fails."""
@@ -300,9 +342,11 @@ class ConsumerGroup:
                 formed = await self._form()
             if formed is None:
                 break
-            self.history.append((formed.generation.id, formed.generation.timings))
+            gen = formed.generation
+            self.history.append(GenerationRecord(gen.identity, gen.timings))
             self._client.metrics.generations += 1
             self._client.metrics.last_timings = formed.generation.timings
+            self._client.metrics.last_generation = formed.generation.label
             if self._closing:
                 break
             await self._run_generation(formed)
@@ -334,10 +378,10 @@ class ConsumerGroup:
             return
         for name in gen.abandon_tasks():
             log.warning(
-                "group %s generation %d member %s: abandoned task %r, which did not return "
+                "group %s generation %s member %s: abandoned task %r, which did not return "
                 "after cancellation; it runs on in the background, cancelled, until it returns",
                 gen.group_id,
-                gen.id,
+                gen.label,
                 gen.member_id,
                 name,
             )

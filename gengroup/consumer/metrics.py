@@ -40,6 +40,8 @@ class GroupMetrics:
         commits_failed: OffsetCommit requests refused or failed.
         generations: generations this member joined (1 + rebalances).
         last_timings: how the newest generation formed (None before the first).
+        last_generation: the newest generation's label, id and sequence
+            (``"3 (#2)"``; generation ids may repeat, the sequence does not).
     """
 
     fetches: int = 0
@@ -50,6 +52,7 @@ class GroupMetrics:
     commits_failed: int = 0
     generations: int = 0
     last_timings: RebalanceTimings | None = None
+    last_generation: str = ""
 
     def snapshot(self) -> GroupMetrics:
         """A copy of the counters as they are now."""

@@ -35,6 +35,13 @@ retained ones, then is handed out; if it revoked anything it ends at once so
 that the member rejoins without those partitions. Every other end (an eager
 protocol, a lost membership, closing, a task's exception) revokes every span
 before the final commit.
+
+Under the consumer protocol (KIP-848, ``Formed.classic`` False) the
+membership lives in the heartbeat beside the generations, so every end but a
+lost membership (``RESET_MEMBER``), a failure or closing keeps the spans;
+after revoking, the runner calls ``Formed.acknowledge`` (the heartbeat stops
+reporting the revoked partitions) and does not end the generation: the
+coordinator assigns the released partitions without a second rebalance.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ from .._errors import (
 from .._types import TopicPartition
 from ..io.retry import retry
 from ..membership.member import Member, Outcome, outcome_for
+from ..membership.pattern import describe_change
 from .detached import host
 from .forming import Formed, GroupClient
 from .generation import Generation, Span, _UserTask
@@ -147,7 +155,7 @@ class Ownership:
         elif span is not None and span.closed:
             refused = f"{tp} is being revoked"
         elif span is None and (gen is not self.current or tp not in self.owned):
-            refused = f"{tp} is no longer owned by generation {gen.id}"
+            refused = f"{tp} is no longer owned by generation {gen.label}"
         if refused is not None:
             if hasattr(coro, "close"):
                 coro.close()
@@ -225,7 +233,18 @@ class Ownership:
         return [t for s in self.spans.values() if s.closed for t in s.tasks if not t.done]
 
     def adopt(self, gen: Generation) -> None:
-        """``gen`` holds the spans of the partitions it retained; it owns its assignment."""
+        """``gen`` holds the spans of the partitions it retained; it owns its assignment.
+
+        A span whose tasks all returned while no generation was live (closed,
+        never awaited by a revocation) is forgotten here, so that its
+        partition, added again, can open a new span; a mark its task made
+        then is carried into ``gen`` if ``gen`` assigns the partition.
+        """
+        for tp, done in list(self.spans.items()):
+            if done.closed and not done.running:
+                del self.spans[tp]
+                if tp in gen.assignments and done.pending > gen._marks.get(tp, -1):
+                    gen._marks[tp] = done.pending
         for tp in gen.retained:
             span = self.spans.get(tp)
             if span is not None and not span.closed:
@@ -316,7 +335,7 @@ class _Run:
     def _log(self, message: str) -> None:
         gen = self.gen
         log.info(
-            "group %s generation %d member %s: %s", gen.group_id, gen.id, gen.member_id, message
+            "group %s generation %s member %s: %s", gen.group_id, gen.label, gen.member_id, message
         )
 
     async def run(
@@ -327,7 +346,7 @@ class _Run:
         cfg = self.config
         gen = self.gen
         error: BaseException | None = None
-        where = f"group {gen.group_id} generation {gen.id}"
+        where = f"group {gen.group_id} generation {gen.label}"
         try:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watchdog, report_stuck, name="gengroup-teardown-watchdog")
@@ -339,14 +358,28 @@ class _Run:
                         if self.formed.classic:
                             tg.start_soon(self._heartbeat_loop, name="gengroup-heartbeat")
                         tg.start_soon(self.formed.prefetcher.run, name="gengroup-prefetcher")
-                        if gen.is_leader and cfg.watch_partition_changes:
+                        tg.start_soon(self._lease_watch, name="gengroup-lease-watch")
+                        if (gen.is_leader and cfg.watch_partition_changes) or (
+                            cfg.topic_pattern is not None and self.formed.classic
+                        ):
                             tg.start_soon(self._watch_partitions, name="gengroup-watcher")
                         if cfg.commit_interval > 0:
                             tg.start_soon(self._commit_loop, name="gengroup-committer")
                         await self._revoke_first(report_stuck)
+                        if self.formed.acknowledge is not None:
+                            self.formed.acknowledge()
                         self.own.adopt(gen)
-                        await hand_over(gen)
-                        if gen.revoked and gen.rebalance_protocol == "cooperative":
+                        # A generation whose forming outlived the session (an
+                        # offset fetch that crawled while the coordinator
+                        # moved) may already have a new owner for its
+                        # partitions: it is never handed out.
+                        if not gen.lease_expired():
+                            await hand_over(gen)
+                        if (
+                            self.formed.classic
+                            and gen.revoked
+                            and gen.rebalance_protocol == "cooperative"
+                        ):
                             gen.end(
                                 Outcome.REJOIN,
                                 f"{len(gen.revoked)} partition(s) revoked: rejoining so that "
@@ -400,18 +433,34 @@ class _Run:
         commit, so its marks are in it.
         """
         gen = self.gen
-        keep = (
-            gen.rebalance_protocol == "cooperative"
-            and gen.end_outcome is Outcome.REJOIN
-            and not gen.release_all
-        )
+        if self.formed.classic:
+            keep = (
+                gen.rebalance_protocol == "cooperative"
+                and gen.end_outcome is Outcome.REJOIN
+                and not gen.release_all
+            )
+        else:
+            # The consumer protocol's membership lives in its heartbeat, beside
+            # the generations: only a lost membership (fenced), a failure or
+            # closing (release_all) revokes every span.
+            keep = not gen.release_all and gen.end_outcome not in (
+                Outcome.RESET_MEMBER,
+                Outcome.FATAL,
+            )
         if not keep:
             self.own.current = None
             self.own.release(list(self.own.spans))
             self.own.owned.clear()
+        # A revocation that the generation's end interrupted: its spans' marks
+        # go into the final commit once their tasks returned.
+        interrupted = [s for s in self.own.spans.values() if s.closed and s.tp in gen.revoked]
         await self.own.wait_released()
+        for span in interrupted:
+            carried = max(span.pending, span.gen._marks.get(span.tp, -1))
+            if carried > gen._marks.get(span.tp, -1):
+                gen._marks[span.tp] = carried
         self.own.lease_from = gen._lease_from
-        if gen.rebalance_protocol == "cooperative":
+        if self.formed.classic and gen.rebalance_protocol == "cooperative":
             self.member.retain_owned(self.own.owned)
 
     async def _final_commit(self) -> None:
@@ -435,10 +484,10 @@ class _Run:
                 return False
             if not refused:
                 log.info(
-                    "group %s generation %d member %s: final commit refused (%s); "
+                    "group %s generation %s member %s: final commit refused (%s); "
                     "retrying for up to %s s",
                     gen.group_id,
-                    gen.id,
+                    gen.label,
                     gen.member_id,
                     exc,
                     limit,
@@ -453,7 +502,7 @@ class _Run:
             ):
                 try:
                     await retry(
-                        f"final commit of group {gen.group_id} generation {gen.id}",
+                        f"final commit of group {gen.group_id} generation {gen.label}",
                         gen.commit,
                         timeout=limit,
                         backoff=self.client.cluster.retry_backoff,
@@ -463,10 +512,10 @@ class _Run:
                     failure = exc
         if failure is not None:
             log.warning(
-                "group %s generation %d member %s: final commit failed: %s "
+                "group %s generation %s member %s: final commit failed: %s "
                 "(uncommitted records will be processed again)",
                 gen.group_id,
-                gen.id,
+                gen.label,
                 gen.member_id,
                 failure,
             )
@@ -494,7 +543,7 @@ class _Run:
         stuck = gen.stuck_tasks()
         detail = "\n".join(f"task {name!r} is suspended at:\n{stack}" for name, stack in stuck)
         err = TaskStuckError(
-            f"group {gen.group_id} generation {gen.id}: {len(stuck)} task(s) did not return "
+            f"group {gen.group_id} generation {gen.label}: {len(stuck)} task(s) did not return "
             f"within rebalance_timeout={self.config.rebalance_timeout} s after {since}; the "
             f"group stops with this error, and closing it abandons them.\n{detail}"
         )
@@ -547,17 +596,43 @@ class _Run:
             if outcome is None or outcome is Outcome.RETRY:
                 continue
             if outcome is Outcome.FATAL:
-                raise error_for_code(code, f"Heartbeat of {gen.group_id} generation {gen.id}")
+                raise error_for_code(code, f"Heartbeat of {gen.group_id} generation {gen.label}")
             gen.end(outcome, f"heartbeat answered {error_for_code(code).name}")
             return
+
+    async def _lease_watch(self) -> None:
+        """End the generation the moment its local lease runs out.
+
+        The heartbeat loop renews the lease, but a beat can hang for up to
+        ``session_timeout`` itself (a broker that took the connection and went
+        silent), and a member must not go on working past the instant the
+        coordinator may have evicted it.
+        """
+        gen = self.gen
+        # A sleep, not an event: every renewal moves the deadline further.
+        while not gen.ending and not gen.lease_expired():  # noqa: ASYNC110
+            await anyio.sleep_until(gen.lease_deadline())
 
     async def _watch_partitions(self) -> None:
         gen = self.gen
         topics = self.member.subscribed_topics()
         at_join = self.formed.partition_counts
+        counts = gen.is_leader and self.config.watch_partition_changes
         while True:
             await anyio.sleep(self.config.partition_watch_interval)
             try:
+                # Subscribed by pattern (every member): rejoin when the matches change.
+                if self.config.topic_pattern is not None:
+                    before = self.member.matched
+                    if self.member.match(await self.client.matching_topics()):
+                        gen.end(
+                            Outcome.REJOIN,
+                            "topics matching the pattern changed: "
+                            + describe_change(before, self.member.matched),
+                        )
+                        return
+                if not counts:
+                    continue
                 now = await self.client.partition_counts(topics)
             except (KafkaConnectionError, BrokerError, ProtocolError) as exc:
                 self._log_retry("partition watch", exc, "retrying")

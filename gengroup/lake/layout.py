@@ -13,7 +13,8 @@ same name with the same records, and publishing twice is harmless.
 
 Before it is published a file is *staged* under the partition's hidden
 ``_staging/`` folder as ``<base>-<end>.<token>.parquet``, where the token is
-unique to one writer (generation id and random bits). Spark, pyarrow and Hive
+unique to one writer (generation id, the member's generation sequence and
+random bits: ids can repeat, the sequence cannot). Spark, pyarrow and Hive
 skip paths whose name starts with ``_``, so a staged file is never read as
 data. The commit that lands a file carries :func:`commit_note` as its Kafka
 commit metadata; from it whoever owns the partition next finds the staged file

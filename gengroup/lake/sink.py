@@ -311,11 +311,11 @@ class LakeSink:
         if scope.cancelled_caught:
             log.warning(
                 "%s: landing %d buffered record(s) took over %.1f s after generation "
-                "%d ended; the next owner reads them again from offset %d",
+                "%s ended; the next owner reads them again from offset %d",
                 buf.tp,
                 len(buf.offsets),
                 self.config.flush_timeout,
-                gen.id,
+                gen.label,
                 buf.base,
             )
 
@@ -369,7 +369,9 @@ class LakeSink:
         tp = buf.tp
         if gen.committed.get(tp, -1) >= buf.end:
             raise LakeError(f"{tp}: offset {buf.end} is already committed; refusing to land it")
-        landed = Landed(buf.base, buf.end, f"g{gen.id}-{secrets.token_hex(6)}")
+        # The writer's token names the generation by id and sequence: ids can
+        # repeat (KIP-848 epochs), the member's sequence does not.
+        landed = Landed(buf.base, buf.end, f"g{gen.id}s{gen.sequence}-{secrets.token_hex(6)}")
         landed_at = time.time()
         columns = buf.columns(int(landed_at * 1000))
         await anyio.to_thread.run_sync(self.store.write_staged, tp, landed, columns)
@@ -392,13 +394,13 @@ class LakeSink:
             # The commit may or may not be stored: the staged file stays for the next
             # owner (this member, after rejoining, or another) to publish or delete.
             log.warning(
-                "%s: the commit of offsets %d..%d failed (%s); ending generation %d, "
+                "%s: the commit of offsets %d..%d failed (%s); ending generation %s, "
                 "the partition's next owner settles the staged file",
                 tp,
                 landed.base,
                 landed.end - 1,
                 exc,
-                gen.id,
+                gen.label,
             )
             return False
         with anyio.CancelScope(shield=True):

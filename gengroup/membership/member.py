@@ -32,6 +32,7 @@ are its member column):
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -120,6 +121,8 @@ class MemberConfig:
     group_instance_id: str | None = None
     rack: str | None = None
     subscription_version: int | None = None
+    #: Subscribing by pattern: ``topics`` is empty, the member's matches are its subscription.
+    topic_pattern: re.Pattern[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +217,8 @@ class Member:
     owned_generation: int = -1
     last_heartbeat_ok: float | None = None
     rejoin_reason: str | None = None
+    #: Under a pattern subscription: the topics it matched at the last check.
+    matched: frozenset[str] = frozenset()
 
     def _move(self, event: str) -> None:
         nxt = TRANSITIONS.get((self.phase, event))
@@ -243,15 +248,33 @@ class Member:
             )
         return what
 
+    def subscription(self) -> tuple[str, ...]:
+        """The topics this member subscribes to: its names, or what its pattern matched."""
+        if self.config.topic_pattern is not None:
+            return tuple(sorted(self.matched))
+        return tuple(sorted(self.config.topics))
+
+    def match(self, topics: Collection[str]) -> bool:
+        """The topics the pattern matches now (pattern subscriptions); True if they changed.
+
+        The next JoinGroup subscribes to them; a running generation whose
+        subscription changed should end so that the member rejoins.
+        """
+        new = frozenset(topics)
+        changed = new != self.matched
+        self.matched = new
+        return changed
+
     def protocols(self) -> tuple[tuple[str, bytes], ...]:
         """The (name, metadata) list sent in JoinGroup, in preference order."""
         owned = tuple(sorted((t, tuple(sorted(p))) for t, p in self.owned.items()))
+        topics = self.subscription()
         out = []
         for balancer in self.config.balancers:
             sub = Subscription(
-                topics=tuple(sorted(self.config.topics)),
+                topics=topics,
                 user_data=balancer_user_data(
-                    balancer, self.config.topics, owned, self.owned_generation
+                    balancer, self.config.topics or topics, owned, self.owned_generation
                 ),
                 owned_partitions=owned,
                 generation_id=self.generation_id,
@@ -386,7 +409,7 @@ class Member:
 
     def subscribed_topics(self) -> set[str]:
         """The union of every member's subscription (leader) or our own (followers)."""
-        topics = set(self.config.topics)
+        topics = set(self.subscription())
         if self.joined is not None:
             for m in self.joined.members:
                 topics.update(m.topics)

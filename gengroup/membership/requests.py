@@ -22,9 +22,10 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
+from .._errors import UnsupportedVersion
 from .._types import GenerationIdentity, TopicPartition
 from ..protocol.framing import build, ms
 from .member import JoinParams
@@ -282,6 +283,10 @@ class ConsumerHeartbeat:
         topics: the subscribed topic names.
         assignor: the server-side assignor asked for, or None.
         owned: topic id -> the partitions the member owns (empty to join).
+        regex: subscribing by pattern: the regular expression (RE2J syntax)
+            the broker matches topic names against, sent in
+            ``subscribed_topic_regex`` (v1) instead of ``topics``; None
+            subscribes by names.
     """
 
     group_id: str
@@ -293,10 +298,23 @@ class ConsumerHeartbeat:
     topics: tuple[str, ...]
     assignor: str | None
     owned: Mapping[uuid.UUID, tuple[int, ...]]
+    regex: str | None = None
 
 
 def consumer_heartbeat_request(mod: Any, beat: ConsumerHeartbeat) -> Any:
-    """A ConsumerGroupHeartbeat request (v0-v1)."""
+    """A ConsumerGroupHeartbeat request (v0-v1).
+
+    Raises:
+        UnsupportedVersion: ``beat`` subscribes by pattern and the negotiated
+            version (v0) has no ``subscribed_topic_regex``.
+    """
+    if beat.regex is not None and "subscribed_topic_regex" not in {
+        f.name for f in fields(mod.ConsumerGroupHeartbeatRequest)
+    }:
+        raise UnsupportedVersion(
+            "subscribing by pattern needs ConsumerGroupHeartbeat v1 (subscribed_topic_regex); "
+            "the broker speaks only v0"
+        )
     if beat.member_epoch < 0:
         return build(
             mod.ConsumerGroupHeartbeatRequest,
@@ -314,7 +332,8 @@ def consumer_heartbeat_request(mod: Any, beat: ConsumerHeartbeat) -> Any:
         instance_id=beat.instance_id,
         rack_id=beat.rack,
         rebalance_timeout=ms(beat.rebalance_timeout),
-        subscribed_topic_names=tuple(sorted(beat.topics)),
+        subscribed_topic_names=None if beat.regex is not None else tuple(sorted(beat.topics)),
+        subscribed_topic_regex=beat.regex,
         server_assignor=beat.assignor,
         topic_partitions=tuple(
             build(mod.TopicPartitions, topic_id=tid, partitions=tuple(sorted(parts)))

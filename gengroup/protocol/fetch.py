@@ -210,6 +210,34 @@ def _is_abort_marker(batch: RecordBatch) -> bool:
     return batch.is_control and batch.control_type is ControlType.ABORT
 
 
+class _AbortedTransactions:
+    """Which transactional batches a ``read_committed`` read drops, batch by batch in order.
+
+    The response lists each aborted transaction as its producer id and first
+    offset: from that offset on, the producer's transactional batches are
+    aborted until its abort marker (a control batch) ends the transaction.
+    """
+
+    __slots__ = ("_aborting", "_pending")
+
+    def __init__(self, aborted: Any) -> None:
+        self._pending = [(int(a.first_offset), int(a.producer_id)) for a in aborted or ()]
+        heapq.heapify(self._pending)
+        self._aborting: set[int] = set()
+
+    def aborts(self, batch: RecordBatch | RawBatch, abort_marker: bool) -> bool:
+        """Whether ``batch`` (of a producer, the next in the log) belongs to an aborted
+        transaction; ``abort_marker``: it is its producer's abort marker."""
+        pending = self._pending
+        last = batch.last_offset
+        while pending and pending[0][0] <= last:
+            self._aborting.add(heapq.heappop(pending)[1])
+        if abort_marker:
+            self._aborting.discard(batch.producer_id)
+            return False
+        return batch.is_transactional and batch.producer_id in self._aborting
+
+
 def _filter_batches(
     batches: list[RecordBatch],
     aborted: Any,
@@ -217,21 +245,15 @@ def _filter_batches(
     start: int | None,
 ) -> list[RecordBatch]:
     """Drop control batches, aborted batches (read_committed) and records below ``start``."""
-    pending: list[tuple[int, int]] = []
-    if read_committed and aborted:
-        pending = [(int(a.first_offset), int(a.producer_id)) for a in aborted]
-        heapq.heapify(pending)
-    aborted_pids: set[int] = set()
+    transactions = _AbortedTransactions(aborted) if read_committed else None
     out: list[RecordBatch] = []
     for batch in batches:
-        if read_committed and batch.producer_id >= 0:
-            last = batch.last_offset
-            while pending and pending[0][0] <= last:
-                aborted_pids.add(heapq.heappop(pending)[1])
-            if _is_abort_marker(batch):
-                aborted_pids.discard(batch.producer_id)
-            elif batch.is_transactional and batch.producer_id in aborted_pids:
-                continue
+        if (
+            transactions is not None
+            and batch.producer_id >= 0
+            and transactions.aborts(batch, _is_abort_marker(batch))
+        ):
+            continue
         if batch.is_control:
             continue
         if start is not None and batch.base_offset < start:
@@ -255,23 +277,16 @@ def _filter_raw(
     is decoded and trimmed (it can only be the first); every other batch
     stays raw.
     """
-    pending: list[tuple[int, int]] = []
-    if read_committed and aborted:
-        pending = [(int(a.first_offset), int(a.producer_id)) for a in aborted]
-        heapq.heapify(pending)
-    aborted_pids: set[int] = set()
+    transactions = _AbortedTransactions(aborted) if read_committed else None
     decoded: list[RecordBatch] = []
     out: list[RawBatch] = []
     for batch in batches:
-        if read_committed and batch.producer_id >= 0:
-            last = batch.last_offset
-            while pending and pending[0][0] <= last:
-                aborted_pids.add(heapq.heappop(pending)[1])
-            if batch.is_control:
-                if _is_abort_marker(batch.decode()):
-                    aborted_pids.discard(batch.producer_id)
-            elif batch.is_transactional and batch.producer_id in aborted_pids:
-                continue
+        if (
+            transactions is not None
+            and batch.producer_id >= 0
+            and transactions.aborts(batch, batch.is_control and _is_abort_marker(batch.decode()))
+        ):
+            continue
         if batch.is_control or not batch.count:
             continue
         if start is not None and batch.base_offset < start:

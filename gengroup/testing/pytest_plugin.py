@@ -78,6 +78,11 @@ def make_unique_name(prefix: str = "gengroup") -> str:
     return f"{clean}-{uuid.uuid4().hex[:12]}"
 
 
+def _keep_data() -> bool:
+    """Whether ``GENGROUP_KAFKA_KEEP`` asks to keep the brokers' data directories."""
+    return os.environ.get("GENGROUP_KAFKA_KEEP", "") not in ("", "0")
+
+
 @pytest.fixture(scope="session")
 def kafka() -> Iterator[KafkaBroker]:
     """A real Apache Kafka broker shared by the test session.
@@ -88,12 +93,8 @@ def kafka() -> Iterator[KafkaBroker]:
     Raises:
         KafkaHarnessError: The broker could not be started (an error, never a skip).
     """
-    broker = KafkaBroker(keep=os.environ.get("GENGROUP_KAFKA_KEEP", "") not in ("", "0"))
-    broker.start()
-    try:
+    with KafkaBroker(keep=_keep_data()) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="session")
@@ -109,20 +110,14 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
             or the broker could not be started (an error, never a skip).
     """
     certificates = make_certificates(tmp_path_factory.mktemp("certificates"))
-    broker = KafkaBroker(
-        keep=os.environ.get("GENGROUP_KAFKA_KEEP", "") not in ("", "0"),
-        security=BrokerSecurity(
-            certificates,
-            plain_users=SECURE_PLAIN_USERS,
-            scram_users=SECURE_SCRAM_USERS,
-            authorizer=True,
-        ),
+    security = BrokerSecurity(
+        certificates,
+        plain_users=SECURE_PLAIN_USERS,
+        scram_users=SECURE_SCRAM_USERS,
+        authorizer=True,
     )
-    broker.start()
-    try:
+    with KafkaBroker(keep=_keep_data(), security=security) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="session")
@@ -135,12 +130,8 @@ def kafka_cluster() -> Iterator[KafkaCluster]:
     Raises:
         KafkaHarnessError: The cluster could not be started (an error, never a skip).
     """
-    cluster = KafkaCluster(3, keep=os.environ.get("GENGROUP_KAFKA_KEEP", "") not in ("", "0"))
-    cluster.start()
-    try:
+    with KafkaCluster(3, keep=_keep_data()) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.fixture

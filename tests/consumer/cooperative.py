@@ -1,10 +1,13 @@
-"""The 3 -> 4 -> 3 member scenario under the cooperative-sticky balancer.
+"""The 3 -> 4 -> 3 member scenario under an incremental protocol.
 
-Shared by the embedded-broker and the real-Kafka tests. Each member starts one
-span-scoped worker per *added* partition (``partition=tp``) and the
-:class:`SpanLedger` checks, at every step, that no two workers own a
-partition at once; it counts each partition's worker starts, so that
-retained partitions are seen never to restart.
+Shared by the embedded-broker and the real-Kafka tests, under the classic
+protocol's cooperative-sticky balancer and under the consumer protocol
+(KIP-848), whose members each have their own epoch
+(``same_generation=False``). Each member starts one span-scoped worker per
+*added* partition (``partition=tp``) and the :class:`SpanLedger` checks, at
+every step, that no two workers own a partition at once; it counts each
+partition's worker starts, so that retained partitions are seen never to
+restart.
 """
 
 from __future__ import annotations
@@ -60,15 +63,21 @@ class SpanLedger:
         gen = self.current().get(name)
         return set(gen.assignments) if gen is not None else set()
 
-    def stable(self, names: set[str], every: set[TopicPartition]) -> bool:
-        """``names`` (only) share one generation covering ``every`` partition exactly once,
-        and each partition's worker runs in its owner."""
+    def stable(
+        self, names: set[str], every: set[TopicPartition], same_generation: bool = True
+    ) -> bool:
+        """``names`` (only) run generations covering ``every`` partition exactly once (in
+        one generation id if ``same_generation``), evenly, and each partition's worker
+        runs in its owner."""
         cur = self.current()
-        if set(cur) != names or len({g.id for g in cur.values()}) != 1:
+        if set(cur) != names or (same_generation and len({g.id for g in cur.values()}) != 1):
             return False
         seen = [tp for g in cur.values() for tp in g.assignments]
         if len(seen) != len(set(seen)) or set(seen) != every:
             return False
+        share = len(every) // len(names)
+        if any(len(g.assignments) not in (share, share + 1) for g in cur.values()):
+            return False  # a member still waits for partitions another one releases
         return all(self.owners.get(tp) == n for n, g in cur.items() for tp in g.assignments)
 
     def starts_of(self, name: str) -> dict[TopicPartition, int]:
@@ -91,12 +100,19 @@ async def three_four_three(
     committed: Callable[[], Awaitable[dict[TopicPartition, int]]],
     expected: Callable[[], set[bytes]],
     timeout: float,
+    same_generation: bool = True,
 ) -> SpanLedger:
     """Run the scenario; returns the ledger (the caller asserts on it too).
 
     ``produce(step)`` adds records, ``committed()`` reads the group's
     committed offsets, ``expected()`` is every record value produced.
+    ``same_generation``: the members of a stable group share one generation
+    id (classic protocol); under KIP-848 each member has its own epoch.
     """
+
+    def stable(names: set[str]) -> bool:
+        return ledger.stable(names, every, same_generation)
+
     ledger = SpanLedger()
     history: dict[TopicPartition, list[int]] = {}
     stops: dict[str, anyio.CancelScope] = {}
@@ -119,14 +135,14 @@ async def three_four_three(
         await produce(0)
         for name in sorted(three):
             tg.start_soon(run_member, name)
-        await wait_until(lambda: ledger.stable(three, every), "3 members to share", timeout)
+        await wait_until(lambda: stable(three), "3 members to share", timeout)
         before = {n: ledger.assigned(n) for n in three}
         starts = {n: ledger.starts_of(n) for n in three}
         assert all(v == 1 for s in starts.values() for v in s.values()), starts
 
         await produce(1)
         tg.start_soon(run_member, "m4")
-        await wait_until(lambda: ledger.stable(three | {"m4"}, every), "4 members", timeout)
+        await wait_until(lambda: stable(three | {"m4"}), "4 members", timeout)
         after = {n: ledger.assigned(n) for n in three}
         for name in three:
             # Sticky: the old members only gave partitions away, and the
@@ -138,7 +154,7 @@ async def three_four_three(
         await produce(2)
         kept = {n: ledger.assigned(n) for n in three}
         stops["m4"].cancel()
-        await wait_until(lambda: ledger.stable(three, every), "3 members again", timeout)
+        await wait_until(lambda: stable(three), "3 members again", timeout)
         for name in three:
             now = ledger.assigned(name)
             assert kept[name] <= now, (name, kept[name], now)

@@ -43,7 +43,8 @@ async def produce_ids(bootstrap: str, topic: str, ids: Iterable[int]) -> None:
 class Ledger:
     """What every member's workers did, checked for the group's invariants."""
 
-    owners: dict[TopicPartition, tuple[str, int]] = field(default_factory=dict)
+    #: Each partition's owner: member name and generation label (ids can repeat).
+    owners: dict[TopicPartition, tuple[str, str]] = field(default_factory=dict)
     overlaps: list[str] = field(default_factory=list)
     processed: Counter[bytes] = field(default_factory=Counter)
     generations: dict[str, list[Generation]] = field(default_factory=dict)
@@ -58,13 +59,15 @@ class Ledger:
 
     async def worker(self, name: str, gen: Generation, tp: TopicPartition) -> None:
         if tp in self.owners:
-            self.overlaps.append(f"{tp}: {name} gen {gen.id} while {self.owners[tp]} owns it")
-        self.owners[tp] = (name, gen.id)
+            self.overlaps.append(f"{tp}: {name} gen {gen.label} while {self.owners[tp]} owns it")
+        self.owners[tp] = (name, gen.label)
         start = gen.assignments[tp]
         self.start_offsets.append((gen.id, tp, start))
         previous = self.last_marks.get(tp)
         if previous is not None and previous != start:
-            self.handover_gaps.append(f"{tp}: gen {gen.id} starts at {start}, last mark {previous}")
+            self.handover_gaps.append(
+                f"{tp}: gen {gen.label} starts at {start}, last mark {previous}"
+            )
         try:
             async for batch in gen.fetch(tp):
                 for record in batch.records:
@@ -74,7 +77,7 @@ class Ledger:
                 self.last_marks[tp] = batch.next_offset
                 self.notify()
         finally:
-            if self.owners.get(tp) == (name, gen.id):
+            if self.owners.get(tp) == (name, gen.label):
                 del self.owners[tp]
 
     async def member(self, name: str, group: ConsumerGroup) -> None:

@@ -20,9 +20,12 @@ from gengroup import (
     TopicPartition,
     run_workers,
 )
+from gengroup._config import GroupConfig
 from gengroup._types import GenerationIdentity
 from gengroup.broker import FakeCluster
 from gengroup.consumer.generation import RebalanceTimings
+from gengroup.consumer.running import Ownership
+from gengroup.membership.member import Outcome
 from gengroup.protocol.records import NewRecord
 
 from .cooperative import SpanLedger, three_four_three, wait_until
@@ -238,3 +241,86 @@ async def test_a_generation_formed_without_ownership_runs_partition_tasks_as_its
         gen.start_soon(task, tp, partition=tp)
     assert ran == [tp]
     assert gen.end_reason is not None and "exited" in gen.end_reason
+
+
+async def test_a_partition_whose_task_returned_between_generations_opens_a_new_span() -> None:
+    """A span task that returns after its generation ended (no generation live) gives
+    the partition up; the next generation assigning it again opens a fresh span
+    instead of refusing the partition as still being revoked."""
+    tp = TopicPartition("t", 0)
+    own = Ownership(GroupConfig.create("g", ["t"], "127.0.0.1:9092"))
+
+    def generation(sequence: int, added: frozenset[TopicPartition]) -> Generation:
+        gen = Generation(
+            identity=GenerationIdentity("g", 3, "m", None, sequence),
+            is_leader=False,
+            protocol="consumer/uniform",
+            assignments={tp: 0},
+            timings=RebalanceTimings(),
+            _committer=None,  # type: ignore[arg-type]
+            _prefetcher=None,  # type: ignore[arg-type]
+            added=added,
+            retained=frozenset({tp}) - added,
+            rebalance_protocol="cooperative",
+        )
+        gen._spans, gen._span_host = own.spans, own
+        return gen
+
+    proceed = anyio.Event()
+    returned = anyio.Event()
+    ran: list[int] = []
+
+    async def task(gen: Generation) -> None:
+        ran.append(gen.sequence)
+        if gen.sequence == 1:
+            await proceed.wait()
+            gen.mark(tp, 5)
+            returned.set()
+        else:
+            await anyio.sleep_forever()
+
+    async with own.hosting():
+        first = generation(1, frozenset({tp}))
+        own.adopt(first)
+        first.start_soon(task, first, partition=tp)
+        first.end(Outcome.REJOIN, "assignment changed")
+        first.set_ended()  # between generations: the span runs on, held by nobody live
+        proceed.set()
+        await returned.wait()
+        await anyio.wait_all_tasks_blocked()
+        assert tp not in own.owned and own.spans[tp].closed
+        second = generation(2, frozenset({tp}))
+        own.adopt(second)
+        assert tp not in own.spans
+        assert second.marks == {tp: 5}  # the mark made between generations is kept
+        second.start_soon(task, second, partition=tp)
+        await anyio.wait_all_tasks_blocked()
+        assert not own.spans[tp].closed
+        second.end(Outcome.REJOIN, "the group is closing", release=True)
+    assert ran == [1, 2]
+    assert first.label == "3 (#1)" and second.label == "3 (#2)"
+    assert first.identity != second.identity
+
+
+async def test_generations_carry_a_sequence_in_history_metrics_and_labels(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Each generation the member forms gets the next sequence number; its label,
+    ``group.history`` and ``metrics().last_generation`` name it by id and sequence."""
+    seen: list[Generation] = []
+    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        async with group_on(cluster, "m", [CooperativeStickyBalancer()]) as group:
+            async for gen in group:
+                seen.append(gen)
+                if len(seen) == 3:
+                    break
+                gen.cancel()
+            history = list(group.history)
+            metrics = group.metrics()
+    assert [g.sequence for g in seen] == [1, 2, 3]
+    assert [g.label for g in seen] == [f"{g.id} (#{g.sequence})" for g in seen]
+    assert [(r.identity, r.id, r.label) for r in history] == [
+        (g.identity, g.id, g.label) for g in seen
+    ]
+    assert all(timings is g.timings for (_, timings), g in zip(history, seen, strict=True))
+    assert metrics.generations == 3 and metrics.last_generation == seen[-1].label

@@ -1,7 +1,7 @@
 """Failover on a real three-node Kafka cluster: brokers die under a running group.
 
-Each test takes nodes of the session's :class:`KafkaCluster` down (SIGKILL)
-while a gengroup Producer writes
+Each test takes nodes of the session's :class:`KafkaCluster` down (SIGKILL,
+or a graceful stop in a rolling restart) while a gengroup Producer writes
 with ``acks=all`` and a consumer group processes, then checks the group's
 invariants on everything that happened:
 
@@ -351,3 +351,29 @@ async def test_partition_leader_killed_while_fetching(cluster: KafkaCluster) -> 
         first_record_of_moved=run.tracker.first_consumed_after(killed, led) - killed,
     )
     print(f"generations: {len(run.tracker.formed)} (the fetcher moved, the generation stayed)")
+
+
+async def test_rolling_restart_of_all_three_brokers(cluster: KafkaCluster) -> None:
+    steps: dict[str, float] = {}
+    async with scenario(cluster, "rolling", 6) as run:
+        for name in ("a", "b"):
+            await run.add_member(name)
+        await run.wait_for(lambda: run.stable(2, 6), "a generation of both members")
+        for node in range(3):
+            await run.wait_for(lambda: len(run.tracker.processed) > 0, "records processed")
+            stopped = anyio.current_time()
+            await anyio.to_thread.run_sync(cluster.stop, node)
+            down = anyio.current_time()
+            await anyio.to_thread.run_sync(cluster.restart, node)
+            await anyio.to_thread.run_sync(cluster.wait_healthy)
+            steps[f"node{node}_healthy"] = anyio.current_time() - stopped
+            await run.wait_for(lambda: run.stable(2, 6), "a stable group after the restart")
+            steps[f"node{node}_first_record"] = run.tracker.first_consumed_after(down) - stopped
+        await run.caught_up()
+    again = run.check()
+    assert len(run.commits.seen) > 10
+    report("rolling restart, each node stopped and restarted", **steps)
+    print(
+        f"processed again: {again} of {len(run.traffic.acked)} acknowledged; "
+        f"sends failed: {len(run.traffic.failed)}; generations: {len(run.tracker.formed)}"
+    )

@@ -327,8 +327,35 @@ async def test_a_member_that_hears_nothing_for_a_session_hands_out_no_more_batch
         last_accepted = heartbeats[0] - SETTINGS["heartbeat_interval"]
         assert gen.end_reason is not None and "local lease expired" in gen.end_reason
         assert handed and max(handed) < last_accepted + session + 0.01
-        # It ended itself: the dropped heartbeat (60 s request timeout) never answered.
-        assert ended_at <= last_accepted + session + SETTINGS["heartbeat_interval"]
+        # It ended itself, on the instant its lease ran out, while the dropped
+        # heartbeat (60 s request timeout) was still waiting for an answer.
+        assert ended_at == pytest.approx(last_accepted + session, abs=0.01)
+
+
+async def test_a_generation_formed_after_its_session_ran_out_is_never_handed_out(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The offset fetch that completes a generation crawls (a coordinator moving)
+    for longer than a session timeout after the SyncGroup was sent: by then the
+    coordinator may have given the partitions to another member, so that
+    generation is discarded unseen and the member joins again."""
+    session = SETTINGS["session_timeout"]
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 3)
+        syncs: list[float] = []
+        cluster.control(ApiKey.SYNC_GROUP, lambda req: syncs.append(trio.current_time()))
+        cluster.control(ApiKey.OFFSET_FETCH, lambda req: Delay(session + 2.0), once=True)
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            gen = await group.next()
+            handed_at = trio.current_time()
+            async for batch in gen.fetch(TP):
+                gen.mark(TP, batch.next_offset)
+                break
+        assert len(syncs) >= 2
+        # The first generation's sync was a whole session (and more) before any hand-out.
+        assert handed_at >= syncs[0] + session
+        assert gen.id >= 2
+        assert handed_at - syncs[-1] < session
 
 
 async def test_a_failed_periodic_commit_is_visible_on_the_generation(

@@ -1,9 +1,7 @@
 """group_protocol="consumer" (KIP-848) on real Apache Kafka 4.3.1.
 
-The module runs its own broker with short consumer-group timings
-(``group.consumer.heartbeat.interval.ms`` 500, ``session.timeout.ms`` 6000):
-the shared one keeps Kafka's 5 s / 45 s defaults, whose minimums only the
-broker's configuration can lower.
+The tests run on a broker of their own with short consumer-group timings
+(the ``kip848_kafka`` fixture, ``tests/consumer/kip848.py``).
 """
 
 from __future__ import annotations
@@ -36,31 +34,10 @@ from .helpers import (
     produce_ids,
     watch_commits as watch_committed,
 )
+from .kip848 import KIP848
 
 pytestmark = pytest.mark.kafka
 log = logging.getLogger("gengroup.tests")
-
-#: The broker's consumer-group timings for these tests.
-BROKER_PROPERTIES = {
-    "group.consumer.heartbeat.interval.ms": 500,
-    "group.consumer.min.heartbeat.interval.ms": 500,
-    "group.consumer.session.timeout.ms": 6000,
-    "group.consumer.min.session.timeout.ms": 6000,
-}
-
-#: The members' settings: the consumer protocol, timings to match the broker's.
-KIP848 = {**FAST, "group_protocol": "consumer", "session_timeout": 6.0}
-
-
-@pytest.fixture(scope="module")
-def kip848_kafka() -> Iterator[KafkaBroker]:
-    """A broker of this module's own, with short consumer-group timings."""
-    broker = KafkaBroker(properties=BROKER_PROPERTIES)
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 async def test_one_then_three_then_two_members(kip848_kafka: KafkaBroker) -> None:
@@ -142,9 +119,11 @@ async def one_then_three_then_two(bootstrap: str) -> None:
     log.info("kip848 timings: %s", {n: list(g.history) for n, g in groups.items()})
 
 
-#: A member in its own process (``python -c MEMBER BOOTSTRAP GROUP TOPIC``), to
-#: kill or freeze: prints ``generation ID P,P,...`` per generation, ``batch P
-#: NEXT`` per batch handed out and ``ended REASON`` when a generation ended.
+#: A member in its own process (``python -c MEMBER BOOTSTRAP GROUP TOPIC SCOPE``),
+#: to kill or freeze: prints ``generation ID P,P,...`` per generation, ``batch P
+#: NEXT`` per batch handed out and ``ended REASON`` when a generation ended. Its
+#: workers are the generation's tasks (SCOPE ``generation``) or the partitions'
+#: (``partition``: started for ``gen.added`` with ``partition=tp``).
 MEMBER = """
 import sys
 import anyio
@@ -157,7 +136,7 @@ async def worker(gen, tp):
         gen.mark(tp, batch.next_offset)
 
 
-async def main(bootstrap, group_id, topic):
+async def main(bootstrap, group_id, topic, scope):
     async with ConsumerGroup(
         group_id, [topic], bootstrap, group_protocol="consumer", session_timeout=6.0,
         rebalance_timeout=10.0, fetch_max_wait=0.1, commit_interval=0.3,
@@ -166,20 +145,26 @@ async def main(bootstrap, group_id, topic):
         async for gen in group:
             parts = ",".join(str(tp.partition) for tp in sorted(gen.assignments))
             print(f"generation {gen.id} {parts}", flush=True)
-            for tp in gen.assignments:
-                gen.start_soon(worker, gen, tp)
+            if scope == "partition":
+                for tp in gen.added:
+                    gen.start_soon(worker, gen, tp, partition=tp)
+            else:
+                for tp in gen.assignments:
+                    gen.start_soon(worker, gen, tp)
             await gen.wait_ending()
             print(f"ended {gen.end_reason}", flush=True)
 
 
-anyio.run(main, *sys.argv[1:4])
+anyio.run(main, *sys.argv[1:5])
 """
 
 
 @contextmanager
-def member_process(bootstrap: str, group_id: str, topic: str) -> Iterator[subprocess.Popen[str]]:
+def member_process(
+    bootstrap: str, group_id: str, topic: str, scope: str = "generation"
+) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", MEMBER, bootstrap, group_id, topic],
+        [sys.executable, "-c", MEMBER, bootstrap, group_id, topic, scope],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -228,16 +213,18 @@ async def test_a_killed_member_is_fenced_and_its_partitions_move_after_the_sessi
     assert not ledger.overlaps, ledger.overlaps
 
 
+@pytest.mark.parametrize("scope", ["generation", "partition"])
 async def test_a_frozen_member_is_fenced_and_rejoins_with_epoch_0(
-    kip848_kafka: KafkaBroker,
+    kip848_kafka: KafkaBroker, scope: str
 ) -> None:
     """Frozen past the session timeout (SIGSTOP), the member processes nothing after
-    waking: its generation ends, then it rejoins and the partitions are shared again."""
+    waking: its generation ends (its partitions' tasks too, when they are
+    partition-scoped), then it rejoins and the partitions are shared again."""
     bootstrap = kip848_kafka.bootstrap
     topic, group_id = make_unique_name("kip848-frozen"), make_unique_name("g")
     await create_topic(bootstrap, topic, 2)
     ledger = Ledger()
-    with member_process(bootstrap, group_id, topic) as proc:
+    with member_process(bootstrap, group_id, topic, scope) as proc:
         lines = Lines(proc)
         first = await lines.wait_for("generation")
         await produce_ids(bootstrap, topic, range(50))

@@ -85,7 +85,7 @@ async def three_then_four(bootstrap: str) -> dict[str, object]:
     assert not duplicates, f"{len(duplicates)} records processed twice"
     for tp, seq in committed_history.items():
         assert seq == sorted(seq), f"committed offset of {tp} went backwards: {seq}"
-    timings = {name: [(gid, t) for gid, t in g.history] for name, g in groups.items()}
+    timings = {name: [(r.label, r.timings) for r in g.history] for name, g in groups.items()}
     log.info("rebalance timings: %s", timings)
     return {"timings": timings, "gen4": gen4.id}
 

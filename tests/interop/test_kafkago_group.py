@@ -14,21 +14,19 @@ version-0 subscriptions, so gengroup members send version 0
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
 from gengroup import ConsumerGroup, RangeBalancer
 from gengroup.testing.kafka import KafkaBroker
-from gengroup.testing.pytest_plugin import make_unique_name
+from tests.programs import run_program
 
-from ..consumer.helpers import FAST, Ledger, all_partitions, create_topic, produce_ids
-from .members import ProcessMember
+from ..consumer.helpers import FAST, Ledger, produce_ids
+from .members import new_mixed_group
 
 pytestmark = pytest.mark.kafka
 
@@ -47,16 +45,12 @@ def kafkago_member(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             "(install Go 1.23 or later)"
         )
     binary = tmp_path_factory.mktemp("kafkago") / "kafkago-member"
-    built = subprocess.run(
+    run_program(
         [go, "build", "-o", str(binary), "."],
+        f"go build of {PROGRAM.name}",
         cwd=PROGRAM,
-        capture_output=True,
-        text=True,
         timeout=600,
-        check=False,
     )
-    if built.returncode != 0:
-        pytest.fail(f"go build of {PROGRAM.name} failed:\n{built.stdout}{built.stderr}")
     yield binary
 
 
@@ -72,25 +66,25 @@ async def test_mixed_group_with_kafka_go(
     gengroup_leads: bool,
     subscription_version: int | None,
 ) -> None:
-    topic, group_id = make_unique_name("kafkago"), make_unique_name("g")
-    await create_topic(kafka.bootstrap, topic, PARTITIONS)
-    every = all_partitions(topic, PARTITIONS)
-    peer = ProcessMember(
-        [str(kafkago_member), kafka.bootstrap, group_id, topic], topic, tmp_path / "go.log"
-    )
     ledger = Ledger()
-
-    async def wait_for(predicate: Any, what: str) -> None:
-        try:
-            await ledger.wait_for(predicate, what, timeout=90)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; kafka-go said:\n{peer.tail()}") from None
+    mixed = await new_mixed_group(
+        kafka.bootstrap,
+        [str(kafkago_member)],
+        tmp_path / "go.log",
+        ledger,
+        partitions=PARTITIONS,
+        prefix="kafkago",
+        name="kafka-go",
+    )
+    topic, group_id, every, peer = mixed.topic, mixed.group_id, mixed.every, mixed.peer
 
     async with anyio.create_task_group() as outer:
         try:
             if not gengroup_leads:
                 outer.start_soon(peer.run)
-                await wait_for(lambda: peer.current() == every, "kafka-go to own every partition")
+                await peer.wait_for(
+                    lambda: peer.current() == every, "kafka-go to own every partition"
+                )
             async with (
                 ConsumerGroup(
                     group_id,
@@ -104,7 +98,7 @@ async def test_mixed_group_with_kafka_go(
             ):
                 tg.start_soon(ledger.member, "gengroup", group)
                 if gengroup_leads:
-                    await wait_for(
+                    await peer.wait_for(
                         lambda: ledger.assigned("gengroup") == every,
                         "gengroup alone to own every partition",
                     )
@@ -123,7 +117,7 @@ async def test_mixed_group_with_kafka_go(
                         and mine | theirs == every
                     )
 
-                await wait_for(shared, "gengroup and kafka-go to share every partition")
+                await peer.wait_for(shared, "gengroup and kafka-go to share every partition")
                 gen = ledger.current()["gengroup"]
                 assert gen.is_leader is gengroup_leads
                 assert peer.generations[-1]["leader"] is (not gengroup_leads)
@@ -138,7 +132,7 @@ async def test_mixed_group_with_kafka_go(
                     got.update(r["value"] for r in peer.records)
                     return got
 
-                await wait_for(lambda: wanted <= set(consumed()), "every record consumed")
+                await peer.wait_for(lambda: wanted <= set(consumed()), "every record consumed")
                 tg.cancel_scope.cancel()
         finally:
             await peer.stop()

@@ -18,7 +18,6 @@ from gengroup.io.fetch import (
     read_partition,
 )
 from gengroup.producer import Producer, ProducerRecord
-from gengroup.protocol.framing import response_module
 from gengroup.protocol.records import (
     Compression,
     ControlType,
@@ -27,8 +26,8 @@ from gengroup.protocol.records import (
     encode_control_batch,
     with_base_offset,
 )
-from gengroup.protocol.versions import ApiKey
 from tests.io import cluster_with_topic
+from tests.protocol.fetch_responses import fetch_response
 
 BASE_TS = 1_700_000_000_123  # a millisecond timestamp with a non-zero ms part
 
@@ -147,27 +146,6 @@ def _marker(kind: ControlType, producer_id: int, offset: int) -> bytes:
     )
 
 
-def _response(records: bytes, aborted: list[tuple[int, int]] | None, *, error: int = 0) -> Any:
-    mod = response_module(ApiKey.FETCH, 12)
-    part = mod.PartitionData(
-        partition_index=0,
-        error_code=error,
-        high_watermark=100,
-        last_stable_offset=90,
-        log_start_offset=0,
-        aborted_transactions=None
-        if aborted is None
-        else tuple(mod.AbortedTransaction(producer_id=p, first_offset=o) for p, o in aborted),
-        records=records,
-    )
-    return mod.FetchResponse(
-        throttle_time=datetime.timedelta(0),
-        error_code=0,
-        session_id=0,
-        responses=(mod.FetchableTopicResponse(topic="t", partitions=(part,)),),
-    )
-
-
 TP = TopicPartition("t", 0)
 
 
@@ -192,7 +170,7 @@ def _log() -> bytes:
 
 
 def test_read_committed_drops_aborted_batches_and_markers() -> None:
-    resp = _response(_log(), [(PID_A, 0)])
+    resp = fetch_response(_log(), [(PID_A, 0)])
     pf = parse_fetch_response(resp, isolation_level="read_committed", positions={TP: 0})[TP]
     assert pf.error is None
     assert _values(pf) == ["2000:2", "2000:3", "1000:6", "1000:7", "-1:8", "-1:9"]
@@ -201,7 +179,7 @@ def test_read_committed_drops_aborted_batches_and_markers() -> None:
 
 
 def test_read_uncommitted_keeps_aborted_data_but_no_markers() -> None:
-    resp = _response(_log(), None)
+    resp = fetch_response(_log(), None)
     pf = parse_fetch_response(resp, isolation_level="read_uncommitted", positions={TP: 0})[TP]
     assert _values(pf) == [
         "1000:0",
@@ -227,21 +205,21 @@ def test_aborted_transaction_opened_later_in_the_response() -> None:
             _marker(ControlType.ABORT, PID_A, 5),
         ]
     )
-    pf = parse_fetch_response(_response(log, [(PID_A, 3)]), isolation_level=1, positions={TP: 0})[
-        TP
-    ]
+    pf = parse_fetch_response(
+        fetch_response(log, [(PID_A, 3)]), isolation_level=1, positions={TP: 0}
+    )[TP]
     assert _values(pf) == ["1000:0", "1000:1"]
     assert pf.next_offset == 6
 
 
 def test_only_control_batches_still_advance() -> None:
     log = _marker(ControlType.COMMIT, PID_B, 7)
-    pf = parse_fetch_response(_response(log, []), isolation_level=1, positions={TP: 7})[TP]
+    pf = parse_fetch_response(fetch_response(log, []), isolation_level=1, positions={TP: 7})[TP]
     assert pf.batches == [] and pf.next_offset == 8
 
 
 def test_nothing_returned_keeps_the_requested_offset() -> None:
-    pf = parse_fetch_response(_response(b"", None), isolation_level=0, positions={TP: 42})[TP]
+    pf = parse_fetch_response(fetch_response(b"", None), isolation_level=0, positions={TP: 42})[TP]
     assert pf.batches == [] and pf.next_offset == 42 and not pf.truncated
 
 
@@ -253,7 +231,7 @@ def test_records_below_the_position_are_trimmed() -> None:
         ),
         10,
     )
-    pf = parse_fetch_response(_response(data, None), isolation_level=0, positions={TP: 13})[TP]
+    pf = parse_fetch_response(fetch_response(data, None), isolation_level=0, positions={TP: 13})[TP]
     assert [r.offset for r in pf.records] == [13, 14]
     assert pf.next_offset == 15
 
@@ -262,20 +240,20 @@ def test_truncated_last_batch_is_reported() -> None:
     whole = _data(-1, 0, 3, txn=False)
     partial = _data(-1, 3, 3, txn=False)[:-7]
     pf = parse_fetch_response(
-        _response(whole + partial, None), isolation_level=0, positions={TP: 0}
+        fetch_response(whole + partial, None), isolation_level=0, positions={TP: 0}
     )[TP]
     assert [r.offset for r in pf.records] == [0, 1, 2]
     assert pf.truncated and pf.next_offset == 3
-    only = parse_fetch_response(_response(partial, None), isolation_level=0, positions={TP: 3})
+    only = parse_fetch_response(fetch_response(partial, None), isolation_level=0, positions={TP: 3})
     assert only[TP].batches == [] and only[TP].truncated and only[TP].next_offset == 3
 
 
 def test_partition_errors_and_corruption_stay_on_the_partition() -> None:
-    pf = parse_fetch_response(_response(b"", None, error=6), isolation_level=0)[TP]
+    pf = parse_fetch_response(fetch_response(b"", None, error=6), isolation_level=0)[TP]
     assert isinstance(pf.error, NotLeaderOrFollower)
     corrupt = bytearray(_data(-1, 0, 2, txn=False))
     corrupt[-1] ^= 0xFF
-    bad = parse_fetch_response(_response(bytes(corrupt), None), isolation_level=0)[TP]
+    bad = parse_fetch_response(fetch_response(bytes(corrupt), None), isolation_level=0)[TP]
     assert isinstance(bad.error, CorruptRecordError)
 
 

@@ -89,15 +89,23 @@ def test_a_refused_join_says_what_was_sent(code: ErrorCode, says: list[str]) -> 
         assert text in str(r.error)
 
 
-def joined_leader(m: Member) -> Joined:
+def joined_leader(
+    m: Member,
+    protocol: str = "roundrobin",
+    members: tuple[tuple[str, str | None, bytes], ...] = (
+        ("m1", None, sub("a")),
+        ("m2", None, sub("a", "c")),
+    ),
+) -> Joined:
+    """``m`` joins generation 5 as ``m1``, its leader, with ``members`` on ``protocol``."""
     m.join_params()
     r = m.on_join(
         error_code=0,
         member_id="m1",
         generation_id=5,
-        protocol="roundrobin",
+        protocol=protocol,
         leader="m1",
-        members=(("m1", None, sub("a")), ("m2", None, sub("a", "c"))),
+        members=members,
     )
     assert isinstance(r, Joined)
     return r
@@ -231,16 +239,8 @@ def test_abandon_is_allowed_before_the_member_synced() -> None:
 
 def test_an_unreadable_subscription_gets_an_empty_assignment() -> None:
     m = make()
-    m.join_params()
-    r = m.on_join(
-        error_code=0,
-        member_id="m1",
-        generation_id=5,
-        protocol="range",
-        leader="m1",
-        members=(("m1", None, sub("a")), ("bad", "i-9", b"\x00\x00\xff"), ("m2", None, sub("a"))),
-    )
-    assert isinstance(r, Joined)
+    bad_member = ("bad", "i-9", b"\x00\x00\xff")
+    r = joined_leader(m, "range", (("m1", None, sub("a")), bad_member, ("m2", None, sub("a"))))
     assert [g.member_id for g in r.members] == ["m1", "m2"]
     (bad,) = r.unreadable
     assert (bad.member_id, bad.group_instance_id) == ("bad", "i-9")

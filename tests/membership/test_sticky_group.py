@@ -11,6 +11,7 @@ from gengroup.broker import FakeCluster
 
 from ..consumer.helpers import Ledger, all_partitions, covers_exactly_once
 
+#: Group timings for the embedded broker in virtual time (shared by this folder's group tests).
 SETTINGS = {
     "session_timeout": 10.0,
     "heartbeat_interval": 1.0,

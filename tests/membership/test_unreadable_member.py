@@ -24,14 +24,7 @@ from gengroup.protocol.versions import ApiKey
 
 from .. import embedded as rq
 from ..consumer.helpers import Ledger, all_partitions, covers_exactly_once
-
-SETTINGS = {
-    "session_timeout": 10.0,
-    "heartbeat_interval": 1.0,
-    "rebalance_timeout": 20.0,
-    "join_backoff": 0.5,
-    "fetch_max_wait": 0.5,
-}
+from .test_sticky_group import SETTINGS
 
 #: Version 1, then a topic count of 2**31-1 with nothing behind it.
 GARBAGE = b"\x00\x01\x7f\xff\xff\xff"

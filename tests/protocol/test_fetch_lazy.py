@@ -8,7 +8,6 @@ are decoded.
 
 from __future__ import annotations
 
-import datetime
 import struct
 from typing import Any
 
@@ -18,7 +17,6 @@ from crc32c import crc32c
 from gengroup._errors import CorruptRecordError, ProtocolError
 from gengroup._types import TopicPartition
 from gengroup.protocol.fetch import PartitionFetch, parse_fetch_response
-from gengroup.protocol.framing import response_module
 from gengroup.protocol.records import (
     Compression,
     ControlType,
@@ -29,7 +27,7 @@ from gengroup.protocol.records import (
     scan_batches,
     with_base_offset,
 )
-from gengroup.protocol.versions import ApiKey
+from tests.protocol.fetch_responses import fetch_response
 
 TP = TopicPartition("t", 0)
 TS = 1_700_000_000_000
@@ -54,31 +52,10 @@ def _marker(kind: ControlType, pid: int, offset: int) -> bytes:
     )
 
 
-def _response(records: bytes, aborted: list[tuple[int, int]] | None) -> Any:
-    mod = response_module(ApiKey.FETCH, 12)
-    part = mod.PartitionData(
-        partition_index=0,
-        error_code=0,
-        high_watermark=100,
-        last_stable_offset=90,
-        log_start_offset=0,
-        aborted_transactions=None
-        if aborted is None
-        else tuple(mod.AbortedTransaction(producer_id=p, first_offset=o) for p, o in aborted),
-        records=records,
-    )
-    return mod.FetchResponse(
-        throttle_time=datetime.timedelta(0),
-        error_code=0,
-        session_id=0,
-        responses=(mod.FetchableTopicResponse(topic="t", partitions=(part,)),),
-    )
-
-
 def _both(data: bytes, aborted: Any, level: int, start: int) -> tuple[PartitionFetch, ...]:
     return tuple(
         parse_fetch_response(
-            _response(data, aborted), isolation_level=level, positions={TP: start}, decode=d
+            fetch_response(data, aborted), isolation_level=level, positions={TP: start}, decode=d
         )[TP]
         for d in (True, False)
     )

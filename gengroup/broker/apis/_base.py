@@ -250,6 +250,8 @@ class ApiSpec:
         error_response: ``error_response(version, request, code, message)``:
             the response Kafka sends when the whole request fails with
             ``code``, the error put where Kafka puts it for that version.
+        enabled: ``enabled(state)``: whether ApiVersions advertises the API
+            on this cluster (None: always).
     """
 
     key: int
@@ -257,6 +259,7 @@ class ApiSpec:
     max_version: int
     handle: Handler
     error_response: ErrorResponse
+    enabled: Callable[[ClusterState], bool] | None = None
 
     def supports(self, version: int) -> bool:
         """Whether ``version`` is served."""

@@ -1,10 +1,18 @@
-"""What every part of the Kafka test harness shares: its error, defaults and log reader."""
+"""What every part of the Kafka test harness shares: its error, defaults, node options,
+log reader and async wrapper."""
 
 from __future__ import annotations
 
+import abc
+import contextlib
 import os
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from types import TracebackType
+from typing import Final, Self, TypedDict
+
+import anyio
+import anyio.to_thread
 
 from gengroup._errors import GengroupError
 
@@ -15,6 +23,9 @@ __all__ = [
     "KAFKA_VERSION",
     "MIN_JAVA",
     "KafkaHarnessError",
+    "NodeOptions",
+    "StartedInBlock",
+    "run_in_thread",
     "tail",
 ]
 
@@ -53,3 +64,60 @@ def tail(path: Path, lines: int) -> str:
     except OSError:
         return ""
     return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+
+class NodeOptions(TypedDict, total=False):
+    """Keyword options of every Kafka node: a :class:`~.broker.KafkaBroker` alone or
+    each node of a :class:`~.cluster.KafkaCluster` (documented there)."""
+
+    version: str
+    java: str | os.PathLike[str] | None
+    mvn: str | os.PathLike[str] | None
+    cache_root: str | os.PathLike[str] | None
+    lib_dir: str | os.PathLike[str] | None
+    base_dir: str | os.PathLike[str] | None
+    heap: str
+    jvm_args: Sequence[str]
+    properties: Mapping[str, str | int | bool] | None
+    start_timeout: float
+    stop_timeout: float
+    keep: bool
+
+
+@contextlib.asynccontextmanager
+async def run_in_thread(start: Callable[[], None], stop: Callable[[], None]) -> AsyncIterator[None]:
+    """Call the blocking ``start`` on entry and ``stop`` on exit, each in a worker thread.
+
+    The event loop (trio or asyncio) keeps running meanwhile; ``stop`` is
+    shielded from cancellation and runs even when ``start`` fails.
+    """
+    try:
+        await anyio.to_thread.run_sync(start)
+        yield
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(stop)
+
+
+class StartedInBlock(abc.ABC):
+    """Started on entering a ``with`` block, shut down (:meth:`_shut_down`) on leaving it."""
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Start; a failure raises :class:`KafkaHarnessError`."""
+
+    @abc.abstractmethod
+    def _shut_down(self) -> None:
+        """Stop and clean up, whatever state it is in."""
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._shut_down()

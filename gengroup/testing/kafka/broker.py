@@ -30,11 +30,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Final, Self, TypedDict, Unpack
-
-import anyio
-import anyio.to_thread
+from typing import Final, Unpack
 
 from . import config, process, secure
 from ._base import (
@@ -42,6 +38,9 @@ from ._base import (
     DEFAULT_STOP_TIMEOUT,
     KAFKA_VERSION,
     KafkaHarnessError,
+    NodeOptions,
+    StartedInBlock,
+    run_in_thread,
     tail,
 )
 from .jars import ensure_jars
@@ -54,23 +53,11 @@ _LOG_TAIL_LINES: Final = 60
 _BIND_ATTEMPTS: Final = 3
 
 
-class BrokerOptions(TypedDict, total=False):
+class BrokerOptions(NodeOptions, total=False):
     """Keyword options of :class:`KafkaBroker` (and :func:`kafka_broker`)."""
 
-    version: str
     port: int | None
     controller_port: int | None
-    java: str | os.PathLike[str] | None
-    mvn: str | os.PathLike[str] | None
-    cache_root: str | os.PathLike[str] | None
-    lib_dir: str | os.PathLike[str] | None
-    base_dir: str | os.PathLike[str] | None
-    heap: str
-    jvm_args: Sequence[str]
-    properties: Mapping[str, str | int | bool] | None
-    start_timeout: float
-    stop_timeout: float
-    keep: bool
     security: secure.BrokerSecurity | None
     node_id: int
     quorum: config.Quorum | None
@@ -86,7 +73,7 @@ class _PortConflict(Exception):
     """The broker exited because a picked port was taken meanwhile."""
 
 
-class KafkaBroker:
+class KafkaBroker(StartedInBlock):
     """A single-node Apache Kafka broker (KRaft, combined mode) on loopback.
 
     Blocking API; see :func:`kafka_broker` for async code. Usable as a context
@@ -385,16 +372,7 @@ class KafkaBroker:
                 self._terminate(kill=True)
                 raise
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _shut_down(self) -> None:
         self.stop()
 
     # -- internals
@@ -549,9 +527,5 @@ async def kafka_broker(**options: Unpack[BrokerOptions]) -> AsyncIterator[KafkaB
         KafkaHarnessError: The broker could not be started.
     """
     broker = KafkaBroker(**options)
-    try:
-        await anyio.to_thread.run_sync(broker.start)
+    async with run_in_thread(broker.start, broker.stop):
         yield broker
-    finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(broker.stop)

@@ -23,17 +23,13 @@ not through the client under test.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Final, Self, TypedDict, TypeVar, Unpack
+from typing import Any, Final, TypeVar, Unpack
 
-import anyio
-import anyio.to_thread
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.find_coordinator.v4.response import FindCoordinatorResponse
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
@@ -42,7 +38,13 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i8
 
 from . import process
-from ._base import DEFAULT_START_TIMEOUT, DEFAULT_STOP_TIMEOUT, KAFKA_VERSION, KafkaHarnessError
+from ._base import (
+    DEFAULT_START_TIMEOUT,
+    KafkaHarnessError,
+    NodeOptions,
+    StartedInBlock,
+    run_in_thread,
+)
 from .broker import KafkaBroker
 from .config import Quorum, new_cluster_id
 from .probe import exchange
@@ -56,22 +58,10 @@ _POLL: Final = 0.2
 _BIND_ATTEMPTS: Final = 3
 
 
-class ClusterOptions(TypedDict, total=False):
+class ClusterOptions(NodeOptions, total=False):
     """Keyword options of :class:`KafkaCluster` (and :func:`kafka_cluster`)."""
 
     brokers: int
-    version: str
-    java: str | os.PathLike[str] | None
-    mvn: str | os.PathLike[str] | None
-    cache_root: str | os.PathLike[str] | None
-    lib_dir: str | os.PathLike[str] | None
-    base_dir: str | os.PathLike[str] | None
-    heap: str
-    jvm_args: Sequence[str]
-    properties: Mapping[str, str | int | bool] | None
-    start_timeout: float
-    stop_timeout: float
-    keep: bool
 
 
 def cluster_properties(brokers: int) -> dict[str, str | int | bool]:
@@ -121,7 +111,7 @@ class PartitionState:
         return self.leader >= 0 and set(self.isr) == set(self.replicas)
 
 
-class KafkaCluster:
+class KafkaCluster(StartedInBlock):
     """Several Apache Kafka nodes (KRaft, combined broker and controller) on loopback.
 
     Blocking API (see :func:`kafka_cluster` for async code), usable as a
@@ -145,40 +135,15 @@ class KafkaCluster:
         keep: Keep the data directories (storage and ``broker.log``) at :meth:`close`.
     """
 
-    def __init__(
-        self,
-        brokers: int = 3,
-        *,
-        version: str = KAFKA_VERSION,
-        java: str | os.PathLike[str] | None = None,
-        mvn: str | os.PathLike[str] | None = None,
-        cache_root: str | os.PathLike[str] | None = None,
-        lib_dir: str | os.PathLike[str] | None = None,
-        base_dir: str | os.PathLike[str] | None = None,
-        heap: str = "512m",
-        jvm_args: Sequence[str] = (),
-        properties: Mapping[str, str | int | bool] | None = None,
-        start_timeout: float = DEFAULT_START_TIMEOUT,
-        stop_timeout: float = DEFAULT_STOP_TIMEOUT,
-        keep: bool = False,
-    ) -> None:
+    def __init__(self, brokers: int = 3, **options: Unpack[NodeOptions]) -> None:
         if brokers < 1:
             raise KafkaHarnessError(f"a cluster needs at least one broker, not {brokers}")
         self.brokers: Final = brokers
-        self.start_timeout = start_timeout
-        self._node_options: dict[str, Any] = {
-            "version": version,
-            "java": java,
-            "mvn": mvn,
-            "cache_root": cache_root,
-            "lib_dir": lib_dir,
-            "base_dir": base_dir,
-            "heap": heap,
-            "jvm_args": jvm_args,
-            "properties": {**cluster_properties(brokers), **(properties or {})},
-            "start_timeout": start_timeout,
-            "stop_timeout": stop_timeout,
-            "keep": keep,
+        self.start_timeout = options.get("start_timeout", DEFAULT_START_TIMEOUT)
+        self._node_options = options.copy()
+        self._node_options["properties"] = {
+            **cluster_properties(brokers),
+            **(options.get("properties") or {}),
         }
         self._lock = threading.RLock()
         self._nodes: list[KafkaBroker] = []
@@ -307,16 +272,7 @@ class KafkaCluster:
                 self.restart(i)
         self.wait_healthy(timeout)
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _shut_down(self) -> None:
         self.close()
 
     # -- questions to the nodes
@@ -456,9 +412,5 @@ async def kafka_cluster(**options: Unpack[ClusterOptions]) -> AsyncIterator[Kafk
         The started, healthy cluster.
     """
     cluster = KafkaCluster(**options)
-    try:
-        await anyio.to_thread.run_sync(cluster.start)
+    async with run_in_thread(cluster.start, cluster.close):
         yield cluster
-    finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(cluster.close)

@@ -1,19 +1,23 @@
-// Runs the Java client's StickyAssignor on cases read from stdin and prints its
-// output, for gengroup's StickyBalancer tests (compiled and run by them against
-// the kafka-clients jar the Kafka test harness caches).
+// Runs one of the Java client's sticky assignors on cases read from stdin and
+// prints its output, for gengroup's StickyBalancer and CooperativeStickyBalancer
+// tests (compiled and run by them against the kafka-clients jar the Kafka test
+// harness caches). The only argument names the assignor: "sticky" or
+// "cooperative-sticky".
 //
 // Input, one case after another:
 //   case
 //   topic NAME PARTITIONS
-//   member MEMBER_ID TOPICS USER_DATA GENERATION
+//   member MEMBER_ID TOPICS OWNED USER_DATA GENERATION
 //   end
-// TOPICS is a comma-separated list or "-" for none, USER_DATA hex or "-" for
-// null, GENERATION the subscription's (version 2+) generation id. Members are
-// put into a HashMap in the order given, as the Java client's leader does with
-// the JoinGroup response's members.
-//   userdata GENERATION TOPIC:P,P;TOPIC:P
-// prints the user data a StickyAssignor member sends after being assigned
-// those partitions in that generation ("-" for no partitions).
+// TOPICS is a comma-separated list or "-" for none; OWNED the subscription's
+// owned partitions as TOPIC:P,P;TOPIC:P (in that order) or "-"; USER_DATA hex
+// or "-" for null; GENERATION the subscription's (version 2+) generation id,
+// negative for none. Members are put into a HashMap in the order given, as the
+// Java client's leader does with the JoinGroup response's members.
+//   userdata GENERATION OWNED
+// prints the user data a member sends after being assigned the OWNED
+// partitions ("-" for none) in that generation (a negative GENERATION: before
+// any assignment).
 //
 // Output: "case", then "assign MEMBER_ID TOPIC:P,P;TOPIC:P" per member ("-"
 // for nothing) or "failed EXCEPTION" if the assignor threw, then "end"; or
@@ -25,7 +29,6 @@ import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.Collections;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -35,18 +38,22 @@ import java.util.TreeMap;
 import java.util.TreeSet;
 
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.ConsumerPartitionAssignor;
 import org.apache.kafka.clients.consumer.ConsumerPartitionAssignor.Assignment;
 import org.apache.kafka.clients.consumer.ConsumerPartitionAssignor.GroupAssignment;
 import org.apache.kafka.clients.consumer.ConsumerPartitionAssignor.GroupSubscription;
 import org.apache.kafka.clients.consumer.ConsumerPartitionAssignor.Subscription;
+import org.apache.kafka.clients.consumer.CooperativeStickyAssignor;
 import org.apache.kafka.clients.consumer.StickyAssignor;
 import org.apache.kafka.common.Cluster;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 
-public class StickyVectors {
+public class AssignorVectors {
     public static void main(String[] args) throws Exception {
+        String name = args[0];
+        newAssignor(name);  // an unknown name fails before any input is read
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         StringBuilder out = new StringBuilder();
         Node node = new Node(0, "localhost", 9092);
@@ -66,16 +73,16 @@ public class StickyVectors {
                     break;
                 case "member":
                     List<String> topics = f[2].equals("-") ? List.of() : Arrays.asList(f[2].split(","));
-                    ByteBuffer userData = f[3].equals("-") ? null : ByteBuffer.wrap(unhex(f[3]));
+                    ByteBuffer userData = f[4].equals("-") ? null : ByteBuffer.wrap(unhex(f[4]));
                     subscriptions.put(f[1], new Subscription(
-                        topics, userData, Collections.emptyList(), Integer.parseInt(f[4]), Optional.empty()));
+                        topics, userData, parse(f[3]), Integer.parseInt(f[5]), Optional.empty()));
                     break;
                 case "end":
                     Cluster cluster = new Cluster("c", List.of(node), partitions, new HashSet<>(), new HashSet<>());
                     out.append("case\n");
                     GroupAssignment result;
                     try {
-                        result = new StickyAssignor().assign(cluster, new GroupSubscription(subscriptions));
+                        result = newAssignor(name).assign(cluster, new GroupSubscription(subscriptions));
                     } catch (RuntimeException e) {
                         out.append("failed ").append(e.getClass().getSimpleName()).append("\nend\n");
                         break;
@@ -86,25 +93,41 @@ public class StickyVectors {
                     out.append("end\n");
                     break;
                 case "userdata":
-                    StickyAssignor assignor = new StickyAssignor();
-                    List<TopicPartition> owned = new ArrayList<>();
-                    if (!f[2].equals("-")) {
-                        for (String group : f[2].split(";")) {
-                            String[] tp = group.split(":");
-                            for (String p : tp[1].split(","))
-                                owned.add(new TopicPartition(tp[0], Integer.parseInt(p)));
-                        }
-                    }
-                    assignor.onAssignment(new Assignment(owned),
-                        new ConsumerGroupMetadata("g", Integer.parseInt(f[1]), "m", Optional.empty()));
-                    ByteBuffer data = assignor.subscriptionUserData(new HashSet<>());
-                    out.append("userdata ").append(hex(data)).append('\n');
+                    ConsumerPartitionAssignor assignor = newAssignor(name);
+                    int generation = Integer.parseInt(f[1]);
+                    if (generation >= 0)
+                        assignor.onAssignment(new Assignment(parse(f[2])),
+                            new ConsumerGroupMetadata("g", generation, "m", Optional.empty()));
+                    out.append("userdata ").append(hex(assignor.subscriptionUserData(new HashSet<>()))).append('\n');
                     break;
                 default:
                     throw new IllegalArgumentException("bad line: " + line);
             }
         }
         System.out.print(out);
+    }
+
+    static ConsumerPartitionAssignor newAssignor(String name) {
+        switch (name) {
+            case "sticky":
+                return new StickyAssignor();
+            case "cooperative-sticky":
+                return new CooperativeStickyAssignor();
+            default:
+                throw new IllegalArgumentException("unknown assignor: " + name);
+        }
+    }
+
+    static List<TopicPartition> parse(String spec) {
+        List<TopicPartition> owned = new ArrayList<>();
+        if (!spec.equals("-")) {
+            for (String group : spec.split(";")) {
+                String[] tp = group.split(":");
+                for (String p : tp[1].split(","))
+                    owned.add(new TopicPartition(tp[0], Integer.parseInt(p)));
+            }
+        }
+        return owned;
     }
 
     static String format(List<TopicPartition> partitions) {

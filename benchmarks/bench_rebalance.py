@@ -1,0 +1,627 @@
+"""Rebalance cost: the longest per-partition consumption gap when a 4th member joins.
+
+A producer writes steadily to every partition of a topic (12 by default; each
+record's timestamp is its produce time). Three members of the client under
+test consume it as one group, each a process of its own, touching every
+record's value. Once all partitions flow, a 4th member joins. Every member
+reports each batch it consumed (partition, offsets, wall-clock time) and each
+change of its assignment on stdout; from these the benchmark computes, per
+partition, the longest gap between two consecutive consumptions (by any
+member):
+
+* **steady**: in the ``--steady`` seconds before the 4th member subscribes
+  (the baseline: how often a partition is served with nothing happening);
+* **retained** and **moved**: from that moment until one second after the new
+  assignment is stable, for the partitions that stayed with their owner and
+  those that moved to another member;
+* **stable**: seconds from the 4th member's subscribe until the final
+  assignment is in place and every moved partition has given its new owner a
+  record.
+
+Each figure is the worst partition of a run; the table shows the median over
+``--repeat`` runs (taken in rounds, every configuration once per round) and
+the ratio to the Java client under the same protocol. Clients: gengroup,
+confluent-kafka (librdkafka) and the Java ``KafkaConsumer`` under the eager
+(range), cooperative-sticky and KIP-848 consumer protocols, and aiokafka
+(eager only). Equal settings: session timeout 10 s, heartbeat 1 s (for the
+consumer protocol these are the broker's, set on the broker this script
+starts), auto-commit (gengroup commits its marks every 5 s and at each
+revocation), start at the earliest offset. The Java member
+(``benchmarks/java/RebalanceMember.java``) is compiled against the harness's
+cached kafka-clients jars.
+
+Results go to ``benchmarks/results/rebalance.json``. Nothing is asserted.
+
+Usage: python benchmarks/bench_rebalance.py [--repeat 3] [--partitions 12]
+       [--rate 100] [--configs gengroup-eager,java-cooperative,...]
+       [--events DIR] [--bootstrap HOST:PORT]
+
+With ``--bootstrap`` the broker's own consumer-protocol heartbeat and session
+apply (Kafka's defaults: 5 s and 45 s) unless it has :data:`BROKER_PROPERTIES`.
+From ``run_all.py``: :func:`run_suite` on its broker, :func:`table` to print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PROTOCOLS = ("eager", "cooperative", "consumer")
+#: Client, protocol: every configuration measured (aiokafka speaks the eager protocol only).
+CONFIGS = [
+    f"{client}-{protocol}" for client in ("gengroup", "confluent", "java") for protocol in PROTOCOLS
+] + ["aiokafka-eager"]
+#: The broker settings giving KIP-848 members the classic members' session and heartbeat.
+BROKER_PROPERTIES: dict[str, str | int | bool] = {
+    "group.consumer.heartbeat.interval.ms": 1000,
+    "group.consumer.min.heartbeat.interval.ms": 1000,
+    "group.consumer.session.timeout.ms": 10000,
+    "group.consumer.min.session.timeout.ms": 10000,
+}
+SESSION_MS, HEARTBEAT_MS = 10_000, 1_000
+
+
+# ----------------------------------------------------------------- members
+# Each member runs in a process of its own and prints one event a line:
+#   S <time>                                 subscribing
+#   A <time> <p,p,...>                       its assignment now (after a change)
+#   R <time> <partition> <first> <last> <ts> records first..last consumed; ts:
+#                                            the first record's timestamp (ms)
+
+
+def _emit(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def member_gengroup(bootstrap: str, topic: str, group_id: str, protocol: str) -> None:
+    """A gengroup member: one span-scoped worker per added partition."""
+    import anyio
+
+    from gengroup import ConsumerGroup, CooperativeStickyBalancer, Generation, TopicPartition
+    from gengroup.membership.balancers import RangeBalancer
+
+    if os.environ.get("BENCH_REBALANCE_LOG"):
+        import logging
+
+        logging.basicConfig(
+            level=logging.INFO, format="%(created).6f %(name)s %(message)s", stream=sys.stderr
+        )
+
+    settings: dict[str, Any] = {"start_offset": "earliest", "commit_interval": 5.0}
+    if protocol == "consumer":
+        settings["group_protocol"] = "consumer"
+    else:
+        settings["session_timeout"] = SESSION_MS / 1000
+        settings["heartbeat_interval"] = HEARTBEAT_MS / 1000
+        settings["balancers"] = [
+            CooperativeStickyBalancer() if protocol == "cooperative" else RangeBalancer()
+        ]
+
+    async def worker(gen: Generation, tp: TopicPartition) -> None:
+        total = 0
+        async for batch in gen.fetch(tp):
+            records = batch.records
+            if records:
+                total += sum([len(r.value) for r in records if r.value is not None])
+                _emit(
+                    f"R {time.time():.6f} {tp.partition} {records[0].offset} "
+                    f"{records[-1].offset} {records[0].timestamp}"
+                )
+            gen.mark(tp, batch.next_offset)
+
+    async def run() -> None:
+        _emit(f"S {time.time():.6f}")
+        async with ConsumerGroup(group_id, [topic], bootstrap, **settings) as group:
+            async for gen in group:
+                owned = ",".join(str(tp.partition) for tp in sorted(gen.assignments))
+                _emit(f"A {time.time():.6f} {owned}")
+                for tp in gen.added:
+                    gen.start_soon(worker, gen, tp, partition=tp)
+
+    anyio.run(run, backend="trio")
+
+
+def member_confluent(bootstrap: str, topic: str, group_id: str, protocol: str) -> None:
+    """A confluent-kafka (librdkafka) member polling batches of up to 500 records."""
+    import confluent_kafka
+
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": True,
+    }
+    if protocol == "consumer":
+        conf["group.protocol"] = "consumer"
+    else:
+        conf["session.timeout.ms"] = SESSION_MS
+        conf["heartbeat.interval.ms"] = HEARTBEAT_MS
+        conf["partition.assignment.strategy"] = (
+            "cooperative-sticky" if protocol == "cooperative" else "range"
+        )
+    consumer = confluent_kafka.Consumer(conf)
+    _emit(f"S {time.time():.6f}")
+    consumer.subscribe([topic])
+    owned: list[int] = []
+    total = 0
+    while True:
+        messages = consumer.consume(500, 0.05)
+        now = time.time()
+        runs: dict[int, list[Any]] = {}
+        for msg in messages:
+            if msg.error() is None:
+                value = msg.value()
+                total += len(value) if value is not None else 0
+                runs.setdefault(msg.partition() or 0, []).append(msg)
+        for p, msgs in runs.items():
+            _emit(
+                f"R {now:.6f} {p} {msgs[0].offset()} {msgs[-1].offset()} {msgs[0].timestamp()[1]}"
+            )
+        assigned = sorted(tp.partition for tp in consumer.assignment())
+        if assigned != owned:
+            owned = assigned
+            _emit(f"A {now:.6f} {','.join(map(str, owned))}")
+
+
+def member_aiokafka(bootstrap: str, topic: str, group_id: str, protocol: str) -> None:
+    """An aiokafka member (eager; range) calling ``getmany``."""
+    if protocol != "eager":
+        raise SystemExit(f"aiokafka speaks the eager protocol only, not {protocol!r}")
+
+    async def run() -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=group_id,
+            auto_offset_reset="earliest",
+            session_timeout_ms=SESSION_MS,
+            heartbeat_interval_ms=HEARTBEAT_MS,
+        )
+        _emit(f"S {time.time():.6f}")
+        consumer.subscribe([topic])
+        await consumer.start()
+        owned: list[int] = []
+        total = 0
+        while True:
+            batches = await consumer.getmany(timeout_ms=50, max_records=500)
+            now = time.time()
+            for tp, records in batches.items():
+                if records:
+                    total += sum([len(r.value) for r in records if r.value is not None])
+                    _emit(
+                        f"R {now:.6f} {tp.partition} {records[0].offset} "
+                        f"{records[-1].offset} {records[0].timestamp}"
+                    )
+            assigned = sorted(tp.partition for tp in consumer.assignment())
+            if assigned != owned:
+                owned = assigned
+                _emit(f"A {now:.6f} {','.join(map(str, owned))}")
+
+    asyncio.run(run())
+
+
+MEMBERS = {"gengroup": member_gengroup, "confluent": member_confluent, "aiokafka": member_aiokafka}
+
+
+# ----------------------------------------------------------------- the run
+
+
+@dataclass
+class Member:
+    """A member process and the events it reported."""
+
+    name: int
+    proc: subprocess.Popen[str]
+    subscribed: float = 0.0
+    assignments: list[tuple[float, frozenset[int]]] = field(default_factory=list)
+    #: (time, partition, first offset, last offset, first record's timestamp in s)
+    batches: list[tuple[float, int, int, int, float]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            parts = line.split()
+            if not parts:
+                continue
+            if parts[0] == "R" and len(parts) == 6:
+                self.batches.append(
+                    (
+                        float(parts[1]),
+                        int(parts[2]),
+                        int(parts[3]),
+                        int(parts[4]),
+                        int(parts[5]) / 1000,
+                    )
+                )
+            elif parts[0] == "A":
+                owned = (
+                    frozenset(int(p) for p in parts[2].split(","))
+                    if len(parts) > 2
+                    else frozenset()
+                )
+                self.assignments.append((float(parts[1]), owned))
+            elif parts[0] == "S":
+                self.subscribed = float(parts[1])
+            else:
+                self.errors.append(line.rstrip())
+
+    @property
+    def owned(self) -> frozenset[int]:
+        return self.assignments[-1][1] if self.assignments else frozenset()
+
+
+def java_command(out: Path) -> list[str]:
+    """Compile the Java member into ``out``; the command line running it."""
+    from gengroup.testing.kafka import ensure_jars
+
+    javac, java = shutil.which("javac"), shutil.which("java")
+    if javac is None or java is None:
+        raise SystemExit("the Java member needs a JDK: javac and java on PATH")
+    classpath = f"{ensure_jars()}/*"
+    source = HERE / "java" / "RebalanceMember.java"
+    subprocess.run(
+        [javac, "-nowarn", "-d", str(out), "-cp", classpath, str(source)], check=True, timeout=300
+    )
+    return [
+        java,
+        "-Xmx256m",
+        "-XX:TieredStopAtLevel=1",
+        "-cp",
+        f"{out}:{classpath}",
+        "RebalanceMember",
+    ]
+
+
+def member_command(config: str, java: list[str], args: list[str]) -> list[str]:
+    client, protocol = config.rsplit("-", 1)
+    if client == "java":
+        return [*java, *args, protocol]
+    return [sys.executable, str(Path(__file__).resolve()), "--member", config, *args]
+
+
+def keep_producing(
+    bootstrap: str, topic: str, partitions: int, rate: int, stop: threading.Event
+) -> None:
+    """Write ``rate`` records a second to every partition until ``stop`` is set."""
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "acks": 1})
+    value = b"v" * 100
+    interval = 1.0 / rate
+    next_at = time.monotonic()
+    while not stop.is_set():
+        for p in range(partitions):
+            producer.produce(topic, value, partition=p)
+        producer.poll(0)
+        next_at += interval
+        delay = next_at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    producer.flush(10)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    import anyio
+
+    from gengroup import Admin
+
+    async def create() -> None:
+        async with Admin(bootstrap) as admin:
+            await admin.create_topics({topic: partitions})
+
+    anyio.run(create)
+
+
+def wait_until(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.05)
+
+
+def flowing(members: list[Member], partitions: int, since: float) -> bool:
+    """Every partition is owned by exactly one member, and each served it a record since then."""
+    owned = [m.owned for m in members]
+    if any(not o for o in owned) or sum(len(o) for o in owned) != partitions:
+        return False
+    if frozenset().union(*owned) != frozenset(range(partitions)):
+        return False
+    for m in members:
+        changed = max(since, m.assignments[-1][0])
+        served = {p for t, p, *_ in list(m.batches) if t > changed}
+        if not m.owned <= served:
+            return False
+    return True
+
+
+def one_run(
+    config: str,
+    bootstrap: str,
+    java: list[str],
+    partitions: int,
+    rate: int,
+    steady: float,
+    logs: Path | None = None,
+) -> dict[str, Any]:
+    """One run of ``config``: 3 members, then a 4th; its figures.
+
+    With ``logs``, each member's stderr goes to ``logs-m<N>.log`` (gengroup members log at INFO).
+    """
+    topic, group_id = f"rb-{uuid.uuid4().hex[:8]}", f"rb-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, partitions)
+    stop = threading.Event()
+    producer = threading.Thread(
+        target=keep_producing, args=(bootstrap, topic, partitions, rate, stop), daemon=True
+    )
+    producer.start()
+    members: list[Member] = []
+    stack = ExitStack()
+
+    def spawn() -> Member:
+        env, stderr = None, None
+        if logs is not None:
+            env = {**os.environ, "BENCH_REBALANCE_LOG": "1"}
+            stderr = stack.enter_context(open(f"{logs}-m{len(members)}.log", "w"))  # noqa: SIM115
+        proc = subprocess.Popen(
+            member_command(config, java, [bootstrap, topic, group_id]),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+            text=True,
+            bufsize=1,
+        )
+        m = Member(len(members), proc)
+        threading.Thread(target=m.read, daemon=True).start()
+        members.append(m)
+        return m
+
+    try:
+        for _ in range(3):
+            spawn()
+        wait_until(lambda: flowing(members, partitions, 0.0), 90, f"{config}: 3 members flowing")
+        time.sleep(steady)
+        joined = spawn()
+        wait_until(lambda: joined.subscribed > 0, 60, f"{config}: the 4th member subscribing")
+        t_join = joined.subscribed
+        wait_until(lambda: flowing(members, partitions, t_join), 90, f"{config}: 4 members flowing")
+        time.sleep(1.0)
+        t_end = time.time()
+    finally:
+        for m in members:
+            m.proc.kill()
+        for m in members:
+            m.proc.wait()
+        stack.close()
+        stop.set()
+        producer.join()
+    result = figures(members, partitions, t_join, t_end, steady)
+    result["events"] = {
+        "join": t_join,
+        "members": [
+            {"assignments": [(t, sorted(o)) for t, o in m.assignments], "batches": m.batches}
+            for m in members
+        ],
+    }
+    return result
+
+
+def figures(
+    members: list[Member], partitions: int, t_join: float, t_end: float, steady: float
+) -> dict[str, Any]:
+    """The run's gaps (worst partition), time to stable, and which partitions moved."""
+    events: dict[int, list[tuple[float, int, float]]] = {p: [] for p in range(partitions)}
+    for m in members:
+        for t, p, _first, _last, ts in m.batches:
+            events[p].append((t, m.name, ts))
+    for evs in events.values():
+        evs.sort()
+
+    def longest_gap(evs: list[tuple[float, int, float]], start: float, end: float) -> float:
+        times = [t for t, _, _ in evs if t <= end]
+        gaps = [b - a for a, b in itertools.pairwise(times) if b > start]
+        return max(gaps, default=end - start)
+
+    retained, moved, steady_gaps = [], [], []
+    stable = max(t for m in members for t, _ in m.assignments) - t_join
+    latency = 0.0
+    for evs in events.values():
+        before = [who for t, who, _ in evs if t < t_join]
+        after = [(t, who) for t, who, _ in evs if t >= t_join]
+        owner_before, owner_after = before[-1], after[-1][1]
+        gap = longest_gap(evs, t_join, t_end)
+        steady_gaps.append(longest_gap(evs, t_join - steady, t_join))
+        latency = max([latency] + [t - ts for t, _, ts in evs if t_join <= t <= t_end])
+        if owner_before == owner_after:
+            retained.append(gap)
+        else:
+            moved.append(gap)
+            first_served = min(t for t, who in after if who == owner_after)
+            stable = max(stable, first_served - t_join)
+    return {
+        "retained_gap": max(retained, default=0.0),
+        "moved_gap": max(moved, default=0.0),
+        "steady_gap": max(steady_gaps),
+        "stable": stable,
+        "max_latency": latency,
+        "moved": len(moved),
+        "retained": len(retained),
+    }
+
+
+# ----------------------------------------------------------------- report
+
+
+def table(results: dict[str, Any]) -> Iterator[str]:
+    """The results as text rows: medians and ratios to Java under the same protocol."""
+    yield (
+        f"{'client':<22} {'retained ms':>11} {'moved ms':>9} {'steady ms':>9} {'stable s':>8} "
+        f"{'latency ms':>10} {'moved':>5}   vs Java (retained, moved, stable)"
+    )
+    for config, r in results["configs"].items():
+        med = r["median"]
+        protocol = config.rsplit("-", 1)[1]
+        java = results["configs"].get(f"java-{protocol}", {}).get("median")
+        vs = ""
+        if java and not config.startswith("java"):
+            vs = "   " + ", ".join(
+                f"{med[k] / java[k]:.2f}x" if java[k] else "-"
+                for k in ("retained_gap", "moved_gap", "stable")
+            )
+        yield (
+            f"{config:<22} {med['retained_gap'] * 1000:>11.0f} {med['moved_gap'] * 1000:>9.0f} "
+            f"{med['steady_gap'] * 1000:>9.0f} {med['stable']:>8.2f} "
+            f"{med['max_latency'] * 1000:>10.0f} {med['moved']:>5.0f}{vs}"
+        )
+
+
+def run_suite(
+    bootstrap: str,
+    configs: list[str] | None = None,
+    *,
+    repeat: int = 3,
+    partitions: int = 12,
+    rate: int = 100,
+    steady: float = 3.0,
+    events: Path | None = None,
+) -> dict[str, Any]:
+    """Measure ``configs`` (all by default) ``repeat`` times in rounds on ``bootstrap``.
+
+    For the consumer protocol to run with the classic members' session and
+    heartbeat, the broker needs :data:`BROKER_PROPERTIES`.
+
+    Returns:
+        The results: ``meta``, and per configuration its ``median`` and ``runs``.
+    """
+    configs = list(CONFIGS) if configs is None else configs
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+    load_before = os.getloadavg()
+    with _tempdir() as classes:
+        java = java_command(Path(classes))
+        for round_ in range(repeat):
+            for config in configs:
+                logs = None
+                if events is not None:
+                    events.mkdir(parents=True, exist_ok=True)
+                    logs = events / f"{config}-{round_ + 1}"
+                try:
+                    r = one_run(config, bootstrap, java, partitions, rate, steady, logs)
+                except TimeoutError as exc:
+                    print(f"  {config} run {round_ + 1}: timed out waiting for {exc}", flush=True)
+                    continue
+                raw = r.pop("events")
+                if logs is not None:
+                    logs.with_suffix(".json").write_text(json.dumps(raw))
+                runs[config].append(r)
+                print(
+                    f"  {config} run {round_ + 1}: retained {r['retained_gap'] * 1000:.0f} ms, "
+                    f"moved {r['moved_gap'] * 1000:.0f} ms, "
+                    f"steady {r['steady_gap'] * 1000:.0f} ms, "
+                    f"stable {r['stable']:.2f} s ({r['moved']} moved)",
+                    flush=True,
+                )
+    return {
+        "meta": {
+            "command": "",
+            "partitions": partitions,
+            "rate_per_partition": rate,
+            "repeat": repeat,
+            "python": platform.python_version(),
+            "machine": f"{platform.machine()}, {platform.system()}, {os.cpu_count()} cores",
+            "load_average": [round(x, 1) for x in (*load_before, *os.getloadavg())],
+        },
+        "configs": {
+            c: {
+                "median": {k: statistics.median(r[k] for r in rs) for k in rs[0]},
+                "runs": rs,
+            }
+            for c, rs in runs.items()
+            if rs
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=12)
+    parser.add_argument("--rate", type=int, default=100, help="records a second per partition")
+    parser.add_argument("--steady", type=float, default=3.0, help="seconds of baseline")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
+    parser.add_argument("--bootstrap", help="use this broker instead of starting one")
+    parser.add_argument("--json", type=Path, default=HERE / "results" / "rebalance.json")
+    parser.add_argument(
+        "--events", type=Path, help="write each run's raw events and members' logs here"
+    )
+    parser.add_argument("--member", help=argparse.SUPPRESS)
+    args, rest = parser.parse_known_args()
+    if args.member:
+        client, protocol = args.member.rsplit("-", 1)
+        if len(rest) != 3:
+            parser.error("a member takes BOOTSTRAP TOPIC GROUP")
+        MEMBERS[client](rest[0], rest[1], rest[2], protocol)
+        return
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    configs = args.configs.split(",")
+    unknown = set(configs) - set(CONFIGS)
+    if unknown:
+        parser.error(f"unknown configurations {sorted(unknown)}; choose from {CONFIGS}")
+    command = "python benchmarks/bench_rebalance.py " + " ".join(
+        f"--{k} {v}"
+        for k, v in vars(args).items()
+        if k in ("repeat", "partitions", "rate", "steady", "configs")
+    )
+    with ExitStack() as stack:
+        bootstrap = args.bootstrap
+        if bootstrap is None:
+            from gengroup.testing.kafka import KafkaBroker
+
+            bootstrap = stack.enter_context(KafkaBroker(properties=BROKER_PROPERTIES)).bootstrap
+        results = run_suite(
+            bootstrap,
+            configs,
+            repeat=args.repeat,
+            partitions=args.partitions,
+            rate=args.rate,
+            steady=args.steady,
+            events=args.events,
+        )
+    results["meta"]["command"] = command
+    print()
+    for line in table(results):
+        print(line)
+    print(f"load average before/after: {results['meta']['load_average']}")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.json}")
+
+
+def _tempdir() -> Any:
+    import tempfile
+
+    return tempfile.TemporaryDirectory(prefix="bench-rebalance-")
+
+
+if __name__ == "__main__":
+    main()
