@@ -49,9 +49,11 @@ from . import (
     offset_delete,
     offset_fetch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
 )
-from ._base import CLOSE, NO_RESPONSE, ApiSpec, Context
+from ._base import CLOSE, NO_RESPONSE, ApiSpec, CloseAfter, Context
 
 __all__ = [
     "CLOSE",
@@ -59,6 +61,7 @@ __all__ = [
     "SPECS",
     "SUPPORTED_VERSIONS",
     "ApiSpec",
+    "CloseAfter",
     "Context",
     "error_response",
 ]
@@ -87,6 +90,8 @@ for _module in (
     offset_delete,
     consumer_group_heartbeat,
     consumer_group_describe,
+    sasl_handshake,
+    sasl_authenticate,
 ):
     _specs[ApiKey(_module.SPEC.key)] = _module.SPEC
 _specs[api_versions.KEY] = api_versions.spec(SPECS)
