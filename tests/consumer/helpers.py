@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
@@ -22,6 +23,18 @@ FAST = {
     "commit_interval": 0.3,
     "join_backoff": 0.2,
     "fetch_max_wait": 0.2,
+}
+
+#: Group timings for the embedded broker in virtual time; a test file overrides
+#: what it needs (``{**EMBEDDED_SETTINGS, "commit_interval": 0.0}``).
+EMBEDDED_SETTINGS: dict[str, Any] = {
+    "session_timeout": 10.0,
+    "heartbeat_interval": 1.0,
+    "rebalance_timeout": 20.0,
+    "commit_interval": 1.0,
+    "join_backoff": 0.5,
+    "fetch_max_wait": 0.5,
+    "request_timeout": 30.0,
 }
 
 
