@@ -20,6 +20,8 @@ import anyio
 
 from gengroup import ConsumerGroup, Generation, TopicPartition
 
+from .helpers import consume_and_mark, shares_evenly
+
 
 @dataclass
 class SpanLedger:
@@ -38,11 +40,7 @@ class SpanLedger:
         self.owners[tp] = name
         self.starts[(name, tp)] += 1
         try:
-            async for batch in gen.fetch(tp):
-                for record in batch.records:
-                    assert record.value is not None
-                    self.processed[record.value] += 1
-                gen.mark(tp, batch.next_offset)
+            async for batch in consume_and_mark(gen, tp, self.processed):
                 self.marks[tp] = max(self.marks.get(tp, 0), batch.next_offset)
         finally:
             if self.owners.get(tp) == name:
@@ -70,15 +68,8 @@ class SpanLedger:
         one generation id if ``same_generation``), evenly, and each partition's worker
         runs in its owner."""
         cur = self.current()
-        if set(cur) != names or (same_generation and len({g.id for g in cur.values()}) != 1):
-            return False
-        seen = [tp for g in cur.values() for tp in g.assignments]
-        if len(seen) != len(set(seen)) or set(seen) != every:
-            return False
-        share = len(every) // len(names)
-        if any(len(g.assignments) not in (share, share + 1) for g in cur.values()):
-            return False  # a member still waits for partitions another one releases
-        return all(self.owners.get(tp) == n for n, g in cur.items() for tp in g.assignments)
+        owned = all(self.owners.get(tp) == n for n, g in cur.items() for tp in g.assignments)
+        return shares_evenly(cur, names, every, same_generation) and owned
 
     def starts_of(self, name: str) -> dict[TopicPartition, int]:
         return {tp: n for (who, tp), n in self.starts.items() if who == name}

@@ -6,13 +6,14 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.abc
 
-from gengroup import Admin, ConsumerGroup, Generation, Producer, TopicPartition
+from gengroup import Admin, ConsumerGroup, FetchedBatch, Generation, Producer, TopicPartition
 from gengroup.producer import ProducerRecord
 
 FAST = {
@@ -52,6 +53,20 @@ async def produce_ids(bootstrap: str, topic: str, ids: Iterable[int]) -> None:
         )
 
 
+async def consume_and_mark(
+    gen: Generation, tp: TopicPartition, processed: Counter[bytes]
+) -> AsyncIterator[FetchedBatch]:
+    """A test worker's loop over ``tp``: each batch's record values counted in
+    ``processed`` and its end marked, then the batch handed on for the caller's
+    own bookkeeping."""
+    async for batch in gen.fetch(tp):
+        for record in batch.records:
+            assert record.value is not None
+            processed[record.value] += 1
+        gen.mark(tp, batch.next_offset)
+        yield batch
+
+
 @dataclass
 class Ledger:
     """What every member's workers did, checked for the group's invariants."""
@@ -82,11 +97,7 @@ class Ledger:
                 f"{tp}: gen {gen.label} starts at {start}, last mark {previous}"
             )
         try:
-            async for batch in gen.fetch(tp):
-                for record in batch.records:
-                    assert record.value is not None
-                    self.processed[record.value] += 1
-                gen.mark(tp, batch.next_offset)
+            async for batch in consume_and_mark(gen, tp, self.processed):
                 self.last_marks[tp] = batch.next_offset
                 self.notify()
         finally:
@@ -108,6 +119,12 @@ class Ledger:
         gen = self.current().get(name)
         return set(gen.assignments) if gen is not None else set()
 
+    def stable(
+        self, names: set[str], every: set[TopicPartition], same_generation: bool = True
+    ) -> bool:
+        """See :func:`shares_evenly`, for the live generations."""
+        return shares_evenly(self.current(), names, every, same_generation)
+
     async def wait_for(self, predicate: object, what: str, timeout: float = 60.0) -> None:
         assert callable(predicate)
         try:
@@ -116,6 +133,50 @@ class Ledger:
                     await anyio.sleep(0.05)
         except TimeoutError:
             raise AssertionError(f"timed out waiting for {what}") from None
+
+
+@dataclass
+class Members:
+    """Members of one group, each run as a task (``await tg.start(members.run, name)``)
+    that hands its generations to ``ledger``; ``stop(name)`` closes one."""
+
+    ledger: Ledger
+    group_id: str
+    topic: str
+    bootstrap: str
+    settings: Mapping[str, Any]
+    groups: dict[str, ConsumerGroup] = field(default_factory=dict)
+    scopes: dict[str, anyio.CancelScope] = field(default_factory=dict)
+
+    async def run(self, name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        with anyio.CancelScope() as scope:
+            self.scopes[name] = scope
+            async with ConsumerGroup(
+                self.group_id, [self.topic], self.bootstrap, client_id=name, **self.settings
+            ) as group:
+                self.groups[name] = group
+                task_status.started()
+                await self.ledger.member(name, group)
+
+    def stop(self, name: str) -> None:
+        self.scopes[name].cancel()
+
+
+def shares_evenly(
+    current: Mapping[str, Generation],
+    names: set[str],
+    every: set[TopicPartition],
+    same_generation: bool = True,
+) -> bool:
+    """``names`` (only) run generations covering ``every`` partition exactly once
+    (in one generation id if ``same_generation``), evenly."""
+    if set(current) != names or (same_generation and len({g.id for g in current.values()}) != 1):
+        return False
+    if not covers_exactly_once(current.values(), every):
+        return False
+    share = len(every) // len(names)
+    # Uneven: a member still waits for partitions another one releases.
+    return all(len(g.assignments) in (share, share + 1) for g in current.values())
 
 
 def covers_exactly_once(gens: Iterable[Generation], partitions: set[TopicPartition]) -> bool:

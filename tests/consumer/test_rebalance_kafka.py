@@ -11,15 +11,15 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 
-from gengroup import ConsumerGroup, TopicPartition
+from gengroup import TopicPartition
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
 from .helpers import (
     FAST,
     Ledger,
+    Members,
     all_partitions,
-    covers_exactly_once,
     create_topic,
     produce_ids,
     watch_commits as watch_committed,
@@ -39,33 +39,24 @@ async def three_then_four(bootstrap: str) -> dict[str, object]:
     every = all_partitions(topic, PARTITIONS)
     ledger = Ledger()
     committed_history: dict[TopicPartition, list[int]] = {}
-    groups: dict[str, ConsumerGroup] = {}
-
-    async def run_member(name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        async with ConsumerGroup(group_id, [topic], bootstrap, client_id=name, **FAST) as group:
-            groups[name] = group
-            task_status.started()
-            await ledger.member(name, group)
+    members = Members(ledger, group_id, topic, bootstrap, FAST)
 
     async def watch_commits() -> None:
         await watch_committed(bootstrap, group_id, committed_history)
 
     def stable(names: set[str]) -> bool:
-        cur = ledger.current()
-        if set(cur) != names or len({g.id for g in cur.values()}) != 1:
-            return False
-        return covers_exactly_once(cur.values(), every)
+        return ledger.stable(names, every)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch_commits)
         for name in ("m1", "m2", "m3"):
-            await tg.start(run_member, name)
+            await tg.start(members.run, name)
         await ledger.wait_for(
             lambda: stable({"m1", "m2", "m3"}), "3 members to share 12 partitions"
         )
         gen3 = ledger.current()["m1"].id
         await produce_ids(bootstrap, topic, range(1200, 1800))
-        await tg.start(run_member, "m4")
+        await tg.start(members.run, "m4")
         await ledger.wait_for(
             lambda: stable({"m1", "m2", "m3", "m4"}), "4 members to share 12 partitions"
         )
@@ -85,7 +76,9 @@ async def three_then_four(bootstrap: str) -> dict[str, object]:
     assert not duplicates, f"{len(duplicates)} records processed twice"
     for tp, seq in committed_history.items():
         assert seq == sorted(seq), f"committed offset of {tp} went backwards: {seq}"
-    timings = {name: [(r.label, r.timings) for r in g.history] for name, g in groups.items()}
+    timings = {
+        name: [(r.label, r.timings) for r in g.history] for name, g in members.groups.items()
+    }
     log.info("rebalance timings: %s", timings)
     return {"timings": timings, "gen4": gen4.id}
 
