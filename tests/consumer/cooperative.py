@@ -20,18 +20,17 @@ import anyio
 
 from gengroup import ConsumerGroup, Generation, TopicPartition
 
-from .helpers import consume_and_mark, shares_evenly
+from .helpers import MemberGenerations, consume_and_mark
 
 
 @dataclass
-class SpanLedger:
+class SpanLedger(MemberGenerations):
     """What every member's span-scoped workers did."""
 
     owners: dict[TopicPartition, str] = field(default_factory=dict)
     overlaps: list[str] = field(default_factory=list)
     starts: Counter[tuple[str, TopicPartition]] = field(default_factory=Counter)
     processed: Counter[bytes] = field(default_factory=Counter)
-    generations: dict[str, list[Generation]] = field(default_factory=dict)
     marks: dict[TopicPartition, int] = field(default_factory=dict)
 
     async def worker(self, name: str, gen: Generation, tp: TopicPartition) -> None:
@@ -54,22 +53,15 @@ class SpanLedger:
             for tp in sorted(gen.added):
                 gen.start_soon(self.worker, name, gen, tp, name=f"{name} {tp}", partition=tp)
 
-    def current(self) -> dict[str, Generation]:
-        return {n: gens[-1] for n, gens in self.generations.items() if gens and not gens[-1].ending}
-
-    def assigned(self, name: str) -> set[TopicPartition]:
-        gen = self.current().get(name)
-        return set(gen.assignments) if gen is not None else set()
-
     def stable(
         self, names: set[str], every: set[TopicPartition], same_generation: bool = True
     ) -> bool:
         """``names`` (only) run generations covering ``every`` partition exactly once (in
         one generation id if ``same_generation``), evenly, and each partition's worker
         runs in its owner."""
-        cur = self.current()
-        owned = all(self.owners.get(tp) == n for n, g in cur.items() for tp in g.assignments)
-        return shares_evenly(cur, names, every, same_generation) and owned
+        return super().stable(names, every, same_generation) and all(
+            self.owners.get(tp) == n for n, g in self.current().items() for tp in g.assignments
+        )
 
     def starts_of(self, name: str) -> dict[TopicPartition, int]:
         return {tp: n for (who, tp), n in self.starts.items() if who == name}

@@ -68,17 +68,39 @@ async def consume_and_mark(
 
 
 @dataclass
-class Ledger:
+class MemberGenerations:
+    """The generations handed to each member, the newest last."""
+
+    generations: dict[str, list[Generation]] = field(default_factory=dict)
+
+    def current(self) -> dict[str, Generation]:
+        return {n: gens[-1] for n, gens in self.generations.items() if gens and not gens[-1].ending}
+
+    def assigned(self, name: str) -> set[TopicPartition]:
+        """The partitions of ``name``'s live generation (none without one)."""
+        gen = self.current().get(name)
+        return set(gen.assignments) if gen is not None else set()
+
+    def stable(
+        self, names: set[str], every: set[TopicPartition], same_generation: bool = True
+    ) -> bool:
+        """See :func:`shares_evenly`, for the live generations."""
+        return shares_evenly(self.current(), names, every, same_generation)
+
+
+@dataclass
+class Ledger(MemberGenerations):
     """What every member's workers did, checked for the group's invariants."""
 
     #: Each partition's owner: member name and generation label (ids can repeat).
     owners: dict[TopicPartition, tuple[str, str]] = field(default_factory=dict)
     overlaps: list[str] = field(default_factory=list)
     processed: Counter[bytes] = field(default_factory=Counter)
-    generations: dict[str, list[Generation]] = field(default_factory=dict)
     start_offsets: list[tuple[int, TopicPartition, int]] = field(default_factory=list)
     last_marks: dict[TopicPartition, int] = field(default_factory=dict)
     handover_gaps: list[str] = field(default_factory=list)
+    #: (time, member, generation) of every generation handed to a member.
+    formed: list[tuple[float, str, Generation]] = field(default_factory=list)
     changed: anyio.Event = field(default_factory=anyio.Event)
 
     def notify(self) -> None:
@@ -106,24 +128,11 @@ class Ledger:
 
     async def member(self, name: str, group: ConsumerGroup) -> None:
         async for gen in group:
+            self.formed.append((anyio.current_time(), name, gen))
             self.generations.setdefault(name, []).append(gen)
             self.notify()
             for tp in gen.assignments:
                 gen.start_soon(self.worker, name, gen, tp, name=f"{name} {tp}")
-
-    def current(self) -> dict[str, Generation]:
-        return {n: gens[-1] for n, gens in self.generations.items() if gens and not gens[-1].ending}
-
-    def assigned(self, name: str) -> set[TopicPartition]:
-        """The partitions of ``name``'s live generation (none without one)."""
-        gen = self.current().get(name)
-        return set(gen.assignments) if gen is not None else set()
-
-    def stable(
-        self, names: set[str], every: set[TopicPartition], same_generation: bool = True
-    ) -> bool:
-        """See :func:`shares_evenly`, for the live generations."""
-        return shares_evenly(self.current(), names, every, same_generation)
 
     async def wait_for(self, predicate: object, what: str, timeout: float = 60.0) -> None:
         assert callable(predicate)
@@ -177,6 +186,22 @@ def shares_evenly(
     share = len(every) // len(names)
     # Uneven: a member still waits for partitions another one releases.
     return all(len(g.assignments) in (share, share + 1) for g in current.values())
+
+
+def assert_processed_once(
+    ledger: Ledger, expected: set[bytes], committed: Mapping[TopicPartition, list[int]]
+) -> None:
+    """No partition had two owners at once; every record of ``expected`` was
+    processed exactly once, each handover starting exactly where the previous
+    owner's marks ended (the final shielded commit); and the committed offsets
+    polled into ``committed`` never went backwards."""
+    assert not ledger.overlaps, ledger.overlaps
+    assert set(ledger.processed) == expected
+    assert not ledger.handover_gaps, ledger.handover_gaps
+    duplicates = {v: n for v, n in ledger.processed.items() if n > 1}
+    assert not duplicates, f"{len(duplicates)} records processed twice"
+    for tp, seq in committed.items():
+        assert seq == sorted(seq), f"committed offset of {tp} went backwards: {seq}"
 
 
 def covers_exactly_once(gens: Iterable[Generation], partitions: set[TopicPartition]) -> bool:

@@ -63,8 +63,6 @@ class Tracker(Ledger):
 
     #: (time, partition, offset, generation) of every record processed.
     consumed: list[tuple[float, TopicPartition, int, Generation]] = field(default_factory=list)
-    #: (time, member, generation) of every generation handed to a member.
-    formed: list[tuple[float, str, Generation]] = field(default_factory=list)
     #: Each partition's owners, in the order their workers started.
     owners_of: dict[TopicPartition, list[Generation]] = field(
         default_factory=lambda: defaultdict(list)
@@ -83,14 +81,6 @@ class Tracker(Ledger):
         finally:
             if self.owners.get(tp) == (name, gen.id):
                 del self.owners[tp]
-
-    async def member(self, name: str, group: ConsumerGroup) -> None:
-        async for gen in group:
-            self.formed.append((anyio.current_time(), name, gen))
-            self.generations.setdefault(name, []).append(gen)
-            self.notify()
-            for tp in gen.assignments:
-                gen.start_soon(self.worker, name, gen, tp, name=f"{name} {tp}")
 
     def last_formed_after(self, t: float) -> float | None:
         """When the newest generation formed, if after ``t`` (None: none since)."""
