@@ -20,7 +20,7 @@ import anyio
 
 from gengroup import ConsumerGroup, Generation, TopicPartition
 
-from .helpers import MemberGenerations, consume_and_mark
+from .helpers import MemberGenerations, consume_and_mark, wait_until
 
 
 @dataclass
@@ -65,15 +65,6 @@ class SpanLedger(MemberGenerations):
 
     def starts_of(self, name: str) -> dict[TopicPartition, int]:
         return {tp: n for (who, tp), n in self.starts.items() if who == name}
-
-
-async def wait_until(predicate: Callable[[], bool], what: str, timeout: float) -> None:
-    try:
-        with anyio.fail_after(timeout):
-            while not predicate():
-                await anyio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 async def three_four_three(

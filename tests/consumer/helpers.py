@@ -6,7 +6,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,17 @@ async def produce_ids(bootstrap: str, topic: str, ids: Iterable[int]) -> None:
             topic,
             [ProducerRecord(value=f"id-{i}".encode(), key=f"k{i}".encode()) for i in ids],
         )
+
+
+async def wait_until(predicate: Callable[[], bool], what: str, timeout: float) -> None:
+    """Poll ``predicate`` until it holds; an AssertionError naming ``what`` after
+    ``timeout`` seconds (a hang guard, not a timing assertion)."""
+    try:
+        with anyio.fail_after(timeout):
+            while not predicate():
+                await anyio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 async def consume_and_mark(
@@ -136,12 +147,7 @@ class Ledger(MemberGenerations):
 
     async def wait_for(self, predicate: object, what: str, timeout: float = 60.0) -> None:
         assert callable(predicate)
-        try:
-            with anyio.fail_after(timeout):
-                while not predicate():
-                    await anyio.sleep(0.05)
-        except TimeoutError:
-            raise AssertionError(f"timed out waiting for {what}") from None
+        await wait_until(predicate, what, timeout)
 
 
 @dataclass
