@@ -67,6 +67,42 @@ class SpanLedger(MemberGenerations):
         return {tp: n for (who, tp), n in self.starts.items() if who == name}
 
 
+@dataclass
+class FirstTaskReturns:
+    """Partition 0's span-scoped task returns the first time it runs; every other
+    task runs until cancelled.
+
+    ``await run(group)`` (a group alone on a topic of 2 partitions) takes two
+    generations; then, with the group closed, ``check(topic)`` asserts that the
+    returning task ended the first one and that the second has partition 0 as
+    added, with a fresh task, and partition 1 retained, its task never restarted.
+    """
+
+    generations: list[Generation] = field(default_factory=list)
+    starts: list[TopicPartition] = field(default_factory=list)
+
+    async def worker(self, gen: Generation, tp: TopicPartition) -> None:
+        self.starts.append(tp)
+        if tp.partition == 0 and self.starts.count(tp) == 1:
+            return
+        await anyio.sleep_forever()
+
+    async def run(self, group: ConsumerGroup) -> None:
+        async for gen in group:
+            self.generations.append(gen)
+            for tp in gen.added:
+                gen.start_soon(self.worker, gen, tp, name="worker", partition=tp)
+            if len(self.generations) == 2:
+                return
+
+    def check(self, topic: str) -> None:
+        first, second = self.generations
+        assert first.end_reason == "task 'worker' exited"
+        assert second.added == {TopicPartition(topic, 0)}
+        assert second.retained == {TopicPartition(topic, 1)}
+        assert sorted(self.starts) == [TopicPartition(topic, 0)] * 2 + [TopicPartition(topic, 1)]
+
+
 async def three_four_three(
     open_group: Callable[[str], ConsumerGroup],
     every: set[TopicPartition],
