@@ -103,6 +103,32 @@ class FirstTaskReturns:
         assert sorted(self.starts) == [TopicPartition(topic, 0)] * 2 + [TopicPartition(topic, 1)]
 
 
+@dataclass
+class StubbornTasks:
+    """Span-scoped partition tasks that ignore their cancellation until ``let_go``.
+
+    ``await run(group, join)`` starts one per added partition; once the member
+    owns both partitions of its topic it calls ``join()``, which starts a
+    second member: the revocation that follows finds a task that does not end.
+    """
+
+    let_go: anyio.Event = field(default_factory=anyio.Event)
+
+    async def stubborn(self, gen: Generation, tp: TopicPartition) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.let_go.wait()
+
+    async def run(self, group: ConsumerGroup, join: Callable[[], object]) -> None:
+        async for gen in group:
+            for tp in gen.added:
+                gen.start_soon(self.stubborn, gen, tp, partition=tp)
+            if len(gen.assignments) == 2:
+                join()
+
+
 async def three_four_three(
     open_group: Callable[[str], ConsumerGroup],
     every: set[TopicPartition],
