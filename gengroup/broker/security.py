@@ -61,7 +61,7 @@ import scramp  # type: ignore[import-untyped]
 from kio.schema.errors import ErrorCode
 
 from .._errors import ConfigError
-from ..io.security import PathSetting, SecurityProtocol
+from ..io.security import PathSetting, SecurityProtocol, UsesProtocol
 from ..protocol.versions import ApiKey
 from .apis import sasl_authenticate, sasl_handshake
 
@@ -77,7 +77,7 @@ _MIN_REAUTH_INTERVAL: Final = 1.0
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
-class ServerSecurity:
+class ServerSecurity(UsesProtocol):
     """How a listener of the embedded broker secures its connections (validated).
 
     Attributes:
@@ -133,16 +133,6 @@ class ServerSecurity:
                     user: tuple(mechanism.make_auth_info(password, _SCRAM_ITERATIONS))
                     for user, password in self.users.items()
                 }
-
-    @property
-    def uses_tls(self) -> bool:
-        """Whether connections are wrapped in TLS."""
-        return self.security_protocol in ("SSL", "SASL_SSL")
-
-    @property
-    def uses_sasl(self) -> bool:
-        """Whether clients must authenticate with SASL."""
-        return self.security_protocol.startswith("SASL_")
 
     @property
     def mechanisms(self) -> tuple[str, ...]:
