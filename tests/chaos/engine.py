@@ -70,6 +70,9 @@ class Members:
     logs: Path
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     frozen: set[int] = field(default_factory=set)
+    #: Members sent SIGTERM (not signalled again: a second SIGTERM could land after the
+    #: member's handler is gone, while it exits).
+    leaving: set[int] = field(default_factory=set)
     timeline: list[Fault] = field(default_factory=list)
     started: dict[int, float] = field(default_factory=dict)
 
@@ -80,6 +83,10 @@ class Members:
     def env(self, n: int) -> dict[str, str]:
         """Extra environment variables of member ``n``."""
         return {}
+
+    def ready(self, n: int) -> bool:
+        """Whether member ``n`` got going (by default: it ran for :data:`SETTLE` s)."""
+        return True
 
     @property
     def events(self) -> list[str]:
@@ -106,9 +113,13 @@ class Members:
         return [p for p in self.procs if p.poll() is None and p.pid not in self.frozen]
 
     def settled(self) -> list[subprocess.Popen[bytes]]:
-        """Live members started at least :data:`SETTLE` s ago (likely in the group)."""
+        """Live members started at least :data:`SETTLE` s ago and :meth:`ready`."""
         now = time.monotonic()
-        return [p for p in self.live() if now - self.started[p.pid] >= SETTLE]
+        return [
+            p
+            for p in self.live()
+            if now - self.started[p.pid] >= SETTLE and self.ready(self.procs.index(p))
+        ]
 
     def name(self, proc: subprocess.Popen[bytes]) -> str:
         return f"member-{self.procs.index(proc)}"
@@ -136,10 +147,14 @@ class Members:
 
 
 async def member_schedule(
-    members: Members, rng: random.Random, seconds: float, session: float
+    members: Members,
+    rng: random.Random,
+    seconds: float,
+    session: float,
+    gap: tuple[float, float] = (0.5, 2.0),
 ) -> None:
-    """Hurt members on a schedule drawn from ``rng`` for ``seconds``; returns once every
-    frozen member was woken up."""
+    """Hurt members on a schedule drawn from ``rng`` for ``seconds``, one fault every
+    ``gap`` seconds (drawn uniformly); returns once every frozen member was woken up."""
     deadline = anyio.current_time() + seconds
 
     async def thaw(proc: subprocess.Popen[bytes], name: str) -> None:
@@ -150,7 +165,7 @@ async def member_schedule(
 
     async with anyio.create_task_group() as tg:
         while anyio.current_time() < deadline:
-            await anyio.sleep(rng.uniform(0.5, 2.0))
+            await anyio.sleep(rng.uniform(*gap))
             live, settled = members.live(), members.settled()
             if not settled:
                 continue
@@ -167,16 +182,18 @@ async def member_schedule(
                 tg.start_soon(thaw, victim, name)
             else:
                 victim.send_signal(signal.SIGTERM)
+                members.leaving.add(victim.pid)
                 members.start()
 
 
 async def stop_all(members: Members, grace: float = 60.0) -> None:
-    """SIGCONT and SIGTERM every member still running, then SIGKILL those left after
-    ``grace`` seconds."""
+    """SIGCONT and SIGTERM every member still running (once), then SIGKILL those left
+    after ``grace`` seconds."""
     for proc in members.procs:
-        if proc.poll() is None:
+        if proc.poll() is None and proc.pid not in members.leaving:
             proc.send_signal(signal.SIGCONT)
             proc.send_signal(signal.SIGTERM)
+            members.leaving.add(proc.pid)
     with anyio.move_on_after(grace):
         while any(p.poll() is None for p in members.procs):
             await anyio.sleep(0.1)
