@@ -34,6 +34,7 @@ suite (``test_consumer_chaos.py``), the long one is
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import sys
 import tempfile
@@ -105,15 +106,17 @@ class Traffic:
 async def broker_schedule(
     cluster: KafkaCluster, rng: random.Random, seconds: float, faults: list[Fault]
 ) -> None:
-    """Take one broker down at a time (SIGKILL or graceful stop), restart it on its ports
-    and data, wait for every replica to be in sync; until ``seconds`` have passed."""
+    """Take one broker down at a time, SIGKILL and graceful stop in turn (the first drawn),
+    restart it on its ports and data, wait for every replica to be in sync; until
+    ``seconds`` have passed."""
     deadline = anyio.current_time() + seconds
-    while True:
+    actions = ["kill", "stop"]
+    rng.shuffle(actions)
+    for action in itertools.cycle(actions):
         await anyio.sleep(rng.uniform(4.0, 10.0))
         if anyio.current_time() >= deadline:
             return
         node = rng.choice(cluster.running)
-        action = rng.choice(["kill", "stop"])
         faults.append(Fault.now(f"{action} broker", f"node-{node}"))
         down = cluster.kill if action == "kill" else cluster.stop
         await anyio.to_thread.run_sync(down, node)
