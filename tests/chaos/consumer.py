@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import random
+import re
 import sys
 import tempfile
 from collections import Counter, defaultdict
@@ -150,6 +151,9 @@ class Processing:
     id: int
 
 
+_LINE = re.compile(r"[gbce] \d+\.\d+ \d+ ")
+
+
 def _offsets(text: str) -> dict[int, int]:
     return (
         {} if text == "-" else {int(p): int(o) for p, o in (x.split(":") for x in text.split(","))}
@@ -162,10 +166,12 @@ def parse(members: Members) -> tuple[list[Gen], list[Processing]]:
     done: list[Processing] = []
     for i in range(len(members.procs)):
         name, current = f"member-{i}", None
-        for line in members.log(i).splitlines():
+        # The last piece is "" or a line cut short by a SIGKILL (its records were never
+        # marked, so the next owner processes them): left out.
+        for line in members.log(i).split("\n")[:-1]:
+            if not _LINE.match(line):
+                continue  # the member's log output (stderr shares the file)
             kind, _, rest = line.partition(" ")
-            if kind not in {"g", "b", "c", "e"}:
-                continue
             t, gid, *fields = rest.split(" ", 3)
             at = float(t)
             if kind == "g":
