@@ -110,7 +110,12 @@ class Members:
         return proc
 
     def live(self) -> list[subprocess.Popen[bytes]]:
-        return [p for p in self.procs if p.poll() is None and p.pid not in self.frozen]
+        """Running members, neither frozen nor leaving."""
+        return [
+            p
+            for p in self.procs
+            if p.poll() is None and p.pid not in self.frozen and p.pid not in self.leaving
+        ]
 
     def settled(self) -> list[subprocess.Popen[bytes]]:
         """Live members started at least :data:`SETTLE` s ago and :meth:`ready`."""
