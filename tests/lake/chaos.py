@@ -35,6 +35,7 @@ from .helpers import end_offsets, produce, read_lake
 
 SESSION = 6.0
 PARTITIONS = 6
+_FORMED = re.compile(r"generation (\d+) \(#\d+\) formed")
 
 
 @dataclass(kw_only=True)
@@ -118,7 +119,7 @@ async def check(members: LakeMembers, seed: int) -> dict[TopicPartition, int]:
     logs = members.tails()
     discarded = sum(int(n) for n in re.findall(r"deleted (\d+) staged file", logs))
     discarded += logs.count("not landed: the commit was refused")
-    generations = len(set(re.findall(r"generation (\d+) formed", logs)))
+    generations = len(set(_FORMED.findall(logs)))
     print(
         f"chaos seed {seed}: N={members.produced} records, {lake.files} files published, "
         f"{discarded} staged files discarded, {generations} generations, "
