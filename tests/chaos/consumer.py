@@ -136,6 +136,8 @@ class Gen:
     started: float
     starts: dict[int, int]
     commits: dict[int, int] = field(default_factory=dict)
+    #: (time, partition, offset) of every accepted commit printed.
+    commit_log: list[tuple[float, int, int]] = field(default_factory=list)
     processed_to: dict[int, int] = field(default_factory=dict)
     ended: float | None = None
     final: dict[int, int] | None = None
@@ -187,6 +189,7 @@ def parse(members: Members) -> tuple[list[Gen], list[Processing]]:
                     current.processed_to[p] = int(offset) + 1
             elif kind == "c":
                 current.commits[int(fields[0])] = int(fields[1])
+                current.commit_log.append((at, int(fields[0]), int(fields[1])))
             else:
                 current.ended, current.final = at, _offsets(fields[0])
                 current.reason = rest.partition("| ")[2]
@@ -260,6 +263,8 @@ def check(
     acked: dict[int, tuple[int, int]],
     broker: list[Fault],
 ) -> Outcome:
+    """Check the members' output against the topic's end offsets and what was acknowledged:
+    the records never processed, every duplicate's cause, and the violations."""
     gens, done = parse(members)
     by_offset: dict[tuple[int, int], list[Processing]] = defaultdict(list)
     for d in sorted(done, key=lambda d: d.at):
@@ -275,13 +280,22 @@ def check(
     for (p, o), seen in by_offset.items():
         for j in range(1, len(seen)):
             dup = seen[j]
+            # What was committed (as printed) before the generation that processed it
+            # again formed.
             floor = max(
-                (
-                    c
-                    for g in gens
-                    if g.ended is not None and g.ended < dup.gen.started
-                    for c in [g.final.get(p, 0) if g.final else 0]
-                ),
+                [
+                    *(
+                        c
+                        for g in gens
+                        for t, cp, c in g.commit_log
+                        if cp == p and t < dup.gen.started
+                    ),
+                    *(
+                        g.final.get(p, 0)
+                        for g in gens
+                        if g.final is not None and g.ended is not None and g.ended < dup.gen.started
+                    ),
+                ],
                 default=0,
             )
             if o < floor:
