@@ -91,6 +91,22 @@ class ClusterUnreachable(BrokenConnection):
         self.exhausted = exhausted
 
 
+def exhausted_unreachable(exc: BaseException) -> ClusterUnreachable | None:
+    """The exhausted cluster-unreachable error ``exc`` is or carries, if any.
+
+    Follows ``__cause__`` and ``__context__``: a coordinator lookup that timed
+    out while the cluster was unreachable carries the error as its context.
+    The first :class:`ClusterUnreachable` on the chain decides: ``None`` while
+    it is not ``exhausted`` yet.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ClusterUnreachable):
+            return seen if seen.exhausted else None
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class ConnectionClosed(KafkaConnectionError):
     """The connection was closed by this process (``aclose()`` was called)."""
 

@@ -219,6 +219,55 @@ def test_watchdog_stops_broker_when_owner_is_sigkilled(tmp_path: Path) -> None:
         assert _wait_until(lambda: not data_dir.exists(), 10)
 
 
+_HOLDING_TEST = """
+import time
+
+pytest_plugins = ["gengroup.testing.pytest_plugin"]
+
+
+def test_hold(kafka):
+    print("holding", kafka.data_dir, flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.kafka
+def test_a_pytest_run_killed_with_sigterm_leaves_no_broker(tmp_path: Path) -> None:
+    """A pytest run and its process group get SIGTERM (as ``timeout`` or a job stop
+    sends it): no handler, no atexit, yet the session broker's JVM and data go."""
+    (tmp_path / "test_hold.py").write_text(_HOLDING_TEST)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_hold.py"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, signalled as a whole below
+    )
+    try:
+        line = b""
+        deadline = time.monotonic() + 240  # a hang guard: the broker's start, loaded machine
+        while b"holding " not in line:
+            line = _read_line(proc, max(1.0, deadline - time.monotonic()))
+            assert line, "pytest ended before the broker started"
+        data_dir = Path(line.split(b"holding ")[1].split()[0].decode())
+        jvms = _harness_jvms(proc.pid)
+        assert len(jvms) == 1 and data_dir.is_dir()
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == -signal.SIGTERM
+        assert _wait_until(lambda: _group_gone(jvms[0]), 30), "the JVM outlived the pytest run"
+        assert _wait_until(lambda: not data_dir.exists(), 10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        for pid in _harness_jvms(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
 # ---------------------------------------------------------------- without a broker
 
 

@@ -13,6 +13,7 @@ The modules: :mod:`~gengroup.broker.fake_cluster` (``FakeCluster``),
 :mod:`~gengroup.broker.server` (one broker: listening, connections, dispatch),
 :mod:`~gengroup.broker.state` (what the brokers share),
 :mod:`~gengroup.broker.apis` (one module per API key),
+:mod:`~gengroup.broker.security` (TLS and SASL: ``ServerSecurity``),
 :mod:`~gengroup.broker.faults` (the fault controls),
 :mod:`~gengroup.broker.log` (topics and partition logs) and
 :mod:`~gengroup.broker.coordinator` (the group coordinator).
@@ -38,6 +39,7 @@ from .faults import (
     Respond as Respond,
 )
 from .log import LogError as LogError
+from .security import ServerSecurity as ServerSecurity
 from .server import BrokerServer as BrokerServer
 from .state import BrokerSettings as BrokerSettings
 
@@ -59,5 +61,6 @@ __all__ = [
     "MemoryByteStream",
     "Pass",
     "Respond",
+    "ServerSecurity",
     "memory_byte_stream_pair",
 ]

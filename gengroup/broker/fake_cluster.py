@@ -63,6 +63,7 @@ from ..protocol.records import Compression, NewRecord, Record, decode_batches, e
 from .coordinator import DescribedGroup, DescribeGroupsInput, OffsetFetchGroup, OffsetFetchInput
 from .faults import Control, ControlHandler
 from .log import LogError, Partition, Topic
+from .security import ServerSecurity
 from .server import BrokerServer
 from .state import BrokerSettings, ClusterState
 
@@ -140,6 +141,12 @@ class FakeCluster:
             ``settings.group_initial_rebalance_delay_ms``.
         offsets_topic_num_partitions: shortcut for
             ``settings.offsets_topic_num_partitions``.
+        security: how every broker's listener secures its connections (TLS,
+            SASL users and mechanisms, session lifetime); PLAINTEXT if omitted.
+
+    Raises:
+        ConfigError: the TLS certificate, key or CA files of ``security``
+            cannot be loaded.
 
     A cluster is entered once, and its methods are called from the event
     loop's thread (from worker threads, go through ``anyio.from_thread``).
@@ -163,6 +170,7 @@ class FakeCluster:
         auto_create_topics: bool | None = None,
         initial_rebalance_delay_ms: int | None = None,
         offsets_topic_num_partitions: int | None = None,
+        security: ServerSecurity | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
@@ -179,9 +187,12 @@ class FakeCluster:
         if overrides:
             settings = dataclasses.replace(settings, **overrides)
         self.settings = settings
+        self.security = security if security is not None else ServerSecurity()
         self.state = ClusterState(range(brokers), settings, seed=seed, epoch_ms=epoch_ms)
         self.servers: dict[int, BrokerServer] = {
-            node: BrokerServer(self.state, node, ports[node] if ports else 0)
+            node: BrokerServer(
+                self.state, node, ports[node] if ports else 0, security=self.security
+            )
             for node in range(brokers)
         }
         items = topics.items() if isinstance(topics, Mapping) else (topics or ())
@@ -242,6 +253,16 @@ class FakeCluster:
     def bootstrap(self) -> str:
         """Every broker's address, ``"127.0.0.1:P1,127.0.0.1:P2,..."``."""
         return ",".join(f"{self.settings.host}:{s.port}" for s in self.servers.values())
+
+    @property
+    def failed_authentications(self) -> int:
+        """Failed authentications (TLS handshakes and SASL exchanges) on every broker."""
+        return sum(s.failed_authentications for s in self.servers.values())
+
+    @property
+    def reauthentications(self) -> int:
+        """SASL re-authentications (KIP-368) completed on every broker."""
+        return sum(s.reauthentications for s in self.servers.values())
 
     @property
     def errors(self) -> list[BaseException]:
@@ -439,6 +460,10 @@ class FakeCluster:
 
     def connect_memory(self, broker_id: int = 0) -> MemoryByteStream:
         """Open an in-memory connection to a broker (no socket involved).
+
+        The broker serves it as it serves its listener's connections: with
+        TLS, the client's end must speak TLS too (wrap it with
+        ``anyio.streams.tls.TLSStream.wrap``); with SASL, it must authenticate.
 
         Returns:
             The client's end; the broker serves the other end in the

@@ -24,6 +24,21 @@ ApiVersions range, as Kafka does so a client can retry with a version the
 broker knows. A bug in a handler is recorded in :attr:`ClusterState.errors`
 and answered UNKNOWN_SERVER_ERROR; the server never crashes.
 
+Security (:mod:`gengroup.broker.security`). With TLS, each accepted stream is
+wrapped on the server side before anything is read (:class:`_ServerTLSStream`,
+TLS over any byte stream, so in-memory connections get it too); a handshake
+that fails on a TLS error -- a client that does not trust the broker's
+certificate, a missing client certificate with mutual TLS -- sends the alert
+to the client, is logged and counted as a failed authentication, as Kafka
+counts it, and closes the connection. With SASL, each connection gets its own
+:class:`~gengroup.broker.security.SaslAuthenticator`, which sees every request
+once the fault controls let it through and decides whether it reaches the
+APIs: before authentication only ApiVersions and the SASL exchange do, and
+after a v0 handshake the SASL tokens arrive as raw frames, which the
+authenticator gets before any request decoding. Every failed authentication
+is logged once (INFO, ``gengroup.broker``) and counted in
+:attr:`BrokerServer.failed_authentications`.
+
 Dispatch. What the broker knows about each API -- its versions, its handler
 and its error shape -- lives in its module of :mod:`gengroup.broker.apis`;
 the server looks the request's API key up in the registry
@@ -34,10 +49,13 @@ the server looks the request's API key up in the registry
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
+import ssl
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.abc
@@ -46,8 +64,9 @@ from kio.schema.errors import ErrorCode
 from .._errors import ProtocolError, UnsupportedVersion
 from ..protocol.framing import API_VERSIONS_KEY, FrameBuffer, decode_request, encode_response
 from ..protocol.versions import ApiKey
-from .apis import CLOSE, NO_RESPONSE, SPECS, ApiSpec, Context, api_versions
+from .apis import CLOSE, NO_RESPONSE, SPECS, ApiSpec, CloseAfter, Context, api_versions
 from .faults import Delay, Disconnect, Drop, Fail, Intercepted, Respond
+from .security import Outcome, SaslAuthenticator, ServerSecurity
 from .state import ClusterState
 
 __all__ = ["BrokerServer"]
@@ -55,6 +74,7 @@ __all__ = ["BrokerServer"]
 log = logging.getLogger("gengroup.broker")
 
 _KEYS: Final[frozenset[int]] = frozenset(int(k) for k in ApiKey)
+T = TypeVar("T")
 
 
 class _Next(enum.Enum):
@@ -69,7 +89,91 @@ class _Next(enum.Enum):
 class _Connection:
     stream: anyio.abc.ByteStream
     client_host: str
+    sasl: SaslAuthenticator | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+
+
+class _ServerTLSStream(anyio.abc.ByteStream):
+    """The server side of TLS over any byte stream (sockets and in-memory streams alike).
+
+    Unlike anyio's ``TLSStream.wrap``, a handshake that fails sends its alert
+    (a missing client certificate, say) before raising, so the client learns
+    why instead of seeing the connection drop. Closing skips TLS's closing
+    handshake, as Kafka does. Used by one task at a time (a connection is
+    served in order).
+    """
+
+    def __init__(self, transport: anyio.abc.ByteStream, context: ssl.SSLContext) -> None:
+        self._transport = transport
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+
+    async def handshake(self) -> None:
+        """Run the TLS handshake.
+
+        Raises:
+            ssl.SSLError: the handshake failed (its alert was sent).
+            anyio.EndOfStream: the client went away during the handshake.
+        """
+        await self._run(self._ssl.do_handshake)
+
+    async def _flush(self) -> None:
+        data = self._outgoing.read()
+        if data:
+            await self._transport.send(data)
+
+    async def _run(self, operation: Callable[..., T], *args: Any) -> T:
+        while True:
+            try:
+                result = operation(*args)
+            except ssl.SSLWantReadError:
+                await self._flush()
+                try:
+                    self._incoming.write(await self._transport.receive())
+                except anyio.EndOfStream:
+                    self._incoming.write_eof()
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                raise anyio.EndOfStream from None
+            except ssl.SSLError:
+                with contextlib.suppress(
+                    anyio.BrokenResourceError, anyio.ClosedResourceError, OSError
+                ):
+                    await self._flush()  # the alert telling the client why
+                raise
+            else:
+                await self._flush()
+                return result
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        """Receive decrypted bytes; ``EndOfStream`` once the client closed."""
+        try:
+            data = await self._run(self._ssl.read, max_bytes)
+        except ssl.SSLError as exc:
+            raise anyio.BrokenResourceError from exc
+        if not data:
+            raise anyio.EndOfStream
+        return data
+
+    async def send(self, item: bytes) -> None:
+        """Encrypt and send bytes."""
+        try:
+            await self._run(self._ssl.write, item)
+        except ssl.SSLError as exc:
+            raise anyio.BrokenResourceError from exc
+
+    async def send_eof(self) -> None:
+        """Not supported by TLS (as with anyio's TLS streams)."""
+        raise NotImplementedError("TLS streams do not support send_eof()")
+
+    async def aclose(self) -> None:
+        """Close the underlying stream (without TLS's closing handshake)."""
+        await self._transport.aclose()
+
+    @property
+    def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
+        """The underlying stream's attributes (addresses of a socket)."""
+        return self._transport.extra_attributes
 
 
 def _peer_host(stream: anyio.abc.ByteStream) -> str:
@@ -93,14 +197,36 @@ class BrokerServer:
         state: the cluster's shared state.
         node_id: this broker's node id.
         port: the TCP port to listen on.
+        security: how the listener secures its connections (TLS, SASL);
+            PLAINTEXT if omitted.
+
+    Raises:
+        ConfigError: the TLS certificate, key or CA files cannot be loaded.
     """
 
-    def __init__(self, state: ClusterState, node_id: int, port: int = 0) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        node_id: int,
+        port: int = 0,
+        *,
+        security: ServerSecurity | None = None,
+    ) -> None:
         self.state = state
         self.node_id = node_id
         self.port = port
+        self.security = security if security is not None else ServerSecurity()
+        self._tls = self.security.tls_context()
         self._connections: set[_Connection] = set()
         self._scope: anyio.CancelScope | None = None
+        #: Failed authentications: TLS handshakes and SASL exchanges that failed.
+        self.failed_authentications = 0
+        #: SASL authentications that completed (re-authentications included).
+        self.authentications = 0
+        #: SASL re-authentications that completed (KIP-368).
+        self.reauthentications = 0
+        #: Connections closed because their SASL session expired.
+        self.expired_sessions = 0
 
     def __repr__(self) -> str:
         return f"<BrokerServer node={self.node_id} port={self.port}>"
@@ -167,10 +293,12 @@ class BrokerServer:
         Never raises (except cancellation): every failure closes this
         connection only.
         """
-        conn = _Connection(stream, _peer_host(stream))
+        conn = _Connection(stream, _peer_host(stream), self.security.authenticator())
         self._connections.add(conn)
         try:
             with conn.scope:
+                if self._tls is not None:
+                    conn.stream = await self._tls_handshake(conn, self._tls)
                 await self._serve_connection(conn)
         except (
             anyio.EndOfStream,
@@ -186,6 +314,32 @@ class BrokerServer:
         finally:
             self._connections.discard(conn)
             await anyio.aclose_forcefully(stream)
+
+    async def _tls_handshake(
+        self, conn: _Connection, context: ssl.SSLContext
+    ) -> anyio.abc.ByteStream:
+        """The connection's stream wrapped in TLS; a failed handshake is logged and counted."""
+        tls = _ServerTLSStream(conn.stream, context)
+        try:
+            # A client that never finishes the handshake is dropped like an idle one.
+            with anyio.move_on_after(self.state.settings.connections_max_idle) as scope:
+                await tls.handshake()
+        except ssl.SSLError as exc:
+            self._failed_authentication(conn, "SSL handshake failed", exc.reason or str(exc))
+            raise anyio.EndOfStream from None
+        if scope.cancelled_caught:
+            raise anyio.EndOfStream
+        return tls
+
+    def _failed_authentication(self, conn: _Connection, what: str, message: str) -> None:
+        self.failed_authentications += 1
+        log.info(
+            "broker %d: failed authentication with %s (%s): %s",
+            self.node_id,
+            conn.client_host,
+            what,
+            message,
+        )
 
     async def _serve_connection(self, conn: _Connection) -> None:
         buf = FrameBuffer(max_frame=self.state.settings.socket_request_max_bytes)
@@ -204,7 +358,10 @@ class BrokerServer:
                         return  # idle for too long: Kafka's connections.max.idle.ms
                 buf.feed(data)
                 continue
-            out, after = await self._process(conn, frame)
+            if conn.sasl is not None and conn.sasl.expects_raw_token:
+                out, after = self._raw_token(conn, frame)
+            else:
+                out, after = await self._process(conn, frame)
             if out is not None:
                 await stream.send(out)
             if after is _Next.CLOSE:
@@ -258,6 +415,8 @@ class BrokerServer:
                 return None, _Next.SERVE
             if response is CLOSE:
                 return None, _Next.CLOSE
+            if isinstance(response, CloseAfter):
+                return encode_response(response.response, correlation_id=cid), _Next.CLOSE
             return encode_response(response, correlation_id=cid), _Next.SERVE
         except Exception as exc:
             self.state.record_error(exc, f"broker {self.node_id} api {api_key} v{version}")
@@ -283,5 +442,61 @@ class BrokerServer:
             )
         if isinstance(action, Respond):
             return action.response
+        gate = conn.sasl
+        if gate is not None:
+            outcome = gate.receive(
+                call.api_key, call.api_version, call.request, now=anyio.current_time()
+            )
+            if not outcome.forward:
+                return self._sasl_answer(conn, spec, call, outcome)
         ctx = Context(self.state, self.node_id, conn.client_host, call.client_id)
-        return await spec.handle(ctx, call.request, call.api_version)
+        response = await spec.handle(ctx, call.request, call.api_version)
+        if gate is not None and call.api_key == API_VERSIONS_KEY and not gate.authenticated:
+            gate.api_versions_answered(response.error_code == ErrorCode.none)
+        return response
+
+    # ------------------------------------------------------------------ SASL
+
+    def _sasl_answer(self, conn: _Connection, spec: ApiSpec, call: Intercepted, o: Outcome) -> Any:
+        """The answer to a request the SASL authenticator kept from the APIs."""
+        self._sasl_events(conn, o)
+        response = o.response
+        if response is None and o.error is not None:
+            response = spec.error_response(call.api_version, call.request, o.error)
+        if response is None:
+            return _Next.CLOSE if o.close else NO_RESPONSE
+        return CloseAfter(response) if o.close else response
+
+    def _raw_token(self, conn: _Connection, token: bytes) -> tuple[bytes | None, _Next]:
+        """Handle a raw SASL token (after a v0 SaslHandshake)."""
+        assert conn.sasl is not None
+        o = conn.sasl.receive_token(token, now=anyio.current_time())
+        self._sasl_events(conn, o)
+        out = None if o.raw is None else len(o.raw).to_bytes(4, "big") + o.raw
+        return out, _Next.CLOSE if o.close else _Next.SERVE
+
+    def _sasl_events(self, conn: _Connection, o: Outcome) -> None:
+        """Count and log what an authenticator's outcome reports."""
+        assert conn.sasl is not None
+        if o.failure is not None:
+            self._failed_authentication(conn, conn.sasl.mechanism or "SASL", o.failure)
+        elif o.completed is not None:
+            self.authentications += 1
+            if o.completed == "re-authentication":
+                self.reauthentications += 1
+            log.debug(
+                "broker %d: %s %s completed (%s)",
+                self.node_id,
+                conn.client_host,
+                o.completed,
+                conn.sasl.principal,
+            )
+        elif o.reason is not None:
+            if o.reason == "its SASL session expired":
+                self.expired_sessions += 1
+            log.info(
+                "broker %d: closing the connection of %s: %s",
+                self.node_id,
+                conn.client_host,
+                o.reason,
+            )

@@ -100,6 +100,18 @@ class BrokerSettings:
         group_min_session_timeout_ms: ``group.min.session.timeout.ms``.
         group_max_session_timeout_ms: ``group.max.session.timeout.ms``.
         group_max_size: ``group.max.size``.
+        group_consumer_session_timeout_ms: ``group.consumer.session.timeout.ms``
+            (consumer groups, KIP-848).
+        group_consumer_heartbeat_interval_ms:
+            ``group.consumer.heartbeat.interval.ms``.
+        group_consumer_assignment_interval_ms:
+            ``group.consumer.assignment.interval.ms`` (Kafka 4.3, KIP-1263): a
+            consumer group's target assignment is recomputed at most once
+            per interval.
+        group_coordinator_rebalance_protocols:
+            ``group.coordinator.rebalance.protocols``: without ``"consumer"``
+            the broker neither advertises nor serves ConsumerGroupHeartbeat
+            and ConsumerGroupDescribe.
         connections_max_idle: seconds after which an idle connection is
             closed (``connections.max.idle.ms``); ``None`` disables it.
         validate_records: decode every produced record to validate a batch
@@ -121,6 +133,10 @@ class BrokerSettings:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
     group_max_size: int = 2**31 - 1
+    group_consumer_session_timeout_ms: int = 45000
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_assignment_interval_ms: int = 1000
+    group_coordinator_rebalance_protocols: tuple[str, ...] = ("classic", "consumer")
     connections_max_idle: float | None = None
     validate_records: bool = True
     cluster_id: str | None = None
@@ -174,6 +190,9 @@ class ClusterState:
                 min_session_timeout_ms=self.settings.group_min_session_timeout_ms,
                 max_session_timeout_ms=self.settings.group_max_session_timeout_ms,
                 max_group_size=self.settings.group_max_size,
+                consumer_session_timeout_ms=self.settings.group_consumer_session_timeout_ms,
+                consumer_heartbeat_interval_ms=self.settings.group_consumer_heartbeat_interval_ms,
+                consumer_assignment_interval_ms=self.settings.group_consumer_assignment_interval_ms,
                 member_id_generator=self._member_id,
             )
         )

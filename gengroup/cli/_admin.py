@@ -67,9 +67,7 @@ class PartlyFailed(Exception):
 def open_admin(args: argparse.Namespace) -> Admin:
     """An Admin for the command's connection options (not entered yet)."""
     conn = connection(args)
-    if conn.client_id is None:
-        return Admin(conn.bootstrap, timeout=args.timeout)
-    return Admin(conn.bootstrap, timeout=args.timeout, client_id=conn.client_id)
+    return Admin(conn.bootstrap, timeout=args.timeout, **conn.settings())
 
 
 class AdminCommand:

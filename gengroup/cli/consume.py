@@ -15,7 +15,9 @@ Two ways to read:
 
 ``-n N`` stops after N records; ``--until-end`` stops once every partition
 read reached the end offset it had when the command started (records written
-since are not printed). Otherwise the command runs until SIGINT (Ctrl-C) or
+since are not printed), showing each partition's position against that end on
+stderr while it runs when stderr is a terminal and stdout is not
+(:mod:`._progress`). Otherwise the command runs until SIGINT (Ctrl-C) or
 SIGTERM, and then ends cleanly (group mode: final commit, leaving the group)
 with exit code 0.
 
@@ -49,6 +51,7 @@ from ..io.fetch import PartitionFetch, fetch_once
 from ..io.retry import Backoff, retry
 from ..protocol.records import Record
 from ._common import add_connection_options, command, connection, run
+from ._progress import View, wanted
 
 __all__ = ["Printer", "add_parser"]
 
@@ -266,8 +269,37 @@ class _Ends:
         return True
 
 
+class _Positions:
+    """The ``--until-end`` view: each partition's position against its end offset."""
+
+    def __init__(self, view: View) -> None:
+        self.view = view
+        self._tasks: dict[TopicPartition, tuple[Any, int, int]] = {}
+
+    def track(self, tp: TopicPartition, start: int, end: int | None) -> None:
+        """Show ``tp``, read from ``start`` up to ``end`` (once; None: no end, not shown)."""
+        if end is None or tp in self._tasks or not self.view.enabled:
+            return
+        task = self.view.add(str(tp), total=max(end - start, 1), detail=f"{start}/{end}")
+        self._tasks[tp] = (task, start, end)
+        self.at(tp, start)
+
+    def at(self, tp: TopicPartition, position: int) -> None:
+        """``tp`` was read up to ``position``."""
+        if tp not in self._tasks:
+            return
+        task, start, end = self._tasks[tp]
+        position = min(position, end)
+        done = position - start if end > start else 1
+        self.view.update(task, completed=done, detail=f"{position}/{end}")
+
+
 async def _read_directly(
-    args: argparse.Namespace, printer: Printer, stop: anyio.Event, cluster: Cluster
+    args: argparse.Namespace,
+    printer: Printer,
+    stop: anyio.Event,
+    cluster: Cluster,
+    positions: _Positions,
 ) -> None:
     admin = Admin(cluster, timeout=args.timeout)
     tps = await _partitions(cluster, args.topics, args.partition)
@@ -278,6 +310,7 @@ async def _read_directly(
 
     async def follow(tp: TopicPartition) -> None:
         position = starts[tp]
+        positions.track(tp, position, ends.end(tp))
         backoff = Backoff(cluster.retry_backoff)
 
         async def refresh() -> None:
@@ -314,6 +347,7 @@ async def _read_directly(
                 printer.record(tp, record)
             printer.flush()
             position = max(position, pf.next_offset)
+            positions.at(tp, position)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(_stop_on, [stop, printer.full, ends.all_reached], tg.cancel_scope.cancel)
@@ -324,7 +358,12 @@ async def _read_directly(
 
 
 async def _read_as_member(
-    args: argparse.Namespace, printer: Printer, stop: anyio.Event, bootstrap: str, settings: Any
+    args: argparse.Namespace,
+    printer: Printer,
+    stop: anyio.Event,
+    bootstrap: str,
+    settings: Any,
+    positions: _Positions,
 ) -> None:
     start_offset: Literal["earliest", "latest"] = "earliest" if args.from_beginning else "latest"
     group = ConsumerGroup(
@@ -345,6 +384,7 @@ async def _read_as_member(
         async def worker(gen: Generation, tp: TopicPartition) -> None:
             owned = list(gen.assignments)
             end = ends.end(tp)
+            positions.track(tp, gen.assignments[tp], end)
             if not ends.check(tp, gen.assignments[tp], owned):
                 async for batch in gen.fetch(tp):
                     for record in batch:
@@ -355,6 +395,7 @@ async def _read_as_member(
                         printer.record(tp, record)
                         gen.mark(tp, record.offset + 1)
                     printer.flush()
+                    positions.at(tp, batch.next_offset)
                     if ends.check(tp, batch.next_offset, owned):
                         break
             # Returning would end the generation: a finished partition waits.
@@ -415,16 +456,19 @@ def _run(args: argparse.Namespace) -> int:
         if args.max_records == 0:
             return 0
         stop = anyio.Event()
-        settings: dict[str, Any] = {} if conn.client_id is None else {"client_id": conn.client_id}
+        settings = conn.settings()
+        view = View("partitions", enabled=args.until_end and wanted(prints_records=True))
+        positions = _Positions(view)
         async with anyio.create_task_group() as tg:
             tg.start_soon(_signals, stop)
-            if args.group is None:
-                async with Cluster(
-                    conn.bootstrap, unreachable_timeout=args.timeout, **settings
-                ) as cluster:
-                    await _read_directly(args, printer, stop, cluster)
-            else:
-                await _read_as_member(args, printer, stop, conn.bootstrap, settings)
+            with view:
+                if args.group is None:
+                    async with Cluster(
+                        conn.bootstrap, unreachable_timeout=args.timeout, **settings
+                    ) as cluster:
+                        await _read_directly(args, printer, stop, cluster, positions)
+                else:
+                    await _read_as_member(args, printer, stop, conn.bootstrap, settings, positions)
             tg.cancel_scope.cancel()
         printer.flush()
         return 0

@@ -2,7 +2,8 @@
 
 Every action takes ``--bootstrap`` (or the ``GENGROUP_BOOTSTRAP``
 environment variable) and ``--json`` for scripting (see :mod:`._admin` for
-the exit codes).
+the exit codes). On a terminal, ``reset-offsets`` shows each partition's
+committed offset and its new one on stderr (:mod:`._progress`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .._errors import BrokerError, GroupIdNotFound
 from .._types import TopicPartition
 from ..admin import Admin
 from ._admin import AdminCommand, PartlyFailed
+from ._progress import View, wanted
 
 __all__ = ["add_parser", "lag_report"]
 
@@ -127,9 +129,20 @@ async def _reset(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
         if not to.isdigit():
             raise ValueError(f"--to must be earliest, latest or a timestamp in ms, not {to!r}")
         to = int(to)
-    plan = await admin.reset_offsets(
-        args.group, tps, to=to, offset=args.offset, dry_run=args.dry_run
-    )
+    with View("partitions", enabled=wanted()) as view:
+        tasks = {tp: view.add(str(tp), total=1, detail="resolving") for tp in tps}
+        before: dict[TopicPartition, int] = {}
+        if view.enabled:
+            before = await admin.fetch_offsets(args.group, tps)
+            for tp, task in tasks.items():
+                view.update(task, detail=f"committed {before.get(tp, '-')}, resolving")
+        plan = await admin.reset_offsets(
+            args.group, tps, to=to, offset=args.offset, dry_run=args.dry_run
+        )
+        outcome = "planned (dry run)" if args.dry_run else "committed"
+        for tp, new in plan.items():
+            was = before.get(tp, "-")
+            view.update(tasks[tp], completed=1, detail=f"{was} -> {new} {outcome}")
     return {
         "group": args.group,
         "dry_run": args.dry_run,

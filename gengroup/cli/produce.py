@@ -16,7 +16,9 @@ partitioner. Input is read in chunks while earlier records are in flight, so
 When every record is acknowledged, one line on stderr says how many records
 went to which partitions (``--json``: a JSON object on stdout instead). A
 record the broker refuses, or an input line that cannot be read, ends the
-command with exit code 1 (records before it were sent).
+command with exit code 1 (records before it were sent). On a terminal, stderr
+shows the records sent and acknowledged so far and the rate while it runs
+(:mod:`._progress`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import anyio
 
 from ..producer import Compression, Producer, ProducerRecord
 from ._common import add_connection_options, command, connection, run
+from ._progress import View, wanted
 
 __all__ = ["add_parser", "parse_json_line", "parse_raw_line"]
 
@@ -156,29 +159,36 @@ async def _produce(args: argparse.Namespace, stream: BinaryIO) -> Counter[int]:
         "compression": Compression[args.compression.upper()],
         "delivery_timeout": args.timeout,
         "max_block": args.timeout,
+        **conn.settings(),
     }
-    if conn.client_id is not None:
-        settings["client_id"] = conn.client_id
     per_partition: Counter[int] = Counter()
     send, receive = anyio.create_memory_object_stream[list[ProducerRecord]](4)
 
-    async with Producer(conn.bootstrap, **settings) as producer:
+    with View("records", enabled=wanted()) as view:
+        task = view.add(f"produce {args.topic}")
+        sent = 0
+        async with Producer(conn.bootstrap, **settings) as producer:
 
-        async def sender() -> None:
-            async with receive:
-                async for records in receive:
-                    for meta in await producer.send_many(args.topic, records):
-                        per_partition[meta.partition] += 1
+            async def sender() -> None:
+                nonlocal sent
+                async with receive:
+                    async for records in receive:
+                        sent += len(records)
+                        view.update(task, sent=sent)
+                        acked = await producer.send_many(args.topic, records)
+                        for meta in acked:
+                            per_partition[meta.partition] += 1
+                        view.update(task, advance=len(acked))
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(sender)
-            async with send:
-                number = 1
-                async for lines in _chunks(stream):
-                    for i in range(0, len(lines), _MAX_RECORDS_PER_SEND):
-                        part = lines[i : i + _MAX_RECORDS_PER_SEND]
-                        await send.send(_records(part, args, number))
-                        number += len(part)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sender)
+                async with send:
+                    number = 1
+                    async for lines in _chunks(stream):
+                        for i in range(0, len(lines), _MAX_RECORDS_PER_SEND):
+                            part = lines[i : i + _MAX_RECORDS_PER_SEND]
+                            await send.send(_records(part, args, number))
+                            number += len(part)
     return per_partition
 
 

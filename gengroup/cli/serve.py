@@ -4,20 +4,31 @@ Prints exactly ``bootstrap 127.0.0.1:PORT[,127.0.0.1:PORT...]`` on stdout,
 flushed, once every broker listens, then serves until SIGINT or SIGTERM and
 exits with status 0. A port that cannot be listened on (in use, an address
 not on this machine) is one line on stderr and exit status 1.
+
+The listeners' security (``--security-protocol``, ``--ssl-*``, ``--sasl-*``)
+becomes a :class:`~gengroup.broker.ServerSecurity`, checked (and its
+certificate files loaded) before anything listens: an invalid combination or
+an unreadable file is one line on stderr and exit status 2. While serving,
+the broker's own log lines (a failed authentication, a connection closed for
+a request out of turn or an expired session) go to stderr, one line each.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import re
 import signal
 import sys
+from typing import Final
 
 import anyio
 
-from ..broker import BrokerSettings, FakeCluster
+from .._errors import ConfigError
+from ..broker import BrokerSettings, FakeCluster, ServerSecurity
 from ._common import command
 
-__all__ = ["add_parser", "parse_topic", "run"]
+__all__ = ["add_parser", "parse_topic", "parse_user", "run", "server_security"]
 
 
 def parse_topic(text: str) -> tuple[str, int]:
@@ -32,6 +43,40 @@ def parse_topic(text: str) -> tuple[str, int]:
     if not name or not count.isdigit() or int(count) < 1:
         raise argparse.ArgumentTypeError(f"expected NAME:PARTITIONS, got {text!r}")
     return name, int(count)
+
+
+def parse_user(text: str) -> tuple[str, str]:
+    """Parse ``USER:PASSWORD`` (the password may hold colons).
+
+    Raises:
+        argparse.ArgumentTypeError: the text is not of that form.
+    """
+    user, sep, password = text.partition(":")
+    if not sep or not user or not password:
+        raise argparse.ArgumentTypeError("expected USER:PASSWORD")
+    return user, password
+
+
+def server_security(args: argparse.Namespace) -> ServerSecurity:
+    """The listeners' security from the command's options.
+
+    Raises:
+        ConfigError: the options do not fit together, or a file cannot be loaded.
+    """
+    mechanisms = None
+    if args.sasl_mechanisms is not None:
+        mechanisms = [m.strip() for m in args.sasl_mechanisms.split(",") if m.strip()]
+    security = ServerSecurity(
+        security_protocol=args.security_protocol,
+        ssl_certfile=args.ssl_certfile,
+        ssl_keyfile=args.ssl_keyfile,
+        ssl_cafile=args.ssl_cafile,
+        sasl_mechanisms=mechanisms,
+        users=dict(args.sasl_users),
+        session_lifetime_ms=args.sasl_session_lifetime_ms,
+    )
+    security.tls_context()  # loads the certificate files now, before anything listens
+    return security
 
 
 @command("serve", help="run the embedded Kafka-compatible broker", epilog=None)
@@ -74,6 +119,43 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
         default=50,
         help="offsets.topic.num.partitions (default 50, as Kafka)",
     )
+    security = parser.add_argument_group("security (TLS and SASL)")
+    security.add_argument(
+        "--security-protocol",
+        type=str.upper,
+        choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"],
+        default="PLAINTEXT",
+        help="the listeners' protocol (default PLAINTEXT)",
+    )
+    security.add_argument(
+        "--ssl-certfile", metavar="PEM", help="the brokers' certificate chain (and key)"
+    )
+    security.add_argument("--ssl-keyfile", metavar="PEM", help="the private key, if not in it")
+    security.add_argument(
+        "--ssl-cafile",
+        metavar="PEM",
+        help="CA of the client certificates: clients must present one (mutual TLS)",
+    )
+    security.add_argument(
+        "--sasl-mechanisms",
+        metavar="LIST",
+        help="enabled mechanisms, comma-separated (default PLAIN,SCRAM-SHA-256,SCRAM-SHA-512)",
+    )
+    security.add_argument(
+        "--sasl-user",
+        dest="sasl_users",
+        action="append",
+        type=parse_user,
+        default=[],
+        metavar="USER:PASSWORD",
+        help="a SASL user (repeatable)",
+    )
+    security.add_argument(
+        "--sasl-session-lifetime-ms",
+        type=int,
+        metavar="MS",
+        help="connections.max.reauth.ms: clients re-authenticate within it (default: never)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -83,7 +165,17 @@ def run(args: argparse.Namespace) -> int:
         print("gengroup serve: --brokers must be at least 1", file=sys.stderr)
         return 2
     try:
-        anyio.run(_serve, args, backend="trio")
+        security = server_security(args)
+    except ConfigError as exc:
+        print(f"gengroup serve: {_as_options(str(exc))}", file=sys.stderr)
+        return 2
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("gengroup serve: %(message)s"))
+    broker_log = logging.getLogger("gengroup.broker")
+    broker_log.addHandler(handler)
+    broker_log.setLevel(logging.INFO)
+    try:
+        anyio.run(_serve, args, security, backend="trio")
     except (OSError, BaseExceptionGroup) as exc:
         failure = _listen_failure(exc)
         if failure is None:
@@ -92,7 +184,27 @@ def run(args: argparse.Namespace) -> int:
         reason = (failure.strerror or str(failure)).lower()
         print(f"gengroup serve: cannot listen on {args.host}:{port}: {reason}", file=sys.stderr)
         return 1
+    finally:
+        broker_log.removeHandler(handler)
     return 0
+
+
+#: ServerSecurity's settings, as the options that set them.
+_OPTIONS: Final = {
+    "security_protocol": "--security-protocol",
+    "ssl_certfile": "--ssl-certfile",
+    "ssl_keyfile": "--ssl-keyfile",
+    "ssl_cafile": "--ssl-cafile",
+    "sasl_mechanisms": "--sasl-mechanisms",
+    "session_lifetime_ms": "--sasl-session-lifetime-ms",
+    "users": "--sasl-user",
+}
+_SETTING: Final = re.compile(r"\b(" + "|".join(_OPTIONS) + r")\b")
+
+
+def _as_options(message: str) -> str:
+    """A ServerSecurity message naming the command's options instead of its settings."""
+    return _SETTING.sub(lambda m: _OPTIONS[m.group(1)], message)
 
 
 def _listen_failure(exc: BaseException) -> OSError | None:
@@ -107,7 +219,7 @@ def _listen_failure(exc: BaseException) -> OSError | None:
     return None
 
 
-async def _serve(args: argparse.Namespace) -> None:
+async def _serve(args: argparse.Namespace, security: ServerSecurity) -> None:
     settings = BrokerSettings(
         host=args.host,
         auto_create_topics=args.auto_create_topics,
@@ -117,7 +229,7 @@ async def _serve(args: argparse.Namespace) -> None:
     ports = [args.port + i for i in range(args.brokers)] if args.port else None
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with FakeCluster(
-            args.brokers, topics=args.topics, ports=ports, settings=settings
+            args.brokers, topics=args.topics, ports=ports, settings=settings, security=security
         ) as cluster:
             print(f"bootstrap {cluster.bootstrap}", flush=True)
             async for _ in signals:

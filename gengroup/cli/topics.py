@@ -1,20 +1,25 @@
 """``gengroup topics``: list, describe, create and delete topics, add partitions.
 
 Every action takes ``--bootstrap`` (or ``GENGROUP_BOOTSTRAP``) and ``--json``
-(see :mod:`._admin` for the exit codes).
+(see :mod:`._admin` for the exit codes). ``create`` and ``add-partitions``
+wait until every partition has a leader that serves it; on a terminal, stderr
+shows how many have one meanwhile (:mod:`._progress`).
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 from kio.schema.errors import ErrorCode
 
 from .._errors import UnknownTopicOrPartition
 from .._types import TopicPartition
 from ..admin import Admin
 from ._admin import AdminCommand
+from ._progress import View, wanted
 
 __all__ = ["add_parser"]
 
@@ -67,8 +72,45 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _create(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
-    await admin.create_topics({args.topic: args.partitions})
+    await _showing_leaders(
+        admin,
+        f"create {args.topic}",
+        args.topic,
+        args.partitions,
+        lambda: admin.create_topics({args.topic: args.partitions}),
+    )
     return {"created": args.topic, "partitions": args.partitions}
+
+
+async def _showing_leaders(
+    admin: Admin, what: str, topic: str, total: int, call: Callable[[], Awaitable[None]]
+) -> None:
+    """Await ``call`` while the view shows how many of ``topic``'s ``total`` partitions
+    have a leader in the metadata the admin's own refreshes keep (no requests of its own)."""
+    view = View("partitions", enabled=wanted())
+    if not view.enabled:
+        await call()
+        return
+    with view:
+        task = view.add(what, total=max(total, 1), detail="requested")
+
+        async def watch() -> None:
+            while True:
+                info = admin.cluster.topics.get(topic)
+                if info is not None and not info.error_code:
+                    led = sum(p.leader >= 0 for p in info.partitions.values())
+                    view.update(
+                        task,
+                        completed=min(led, total),
+                        detail=f"waiting for metadata: {led}/{total} partitions with a leader",
+                    )
+                await anyio.sleep(0.1)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            await call()
+            tg.cancel_scope.cancel()
+        view.update(task, completed=max(total, 1), detail=f"{total}/{total} partitions served")
 
 
 async def _delete(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
@@ -77,5 +119,11 @@ async def _delete(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _grow(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
-    await admin.create_partitions(args.topic, args.partitions)
+    await _showing_leaders(
+        admin,
+        f"add-partitions {args.topic}",
+        args.topic,
+        args.partitions,
+        lambda: admin.create_partitions(args.topic, args.partitions),
+    )
     return {"topic": args.topic, "partitions": args.partitions}

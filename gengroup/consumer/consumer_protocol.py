@@ -67,13 +67,13 @@ from kio.schema.errors import ErrorCode
 
 from .._errors import (
     BrokerError,
-    ClusterUnreachable,
     FencedMemberEpoch,
     GroupProtocolUnsupported,
     KafkaConnectionError,
     ProtocolError,
     UnsupportedVersion,
     error_for_code,
+    exhausted_unreachable,
 )
 from .._types import GenerationIdentity, TopicPartition
 from ..io.retry import Backoff
@@ -95,16 +95,6 @@ _STALE_RETRIES = 3
 def new_member_id() -> str:
     """A member id as the Java client makes one (KIP-848 v1: the member's own)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def _unreachable(exc: BaseException) -> ClusterUnreachable | None:
-    """The exhausted cluster-unreachable error ``exc`` is or carries, if any."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ClusterUnreachable):
-            return seen if seen.exhausted else None
-        seen = seen.__cause__ or seen.__context__
-    return None
 
 
 def _show(tps: frozenset[TopicPartition]) -> str:
@@ -279,7 +269,7 @@ class ConsumerProtocolMember:
                 node = await self.client.find_coordinator(timings)
                 positions, committed = await self.client.start_positions(node, sorted(target))
             except (KafkaConnectionError, BrokerError, TimeoutError) as exc:
-                if _unreachable(exc) is not None or (
+                if exhausted_unreachable(exc) is not None or (
                     isinstance(exc, BrokerError) and outcome_for(exc.code) is Outcome.FATAL
                 ):
                     raise
@@ -454,7 +444,7 @@ class ConsumerProtocolMember:
                 if isinstance(exc, BrokerError) and outcome_for(exc.code) is Outcome.FATAL:
                     self._fail(exc)
                     return
-                unreachable = _unreachable(exc)
+                unreachable = exhausted_unreachable(exc)
                 if unreachable is not None:
                     self._fail(unreachable)
                     return

@@ -37,11 +37,11 @@ from kio.schema.errors import ErrorCode
 from .._config import GroupConfig
 from .._errors import (
     BrokerError,
-    ClusterUnreachable,
     KafkaConnectionError,
     NotCoordinator,
     ProtocolError,
     error_for_code,
+    exhausted_unreachable,
 )
 from .._types import GenerationIdentity, TopicPartition
 from ..io import offsets
@@ -545,7 +545,7 @@ async def form_generation(
             positions, committed = await client.start_positions(node, partitions)
             timings.offset_fetch += anyio.current_time() - t0
         except (KafkaConnectionError, NotCoordinator, TimeoutError) as exc:
-            unreachable = _exhausted(exc)
+            unreachable = exhausted_unreachable(exc)
             if unreachable is not None:
                 raise unreachable from None
             log.info(
@@ -601,20 +601,6 @@ async def _match(member: Member, client: GroupClient) -> None:
             ", ".join(member.subscription()) or "none",
             describe_change(before, member.matched),
         )
-
-
-def _exhausted(exc: BaseException) -> ClusterUnreachable | None:
-    """The cluster-unreachable error that ends the group, if ``exc`` is or carries one.
-
-    A coordinator lookup that timed out while the cluster was unreachable
-    carries the error as its context.
-    """
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ClusterUnreachable):
-            return seen if seen.exhausted else None
-        seen = seen.__cause__ or seen.__context__
-    return None
 
 
 #: The longest pause between two failed join attempts, in seconds.

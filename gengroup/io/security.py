@@ -56,8 +56,25 @@ _MECHANISMS: Final = get_args(SaslMechanism)
 _SSL_FILES: Final = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
 
 
+class UsesProtocol:
+    """What a listener's or a client's ``security_protocol`` implies (shared by both sides)."""
+
+    __slots__ = ()
+    security_protocol: SecurityProtocol
+
+    @property
+    def uses_tls(self) -> bool:
+        """Whether connections are wrapped in TLS."""
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        """Whether connections authenticate with SASL (after ApiVersions)."""
+        return self.security_protocol.startswith("SASL_")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Security:
+class Security(UsesProtocol):
     """The security settings of a client's connections (keyword-only, validated).
 
     Attributes:
@@ -107,16 +124,6 @@ class Security:
         if type(settings) is cls:
             return settings
         return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
-
-    @property
-    def uses_tls(self) -> bool:
-        """Whether connections are wrapped in TLS."""
-        return self.security_protocol in ("SSL", "SASL_SSL")
-
-    @property
-    def uses_sasl(self) -> bool:
-        """Whether connections authenticate with SASL after ApiVersions."""
-        return self.security_protocol.startswith("SASL_")
 
     def tls_context(self) -> ssl.SSLContext | None:
         """The TLS context for this client's connections (None without TLS).

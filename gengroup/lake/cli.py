@@ -6,6 +6,10 @@ Usage::
     gengroup lake verify --bootstrap HOST:PORT --topic T --lake DIR [--group G] [--master URL]
     gengroup lake analytics --lake DIR --out DIR [--master URL]
 
+``sink`` and ``verify`` take the security options of every ``gengroup`` command
+(``--security-protocol``, ``--sasl-*``, ``--ssl-*``, their ``GENGROUP_*``
+variables and config file keys: :mod:`gengroup.cli._common`).
+
 Also runnable as ``python -m gengroup.lake``. Exit status: 0 ok, 1 error (or,
 for ``verify``, any missing, duplicated or differing record), 2 usage.
 """
@@ -18,6 +22,7 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -26,6 +31,13 @@ import anyio
 
 from .._errors import GengroupError
 from ..admin import Admin
+from ..cli._common import (
+    UsageError,
+    add_security_options,
+    leaf,
+    security,
+    security_settings,
+)
 from ..consumer.group import ConsumerGroup
 from .sink import LakeConfig, LakeSink, PartitionProgress, run_beside, summarize
 
@@ -59,6 +71,7 @@ def add_commands(subparsers: Any) -> None:
         metavar="SECONDS",
         help="print a progress table this often (default: a log line every 30 s)",
     )
+    add_security_options(sink)
     sink.set_defaults(lake_func=_sink)
 
     verify = subparsers.add_parser(
@@ -72,6 +85,7 @@ def add_commands(subparsers: Any) -> None:
     )
     verify.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_security_options(verify)
     verify.set_defaults(lake_func=_verify)
 
     analytics = subparsers.add_parser("analytics", help="aggregate the lake on Spark")
@@ -97,15 +111,24 @@ def run(args: argparse.Namespace) -> int:
         return int(args.lake_func(args))
     except KeyboardInterrupt:
         return 130
-    except (GengroupError, OSError) as exc:
-        print(f"gengroup lake {args.lake_command}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+    except Exception as raised:
+        exc = leaf(raised)  # an exception group from a task group: what it stands for
+        if isinstance(exc, UsageError):
+            print(f"gengroup lake {args.lake_command}: {exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, GengroupError | OSError):
+            print(
+                f"gengroup lake {args.lake_command}: {type(exc).__name__}: {exc}", file=sys.stderr
+            )
+            return 1
+        raise
 
 
 # ---------------------------------------------------------------------- sink
 
 
 def _sink(args: argparse.Namespace) -> int:
+    args.security = security_settings(security(args))
     config = LakeConfig(
         args.lake,
         file_max_bytes=args.file_max_bytes,
@@ -129,6 +152,7 @@ async def _run_sink(args: argparse.Namespace, sink: LakeSink) -> None:
         heartbeat_interval=min(1.0, args.session_timeout / 3),
         client_id=args.client_id,
         start_offset="earliest",
+        **args.security,
     ) as group:
         background = [partial(_stop_on_signal, stop)]
         if args.until_caught_up:
@@ -148,7 +172,7 @@ async def _stop_on_signal(stop: anyio.Event) -> None:
 
 
 async def _stop_when_caught_up(args: argparse.Namespace, stop: anyio.Event) -> None:
-    async with Admin(args.bootstrap) as admin:
+    async with Admin(args.bootstrap, **args.security) as admin:
         while True:
             lags = await admin.group_lag(args.group, args.topic)
             if all(p.end == 0 or p.lag == 0 for p in lags.values()):
@@ -192,14 +216,26 @@ async def _show_progress(sink: LakeSink, every: float) -> None:
 def _verify(args: argparse.Namespace) -> int:
     from . import spark
 
+    sec = security(args)
+    args.security = security_settings(sec)
     # Before Spark starts: the cluster answers and the topics exist (Spark's reader would
     # retry an absent broker for minutes, then fail deep in a Java stack trace).
     ends: dict[Any, int] | None = anyio.run(_committed, args)
     if not args.group:
         ends = None
     spark.check_files(args.lake)
-    with spark.session(args.master, "gengroup lake verify") as session:
-        report = spark.verify(session, args.lake, args.bootstrap, args.topic, ends)
+    with tempfile.TemporaryDirectory(prefix="gengroup-verify-") as private:
+        token_file = None
+        if sec.sasl_oauth_token_provider is not None:
+            # The Java client reads the token from a file (asked for once, here).
+            token_file = os.path.join(private, "token")
+            with open(token_file, "w", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
+                fh.write(anyio.run(sec.sasl_oauth_token_provider))
+        options = spark.kafka_options(sec, oauth_token_file=token_file)
+        with spark.session(args.master, "gengroup lake verify") as session:
+            report = spark.verify(
+                session, args.lake, args.bootstrap, args.topic, ends, options=options
+            )
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
     return 0 if report.ok else 1
 
@@ -207,7 +243,7 @@ def _verify(args: argparse.Namespace) -> int:
 async def _committed(args: argparse.Namespace) -> dict[Any, int]:
     """The group's committed offsets (or, without ``--group``, the topics' ends), which
     also checks the cluster answers (``ClusterUnreachable`` after 30 s) and the topics exist."""
-    async with Admin(args.bootstrap, timeout=30.0) as admin:
+    async with Admin(args.bootstrap, timeout=30.0, **args.security) as admin:
         # A group that never committed reports every partition of the topics with its end.
         lags = await admin.group_lag(args.group or "gengroup-lake-verify", args.topic)
         if not args.group:

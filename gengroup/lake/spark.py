@@ -20,6 +20,11 @@ counts and their skew; it writes Parquet tables, ``summary.json`` and
 ``analytics.png``.
 
 Everything runs on any Spark master; ``local[2]`` by default.
+
+A secured cluster: :func:`kafka_options` turns the client's
+:class:`~gengroup.io.security.Security` into the Java client's settings
+(``kafka.security.protocol``, ``kafka.sasl.jaas.config``, PEM trust and key
+stores given inline), which ``verify`` hands to Spark's Kafka source.
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from .._types import TopicPartition
+from ..io.security import Security
 from .store import LakeError
 
 __all__ = [
     "KAFKA_PACKAGE",
     "SPARK_VERSION",
     "connector_jars",
+    "kafka_options",
     "PartitionCheck",
     "VerifyReport",
     "analytics",
@@ -232,12 +239,126 @@ class VerifyReport:
         return "\n".join(lines)
 
 
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "OAUTHBEARER": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule",
+}
+_OAUTH_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+
+
+def _jaas_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----.*?-----END \1-----\n?", re.S)
+
+
+def _pem_blocks(text: str, kind: str) -> str:
+    """The PEM blocks of ``text`` whose label ends with ``kind``."""
+    return "".join(m[0] for m in _PEM_BLOCK.finditer(text) if m[1].endswith(kind))
+
+
+def _pkcs8(text: str, password: str | None) -> str:
+    """The private key of ``text`` as PKCS#8 PEM, the one form the Java client's PEM key
+    store reads (``BEGIN PRIVATE KEY``, or ``BEGIN ENCRYPTED PRIVATE KEY`` with a password).
+
+    Raises:
+        LakeError: no private key in ``text``, or one in another form (PKCS#1 ``BEGIN RSA
+            PRIVATE KEY``, SEC1 ``BEGIN EC PRIVATE KEY``) and ``cryptography`` is not
+            installed to convert it.
+    """
+    key = _pem_blocks(text, "PRIVATE KEY")
+    if not key:
+        raise LakeError("the client certificate needs its private key (ssl_keyfile)")
+    if key.startswith(("-----BEGIN PRIVATE KEY-----", "-----BEGIN ENCRYPTED PRIVATE KEY-----")):
+        return key
+    try:
+        from cryptography.hazmat.primitives import serialization
+    except ImportError as exc:
+        raise LakeError(
+            "Spark's Kafka source needs the client key in PKCS#8 (BEGIN PRIVATE KEY); convert "
+            "it (openssl pkcs8 -topk8 -in KEY -out KEY.pk8) or install cryptography"
+        ) from exc
+    secret = None if password is None else password.encode()
+    loaded = serialization.load_pem_private_key(key.encode(), password=secret)
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.NoEncryption()
+        if secret is None
+        else serialization.BestAvailableEncryption(secret)
+    )
+    pem = loaded.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
+    )
+    return pem.decode()
+
+
+def kafka_options(security: Security, *, oauth_token_file: str | None = None) -> dict[str, str]:
+    """The options of Spark's Kafka source (``kafka.``-prefixed Java client settings) for
+    connections secured as ``security`` says.
+
+    TLS: the CA file becomes a PEM trust store (``ssl.truststore.type=PEM``); a
+    client certificate and key become a PEM key store given inline; no host
+    name check is an empty ``ssl.endpoint.identification.algorithm``. SASL: the
+    mechanism's login module in ``sasl.jaas.config`` with the user and password.
+    OAUTHBEARER: the Java client reads the token from ``oauth_token_file`` (a
+    ``file:`` token endpoint, KIP-768).
+
+    Args:
+        security: the client's security settings.
+        oauth_token_file: for OAUTHBEARER, a file holding the bearer token.
+
+    Raises:
+        LakeError: an ``ssl_context`` (the Java client cannot use it), or
+            OAUTHBEARER without ``oauth_token_file``.
+    """
+    out: dict[str, str] = {"kafka.security.protocol": security.security_protocol}
+    if security.uses_tls:
+        if security.ssl_context is not None:
+            raise LakeError("Spark's Kafka source needs the TLS files, not an ssl_context")
+        if security.ssl_cafile is not None:
+            out["kafka.ssl.truststore.type"] = "PEM"
+            out["kafka.ssl.truststore.location"] = os.path.abspath(security.ssl_cafile)
+        if security.ssl_certfile is not None:
+            chain = _pem_blocks(Path(security.ssl_certfile).read_text(), "CERTIFICATE")
+            key_pem = Path(security.ssl_keyfile or security.ssl_certfile).read_text()
+            out["kafka.ssl.keystore.type"] = "PEM"
+            out["kafka.ssl.keystore.certificate.chain"] = chain
+            out["kafka.ssl.keystore.key"] = _pkcs8(key_pem, security.ssl_password)
+            if security.ssl_password is not None:
+                out["kafka.ssl.key.password"] = security.ssl_password
+        if not security.ssl_check_hostname:
+            out["kafka.ssl.endpoint.identification.algorithm"] = ""
+    mechanism = security.sasl_mechanism
+    if security.uses_sasl and mechanism is not None:
+        out["kafka.sasl.mechanism"] = mechanism
+        module = _LOGIN_MODULES[mechanism]
+        if mechanism == "OAUTHBEARER":
+            if oauth_token_file is None:
+                raise LakeError("OAUTHBEARER for Spark's Kafka source needs a token file")
+            out["kafka.sasl.jaas.config"] = f"{module} required;"
+            out["kafka.sasl.login.callback.handler.class"] = _OAUTH_HANDLER
+            out["kafka.sasl.oauthbearer.token.endpoint.url"] = (
+                Path(oauth_token_file).resolve().as_uri()
+            )
+        else:
+            user = _jaas_quote(security.sasl_username or "")
+            password = _jaas_quote(security.sasl_password or "")
+            out["kafka.sasl.jaas.config"] = (
+                f"{module} required username={user} password={password};"
+            )
+    return out
+
+
 def verify(
     spark: Any,
     lake: str,
     bootstrap: str,
     topics: Sequence[str],
     ends: Mapping[TopicPartition, int] | None = None,
+    *,
+    options: Mapping[str, str] | None = None,
 ) -> VerifyReport:
     """Compare the lake with the topics, read by Spark's Kafka source.
 
@@ -248,13 +369,15 @@ def verify(
         topics: the topics the lake should hold.
         ends: per partition, the offset the range ends at (exclusive), e.g.
             a group's committed offsets; default: each partition's end.
+        options: more options of Spark's Kafka source, e.g. a secured
+            cluster's (:func:`kafka_options`).
     """
     from pyspark.sql import functions as F
 
     check_files(lake)
+    reader = spark.read.format("kafka").options(**(options or {}))
     reader = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        reader.option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", ",".join(topics))
         .option("includeHeaders", "true")
         .option("startingOffsets", "earliest")

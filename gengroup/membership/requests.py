@@ -315,21 +315,17 @@ def consumer_heartbeat_request(mod: Any, beat: ConsumerHeartbeat) -> Any:
             "subscribing by pattern needs ConsumerGroupHeartbeat v1 (subscribed_topic_regex); "
             "the broker speaks only v0"
         )
+    identity = {
+        "group_id": beat.group_id,
+        "member_id": beat.member_id,
+        "member_epoch": beat.member_epoch,
+        "instance_id": beat.instance_id,
+    }
     if beat.member_epoch < 0:
-        return build(
-            mod.ConsumerGroupHeartbeatRequest,
-            group_id=beat.group_id,
-            member_id=beat.member_id,
-            member_epoch=beat.member_epoch,
-            instance_id=beat.instance_id,
-            topic_partitions=None,
-        )
+        return build(mod.ConsumerGroupHeartbeatRequest, **identity, topic_partitions=None)
     return build(
         mod.ConsumerGroupHeartbeatRequest,
-        group_id=beat.group_id,
-        member_id=beat.member_id,
-        member_epoch=beat.member_epoch,
-        instance_id=beat.instance_id,
+        **identity,
         rack_id=beat.rack,
         rebalance_timeout=ms(beat.rebalance_timeout),
         subscribed_topic_names=None if beat.regex is not None else tuple(sorted(beat.topics)),

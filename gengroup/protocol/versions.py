@@ -44,13 +44,16 @@ class ApiKey(enum.IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
     CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 #: (min, max) versions the gengroup client implements, per API.
@@ -77,8 +80,10 @@ CLIENT_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
 }
 
 #: (min, max) versions of the consumer group protocol's APIs (KIP-848), which
-#: only ``group_protocol="consumer"`` uses. Apart from :data:`CLIENT_VERSIONS`,
-#: whose every API the embedded broker serves; this one it does not serve.
+#: only ``group_protocol="consumer"`` uses, kept apart from
+#: :data:`CLIENT_VERSIONS` so a broker without them still serves every other
+#: API. The embedded broker serves them unless its
+#: ``group_coordinator_rebalance_protocols`` leaves out ``"consumer"``.
 CONSUMER_PROTOCOL_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
 }

@@ -42,6 +42,7 @@ from typing import Any, Final, Generic, TypeVar
 
 import anyio
 import anyio.abc
+from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from gengroup._errors import ProtocolError
@@ -57,7 +58,13 @@ from gengroup.protocol.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from gengroup.protocol.framing import build, request_module
+from gengroup.protocol.framing import (
+    FrameBuffer,
+    build,
+    decode_response,
+    encode_request,
+    request_module,
+)
 from gengroup.protocol.versions import ApiKey
 
 from .. import embedded as rq
@@ -67,7 +74,9 @@ __all__ = [
     "Admin",
     "Member",
     "Names",
+    "CLOSED",
     "Pending",
+    "RawConnection",
     "Session",
     "Transcript",
     "assignment_bytes",
@@ -837,3 +846,59 @@ async def open_session(bootstrap: str) -> AsyncIterator[Session]:
         tg = await stack.enter_async_context(anyio.create_task_group())
         conn = await stack.enter_async_context(_connection(bootstrap, "conf-admin"))
         yield Session(bootstrap, stack, tg, names, Admin(conn, names))
+
+
+CLOSED: Final = "closed"
+"""The answer :class:`RawConnection` gives when the broker closed the connection instead."""
+
+
+class RawConnection:
+    """One connection driven frame by frame, without the client's ApiVersions or SASL steps.
+
+    For the SASL scenarios, which send requests a client never sends (before
+    ApiVersions, in the middle of an exchange) and raw SASL tokens (after a
+    SaslHandshake v0). An answer of :data:`CLOSED` means the broker closed the
+    connection without answering.
+    """
+
+    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+        self.stream = stream
+        self._buf = FrameBuffer()
+        self._cid = 0
+
+    async def _frame(self) -> bytes | None:
+        try:
+            while (frame := self._buf.next_frame()) is None:
+                self._buf.feed(await self.stream.receive())
+        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+            return None
+        return frame
+
+    async def _send(self, data: bytes) -> bool:
+        try:
+            await self.stream.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            return False
+        return True
+
+    async def send(self, request: Any) -> Any:
+        """Send a kio request; its decoded answer, or :data:`CLOSED`."""
+        self._cid += 1
+        frame = encode_request(request, correlation_id=self._cid, client_id="conf-raw")
+        if not await self._send(frame) or (answer := await self._frame()) is None:
+            return CLOSED
+        key, version = int(type(request).__api_key__), int(type(request).__version__)
+        cid, response = decode_response(load_response_schema(key, version), answer)
+        assert cid == self._cid, (cid, self._cid)
+        return response
+
+    async def token(self, data: bytes) -> bytes | str:
+        """Send a raw SASL token; the raw answer, or :data:`CLOSED`."""
+        if not await self._send(len(data).to_bytes(4, "big") + data):
+            return CLOSED
+        answer = await self._frame()
+        return CLOSED if answer is None else answer
+
+    async def closed(self) -> bool:
+        """Whether the broker closed the connection (nothing more to read)."""
+        return await self._frame() is None

@@ -147,6 +147,16 @@ async def _lead_alone(
     s.record(f"{m.name} sync", await m.sync({m: assignment}))
 
 
+async def _a_leads_b_waits(s: Session) -> tuple[str, str, Member, Member]:
+    """A new group whose member A leads alone (generation 1) over two partitions of
+    topic "t", and a member B not joined yet: (group, topic, A, B)."""
+    group = await _new_group(s)
+    topic = _topic_name(s, "t")
+    a, b = await _members(s, group, topic, "A", "B")
+    await _lead_alone(s, a, {topic: [0, 1]})
+    return group, topic, a, b
+
+
 async def _rebalance_in(
     s: Session,
     newcomer: Member,
@@ -278,10 +288,7 @@ async def single_member_lifecycle(s: Session) -> None:
 @_scenario
 async def second_member_rebalance(s: Session) -> None:
     """A second member joins a Stable group; the first learns it from its heartbeat."""
-    group = await _new_group(s)
-    topic = _topic_name(s, "t")
-    a, b = await _members(s, group, topic, "A", "B")
-    await _lead_alone(s, a, {topic: [0, 1]})
+    group, topic, a, b = await _a_leads_b_waits(s)
     s.record("B join without id", await b.join())
     s.record("describe: the pending B starts no rebalance", await s.admin.describe(group))
     s.record("A heartbeat", await a.heartbeat())
@@ -381,10 +388,7 @@ async def join_during_completing_rebalance(s: Session) -> None:
 @_scenario
 async def parked_join_blocks_connection(s: Session) -> None:
     """A broker answers one connection's requests in order: a parked JoinGroup blocks the next."""
-    group = await _new_group(s)
-    topic = _topic_name(s, "t")
-    a, b = await _members(s, group, topic, "A", "B")
-    await _lead_alone(s, a, {topic: [0, 1]})
+    _, _, a, b = await _a_leads_b_waits(s)
     parked = await _knock(s, b)
     # Sent with generation -1 while the join is parked, on the same connection.
     queued = s.spawn(b.heartbeat)
@@ -398,10 +402,7 @@ async def parked_join_blocks_connection(s: Session) -> None:
 @_scenario
 async def session_expiry(s: Session) -> None:
     """A member stops heartbeating: removed after its session timeout, the other rebalances."""
-    group = await _new_group(s)
-    topic = _topic_name(s, "t")
-    a, b = await _members(s, group, topic, "A", "B")
-    await _lead_alone(s, a, {topic: [0, 1]})
+    group, topic, a, b = await _a_leads_b_waits(s)
     short: dict[str, Any] = {"session_ms": MIN_SESSION_MS}
     await _rebalance_in(s, b, [a], newcomer_kwargs=short)
     await _sync_two(s, a, b, topic)

@@ -25,25 +25,16 @@ assignment of partitions 0 and 1 of ``t``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
 import pytest
 
-from gengroup.broker import BrokerSettings, FakeCluster
-from gengroup.testing.kafka import KafkaBroker
-
 from .client import Transcript
-from .scenarios import MIN_SESSION_MS, SCENARIOS
-
-EMBEDDED_SETTINGS: Final = BrokerSettings(
-    group_initial_rebalance_delay_ms=0,
-    group_min_session_timeout_ms=MIN_SESSION_MS,
-    offsets_topic_num_partitions=1,
-)
-"""The embedded broker configured like the harness's Kafka (gengroup.testing.kafka)."""
+from .conftest import Target
+from .scenarios import SCENARIOS
 
 SCENARIO_TIMEOUT: Final = 60.0
 """Hang guard per scenario, in seconds (each one needs a few seconds at most)."""
@@ -738,34 +729,6 @@ def _without(transcript: Transcript, steps: frozenset[str]) -> Transcript:
 
 
 # --------------------------------------------------------------------------- the tests
-
-
-@dataclass(frozen=True)
-class Target:
-    """A broker under test: its name and, for Kafka, its bootstrap address."""
-
-    name: str
-    bootstrap: str | None = None
-
-
-@pytest.fixture(params=[pytest.param("kafka", marks=pytest.mark.kafka), "embedded"])
-def target(request: pytest.FixtureRequest) -> Target:
-    """The broker under test (the session's Kafka is started only when needed)."""
-    if request.param == "kafka":
-        broker: KafkaBroker = request.getfixturevalue("kafka")
-        return Target("kafka", broker.bootstrap)
-    return Target("embedded")
-
-
-@pytest.fixture
-async def bootstrap(target: Target) -> AsyncIterator[str]:
-    """The target's bootstrap address; a fresh embedded broker for the embedded target."""
-    if target.bootstrap is not None:
-        yield target.bootstrap
-        return
-    async with FakeCluster(settings=EMBEDDED_SETTINGS) as cluster:
-        yield cluster.bootstrap
-        assert cluster.errors == [], "the embedded broker met internal errors"
 
 
 def test_every_scenario_has_an_expected_transcript() -> None:

@@ -20,16 +20,17 @@ import anyio
 
 from gengroup import ConsumerGroup, Generation, TopicPartition
 
+from .helpers import MemberGenerations, consume_and_mark, wait_until
+
 
 @dataclass
-class SpanLedger:
+class SpanLedger(MemberGenerations):
     """What every member's span-scoped workers did."""
 
     owners: dict[TopicPartition, str] = field(default_factory=dict)
     overlaps: list[str] = field(default_factory=list)
     starts: Counter[tuple[str, TopicPartition]] = field(default_factory=Counter)
     processed: Counter[bytes] = field(default_factory=Counter)
-    generations: dict[str, list[Generation]] = field(default_factory=dict)
     marks: dict[TopicPartition, int] = field(default_factory=dict)
 
     async def worker(self, name: str, gen: Generation, tp: TopicPartition) -> None:
@@ -38,11 +39,7 @@ class SpanLedger:
         self.owners[tp] = name
         self.starts[(name, tp)] += 1
         try:
-            async for batch in gen.fetch(tp):
-                for record in batch.records:
-                    assert record.value is not None
-                    self.processed[record.value] += 1
-                gen.mark(tp, batch.next_offset)
+            async for batch in consume_and_mark(gen, tp, self.processed):
                 self.marks[tp] = max(self.marks.get(tp, 0), batch.next_offset)
         finally:
             if self.owners.get(tp) == name:
@@ -56,41 +53,80 @@ class SpanLedger:
             for tp in sorted(gen.added):
                 gen.start_soon(self.worker, name, gen, tp, name=f"{name} {tp}", partition=tp)
 
-    def current(self) -> dict[str, Generation]:
-        return {n: gens[-1] for n, gens in self.generations.items() if gens and not gens[-1].ending}
-
-    def assigned(self, name: str) -> set[TopicPartition]:
-        gen = self.current().get(name)
-        return set(gen.assignments) if gen is not None else set()
-
     def stable(
         self, names: set[str], every: set[TopicPartition], same_generation: bool = True
     ) -> bool:
         """``names`` (only) run generations covering ``every`` partition exactly once (in
         one generation id if ``same_generation``), evenly, and each partition's worker
         runs in its owner."""
-        cur = self.current()
-        if set(cur) != names or (same_generation and len({g.id for g in cur.values()}) != 1):
-            return False
-        seen = [tp for g in cur.values() for tp in g.assignments]
-        if len(seen) != len(set(seen)) or set(seen) != every:
-            return False
-        share = len(every) // len(names)
-        if any(len(g.assignments) not in (share, share + 1) for g in cur.values()):
-            return False  # a member still waits for partitions another one releases
-        return all(self.owners.get(tp) == n for n, g in cur.items() for tp in g.assignments)
+        return super().stable(names, every, same_generation) and all(
+            self.owners.get(tp) == n for n, g in self.current().items() for tp in g.assignments
+        )
 
     def starts_of(self, name: str) -> dict[TopicPartition, int]:
         return {tp: n for (who, tp), n in self.starts.items() if who == name}
 
 
-async def wait_until(predicate: Callable[[], bool], what: str, timeout: float) -> None:
-    try:
-        with anyio.fail_after(timeout):
-            while not predicate():
-                await anyio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
+@dataclass
+class FirstTaskReturns:
+    """Partition 0's span-scoped task returns the first time it runs; every other
+    task runs until cancelled.
+
+    ``await run(group)`` (a group alone on a topic of 2 partitions) takes two
+    generations; then, with the group closed, ``check(topic)`` asserts that the
+    returning task ended the first one and that the second has partition 0 as
+    added, with a fresh task, and partition 1 retained, its task never restarted.
+    """
+
+    generations: list[Generation] = field(default_factory=list)
+    starts: list[TopicPartition] = field(default_factory=list)
+
+    async def worker(self, gen: Generation, tp: TopicPartition) -> None:
+        self.starts.append(tp)
+        if tp.partition == 0 and self.starts.count(tp) == 1:
+            return
+        await anyio.sleep_forever()
+
+    async def run(self, group: ConsumerGroup) -> None:
+        async for gen in group:
+            self.generations.append(gen)
+            for tp in gen.added:
+                gen.start_soon(self.worker, gen, tp, name="worker", partition=tp)
+            if len(self.generations) == 2:
+                return
+
+    def check(self, topic: str) -> None:
+        first, second = self.generations
+        assert first.end_reason == "task 'worker' exited"
+        assert second.added == {TopicPartition(topic, 0)}
+        assert second.retained == {TopicPartition(topic, 1)}
+        assert sorted(self.starts) == [TopicPartition(topic, 0)] * 2 + [TopicPartition(topic, 1)]
+
+
+@dataclass
+class StubbornTasks:
+    """Span-scoped partition tasks that ignore their cancellation until ``let_go``.
+
+    ``await run(group, join)`` starts one per added partition; once the member
+    owns both partitions of its topic it calls ``join()``, which starts a
+    second member: the revocation that follows finds a task that does not end.
+    """
+
+    let_go: anyio.Event = field(default_factory=anyio.Event)
+
+    async def stubborn(self, gen: Generation, tp: TopicPartition) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.let_go.wait()
+
+    async def run(self, group: ConsumerGroup, join: Callable[[], object]) -> None:
+        async for gen in group:
+            for tp in gen.added:
+                gen.start_soon(self.stubborn, gen, tp, partition=tp)
+            if len(gen.assignments) == 2:
+                join()
 
 
 async def three_four_three(

@@ -6,12 +6,14 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
+import anyio.abc
 
-from gengroup import Admin, ConsumerGroup, Generation, Producer, TopicPartition
+from gengroup import Admin, ConsumerGroup, FetchedBatch, Generation, Producer, TopicPartition
 from gengroup.producer import ProducerRecord
 
 FAST = {
@@ -22,6 +24,18 @@ FAST = {
     "commit_interval": 0.3,
     "join_backoff": 0.2,
     "fetch_max_wait": 0.2,
+}
+
+#: Group timings for the embedded broker in virtual time; a test file overrides
+#: what it needs (``{**EMBEDDED_SETTINGS, "commit_interval": 0.0}``).
+EMBEDDED_SETTINGS: dict[str, Any] = {
+    "session_timeout": 10.0,
+    "heartbeat_interval": 1.0,
+    "rebalance_timeout": 20.0,
+    "commit_interval": 1.0,
+    "join_backoff": 0.5,
+    "fetch_max_wait": 0.5,
+    "request_timeout": 30.0,
 }
 
 
@@ -39,18 +53,65 @@ async def produce_ids(bootstrap: str, topic: str, ids: Iterable[int]) -> None:
         )
 
 
+async def wait_until(predicate: Callable[[], bool], what: str, timeout: float) -> None:
+    """Poll ``predicate`` until it holds; an AssertionError naming ``what`` after
+    ``timeout`` seconds (a hang guard, not a timing assertion)."""
+    try:
+        with anyio.fail_after(timeout):
+            while not predicate():
+                await anyio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+
+
+async def consume_and_mark(
+    gen: Generation, tp: TopicPartition, processed: Counter[bytes]
+) -> AsyncIterator[FetchedBatch]:
+    """A test worker's loop over ``tp``: each batch's record values counted in
+    ``processed`` and its end marked, then the batch handed on for the caller's
+    own bookkeeping."""
+    async for batch in gen.fetch(tp):
+        for record in batch.records:
+            assert record.value is not None
+            processed[record.value] += 1
+        gen.mark(tp, batch.next_offset)
+        yield batch
+
+
 @dataclass
-class Ledger:
+class MemberGenerations:
+    """The generations handed to each member, the newest last."""
+
+    generations: dict[str, list[Generation]] = field(default_factory=dict)
+
+    def current(self) -> dict[str, Generation]:
+        return {n: gens[-1] for n, gens in self.generations.items() if gens and not gens[-1].ending}
+
+    def assigned(self, name: str) -> set[TopicPartition]:
+        """The partitions of ``name``'s live generation (none without one)."""
+        gen = self.current().get(name)
+        return set(gen.assignments) if gen is not None else set()
+
+    def stable(
+        self, names: set[str], every: set[TopicPartition], same_generation: bool = True
+    ) -> bool:
+        """See :func:`shares_evenly`, for the live generations."""
+        return shares_evenly(self.current(), names, every, same_generation)
+
+
+@dataclass
+class Ledger(MemberGenerations):
     """What every member's workers did, checked for the group's invariants."""
 
     #: Each partition's owner: member name and generation label (ids can repeat).
     owners: dict[TopicPartition, tuple[str, str]] = field(default_factory=dict)
     overlaps: list[str] = field(default_factory=list)
     processed: Counter[bytes] = field(default_factory=Counter)
-    generations: dict[str, list[Generation]] = field(default_factory=dict)
     start_offsets: list[tuple[int, TopicPartition, int]] = field(default_factory=list)
     last_marks: dict[TopicPartition, int] = field(default_factory=dict)
     handover_gaps: list[str] = field(default_factory=list)
+    #: (time, member, generation) of every generation handed to a member.
+    formed: list[tuple[float, str, Generation]] = field(default_factory=list)
     changed: anyio.Event = field(default_factory=anyio.Event)
 
     def notify(self) -> None:
@@ -69,11 +130,7 @@ class Ledger:
                 f"{tp}: gen {gen.label} starts at {start}, last mark {previous}"
             )
         try:
-            async for batch in gen.fetch(tp):
-                for record in batch.records:
-                    assert record.value is not None
-                    self.processed[record.value] += 1
-                gen.mark(tp, batch.next_offset)
+            async for batch in consume_and_mark(gen, tp, self.processed):
                 self.last_marks[tp] = batch.next_offset
                 self.notify()
         finally:
@@ -82,27 +139,75 @@ class Ledger:
 
     async def member(self, name: str, group: ConsumerGroup) -> None:
         async for gen in group:
+            self.formed.append((anyio.current_time(), name, gen))
             self.generations.setdefault(name, []).append(gen)
             self.notify()
             for tp in gen.assignments:
                 gen.start_soon(self.worker, name, gen, tp, name=f"{name} {tp}")
 
-    def current(self) -> dict[str, Generation]:
-        return {n: gens[-1] for n, gens in self.generations.items() if gens and not gens[-1].ending}
-
-    def assigned(self, name: str) -> set[TopicPartition]:
-        """The partitions of ``name``'s live generation (none without one)."""
-        gen = self.current().get(name)
-        return set(gen.assignments) if gen is not None else set()
-
     async def wait_for(self, predicate: object, what: str, timeout: float = 60.0) -> None:
         assert callable(predicate)
-        try:
-            with anyio.fail_after(timeout):
-                while not predicate():
-                    await anyio.sleep(0.05)
-        except TimeoutError:
-            raise AssertionError(f"timed out waiting for {what}") from None
+        await wait_until(predicate, what, timeout)
+
+
+@dataclass
+class Members:
+    """Members of one group, each run as a task (``await tg.start(members.run, name)``)
+    that hands its generations to ``ledger``; ``stop(name)`` closes one."""
+
+    ledger: Ledger
+    group_id: str
+    topic: str
+    bootstrap: str
+    settings: Mapping[str, Any]
+    groups: dict[str, ConsumerGroup] = field(default_factory=dict)
+    scopes: dict[str, anyio.CancelScope] = field(default_factory=dict)
+
+    async def run(self, name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        with anyio.CancelScope() as scope:
+            self.scopes[name] = scope
+            async with ConsumerGroup(
+                self.group_id, [self.topic], self.bootstrap, client_id=name, **self.settings
+            ) as group:
+                self.groups[name] = group
+                task_status.started()
+                await self.ledger.member(name, group)
+
+    def stop(self, name: str) -> None:
+        self.scopes[name].cancel()
+
+
+def shares_evenly(
+    current: Mapping[str, Generation],
+    names: set[str],
+    every: set[TopicPartition],
+    same_generation: bool = True,
+) -> bool:
+    """``names`` (only) run generations covering ``every`` partition exactly once
+    (in one generation id if ``same_generation``), evenly."""
+    if set(current) != names or (same_generation and len({g.id for g in current.values()}) != 1):
+        return False
+    if not covers_exactly_once(current.values(), every):
+        return False
+    share = len(every) // len(names)
+    # Uneven: a member still waits for partitions another one releases.
+    return all(len(g.assignments) in (share, share + 1) for g in current.values())
+
+
+def assert_processed_once(
+    ledger: Ledger, expected: set[bytes], committed: Mapping[TopicPartition, list[int]]
+) -> None:
+    """No partition had two owners at once; every record of ``expected`` was
+    processed exactly once, each handover starting exactly where the previous
+    owner's marks ended (the final shielded commit); and the committed offsets
+    polled into ``committed`` never went backwards."""
+    assert not ledger.overlaps, ledger.overlaps
+    assert set(ledger.processed) == expected
+    assert not ledger.handover_gaps, ledger.handover_gaps
+    duplicates = {v: n for v, n in ledger.processed.items() if n > 1}
+    assert not duplicates, f"{len(duplicates)} records processed twice"
+    for tp, seq in committed.items():
+        assert seq == sorted(seq), f"committed offset of {tp} went backwards: {seq}"
 
 
 def covers_exactly_once(gens: Iterable[Generation], partitions: set[TopicPartition]) -> bool:

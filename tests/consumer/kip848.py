@@ -14,6 +14,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from gengroup.broker.state import BrokerSettings
+
 from .helpers import FAST
 
 #: The broker's consumer-group timings for these tests.
@@ -23,6 +25,13 @@ BROKER_PROPERTIES = {
     "group.consumer.session.timeout.ms": 6000,
     "group.consumer.min.session.timeout.ms": 6000,
 }
+
+#: The embedded broker with the same consumer-group timings.
+EMBEDDED_SETTINGS = BrokerSettings(
+    group_initial_rebalance_delay_ms=0,
+    group_consumer_heartbeat_interval_ms=500,
+    group_consumer_session_timeout_ms=6000,
+)
 
 #: The members' settings: the consumer protocol, timings to match the broker's.
 KIP848: dict[str, Any] = {**FAST, "group_protocol": "consumer", "session_timeout": 6.0}

@@ -1,7 +1,7 @@
 """Failover on a real three-node Kafka cluster: brokers die under a running group.
 
-Each test takes nodes of the session's :class:`KafkaCluster` down (SIGKILL)
-while a gengroup Producer writes
+Each test takes nodes of the session's :class:`KafkaCluster` down (SIGKILL,
+or a graceful stop in a rolling restart) while a gengroup Producer writes
 with ``acks=all`` and a consumer group processes, then checks the group's
 invariants on everything that happened:
 
@@ -39,7 +39,7 @@ from gengroup.admin import NewTopic
 from gengroup.testing.kafka import KafkaCluster
 from gengroup.testing.pytest_plugin import make_unique_name
 
-from .helpers import FAST, Ledger, all_partitions, covers_exactly_once
+from .helpers import FAST, Ledger, all_partitions, consume_and_mark, covers_exactly_once
 
 pytestmark = pytest.mark.kafka
 
@@ -63,8 +63,6 @@ class Tracker(Ledger):
 
     #: (time, partition, offset, generation) of every record processed.
     consumed: list[tuple[float, TopicPartition, int, Generation]] = field(default_factory=list)
-    #: (time, member, generation) of every generation handed to a member.
-    formed: list[tuple[float, str, Generation]] = field(default_factory=list)
     #: Each partition's owners, in the order their workers started.
     owners_of: dict[TopicPartition, list[Generation]] = field(
         default_factory=lambda: defaultdict(list)
@@ -76,25 +74,13 @@ class Tracker(Ledger):
         self.owners[tp] = (name, gen.id)
         self.owners_of[tp].append(gen)
         try:
-            async for batch in gen.fetch(tp):
+            async for batch in consume_and_mark(gen, tp, self.processed):
                 now = anyio.current_time()
-                for record in batch.records:
-                    assert record.value is not None
-                    self.processed[record.value] += 1
-                    self.consumed.append((now, tp, record.offset, gen))
-                gen.mark(tp, batch.next_offset)
+                self.consumed.extend((now, tp, record.offset, gen) for record in batch.records)
                 self.notify()
         finally:
             if self.owners.get(tp) == (name, gen.id):
                 del self.owners[tp]
-
-    async def member(self, name: str, group: ConsumerGroup) -> None:
-        async for gen in group:
-            self.formed.append((anyio.current_time(), name, gen))
-            self.generations.setdefault(name, []).append(gen)
-            self.notify()
-            for tp in gen.assignments:
-                gen.start_soon(self.worker, name, gen, tp, name=f"{name} {tp}")
 
     def last_formed_after(self, t: float) -> float | None:
         """When the newest generation formed, if after ``t`` (None: none since)."""
@@ -241,6 +227,18 @@ class Scenario:
             timeout,
         )
 
+    async def coordinator(self) -> int:
+        """The node that coordinates the group now."""
+        return await anyio.to_thread.run_sync(self.cluster.coordinator_of, self.group_id)
+
+    async def start_one_member(self, partitions: int) -> int:
+        """Member "a" alone, its generation over every partition, some records
+        processed; the group's coordinator node."""
+        await self.add_member("a")
+        await self.wait_for(lambda: self.stable(1, partitions), "the first member's generation")
+        await self.wait_for(lambda: len(self.tracker.processed) > 50, "records processed")
+        return await self.coordinator()
+
     def stable(self, members: int, partitions: int) -> bool:
         gens = self.tracker.current()
         return len(gens) == members and covers_exactly_once(
@@ -282,7 +280,7 @@ async def test_coordinator_killed_during_a_generation(cluster: KafkaCluster) -> 
         await run.wait_for(lambda: run.stable(2, 4), "a generation of both members")
         await run.wait_for(lambda: len(run.tracker.processed) > 100, "records processed")
         await run.wait_for(lambda: len(run.commits.seen) > 2, "commits seen")
-        coordinator = await anyio.to_thread.run_sync(cluster.coordinator_of, run.group_id)
+        coordinator = await run.coordinator()
         killed = await run.kill(coordinator)
         await run.wait_for(
             lambda: run.commits.first_advance_after(killed) is not None, "a commit after the kill"
@@ -306,10 +304,7 @@ async def test_coordinator_killed_during_a_generation(cluster: KafkaCluster) -> 
 
 async def test_coordinator_killed_while_members_join(cluster: KafkaCluster) -> None:
     async with scenario(cluster, "coord-join", 4) as run:
-        await run.add_member("a")
-        await run.wait_for(lambda: run.stable(1, 4), "the first member's generation")
-        await run.wait_for(lambda: len(run.tracker.processed) > 50, "records processed")
-        coordinator = await anyio.to_thread.run_sync(cluster.coordinator_of, run.group_id)
+        coordinator = await run.start_one_member(4)
         first = run.tracker.current()["a"]
         await run.add_member("b")  # its JoinGroup starts a rebalance ...
         await run.wait_for(lambda: first.ending, "the rebalance to reach the first member")
@@ -328,10 +323,7 @@ async def test_coordinator_killed_while_members_join(cluster: KafkaCluster) -> N
 
 async def test_partition_leader_killed_while_fetching(cluster: KafkaCluster) -> None:
     async with scenario(cluster, "leader", 3) as run:
-        await run.add_member("a")
-        await run.wait_for(lambda: run.stable(1, 3), "the generation")
-        await run.wait_for(lambda: len(run.tracker.processed) > 50, "records processed")
-        coordinator = await anyio.to_thread.run_sync(cluster.coordinator_of, run.group_id)
+        coordinator = await run.start_one_member(3)
         leaders = {p: cluster.node_of_leader(run.topic, p) for p in range(3)}
         # A leader that is not the coordinator: only fetching is disturbed.
         victim = next((n for n in leaders.values() if n != coordinator), leaders[0])
@@ -351,3 +343,29 @@ async def test_partition_leader_killed_while_fetching(cluster: KafkaCluster) -> 
         first_record_of_moved=run.tracker.first_consumed_after(killed, led) - killed,
     )
     print(f"generations: {len(run.tracker.formed)} (the fetcher moved, the generation stayed)")
+
+
+async def test_rolling_restart_of_all_three_brokers(cluster: KafkaCluster) -> None:
+    steps: dict[str, float] = {}
+    async with scenario(cluster, "rolling", 6) as run:
+        for name in ("a", "b"):
+            await run.add_member(name)
+        await run.wait_for(lambda: run.stable(2, 6), "a generation of both members")
+        for node in range(3):
+            await run.wait_for(lambda: len(run.tracker.processed) > 0, "records processed")
+            stopped = anyio.current_time()
+            await anyio.to_thread.run_sync(cluster.stop, node)
+            down = anyio.current_time()
+            await anyio.to_thread.run_sync(cluster.restart, node)
+            await anyio.to_thread.run_sync(cluster.wait_healthy)
+            steps[f"node{node}_healthy"] = anyio.current_time() - stopped
+            await run.wait_for(lambda: run.stable(2, 6), "a stable group after the restart")
+            steps[f"node{node}_first_record"] = run.tracker.first_consumed_after(down) - stopped
+        await run.caught_up()
+    again = run.check()
+    assert len(run.commits.seen) > 10
+    report("rolling restart, each node stopped and restarted", **steps)
+    print(
+        f"processed again: {again} of {len(run.traffic.acked)} acknowledged; "
+        f"sends failed: {len(run.traffic.failed)}; generations: {len(run.tracker.formed)}"
+    )

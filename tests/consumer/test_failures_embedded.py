@@ -36,16 +36,10 @@ from gengroup.broker.faults import Delay, Disconnect, Drop, Fail, Intercepted
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
-SETTINGS = {
-    "session_timeout": 10.0,
-    "heartbeat_interval": 1.0,
-    "rebalance_timeout": 20.0,
-    # No periodic commit: the generation's final commit is the only one.
-    "commit_interval": 0.0,
-    "join_backoff": 0.5,
-    "fetch_max_wait": 0.5,
-    "request_timeout": 30.0,
-}
+from .helpers import EMBEDDED_SETTINGS
+
+#: No periodic commit: the generation's final commit is the only one.
+SETTINGS = {**EMBEDDED_SETTINGS, "commit_interval": 0.0}
 
 TP = TopicPartition("t", 0)
 

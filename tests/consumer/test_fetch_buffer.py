@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime
 import struct
-from typing import Any
 
 import pytest
 import trio
@@ -27,15 +26,9 @@ from gengroup.protocol.framing import response_module
 from gengroup.protocol.records import NewRecord, encode_batch, with_base_offset
 from gengroup.protocol.versions import ApiKey
 
-SETTINGS: dict[str, Any] = {
-    "session_timeout": 10.0,
-    "heartbeat_interval": 1.0,
-    "rebalance_timeout": 20.0,
-    "commit_interval": 0.0,
-    "join_backoff": 0.5,
-    "fetch_max_wait": 0.5,
-    "request_timeout": 30.0,
-}
+from .helpers import EMBEDDED_SETTINGS
+
+SETTINGS = {**EMBEDDED_SETTINGS, "commit_interval": 0.0}
 TP = TopicPartition("t", 0)
 BATCHES = 60
 PER_BATCH = 10

@@ -25,17 +25,7 @@ from gengroup.broker.faults import Drop, Fail
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
-from .helpers import Ledger, all_partitions, covers_exactly_once
-
-SETTINGS = {
-    "session_timeout": 10.0,
-    "heartbeat_interval": 1.0,
-    "rebalance_timeout": 20.0,
-    "commit_interval": 1.0,
-    "join_backoff": 0.5,
-    "fetch_max_wait": 0.5,
-    "request_timeout": 30.0,
-}
+from .helpers import EMBEDDED_SETTINGS, Ledger, all_partitions, covers_exactly_once
 
 
 def produce(
@@ -56,7 +46,7 @@ def produce(
 async def one_member(cluster: FakeCluster) -> AsyncIterator[Ledger]:
     """Member "m" of group "g" (on "t") runs into the ledger yielded, until the block ends."""
     ledger = Ledger()
-    async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+    async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
         async with anyio.create_task_group() as tg:
             tg.start_soon(ledger.member, "m", group)
             yield ledger
@@ -72,7 +62,7 @@ async def test_heartbeat_answer_ends_the_generation_and_rejoins(
 ) -> None:
     """REBALANCE_IN_PROGRESS rejoins with the same member id; ILLEGAL_GENERATION resets it."""
     async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
-        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
             first = await group.next()
             cluster.control(ApiKey.HEARTBEAT, lambda req: Fail(code), once=True)
             t0 = trio.current_time()
@@ -84,7 +74,7 @@ async def test_heartbeat_answer_ends_the_generation_and_rejoins(
                 assert second.id == first.id + 1
                 # The next heartbeat is one interval away; the rejoin is immediate.
                 assert trio.current_time() - t0 == pytest.approx(
-                    SETTINGS["heartbeat_interval"], abs=0.01
+                    EMBEDDED_SETTINGS["heartbeat_interval"], abs=0.01
                 )
 
 
@@ -92,7 +82,7 @@ async def test_lost_heartbeats_end_the_generation_after_one_session_timeout(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
-        settings = dict(SETTINGS, request_timeout=3.0, fetch_max_wait=0.5)
+        settings = dict(EMBEDDED_SETTINGS, request_timeout=3.0, fetch_max_wait=0.5)
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
             first = await group.next()
             await anyio.sleep(2.5)  # two good heartbeats: at 1.0 and 2.0
@@ -105,7 +95,7 @@ async def test_lost_heartbeats_end_the_generation_after_one_session_timeout(
             # Heartbeats at 3, then (timeout 3 s) 7, ... fail; the member's
             # lease, renewed last by the beat sent at 2, runs out a whole session
             # timeout later and ends the generation then.
-            assert ended_at >= last_ok + SETTINGS["session_timeout"]
+            assert ended_at >= last_ok + EMBEDDED_SETTINGS["session_timeout"]
             assert first.end_reason is not None
             assert "local lease expired" in first.end_reason
             assert second.id > first.id
@@ -113,7 +103,7 @@ async def test_lost_heartbeats_end_the_generation_after_one_session_timeout(
 
 async def test_coordinator_move_is_followed(autojump_clock: trio.testing.MockClock) -> None:
     async with FakeCluster(brokers=3, topics={"t": 3}, initial_rebalance_delay_ms=0) as cluster:
-        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
             first = await group.next()
             old = cluster.coordinator_of("g")
             new = (old + 1) % 3
@@ -159,7 +149,7 @@ async def test_teardown_deadline_is_exactly_the_rebalance_timeout(
             await anyio.sleep(1000.0)
 
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
-        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
             gen = await group.next()
             gen.start_soon(stubborn, name="stubborn")
             await anyio.sleep(0.5)
@@ -167,7 +157,7 @@ async def test_teardown_deadline_is_exactly_the_rebalance_timeout(
             gen.cancel("test")
             with pytest.raises(TaskStuckError, match="stubborn"):
                 await group.next()
-            assert trio.current_time() - t0 == SETTINGS["rebalance_timeout"]
+            assert trio.current_time() - t0 == EMBEDDED_SETTINGS["rebalance_timeout"]
 
 
 async def test_three_members_share_partitions_in_virtual_time(
@@ -180,7 +170,7 @@ async def test_three_members_share_partitions_in_virtual_time(
 
         async def member(name: str) -> None:
             async with ConsumerGroup(
-                "g", ["t"], cluster.bootstrap, client_id=name, **SETTINGS
+                "g", ["t"], cluster.bootstrap, client_id=name, **EMBEDDED_SETTINGS
             ) as g:
                 await ledger.member(name, g)
 
@@ -213,7 +203,7 @@ async def test_an_exception_in_the_body_leaves_the_group_unwrapped(
 ) -> None:
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
         with pytest.raises(AppError):
-            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
                 gen = await group.next()
                 gen.mark(TopicPartition("t", 0), 0)
                 raise AppError("the application failed")
@@ -228,7 +218,7 @@ async def test_leaders_watcher_covers_topics_only_other_members_subscribe_to(
     Partitions added to "b" must still lead to a new generation that has them."""
     async with FakeCluster(topics={"a": 1, "b": 1}, initial_rebalance_delay_ms=0) as cluster:
         ledger = Ledger()
-        settings = dict(SETTINGS, partition_watch_interval=2.0)
+        settings = dict(EMBEDDED_SETTINGS, partition_watch_interval=2.0)
 
         async def member(name: str, topics: list[str]) -> None:
             async with ConsumerGroup(
@@ -266,7 +256,7 @@ async def test_static_member_restart_keeps_its_partitions_without_leave_group(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with FakeCluster(topics={"t": 4}, initial_rebalance_delay_ms=0) as cluster:
-        settings = dict(SETTINGS, group_instance_id="pod-1")
+        settings = dict(EMBEDDED_SETTINGS, group_instance_id="pod-1")
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
             first = await group.next()
         # Closing a static member sends no LeaveGroup: the coordinator keeps it.
@@ -289,7 +279,7 @@ async def test_start_waits_for_task_status_and_returns_its_value(
         await anyio.sleep_forever()
 
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
-        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
             gen = await group.next()
             t0 = trio.current_time()
             value = await gen.start(ready_after_a_while, 2.5, name="slow starter")
@@ -300,7 +290,7 @@ async def test_start_waits_for_task_status_and_returns_its_value(
 
 async def test_commit_follows_a_moved_coordinator(autojump_clock: trio.testing.MockClock) -> None:
     async with FakeCluster(brokers=3, topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
-        settings = dict(SETTINGS, commit_interval=0)
+        settings = dict(EMBEDDED_SETTINGS, commit_interval=0)
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
             gen = await group.next()
             tp = TopicPartition("t", 0)
@@ -318,7 +308,7 @@ async def test_leader_losing_its_connection_before_sync_rejoins(
     async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
         # The first Metadata request is the leader's, between JoinGroup and SyncGroup.
         cluster.control(ApiKey.METADATA, lambda req: Disconnect(), once=True)
-        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
             gen = await group.next()
             assert set(gen.assignments) == all_partitions("t", 2)
 
@@ -329,10 +319,10 @@ async def test_closing_during_a_join_returns_promptly(
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
         cluster.control(ApiKey.JOIN_GROUP, lambda req: Drop())
         t0 = trio.current_time()
-        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
             await anyio.sleep(1.0)
             await group.aclose()
         # aclose() cancelled the join in flight instead of waiting it out.
-        assert trio.current_time() - t0 < SETTINGS["rebalance_timeout"]
+        assert trio.current_time() - t0 < EMBEDDED_SETTINGS["rebalance_timeout"]
         with pytest.raises(Exception, match="closed"):
             await group.next()

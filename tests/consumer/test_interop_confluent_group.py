@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import anyio
-import confluent_kafka
 import pytest
 
-from gengroup import ConsumerGroup, RangeBalancer, RoundRobinBalancer, TopicPartition
+from gengroup import ConsumerGroup, RangeBalancer, RoundRobinBalancer
 from gengroup._errors import InconsistentGroupProtocol
 from gengroup.membership.balancers import Balancer
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
+from .confluent_member import PolledMember, partitions_of
 from .helpers import FAST, Ledger, all_partitions, create_topic
 
 pytestmark = pytest.mark.kafka
@@ -22,62 +21,34 @@ pytestmark = pytest.mark.kafka
 PARTITIONS = 6
 
 
-class LibrdkafkaMember:
-    """A confluent-kafka consumer polled in a thread, recording its assignment."""
+class LibrdkafkaMember(PolledMember):
+    """A classic-protocol member on an eager ``strategy``: each assignment replaces
+    the previous one."""
 
     def __init__(self, bootstrap: str, group_id: str, topic: str, strategy: str) -> None:
-        self.topic = topic
         # librdkafka joins the group from its own threads as soon as it
         # subscribes, poll() or not: subscribing waits for start(), so that
         # "gengroup leads" really has gengroup join first.
-        self.consumer = confluent_kafka.Consumer(
+        super().__init__(
+            topic,
             {
                 "bootstrap.servers": bootstrap,
                 "group.id": group_id,
                 "partition.assignment.strategy": strategy,
                 "session.timeout.ms": 6000,
                 "heartbeat.interval.ms": 300,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "client.id": "librdkafka-member",
-            }
+            },
         )
-        self.assignment: set[TopicPartition] = set()
         self.generations = 0
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.error: BaseException | None = None
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         with self._lock:
-            self.assignment = {TopicPartition(p.topic, p.partition) for p in partitions}
+            self.assignment = partitions_of(partitions)
             self.generations += 1
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         with self._lock:
             self.assignment = set()
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self.consumer.poll(0.1)
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-
-    def start(self) -> None:
-        self.consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
-        self.thread.start()
-
-    def current(self) -> set[TopicPartition]:
-        with self._lock:
-            return set(self.assignment)
-
-    def close(self) -> None:
-        self._stop.set()
-        if self.thread.is_alive():
-            self.thread.join(10)
-        self.consumer.close()
 
 
 @pytest.mark.parametrize("strategy", ["range", "roundrobin"])

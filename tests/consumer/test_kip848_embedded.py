@@ -1,11 +1,22 @@
-"""group_protocol="consumer" (KIP-848) where the broker does not speak it, and its settings.
+"""group_protocol="consumer" (KIP-848) on the embedded broker.
 
-The embedded broker serves the classic group protocol only: it does not
-advertise ConsumerGroupHeartbeat, so a member asking for the consumer
-protocol gets a typed error saying so, naming ``group_protocol``.
+The client's KIP-848 scenarios of ``test_kip848_kafka.py`` run here against
+the embedded broker's consumer group coordinator, with the same short timings
+(heartbeat interval 500 ms, session timeout 6 s). The scenarios with members
+in other processes (killed, frozen) need real time, so those tests run the
+broker on the real clock; the others use trio's ``MockClock``. A broker
+configured without the consumer protocol does not advertise
+ConsumerGroupHeartbeat, so a member asking for it gets a typed error naming
+``group_protocol``.
 """
 
 from __future__ import annotations
+
+import re
+import types
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import pytest
@@ -15,13 +26,74 @@ import trio.testing
 from gengroup import ConfigError, ConsumerGroup, GengroupError
 from gengroup._errors import GroupProtocolUnsupported, UnsupportedVersion
 from gengroup.broker import FakeCluster
+from gengroup.broker.state import BrokerSettings
 from gengroup.protocol.versions import CONSUMER_PROTOCOL_VERSIONS, ApiKey, negotiate
+
+from . import test_kip848_kafka as scenarios
+from .kip848 import EMBEDDED_SETTINGS
+
+#: The embedded broker with the timings of ``kip848.BROKER_PROPERTIES``.
+KIP848_SETTINGS = EMBEDDED_SETTINGS
+
+
+@asynccontextmanager
+async def kip848_cluster() -> AsyncIterator[Any]:
+    """An embedded cluster (3 brokers) shaped like the ``kip848_kafka`` fixture."""
+    async with FakeCluster(brokers=3, settings=KIP848_SETTINGS) as cluster:
+        yield types.SimpleNamespace(bootstrap=cluster.bootstrap, cluster=cluster)
+        assert not cluster.state.errors, cluster.state.errors
+
+
+async def test_one_then_three_then_two_members(autojump_clock: trio.testing.MockClock) -> None:
+    """Every partition has one owner at every instant; every record is processed;
+    commits are accepted and never move backwards (the scenario of the Kafka test)."""
+    async with kip848_cluster() as broker:
+        await scenarios.one_then_three_then_two(broker.bootstrap)
+
+
+def test_one_then_three_then_two_members_asyncio() -> None:
+    """The same under asyncio, on the real clock."""
+
+    async def scenario() -> None:
+        async with kip848_cluster() as broker:
+            await scenarios.one_then_three_then_two(broker.bootstrap)
+
+    anyio.run(scenario, backend="asyncio")
+
+
+async def test_a_killed_member_is_fenced_after_the_session_timeout() -> None:
+    """A member process killed (SIGKILL): only the broker's session timeout moves
+    its partitions to the survivor."""
+    async with kip848_cluster() as broker:
+        killed = scenarios.test_a_killed_member_is_fenced_and_its_partitions_move_after_the_session_timeout  # noqa: E501
+        await killed(broker)
+
+
+@pytest.mark.parametrize("scope", ["generation", "partition"])
+async def test_a_frozen_member_is_fenced_and_rejoins_with_epoch_0(scope: str) -> None:
+    """A member process frozen past its session (SIGSTOP) processes nothing after
+    waking (its tasks are generation- or partition-scoped), rejoins, and the
+    partitions are shared again."""
+    async with kip848_cluster() as broker:
+        await scenarios.test_a_frozen_member_is_fenced_and_rejoins_with_epoch_0(broker, scope)
+
+
+async def test_a_static_member_keeps_its_partitions_across_a_restart(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Leaving with epoch -2 keeps a static member's partitions; a twin with the
+    same group_instance_id is refused (UNRELEASED_INSTANCE_ID)."""
+    async with kip848_cluster() as broker:
+        await scenarios.test_a_static_member_keeps_its_partitions_across_a_restart(broker)
 
 
 async def test_a_broker_without_the_consumer_protocol_gives_a_clear_error(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+    classic_only = BrokerSettings(
+        group_initial_rebalance_delay_ms=0, group_coordinator_rebalance_protocols=("classic",)
+    )
+    async with FakeCluster(topics={"t": 2}, settings=classic_only) as cluster:
         group = ConsumerGroup("g", ["t"], cluster.bootstrap, group_protocol="consumer")
         with anyio.fail_after(60):
             async with group:
@@ -79,3 +151,25 @@ def test_the_settings_default_to_the_classic_protocol() -> None:
     )
     assert kip848.config.group_remote_assignor == "range"
     assert len(kip848.member_id) == 22  # made by the member, as the Java client does
+
+
+async def test_a_pattern_subscription_is_resolved_by_the_broker(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The heartbeat carries the regular expression; the coordinator matches whole
+    topic names (internal topics never) and assigns what matches."""
+    async with FakeCluster(
+        topics={"orders": 2, "orders-eu": 1, "other": 3}, settings=KIP848_SETTINGS
+    ) as cluster:
+        async with ConsumerGroup(
+            "g", re.compile(r"orders.*"), cluster.bootstrap, group_protocol="consumer"
+        ) as group:
+            with anyio.fail_after(60):
+                async for gen in group:
+                    assert {(tp.topic, tp.partition) for tp in gen.assignments} == {
+                        ("orders", 0),
+                        ("orders", 1),
+                        ("orders-eu", 0),
+                    }
+                    break
+        assert not cluster.state.errors

@@ -29,7 +29,13 @@ from gengroup import (
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
-from .cooperative import SpanLedger, three_four_three, wait_until
+from .cooperative import (
+    FirstTaskReturns,
+    SpanLedger,
+    StubbornTasks,
+    three_four_three,
+    wait_until,
+)
 from .helpers import all_partitions, create_topic, produce_ids
 from .kip848 import KIP848, Kip848Broker, running
 
@@ -178,14 +184,7 @@ async def test_a_revoked_partitions_stuck_task_is_reported(
 ) -> None:
     """A task ignoring the cancellation of its revoked partition: TaskStuckError names it."""
     target = kip848_bootstrap
-    let_go = anyio.Event()
-
-    async def stubborn(gen: Generation, tp: TopicPartition) -> None:
-        try:
-            await anyio.sleep_forever()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await let_go.wait()
+    tasks = StubbornTasks()
 
     async def newcomer(bootstrap: str, group_id: str, topic: str) -> None:
         async with ConsumerGroup(group_id, [topic], bootstrap, **target.settings) as group:
@@ -199,12 +198,10 @@ async def test_a_revoked_partitions_stuck_task_is_reported(
         async with anyio.create_task_group() as tg:
             with pytest.raises(TaskStuckError, match="stubborn") as caught:
                 async with ConsumerGroup(group_id, [topic], bootstrap, **settings) as group:
-                    async for gen in group:
-                        for tp in gen.added:
-                            gen.start_soon(stubborn, gen, tp, partition=tp)
-                        if len(gen.assignments) == 2:
-                            tg.start_soon(newcomer, bootstrap, group_id, topic)
-            let_go.set()
+                    await tasks.run(
+                        group, lambda: tg.start_soon(newcomer, bootstrap, group_id, topic)
+                    )
+            tasks.let_go.set()
             tg.cancel_scope.cancel()
     assert "rebalance_timeout=4.0" in str(caught.value)
 
@@ -308,30 +305,13 @@ async def test_a_partition_task_that_returns_gives_the_partition_up(
     assignment) has the partition as added, with a fresh task; the other
     partition's task runs on, retained."""
     target = kip848_bootstrap
-    generations: list[Generation] = []
-    starts: list[TopicPartition] = []
-
-    async def worker(gen: Generation, tp: TopicPartition) -> None:
-        starts.append(tp)
-        if tp.partition == 0 and starts.count(tp) == 1:
-            return
-        await anyio.sleep_forever()
-
+    probe = FirstTaskReturns()
     async with target.open() as bootstrap:
         topic, group_id = make_unique_name("kip848-return"), make_unique_name("g")
         await create_topic(bootstrap, topic, 2)
         async with ConsumerGroup(group_id, [topic], bootstrap, **target.settings) as group:
-            async for gen in group:
-                generations.append(gen)
-                for tp in gen.added:
-                    gen.start_soon(worker, gen, tp, name="worker", partition=tp)
-                if len(generations) == 2:
-                    break
-    first, second = generations
-    assert first.end_reason == "task 'worker' exited"
-    assert second.added == {TopicPartition(topic, 0)}
-    assert second.retained == {TopicPartition(topic, 1)}
-    assert sorted(starts) == [TopicPartition(topic, 0)] * 2 + [TopicPartition(topic, 1)]
+            await probe.run(group)
+    probe.check(topic)
 
 
 @pytest.mark.kafka

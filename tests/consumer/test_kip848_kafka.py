@@ -12,11 +12,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import anyio
-import anyio.abc
 import pytest
 
 from gengroup import ConsumerGroup, TopicPartition
@@ -28,11 +27,12 @@ from .helpers import (
     FAST,
     Ledger,
     Lines,
+    Members,
     all_partitions,
-    covers_exactly_once,
+    assert_processed_once,
     create_topic,
     produce_ids,
-    watch_commits as watch_committed,
+    watch_commits,
 )
 from .kip848 import KIP848
 
@@ -59,64 +59,40 @@ async def one_then_three_then_two(bootstrap: str) -> None:
     every = all_partitions(topic, partitions)
     ledger = Ledger()
     committed_history: dict[TopicPartition, list[int]] = {}
-    groups: dict[str, ConsumerGroup] = {}
-    scopes: dict[str, anyio.CancelScope] = {}
-
-    async def run_member(name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        with anyio.CancelScope() as scope:
-            scopes[name] = scope
-            async with ConsumerGroup(group_id, [topic], bootstrap, client_id=name, **KIP848) as g:
-                groups[name] = g
-                task_status.started()
-                await ledger.member(name, g)
-
-    async def watch_commits() -> None:
-        await watch_committed(bootstrap, group_id, committed_history)
+    members = Members(ledger, group_id, topic, bootstrap, KIP848)
 
     def stable(names: set[str]) -> bool:
         """Each of ``names`` runs a generation; they cover every partition, evenly."""
-        cur = ledger.current()
-        share = partitions // len(names)
-        return (
-            set(cur) == names
-            and covers_exactly_once(cur.values(), every)
-            and all(len(g.assignments) == share for g in cur.values())
-        )
+        return ledger.stable(names, every, same_generation=False)
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(watch_commits)
-        await tg.start(run_member, "m1")
+        tg.start_soon(watch_commits, bootstrap, group_id, committed_history)
+        await tg.start(members.run, "m1")
         await ledger.wait_for(lambda: stable({"m1"}), "m1 to own every partition")
         await ledger.wait_for(
             lambda: set(ledger.processed) >= {f"id-{i}".encode() for i in range(600)},
             "the first records processed",
         )
-        await tg.start(run_member, "m2")
-        await tg.start(run_member, "m3")
+        await tg.start(members.run, "m2")
+        await tg.start(members.run, "m3")
         await produce_ids(bootstrap, topic, range(600, 1200))
         await ledger.wait_for(lambda: stable({"m1", "m2", "m3"}), "3 members to share them")
         await produce_ids(bootstrap, topic, range(1200, 1800))
-        scopes["m2"].cancel()  # m2 closes: it leaves with epoch -1
+        members.stop("m2")  # m2 closes: it leaves with epoch -1
         await ledger.wait_for(lambda: stable({"m1", "m3"}), "2 members to share them")
         await produce_ids(bootstrap, topic, range(1800, 2400))
         expected = {f"id-{i}".encode() for i in range(2400)}
         await ledger.wait_for(lambda: set(ledger.processed) >= expected, "every record processed")
         tg.cancel_scope.cancel()
 
-    assert not ledger.overlaps, ledger.overlaps
-    assert set(ledger.processed) == expected
-    assert not ledger.handover_gaps, ledger.handover_gaps
-    duplicates = {v: n for v, n in ledger.processed.items() if n > 1}
-    assert not duplicates, f"{len(duplicates)} records processed twice"
-    for tp, seq in committed_history.items():
-        assert seq == sorted(seq), f"committed offset of {tp} went backwards: {seq}"
+    assert_processed_once(ledger, expected, committed_history)
     assert {tp for tp, seq in committed_history.items() if seq} == every
     for name, gens in ledger.generations.items():
         assert all(g.commit_error is None for g in gens), name
         assert sum(g.commits_ok for g in gens) > 0, name
         ids = [g.id for g in gens]
         assert ids == sorted(ids) and ids[0] > 0, (name, ids)
-    log.info("kip848 timings: %s", {n: list(g.history) for n, g in groups.items()})
+    log.info("kip848 timings: %s", {n: list(g.history) for n, g in members.groups.items()})
 
 
 #: A member in its own process (``python -c MEMBER BOOTSTRAP GROUP TOPIC SCOPE``),
@@ -179,6 +155,22 @@ def member_process(
         proc.stdout.close()
 
 
+@asynccontextmanager
+async def survivor(
+    ledger: Ledger, bootstrap: str, group_id: str, topic: str, what: str
+) -> AsyncIterator[None]:
+    """Member "survivor" runs, in ``ledger``, while the block runs: entered once it
+    owns 2 partitions (``what``: that wait's description)."""
+    async with (
+        ConsumerGroup(group_id, [topic], bootstrap, client_id="survivor", **KIP848) as group,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(ledger.member, "survivor", group)
+        await ledger.wait_for(lambda: len(ledger.assigned("survivor")) == 2, what)
+        yield
+        tg.cancel_scope.cancel()
+
+
 async def test_a_killed_member_is_fenced_and_its_partitions_move_after_the_session_timeout(
     kip848_kafka: KafkaBroker,
 ) -> None:
@@ -190,14 +182,7 @@ async def test_a_killed_member_is_fenced_and_its_partitions_move_after_the_sessi
     with member_process(bootstrap, group_id, topic) as proc:
         lines = Lines(proc)
         await lines.wait_for("generation")
-        async with (
-            ConsumerGroup(group_id, [topic], bootstrap, client_id="survivor", **KIP848) as group,
-            anyio.create_task_group() as tg,
-        ):
-            tg.start_soon(ledger.member, "survivor", group)
-            await ledger.wait_for(
-                lambda: len(ledger.assigned("survivor")) == 2, "the survivor to get half"
-            )
+        async with survivor(ledger, bootstrap, group_id, topic, "the survivor to get half"):
             killed_at = anyio.current_time()
             proc.send_signal(signal.SIGKILL)
             # Nothing left the group: only the broker's session timeout moves them.
@@ -208,7 +193,6 @@ async def test_a_killed_member_is_fenced_and_its_partitions_move_after_the_sessi
             await produce_ids(bootstrap, topic, range(100))
             expected = {f"id-{i}".encode() for i in range(100)}
             await ledger.wait_for(lambda: set(ledger.processed) >= expected, "the new records")
-            tg.cancel_scope.cancel()
     assert elapsed >= 3.0, f"partitions moved {elapsed:.2f} s after the kill, before its session"
     assert not ledger.overlaps, ledger.overlaps
 
@@ -230,14 +214,7 @@ async def test_a_frozen_member_is_fenced_and_rejoins_with_epoch_0(
         await produce_ids(bootstrap, topic, range(50))
         await lines.wait_for("batch")
         proc.send_signal(signal.SIGSTOP)
-        async with (
-            ConsumerGroup(group_id, [topic], bootstrap, client_id="survivor", **KIP848) as group,
-            anyio.create_task_group() as tg,
-        ):
-            tg.start_soon(ledger.member, "survivor", group)
-            await ledger.wait_for(
-                lambda: len(ledger.assigned("survivor")) == 2, "the survivor to own both"
-            )
+        async with survivor(ledger, bootstrap, group_id, topic, "the survivor to own both"):
             await produce_ids(bootstrap, topic, range(50, 250))
             woken = time.monotonic()
             proc.send_signal(signal.SIGCONT)
@@ -246,7 +223,6 @@ async def test_a_frozen_member_is_fenced_and_rejoins_with_epoch_0(
             await ledger.wait_for(
                 lambda: len(ledger.assigned("survivor")) == 1, "the partitions shared again"
             )
-            tg.cancel_scope.cancel()
     assert not [line for line in after if line.startswith("batch")], after
     reason = after[-1]
     assert "fenced" in reason or "local lease expired" in reason, reason
@@ -263,19 +239,14 @@ async def test_a_static_member_keeps_its_partitions_across_a_restart(
     await create_topic(bootstrap, topic, 4)
     ledger = Ledger()
 
-    async def static(name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        async with ConsumerGroup(
-            group_id, [topic], bootstrap, client_id=name, group_instance_id="s1", **KIP848
-        ) as group:
-            task_status.started()
-            await ledger.member(name, group)
+    static = Members(ledger, group_id, topic, bootstrap, {**KIP848, "group_instance_id": "s1"})
 
     async with anyio.create_task_group() as tg:
         async with ConsumerGroup(group_id, [topic], bootstrap, client_id="other", **KIP848) as o:
             tg.start_soon(ledger.member, "other", o)
             with anyio.CancelScope() as first:
                 async with anyio.create_task_group() as inner:
-                    await inner.start(static, "first")
+                    await inner.start(static.run, "first")
                     await ledger.wait_for(
                         lambda: len(ledger.assigned("first")) == 2, "the static member's half"
                     )
@@ -289,7 +260,7 @@ async def test_a_static_member_keeps_its_partitions_across_a_restart(
                                 pytest.fail("a second member with the instance id s1 joined")
                     first.cancel()
             # Left with epoch -2: its partitions wait for it; the other member keeps its own.
-            await tg.start(static, "second")
+            await tg.start(static.run, "second")
             await ledger.wait_for(
                 lambda: ledger.assigned("second") == kept, "the restarted member's partitions"
             )

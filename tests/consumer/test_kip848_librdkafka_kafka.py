@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import anyio
-import confluent_kafka
 import pytest
 
-from gengroup import ConsumerGroup, TopicPartition
+from gengroup import ConsumerGroup
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
+from .confluent_member import PolledMember, partitions_of
 from .cooperative import SpanLedger, wait_until
 from .helpers import all_partitions, create_topic, produce_ids
 from .kip848 import KIP848
@@ -22,8 +21,8 @@ pytestmark = pytest.mark.kafka
 PARTITIONS = 6
 
 
-class Librdkafka848Member:
-    """A confluent-kafka consumer with ``group.protocol=consumer``, polled in a thread.
+class Librdkafka848Member(PolledMember):
+    """A confluent-kafka consumer with ``group.protocol=consumer``.
 
     Under the consumer protocol librdkafka's rebalance callbacks are
     incremental: ``on_assign`` gets the partitions added, ``on_revoke`` the
@@ -31,62 +30,18 @@ class Librdkafka848Member:
     """
 
     def __init__(self, bootstrap: str, group_id: str, topic: str) -> None:
-        self.topic = topic
-        self.consumer = confluent_kafka.Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": group_id,
-                "group.protocol": "consumer",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "client.id": "librdkafka-member",
-            }
+        super().__init__(
+            topic,
+            {"bootstrap.servers": bootstrap, "group.id": group_id, "group.protocol": "consumer"},
         )
-        self.assignment: set[TopicPartition] = set()
-        self.values: set[bytes] = set()
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.error: BaseException | None = None
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         with self._lock:
-            self.assignment |= {TopicPartition(p.topic, p.partition) for p in partitions}
+            self.assignment |= partitions_of(partitions)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         with self._lock:
-            self.assignment -= {TopicPartition(p.topic, p.partition) for p in partitions}
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.is_set():
-                msg = self.consumer.poll(0.1)
-                if msg is not None and msg.error() is None:
-                    with self._lock:
-                        self.values.add(msg.value())
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-
-    def start(self) -> None:
-        self.consumer.subscribe(
-            [self.topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_revoke,
-        )
-        self.thread.start()
-
-    def current(self) -> set[TopicPartition]:
-        with self._lock:
-            return set(self.assignment)
-
-    def close(self) -> None:
-        if self._stop.is_set():
-            return
-        self._stop.set()
-        if self.thread.is_alive():
-            self.thread.join(10)
-        self.consumer.close()
+            self.assignment -= partitions_of(partitions)
 
 
 async def test_a_mixed_group_covers_every_partition_once(kip848_kafka: KafkaBroker) -> None:

@@ -11,18 +11,19 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 
-from gengroup import ConsumerGroup, TopicPartition
+from gengroup import TopicPartition
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
 from .helpers import (
     FAST,
     Ledger,
+    Members,
     all_partitions,
-    covers_exactly_once,
+    assert_processed_once,
     create_topic,
     produce_ids,
-    watch_commits as watch_committed,
+    watch_commits,
 )
 
 pytestmark = pytest.mark.kafka
@@ -39,33 +40,21 @@ async def three_then_four(bootstrap: str) -> dict[str, object]:
     every = all_partitions(topic, PARTITIONS)
     ledger = Ledger()
     committed_history: dict[TopicPartition, list[int]] = {}
-    groups: dict[str, ConsumerGroup] = {}
-
-    async def run_member(name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        async with ConsumerGroup(group_id, [topic], bootstrap, client_id=name, **FAST) as group:
-            groups[name] = group
-            task_status.started()
-            await ledger.member(name, group)
-
-    async def watch_commits() -> None:
-        await watch_committed(bootstrap, group_id, committed_history)
+    members = Members(ledger, group_id, topic, bootstrap, FAST)
 
     def stable(names: set[str]) -> bool:
-        cur = ledger.current()
-        if set(cur) != names or len({g.id for g in cur.values()}) != 1:
-            return False
-        return covers_exactly_once(cur.values(), every)
+        return ledger.stable(names, every)
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(watch_commits)
+        tg.start_soon(watch_commits, bootstrap, group_id, committed_history)
         for name in ("m1", "m2", "m3"):
-            await tg.start(run_member, name)
+            await tg.start(members.run, name)
         await ledger.wait_for(
             lambda: stable({"m1", "m2", "m3"}), "3 members to share 12 partitions"
         )
         gen3 = ledger.current()["m1"].id
         await produce_ids(bootstrap, topic, range(1200, 1800))
-        await tg.start(run_member, "m4")
+        await tg.start(members.run, "m4")
         await ledger.wait_for(
             lambda: stable({"m1", "m2", "m3", "m4"}), "4 members to share 12 partitions"
         )
@@ -76,16 +65,10 @@ async def three_then_four(bootstrap: str) -> dict[str, object]:
         await ledger.wait_for(lambda: set(ledger.processed) >= expected, "every record processed")
         tg.cancel_scope.cancel()
 
-    assert not ledger.overlaps, ledger.overlaps
-    assert set(ledger.processed) == expected
-    duplicates = {v: n for v, n in ledger.processed.items() if n > 1}
-    # Every handover started exactly where the previous owner's marks ended
-    # (the final shielded commit), so nothing was processed twice.
-    assert not ledger.handover_gaps, ledger.handover_gaps
-    assert not duplicates, f"{len(duplicates)} records processed twice"
-    for tp, seq in committed_history.items():
-        assert seq == sorted(seq), f"committed offset of {tp} went backwards: {seq}"
-    timings = {name: [(r.label, r.timings) for r in g.history] for name, g in groups.items()}
+    assert_processed_once(ledger, expected, committed_history)
+    timings = {
+        name: [(r.label, r.timings) for r in g.history] for name, g in members.groups.items()
+    }
     log.info("rebalance timings: %s", timings)
     return {"timings": timings, "gen4": gen4.id}
 

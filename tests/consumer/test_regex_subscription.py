@@ -20,19 +20,11 @@ from gengroup import ConsumerGroup, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.protocol.records import NewRecord
 
-from .helpers import Ledger, all_partitions, covers_exactly_once
+from .helpers import EMBEDDED_SETTINGS, Ledger, all_partitions, covers_exactly_once
 
 ORDERS = re.compile(r"orders\..*")
 
-SETTINGS = {
-    "session_timeout": 10.0,
-    "heartbeat_interval": 1.0,
-    "rebalance_timeout": 20.0,
-    "commit_interval": 1.0,
-    "join_backoff": 0.5,
-    "fetch_max_wait": 0.5,
-    "partition_watch_interval": 2.0,
-}
+SETTINGS = {**EMBEDDED_SETTINGS, "partition_watch_interval": 2.0}
 
 
 def produce(

@@ -10,7 +10,7 @@ move forward until they cover every record. A missing JDK fails the test.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import anyio
 import pytest
 
 from gengroup import Admin, ConsumerGroup, TopicPartition
+from gengroup.broker import BrokerSettings, FakeCluster
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 from tests.java import compile_java
@@ -31,7 +32,7 @@ SOURCE = Path(__file__).parent / "java" / "Kip848Member.java"
 PARTITIONS = 6
 #: The shared broker keeps Kafka's consumer-group defaults (heartbeat 5 s,
 #: session 45 s): the members' session timeout matches.
-KIP848 = {
+KIP848: dict[str, Any] = {
     **FAST,
     "group_protocol": "consumer",
     "group_remote_assignor": "uniform",
@@ -46,10 +47,27 @@ def kip848_java_member(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lis
     yield command
 
 
+#: The embedded broker: Kafka's consumer-group defaults but a 1 s heartbeat interval.
+EMBEDDED = BrokerSettings(
+    group_initial_rebalance_delay_ms=0, group_consumer_heartbeat_interval_ms=1000
+)
+
+
+@pytest.fixture(params=["kafka", "embedded"])
+async def bootstrap(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """The broker under test: the session's Apache Kafka, or a fresh embedded cluster."""
+    if request.param == "kafka":
+        kafka: KafkaBroker = request.getfixturevalue("kafka")
+        yield kafka.bootstrap
+        return
+    async with FakeCluster(brokers=3, settings=EMBEDDED) as cluster:
+        yield cluster.bootstrap
+        assert not cluster.state.errors, cluster.state.errors
+
+
 async def test_a_consumer_protocol_group_with_a_java_member(
-    kafka: KafkaBroker, kip848_java_member: list[str], tmp_path: Path
+    bootstrap: str, kip848_java_member: list[str], tmp_path: Path
 ) -> None:
-    bootstrap = kafka.bootstrap
     topic, group_id = make_unique_name("kip848-java"), make_unique_name("g")
     await create_topic(bootstrap, topic, PARTITIONS)
     every = all_partitions(topic, PARTITIONS)

@@ -30,6 +30,8 @@ from typing import Any, Final
 from ...protocol.versions import ApiKey
 from . import (
     api_versions,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     create_partitions,
     create_topics,
     delete_groups,
@@ -47,9 +49,11 @@ from . import (
     offset_delete,
     offset_fetch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
 )
-from ._base import CLOSE, NO_RESPONSE, ApiSpec, Context
+from ._base import CLOSE, NO_RESPONSE, ApiSpec, CloseAfter, Context
 
 __all__ = [
     "CLOSE",
@@ -57,6 +61,7 @@ __all__ = [
     "SPECS",
     "SUPPORTED_VERSIONS",
     "ApiSpec",
+    "CloseAfter",
     "Context",
     "error_response",
 ]
@@ -83,13 +88,18 @@ for _module in (
     create_partitions,
     delete_groups,
     offset_delete,
+    consumer_group_heartbeat,
+    consumer_group_describe,
+    sasl_handshake,
+    sasl_authenticate,
 ):
     _specs[ApiKey(_module.SPEC.key)] = _module.SPEC
 _specs[api_versions.KEY] = api_versions.spec(SPECS)
 
 #: The versions the embedded broker implements, per API. Topic-ID-only
 #: versions (Produce 13, Fetch 13+, OffsetCommit 10, OffsetFetch 10) are left
-#: out; the rest covers gengroup's client table and librdkafka 2.x.
+#: out; the rest covers gengroup's client table (with the KIP-848 APIs) and
+#: librdkafka 2.x.
 SUPPORTED_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = MappingProxyType(
     {key: (s.min_version, s.max_version) for key, s in SPECS.items()}
 )

@@ -17,6 +17,7 @@ from ..state import ClusterState
 
 __all__ = [
     "CLOSE",
+    "CloseAfter",
     "INT32_MIN",
     "NIL_UUID",
     "NONE",
@@ -57,6 +58,14 @@ class _Sentinel:
 NO_RESPONSE: Final = _Sentinel("NO_RESPONSE")
 #: Handler result: close the connection without answering.
 CLOSE: Final = _Sentinel("CLOSE")
+
+
+@dataclass(frozen=True, slots=True)
+class CloseAfter:
+    """Handler result: send ``response``, then close the connection (as Kafka does
+    after a failed SASL authentication)."""
+
+    response: Any
 
 
 def ms(value: Any) -> int:
@@ -237,10 +246,12 @@ class ApiSpec:
         min_version: the oldest version served.
         max_version: the newest version served.
         handle: ``await handle(context, request, version)``: the response, or
-            :data:`NO_RESPONSE` / :data:`CLOSE`.
+            :data:`NO_RESPONSE` / :data:`CLOSE` / :class:`CloseAfter`.
         error_response: ``error_response(version, request, code, message)``:
             the response Kafka sends when the whole request fails with
             ``code``, the error put where Kafka puts it for that version.
+        enabled: ``enabled(state)``: whether ApiVersions advertises the API
+            on this cluster (None: always).
     """
 
     key: int
@@ -248,6 +259,7 @@ class ApiSpec:
     max_version: int
     handle: Handler
     error_response: ErrorResponse
+    enabled: Callable[[ClusterState], bool] | None = None
 
     def supports(self, version: int) -> bool:
         """Whether ``version`` is served."""

@@ -70,6 +70,7 @@ def spec(served: Mapping[ApiKey, ApiSpec]) -> ApiSpec:
         keys = tuple(
             mod.ApiVersion(api_key=int(s.key), min_version=s.min_version, max_version=s.max_version)
             for s in sorted(served.values(), key=lambda s: s.key)
+            if s.enabled is None or s.enabled(ctx.state)
         )
         return _response(v, NONE, keys)
 

@@ -140,7 +140,15 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
     if v < 8:
         return await _one_group(ctx, req, v)
     mod = response_module(KEY, v)
-    groups = [OffsetFetchGroup(g.group_id, _wanted(g.topics)) for g in req.groups]
+    groups = [
+        OffsetFetchGroup(
+            g.group_id,
+            _wanted(g.topics),
+            getattr(g, "member_id", None),
+            int(getattr(g, "member_epoch", -1)),
+        )
+        for g in req.groups
+    ]
     got = await _fetch_offsets(ctx, groups, _require_stable(req))
     out_groups = [
         _group(mod, g.group_id, ctx.coordinator_error(g.group_id))

@@ -1,4 +1,4 @@
-"""The embedded broker's classic group coordinator, as a sans-IO state machine.
+"""The embedded broker's group coordinator (classic and KIP-848), as a sans-IO state machine.
 
 Theory of operation
 ===================
@@ -23,7 +23,13 @@ Where things are
   the transition table :data:`TRANSITIONS`, :class:`ClassicGroup` and
   :class:`ClassicGroupMember`, and the coordinator's exceptions.
 * :mod:`.offsets`: the rules of OffsetCommit and OffsetFetch, and the offsets.
-* :mod:`.admin`: what DescribeGroups and ListGroups show of the groups.
+* :mod:`.admin`: what DescribeGroups and ListGroups show of the groups, and
+  DeleteGroups.
+* :mod:`.consumer_service`, :mod:`.consumer_group`, :mod:`.assignors`,
+  :mod:`.consumer_messages`: consumer groups (KIP-848): ConsumerGroupHeartbeat
+  and ConsumerGroupDescribe, member epochs, reconciliation, the ``uniform``
+  and ``range`` assignors. Their theory of operation is in
+  :mod:`.consumer_service` and :mod:`.consumer_group`.
 * :mod:`.timers`: the keyed deadlines on a heap.
 * :mod:`.config`: :class:`CoordinatorConfig`.
 * :mod:`.service`: :class:`GroupCoordinator`, its single entry point
@@ -116,6 +122,9 @@ outside the group coordinator (``KafkaApis`` and the request classes):
   ``UNKNOWN_TOPIC_OR_PARTITION`` by ``KafkaApis`` and never reach the
   coordinator; filter them out before submitting the :class:`OffsetCommitInput`.
 * OffsetFetch before v8 addresses one group: wrap it as a one-group batch.
+* ConsumerGroupHeartbeat and ConsumerGroupDescribe name topics by id: pass a
+  snapshot of the cluster's topics (:class:`TopicInfo` by name) with each
+  request. Do not serve them when the consumer protocol is disabled.
 
 Divergences from Apache Kafka
 -----------------------------
@@ -155,9 +164,12 @@ Divergences from Apache Kafka
   does not exist here). The ``Dead`` branches are kept for fidelity:
   COORDINATOR_NOT_AVAILABLE for JoinGroup, SyncGroup, Heartbeat, LeaveGroup and
   OffsetCommit, GROUP_ID_NOT_FOUND for DeleteGroups.
-* **Classic groups only.** KIP-848 consumer groups, share groups and streams
-  groups, and the online upgrade/downgrade between them, are not implemented;
-  ListGroups' type filter matches only ``"classic"``.
+* **No share or streams groups, no conversion.** Consumer groups (KIP-848)
+  are served beside classic groups, but the online upgrade/downgrade between
+  them is not: a classic JoinGroup to a consumer group with members is answered
+  INCONSISTENT_GROUP_PROTOCOL, a ConsumerGroupHeartbeat to a classic group
+  with members GROUP_ID_NOT_FOUND (an empty group of either kind is
+  replaced, as in Kafka).
 * **Zero rebalance timeout.** When a join cannot complete because no member
   rejoined, Kafka re-arms the join timer with the group's rebalance timeout; a
   timeout of 0 would make it spin. Here that re-arm waits at least 1 ms.
@@ -177,6 +189,21 @@ from __future__ import annotations
 from .config import (
     CoordinatorConfig as CoordinatorConfig,
     default_member_id as default_member_id,
+)
+from .consumer_group import (
+    ConsumerGroup as ConsumerGroup,
+    ConsumerGroupMember as ConsumerGroupMember,
+    ConsumerGroupState as ConsumerGroupState,
+    MemberState as MemberState,
+)
+from .consumer_messages import (
+    ConsumerGroupDescribeInput as ConsumerGroupDescribeInput,
+    ConsumerGroupDescribeOutput as ConsumerGroupDescribeOutput,
+    ConsumerGroupHeartbeatInput as ConsumerGroupHeartbeatInput,
+    ConsumerGroupHeartbeatOutput as ConsumerGroupHeartbeatOutput,
+    DescribedConsumerGroup as DescribedConsumerGroup,
+    DescribedConsumerMember as DescribedConsumerMember,
+    TopicInfo as TopicInfo,
 )
 from .group import (
     TRANSITIONS as TRANSITIONS,
@@ -235,6 +262,17 @@ from .service import (
 
 __all__ = [
     "TRANSITIONS",
+    "ConsumerGroup",
+    "ConsumerGroupDescribeInput",
+    "ConsumerGroupDescribeOutput",
+    "ConsumerGroupHeartbeatInput",
+    "ConsumerGroupHeartbeatOutput",
+    "ConsumerGroupMember",
+    "ConsumerGroupState",
+    "DescribedConsumerGroup",
+    "DescribedConsumerMember",
+    "MemberState",
+    "TopicInfo",
     "ClassicGroup",
     "ClassicGroupMember",
     "CoordinatorConfig",

@@ -38,6 +38,16 @@ class CoordinatorConfig:
         offset_metadata_max_bytes: ``offset.metadata.max.bytes``; longer commit
             metadata is refused with OFFSET_METADATA_TOO_LARGE. Measured, as in
             Java, in UTF-16 code units.
+        consumer_session_timeout_ms: ``group.consumer.session.timeout.ms``: a
+            consumer group member not heard from for this long is fenced.
+        consumer_heartbeat_interval_ms: ``group.consumer.heartbeat.interval.ms``,
+            the interval a consumer group member is told to heartbeat at.
+        consumer_assignment_interval_ms: ``group.consumer.assignment.interval.ms``
+            (KIP-1263): a consumer group's target assignment is recomputed at
+            most once per interval, by the first heartbeat after it.
+        consumer_assignors: ``group.consumer.assignors``: the server-side
+            assignors a member may ask for; the first is the default.
+        consumer_max_group_size: ``group.consumer.max.size``.
         member_id_generator: Makes a member id from a prefix (the group
             instance id of a static member, else the client id). Inject a
             deterministic one in tests.
@@ -49,4 +59,9 @@ class CoordinatorConfig:
     max_group_size: int = JAVA_INT_MAX
     new_member_join_timeout_ms: int = 300000
     offset_metadata_max_bytes: int = 4096
+    consumer_session_timeout_ms: int = 45000
+    consumer_heartbeat_interval_ms: int = 5000
+    consumer_assignment_interval_ms: int = 1000
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    consumer_max_group_size: int = JAVA_INT_MAX
     member_id_generator: Callable[[str], str] = default_member_id

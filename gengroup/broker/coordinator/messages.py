@@ -16,6 +16,13 @@ from typing import Final, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
+from .consumer_messages import (
+    ConsumerGroupDescribeInput,
+    ConsumerGroupDescribeOutput,
+    ConsumerGroupHeartbeatInput,
+    ConsumerGroupHeartbeatOutput,
+)
+
 NO_OFFSET: Final = -1
 """Committed offset reported for a partition without a committed offset."""
 
@@ -343,10 +350,14 @@ class OffsetFetchGroup:
     Attributes:
         group_id: The group.
         topics: The partitions wanted, or None for every committed offset.
+        member_id: The member asking (v9+, consumer groups), or None.
+        member_epoch: Its member epoch (v9+), -1 when not given.
     """
 
     group_id: str | None
     topics: Sequence[OffsetFetchTopic] | None = None
+    member_id: str | None = None
+    member_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -514,7 +525,7 @@ class ListedGroup:
         group_id: The group id.
         protocol_type: The protocol type, ``""`` when unset.
         group_state: The state name.
-        group_type: Always ``"classic"``.
+        group_type: ``"classic"`` or ``"consumer"``.
     """
 
     group_id: str
@@ -602,6 +613,8 @@ Request: TypeAlias = (
     | ListGroupsInput
     | DeleteGroupsInput
     | OffsetDeleteInput
+    | ConsumerGroupHeartbeatInput
+    | ConsumerGroupDescribeInput
 )
 """Any request :meth:`~gengroup.broker.coordinator.GroupCoordinator.handle` accepts."""
 
@@ -616,6 +629,8 @@ Response: TypeAlias = (
     | ListGroupsOutput
     | DeleteGroupsOutput
     | OffsetDeleteOutput
+    | ConsumerGroupHeartbeatOutput
+    | ConsumerGroupDescribeOutput
 )
 """Any response the coordinator produces."""
 

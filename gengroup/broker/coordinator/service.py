@@ -18,8 +18,10 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from .admin import describe_group, list_groups
+from .admin import delete_groups, describe_groups, list_groups
 from .config import CoordinatorConfig
+from .consumer_messages import ConsumerGroupDescribeInput, ConsumerGroupHeartbeatInput
+from .consumer_service import ConsumerGroupService
 from .group import (
     ClassicGroup,
     ClassicGroupMember,
@@ -30,11 +32,8 @@ from .group import (
     Parked,
 )
 from .messages import (
-    DeletableGroupResult,
     DeleteGroupsInput,
-    DeleteGroupsOutput,
     DescribeGroupsInput,
-    DescribeGroupsOutput,
     HeartbeatInput,
     HeartbeatOutput,
     JoinGroupInput,
@@ -43,7 +42,6 @@ from .messages import (
     LeaveGroupMemberOutput,
     LeaveGroupOutput,
     ListGroupsInput,
-    ListGroupsOutput,
     OffsetCommitInput,
     OffsetCommitOutput,
     OffsetDeleteInput,
@@ -102,6 +100,9 @@ class GroupCoordinator:
         self._now = -(2**63)
         self._out: list[Reply] = []
         self._poisoned: BaseException | None = None
+        self._consumer = ConsumerGroupService(
+            self._config, self._timers, lambda: self._now, self._groups, self._groups.__delitem__
+        )
 
     # -- inspection --------------------------------------------------------
 
@@ -114,6 +115,11 @@ class GroupCoordinator:
     def groups(self) -> Mapping[str, ClassicGroup]:
         """The groups by id (read-only use)."""
         return self._groups
+
+    @property
+    def consumer(self) -> ConsumerGroupService:
+        """The consumer groups (KIP-848) and their protocol."""
+        return self._consumer
 
     def group(self, group_id: str) -> ClassicGroup | None:
         """The group ``group_id``, or None."""
@@ -230,6 +236,9 @@ class GroupCoordinator:
             <= self._config.max_session_timeout_ms
         ):
             return JoinGroupOutput(ErrorCode.invalid_session_timeout, request.member_id)
+        if self._consumer.yield_to_classic(request.group_id) is False:
+            # Kafka lets a classic member join a consumer group; not served here.
+            return JoinGroupOutput(ErrorCode.inconsistent_group_protocol, request.member_id)
 
         # GroupMetadataManager.classicGroupJoinToClassicGroup
         is_unknown_member = request.member_id == ""
@@ -810,6 +819,17 @@ class GroupCoordinator:
     def _commit_offset(self, token: object, request: OffsetCommitInput) -> OffsetCommitOutput:
         if request.group_id is None:
             return rejected_commit(request, ErrorCode.invalid_group_id)
+        if (consumer := self._consumer.groups.get(request.group_id)) is not None:
+            error = self._consumer.offset_commit_error(
+                consumer,
+                request.member_id,
+                request.generation_id,
+                request.version,
+                [(t.name, p.partition_index) for t in request.topics for p in t.partitions],
+            )
+            if error is not None:
+                return rejected_commit(request, error)
+            return self._offsets.commit(request.group_id, request, self._now)
         group = self._groups.get(request.group_id)
         if group is None:
             if request.generation_id >= 0:
@@ -839,47 +859,18 @@ class GroupCoordinator:
             return OffsetFetchGroupOutput(group_id, ErrorCode.invalid_group_id)
         group = self._groups.get(group_id)
         known = group is not None and group.state is not GroupState.DEAD
+        if (consumer := self._consumer.groups.get(group_id)) is not None:
+            known = True
+            error = self._consumer.offset_fetch_error(
+                consumer, request.member_id, request.member_epoch
+            )
+            if error is not None:
+                return OffsetFetchGroupOutput(group_id, error)
         return OffsetFetchGroupOutput(
             group_id,
             ErrorCode.none,
             self._offsets.fetch(group_id if known else None, request.topics),
         )
-
-    # -- admin -------------------------------------------------------------
-
-    def _describe_groups(self, token: object, request: DescribeGroupsInput) -> DescribeGroupsOutput:
-        return DescribeGroupsOutput(
-            tuple(
-                describe_group(g, None if g is None else self._groups.get(g))
-                for g in request.group_ids
-            )
-        )
-
-    def _list_groups(self, token: object, request: ListGroupsInput) -> ListGroupsOutput:
-        return list_groups(self._groups.values(), request)
-
-    def _delete_groups(self, token: object, request: DeleteGroupsInput) -> DeleteGroupsOutput:
-        return DeleteGroupsOutput(
-            tuple(
-                DeletableGroupResult(group_id, self._delete_group(group_id))
-                for group_id in dict.fromkeys(request.group_ids)
-            )
-        )
-
-    def _delete_group(self, group_id: str | None) -> ErrorCode:
-        if group_id is None:
-            return ErrorCode.invalid_group_id
-        group = self._groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return ErrorCode.group_id_not_found
-        if group.state is not GroupState.EMPTY:
-            return ErrorCode.non_empty_group
-        self._offsets.delete(group_id)
-        group.transition(GroupEvent.DELETE, self._now)
-        del self._groups[group_id]
-        self._timers.cancel(join_key(group_id))
-        self._timers.cancel(sync_key(group_id))
-        return ErrorCode.none
 
 
 _Handler = Callable[[GroupCoordinator, object, Any], Response | None]
@@ -891,10 +882,16 @@ _HANDLERS: Final[Mapping[type, _Handler]] = {
     LeaveGroupInput: GroupCoordinator._classic_group_leave,
     OffsetCommitInput: GroupCoordinator._commit_offset,
     OffsetFetchInput: GroupCoordinator._fetch_offsets,
-    DescribeGroupsInput: GroupCoordinator._describe_groups,
-    ListGroupsInput: GroupCoordinator._list_groups,
-    DeleteGroupsInput: GroupCoordinator._delete_groups,
+    DescribeGroupsInput: lambda c, _, r: describe_groups(c._groups, r),
+    ListGroupsInput: lambda c, _, r: list_groups(
+        c._groups.values(), c._consumer.groups.values(), r
+    ),
+    DeleteGroupsInput: lambda c, _, r: delete_groups(
+        c._groups, c._consumer, c._offsets, c._timers, c._now, r
+    ),
     OffsetDeleteInput: lambda c, _, r: delete_offsets(c._groups.get(r.group_id), c._offsets, r),
+    ConsumerGroupHeartbeatInput: lambda c, _, r: c._consumer.heartbeat(r),
+    ConsumerGroupDescribeInput: lambda c, _, r: c._consumer.describe(r),
 }
 """The handler of each request type: the response when answered at once, or
 None when the request is parked (or was answered through its parked token)."""
