@@ -30,18 +30,15 @@ from gengroup.membership.member import Outcome
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
-from .cooperative import SpanLedger, three_four_three, wait_until
-from .helpers import all_partitions
+from .cooperative import (
+    FirstTaskReturns,
+    SpanLedger,
+    StubbornTasks,
+    three_four_three,
+    wait_until,
+)
+from .helpers import EMBEDDED_SETTINGS, all_partitions
 
-SETTINGS = {
-    "session_timeout": 10.0,
-    "heartbeat_interval": 1.0,
-    "rebalance_timeout": 20.0,
-    "commit_interval": 1.0,
-    "join_backoff": 0.5,
-    "fetch_max_wait": 0.5,
-    "request_timeout": 30.0,
-}
 PARTITIONS = 12
 PER_STEP = 10
 
@@ -60,7 +57,7 @@ async def test_three_four_three_members_keep_retained_workers_running(
                 cluster.bootstrap,
                 client_id=name,
                 balancers=[CooperativeStickyBalancer()],
-                **SETTINGS,
+                **EMBEDDED_SETTINGS,
             )
 
         async def produce(step: int) -> None:
@@ -95,7 +92,7 @@ async def test_three_four_three_members_keep_retained_workers_running(
 def group_on(
     cluster: FakeCluster, name: str, balancers: list[Balancer], **extra: Any
 ) -> ConsumerGroup:
-    settings: dict[str, Any] = {**SETTINGS, **extra}
+    settings: dict[str, Any] = {**EMBEDDED_SETTINGS, **extra}
     return ConsumerGroup(
         "g", ["t"], cluster.bootstrap, client_id=name, balancers=balancers, **settings
     )
@@ -148,28 +145,11 @@ async def test_a_partition_task_that_returns_gives_the_partition_up(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """The partition's task returns: the member rejoins without it and gets it back as added."""
-    generations: list[Generation] = []
-    starts: list[TopicPartition] = []
-
-    async def worker(gen: Generation, tp: TopicPartition) -> None:
-        starts.append(tp)
-        if tp.partition == 0 and starts.count(tp) == 1:
-            return
-        await anyio.sleep_forever()
-
+    probe = FirstTaskReturns()
     async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
         async with group_on(cluster, "m", [CooperativeStickyBalancer()]) as group:
-            async for gen in group:
-                generations.append(gen)
-                for tp in gen.added:
-                    gen.start_soon(worker, gen, tp, name="worker", partition=tp)
-                if len(generations) == 2:
-                    break
-    first, second = generations
-    assert first.end_reason == "task 'worker' exited"
-    assert second.added == {TopicPartition("t", 0)}
-    assert second.retained == {TopicPartition("t", 1)}
-    assert sorted(starts) == [TopicPartition("t", 0)] * 2 + [TopicPartition("t", 1)]
+            await probe.run(group)
+    probe.check("t")
 
 
 async def test_a_partition_tasks_exception_comes_out_of_run_workers(
@@ -190,14 +170,7 @@ async def test_a_revoked_partitions_stuck_task_is_reported(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """A task ignoring the cancellation of its revoked partition: TaskStuckError names it."""
-    let_go = anyio.Event()
-
-    async def stubborn(gen: Generation, tp: TopicPartition) -> None:
-        try:
-            await anyio.sleep_forever()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await let_go.wait()
+    tasks = StubbornTasks()
 
     async def newcomer() -> None:
         async with group_on(cluster, "n", [CooperativeStickyBalancer()]) as group:
@@ -210,13 +183,9 @@ async def test_a_revoked_partitions_stuck_task_is_reported(
     ):
         with pytest.raises(TaskStuckError, match="stubborn") as caught:
             async with group_on(cluster, "m", [CooperativeStickyBalancer()]) as group:
-                async for gen in group:
-                    for tp in gen.added:
-                        gen.start_soon(stubborn, gen, tp, partition=tp)
-                    if len(gen.assignments) == 2:
-                        tg.start_soon(newcomer)
+                await tasks.run(group, lambda: tg.start_soon(newcomer))
         assert "revoked" in str(caught.value)
-        let_go.set()
+        tasks.let_go.set()
         tg.cancel_scope.cancel()
 
 
@@ -510,14 +479,14 @@ async def test_span_batches_stop_once_the_lease_ran_out_between_generations(
         await wait_until(lambda: b"first" in log.values("m"), "the first record", 60)
         cluster.control(
             ApiKey.JOIN_GROUP,
-            lambda req: Delay(1.5 * SETTINGS["session_timeout"]),
+            lambda req: Delay(1.5 * EMBEDDED_SETTINGS["session_timeout"]),
             once=True,
         )
         first = log.handed["m"][0]
         first.cancel("a cooperative rejoin")
         one(cluster, tp, b"within")
         await wait_until(lambda: b"within" in log.values("m"), "the record within the lease", 5)
-        await anyio.sleep(1.2 * SETTINGS["session_timeout"])
+        await anyio.sleep(1.2 * EMBEDDED_SETTINGS["session_timeout"])
         assert len(log.handed["m"]) == 1  # the JoinGroup is still held
         one(cluster, tp, b"late")
         await wait_until(lambda: b"late" in log.values("m"), "the late record", 120)
