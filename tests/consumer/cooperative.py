@@ -12,6 +12,7 @@ restart.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -150,8 +151,18 @@ async def three_four_three(
         return ledger.stable(names, every, same_generation)
 
     ledger = SpanLedger()
-    history: dict[TopicPartition, list[int]] = {}
+    # Each read of the committed offsets, keyed by when it was sent: the
+    # watcher's reads and the final wait's overlap, and a read sent earlier can
+    # be recorded after one sent later.
+    reads: list[tuple[int, dict[TopicPartition, int]]] = []
+    sent = itertools.count()
     stops: dict[str, anyio.CancelScope] = {}
+
+    async def read_committed() -> dict[TopicPartition, int]:
+        ticket = next(sent)
+        now = await committed()
+        reads.append((ticket, now))
+        return now
 
     async def run_member(name: str) -> None:
         with anyio.CancelScope() as scope:
@@ -161,8 +172,7 @@ async def three_four_three(
 
     async def watch_commits() -> None:
         while True:
-            for tp, off in (await committed()).items():
-                history.setdefault(tp, []).append(off)
+            await read_committed()
             await anyio.sleep(0.1)
 
     three = {"m1", "m2", "m3"}
@@ -202,9 +212,7 @@ async def three_four_three(
         final = dict(ledger.marks)
         with anyio.fail_after(timeout):
             while True:
-                now = await committed()
-                for tp, off in now.items():
-                    history.setdefault(tp, []).append(off)
+                now = await read_committed()
                 if all(now.get(tp, -1) >= off for tp, off in final.items()):
                     break
                 await anyio.sleep(0.1)
@@ -212,6 +220,10 @@ async def three_four_three(
 
     assert not ledger.overlaps, ledger.overlaps
     assert set(ledger.processed) == expected()
+    history: dict[TopicPartition, list[int]] = {}
+    for _, now in sorted(reads, key=lambda read: read[0]):
+        for tp, off in now.items():
+            history.setdefault(tp, []).append(off)
     for tp, offsets in history.items():
         assert offsets == sorted(offsets), (tp, offsets)
     return ledger
