@@ -50,6 +50,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -76,6 +77,9 @@ BROKER_PROPERTIES: dict[str, str | int | bool] = {
     "group.consumer.min.session.timeout.ms": 10000,
 }
 SESSION_MS, HEARTBEAT_MS = 10_000, 1_000
+#: The membership changes measured: a 4th member joins 3; one of 4 leaves (SIGTERM: the
+#: client's clean shutdown); one of 4 is SIGKILLed (the group waits out its session).
+CASES = ("join", "leave", "kill")
 
 
 # ----------------------------------------------------------------- members
@@ -127,7 +131,7 @@ def member_gengroup(bootstrap: str, topic: str, group_id: str, protocol: str) ->
                 )
             gen.mark(tp, batch.next_offset)
 
-    async def run() -> None:
+    async def consume() -> None:
         _emit(f"S {time.time():.6f}")
         async with ConsumerGroup(group_id, [topic], bootstrap, **settings) as group:
             async for gen in group:
@@ -135,6 +139,15 @@ def member_gengroup(bootstrap: str, topic: str, group_id: str, protocol: str) ->
                 _emit(f"A {time.time():.6f} {owned}")
                 for tp in gen.added:
                     gen.start_soon(worker, gen, tp, partition=tp)
+
+    async def run() -> None:
+        # SIGTERM: leave the group the way an application shutting down does (cancel it).
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consume)
+            with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    break
 
     anyio.run(run, backend="trio")
 
@@ -158,11 +171,13 @@ def member_confluent(bootstrap: str, topic: str, group_id: str, protocol: str) -
             "cooperative-sticky" if protocol == "cooperative" else "range"
         )
     consumer = confluent_kafka.Consumer(conf)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     _emit(f"S {time.time():.6f}")
     consumer.subscribe([topic])
     owned: list[int] = []
     total = 0
-    while True:
+    while not stopping.is_set():
         messages = consumer.consume(500, 0.05)
         now = time.time()
         runs: dict[int, list[Any]] = {}
@@ -179,6 +194,7 @@ def member_confluent(bootstrap: str, topic: str, group_id: str, protocol: str) -
         if assigned != owned:
             owned = assigned
             _emit(f"A {now:.6f} {','.join(map(str, owned))}")
+    consumer.close()
 
 
 def member_aiokafka(bootstrap: str, topic: str, group_id: str, protocol: str) -> None:
@@ -196,12 +212,14 @@ def member_aiokafka(bootstrap: str, topic: str, group_id: str, protocol: str) ->
             session_timeout_ms=SESSION_MS,
             heartbeat_interval_ms=HEARTBEAT_MS,
         )
+        stopping = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
         _emit(f"S {time.time():.6f}")
         consumer.subscribe([topic])
         await consumer.start()
         owned: list[int] = []
         total = 0
-        while True:
+        while not stopping.is_set():
             batches = await consumer.getmany(timeout_ms=50, max_records=500)
             now = time.time()
             for tp, records in batches.items():
@@ -215,6 +233,7 @@ def member_aiokafka(bootstrap: str, topic: str, group_id: str, protocol: str) ->
             if assigned != owned:
                 owned = assigned
                 _emit(f"A {now:.6f} {','.join(map(str, owned))}")
+        await consumer.stop()
 
     asyncio.run(run())
 
@@ -363,8 +382,9 @@ def one_run(
     rate: int,
     steady: float,
     logs: Path | None = None,
+    case: str = "join",
 ) -> dict[str, Any]:
-    """One run of ``config``: 3 members, then a 4th; its figures.
+    """One run of ``config`` and ``case``: 3 members and a 4th joining, or 4 and one leaving.
 
     With ``logs``, each member's stderr goes to ``logs-m<N>.log`` (gengroup members log at INFO).
     """
@@ -397,14 +417,26 @@ def one_run(
         return m
 
     try:
-        for _ in range(3):
+        for _ in range(3 if case == "join" else 4):
             spawn()
-        wait_until(lambda: flowing(members, partitions, 0.0), 90, f"{config}: 3 members flowing")
+        n = len(members)
+        wait_until(lambda: flowing(members, partitions, 0.0), 90, f"{config}: {n} members flowing")
         time.sleep(steady)
-        joined = spawn()
-        wait_until(lambda: joined.subscribed > 0, 60, f"{config}: the 4th member subscribing")
-        t_join = joined.subscribed
-        wait_until(lambda: flowing(members, partitions, t_join), 90, f"{config}: 4 members flowing")
+        if case == "join":
+            joined = spawn()
+            wait_until(lambda: joined.subscribed > 0, 60, f"{config}: the 4th member subscribing")
+            t_join = joined.subscribed
+            staying = members
+        else:
+            gone = members[-1]
+            t_join = time.time()
+            gone.proc.send_signal(signal.SIGTERM if case == "leave" else signal.SIGKILL)
+            staying = members[:-1]
+        wait_until(
+            lambda: flowing(staying, partitions, t_join),
+            90,
+            f"{config}: {len(staying)} members flowing",
+        )
         time.sleep(1.0)
         t_end = time.time()
     finally:
@@ -446,6 +478,7 @@ def figures(
     stable = max(t for m in members for t, _ in m.assignments) - t_join
     latency = 0.0
     for evs in events.values():
+        # the owner a partition ended with (a member that left stays in ``evs`` before it went)
         before = [who for t, who, _ in evs if t < t_join]
         after = [(t, who) for t, who, _ in evs if t >= t_join]
         owner_before, owner_after = before[-1], after[-1][1]
@@ -473,15 +506,21 @@ def figures(
 
 
 def table(results: dict[str, Any]) -> Iterator[str]:
-    """The results as text rows: medians and ratios to Java under the same protocol."""
+    """The results as text rows, a table per case: medians and ratios to Java per protocol."""
+    for case, configs in results["cases"].items():
+        yield from _case_table(case, configs)
+
+
+def _case_table(case: str, configs: dict[str, Any]) -> Iterator[str]:
+    yield f"{case}:"
     yield (
         f"{'client':<22} {'retained ms':>11} {'moved ms':>9} {'steady ms':>9} {'stable s':>8} "
         f"{'latency ms':>10} {'moved':>5}   vs Java (retained, moved, stable)"
     )
-    for config, r in results["configs"].items():
+    for config, r in configs.items():
         med = r["median"]
         protocol = config.rsplit("-", 1)[1]
-        java = results["configs"].get(f"java-{protocol}", {}).get("median")
+        java = configs.get(f"java-{protocol}", {}).get("median")
         vs = ""
         if java and not config.startswith("java"):
             vs = "   " + ", ".join(
@@ -504,42 +543,45 @@ def run_suite(
     rate: int = 100,
     steady: float = 3.0,
     events: Path | None = None,
+    cases: tuple[str, ...] = CASES,
 ) -> dict[str, Any]:
-    """Measure ``configs`` (all by default) ``repeat`` times in rounds on ``bootstrap``.
+    """Measure ``configs`` (all by default) in ``cases``, ``repeat`` rounds, on ``bootstrap``.
 
     For the consumer protocol to run with the classic members' session and
     heartbeat, the broker needs :data:`BROKER_PROPERTIES`.
 
     Returns:
-        The results: ``meta``, and per configuration its ``median`` and ``runs``.
+        The results: ``meta``, and per case and configuration its ``median`` and ``runs``.
     """
     configs = list(CONFIGS) if configs is None else configs
-    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {k: {c: [] for c in configs} for k in cases}
     load_before = os.getloadavg()
     with _tempdir() as classes:
         java = java_command(Path(classes))
-        for round_ in range(repeat):
-            for config in configs:
-                logs = None
-                if events is not None:
-                    events.mkdir(parents=True, exist_ok=True)
-                    logs = events / f"{config}-{round_ + 1}"
-                try:
-                    r = one_run(config, bootstrap, java, partitions, rate, steady, logs)
-                except TimeoutError as exc:
-                    print(f"  {config} run {round_ + 1}: timed out waiting for {exc}", flush=True)
-                    continue
-                raw = r.pop("events")
-                if logs is not None:
-                    logs.with_suffix(".json").write_text(json.dumps(raw))
-                runs[config].append(r)
+        for round_, case, config in itertools.product(range(repeat), cases, configs):
+            logs = None
+            if events is not None:
+                events.mkdir(parents=True, exist_ok=True)
+                logs = events / f"{case}-{config}-{round_ + 1}"
+            try:
+                r = one_run(config, bootstrap, java, partitions, rate, steady, logs, case)
+            except TimeoutError as exc:
                 print(
-                    f"  {config} run {round_ + 1}: retained {r['retained_gap'] * 1000:.0f} ms, "
-                    f"moved {r['moved_gap'] * 1000:.0f} ms, "
-                    f"steady {r['steady_gap'] * 1000:.0f} ms, "
-                    f"stable {r['stable']:.2f} s ({r['moved']} moved)",
-                    flush=True,
+                    f"  {case} {config} run {round_ + 1}: timed out waiting for {exc}", flush=True
                 )
+                continue
+            raw = r.pop("events")
+            if logs is not None:
+                logs.with_suffix(".json").write_text(json.dumps(raw))
+            runs[case][config].append(r)
+            print(
+                f"  {case} {config} run {round_ + 1}: "
+                f"retained {r['retained_gap'] * 1000:.0f} ms, "
+                f"moved {r['moved_gap'] * 1000:.0f} ms, "
+                f"steady {r['steady_gap'] * 1000:.0f} ms, "
+                f"stable {r['stable']:.2f} s ({r['moved']} moved)",
+                flush=True,
+            )
     return {
         "meta": {
             "command": "",
@@ -550,13 +592,16 @@ def run_suite(
             "machine": f"{platform.machine()}, {platform.system()}, {os.cpu_count()} cores",
             "load_average": [round(x, 1) for x in (*load_before, *os.getloadavg())],
         },
-        "configs": {
-            c: {
-                "median": {k: statistics.median(r[k] for r in rs) for k in rs[0]},
-                "runs": rs,
+        "cases": {
+            case: {
+                c: {
+                    "median": {k: statistics.median(r[k] for r in rs) for k in rs[0]},
+                    "runs": rs,
+                }
+                for c, rs in by_config.items()
+                if rs
             }
-            for c, rs in runs.items()
-            if rs
+            for case, by_config in runs.items()
         },
     }
 
@@ -568,6 +613,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=100, help="records a second per partition")
     parser.add_argument("--steady", type=float, default=3.0, help="seconds of baseline")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
+    parser.add_argument("--case", default=",".join(CASES), help="comma-separated: join,leave,kill")
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     parser.add_argument("--json", type=Path, default=HERE / "results" / "rebalance.json")
     parser.add_argument(
@@ -583,6 +629,9 @@ def main() -> None:
         return
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    cases = tuple(args.case.split(","))
+    if set(cases) - set(CASES):
+        parser.error(f"unknown cases {sorted(set(cases) - set(CASES))}; choose from {CASES}")
     configs = args.configs.split(",")
     unknown = set(configs) - set(CONFIGS)
     if unknown:
@@ -590,7 +639,7 @@ def main() -> None:
     command = "python benchmarks/bench_rebalance.py " + " ".join(
         f"--{k} {v}"
         for k, v in vars(args).items()
-        if k in ("repeat", "partitions", "rate", "steady", "configs")
+        if k in ("repeat", "partitions", "rate", "steady", "configs", "case")
     )
     with ExitStack() as stack:
         bootstrap = args.bootstrap
@@ -606,6 +655,7 @@ def main() -> None:
             rate=args.rate,
             steady=args.steady,
             events=args.events,
+            cases=cases,
         )
     results["meta"]["command"] = command
     print()

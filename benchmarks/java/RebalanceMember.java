@@ -22,6 +22,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.WakeupException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 public class RebalanceMember {
@@ -56,7 +57,18 @@ public class RebalanceMember {
             System.out.printf("S %.6f%n", now());
             System.out.flush();
             consumer.subscribe(List.of(topic));
+            // SIGTERM: wake the poll and close the consumer (it leaves the group).
+            Thread main = Thread.currentThread();
+            Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+                consumer.wakeup();
+                try {
+                    main.join(15000);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }));
             Set<Integer> owned = new TreeSet<>();
+            try {
             while (true) {
                 ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(50));
                 double t = now();
@@ -86,6 +98,9 @@ public class RebalanceMember {
                     System.out.flush();
                     out.setLength(0);
                 }
+            }
+            } catch (WakeupException e) {
+                // shutting down
             }
         }
     }
