@@ -1,4 +1,4 @@
-"""Rebalance cost: the longest per-partition consumption gap when a 4th member joins.
+"""Rebalance cost: the longest per-partition consumption gap when a group's membership changes.
 
 A producer writes steadily to every partition of a topic (12 by default; each
 record's timestamp is its produce time). Three members of the client under
@@ -18,6 +18,14 @@ member):
   assignment is in place and every moved partition has given its new owner a
   record.
 
+The same figures, from the moment of the change, for the other cases
+(``--case``, all three by default): **leave**, one of 4 members gets SIGTERM
+and shuts down cleanly (each member closes its consumer, which leaves the
+group) and the 3 others take its partitions; **kill**, one of 4 members is
+SIGKILLed and the others take its partitions once the coordinator expires its
+session (the moved gap and the time to stable are then the session timeout
+plus a rebalance).
+
 Each figure is the worst partition of a run; the table shows the median over
 ``--repeat`` runs (taken in rounds, every configuration once per round) and
 the ratio to the Java client under the same protocol. Clients: gengroup,
@@ -34,6 +42,7 @@ Results go to ``benchmarks/results/rebalance.json``. Nothing is asserted.
 
 Usage: python benchmarks/bench_rebalance.py [--repeat 3] [--partitions 12]
        [--rate 100] [--configs gengroup-eager,java-cooperative,...]
+       [--case join,leave,kill]
        [--events DIR] [--bootstrap HOST:PORT]
 
 With ``--bootstrap`` the broker's own consumer-protocol heartbeat and session
