@@ -61,7 +61,7 @@ import scramp  # type: ignore[import-untyped]
 from kio.schema.errors import ErrorCode
 
 from .._errors import ConfigError
-from ..io.security import PathSetting, SecurityProtocol, UsesProtocol
+from ..io.security import PathSetting, SecurityProtocol, UsesProtocol, load_cert_chain
 from ..protocol.versions import ApiKey
 from .apis import sasl_authenticate, sasl_handshake
 
@@ -153,16 +153,7 @@ class ServerSecurity(UsesProtocol):
             return self.ssl_context
         assert self.ssl_certfile is not None
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        certfile = os.fspath(self.ssl_certfile)
-        keyfile = None if self.ssl_keyfile is None else os.fspath(self.ssl_keyfile)
-        try:
-            context.load_cert_chain(certfile, keyfile, self.ssl_password)
-        except (ssl.SSLError, OSError) as exc:
-            raise ConfigError(
-                f"ssl_certfile {certfile!r} / ssl_keyfile {keyfile!r} cannot be loaded "
-                f"(not PEM, no private key, a wrong ssl_password, or a key of another "
-                f"certificate): {exc}"
-            ) from exc
+        load_cert_chain(context, self.ssl_certfile, self.ssl_keyfile, self.ssl_password)
         if self.ssl_cafile is not None:
             cafile = os.fspath(self.ssl_cafile)
             try:

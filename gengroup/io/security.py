@@ -144,16 +144,30 @@ class Security(UsesProtocol):
         context.check_hostname = self.ssl_check_hostname
         context.verify_mode = ssl.CERT_REQUIRED
         if self.ssl_certfile is not None:
-            certfile = os.fspath(self.ssl_certfile)
-            keyfile = None if self.ssl_keyfile is None else os.fspath(self.ssl_keyfile)
-            try:
-                context.load_cert_chain(certfile, keyfile, self.ssl_password)
-            except (ssl.SSLError, OSError) as exc:
-                raise ConfigError(
-                    f"ssl_certfile {certfile!r} / ssl_keyfile {keyfile!r} cannot be loaded "
-                    f"(not PEM, a wrong ssl_password, or a key of another certificate): {exc}"
-                ) from exc
+            load_cert_chain(context, self.ssl_certfile, self.ssl_keyfile, self.ssl_password)
         return context
+
+
+def load_cert_chain(
+    context: ssl.SSLContext,
+    certfile: PathSetting,
+    keyfile: PathSetting | None,
+    password: str | None,
+) -> None:
+    """Load a certificate chain and its key into ``context`` (a client's or a listener's).
+
+    Raises:
+        ConfigError: the files cannot be read or do not fit together.
+    """
+    cert = os.fspath(certfile)
+    key = None if keyfile is None else os.fspath(keyfile)
+    try:
+        context.load_cert_chain(cert, key, password)
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(
+            f"ssl_certfile {cert!r} / ssl_keyfile {key!r} cannot be loaded (not PEM, no "
+            f"private key, a wrong ssl_password, or a key of another certificate): {exc}"
+        ) from exc
 
 
 def _check_security(s: Security) -> None:
