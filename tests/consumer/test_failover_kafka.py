@@ -70,8 +70,8 @@ class Tracker(Ledger):
 
     async def worker(self, name: str, gen: Generation, tp: TopicPartition) -> None:
         if tp in self.owners:
-            self.overlaps.append(f"{tp}: {name} gen {gen.id} while {self.owners[tp]} owns it")
-        self.owners[tp] = (name, gen.id)
+            self.overlaps.append(f"{tp}: {name} gen {gen.label} while {self.owners[tp]} owns it")
+        self.owners[tp] = (name, gen.label)
         self.owners_of[tp].append(gen)
         try:
             async for batch in consume_and_mark(gen, tp, self.processed):
@@ -79,7 +79,7 @@ class Tracker(Ledger):
                 self.consumed.extend((now, tp, record.offset, gen) for record in batch.records)
                 self.notify()
         finally:
-            if self.owners.get(tp) == (name, gen.id):
+            if self.owners.get(tp) == (name, gen.label):
                 del self.owners[tp]
 
     def last_formed_after(self, t: float) -> float | None:
@@ -87,9 +87,12 @@ class Tracker(Ledger):
         times = [at for at, _, _ in self.formed if at > t]
         return max(times) if times else None
 
-    def first_consumed_after(self, t: float, tps: set[TopicPartition] | None = None) -> float:
-        """When the first record (of ``tps``) was processed after ``t``."""
-        return min(c[0] for c in self.consumed if c[0] > t and (tps is None or c[1] in tps))
+    def first_consumed_after(
+        self, t: float, tps: set[TopicPartition] | None = None
+    ) -> float | None:
+        """When the first record (of ``tps``) was processed after ``t`` (None: none was)."""
+        times = [c[0] for c in self.consumed if c[0] > t and (tps is None or c[1] in tps)]
+        return min(times) if times else None
 
     def check(self, acked: dict[bytes, tuple[TopicPartition, int]]) -> int:
         """Assert the invariants of the module docstring; return how many records were
@@ -269,8 +272,17 @@ async def scenario(cluster: KafkaCluster, name: str, partitions: int) -> AsyncIt
             tg.cancel_scope.cancel()
 
 
-def report(what: str, **seconds: float) -> None:
-    print(f"\nrecovery [{what}]: " + ", ".join(f"{k} {v:.2f} s" for k, v in seconds.items()))
+def since(t: float | None, start: float) -> float | None:
+    """Seconds from ``start`` to ``t`` (None: ``t`` never came)."""
+    return None if t is None else t - start
+
+
+def report(what: str, **seconds: float | None) -> None:
+    """Print recovery times; one that never came (no record after the fault) says so."""
+    print(
+        f"\nrecovery [{what}]: "
+        + ", ".join(f"{k} " + ("none" if v is None else f"{v:.2f} s") for k, v in seconds.items())
+    )
 
 
 async def test_coordinator_killed_during_a_generation(cluster: KafkaCluster) -> None:
@@ -295,7 +307,7 @@ async def test_coordinator_killed_during_a_generation(cluster: KafkaCluster) -> 
     assert committed is not None
     report(
         f"coordinator node {coordinator} SIGKILLed during a generation",
-        first_record=run.tracker.first_consumed_after(killed) - killed,
+        first_record=since(run.tracker.first_consumed_after(killed), killed),
         commit_accepted=committed - killed,
         group_stable=0.0 if formed is None else formed - killed,
     )
@@ -316,7 +328,7 @@ async def test_coordinator_killed_while_members_join(cluster: KafkaCluster) -> N
     report(
         f"coordinator node {coordinator} SIGKILLed during a join",
         group_stable=formed - killed,
-        first_record=run.tracker.first_consumed_after(killed) - killed,
+        first_record=since(run.tracker.first_consumed_after(killed), killed),
     )
     print(f"processed again: {again} of {len(run.traffic.acked)} acknowledged")
 
@@ -340,13 +352,13 @@ async def test_partition_leader_killed_while_fetching(cluster: KafkaCluster) -> 
         assert offsets == list(range(len(offsets))), f"{tp}: a gap in the offsets processed"
     report(
         f"leader node {victim} of {len(led)} partition(s) SIGKILLed while fetching",
-        first_record_of_moved=run.tracker.first_consumed_after(killed, led) - killed,
+        first_record_of_moved=since(run.tracker.first_consumed_after(killed, led), killed),
     )
     print(f"generations: {len(run.tracker.formed)} (the fetcher moved, the generation stayed)")
 
 
 async def test_rolling_restart_of_all_three_brokers(cluster: KafkaCluster) -> None:
-    steps: dict[str, float] = {}
+    steps: dict[str, float | None] = {}
     async with scenario(cluster, "rolling", 6) as run:
         for name in ("a", "b"):
             await run.add_member(name)
@@ -360,7 +372,9 @@ async def test_rolling_restart_of_all_three_brokers(cluster: KafkaCluster) -> No
             await anyio.to_thread.run_sync(cluster.wait_healthy)
             steps[f"node{node}_healthy"] = anyio.current_time() - stopped
             await run.wait_for(lambda: run.stable(2, 6), "a stable group after the restart")
-            steps[f"node{node}_first_record"] = run.tracker.first_consumed_after(down) - stopped
+            steps[f"node{node}_first_record"] = since(
+                run.tracker.first_consumed_after(down), stopped
+            )
         await run.caught_up()
     again = run.check()
     assert len(run.commits.seen) > 10
