@@ -5,35 +5,54 @@ cooperative-sticky``; gengroup offers ``CooperativeStickyBalancer``. Each
 leads in turn (the member that joins first leads). Once a member of the
 other client joins, the two share the partitions, none owned twice; the
 partitions gengroup kept through the two-phase rebalance keep their workers;
-every record is read.
+every record is read. On Apache Kafka and on the embedded broker (listening on
+loopback, on the test's event loop, in real time: librdkafka has its own
+threads and clock).
 """
 
 from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import anyio
 import pytest
 
 from gengroup import ConsumerGroup, CooperativeStickyBalancer
-from gengroup.testing.kafka import KafkaBroker
+from gengroup.broker import FakeCluster
 from gengroup.testing.pytest_plugin import make_unique_name
 
 from .confluent_member import IncrementalMember
 from .cooperative import SpanLedger, wait_until
 from .helpers import FAST, all_partitions, create_topic, produce_ids
 
-pytestmark = pytest.mark.kafka
-
 PARTITIONS = 6
 RECORDS = 300
 
 
+@asynccontextmanager
+async def broker_for(request: pytest.FixtureRequest, which: str) -> AsyncIterator[str]:
+    """The bootstrap address of the session's Kafka broker or of a new embedded one."""
+    if which == "kafka":
+        yield request.getfixturevalue("kafka").bootstrap
+        return
+    async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
+        yield cluster.bootstrap
+        assert not cluster.state.errors, cluster.state.errors
+
+
+@pytest.mark.parametrize("broker", [pytest.param("kafka", marks=pytest.mark.kafka), "embedded"])
 @pytest.mark.parametrize(
     "gengroup_leads", [True, False], ids=["gengroup-leader", "gengroup-follower"]
 )
 async def test_cooperative_group_with_a_librdkafka_member(
-    kafka: KafkaBroker, gengroup_leads: bool
+    request: pytest.FixtureRequest, broker: str, gengroup_leads: bool
 ) -> None:
-    bootstrap = kafka.bootstrap
+    async with broker_for(request, broker) as bootstrap:
+        await cooperative_group_with_a_librdkafka_member(bootstrap, gengroup_leads)
+
+
+async def cooperative_group_with_a_librdkafka_member(bootstrap: str, gengroup_leads: bool) -> None:
     topic, group_id = make_unique_name("coop-mixed"), make_unique_name("g")
     await create_topic(bootstrap, topic, PARTITIONS)
     every = all_partitions(topic, PARTITIONS)
