@@ -163,6 +163,20 @@ def _check_bytes(what: str, value: object) -> None:
         raise TypeError(f"{what} must be bytes or None, not {type(value).__name__}")
 
 
+def _codec(value: Any) -> Compression:
+    """A :class:`Compression`, its value, or its name in any case (``"lz4"``, as
+    Java's ``compression.type``)."""
+    try:
+        if isinstance(value, str):
+            return Compression[value.upper()]
+        return Compression(value)
+    except (KeyError, ValueError):
+        names = ", ".join(repr(c.name.lower()) for c in Compression)
+        raise ConfigError(
+            f"compression must be a Compression or one of {names}, not {value!r}"
+        ) from None
+
+
 def _copy_error(exc: BaseException) -> BaseException:
     """A fresh instance of ``exc``'s type for one more waiter (tracebacks stay separate)."""
     if isinstance(exc, BrokerError):
@@ -228,7 +242,8 @@ class ProducerConfig(Security):
         acks: ``-1``/``"all"`` (every in-sync replica), ``1`` (the leader) or
             ``0`` (no acknowledgement: offsets are reported as -1); ``"all"``
             is stored as -1.
-        compression: the codec of every batch.
+        compression: the codec of every batch: a :class:`Compression` or its
+            name (``"lz4"``, as Java's ``compression.type``).
         linger: seconds a partition's first queued record waits for company.
         max_batch_bytes: estimated uncompressed bytes per batch (a larger
             single record is sent alone).
@@ -271,7 +286,7 @@ class ProducerConfig(Security):
         if acks not in (-1, 0, 1):
             raise ConfigError(f"acks must be -1, 'all', 0 or 1, not {self.acks!r}")
         object.__setattr__(self, "acks", int(acks))
-        object.__setattr__(self, "compression", Compression(self.compression))
+        object.__setattr__(self, "compression", _codec(self.compression))
         if self.partitioner not in ("sticky", "round_robin"):
             raise ConfigError(
                 f"partitioner must be 'sticky' or 'round_robin', not {self.partitioner!r}"
