@@ -4,7 +4,8 @@ Theory of operation:
 
 ``send()`` picks a partition (explicit, murmur2 of the key, or the null-key
 strategy), appends a pending record to that partition's queue and waits on the
-record's own event. Nothing is sent from the caller's task.
+record's outcome (one wake-up per call, however many records it sent).
+Nothing is sent from the caller's task.
 
 One *sender* task owns all network scheduling. It wakes when a record lands in
 an empty queue, a queue fills up, a flush starts, an in-flight request
@@ -55,11 +56,12 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Literal, Self, Unpack, overload
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from ._errors import (
     BrokenConnection,
@@ -75,7 +77,7 @@ from ._errors import (
     is_retriable,
 )
 from ._types import TopicPartition
-from .io.cluster import Cluster
+from .io.cluster import Cluster, TopicInfo
 from .io.retry import backoff_delay, retry
 from .io.security import Security, SecuritySettings
 from .partitioner import KeylessPartitioner, Partitioner, murmur2, partition_for_key
@@ -187,9 +189,32 @@ def _copy_error(exc: BaseException) -> BaseException:
         return exc
 
 
+#: Records ``send_many`` queues between two checkpoints.
+_YIELD_EVERY: Final = 1000
+
+
+class _Waiter:
+    """Wakes one waiting task once ``remaining`` records have their outcome.
+
+    One per ``send``, ``send_many`` or ``flush`` call rather than an event per
+    record: a call waiting for a million records costs one event.
+    """
+
+    __slots__ = ("event", "remaining")
+
+    def __init__(self, remaining: int) -> None:
+        self.remaining = remaining
+        self.event = anyio.Event()
+
+    def one_done(self) -> None:
+        self.remaining -= 1
+        if not self.remaining:
+            self.event.set()
+
+
 @dataclass(slots=True, eq=False)
 class _Pending:
-    """One record from ``send`` until its outcome is known."""
+    """One record from ``send`` until its outcome is known (``done``)."""
 
     key: bytes | None
     value: bytes | None
@@ -197,9 +222,25 @@ class _Pending:
     timestamp: int
     size: int
     created: float
-    event: anyio.Event = field(default_factory=anyio.Event)
+    done: bool = False
+    waiters: list[_Waiter] | None = None
     result: RecordMetadata | None = None
     error: BaseException | None = None
+
+
+async def _wait_for(pendings: Sequence[_Pending]) -> None:
+    """Return once every one of ``pendings`` has its outcome."""
+    open_ = [pending for pending in pendings if not pending.done]
+    if not open_:
+        await anyio.lowlevel.checkpoint()
+        return
+    waiter = _Waiter(len(open_))
+    for pending in open_:
+        if pending.waiters is None:
+            pending.waiters = [waiter]
+        else:
+            pending.waiters.append(waiter)
+    await waiter.event.wait()
 
 
 class _Batch:
@@ -360,6 +401,7 @@ class Producer:
 
         self._queues: dict[TopicPartition, _Queue] = {}
         self._outstanding: set[_Pending] = set()
+        self._led_cache: dict[str, tuple[TopicInfo, list[int]]] = {}
         self._buffered = 0
         self._space = anyio.Event()
         self._wakeup = anyio.Event()
@@ -417,6 +459,7 @@ class Producer:
     def _fail_outstanding(self, error: BaseException) -> None:
         for pending in list(self._outstanding):
             self._settle(pending, None, error)
+        self._freed()
         for queue in self._queues.values():
             queue.records.clear()
             queue.bytes = 0
@@ -517,9 +560,12 @@ class Producer:
         for item in records:
             rec = item if isinstance(item, ProducerRecord) else ProducerRecord(item)
             pendings.append(await self._enqueue(topic, rec))
+            if not len(pendings) % _YIELD_EVERY:
+                # Queueing does not yield while the buffer has room: let the
+                # sender send the batches filled meanwhile.
+                await anyio.lowlevel.checkpoint()
         results: list[RecordMetadata | BaseException] = []
-        for pending in pendings:
-            await pending.event.wait()
+        await _wait_for(pendings)
         for pending in pendings:
             if pending.error is not None:
                 if not return_exceptions:
@@ -542,15 +588,17 @@ class Producer:
         self._flushing += 1
         self._wake()
         try:
-            for pending in waiting:
-                await pending.event.wait()
+            await _wait_for(waiting)
+            # The send calls waiting for those records were woken with this
+            # task: one more turn lets them see their outcomes first.
+            await anyio.lowlevel.checkpoint()
         finally:
             self._flushing -= 1
 
     # ------------------------------------------------------------------ enqueueing
 
     async def _outcome(self, pending: _Pending) -> RecordMetadata:
-        await pending.event.wait()
+        await _wait_for((pending,))
         if pending.error is not None:
             raise _copy_error(pending.error) from pending.error
         assert pending.result is not None
@@ -660,7 +708,13 @@ class Producer:
         info = self.cluster.topics.get(topic)
         if info is None:
             return None
-        return sorted(p for p, part in info.partitions.items() if part.leader >= 0)
+        # Each metadata refresh makes new TopicInfo objects: the cache holds
+        # as long as the one it was computed from.
+        cached = self._led_cache.get(topic)
+        if cached is None or cached[0] is not info:
+            led = sorted(p for p, part in info.partitions.items() if part.leader >= 0)
+            cached = self._led_cache[topic] = (info, led)
+        return cached[1]
 
     # ------------------------------------------------------------------ sender
 
@@ -845,13 +899,20 @@ class Producer:
     def _settle(
         self, pending: _Pending, result: RecordMetadata | None, error: BaseException | None
     ) -> None:
-        if pending.event.is_set():
+        """Give ``pending`` its outcome; the caller then calls :meth:`_freed`."""
+        if pending.done:
             return
         pending.result = result
         pending.error = error
-        pending.event.set()
+        pending.done = True
+        if pending.waiters is not None:
+            for waiter in pending.waiters:
+                waiter.one_done()
         self._outstanding.discard(pending)
         self._buffered -= pending.size
+
+    def _freed(self) -> None:
+        """Wake the ``send`` calls waiting for room in the buffer (once per batch)."""
         self._space.set()
         self._space = anyio.Event()
 
@@ -865,10 +926,12 @@ class Producer:
             self._settle(
                 pending, RecordMetadata(batch.tp.topic, batch.tp.partition, offset, stamp), None
             )
+        self._freed()
 
     def _fail_batch(self, batch: _Batch, error: BaseException) -> None:
         for pending in batch.records:
             self._settle(pending, None, error)
+        self._freed()
 
     def _retry_or_fail(self, batch: _Batch, error: BaseException) -> None:
         now = anyio.current_time()
