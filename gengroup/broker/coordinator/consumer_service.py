@@ -70,6 +70,7 @@ from .consumer_messages import (
     TopicInfo,
 )
 from .group import ClassicGroup, GroupState
+from .messages import copy_fields
 from .timers import Timers
 
 _SESSION: Final = "consumer-session"
@@ -551,15 +552,9 @@ class ConsumerGroupService:
                     assignment_epoch=group.assignment_epoch,
                     assignor_name=self.preferred_assignor(group),
                     members=tuple(
-                        DescribedConsumerMember(
-                            member_id=m.member_id,
-                            instance_id=m.instance_id,
-                            rack_id=m.rack_id,
-                            member_epoch=m.member_epoch,
-                            client_id=m.client_id,
-                            client_host=m.client_host,
-                            subscribed_topic_names=m.subscribed_topic_names,
-                            subscribed_topic_regex=m.subscribed_topic_regex,
+                        copy_fields(
+                            DescribedConsumerMember,
+                            m,
                             assignment=named(m.held()),
                             target_assignment=named(group.target.get(m.member_id, {})),
                         )
