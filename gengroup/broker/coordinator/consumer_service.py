@@ -108,9 +108,9 @@ class ConsumerGroupService:
         config: The coordinator's settings.
         timers: The coordinator's timers.
         now: Reads the coordinator's current time (ms).
-        classic_groups: The classic groups by id (an empty one may be
-            replaced by a consumer group of the same id).
-        drop_classic: Removes an empty classic group (its offsets stay).
+        classic_groups: The coordinator's classic groups by id: an empty one
+            is removed from it when a consumer group of the same id replaces
+            it (its offsets stay).
     """
 
     def __init__(
@@ -118,14 +118,12 @@ class ConsumerGroupService:
         config: CoordinatorConfig,
         timers: Timers,
         now: Callable[[], int],
-        classic_groups: Mapping[str, ClassicGroup],
-        drop_classic: Callable[[str], None],
+        classic_groups: MutableMapping[str, ClassicGroup],
     ) -> None:
         self._config = config
         self._timers = timers
         self._now = now
         self._classic = classic_groups
-        self._drop_classic = drop_classic
         self.groups: MutableMapping[str, ConsumerGroup] = {}
 
     # -- ConsumerGroupHeartbeat ----------------------------------------------
@@ -198,7 +196,7 @@ class ConsumerGroupService:
         classic = self._classic.get(group_id)
         if classic is not None:
             if create and classic.state is GroupState.EMPTY and not classic.members:
-                self._drop_classic(group_id)
+                del self._classic[group_id]
             else:
                 raise _Refused(
                     ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."

@@ -102,7 +102,7 @@ class GroupCoordinator:
         self._out: list[Reply] = []
         self._poisoned: BaseException | None = None
         self._consumer = ConsumerGroupService(
-            self._config, self._timers, lambda: self._now, self._groups, self._groups.__delitem__
+            self._config, self._timers, lambda: self._now, self._groups
         )
 
     # -- inspection --------------------------------------------------------
