@@ -151,7 +151,7 @@ class _GenerationInput:
 
 @dataclass(frozen=True)
 class SyncGroupInput(_GenerationInput):
-    """A SyncGroup request (the member's generation, and these).
+    """A SyncGroup request: the member's generation and, from the leader, the assignments.
 
     Attributes:
         protocol_type: The protocol type (v5+; None before).
