@@ -12,7 +12,10 @@ cannot skip work.
 
 The time measured runs from the moment the member learns its assignment to the
 last record, so it includes each client's first fetches (the join before it is
-reported separately); the rate is the median of the runs. Results go to a JSON file
+reported separately); the rate is the median of the runs. Each run also counts the
+CPU time the process used over the same span (every thread's: librdkafka decodes
+in background threads), as records per CPU-second, the steadier measure on a
+shared machine. Results go to a JSON file
 (``--json``) and a Markdown page (``--markdown``) that states each client's
 ratio to aiokafka and to confluent-kafka. Nothing is asserted about time (the
 machines are shared and noisy).
