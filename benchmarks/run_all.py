@@ -114,8 +114,13 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int, size: int, code
         raise SystemExit(f"producing to {topic}: records left unsent")
 
 
-async def consume_gengroup(bootstrap: str, topic: str, n: int) -> Run:
-    """Consume ``n`` records, one worker task per partition; every value is touched."""
+async def consume_gengroup(
+    bootstrap: str, topic: str, n: int, settings: dict[str, Any] | None = None
+) -> Run:
+    """Consume ``n`` records, one worker task per partition; every value is touched.
+
+    ``settings``: group settings other than the defaults (``--gengroup-setting``).
+    """
     count = 0
     total = 0
     assigned = cpu = 0.0
@@ -132,7 +137,8 @@ async def consume_gengroup(bootstrap: str, topic: str, n: int) -> Run:
                 done.set()
 
     start = time.perf_counter()
-    async with ConsumerGroup("bench-" + uuid.uuid4().hex, [topic], bootstrap) as group:
+    group_id = "bench-" + uuid.uuid4().hex
+    async with ConsumerGroup(group_id, [topic], bootstrap, **(settings or {})) as group:
         async with anyio.create_task_group() as tg:
 
             async def generations() -> None:
@@ -230,12 +236,19 @@ def consume_confluent(bootstrap: str, topic: str, n: int) -> Run:
         consumer.close()
 
 
-def clients(bootstrap: str, topic: str, n: int) -> dict[str, Callable[[], Run]]:
-    """The clients to measure, by name (aiokafka only if it is installed)."""
+def clients(
+    bootstrap: str, topic: str, n: int, settings: dict[str, Any] | None = None
+) -> dict[str, Callable[[], Run]]:
+    """The clients to measure, by name (aiokafka only if it is installed).
+
+    ``settings`` go to gengroup's group (the defaults if None).
+    """
     out: dict[str, Callable[[], Run]] = {
-        "gengroup-trio": lambda: anyio.run(consume_gengroup, bootstrap, topic, n, backend="trio"),
+        "gengroup-trio": lambda: anyio.run(
+            consume_gengroup, bootstrap, topic, n, settings, backend="trio"
+        ),
         "gengroup-asyncio": lambda: anyio.run(
-            consume_gengroup, bootstrap, topic, n, backend="asyncio"
+            consume_gengroup, bootstrap, topic, n, settings, backend="asyncio"
         ),
     }
     try:
@@ -263,7 +276,12 @@ def markdown(results: dict[str, Any]) -> str:
         "(`total += len(record.value)`). Rate: records over the time from the "
         "assignment to the last record, "
         f"median of {meta['repeat']} runs. Python {meta['python']} on {meta['machine']} "
-        "(a shared machine: absolute numbers vary from run to run, the ratios less).",
+        "(a shared machine: absolute numbers vary from run to run, the ratios less). "
+        + (
+            f"gengroup ran with {meta['gengroup_settings']}; the other clients with their defaults."
+            if meta.get("gengroup_settings")
+            else "Every client runs with its default settings."
+        ),
         "",
         "The values are text (words of a 2,000-word vocabulary), produced by librdkafka "
         "with `linger.ms=50` and `batch.size=1000000`: record batches of about 1 MB, "
@@ -294,8 +312,48 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "Ratios above 1 mean faster than the client in the column's title.",
         "",
+        "Where the time goes: gengroup and aiokafka decode records in the thread that "
+        "consumes -- gengroup in pure Python, aiokafka with its compiled (Cython) record "
+        "reader -- while confluent-kafka decodes in librdkafka's C threads, which run "
+        "beside the Python loop: its records/CPU-s is the highest, and its records/s "
+        "can exceed what one core does. In gengroup most of the CPU time goes to the "
+        "per-record loop of `gengroup.protocol.records` (`python benchmarks/bench_decode.py` "
+        "measures it alone); for 1 KB values, also to moving the bytes (receiving, "
+        "copying each Fetch response and each value).",
+        "",
     ]
     return "\n".join(lines)
+
+
+def _setting(item: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` as a group setting, the value as an int or a float if it reads as one."""
+    name, sep, text = item.partition("=")
+    if not sep:
+        raise SystemExit(f"--gengroup-setting wants NAME=VALUE, not {item!r}")
+    value: Any = text
+    for convert in (int, float):
+        try:
+            value = convert(text)
+            break
+        except ValueError:
+            pass
+    return name, value
+
+
+def _options(args: argparse.Namespace) -> list[str]:
+    """The command-line options that shape the results, as they would be typed."""
+    out = []
+    for name, value in vars(args).items():
+        if name in ("json", "markdown", "bootstrap") or value is None or value is False:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, list):
+            out += [f"{flag} {item}" for item in value]
+        else:
+            out.append(f"{flag} {value}")
+    return out
 
 
 def main() -> None:
@@ -310,6 +368,13 @@ def main() -> None:
     parser.add_argument("--clients", help="comma-separated subset of the client names")
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     parser.add_argument(
+        "--gengroup-setting",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a group setting for gengroup's clients, e.g. partition_buffer_bytes=2097152 "
+        "(repeatable; integers and decimals are converted)",
+    )
+    parser.add_argument(
         "--rebalance",
         action="store_true",
         help="also run the rebalance-cost suite (bench_rebalance.py) on the same broker",
@@ -317,11 +382,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=HERE / "results" / "run_all.json")
     parser.add_argument("--markdown", type=Path, default=HERE.parent / "docs" / "benchmarks.md")
     args = parser.parse_args()
-    command = "python benchmarks/run_all.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}"
-        for k, v in vars(args).items()
-        if k not in ("json", "markdown", "bootstrap") and v is not None
-    )
+    command = "python benchmarks/run_all.py " + " ".join(_options(args))
+    settings = dict(_setting(item) for item in args.gengroup_setting or ())
     results: dict[str, Any] = {
         "meta": {
             "command": command,
@@ -329,6 +391,7 @@ def main() -> None:
             "repeat": args.repeat,
             "python": platform.python_version(),
             "machine": f"{platform.machine()}, {platform.system()}",
+            "gengroup_settings": settings,
         },
         "cases": [],
     }
@@ -357,7 +420,7 @@ def main() -> None:
                 }
                 chosen = {
                     name: run
-                    for name, run in clients(bootstrap, topic, n).items()
+                    for name, run in clients(bootstrap, topic, n, settings).items()
                     if not args.clients or name in args.clients.split(",")
                 }
                 # Round by round, every client once per round: load from other
