@@ -57,7 +57,7 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -81,7 +81,7 @@ from ..membership import requests
 from ..membership.member import Outcome, outcome_for
 from ..protocol.versions import ApiKey
 from .forming import Formed, GroupClient
-from .generation import Generation, RebalanceTimings, SpanHost
+from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
 
 __all__ = ["ConsumerProtocolMember"]
 
@@ -114,13 +114,10 @@ class _EpochCommitter:
         self._incarnation = incarnation
 
     async def commit_offsets(
-        self,
-        identity: GenerationIdentity,
-        offsets: Mapping[TopicPartition, int],
-        metadata: Mapping[TopicPartition, str] | None = None,
-    ) -> dict[TopicPartition, int]:
+        self, identity: GenerationIdentity, offsets: Offsets, metadata: OffsetMetadata | None = None
+    ) -> CommitCodes:
         member = self._member
-        results: dict[TopicPartition, int] = {}
+        results: CommitCodes = {}
         for _ in range(_STALE_RETRIES):
             epoch = member.epoch
             if member.incarnation != self._incarnation or epoch <= 0:

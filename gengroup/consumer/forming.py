@@ -53,7 +53,7 @@ from ..membership.member import Joined, JoinParams, Member, Outcome, Retry, outc
 from ..membership.pattern import describe_change, matching_topics
 from ..protocol.consumer_protocol import PROTOCOL_TYPE
 from ..protocol.versions import ApiKey
-from .generation import Generation, RebalanceTimings, SpanHost
+from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
 from .metrics import GroupMetrics
 from .prefetch import Prefetcher
 
@@ -354,11 +354,8 @@ class GroupClient:
         return requests.error_code(resp)
 
     async def commit_offsets(
-        self,
-        identity: GenerationIdentity,
-        offsets: Mapping[TopicPartition, int],
-        metadata: Mapping[TopicPartition, str] | None = None,
-    ) -> dict[TopicPartition, int]:
+        self, identity: GenerationIdentity, offsets: Offsets, metadata: OffsetMetadata | None = None
+    ) -> CommitCodes:
         """OffsetCommit under ``identity`` (with ``metadata`` per partition, if given);
         the error code of each partition (0 = stored).
 
@@ -371,7 +368,7 @@ class GroupClient:
             KafkaConnectionError: the connection failed again.
         """
 
-        def parse(resp: Any) -> dict[TopicPartition, int]:
+        def parse(resp: Any) -> CommitCodes:
             results = requests.parse_offset_commit(resp)
             codes = set(results.values())
             if codes and all(outcome_for(code) is Outcome.FIND_COORDINATOR for code in codes):

@@ -48,7 +48,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import anyio
 import anyio.abc
@@ -62,20 +62,33 @@ from .timings import RebalanceTimings
 if TYPE_CHECKING:
     from .prefetch import FetchedBatch, Prefetcher
 
-__all__ = ["Committer", "Generation", "RebalanceTimings", "Span", "SpanHost"]
+__all__ = [
+    "CommitCodes",
+    "Committer",
+    "Generation",
+    "OffsetMetadata",
+    "Offsets",
+    "RebalanceTimings",
+    "Span",
+    "SpanHost",
+]
 
 log = logging.getLogger("gengroup")
+
+#: The offsets of a commit: the next offset to read, per partition.
+Offsets: TypeAlias = Mapping[TopicPartition, int]
+#: The metadata string stored with each committed offset.
+OffsetMetadata: TypeAlias = Mapping[TopicPartition, str]
+#: What OffsetCommit answered: each partition's error code (0 = stored).
+CommitCodes: TypeAlias = dict[TopicPartition, int]
 
 
 class Committer(Protocol):
     """Sends OffsetCommit for a generation (the group's coordinator client)."""
 
     async def commit_offsets(
-        self,
-        identity: GenerationIdentity,
-        offsets: Mapping[TopicPartition, int],
-        metadata: Mapping[TopicPartition, str] | None = None,
-    ) -> dict[TopicPartition, int]:
+        self, identity: GenerationIdentity, offsets: Offsets, metadata: OffsetMetadata | None = None
+    ) -> CommitCodes:
         """Commit ``offsets`` under ``identity``; the error code of each partition (0 = stored)."""
         ...
 
