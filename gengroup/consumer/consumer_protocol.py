@@ -80,7 +80,7 @@ from ..io.retry import Backoff
 from ..membership import requests
 from ..membership.member import Outcome, outcome_for
 from ..protocol.versions import ApiKey
-from .forming import Formed, GroupClient
+from .forming import Formed, GroupClient, generation_identity
 from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
 
 __all__ = ["ConsumerProtocolMember"]
@@ -323,13 +323,7 @@ class ConsumerProtocolMember:
         sequence: int,
     ) -> Formed:
         cfg = self.config
-        identity = GenerationIdentity(
-            group_id=cfg.group_id,
-            generation_id=epoch,
-            member_id=self.member_id,
-            group_instance_id=cfg.group_instance_id,
-            sequence=sequence,
-        )
+        identity = generation_identity(cfg, epoch, self.member_id, sequence)
         t_ready = anyio.current_time()
 
         def first_batch() -> None:

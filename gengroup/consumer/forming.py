@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
@@ -57,9 +57,18 @@ from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, Rebala
 from .metrics import GroupMetrics
 from .prefetch import Prefetcher
 
-__all__ = ["Formed", "GroupClient", "form_generation"]
+__all__ = ["Formed", "GroupClient", "form_generation", "generation_identity"]
 
 log = logging.getLogger("gengroup")
+
+
+def generation_identity(
+    cfg: GroupConfig, generation_id: int, member_id: str, sequence: int
+) -> GenerationIdentity:
+    """The member's identity in its generation number ``sequence`` of ``cfg``'s group."""
+    return GenerationIdentity(
+        cfg.group_id, generation_id, member_id, cfg.group_instance_id, sequence
+    )
 
 
 class GroupClient:
@@ -493,14 +502,7 @@ async def form_generation(
             except BaseException:
                 member.on_io_failure()
                 raise
-            joined = member.on_join(
-                error_code=res.error_code,
-                member_id=res.member_id,
-                generation_id=res.generation_id,
-                protocol=res.protocol,
-                leader=res.leader,
-                members=res.members,
-            )
+            joined = member.on_join(**asdict(res))  # JoinResult's fields are on_join's arguments
             timings.join += anyio.current_time() - t0
             if ownership is not None and not isinstance(joined, Retry):
                 ownership.lease_from = max(ownership.lease_from, t0)
@@ -519,13 +521,7 @@ async def form_generation(
                 await client.report_unreadable(node, joined)
                 counts = await client.partition_counts(member.subscribed_topics())
                 assignments = member.assign(counts)
-            identity = GenerationIdentity(
-                group_id=cfg.group_id,
-                generation_id=joined.generation_id,
-                member_id=joined.member_id,
-                group_instance_id=cfg.group_instance_id,
-                sequence=sequence,
-            )
+            identity = generation_identity(cfg, joined.generation_id, joined.member_id, sequence)
             sync_sent = anyio.current_time()
             try:
                 code, raw = await client.sync(node, identity, joined.protocol, assignments)
