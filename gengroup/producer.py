@@ -75,7 +75,7 @@ from ._errors import (
     is_retriable,
 )
 from ._types import TopicPartition
-from .io.cluster import Cluster
+from .io.cluster import Cluster, shared_or_own
 from .io.retry import backoff_delay, retry
 from .io.security import Security, SecuritySettings
 from .partitioner import KeylessPartitioner, Partitioner, murmur2, partition_for_key
@@ -334,15 +334,9 @@ class Producer:
     ) -> None:
         config = config or ProducerConfig()
         self.config = cfg = dataclasses.replace(config, **settings) if settings else config
-        if isinstance(cluster, Cluster):
-            self.cluster = cluster
-            self._owns_cluster = False
-        else:
-            self.cluster = Cluster(
-                cluster, client_id=cfg.client_id, request_timeout=cfg.request_timeout, security=cfg
-            )
-            self._owns_cluster = True
-
+        self.cluster, self._owns_cluster = shared_or_own(
+            cluster, client_id=cfg.client_id, request_timeout=cfg.request_timeout, security=cfg
+        )
         self._queues: dict[TopicPartition, _Queue] = {}
         self._outstanding: set[_Pending] = set()
         self._buffered = 0

@@ -66,6 +66,7 @@ __all__ = [
     "CommitCodes",
     "Committer",
     "Generation",
+    "IdentityNames",
     "OffsetMetadata",
     "Offsets",
     "RebalanceTimings",
@@ -303,8 +304,44 @@ class _SpanBatches:
             return batch
 
 
+class IdentityNames:
+    """The id, sequence and label of a generation, read from its ``identity``.
+
+    Shared by :class:`Generation` and the records of
+    :attr:`ConsumerGroup.history <gengroup.consumer.group.ConsumerGroup.history>`.
+    """
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        @property
+        def identity(self) -> GenerationIdentity: ...
+
+    @property
+    def id(self) -> int:
+        """The generation id every commit carries (the member epoch under the consumer protocol)."""
+        return self.identity.generation_id
+
+    @property
+    def sequence(self) -> int:
+        """This member's count of generations up to this one (1, 2, 3, ...).
+
+        Generation ids can repeat (two generations of one KIP-848 member
+        epoch; a group converted between the classic and the consumer
+        protocol); the sequence never does, for one member. Compare
+        generations by :attr:`identity` or by object, never by :attr:`id`.
+        """
+        return self.identity.sequence
+
+    @property
+    def label(self) -> str:
+        """The id and the sequence, as logs and errors name the generation: ``"3 (#2)"``."""
+        return self.identity.label
+
+
 @dataclass(eq=False)
-class Generation:
+class Generation(IdentityNames):
     """One generation of the group, as seen by this member.
 
     Obtained from ``async for gen in group``; never constructed by users.
@@ -379,27 +416,6 @@ class Generation:
     #: The prefetcher runs in the span host, not in the generation: it goes
     #: on fetching the spans' partitions after an end that keeps them.
     _fetch_across: bool = field(default=False, repr=False)
-
-    @property
-    def id(self) -> int:
-        """The generation id every commit carries."""
-        return self.identity.generation_id
-
-    @property
-    def sequence(self) -> int:
-        """This member's count of generations up to this one (1, 2, 3, ...).
-
-        Generation ids can repeat (two generations of one KIP-848 member
-        epoch; a group converted between the classic and the consumer
-        protocol); the sequence never does, for one member. Compare
-        generations by :attr:`identity` or by object, never by :attr:`id`.
-        """
-        return self.identity.sequence
-
-    @property
-    def label(self) -> str:
-        """The id and the sequence, as logs and errors name the generation: ``"3 (#2)"``."""
-        return self.identity.label
 
     @property
     def member_id(self) -> str:
