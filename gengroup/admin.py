@@ -658,13 +658,13 @@ class Admin:
                     raise_item_errors([g], lambda _g: f"group {group_id!r}")
                     members = tuple(
                         MemberDescription(
-                            member_id=m.member_id,
-                            client_id=m.client_id,
-                            client_host=m.client_host,
-                            group_instance_id=m.group_instance_id,
-                            protocol_type=g.protocol_type,
-                            raw_metadata=bytes(m.member_metadata),
-                            raw_assignment=bytes(m.member_assignment),
+                            m.member_id,
+                            m.client_id,
+                            m.client_host,
+                            m.group_instance_id,
+                            g.protocol_type,
+                            bytes(m.member_metadata),
+                            bytes(m.member_assignment),
                         )
                         for m in g.members
                     )
