@@ -16,9 +16,10 @@ reported separately); the rate is the median of the runs. Each run also counts t
 CPU time the process used over the same span (every thread's: librdkafka decodes
 in background threads), as records per CPU-second, the steadier measure on a
 shared machine. Results go to a JSON file
-(``--json``) and a Markdown page (``--markdown``) that states each client's
-ratio to aiokafka and to confluent-kafka. Nothing is asserted about time (the
-machines are shared and noisy).
+(``--json``), a Markdown page (``--markdown``) that states each client's
+ratio to aiokafka and to confluent-kafka, and PNG charts in ``docs/img``
+(``charts.py``, which also draws them again from the JSON alone). Nothing
+is asserted about time (the machines are shared and noisy).
 
 Clients: ``gengroup-trio`` and ``gengroup-asyncio`` (one worker task per
 partition, as ``run_workers`` runs them), ``aiokafka`` (``getmany``; skipped if not installed) and
@@ -46,6 +47,7 @@ from typing import Any
 
 import anyio
 from bench_rebalance import BROKER_PROPERTIES, run_suite, table
+from charts import write_charts
 
 from gengroup import Admin, ConsumerGroup, Generation, TopicPartition
 from gengroup.testing.kafka import KafkaBroker
@@ -312,6 +314,8 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "Ratios above 1 mean faster than the client in the column's title.",
         "",
+        "![Consumer throughput of each client by value size and codec](img/consume.png)",
+        "",
         "Where the time goes: gengroup and aiokafka decode records in the thread that "
         "consumes -- gengroup in pure Python, aiokafka with its compiled (Cython) record "
         "reader -- while confluent-kafka decodes in librdkafka's C threads, which run "
@@ -454,7 +458,10 @@ def main() -> None:
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     args.markdown.parent.mkdir(parents=True, exist_ok=True)
     args.markdown.write_text(markdown(results))
-    print(f"wrote {args.json} and {args.markdown}")
+    charts = write_charts(
+        args.json, HERE / "results" / "rebalance.json" if args.rebalance else None
+    )
+    print(f"wrote {args.json}, {args.markdown} and {', '.join(map(str, charts))}")
 
 
 if __name__ == "__main__":
