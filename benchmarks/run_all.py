@@ -27,7 +27,10 @@ partition, as ``run_workers`` runs them), ``aiokafka`` (``getmany``; skipped if 
 
 Usage: ``.venv/bin/python benchmarks/run_all.py [--records 1000000]
 [--records-1k 300000] [--repeat 3] [--partitions 8] [--codecs none,lz4]
-[--sizes 100,1000] [--clients ...] [--bootstrap HOST:PORT]``
+[--sizes 100,1000] [--clients ...] [--bootstrap HOST:PORT] [--rebalance]
+[--everything]``. With ``--everything`` it is the whole suite: consumer
+throughput (P1), rebalance cost (P2), generation turnover (P3), peak memory
+(P4) and producer throughput, on one broker.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ import json
 import platform
 import random
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -329,6 +334,26 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def run_others(bootstrap: str, repeat: int) -> None:
+    """The producer (P5), memory (P4) and turnover (P3) benchmarks, each in a process
+    of its own on ``bootstrap``; each one's output goes to ``results/<name>.txt``."""
+    results = HERE / "results"
+    for script, extra in (
+        ("bench_produce.py", ["--repeat", str(repeat), "--json", str(results / "produce.json")]),
+        ("bench_memory.py", []),
+        ("bench_turnover.py", []),
+    ):
+        print(f"running {script} ...", flush=True)
+        out = subprocess.run(
+            [sys.executable, str(HERE / script), "--bootstrap", bootstrap, *extra],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        (results / (script.removeprefix("bench_").removesuffix(".py") + ".txt")).write_text(out)
+        print(out, flush=True)
+
+
 def _setting(item: str) -> tuple[str, Any]:
     """``NAME=VALUE`` as a group setting, the value as an int or a float if it reads as one."""
     name, sep, text = item.partition("=")
@@ -382,6 +407,12 @@ def main() -> None:
         "--rebalance",
         action="store_true",
         help="also run the rebalance-cost suite (bench_rebalance.py) on the same broker",
+    )
+    parser.add_argument(
+        "--everything",
+        action="store_true",
+        help="--rebalance, and the producer, memory and turnover benchmarks on the same "
+        "broker (their output in benchmarks/results/*.txt)",
     )
     parser.add_argument("--json", type=Path, default=HERE / "results" / "run_all.json")
     parser.add_argument("--markdown", type=Path, default=HERE.parent / "docs" / "benchmarks.md")
@@ -449,7 +480,9 @@ def main() -> None:
                         flush=True,
                     )
                 results["cases"].append(case)
-        if args.rebalance:
+        if args.everything:
+            run_others(bootstrap, args.repeat)
+        if args.rebalance or args.everything:
             rebalance = run_suite(bootstrap, repeat=args.repeat)
             rebalance["meta"]["command"] = command
             (HERE / "results" / "rebalance.json").write_text(json.dumps(rebalance, indent=2) + "\n")
@@ -459,7 +492,8 @@ def main() -> None:
     args.markdown.parent.mkdir(parents=True, exist_ok=True)
     args.markdown.write_text(markdown(results))
     charts = write_charts(
-        args.json, HERE / "results" / "rebalance.json" if args.rebalance else None
+        args.json,
+        HERE / "results" / "rebalance.json" if args.rebalance or args.everything else None,
     )
     print(f"wrote {args.json}, {args.markdown} and {', '.join(map(str, charts))}")
 
