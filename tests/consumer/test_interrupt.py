@@ -17,6 +17,7 @@ import pytest
 
 PROGRAM = textwrap.dedent(
     """
+    import logging
     import sys
     import anyio
     from gengroup import ConsumerGroup
@@ -34,6 +35,7 @@ PROGRAM = textwrap.dedent(
                         gen.start_soon(worker, gen, tp)
                     print("ready", flush=True)
 
+    logging.basicConfig(level=logging.INFO, format="%(relativeCreated)d %(name)s %(message)s")
     anyio.run(main, backend=sys.argv[1])
     """
 )
@@ -51,9 +53,18 @@ def test_sigint_ends_the_program_with_keyboard_interrupt(backend: str) -> None:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)  # a hang guard, not a timing assertion
+        try:
+            _, err = proc.communicate(timeout=60)  # a hang guard, not a timing assertion
+        except subprocess.TimeoutExpired:
+            # The program logs gengroup's INFO lines to stderr: they tell what
+            # it was doing when it stopped answering.
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError(f"still running 60 s after SIGINT; its stderr:\n{err}") from None
     finally:
-        proc.kill()
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()  # reaps it and closes the pipes
     assert proc.returncode != 0
     assert "KeyboardInterrupt" in err
     assert "TrioInternalError" not in err
