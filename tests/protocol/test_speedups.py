@@ -108,40 +108,43 @@ def zigzag(value: int) -> int:
 
 @st.composite
 def near_valid_record(draw: st.DrawFn) -> bytes:
-    """One record whose fields may lie about their lengths or be oddly encoded."""
+    """One record: valid (possibly with redundant varint bytes) or, one time in
+    three, with fields that lie about their lengths, overflow or are mutated."""
+    lie = draw(st.integers(0, 2)) == 0
+
+    def pick(honest: list[int], lying: list[int]) -> int:
+        return draw(st.sampled_from(lying if lie else honest))
 
     def length_of(data: bytes | None) -> bytes:
         n = -1 if data is None else len(data)
-        n += draw(st.sampled_from([0, 0, 0, 0, 1, -1, -2, 2**30]))
+        n += pick([0], [0, 0, 1, -1, -2, 2**30])
         raw = zigzag(n) if n >= -(2**31) else 3
-        return varint(raw, draw(st.sampled_from([0, 0, 0, 1, 4, 9])))
+        return varint(raw, pick([0, 0, 1, 2], [0, 1, 4, 9]))
 
     body = bytearray([draw(st.integers(0, 255))])  # attributes
-    body += varint(
-        draw(
-            st.sampled_from([0, 1, 2**63, 2**64 - 1, 2**64, 2**70])
-            | st.integers(0, 2**64 - 1)
-            | st.integers(0, 300)
-        ),
-        draw(st.sampled_from([0, 0, 1, 3])),
-    )
-    body += varint(
-        draw(st.sampled_from([0, 2**32 - 1, 2**32, 2**35]) | st.integers(0, 2**32 - 1)),
-        draw(st.sampled_from([0, 0, 1, 2])),
-    )
+    if lie:
+        delta = draw(st.sampled_from([2**64 - 1, 2**64, 2**70]) | st.integers(0, 2**64 - 1))
+        body += varint(delta, draw(st.sampled_from([0, 1, 3])))
+        body += varint(draw(st.sampled_from([2**32 - 1, 2**32, 2**35])), pick([0], [0, 1, 2]))
+    else:
+        delta = draw(st.integers(0, 300) | st.integers(0, 2**64 - 1))
+        body += varint(delta, 1 if delta < 2**56 and draw(st.booleans()) else 0)
+        body += varint(draw(st.integers(0, 300) | st.integers(0, 2**32 - 1)))
     for _ in range(2):  # key, value
         data = draw(nullable)
         body += length_of(data)
         body += data or b""
-    headers = draw(st.lists(st.tuples(st.binary(max_size=6), nullable), max_size=3))
-    body += varint(zigzag(len(headers) + draw(st.sampled_from([0, 0, 0, 1, -1, 100]))))
+    keys = st.binary(max_size=6) if lie else header_keys.map(str.encode)
+    headers = draw(st.lists(st.tuples(keys, nullable), max_size=3))
+    body += varint(zigzag(len(headers) + pick([0], [0, 1, -1, 100])))
     for key, value in headers:
         body += length_of(key) + key + length_of(value) + (value or b"")
-    body += draw(st.sampled_from([b"", b"", b"", b"\x00", b"\xff"]))
-    if draw(st.integers(0, 9)) == 0:  # a mutated byte
-        body[draw(st.integers(0, len(body) - 1))] = draw(st.integers(0, 255))
-    size = len(body) + draw(st.sampled_from([0, 0, 0, 0, 1, -1, -len(body), 10]))
-    return varint(zigzag(size), draw(st.sampled_from([0, 0, 0, 1, 5]))) + bytes(body)
+    if lie:
+        body += draw(st.sampled_from([b"", b"\x00", b"\xff"]))
+        if draw(st.booleans()):  # a mutated byte
+            body[draw(st.integers(0, len(body) - 1))] = draw(st.integers(0, 255))
+    size = len(body) + pick([0], [0, 0, 1, -1, -len(body), 10])
+    return varint(zigzag(size), pick([0, 0, 1], [0, 1, 5])) + bytes(body)
 
 
 @SETTINGS
