@@ -5,7 +5,10 @@ headers) in batches of ``--batch-size`` records, encodes them once per codec
 with :func:`gengroup.protocol.records.encode_batch`, then times, best of
 ``--repeat`` runs:
 
-* ``gengroup``: :func:`gengroup.protocol.records.decode_batches` (CRC checked).
+* ``gengroup``: :func:`gengroup.protocol.records.decode_batches` (CRC checked),
+  with the compiled record loop (``gengroup.protocol._speedups``) when it is
+  built; ``gengroup-py``: the same call with the pure-Python record loop
+  (what ``GENGROUP_PURE_PYTHON=1`` selects).
 * ``kio``: kio 0.6.5's ``kio.records.readers.read_batch`` (CRC checked). kio
   has no decompression, so for compressed codecs the peer is kio's
   ``read_record`` loop over the payload decompressed by cramjam, after a CRC
@@ -36,6 +39,7 @@ from kio.records.readers import read_batch, read_record
 from kio.static.primitive import i64
 from options import benchmark_parser
 
+from gengroup.protocol import records
 from gengroup.protocol.records import Compression, decode_batches, encode_batch
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -67,6 +71,16 @@ def build(n_records: int, batch_size: int, value_size: int, codec: Compression) 
 def gengroup_decode(data: bytes) -> int:
     """Decode with gengroup; return the number of records."""
     return sum(len(batch.records) for batch in decode_batches(data))
+
+
+def gengroup_decode_py(data: bytes) -> int:
+    """Decode with gengroup's pure-Python record loop; return the number of records."""
+    compiled = records._decode_records
+    records._decode_records = records._decode_records_py
+    try:
+        return gengroup_decode(data)
+    finally:
+        records._decode_records = compiled
 
 
 def kio_decode_plain(data: bytes) -> int:
@@ -136,18 +150,27 @@ def main() -> None:
         f"{args.batch_size} records/batch, best of {args.repeat}"
         f"{', GC disabled' if args.no_gc else ''}"
     )
-    print(f"{'codec':<8} {'bytes':>10} {'gengroup rec/s':>16} {'kio rec/s':>16} {'ratio':>7}")
+    compiled = records._decode_records is not records._decode_records_py
+    print(f"compiled record loop: {'yes' if compiled else 'no (pure Python in both columns)'}")
+    print(
+        f"{'codec':<8} {'bytes':>10} {'gengroup rec/s':>16} {'gengroup-py rec/s':>18} "
+        f"{'kio rec/s':>14} {'vs py':>6} {'vs kio':>7}"
+    )
     for name in args.codecs.split(","):
         codec = Compression[name.strip().upper()]
         data = build(args.records, args.batch_size, args.value_size, codec)
         ours, n_ours = best_rate(partial(gengroup_decode, data), args.repeat)
+        py, n_py = best_rate(partial(gengroup_decode_py, data), args.repeat)
         if codec == Compression.NONE:
             peer, n_peer = best_rate(partial(kio_decode_plain, data), args.repeat)
         else:
             peer, n_peer = best_rate(partial(kio_decode_compressed, data, codec), args.repeat)
-        if n_ours != n_peer or n_ours != args.records:
-            raise SystemExit(f"record count mismatch: {n_ours} vs {n_peer}")
-        print(f"{codec.name:<8} {len(data):>10} {ours:>16,.0f} {peer:>16,.0f} {ours / peer:>6.1f}x")
+        if not n_ours == n_py == n_peer == args.records:
+            raise SystemExit(f"record count mismatch: {n_ours}, {n_py}, {n_peer}")
+        print(
+            f"{codec.name:<8} {len(data):>10} {ours:>16,.0f} {py:>18,.0f} {peer:>14,.0f} "
+            f"{ours / py:>5.1f}x {ours / peer:>6.1f}x"
+        )
 
 
 if __name__ == "__main__":

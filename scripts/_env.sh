@@ -1,5 +1,6 @@
 # Sourced by the scripts: creates .venv and installs the project with its
-# development extras, once per change of pyproject.toml.
+# development extras, once per change of pyproject.toml, setup.py or the
+# compiled record decoder's C source.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON=${PYTHON:-python3}
@@ -10,7 +11,9 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+# The stamp covers the build inputs: the metadata and the compiled decoder's source.
+stamp=".venv/.installed-$(cat pyproject.toml setup.py gengroup/protocol/_speedups.c |
+  sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "installing gengroup and its development dependencies into .venv ..." >&2
   if ! { .venv/bin/python -m pip install -q --upgrade pip &&

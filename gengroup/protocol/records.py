@@ -14,50 +14,44 @@ number of bytes consumed tells the caller that a partial batch was dropped. A
 batch that fits but whose contents do not add up raises
 :class:`~gengroup._errors.CorruptRecordError`.
 
-The record loop is the hot path of every consumer, so it works on one
+The record loop is the hot path of every consumer. It has a compiled twin,
+:mod:`gengroup.protocol._speedups` (C, built by ``pip install`` when a
+compiler is present), used when it imports and ``GENGROUP_PURE_PYTHON`` is
+unset; the Python loop here is the fallback and the reference. It works on one
 ``bytes`` object with an integer cursor (a ``bytearray`` or ``memoryview``
 input is copied once, as is each decompressed blob): each zigzag varint is
-decoded inline with fast paths for the one- and two-byte encodings (which
-cover almost every length, delta and count in practice; the sign is undone by
-a table lookup) and falls back to a bounded helper for longer ones. Keys and
-values are the only per-record copies (one slice each). The cyclic GC is
-paused for the duration of a decode call: every :class:`Record` is a
-GC-tracked object, and letting the collector traverse the growing young
-generation again and again costs about a quarter of the decoding time, while
-nothing here can create a reference cycle.
-Bounds are enforced by construction rather than by per-field checks: every
-record must end exactly where its length prefix says, the batch must end
-exactly after its last record, and any read past the end of the buffer
-surfaces as an ``IndexError`` that is translated at the batch boundary. Record
-counts, header counts and varint lengths are validated against the bytes that
-remain, so hostile input can neither make the decoder loop for long nor make
-it allocate much more than the input (decompressed size is capped by
-``max_decompressed_size``).
-
-Compressed record blobs go through :mod:`gengroup.protocol.compression`,
-which caps the decompressed size (``max_decompressed_size``).
+decoded inline with fast paths for the one- and two-byte encodings (the sign
+is undone by a table lookup) and a bounded helper for longer ones. Keys and
+values are the only per-record copies. The cyclic GC is paused during a
+decode call: every :class:`Record` is GC-tracked, and letting the collector
+traverse the growing young generation costs about a quarter of the decoding
+time, while nothing here can create a reference cycle. Bounds are enforced
+by construction: every record must end exactly where its length prefix says,
+the batch exactly after its last record, and a read past the end of the
+buffer surfaces as an ``IndexError`` translated at the batch boundary.
+Record, header and varint lengths are validated against the bytes that
+remain, so hostile input can neither make the decoder loop for long nor
+allocate much more than the input (``max_decompressed_size`` caps blobs).
 
 Decoding has two steps, which :func:`decode_batches_partial` runs back to back
 and a consumer may run at different times: :func:`scan_batches` checks what the
 headers prove (length, magic, CRC-32C, codec, count) and keeps the bytes as
 :class:`RawBatch` views; :func:`decode_raw` decodes their records when wanted,
-and can still fail with the same typed errors (contents that do not add up
-under a correct CRC, a codec error).
+and can still fail with the same typed errors (bad contents, a codec error).
 
-Nothing here touches a socket or a clock: bytes in, objects out. Every foreign
-exception raised while decoding is translated into
-:class:`~gengroup._errors.ProtocolError` (truncated, hostile or unsupported
-input) or its subclass :class:`~gengroup._errors.CorruptRecordError` (CRC
-mismatch or inconsistent contents).
+Nothing here touches a socket or a clock. Every foreign exception raised while
+decoding is translated into :class:`~gengroup._errors.ProtocolError` (hostile
+or unsupported input) or its subclass ``CorruptRecordError`` (bad contents).
 """
 
 from __future__ import annotations
 
 import enum
 import gc
+import os
 import struct
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Final, NamedTuple, TypeAlias
 
@@ -536,7 +530,7 @@ def _varint_slow(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
     raise CorruptRecordError(f"varint at byte {pos} is longer than {max_bytes} bytes")
 
 
-def _decode_records(
+def _decode_records_py(
     buf: bytes, pos: int, end: int, count: int, base_offset: int, base_timestamp: int
 ) -> list[Record]:
     """Decode ``count`` records from ``buf[pos:end]``, which they must fill exactly."""
@@ -680,6 +674,14 @@ def _decode_headers(buf: bytes, pos: int, record_end: int) -> tuple[tuple[Header
             pos = stop
         headers.append((name, value))
     return tuple(headers), pos
+
+
+_decode_records: Callable[[bytes, int, int, int, int, int], list[Record]] = _decode_records_py
+if not os.environ.get("GENGROUP_PURE_PYTHON"):
+    with suppress(ImportError):  # not built (no compiler): the loop above
+        from ._speedups import configure, decode_records as _decode_records
+
+        configure(Record, CorruptRecordError)
 
 
 # --------------------------------------------------------------------------- encoding

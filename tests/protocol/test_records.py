@@ -41,6 +41,10 @@ SAMPLE: list[RecordInput] = [
 ]
 
 
+# Every test runs with the compiled and the pure-Python record loop (conftest.py).
+pytestmark = pytest.mark.usefixtures("record_loop")
+
+
 def rebuild(
     batch: bytes,
     *,

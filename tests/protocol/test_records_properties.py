@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 
 import cramjam
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from gengroup._errors import CorruptRecordError, ProtocolError
@@ -25,6 +26,9 @@ from gengroup.protocol.records import (
     encode_control_batch,
 )
 from tests.protocol.test_records import rebuild, xerial
+
+# Every test runs with the compiled and the pure-Python record loop (conftest.py).
+pytestmark = pytest.mark.usefixtures("record_loop")
 
 SETTINGS = settings(
     max_examples=60,

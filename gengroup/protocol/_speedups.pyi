@@ -1,0 +1,6 @@
+from .records import Record
+
+def configure(record_type: type[Record], error_type: type[Exception], /) -> bool: ...
+def decode_records(
+    buf: bytes, pos: int, end: int, count: int, base_offset: int, base_timestamp: int, /
+) -> list[Record]: ...
