@@ -322,16 +322,30 @@ def markdown(results: dict[str, Any]) -> str:
         "![Consumer throughput of each client by value size and codec](img/consume.png)",
         "",
         "Where the time goes: gengroup and aiokafka decode records in the thread that "
-        "consumes -- gengroup in pure Python, aiokafka with its compiled (Cython) record "
-        "reader -- while confluent-kafka decodes in librdkafka's C threads, which run "
-        "beside the Python loop: its records/CPU-s is the highest, and its records/s "
-        "can exceed what one core does. In gengroup most of the CPU time goes to the "
-        "per-record loop of `gengroup.protocol.records` (`python benchmarks/bench_decode.py` "
-        "measures it alone); for 1 KB values, also to moving the bytes (receiving, "
-        "copying each Fetch response and each value).",
+        "consumes -- gengroup with "
+        + (
+            "its compiled record loop (`gengroup.protocol._speedups`, C, built by pip "
+            "install; the pure-Python loop is the fallback)"
+            if meta.get("record_loop", "compiled") == "compiled"
+            else "its pure-Python record loop (`GENGROUP_PURE_PYTHON` was set, or the "
+            "compiled one was not built)"
+        )
+        + ", aiokafka with its compiled (Cython) record reader -- while confluent-kafka "
+        "decodes in librdkafka's C threads, which run beside the Python loop, so its "
+        "records/s can exceed what one core does. `python benchmarks/bench_decode.py` "
+        "measures the record loops alone. With 1 KB values most of gengroup's time "
+        "goes to moving the bytes: receiving them, making each value a `bytes` object, "
+        "and lz4's decompression.",
         "",
     ]
     return "\n".join(lines)
+
+
+def record_loop() -> str:
+    """Which record loop gengroup's clients run: ``compiled`` or ``pure-python``."""
+    from gengroup.protocol import records
+
+    return "pure-python" if records._decode_records is records._decode_records_py else "compiled"
 
 
 def run_others(bootstrap: str, repeat: int) -> None:
@@ -427,6 +441,7 @@ def main() -> None:
             "python": platform.python_version(),
             "machine": f"{platform.machine()}, {platform.system()}",
             "gengroup_settings": settings,
+            "record_loop": record_loop(),
         },
         "cases": [],
     }
