@@ -12,20 +12,29 @@ flight at a time (over disjoint partitions: a partition's next position is only
 known from the previous answer), and the answer to one is handed out while the
 next is on its way, so the socket stays busy while workers process.
 
-Each partition has a bounded buffer (its *share*: ``partition_buffer_bytes``,
-or ``fetch_buffer_bytes`` divided among the assigned partitions). A partition
-is fetched in steps of half its share -- or of its largest recent batch if that
-is larger, since Kafka answers a partition whose next batch exceeds the limit
-with nothing (unless it comes first in the request, which rotates) -- and only
-while a step is free, so buffered plus requested bytes stay within the share.
-The one excess: Kafka sends the first partition of an answer one batch whole
-even when it is larger than asked (so that a batch larger than the share can
-be consumed at all). Requests in flight together use
-separate connections, as the broker answers one connection in order and a
-long poll must not hold up an answer with data. When a worker falls
-behind, its partition drops out of the fetch requests until the worker drains
-it, so memory stays bounded and a slow worker applies backpressure to its own
-partition only.
+Memory is bounded at two levels. The member's *budget* (``fetch_buffer_bytes``,
+32 MiB by default) bounds the bytes buffered plus the bytes the Fetch requests
+in flight may bring, across all partitions: a request's response-wide
+``max_bytes`` is the room left in the budget, so the broker itself stops
+filling an answer when the budget is reached. A request goes out only once
+the room is worth a request (a quarter of the budget, or everything the
+ready partitions ask for if that is less): a trickle of room freed by one
+consumed batch does not become a trickle of one-partition round trips. Each
+partition has a bounded buffer too (its *share*: the budget divided among
+the assigned partitions; ``partition_buffer_bytes`` without a budget), so a
+slow worker holds its share and applies backpressure to its own partition
+only. A partition is asked for half its share -- but under a budget at least
+``partition_buffer_bytes`` and at least its largest recent batch, because
+Kafka answers a partition whose next batch exceeds its limit with nothing
+(unless it comes first in the request, which rotates): with many partitions
+the shares are small, but each Fetch still asks for whole producer batches
+of many partitions, and the response-wide limit keeps the total within the
+budget. A partition goes into a request when nothing is in flight for it and
+it is empty or has room for one more such step. The one excess: Kafka sends
+the first partition of an answer one batch whole even when it is larger than
+asked (so that a batch larger than the limits can be consumed at all).
+Requests in flight together use separate connections, as the broker answers
+one connection in order and a long poll must not hold up an answer with data.
 
 Records are not decoded by the fetch loop: the answer's batch headers are
 checked there (lengths, magic, CRC-32C, codec, count -- damage found there is
@@ -251,6 +260,12 @@ class _Partition:
     largest: int = 0
 
 
+def _lagging(part: _Partition) -> bool:
+    """Whether ``part`` is known to have records past its position (or its
+    high watermark is not known yet)."""
+    return part.high_watermark < 0 or part.position < part.high_watermark
+
+
 def _request_action(exc: BaseException) -> Action:
     """What a broker loop does about its Fetch request failing with ``exc``: the
     error table's action for a broker error; a broken connection or an
@@ -280,6 +295,8 @@ class Prefetcher:
         self._config = config
         self._parts = {tp: _Partition(tp, off) for tp, off in positions.items()}
         budget = config.fetch_buffer_bytes
+        #: The member's bound on buffered plus requested bytes (None: per partition only).
+        self._budget = budget
         #: Each partition's buffer bound, and the size of one fetch step (half of it).
         self._share = (
             config.partition_buffer_bytes
@@ -287,6 +304,16 @@ class Prefetcher:
             else max(1, budget // max(1, len(self._parts)))
         )
         self._step = max(1, self._share // 2)
+        #: The least a partition is asked for under a budget, and the most.
+        self._floor = (
+            self._step
+            if budget is None
+            else max(self._step, min(config.partition_buffer_bytes, budget // 2))
+        )
+        self._ceiling = self._share if budget is None else max(self._floor, budget // 2)
+        #: Bytes buffered in all partitions, and the ``max_bytes`` of the requests in flight.
+        self._buffered = 0
+        self._reserved = 0
         self._reset_offset = reset_offset
         self._on_first_batch = on_first_batch
         self._loops: set[int] = set()
@@ -321,7 +348,9 @@ class Prefetcher:
         part = self._parts[tp]
         part.position = offset
         part.error = None
-        part.buffered -= sum(batch.size for batch in part.queue)
+        dropped = sum(batch.size for batch in part.queue)
+        part.buffered -= dropped
+        self._buffered -= dropped
         part.queue.clear()
         part.wake.set()
         # A broker loop idle for lack of ready partitions fetches this one now.
@@ -334,8 +363,11 @@ class Prefetcher:
 
     def _consumed(self, part: _Partition, batch: FetchedBatch) -> None:
         part.buffered -= batch.size
-        if not part.in_flight and self._share - part.buffered >= self._want(part):
-            self._changed()  # the partition is ready again
+        self._buffered -= batch.size
+        if (not part.in_flight and self._has_room(part)) or (
+            self._budget is not None and self._room() >= self._budget // 4
+        ):
+            self._changed()  # the partition is ready again, or the member has room
         if self._on_first_batch is not None:
             callback, self._on_first_batch = self._on_first_batch, None
             callback()
@@ -404,13 +436,68 @@ class Prefetcher:
             part.leader == node
             and not part.in_flight
             and part.error is None
-            and self._share - part.buffered >= self._want(part)
+            and self._has_room(part)
         )
 
+    def _has_room(self, part: _Partition) -> bool:
+        """Whether ``part``'s buffer takes one more fetch: it is empty, or the
+        step fits in its share."""
+        return part.buffered <= 0 or self._share - part.buffered >= self._want(part)
+
     def _want(self, part: _Partition) -> int:
-        """The bytes one Fetch asks for ``part``: a step (half the share), or
-        the largest batch seen if that is larger, within the share."""
-        return min(self._share, max(self._step, part.largest))
+        """The bytes one Fetch asks for ``part``: a step (half the share; under
+        a budget at least ``partition_buffer_bytes``), or the largest batch
+        seen if that is larger; without a budget within the share, under one
+        within half the budget."""
+        return min(self._ceiling, max(self._floor, part.largest))
+
+    def _asks(self, parts: Sequence[_Partition]) -> dict[TopicPartition, int]:
+        """What one request asks for each of ``parts`` (partitions with data),
+        in order. Under a budget, only the first partitions whose asks add up
+        to the budget (the response-wide limit is at most half of it, and the
+        broker fills an answer in the request's order): the others are left to
+        a request on the other channel."""
+        asks: dict[TopicPartition, int] = {}
+        total = 0
+        for p in parts:
+            if self._budget is not None and total >= self._budget:
+                break
+            want = self._want(p)
+            asks[p.tp] = want
+            total += want
+        return asks
+
+    def _room(self) -> int:
+        """The bytes the member's budget leaves for new requests."""
+        assert self._budget is not None
+        return self._budget - self._buffered - self._reserved
+
+    def _request_limit(
+        self, asks: Mapping[TopicPartition, int], idle: bool, polling: bool = False
+    ) -> int:
+        """The response-wide ``max_bytes`` of a request asking ``asks``; 0: not now.
+
+        Without a budget: ``fetch_max_bytes`` or the sum of the asks. Under a
+        budget, also at most the room left in it and half of it (so that two
+        requests may be in flight); and while another request is in flight,
+        only a request worth a channel goes: one of a quarter of the budget
+        at least (the room and the ready partitions grow as workers consume;
+        a request per consumed batch would be a round trip per partition). A
+        long poll (``polling``: no partition known to have data) holds no
+        more of the budget than that quarter while it waits.
+        """
+        cfg = self._config
+        asked = sum(asks.values())
+        limit = min(cfg.fetch_max_bytes, asked)
+        budget = self._budget
+        if budget is None:
+            return limit
+        room = self._room()
+        worth = max(1, min(budget // 4, cfg.fetch_max_bytes))
+        limit = min(limit, worth if polling else budget // 2, room)
+        if idle:
+            return max(1, limit) if room >= min(asked, worth) else 0
+        return limit if limit >= worth else 0
 
     async def _broker_loop(self, node: int) -> None:
         """Send Fetch requests to ``node`` for its ready partitions, two at most at a time.
@@ -425,11 +512,17 @@ class Prefetcher:
         free = [f"fetch-{i}" if i else "fetch" for i in range(_MAX_IN_FLIGHT)]
         turn = 0
 
-        async def fetch(channel: str, ready: dict[TopicPartition, int]) -> None:
+        async def fetch(
+            channel: str,
+            ready: dict[TopicPartition, int],
+            asks: dict[TopicPartition, int],
+            limit: int,
+        ) -> None:
             try:
-                await self._fetch(node, ready, channel)
+                await self._fetch(node, ready, asks, limit, channel)
             finally:
                 free.append(channel)
+                self._reserved -= limit
                 for tp in ready:
                     self._parts[tp].in_flight = False
                 self._changed()
@@ -447,11 +540,22 @@ class Prefetcher:
                         order = list(self._parts.values())
                         turn += 1
                         order = order[turn % len(order) :] + order[: turn % len(order)]
-                        ready = {p.tp: p.position for p in order if self._ready(p, node)}
-                        if ready:
-                            for tp in ready:
+                        parts = [p for p in order if self._ready(p, node)]
+                        lagging = [p for p in parts if _lagging(p)]
+                        asks = self._asks(lagging)
+                        if idle:
+                            # The others wait in a long poll, all of them (no
+                            # partition waits for its turn to be polled). The
+                            # other channel may be such a long poll already:
+                            # it only goes for data known to be there.
+                            asks.update({p.tp: self._want(p) for p in parts if not _lagging(p)})
+                        limit = self._request_limit(asks, idle, not lagging) if asks else 0
+                        if limit:
+                            ready = {tp: self._parts[tp].position for tp in asks}
+                            for tp in asks:
                                 self._parts[tp].in_flight = True
-                            tg.start_soon(fetch, free.pop(), ready)
+                            self._reserved += limit
+                            tg.start_soon(fetch, free.pop(), ready, asks, limit)
                             continue
                     space = self._space
                     await space.wait()
@@ -459,10 +563,17 @@ class Prefetcher:
             self._loops.discard(node)
             raise
 
-    async def _fetch(self, node: int, ready: dict[TopicPartition, int], channel: str) -> None:
-        """One Fetch to ``node`` for ``ready`` on ``channel``; the answer goes to the buffers."""
+    async def _fetch(
+        self,
+        node: int,
+        ready: dict[TopicPartition, int],
+        asks: dict[TopicPartition, int],
+        limit: int,
+        channel: str,
+    ) -> None:
+        """One Fetch to ``node`` for ``ready`` on ``channel``, asking ``asks`` per
+        partition and ``limit`` in all; the answer goes to the buffers."""
         cfg = self._config
-        asks = {tp: self._want(self._parts[tp]) for tp in ready}
         try:
             result = await fetch_once(
                 self._cluster,
@@ -470,7 +581,7 @@ class Prefetcher:
                 ready,
                 max_wait=cfg.fetch_max_wait,
                 min_bytes=cfg.fetch_min_bytes,
-                max_bytes=min(cfg.fetch_max_bytes, sum(asks.values())),
+                max_bytes=limit,
                 partition_max_bytes=asks,
                 isolation_level=cfg.isolation_level,
                 decode=False,
@@ -496,13 +607,17 @@ class Prefetcher:
             self._failing.discard(node)
             log.info("group %s: fetching from broker %d again", cfg.group_id, node)
         self._backoffs.pop(node, None)
+        # What the answer left of its limit: a partition that got nothing
+        # although it has data was held back by its own limit only if its
+        # ask would have fitted in that.
+        left = limit - sum(pf.size for pf in result.values())
         for tp, pf in result.items():
             part = self._parts.get(tp)
             if part is None or part.position != ready.get(tp):
                 continue
-            await self._deliver(part, pf)
+            await self._deliver(part, pf, left >= asks[tp])
 
-    async def _deliver(self, part: _Partition, pf: PartitionFetch) -> None:
+    async def _deliver(self, part: _Partition, pf: PartitionFetch, room: bool = True) -> None:
         error = pf.error
         if error is not None:
             action = error.action if isinstance(error, BrokerError) else "fail"
@@ -531,11 +646,12 @@ class Prefetcher:
         # parse_fetch_response already dropped control and aborted batches
         # and the records below the requested offset; the raw batches are
         # decoded by the worker.
-        if pf.next_offset <= part.position < pf.high_watermark:
-            # Data is there but not one batch came: the next batch is larger
-            # than what was asked for (Kafka lets only the first partition of
-            # an answer exceed its limit), so ask for more next time.
-            part.largest = min(self._share, 2 * self._want(part))
+        if room and pf.next_offset <= part.position < pf.high_watermark:
+            # Data is there but not one batch came, though the answer had room
+            # for the partition's ask: the next batch is larger than what was
+            # asked for (Kafka lets only the first partition of an answer
+            # exceed its limit), so ask for more next time.
+            part.largest = min(self._ceiling, 2 * self._want(part))
         part.position = max(part.position, pf.next_offset)
         batches, raw = pf.batches, pf.raw
         if not batches and not raw:
@@ -561,6 +677,7 @@ class Prefetcher:
             )
         )
         part.buffered += size
+        self._buffered += size
         self._metrics.records += count
         self._metrics.bytes += size
         part.wake.set()
