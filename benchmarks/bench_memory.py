@@ -3,11 +3,14 @@
 Starts a real Apache Kafka broker (the test harness) unless ``--bootstrap`` is
 given, produces ``--records`` records of ``--value-size`` bytes spread over
 ``--partitions`` partitions (default 200,000 x 1 KB over 200), then runs each
-client in its own process as the single member of a fresh group. Each client
-consumes every record, touching every value (``total += len(value)``). The
-process reports its peak RSS (``ru_maxrss``) and how long consuming took.
-Prints one line per client with the ratio to aiokafka. Nothing is asserted
-(machines are shared and noisy); this is issue P4 of the benchmark suite.
+client in its own process as the single member of a fresh group, with its
+default settings. Each client consumes every record, touching every value
+(``total += len(value)``). The process reports its peak RSS (``VmHWM``),
+how long it ran (joining included) and how long consuming took (first record
+to last). Prints one line per client with the ratios to aiokafka. Nothing is
+asserted (machines are shared and noisy); this is issue P4 of the benchmark
+suite. ``gengroup-unbounded`` is gengroup without its member-wide budget
+(``fetch_buffer_bytes=None``: 1 MiB per partition), for comparison.
 
 Usage: python benchmarks/bench_memory.py [--records 200000] [--value-size 1000]
        [--partitions 200] [--repeat 1] [--bootstrap HOST:PORT]
@@ -30,9 +33,20 @@ from typing import Any
 import anyio
 from broker import real_broker
 
-CLIENTS = ("gengroup-trio", "gengroup-budget", "gengroup-asyncio", "aiokafka", "confluent-kafka")
-#: ``gengroup-budget``: trio with a member-wide buffer of this many bytes (``fetch_buffer_bytes``).
-BUDGET = 32 * 1024 * 1024
+CLIENTS = (
+    "gengroup-trio",
+    "gengroup-asyncio",
+    "gengroup-unbounded",
+    "aiokafka",
+    "confluent-kafka",
+)
+#: When each client saw its first record (consuming time runs from there).
+first_record: list[float] = []
+
+
+def _seen_first() -> None:
+    if not first_record:
+        first_record.append(time.perf_counter())
 
 
 def produce(bootstrap: str, topic: str, partitions: int, n: int, size: int) -> None:
@@ -56,7 +70,7 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int, size: int) -> N
 # ---------------------------------------------------------------------- the clients
 
 
-async def run_gengroup(bootstrap: str, topic: str, n: int, budget: int | None = None) -> int:
+async def run_gengroup(bootstrap: str, topic: str, n: int, unbounded: bool = False) -> int:
     from gengroup import ConsumerGroup, FetchedBatch, Generation, TopicPartition, run_workers
 
     total = seen = 0
@@ -64,6 +78,7 @@ async def run_gengroup(bootstrap: str, topic: str, n: int, budget: int | None = 
 
     async def handler(gen: Generation, tp: TopicPartition, batch: FetchedBatch) -> None:
         nonlocal total, seen
+        _seen_first()
         for record in batch:
             total += len(record.value or b"")
         seen += len(batch)
@@ -71,8 +86,9 @@ async def run_gengroup(bootstrap: str, topic: str, n: int, budget: int | None = 
             done.set()
 
     group_id = f"mem-{uuid.uuid4().hex[:8]}"
+    settings: dict[str, Any] = {"fetch_buffer_bytes": None} if unbounded else {}
     async with ConsumerGroup(
-        group_id, [topic], bootstrap, start_offset="earliest", fetch_buffer_bytes=budget
+        group_id, [topic], bootstrap, start_offset="earliest", **settings
     ) as group:
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_workers, group, handler)
@@ -95,6 +111,8 @@ async def run_aiokafka(bootstrap: str, topic: str, n: int) -> int:
     try:
         while seen < n:
             batches = await consumer.getmany(timeout_ms=100)
+            if batches:
+                _seen_first()
             for records in batches.values():
                 for record in records:
                     total += len(record.value or b"")
@@ -120,6 +138,7 @@ def run_confluent(bootstrap: str, topic: str, n: int) -> int:
         while seen < n:
             for message in consumer.consume(1000, 0.05):
                 if message.error() is None:
+                    _seen_first()
                     total += len(message.value() or b"")
                     seen += 1
     finally:
@@ -127,13 +146,32 @@ def run_confluent(bootstrap: str, topic: str, n: int) -> int:
     return total
 
 
+def peak_rss_kib() -> int:
+    """This process's peak resident set size in KiB.
+
+    ``VmHWM`` of ``/proc/self/status`` where there is one: ``ru_maxrss``
+    carries over the parent's peak through fork and exec on Linux, so a child
+    started by a parent that had produced the records would report at least
+    the parent's size.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def child(client: str, bootstrap: str, topic: str, n: int) -> dict[str, Any]:
     """Run one client in this process; its peak RSS and time."""
     started = time.perf_counter()
+    first_record.clear()
     if client == "gengroup-trio":
         total = anyio.run(run_gengroup, bootstrap, topic, n, backend="trio")
-    elif client == "gengroup-budget":
-        total = anyio.run(run_gengroup, bootstrap, topic, n, BUDGET, backend="trio")
+    elif client == "gengroup-unbounded":
+        total = anyio.run(run_gengroup, bootstrap, topic, n, True, backend="trio")
     elif client == "gengroup-asyncio":
         total = anyio.run(run_gengroup, bootstrap, topic, n, backend="asyncio")
     elif client == "aiokafka":
@@ -143,7 +181,8 @@ def child(client: str, bootstrap: str, topic: str, n: int) -> dict[str, Any]:
     return {
         "client": client,
         "seconds": time.perf_counter() - started,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "consume_seconds": time.perf_counter() - first_record[0],
+        "peak_rss_mb": peak_rss_kib() / 1024,
         "bytes": total,
     }
 
@@ -180,15 +219,24 @@ def main() -> None:
                 result = json.loads(out.stdout.strip().splitlines()[-1])
                 assert result["bytes"] >= args.records * args.value_size, result
                 results.setdefault(client, []).append(result)
-                print(f"  {client:<18} {result['peak_rss_mb']:7.0f} MB {result['seconds']:6.1f} s")
-    base = statistics.median(
-        r["peak_rss_mb"] for r in results.get("aiokafka", [{"peak_rss_mb": 0}])
+                print(
+                    f"  {client:<18} {result['peak_rss_mb']:7.0f} MB {result['seconds']:6.1f} s "
+                    f"(consuming {result['consume_seconds']:.2f} s)"
+                )
+
+    def median(client: str, key: str) -> float:
+        return statistics.median(r[key] for r in results.get(client, [{key: 0}]))
+
+    base, base_time = median("aiokafka", "peak_rss_mb"), median("aiokafka", "consume_seconds")
+    print(
+        f"\npeak RSS and consuming time, one member, {args.partitions} partitions "
+        f"(median of {args.repeat}):"
     )
-    print(f"\npeak RSS, one member, {args.partitions} partitions (median of {args.repeat}):")
-    for client, runs in results.items():
-        rss = statistics.median(r["peak_rss_mb"] for r in runs)
+    for client in results:
+        rss, secs = median(client, "peak_rss_mb"), median(client, "consume_seconds")
         ratio = f"{rss / base:.2f}x aiokafka" if base else ""
-        print(f"  {client:<18} {rss:7.0f} MB  {ratio}")
+        time_ratio = f"{secs / base_time:.2f}x aiokafka" if base_time else ""
+        print(f"  {client:<18} {rss:7.0f} MB  {ratio}   {secs:5.2f} s  {time_ratio}")
 
 
 if __name__ == "__main__":
