@@ -104,15 +104,16 @@ class KeylessPartitioner:
             led: its partitions with a known leader, sorted (empty: unknown,
                 every partition is a candidate).
         """
+        sticky = self._sticky.get(topic)
+        if self.strategy == "sticky" and sticky is not None and sticky < count:
+            return sticky
         choices = [p for p in led if p < count] or list(range(count))
         if self.strategy == "round_robin":
             n = self._round_robin[topic]
             self._round_robin[topic] = n + 1
             return choices[n % len(choices)]
-        sticky = self._sticky.get(topic)
-        if sticky is None or sticky >= count:
-            sticky = random.choice(choices)
-            self._sticky[topic] = sticky
+        sticky = random.choice(choices)
+        self._sticky[topic] = sticky
         return sticky
 
     def drained(self, topic: str, partition: int, led: Sequence[int] | None) -> None:

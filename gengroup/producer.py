@@ -4,7 +4,8 @@ Theory of operation:
 
 ``send()`` picks a partition (explicit, murmur2 of the key, or the null-key
 strategy), appends a pending record to that partition's queue and waits on the
-record's own event. Nothing is sent from the caller's task.
+record's outcome (one wake-up per call, however many records it sent).
+Nothing is sent from the caller's task.
 
 One *sender* task owns all network scheduling. It wakes when a record lands in
 an empty queue, a queue fills up, a flush starts, an in-flight request
@@ -55,17 +56,17 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Literal, Self, Unpack, overload
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from ._errors import (
     BrokenConnection,
     BrokerError,
     ClusterUnreachable,
-    ConfigError,
     ConnectionClosed,
     GengroupError,
     KafkaConnectionError,
@@ -74,11 +75,11 @@ from ._errors import (
     error_for_code,
     is_retriable,
 )
+from ._producer_config import ProducerConfig, ProducerSettings
 from ._types import TopicPartition
-from .io.cluster import Cluster
+from .io.cluster import Cluster, TopicInfo
 from .io.retry import backoff_delay, retry
-from .io.security import Security, SecuritySettings
-from .partitioner import KeylessPartitioner, Partitioner, murmur2, partition_for_key
+from .partitioner import KeylessPartitioner, murmur2, partition_for_key
 from .protocol.framing import build, ms
 from .protocol.records import Compression, Header, encode_batch
 from .protocol.versions import ApiKey
@@ -135,8 +136,6 @@ class ProducerRecord:
     timestamp_ms: int | None = None
 
 
-Acks = Literal[-1, 0, 1, "all"]
-
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _ONE_MS: Final = datetime.timedelta(milliseconds=1)
 _RECORD_OVERHEAD: Final = 26  # upper bound of a record's varint framing
@@ -173,9 +172,32 @@ def _copy_error(exc: BaseException) -> BaseException:
         return exc
 
 
+#: Records ``send_many`` queues between two checkpoints.
+_YIELD_EVERY: Final = 1000
+
+
+class _Waiter:
+    """Wakes one waiting task once ``remaining`` records have their outcome.
+
+    One per ``send``, ``send_many`` or ``flush`` call rather than an event per
+    record: a call waiting for a million records costs one event.
+    """
+
+    __slots__ = ("event", "remaining")
+
+    def __init__(self, remaining: int) -> None:
+        self.remaining = remaining
+        self.event = anyio.Event()
+
+    def one_done(self) -> None:
+        self.remaining -= 1
+        if not self.remaining:
+            self.event.set()
+
+
 @dataclass(slots=True, eq=False)
 class _Pending:
-    """One record from ``send`` until its outcome is known."""
+    """One record from ``send`` until its outcome is known (``done``)."""
 
     key: bytes | None
     value: bytes | None
@@ -183,9 +205,25 @@ class _Pending:
     timestamp: int
     size: int
     created: float
-    event: anyio.Event = field(default_factory=anyio.Event)
+    done: bool = False
+    waiters: list[_Waiter] | None = None
     result: RecordMetadata | None = None
     error: BaseException | None = None
+
+
+async def _wait_for(pendings: Sequence[_Pending]) -> None:
+    """Return once every one of ``pendings`` has its outcome."""
+    open_ = [pending for pending in pendings if not pending.done]
+    if not open_:
+        await anyio.lowlevel.checkpoint()
+        return
+    waiter = _Waiter(len(open_))
+    for pending in open_:
+        if pending.waiters is None:
+            pending.waiters = [waiter]
+        else:
+            pending.waiters.append(waiter)
+    await waiter.event.wait()
 
 
 class _Batch:
@@ -218,92 +256,6 @@ class _Queue:
         self.first_arrival = 0.0
         self.retry: _Batch | None = None
         self.in_flight = False
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerConfig(Security):
-    """The settings of a :class:`Producer`, validated at construction.
-
-    Attributes:
-        acks: ``-1``/``"all"`` (every in-sync replica), ``1`` (the leader) or
-            ``0`` (no acknowledgement: offsets are reported as -1); ``"all"``
-            is stored as -1.
-        compression: the codec of every batch.
-        linger: seconds a partition's first queued record waits for company.
-        max_batch_bytes: estimated uncompressed bytes per batch (a larger
-            single record is sent alone).
-        buffer_bytes: estimated bytes queued before ``send`` waits for room.
-        delivery_timeout: seconds from ``send`` until a record that could not
-            be delivered (retries included) fails.
-        request_timeout: seconds the broker may take to replicate (the
-            Produce ``timeout`` field) and, plus 5 s, the client waits for it.
-        max_block: seconds ``send`` waits for the topic's metadata.
-        retry_backoff: base seconds between retries (doubling, capped at 1 s).
-        metadata_max_age: seconds between background metadata refreshes.
-        partitioner: strategy for null-key records, ``"sticky"`` or ``"round_robin"``.
-        client_id: client id of an owned cluster.
-        allow_auto_create_topics: let the broker create a topic this producer
-            sends to that does not exist, where the broker allows it
-            (``auto.create.topics.enable``), as the Java producer does.
-        security_protocol, ssl_*, sasl_*: :class:`~gengroup.io.security.Security`'s, inherited.
-
-    Raises:
-        ConfigError: an invalid value.
-    """
-
-    acks: Acks = -1
-    compression: Compression = Compression.NONE
-    linger: float = 0.005
-    max_batch_bytes: int = 1_000_000
-    buffer_bytes: int = 64 * 1024 * 1024
-    delivery_timeout: float = 120.0
-    request_timeout: float = 30.0
-    max_block: float = 10.0
-    retry_backoff: float = 0.1
-    metadata_max_age: float = 300.0
-    partitioner: Partitioner = "sticky"
-    client_id: str = "gengroup-producer"
-    allow_auto_create_topics: bool = True
-
-    def __post_init__(self) -> None:
-        Security.__post_init__(self)
-        acks = -1 if self.acks == "all" else self.acks
-        if acks not in (-1, 0, 1):
-            raise ConfigError(f"acks must be -1, 'all', 0 or 1, not {self.acks!r}")
-        object.__setattr__(self, "acks", int(acks))
-        object.__setattr__(self, "compression", Compression(self.compression))
-        if self.partitioner not in ("sticky", "round_robin"):
-            raise ConfigError(
-                f"partitioner must be 'sticky' or 'round_robin', not {self.partitioner!r}"
-            )
-        if self.linger < 0 or self.max_batch_bytes <= 0 or self.buffer_bytes <= 0:
-            raise ConfigError("linger must be >= 0 and the byte limits positive")
-        if self.delivery_timeout <= 0 or self.request_timeout <= 0 or self.max_block < 0:
-            raise ConfigError("timeouts must be positive")
-
-
-# ---------------------------------------------------------------------------- producer
-
-
-class ProducerSettings(SecuritySettings, total=False):
-    """:class:`ProducerConfig`'s fields as keyword arguments of :class:`Producer`.
-
-    Names and types only, for type checkers; a test checks they match the config.
-    """
-
-    acks: Acks
-    compression: Compression
-    linger: float
-    max_batch_bytes: int
-    buffer_bytes: int
-    delivery_timeout: float
-    request_timeout: float
-    max_block: float
-    retry_backoff: float
-    metadata_max_age: float
-    partitioner: Partitioner
-    client_id: str
-    allow_auto_create_topics: bool
 
 
 class Producer:
@@ -345,6 +297,7 @@ class Producer:
 
         self._queues: dict[TopicPartition, _Queue] = {}
         self._outstanding: set[_Pending] = set()
+        self._led_cache: dict[str, tuple[TopicInfo, list[int]]] = {}
         self._buffered = 0
         self._space = anyio.Event()
         self._wakeup = anyio.Event()
@@ -402,6 +355,7 @@ class Producer:
     def _fail_outstanding(self, error: BaseException) -> None:
         for pending in list(self._outstanding):
             self._settle(pending, None, error)
+        self._freed()
         for queue in self._queues.values():
             queue.records.clear()
             queue.bytes = 0
@@ -502,9 +456,12 @@ class Producer:
         for item in records:
             rec = item if isinstance(item, ProducerRecord) else ProducerRecord(item)
             pendings.append(await self._enqueue(topic, rec))
+            if not len(pendings) % _YIELD_EVERY:
+                # Queueing does not yield while the buffer has room: let the
+                # sender send the batches filled meanwhile.
+                await anyio.lowlevel.checkpoint()
         results: list[RecordMetadata | BaseException] = []
-        for pending in pendings:
-            await pending.event.wait()
+        await _wait_for(pendings)
         for pending in pendings:
             if pending.error is not None:
                 if not return_exceptions:
@@ -527,15 +484,17 @@ class Producer:
         self._flushing += 1
         self._wake()
         try:
-            for pending in waiting:
-                await pending.event.wait()
+            await _wait_for(waiting)
+            # The send calls waiting for those records were woken with this
+            # task: one more turn lets them see their outcomes first.
+            await anyio.lowlevel.checkpoint()
         finally:
             self._flushing -= 1
 
     # ------------------------------------------------------------------ enqueueing
 
     async def _outcome(self, pending: _Pending) -> RecordMetadata:
-        await pending.event.wait()
+        await _wait_for((pending,))
         if pending.error is not None:
             raise _copy_error(pending.error) from pending.error
         assert pending.result is not None
@@ -645,7 +604,13 @@ class Producer:
         info = self.cluster.topics.get(topic)
         if info is None:
             return None
-        return sorted(p for p, part in info.partitions.items() if part.leader >= 0)
+        # Each metadata refresh makes new TopicInfo objects: the cache holds
+        # as long as the one it was computed from.
+        cached = self._led_cache.get(topic)
+        if cached is None or cached[0] is not info:
+            led = sorted(p for p, part in info.partitions.items() if part.leader >= 0)
+            cached = self._led_cache[topic] = (info, led)
+        return cached[1]
 
     # ------------------------------------------------------------------ sender
 
@@ -830,13 +795,20 @@ class Producer:
     def _settle(
         self, pending: _Pending, result: RecordMetadata | None, error: BaseException | None
     ) -> None:
-        if pending.event.is_set():
+        """Give ``pending`` its outcome; the caller then calls :meth:`_freed`."""
+        if pending.done:
             return
         pending.result = result
         pending.error = error
-        pending.event.set()
+        pending.done = True
+        if pending.waiters is not None:
+            for waiter in pending.waiters:
+                waiter.one_done()
         self._outstanding.discard(pending)
         self._buffered -= pending.size
+
+    def _freed(self) -> None:
+        """Wake the ``send`` calls waiting for room in the buffer (once per batch)."""
         self._space.set()
         self._space = anyio.Event()
 
@@ -850,10 +822,12 @@ class Producer:
             self._settle(
                 pending, RecordMetadata(batch.tp.topic, batch.tp.partition, offset, stamp), None
             )
+        self._freed()
 
     def _fail_batch(self, batch: _Batch, error: BaseException) -> None:
         for pending in batch.records:
             self._settle(pending, None, error)
+        self._freed()
 
     def _retry_or_fail(self, batch: _Batch, error: BaseException) -> None:
         now = anyio.current_time()

@@ -10,8 +10,13 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
+
+import pytest
+
+from gengroup.testing.kafka import KafkaCluster
 
 pytest_plugins = ["gengroup.testing.pytest_plugin"]
 
@@ -48,3 +53,13 @@ def _dump_trio_tasks(signum: int, frame: FrameType | None) -> None:
 
 
 signal.signal(signal.SIGUSR1, _dump_trio_tasks)
+
+
+@pytest.fixture
+def healed_cluster(kafka_cluster: KafkaCluster) -> Iterator[KafkaCluster]:
+    """The session's cluster with every node up and in sync, brought back afterwards."""
+    kafka_cluster.heal()
+    try:
+        yield kafka_cluster
+    finally:
+        kafka_cluster.heal()

@@ -104,6 +104,19 @@ def _read_line(proc: subprocess.Popen[bytes], timeout: float) -> bytes:
     return proc.stdout.readline()
 
 
+def _reap(proc: subprocess.Popen[bytes], kill: Callable[[], None]) -> None:
+    """Stop ``proc`` with ``kill`` if it still runs, close its stdout and kill the
+    broker JVMs it started."""
+    if proc.poll() is None:
+        kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+    for pid in _harness_jvms(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+
+
 @contextlib.contextmanager
 def _cli(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     """Run ``python -m gengroup.testing.kafka``; kill it and its brokers at the end."""
@@ -118,14 +131,7 @@ def _cli(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], 
     try:
         yield proc, stderr_path
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-        for pid in _harness_jvms(proc.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+        _reap(proc, proc.kill)
 
 
 def _await_bootstrap(proc: subprocess.Popen[bytes], stderr_path: Path) -> bytes:
@@ -258,14 +264,7 @@ def test_a_pytest_run_killed_with_sigterm_leaves_no_broker(tmp_path: Path) -> No
         assert _wait_until(lambda: _group_gone(jvms[0]), 30), "the JVM outlived the pytest run"
         assert _wait_until(lambda: not data_dir.exists(), 10)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-        for pid in _harness_jvms(proc.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+        _reap(proc, lambda: os.killpg(proc.pid, signal.SIGKILL))
 
 
 # ---------------------------------------------------------------- without a broker

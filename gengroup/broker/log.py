@@ -57,6 +57,7 @@ from .._errors import CorruptRecordError, ProtocolError
 from ..protocol.records import decode_batches
 
 __all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
     "EARLIEST_LOCAL_TIMESTAMP",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIERED_TIMESTAMP",
@@ -88,6 +89,8 @@ _OFFSET_OUT_OF_RANGE: Final = 1
 
 _HEADER_SIZE: Final = 61
 _LOG_OVERHEAD: Final = 12
+#: Kafka's default ``message.max.bytes``: 1 MiB and a batch's log overhead.
+DEFAULT_MAX_MESSAGE_BYTES: Final = 1024 * 1024 + _LOG_OVERHEAD
 _CRC_START: Final = 21
 _MAGIC_OFFSET: Final = 16
 _ATTRIBUTES_OFFSET: Final = 21
@@ -248,7 +251,7 @@ class PartitionLog:
         now_ms: int,
         leader_epoch: int = 0,
         log_append_time: bool = False,
-        max_message_bytes: int = 1048588,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         validate_records: bool = True,
     ) -> AppendResult:
         """Validate one produced batch and append it.

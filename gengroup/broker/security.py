@@ -61,7 +61,13 @@ import scramp  # type: ignore[import-untyped]
 from kio.schema.errors import ErrorCode
 
 from .._errors import ConfigError
-from ..io.security import PathSetting, SecurityProtocol, UsesProtocol, load_cert_chain
+from ..io.security import (
+    PathSetting,
+    SecurityProtocol,
+    UsesProtocol,
+    check_pem_files,
+    load_cert_chain,
+)
 from ..protocol.versions import ApiKey
 from .apis import sasl_authenticate, sasl_handshake
 
@@ -205,14 +211,7 @@ def _check(s: ServerSecurity) -> None:
             f"security_protocol={s.security_protocol!r} needs the broker's certificate: "
             "ssl_certfile (and ssl_keyfile unless the key is in it), or ssl_context"
         )
-    for name in files:
-        value: Any = getattr(s, name)
-        if not isinstance(value, str | os.PathLike) or not os.fspath(value):
-            raise ConfigError(f"{name} must be a path, got {value!r}")
-        if not os.path.isfile(value):
-            raise ConfigError(f"{name} {os.fspath(value)!r} is not a file")
-    if s.ssl_keyfile is not None and s.ssl_certfile is None:
-        raise ConfigError("ssl_keyfile needs ssl_certfile (the certificate it belongs to)")
+    check_pem_files(s, files, "the certificate")
     _check_sasl(s)
 
 
@@ -371,12 +370,14 @@ def _new_mechanism(name: str, security: ServerSecurity) -> _Mechanism:
 
 
 class _State(enum.Enum):
-    VERSIONS_OR_HANDSHAKE = "versions or handshake"
-    HANDSHAKE = "handshake"
-    AUTHENTICATE = "authenticate"
-    BAD_MECHANISM = "bad mechanism"
-    COMPLETE = "complete"
-    FAILED = "failed"
+    """Where a connection is in the exchange (only the identity of a state matters)."""
+
+    VERSIONS_OR_HANDSHAKE = enum.auto()  # new: ApiVersions (once) or SaslHandshake
+    HANDSHAKE = enum.auto()  # ApiVersions served: SaslHandshake next
+    AUTHENTICATE = enum.auto()  # handshake done: the mechanism's tokens
+    BAD_MECHANISM = enum.auto()  # re-authentication with another mechanism: fail next
+    COMPLETE = enum.auto()  # authenticated: requests go to the APIs
+    FAILED = enum.auto()  # authentication failed: the connection closes
 
 
 @dataclass(frozen=True, slots=True)

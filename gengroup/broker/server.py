@@ -331,15 +331,14 @@ class BrokerServer:
             raise anyio.EndOfStream
         return tls
 
+    def _log(self, level: int, conn: _Connection, message: str, *args: object) -> None:
+        """Log about a connection: ``message`` names this broker, then the client, then ``args``."""
+        log.log(level, message, self.node_id, conn.client_host, *args)
+
     def _failed_authentication(self, conn: _Connection, what: str, message: str) -> None:
         self.failed_authentications += 1
-        log.info(
-            "broker %d: failed authentication with %s (%s): %s",
-            self.node_id,
-            conn.client_host,
-            what,
-            message,
-        )
+        fmt = "broker %d: failed authentication with %s (%s): %s"
+        self._log(logging.INFO, conn, fmt, what, message)
 
     async def _serve_connection(self, conn: _Connection) -> None:
         buf = FrameBuffer(max_frame=self.state.settings.socket_request_max_bytes)
@@ -484,19 +483,9 @@ class BrokerServer:
             self.authentications += 1
             if o.completed == "re-authentication":
                 self.reauthentications += 1
-            log.debug(
-                "broker %d: %s %s completed (%s)",
-                self.node_id,
-                conn.client_host,
-                o.completed,
-                conn.sasl.principal,
-            )
+            fmt = "broker %d: %s %s completed (%s)"
+            self._log(logging.DEBUG, conn, fmt, o.completed, conn.sasl.principal)
         elif o.reason is not None:
             if o.reason == "its SASL session expired":
                 self.expired_sessions += 1
-            log.info(
-                "broker %d: closing the connection of %s: %s",
-                self.node_id,
-                conn.client_host,
-                o.reason,
-            )
+            self._log(logging.INFO, conn, "broker %d: closing the connection of %s: %s", o.reason)

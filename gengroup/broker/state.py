@@ -49,7 +49,7 @@ from kio.schema.errors import ErrorCode
 from .. import _java
 from .coordinator import CoordinatorConfig, GroupCoordinator, Reply, Request, Response
 from .faults import Faults
-from .log import LogError, Topic, Topics
+from .log import DEFAULT_MAX_MESSAGE_BYTES, LogError, Topic, Topics
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -63,6 +63,9 @@ log = logging.getLogger("gengroup.broker")
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 
 _INT32_MIN: Final = -(2**31)
+
+#: The coordinator's defaults: a ``group_*`` setting's default is the coordinator's.
+_GROUP: Final = CoordinatorConfig()
 
 T = TypeVar("T")
 
@@ -126,16 +129,16 @@ class BrokerSettings:
     default_replication_factor: int = 1
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
-    max_message_bytes: int = 1048588
-    socket_request_max_bytes: int = 104857600
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    socket_request_max_bytes: int = 100 * 1024 * 1024
     log_message_timestamp_type: str = "CreateTime"
-    group_initial_rebalance_delay_ms: int = 3000
-    group_min_session_timeout_ms: int = 6000
-    group_max_session_timeout_ms: int = 1800000
-    group_max_size: int = 2**31 - 1
-    group_consumer_session_timeout_ms: int = 45000
-    group_consumer_heartbeat_interval_ms: int = 5000
-    group_consumer_assignment_interval_ms: int = 1000
+    group_initial_rebalance_delay_ms: int = _GROUP.initial_rebalance_delay_ms
+    group_min_session_timeout_ms: int = _GROUP.min_session_timeout_ms
+    group_max_session_timeout_ms: int = _GROUP.max_session_timeout_ms
+    group_max_size: int = _GROUP.max_group_size
+    group_consumer_session_timeout_ms: int = _GROUP.consumer_session_timeout_ms
+    group_consumer_heartbeat_interval_ms: int = _GROUP.consumer_heartbeat_interval_ms
+    group_consumer_assignment_interval_ms: int = _GROUP.consumer_assignment_interval_ms
     group_coordinator_rebalance_protocols: tuple[str, ...] = ("classic", "consumer")
     connections_max_idle: float | None = None
     validate_records: bool = True

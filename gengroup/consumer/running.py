@@ -55,7 +55,7 @@ coordinator assigns the released partitions without a second rebalance.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -92,6 +92,12 @@ log = logging.getLogger("gengroup")
 #: generation's partitions (ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID are
 #: MemberResetError), or the group is assigning them anew.
 _FENCED = (MemberResetError, FencedInstanceId, RebalanceInProgress)
+
+#: Seconds after a cooperative generation formed at which it heartbeats first;
+#: then at twice that, four times, ... while below ``heartbeat_interval``. The
+#: members that revoked partitions rejoin within milliseconds, or after their
+#: revoked tasks' teardown and commit, which take longer: hence the doubling.
+FIRST_EARLY_BEAT = 0.05
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -636,8 +642,8 @@ class _Run:
         found: int | None = node
         # One beat, a lookup of the coordinator included, waits at most this long.
         limit = min(self.config.request_timeout, self.config.session_timeout)
-        while True:
-            await anyio.sleep(self.config.heartbeat_interval)
+        for delay in self._beat_delays():
+            await anyio.sleep(delay)
             if gen.lease_expired():
                 return
             sent_at = anyio.current_time()
@@ -670,6 +676,29 @@ class _Run:
                 raise error_for_code(code, f"Heartbeat of {gen.group_id} generation {gen.label}")
             gen.end(outcome, f"heartbeat answered {error_for_code(code).name}")
             return
+
+    def _beat_delays(self) -> Iterator[float]:
+        """The sleeps before each heartbeat of this generation.
+
+        Every ``heartbeat_interval``; a generation of a cooperative rebalance
+        on the classic protocol also beats early (:data:`FIRST_EARLY_BEAT`,
+        doubling). Such a rebalance comes in two phases: members that gave
+        partitions up rejoin the moment phase one formed, but every other
+        member, among them the newcomer that waits for those partitions,
+        learns of phase two only at its next heartbeat. Early beats start
+        phase two as soon as the others rejoined rather than up to a whole
+        interval later.
+        """
+        interval = self.config.heartbeat_interval
+        elapsed = 0.0
+        if self.formed.classic and self.gen.rebalance_protocol == "cooperative":
+            at = FIRST_EARLY_BEAT
+            while at < interval:
+                yield at - elapsed
+                elapsed, at = at, at * 2
+        yield interval - elapsed
+        while True:
+            yield interval
 
     async def _lease_watch(self) -> None:
         """End the generation the moment its local lease runs out.

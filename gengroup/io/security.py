@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal, TypedDict, get_args
 
@@ -170,6 +170,28 @@ def load_cert_chain(
         ) from exc
 
 
+def check_pem_files(settings: Any, names: Iterable[str], certificate: str) -> None:
+    """Check the PEM file settings ``names`` of a client's or a listener's settings.
+
+    Each one that is set must name an existing file, and ``ssl_keyfile`` needs
+    ``ssl_certfile`` (``certificate`` says whose, in the error).
+
+    Raises:
+        ConfigError: a setting is not a path, its file is missing, or a key has
+            no certificate.
+    """
+    for name in names:
+        value: Any = getattr(settings, name)
+        if value is None:
+            continue
+        if not isinstance(value, str | os.PathLike) or not os.fspath(value):
+            raise ConfigError(f"{name} must be a path, got {value!r}")
+        if not os.path.isfile(value):
+            raise ConfigError(f"{name} {os.fspath(value)!r} is not a file")
+    if settings.ssl_keyfile is not None and settings.ssl_certfile is None:
+        raise ConfigError(f"ssl_keyfile needs ssl_certfile ({certificate} it belongs to)")
+
+
 def _check_security(s: Security) -> None:
     protocol = s.security_protocol
     if isinstance(protocol, str) and protocol.upper() in _PROTOCOLS:
@@ -198,16 +220,7 @@ def _check_security(s: Security) -> None:
                 f"ssl_context excludes {others}: configure the context itself, "
                 "or pass the files instead of a context"
             )
-    for name in _SSL_FILES:
-        value: Any = getattr(s, name)
-        if value is None:
-            continue
-        if not isinstance(value, str | os.PathLike) or not os.fspath(value):
-            raise ConfigError(f"{name} must be a path, got {value!r}")
-        if not os.path.isfile(value):
-            raise ConfigError(f"{name} {os.fspath(value)!r} is not a file")
-    if s.ssl_keyfile is not None and s.ssl_certfile is None:
-        raise ConfigError("ssl_keyfile needs ssl_certfile (the client certificate it belongs to)")
+    check_pem_files(s, _SSL_FILES, "the client certificate")
     if s.ssl_password is not None and s.ssl_certfile is None:
         raise ConfigError("ssl_password is the client key's password: it needs ssl_certfile")
     _check_sasl(s, protocol)

@@ -60,7 +60,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from gengroup._errors import ProtocolError
 
@@ -367,38 +367,29 @@ def decode_subscription(data: bytes) -> Subscription:
     version = r.version()
     topics = tuple(r.string("topic name") for _ in range(r.count("topics", 2)))
     user_data = r.nullable_bytes("user data")
-    owned: TopicPartitions = ()
-    generation_id = -1
-    rack: str | None = None
     if version >= 1 and r.at_end():
         # segmentio/kafka-go labels its subscription version 1 but writes only
         # the version-0 fields: read such a truncated v1 (or later) as v0.
         return Subscription(topics=topics, user_data=user_data, version=0)
+    added: dict[str, Any] = {}  # the fields of later versions; absent ones keep their defaults
     if version >= 1:
-        owned = r.topic_partitions("owned partitions")
+        added["owned_partitions"] = r.topic_partitions("owned partitions")
     if version >= 2:
-        generation_id = r.i32("generation id")
+        added["generation_id"] = r.i32("generation id")
     if version >= 3:
-        rack = r.nullable_string("rack")
-    return Subscription(
-        topics=topics,
-        user_data=user_data,
-        owned_partitions=owned,
-        generation_id=generation_id,
-        rack=rack,
-        version=version,
-    )
+        added["rack"] = r.nullable_string("rack")
+    return Subscription(topics=topics, user_data=user_data, version=version, **added)
 
 
 def decode_assignment(data: bytes) -> Assignment:
     """Decode a member's assignment from a SyncGroup response.
 
-    An empty byte string (what the coordinator sends a member the leader gave
-    nothing) decodes to an empty assignment with ``version`` 0. Any version >= 0
-    is accepted and trailing bytes are ignored.
+    Any version >= 0 is accepted and trailing bytes are ignored.
 
     Args:
-        data: the assignment bytes.
+        data: the assignment bytes; empty ones (what the coordinator sends a
+            member the leader gave nothing) decode to an empty assignment of
+            ``version`` 0.
 
     Returns:
         The assignment, with ``version`` set to the version on the wire.

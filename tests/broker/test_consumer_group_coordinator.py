@@ -83,9 +83,9 @@ class Group:
                 rebalance_timeout_ms = 30000
         out = self.call(
             ConsumerGroupHeartbeatInput(
-                group_id=group_id,
-                member_id=member_id,
-                member_epoch=epoch,
+                group_id,
+                member_id,
+                epoch,
                 instance_id=instance_id,
                 rebalance_timeout_ms=rebalance_timeout_ms,
                 subscribed_topic_names=topics,
@@ -104,6 +104,16 @@ class Group:
     def advance(self, ms: int) -> None:
         self.now += ms
         self.coordinator.advance(self.now)
+
+    def commit(
+        self, member_id: str, epoch: int, partition: int = 0, *, offset: int = 1, version: int = 9
+    ) -> ErrorCode:
+        """Commit ``offset`` of ``t``'s ``partition`` to group ``g`` as ``member_id`` at
+        ``epoch``; the partition's error code."""
+        topics = (OffsetCommitTopic("t", (OffsetCommitPartition(partition, offset),)),)
+        out = self.call(OffsetCommitInput("g", topics, epoch, member_id, version=version))
+        assert isinstance(out, OffsetCommitOutput)
+        return out.topics[0].partitions[0].error_code
 
 
 def parts(out: ConsumerGroupHeartbeatOutput, topic: uuid.UUID = T1) -> list[int]:
@@ -359,17 +369,7 @@ def test_offset_commits_carry_the_member_epoch() -> None:
     g.hb("m1", 0)
 
     def commit(epoch: int, member_id: str = "m1", version: int = 9) -> ErrorCode:
-        out = g.call(
-            OffsetCommitInput(
-                group_id="g",
-                topics=(OffsetCommitTopic("t", (OffsetCommitPartition(0, 10, -1, ""),)),),
-                generation_id=epoch,
-                member_id=member_id,
-                version=version,
-            )
-        )
-        assert isinstance(out, OffsetCommitOutput)
-        return out.topics[0].partitions[0].error_code
+        return g.commit(member_id, epoch, offset=10, version=version)
 
     assert commit(2) is ErrorCode.none
     assert commit(1) is ErrorCode.stale_member_epoch  # older than its partitions
@@ -459,17 +459,11 @@ def test_an_older_epoch_commits_partitions_held_since_then() -> None:
     g.hb("m1", 2, {T1: [0, 1, 2]})  # epoch 3
     g.hb("m2", 3, {})  # t:3-5 at epoch 3
 
-    def commit(member_id: str, epoch: int, partition: int) -> ErrorCode:
-        topics = (OffsetCommitTopic("t", (OffsetCommitPartition(partition, 1),)),)
-        out = g.call(OffsetCommitInput("g", topics, epoch, member_id))
-        assert isinstance(out, OffsetCommitOutput)
-        return out.topics[0].partitions[0].error_code
-
-    assert commit("m1", 2, 0) is ErrorCode.none
-    assert commit("m1", 1, 0) is ErrorCode.stale_member_epoch
-    assert commit("m1", 2, 4) is ErrorCode.stale_member_epoch  # no longer its own
-    assert commit("m2", 2, 4) is ErrorCode.stale_member_epoch  # given at epoch 3
-    assert commit("m2", 3, 0) is ErrorCode.none  # its current epoch: any partition
+    assert g.commit("m1", 2, 0) is ErrorCode.none
+    assert g.commit("m1", 1, 0) is ErrorCode.stale_member_epoch
+    assert g.commit("m1", 2, 4) is ErrorCode.stale_member_epoch  # no longer its own
+    assert g.commit("m2", 2, 4) is ErrorCode.stale_member_epoch  # given at epoch 3
+    assert g.commit("m2", 3, 0) is ErrorCode.none  # its current epoch: any partition
 
 
 def test_an_empty_consumer_group_makes_way_for_a_classic_group() -> None:

@@ -4,7 +4,6 @@ on a seeded schedule; nothing lost, every duplicate explained by a fault, the gr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,16 +12,6 @@ from gengroup.broker import FakeCluster
 from gengroup.testing.kafka import KafkaCluster
 
 from .consumer import run_chaos, verify
-
-
-@pytest.fixture
-def cluster(kafka_cluster: KafkaCluster) -> Iterator[KafkaCluster]:
-    """The session's cluster with every node up and in sync, brought back afterwards."""
-    kafka_cluster.heal()
-    try:
-        yield kafka_cluster
-    finally:
-        kafka_cluster.heal()
 
 
 async def test_member_chaos_on_the_embedded_broker(tmp_path: Path) -> None:
@@ -36,9 +25,11 @@ async def test_member_chaos_on_the_embedded_broker(tmp_path: Path) -> None:
 @pytest.mark.kafka
 @pytest.mark.timeout(600)  # a hang guard: the cluster's start is part of the first test using it
 async def test_member_and_broker_chaos_on_a_three_broker_cluster(
-    tmp_path: Path, cluster: KafkaCluster
+    tmp_path: Path, healed_cluster: KafkaCluster
 ) -> None:
-    run = await run_chaos(cluster.bootstrap, tmp_path, seed=13, seconds=40, cluster=cluster)
+    run = await run_chaos(
+        healed_cluster.bootstrap, tmp_path, seed=13, seconds=40, cluster=healed_cluster
+    )
     outcome = verify(run)
     assert any("broker" in f.action for f in run.broker)
     assert outcome.processed == sum(run.ends.values()) > 0

@@ -49,15 +49,8 @@ from gengroup._errors import ProtocolError
 from gengroup.io.cluster import parse_address
 from gengroup.io.connection import BrokerConnection, open_connection
 from gengroup.membership.requests import commit_request
-from gengroup.protocol.consumer_protocol import (
-    PROTOCOL_TYPE,
-    Assignment,
-    Subscription,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-)
+from gengroup.protocol import consumer_protocol
+from gengroup.protocol.consumer_protocol import PROTOCOL_TYPE, Assignment, Subscription
 from gengroup.protocol.framing import (
     FrameBuffer,
     build,
@@ -80,6 +73,7 @@ __all__ = [
     "Session",
     "Transcript",
     "assignment_bytes",
+    "by_name",
     "error_name",
     "id_shape",
     "open_session",
@@ -87,6 +81,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 Transcript = list[tuple[str, Any]]
 """What a scenario observed: ``(step, normalised answer)`` in scenario order."""
@@ -126,6 +121,11 @@ VISIBILITY_WAIT: Final = 10.0
 _UUID_RE: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
+def by_name(*scenarios: F) -> dict[str, F]:
+    """``scenarios`` keyed by their function names (the ids the tests run them by)."""
+    return {f.__name__: f for f in scenarios}
+
+
 def error_name(code: Any) -> str:
     """The Kafka name of an error code, e.g. ``"ILLEGAL_GENERATION"``."""
     return ErrorCode(int(code)).name.upper()
@@ -138,12 +138,12 @@ def id_shape(member_id: str) -> str:
 
 def subscription_bytes(*topics: str) -> bytes:
     """JoinGroup protocol metadata: a consumer-protocol subscription to ``topics``."""
-    return encode_subscription(Subscription(topics=tuple(topics)))
+    return consumer_protocol.encode_subscription(Subscription(topics=tuple(topics)))
 
 
 def assignment_bytes(partitions: Mapping[str, Sequence[int]]) -> bytes:
     """SyncGroup assignment bytes for ``{topic: partitions}``."""
-    return encode_assignment(Assignment.from_mapping(partitions))
+    return consumer_protocol.encode_assignment(Assignment.from_mapping(partitions))
 
 
 class Names:
@@ -178,12 +178,17 @@ class Names:
             found = self.bind(value, f"?{self._unknown}")
         return found
 
+    def member(self, member_id: str, instance_id: str | None, *details: str) -> str:
+        """A described member as ``"label[/instance] detail..."``."""
+        static = f"/{instance_id}" if instance_id else ""
+        return " ".join((f"{self.label(member_id)}{static}", *details))
+
     def subscription(self, data: bytes) -> str:
         """Consumer-protocol subscription bytes as ``"t,u"`` (topic aliases), else hex."""
         if not data:
             return "-"
         try:
-            sub = decode_subscription(bytes(data))
+            sub = consumer_protocol.decode_subscription(bytes(data))
         except ProtocolError:
             return f"0x{bytes(data).hex()}"
         return ",".join(str(self.label(t)) for t in sub.topics)
@@ -193,7 +198,7 @@ class Names:
         if not data:
             return None
         try:
-            decoded = decode_assignment(bytes(data))
+            decoded = consumer_protocol.decode_assignment(bytes(data))
         except ProtocolError:
             return f"0x{bytes(data).hex()}"
         return ";".join(
@@ -617,11 +622,13 @@ class Admin(_Client):
             "protocol_type": group.protocol_type,
             "protocol": group.protocol_data,
             "members": sorted(
-                f"{self.names.label(m.member_id)}"
-                + (f"/{m.group_instance_id}" if m.group_instance_id else "")
-                + f" {m.client_id}@{m.client_host}"
-                + f" sub={self.names.subscription(m.member_metadata)}"
-                + f" assign={self.names.assignment(m.member_assignment)}"
+                self.names.member(
+                    m.member_id,
+                    m.group_instance_id,
+                    f"{m.client_id}@{m.client_host}",
+                    f"sub={self.names.subscription(m.member_metadata)}",
+                    f"assign={self.names.assignment(m.member_assignment)}",
+                )
                 for m in group.members
             ),
         }

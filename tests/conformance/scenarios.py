@@ -44,6 +44,7 @@ from .client import (
     Pending,
     Session,
     Transcript,
+    by_name,
     id_shape,
     open_session,
     subscription_bytes,
@@ -202,6 +203,16 @@ async def _generation_two(s: Session, a: Member, b: Member, topic: str, **kwargs
     await _rebalance_in(s, b, [a], newcomer_kwargs=kwargs, rejoin_kwargs={a: kwargs})
 
 
+async def _new_generation_two(s: Session, **kwargs: Any) -> tuple[str, str, Member, Member]:
+    """A new group's :func:`_generation_two` over topic "t" (``kwargs`` passed on to
+    every join): (group, topic, A, B)."""
+    group = await _new_group(s)
+    topic = _topic_name(s, "t")
+    a, b = await _members(s, group, topic, "A", "B")
+    await _generation_two(s, a, b, topic, **kwargs)
+    return group, topic, a, b
+
+
 async def _sync_two(s: Session, a: Member, b: Member, topic: str) -> None:
     """The generation 2 of :func:`_generation_two` synced: A gets t:0, B gets t:1."""
     await _sync_all(s, a, [b], {a: {topic: [0]}, b: {topic: [1]}})
@@ -308,11 +319,8 @@ async def second_member_rebalance(s: Session) -> None:
 @_scenario
 async def leader_never_syncs(s: Session) -> None:
     """The leader never sends SyncGroup: the parked follower and the rebalance timeout."""
-    group = await _new_group(s)
-    topic = _topic_name(s, "t")
     kw: dict[str, Any] = {"rebalance_ms": SHORT_REBALANCE_MS}
-    a, b = await _members(s, group, topic, "A", "B")
-    await _generation_two(s, a, b, topic, **kw)
+    group, topic, a, b = await _new_generation_two(s, **kw)
     parked = s.spawn(b.sync)
     await anyio.sleep(PARK_DELAY)
     s.record("B sync still parked", not parked.done)
@@ -330,11 +338,8 @@ async def leader_never_syncs(s: Session) -> None:
 @_scenario
 async def follower_never_syncs(s: Session) -> None:
     """A follower never sends SyncGroup: removed after the rebalance timeout, even when Stable."""
-    group = await _new_group(s)
-    topic = _topic_name(s, "t")
     kw: dict[str, Any] = {"rebalance_ms": SHORT_REBALANCE_MS}
-    a, b = await _members(s, group, topic, "A", "B")
-    await _generation_two(s, a, b, topic, **kw)
+    group, topic, a, b = await _new_generation_two(s, **kw)
     s.record("A sync", await a.sync({a: {topic: [0]}, b: {topic: [1]}}))
     s.record("describe before the timeout", await s.admin.describe(group))
     s.record("A heartbeats until an error", await a.heartbeat_until_not("NONE"))
@@ -490,27 +495,27 @@ async def offset_commit_states(s: Session) -> None:
     s.record("describe after the simple commit", await admin.describe(group))
     await fetch("fetch after the simple commit")
     a, b = await _members(s, group, topic, "A", "B")
+
+    async def a_commits(
+        step: str, offset: int, metadata: str, generation: int | None = None
+    ) -> None:
+        """A commits ``offset`` of partition 0 (at ``generation`` if given, else its own)."""
+        s.record(
+            step, await a.commit_offsets(topic, {0: (offset, metadata)}, generation=generation)
+        )
+
     await _join_new(s, a)
-    s.record(
-        "A commit while CompletingRebalance",
-        await a.commit_offsets(topic, {0: (11, "completing")}),
-    )
+    await a_commits("A commit while CompletingRebalance", 11, "completing")
     s.record(
         "simple commit, non-empty group",
         await _simple_commit(s, group, topic, {0: (12, "simple2")}),
     )
     s.record("A sync", await a.sync({a: {topic: [0, 1]}}))
-    s.record("A commit while Stable", await a.commit_offsets(topic, {0: (20, "stable")}))
+    await a_commits("A commit while Stable", 20, "stable")
     await fetch("fetch while Stable")
     parked = await _knock(s, b)
-    s.record(
-        "A commit while PreparingRebalance",
-        await a.commit_offsets(topic, {0: (30, "preparing")}),
-    )
-    s.record(
-        "A commit generation 0 while PreparingRebalance",
-        await a.commit_offsets(topic, {0: (31, "stale")}, generation=0),
-    )
+    await a_commits("A commit while PreparingRebalance", 30, "preparing")
+    await a_commits("A commit generation 0 while PreparingRebalance", 31, "stale", generation=0)
     # B's own connection is blocked behind its parked JoinGroup: commit as B elsewhere.
     s.record(
         "B commit before its first generation",
@@ -525,14 +530,8 @@ async def offset_commit_states(s: Session) -> None:
     )
     s.record("A rejoin", await a.join())
     s.record("B join with id", await parked.result())
-    s.record(
-        "A commit generation 2 while CompletingRebalance",
-        await a.commit_offsets(topic, {0: (40, "completing")}),
-    )
-    s.record(
-        "A commit generation 1 while CompletingRebalance",
-        await a.commit_offsets(topic, {0: (41, "stale")}, generation=1),
-    )
+    await a_commits("A commit generation 2 while CompletingRebalance", 40, "completing")
+    await a_commits("A commit generation 1 while CompletingRebalance", 41, "stale", generation=1)
     await fetch("fetch after the rebalance")
     await _sync_two(s, a, b, topic)
     s.record("B commit while Stable", await b.commit_offsets(topic, {1: (50, None)}))
@@ -833,34 +832,31 @@ async def fetch_edges(s: Session) -> None:
     s.record("fetch unknown topic", await admin.fetch(missing, 0, 0))
 
 
-SCENARIOS: Final[dict[str, Scenario]] = {
-    f.__name__: f
-    for f in (
-        member_id_required,
-        pending_member_expires,
-        single_member_lifecycle,
-        second_member_rebalance,
-        leader_never_syncs,
-        follower_never_syncs,
-        member_misses_rejoin,
-        join_during_completing_rebalance,
-        parked_join_blocks_connection,
-        session_expiry,
-        stale_generation,
-        unknown_member,
-        offset_commit_states,
-        leave_unknown_member,
-        static_membership,
-        describe_list_lifecycle,
-        delete_groups,
-        follower_rejoin_stable,
-        protocol_vote,
-        invalid_session_timeout,
-        duplicate_protocol_names,
-        describe_v6_missing_group,
-        offset_commit_unknown_partition,
-        list_offsets_edges,
-        fetch_edges,
-    )
-}
+SCENARIOS: Final[dict[str, Scenario]] = by_name(
+    member_id_required,
+    pending_member_expires,
+    single_member_lifecycle,
+    second_member_rebalance,
+    leader_never_syncs,
+    follower_never_syncs,
+    member_misses_rejoin,
+    join_during_completing_rebalance,
+    parked_join_blocks_connection,
+    session_expiry,
+    stale_generation,
+    unknown_member,
+    offset_commit_states,
+    leave_unknown_member,
+    static_membership,
+    describe_list_lifecycle,
+    delete_groups,
+    follower_rejoin_stable,
+    protocol_vote,
+    invalid_session_timeout,
+    duplicate_protocol_names,
+    describe_v6_missing_group,
+    offset_commit_unknown_partition,
+    list_offsets_edges,
+    fetch_edges,
+)
 """Every scenario by name, in a sensible reading order."""

@@ -28,7 +28,7 @@ from gengroup.io.connection import BrokerConnection
 from gengroup.protocol.framing import build, request_module
 from gengroup.protocol.versions import ApiKey
 
-from .client import Session, error_name, open_session
+from .client import Session, by_name, error_name, open_session
 from .conftest import Target
 from .test_conformance import (
     SCENARIO_TIMEOUT,
@@ -207,11 +207,13 @@ async def describe(s: Session, group_id: str) -> dict[str, Any]:
         "assignment_epoch": int(g.assignment_epoch),
         "assignor": g.assignor_name,
         "members": sorted(
-            f"{s.names.label(m.member_id)}"
-            + (f"/{m.instance_id}" if m.instance_id else "")
-            + f" epoch={int(m.member_epoch)}"
-            + f" sub={','.join(str(s.names.label(t)) for t in m.subscribed_topic_names)}"
-            + f" assign={assigned(m.assignment)} target={assigned(m.target_assignment)}"
+            s.names.member(
+                m.member_id,
+                m.instance_id,
+                f"epoch={int(m.member_epoch)}",
+                f"sub={','.join(str(s.names.label(t)) for t in m.subscribed_topic_names)}",
+                f"assign={assigned(m.assignment)} target={assigned(m.target_assignment)}",
+            )
             for m in g.members
         ),
     }
@@ -362,18 +364,15 @@ async def mixed_protocols(s: Session) -> None:
 
 Scenario = Callable[[Session], Awaitable[None]]
 
-SCENARIOS: Final[Mapping[str, Scenario]] = {
-    f.__name__: f
-    for f in (
-        join_and_heartbeat,
-        revoke_then_assign,
-        fencing_errors,
-        static_member,
-        commit_epochs,
-        range_assignor,
-        mixed_protocols,
-    )
-}
+SCENARIOS: Final[Mapping[str, Scenario]] = by_name(
+    join_and_heartbeat,
+    revoke_then_assign,
+    fencing_errors,
+    static_member,
+    commit_epochs,
+    range_assignor,
+    mixed_protocols,
+)
 
 # --------------------------------------------------------------------------- expected answers
 

@@ -53,7 +53,7 @@ from gengroup.testing.pytest_plugin import (
 )
 
 from ..embedded import api_versions, metadata
-from .client import CLOSED, RawConnection, Transcript, error_name
+from .client import CLOSED, RawConnection, Transcript, by_name, error_name
 from .test_conformance import Divergence
 
 REAUTH_MS: Final = 4000
@@ -372,22 +372,19 @@ async def handshake_v0_raw_tokens(s: Steps) -> None:
         s.record("raw token, wrong password", await c.token(f"\0{ALICE}\0wrong".encode()))
 
 
-SCENARIOS: Final[dict[str, Scenario]] = {
-    f.__name__: f
-    for f in (
-        versions_and_handshake,
-        unknown_mechanism,
-        plain_credentials,
-        authenticate_versions,
-        scram_sha_256,
-        scram_sha_512,
-        request_before_authentication,
-        second_handshake_after_authentication,
-        reauthentication,
-        session_expiry,
-        handshake_v0_raw_tokens,
-    )
-}
+SCENARIOS: Final[dict[str, Scenario]] = by_name(
+    versions_and_handshake,
+    unknown_mechanism,
+    plain_credentials,
+    authenticate_versions,
+    scram_sha_256,
+    scram_sha_512,
+    request_before_authentication,
+    second_handshake_after_authentication,
+    reauthentication,
+    session_expiry,
+    handshake_v0_raw_tokens,
+)
 """Every SASL scenario by name."""
 
 

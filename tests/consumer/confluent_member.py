@@ -85,3 +85,17 @@ class PolledMember:
         if self.thread.is_alive():
             self.thread.join(10)
         self.consumer.close()
+
+
+class IncrementalMember(PolledMember):
+    """A member whose rebalance callbacks are incremental (cooperative-sticky on
+    the classic protocol, or the consumer protocol): ``on_assign`` gets the
+    partitions added, ``on_revoke`` the ones revoked."""
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        with self._lock:
+            self.assignment |= partitions_of(partitions)
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        with self._lock:
+            self.assignment -= partitions_of(partitions)

@@ -15,6 +15,7 @@ import anyio.abc
 
 from gengroup import Admin, ConsumerGroup, FetchedBatch, Generation, Producer, TopicPartition
 from gengroup.producer import ProducerRecord
+from gengroup.testing.pytest_plugin import make_unique_name
 
 FAST = {
     "session_timeout": 6.0,
@@ -175,6 +176,33 @@ class Members:
 
     def stop(self, name: str) -> None:
         self.scopes[name].cancel()
+
+
+@dataclass
+class GroupRun:
+    """A new group's members on a fresh topic, the ledger of what they did and the
+    group's committed offsets as :func:`watch_commits` polls them into ``committed``."""
+
+    topic: str
+    group_id: str
+    every: set[TopicPartition]
+    ledger: Ledger
+    members: Members
+    committed: dict[TopicPartition, list[int]] = field(default_factory=dict)
+
+
+async def start_group_run(
+    bootstrap: str, prefix: str, partitions: int, records: int, settings: Mapping[str, Any]
+) -> GroupRun:
+    """A topic named after ``prefix`` with ``partitions``, created holding ``records``
+    ids (``id-0`` on) from :func:`produce_ids`, and the members of a new group that
+    run with ``settings`` (none started yet)."""
+    topic, group_id = make_unique_name(prefix), make_unique_name("g")
+    await create_topic(bootstrap, topic, partitions)
+    await produce_ids(bootstrap, topic, range(0, records))
+    ledger = Ledger()
+    members = Members(ledger, group_id, topic, bootstrap, settings)
+    return GroupRun(topic, group_id, all_partitions(topic, partitions), ledger, members)
 
 
 def shares_evenly(

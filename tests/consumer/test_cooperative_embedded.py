@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -98,6 +100,15 @@ def group_on(
     )
 
 
+@asynccontextmanager
+async def lone_cooperative_member(partitions: int) -> AsyncIterator[ConsumerGroup]:
+    """Member ``m``, offering only cooperative-sticky, alone in its group on a fresh
+    embedded cluster whose topic ``t`` has ``partitions``."""
+    async with FakeCluster(topics={"t": partitions}, initial_rebalance_delay_ms=0) as cluster:
+        async with group_on(cluster, "m", [CooperativeStickyBalancer()]) as group:
+            yield group
+
+
 async def test_members_offering_both_follow_the_group_into_eager_and_back(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -146,9 +157,8 @@ async def test_a_partition_task_that_returns_gives_the_partition_up(
 ) -> None:
     """The partition's task returns: the member rejoins without it and gets it back as added."""
     probe = FirstTaskReturns()
-    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
-        async with group_on(cluster, "m", [CooperativeStickyBalancer()]) as group:
-            await probe.run(group)
+    async with lone_cooperative_member(2) as group:
+        await probe.run(group)
     probe.check("t")
 
 
@@ -189,19 +199,32 @@ async def test_a_revoked_partitions_stuck_task_is_reported(
         tg.cancel_scope.cancel()
 
 
-async def test_a_generation_formed_without_ownership_runs_partition_tasks_as_its_own() -> None:
-    """A generation formed elsewhere (no ownership registry): every partition is
-    added, and a partition task is simply one of the generation's tasks."""
-    tp = TopicPartition("t", 0)
-    gen = Generation(
-        identity=GenerationIdentity("g", 3, "m", None),
-        is_leader=True,
-        protocol="range",
+def unhosted_generation(
+    tp: TopicPartition,
+    identity: GenerationIdentity,
+    is_leader: bool,
+    protocol: str,
+    **fields: Any,
+) -> Generation:
+    """A generation assigning ``tp`` from offset 0, made by hand: no committer, no
+    prefetcher; ``fields`` sets the rest (``added``, ``retained``...)."""
+    return Generation(
+        identity=identity,
+        is_leader=is_leader,
+        protocol=protocol,
         assignments={tp: 0},
         timings=RebalanceTimings(),
         _committer=None,  # type: ignore[arg-type]
         _prefetcher=None,  # type: ignore[arg-type]
+        **fields,
     )
+
+
+async def test_a_generation_formed_without_ownership_runs_partition_tasks_as_its_own() -> None:
+    """A generation formed elsewhere (no ownership registry): every partition is
+    added, and a partition task is simply one of the generation's tasks."""
+    tp = TopicPartition("t", 0)
+    gen = unhosted_generation(tp, GenerationIdentity("g", 3, "m", None), True, "range")
     assert gen.added == {tp} and not gen.retained and not gen.revoked
     ran: list[TopicPartition] = []
 
@@ -222,14 +245,11 @@ async def test_a_partition_whose_task_returned_between_generations_opens_a_new_s
     own = Ownership(GroupConfig.create("g", ["t"], "127.0.0.1:9092"))
 
     def generation(sequence: int, added: frozenset[TopicPartition]) -> Generation:
-        gen = Generation(
-            identity=GenerationIdentity("g", 3, "m", None, sequence),
-            is_leader=False,
-            protocol="consumer/uniform",
-            assignments={tp: 0},
-            timings=RebalanceTimings(),
-            _committer=None,  # type: ignore[arg-type]
-            _prefetcher=None,  # type: ignore[arg-type]
+        gen = unhosted_generation(
+            tp,
+            GenerationIdentity("g", 3, "m", None, sequence),
+            False,
+            "consumer/uniform",
             added=added,
             retained=frozenset({tp}) - added,
             rebalance_protocol="cooperative",
@@ -279,15 +299,14 @@ async def test_generations_carry_a_sequence_in_history_metrics_and_labels(
     """Each generation the member forms gets the next sequence number; its label,
     ``group.history`` and ``metrics().last_generation`` name it by id and sequence."""
     seen: list[Generation] = []
-    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
-        async with group_on(cluster, "m", [CooperativeStickyBalancer()]) as group:
-            async for gen in group:
-                seen.append(gen)
-                if len(seen) == 3:
-                    break
-                gen.cancel()
-            history = list(group.history)
-            metrics = group.metrics()
+    async with lone_cooperative_member(2) as group:
+        async for gen in group:
+            seen.append(gen)
+            if len(seen) == 3:
+                break
+            gen.cancel()
+        history = list(group.history)
+        metrics = group.metrics()
     assert [g.sequence for g in seen] == [1, 2, 3]
     assert [g.label for g in seen] == [f"{g.id} (#{g.sequence})" for g in seen]
     assert [(r.identity, r.id, r.label) for r in history] == [
@@ -517,15 +536,14 @@ async def test_a_shielded_generation_fetch_stops_when_the_generation_ends(
         finally:
             stopped.set()
 
-    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
-        async with group_on(cluster, "m", [CooperativeStickyBalancer()]) as group:
-            async for gen in group:
-                handed.append(gen)
-                if len(handed) == 2:
-                    break
-                gen.start_soon(reader, gen, name="reader")
-                await anyio.wait_all_tasks_blocked()
-                gen.cancel("a cooperative rejoin")
-                await stopped.wait()
+    async with lone_cooperative_member(1) as group:
+        async for gen in group:
+            handed.append(gen)
+            if len(handed) == 2:
+                break
+            gen.start_soon(reader, gen, name="reader")
+            await anyio.wait_all_tasks_blocked()
+            gen.cancel("a cooperative rejoin")
+            await stopped.wait()
     first, _ = handed
     assert first.rebalance_protocol == "cooperative" and first.end_reason == "a cooperative rejoin"

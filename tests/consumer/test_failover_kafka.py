@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,16 +45,6 @@ pytestmark = pytest.mark.kafka
 
 HANG_GUARD = 300.0
 SETTINGS: dict[str, Any] = {**FAST, "start_offset": "earliest"}
-
-
-@pytest.fixture
-def cluster(kafka_cluster: KafkaCluster) -> Iterator[KafkaCluster]:
-    """The session's cluster with every node up and in sync, brought back afterwards."""
-    kafka_cluster.heal()
-    try:
-        yield kafka_cluster
-    finally:
-        kafka_cluster.heal()
 
 
 @dataclass
@@ -285,8 +275,8 @@ def report(what: str, **seconds: float | None) -> None:
     )
 
 
-async def test_coordinator_killed_during_a_generation(cluster: KafkaCluster) -> None:
-    async with scenario(cluster, "coord-gen", 4) as run:
+async def test_coordinator_killed_during_a_generation(healed_cluster: KafkaCluster) -> None:
+    async with scenario(healed_cluster, "coord-gen", 4) as run:
         for name in ("a", "b"):
             await run.add_member(name)
         await run.wait_for(lambda: run.stable(2, 4), "a generation of both members")
@@ -314,8 +304,8 @@ async def test_coordinator_killed_during_a_generation(cluster: KafkaCluster) -> 
     print(f"processed again: {again} of {len(run.traffic.acked)} acknowledged")
 
 
-async def test_coordinator_killed_while_members_join(cluster: KafkaCluster) -> None:
-    async with scenario(cluster, "coord-join", 4) as run:
+async def test_coordinator_killed_while_members_join(healed_cluster: KafkaCluster) -> None:
+    async with scenario(healed_cluster, "coord-join", 4) as run:
         coordinator = await run.start_one_member(4)
         first = run.tracker.current()["a"]
         await run.add_member("b")  # its JoinGroup starts a rebalance ...
@@ -333,10 +323,10 @@ async def test_coordinator_killed_while_members_join(cluster: KafkaCluster) -> N
     print(f"processed again: {again} of {len(run.traffic.acked)} acknowledged")
 
 
-async def test_partition_leader_killed_while_fetching(cluster: KafkaCluster) -> None:
-    async with scenario(cluster, "leader", 3) as run:
+async def test_partition_leader_killed_while_fetching(healed_cluster: KafkaCluster) -> None:
+    async with scenario(healed_cluster, "leader", 3) as run:
         coordinator = await run.start_one_member(3)
-        leaders = {p: cluster.node_of_leader(run.topic, p) for p in range(3)}
+        leaders = {p: healed_cluster.node_of_leader(run.topic, p) for p in range(3)}
         # A leader that is not the coordinator: only fetching is disturbed.
         victim = next((n for n in leaders.values() if n != coordinator), leaders[0])
         led = {TopicPartition(run.topic, p) for p, n in leaders.items() if n == victim}
@@ -357,19 +347,19 @@ async def test_partition_leader_killed_while_fetching(cluster: KafkaCluster) -> 
     print(f"generations: {len(run.tracker.formed)} (the fetcher moved, the generation stayed)")
 
 
-async def test_rolling_restart_of_all_three_brokers(cluster: KafkaCluster) -> None:
+async def test_rolling_restart_of_all_three_brokers(healed_cluster: KafkaCluster) -> None:
     steps: dict[str, float | None] = {}
-    async with scenario(cluster, "rolling", 6) as run:
+    async with scenario(healed_cluster, "rolling", 6) as run:
         for name in ("a", "b"):
             await run.add_member(name)
         await run.wait_for(lambda: run.stable(2, 6), "a generation of both members")
         for node in range(3):
             await run.wait_for(lambda: len(run.tracker.processed) > 0, "records processed")
             stopped = anyio.current_time()
-            await anyio.to_thread.run_sync(cluster.stop, node)
+            await anyio.to_thread.run_sync(healed_cluster.stop, node)
             down = anyio.current_time()
-            await anyio.to_thread.run_sync(cluster.restart, node)
-            await anyio.to_thread.run_sync(cluster.wait_healthy)
+            await anyio.to_thread.run_sync(healed_cluster.restart, node)
+            await anyio.to_thread.run_sync(healed_cluster.wait_healthy)
             steps[f"node{node}_healthy"] = anyio.current_time() - stopped
             await run.wait_for(lambda: run.stable(2, 6), "a stable group after the restart")
             steps[f"node{node}_first_record"] = since(

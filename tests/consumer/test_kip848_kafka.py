@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager, contextmanager
 import anyio
 import pytest
 
-from gengroup import ConsumerGroup, TopicPartition
+from gengroup import ConsumerGroup
 from gengroup._errors import GroupProtocolUnsupported, UnreleasedInstanceId
 from gengroup.testing.kafka import KafkaBroker, kafka_broker
 from gengroup.testing.pytest_plugin import make_unique_name
@@ -32,6 +32,7 @@ from .helpers import (
     assert_processed_once,
     create_topic,
     produce_ids,
+    start_group_run,
     watch_commits,
 )
 from .kip848 import KIP848
@@ -52,21 +53,16 @@ def test_one_then_three_then_two_members_asyncio(kip848_kafka: KafkaBroker) -> N
 
 
 async def one_then_three_then_two(bootstrap: str) -> None:
-    topic, group_id = make_unique_name("kip848"), make_unique_name("g")
-    partitions = 6
-    await create_topic(bootstrap, topic, partitions)
-    await produce_ids(bootstrap, topic, range(0, 600))
-    every = all_partitions(topic, partitions)
-    ledger = Ledger()
-    committed_history: dict[TopicPartition, list[int]] = {}
-    members = Members(ledger, group_id, topic, bootstrap, KIP848)
+    run = await start_group_run(bootstrap, "kip848", 6, 600, KIP848)
+    ledger, members, topic, every = run.ledger, run.members, run.topic, run.every
+    committed_history = run.committed
 
     def stable(names: set[str]) -> bool:
         """Each of ``names`` runs a generation; they cover every partition, evenly."""
         return ledger.stable(names, every, same_generation=False)
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(watch_commits, bootstrap, group_id, committed_history)
+        tg.start_soon(watch_commits, bootstrap, run.group_id, committed_history)
         await tg.start(members.run, "m1")
         await ledger.wait_for(lambda: stable({"m1"}), "m1 to own every partition")
         await ledger.wait_for(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 import pytest
 
@@ -11,7 +9,7 @@ from gengroup import ConsumerGroup
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
-from .confluent_member import PolledMember, partitions_of
+from .confluent_member import IncrementalMember
 from .cooperative import SpanLedger, wait_until
 from .helpers import all_partitions, create_topic, produce_ids
 from .kip848 import KIP848
@@ -21,27 +19,15 @@ pytestmark = pytest.mark.kafka
 PARTITIONS = 6
 
 
-class Librdkafka848Member(PolledMember):
-    """A confluent-kafka consumer with ``group.protocol=consumer``.
-
-    Under the consumer protocol librdkafka's rebalance callbacks are
-    incremental: ``on_assign`` gets the partitions added, ``on_revoke`` the
-    ones revoked.
-    """
+class Librdkafka848Member(IncrementalMember):
+    """A confluent-kafka consumer with ``group.protocol=consumer`` (its rebalance
+    callbacks are incremental under that protocol)."""
 
     def __init__(self, bootstrap: str, group_id: str, topic: str) -> None:
         super().__init__(
             topic,
             {"bootstrap.servers": bootstrap, "group.id": group_id, "group.protocol": "consumer"},
         )
-
-    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
-        with self._lock:
-            self.assignment |= partitions_of(partitions)
-
-    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
-        with self._lock:
-            self.assignment -= partitions_of(partitions)
 
 
 async def test_a_mixed_group_covers_every_partition_once(kip848_kafka: KafkaBroker) -> None:

@@ -12,6 +12,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -93,14 +94,20 @@ async def _converge(bootstrap: str, label: str) -> None:
         tg.cancel_scope.cancel()
 
 
-async def test_fifty_members_converge_on_the_embedded_broker() -> None:
+@pytest.fixture(params=["embedded broker", pytest.param("Apache Kafka", marks=pytest.mark.kafka)])
+async def broker(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, str]]:
+    """The broker under test and its name: a fresh embedded cluster (a 3 s initial
+    rebalance delay), or the session's Apache Kafka."""
+    if request.param == "Apache Kafka":
+        kafka: KafkaBroker = request.getfixturevalue("kafka")
+        yield kafka.bootstrap, request.param
+        return
     async with FakeCluster(initial_rebalance_delay_ms=3000) as cluster:
-        await _converge(cluster.bootstrap, "embedded broker")
+        yield cluster.bootstrap, request.param
 
 
-@pytest.mark.kafka
-async def test_fifty_members_converge_on_kafka(kafka: KafkaBroker) -> None:
-    await _converge(kafka.bootstrap, "Apache Kafka")
+async def test_fifty_members_converge(broker: tuple[str, str]) -> None:
+    await _converge(*broker)
 
 
 PROCESSES = 4
@@ -177,11 +184,5 @@ async def _converge_in_processes(bootstrap: str, label: str) -> None:
             baseline.stdin.close()
 
 
-async def test_member_processes_report_their_own_rss_on_the_embedded_broker() -> None:
-    async with FakeCluster(initial_rebalance_delay_ms=3000) as cluster:
-        await _converge_in_processes(cluster.bootstrap, "embedded broker")
-
-
-@pytest.mark.kafka
-async def test_member_processes_report_their_own_rss_on_kafka(kafka: KafkaBroker) -> None:
-    await _converge_in_processes(kafka.bootstrap, "Apache Kafka")
+async def test_member_processes_report_their_own_rss(broker: tuple[str, str]) -> None:
+    await _converge_in_processes(*broker)

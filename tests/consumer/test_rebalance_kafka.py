@@ -11,18 +11,13 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 
-from gengroup import TopicPartition
 from gengroup.testing.kafka import KafkaBroker
-from gengroup.testing.pytest_plugin import make_unique_name
 
 from .helpers import (
     FAST,
-    Ledger,
-    Members,
-    all_partitions,
     assert_processed_once,
-    create_topic,
     produce_ids,
+    start_group_run,
     watch_commits,
 )
 
@@ -33,20 +28,14 @@ PARTITIONS = 12
 
 
 async def three_then_four(bootstrap: str) -> dict[str, object]:
-    topic = make_unique_name("rebalance")
-    group_id = make_unique_name("g")
-    await create_topic(bootstrap, topic, PARTITIONS)
-    await produce_ids(bootstrap, topic, range(0, 1200))
-    every = all_partitions(topic, PARTITIONS)
-    ledger = Ledger()
-    committed_history: dict[TopicPartition, list[int]] = {}
-    members = Members(ledger, group_id, topic, bootstrap, FAST)
+    run = await start_group_run(bootstrap, "rebalance", PARTITIONS, 1200, FAST)
+    ledger, members, topic, committed_history = run.ledger, run.members, run.topic, run.committed
 
     def stable(names: set[str]) -> bool:
-        return ledger.stable(names, every)
+        return ledger.stable(names, run.every)
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(watch_commits, bootstrap, group_id, committed_history)
+        tg.start_soon(watch_commits, bootstrap, run.group_id, committed_history)
         for name in ("m1", "m2", "m3"):
             await tg.start(members.run, name)
         await ledger.wait_for(

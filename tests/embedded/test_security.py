@@ -54,6 +54,7 @@ from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import Certificates, make_certificates
 
 from ..conformance.client import CLOSED, RawConnection
+from ..io import first_request
 from . import api_versions, metadata
 from .test_cli import command
 
@@ -235,15 +236,7 @@ async def test_wrong_password_is_one_authentication_error(
     async with FakeCluster(security=server(certs), topics={"t": 1}) as cluster:
         bootstrap = cluster.bootstrap
         with anyio.fail_after(HANG_GUARD), pytest.raises(AuthenticationError) as info:
-            if kind == "admin":
-                async with Admin(bootstrap, **settings) as admin:
-                    await admin.list_groups()
-            elif kind == "producer":
-                async with Producer(bootstrap, **settings) as producer:
-                    await producer.send("t", b"never")
-            else:
-                async with ConsumerGroup("g", ["t"], bootstrap, **settings, **GROUP) as group:
-                    await group.next()
+            await first_request(kind, bootstrap, "t", settings, GROUP)
         # Some virtual time for a retry storm to show, if there were one.
         await anyio.sleep(30)
         assert cluster.failed_authentications == 1
@@ -495,6 +488,13 @@ def answer(resp: Any) -> tuple[Any, ...]:
     return (resp.error_code.name, resp.error_message, ms)
 
 
+async def plain_log_in(r: RawConnection, token: bytes = PLAIN_ALICE) -> tuple[Any, ...]:
+    """A PLAIN handshake and authentication with ``token`` (alice's) on ``r``: the
+    :func:`answer` to the SaslAuthenticate."""
+    await r.send(handshake("PLAIN"))
+    return answer(await r.send(authenticate(token)))
+
+
 @pytest.fixture
 async def plain_cluster() -> AsyncIterator[FakeCluster]:
     security = ServerSecurity(
@@ -539,16 +539,14 @@ async def test_handshake_and_authenticate_answers(
         )
         assert await r.closed()
     async with raw(plain_cluster) as r:
-        await r.send(handshake("PLAIN"))
-        assert answer(await r.send(authenticate(b"\0alice\0nope"))) == (
+        assert await plain_log_in(r, b"\0alice\0nope") == (
             "sasl_authentication_failed",
             "Authentication failed: Invalid username or password",
             0,
         )
         assert await r.closed()
     async with raw(plain_cluster) as r:
-        await r.send(handshake("PLAIN"))
-        assert answer(await r.send(authenticate(PLAIN_ALICE))) == ("none", "", 4000)
+        assert await plain_log_in(r) == ("none", "", 4000)
         # Authenticated: the SASL APIs are answered ILLEGAL_SASL_STATE and the connection lives.
         assert answer(await r.send(authenticate(PLAIN_ALICE))) == (
             "illegal_sasl_state",
@@ -596,8 +594,7 @@ async def test_session_expiry_and_reauthentication_rules(
 ) -> None:
     """Kafka's KIP-368 rules, in virtual time (sessions of 4 s)."""
     async with raw(plain_cluster) as r:
-        await r.send(handshake("PLAIN"))
-        await r.send(authenticate(PLAIN_ALICE))
+        await plain_log_in(r)
         await anyio.sleep(3.9)
         # Re-authentication renews the session; another within a second is refused.
         assert answer(await r.send(handshake("PLAIN"))) == ("none", list(MECHANISMS))
@@ -612,18 +609,15 @@ async def test_session_expiry_and_reauthentication_rules(
     assert plain_cluster.reauthentications == 1
     # Re-authenticating as someone else, or with another mechanism, fails.
     async with raw(plain_cluster) as r:
-        await r.send(handshake("PLAIN"))
-        await r.send(authenticate(PLAIN_ALICE))
-        await r.send(handshake("PLAIN"))
-        assert answer(await r.send(authenticate(b"\0bob\0bob-secret"))) == (
+        await plain_log_in(r)
+        assert await plain_log_in(r, b"\0bob\0bob-secret") == (
             "sasl_authentication_failed",
             "Cannot change principals during re-authentication from User.alice: User.bob",
             0,
         )
         assert await r.closed()
     async with raw(plain_cluster) as r:
-        await r.send(handshake("PLAIN"))
-        await r.send(authenticate(PLAIN_ALICE))
+        await plain_log_in(r)
         assert answer(await r.send(handshake("SCRAM-SHA-512"))) == ("none", list(MECHANISMS))
         assert await r.send(authenticate(b"n,,n=alice,r=abc")) == CLOSED
     assert plain_cluster.failed_authentications == 2

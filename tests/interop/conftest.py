@@ -1,14 +1,16 @@
 """Fixtures of the interop tests: a Java KafkaConsumer member, compiled once, and new
-groups for it."""
+groups for it, on Apache Kafka and on the embedded broker."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gengroup.broker import BrokerSettings, FakeCluster
 from gengroup.testing.kafka import KafkaBroker
 from tests.java import compile_java
 
@@ -27,16 +29,40 @@ def java_member(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]
 JavaGroup = Callable[[str, str, MemberLedger], Coroutine[Any, Any, MixedGroup]]
 
 
+@asynccontextmanager
+async def broker_under_test(
+    request: pytest.FixtureRequest, which: str, settings: BrokerSettings, brokers: int = 1
+) -> AsyncIterator[str]:
+    """The bootstrap address of the session's Apache Kafka (``which == "kafka"``) or
+    of a fresh embedded cluster with ``settings``, checked for internal errors at
+    the end."""
+    if which == "kafka":
+        kafka: KafkaBroker = request.getfixturevalue("kafka")
+        yield kafka.bootstrap
+        return
+    async with FakeCluster(brokers=brokers, settings=settings) as cluster:
+        yield cluster.bootstrap
+        assert not cluster.state.errors, cluster.state.errors
+
+
+@pytest.fixture(params=[pytest.param("kafka", marks=pytest.mark.kafka), "embedded"])
+async def classic_bootstrap(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """The broker of a classic-protocol mixed group: Apache Kafka or the embedded one."""
+    settings = BrokerSettings(group_initial_rebalance_delay_ms=0)
+    async with broker_under_test(request, request.param, settings) as bootstrap:
+        yield bootstrap
+
+
 @pytest.fixture
-def java_group(kafka: KafkaBroker, java_member: list[str], tmp_path: Path) -> JavaGroup:
-    """A function making a new topic of six partitions and a group on the session's
-    broker, with a JavaMember for it (not started) running the assignor named by
-    its first argument (a class name); its second prefixes the topic's name, its
-    third records the gengroup members."""
+def java_group(classic_bootstrap: str, java_member: list[str], tmp_path: Path) -> JavaGroup:
+    """A function making a new topic of six partitions and a group on the broker
+    under test, with a JavaMember for it (not started) running the assignor named
+    by its first argument (a class name); its second prefixes the topic's name,
+    its third records the gengroup members."""
 
     async def new(strategy: str, prefix: str, ledger: MemberLedger) -> MixedGroup:
         return await new_mixed_group(
-            kafka.bootstrap,
+            classic_bootstrap,
             java_member,
             tmp_path / "java.log",
             ledger,

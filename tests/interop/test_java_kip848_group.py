@@ -18,12 +18,12 @@ import anyio
 import pytest
 
 from gengroup import Admin, ConsumerGroup, TopicPartition
-from gengroup.broker import BrokerSettings, FakeCluster
-from gengroup.testing.kafka import KafkaBroker
+from gengroup.broker import BrokerSettings
 from gengroup.testing.pytest_plugin import make_unique_name
 from tests.java import compile_java
 
 from ..consumer.helpers import FAST, Ledger, all_partitions, create_topic, produce_ids
+from .conftest import broker_under_test
 from .members import ProcessMember
 
 pytestmark = pytest.mark.kafka
@@ -56,13 +56,8 @@ EMBEDDED = BrokerSettings(
 @pytest.fixture(params=["kafka", "embedded"])
 async def bootstrap(request: pytest.FixtureRequest) -> AsyncIterator[str]:
     """The broker under test: the session's Apache Kafka, or a fresh embedded cluster."""
-    if request.param == "kafka":
-        kafka: KafkaBroker = request.getfixturevalue("kafka")
-        yield kafka.bootstrap
-        return
-    async with FakeCluster(brokers=3, settings=EMBEDDED) as cluster:
-        yield cluster.bootstrap
-        assert not cluster.state.errors, cluster.state.errors
+    async with broker_under_test(request, request.param, EMBEDDED, brokers=3) as address:
+        yield address
 
 
 async def test_a_consumer_protocol_group_with_a_java_member(

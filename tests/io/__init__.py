@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+from gengroup import ConsumerGroup, Producer
 from gengroup._types import TopicPartition
 from gengroup.admin import Admin, NewTopic
 from gengroup.io.cluster import Cluster
@@ -49,3 +50,25 @@ def long_poll_fetch(version: int, tp: TopicPartition, max_wait: float) -> Any:
         partition_max_bytes=1 << 20,
         isolation_level="read_uncommitted",
     )
+
+
+async def first_request(
+    kind: str,
+    bootstrap: str,
+    topic: str,
+    settings: Mapping[str, Any],
+    group: Mapping[str, Any],
+    group_id: str = "g",
+) -> None:
+    """Open a client of ``kind`` with ``settings`` and make its first request: an
+    ``"admin"`` lists the groups, a ``"producer"`` sends to ``topic``, a ``"group"``
+    member (``group`` adds to its settings) joins ``group_id`` subscribed to ``topic``."""
+    if kind == "admin":
+        async with Admin(bootstrap, **settings) as admin:
+            await admin.list_groups()
+    elif kind == "producer":
+        async with Producer(bootstrap, **settings) as producer:
+            await producer.send(topic, b"never")
+    else:
+        async with ConsumerGroup(group_id, [topic], bootstrap, **settings, **group) as member:
+            await member.next()

@@ -29,6 +29,7 @@ from gengroup import (
 from gengroup.io.connection import open_connection
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import SECURE_PLAIN_USERS, SECURE_SCRAM_USERS
+from tests.io import first_request
 
 pytestmark = pytest.mark.kafka
 
@@ -136,17 +137,9 @@ async def test_wrong_password_is_one_authentication_error(
     before = failed_authentications(secure_kafka)
     caplog.set_level(logging.WARNING, logger="gengroup")
     with anyio.fail_after(HANG_GUARD), pytest.raises(AuthenticationError) as info:
-        if client == "admin":
-            async with Admin(bootstrap, **settings) as admin:
-                await admin.list_groups()
-        elif client == "producer":
-            async with Producer(bootstrap, **settings) as producer:
-                await producer.send(unique_name("secure"), b"never")
-        else:
-            async with ConsumerGroup(
-                unique_name("g"), [unique_name("t")], bootstrap, **settings, **GROUP
-            ) as group:
-                await group.next()
+        await first_request(
+            client, bootstrap, unique_name("secure"), settings, GROUP, unique_name("g")
+        )
     error = info.value
     assert not isinstance(error, TLSError)
     assert (error.mechanism, error.broker) == (mechanism, bootstrap)

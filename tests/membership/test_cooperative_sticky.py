@@ -90,6 +90,15 @@ def test_random_groups_match_java(java_cooperative: Callable[[str], str]) -> Non
     )
 
 
+def test_user_data_bytes_match_java(java_cooperative: Callable[[str], str]) -> None:
+    generations = [-1, 0, 7, 123456]
+    java = vectors.parse_user_data(
+        java_cooperative("".join(vectors.user_data_input(g) for g in generations))
+    )
+    ours = [balancer_user_data(COOPERATIVE, ["t"], (), g) for g in generations]
+    assert [d.hex() if d is not None else "-" for d in ours] == java
+
+
 def test_successive_generations_match_java(java_cooperative: Callable[[str], str]) -> None:
     """A cooperative group over generations: each member reports what it still owns."""
 
@@ -116,15 +125,6 @@ def test_successive_generations_match_java(java_cooperative: Callable[[str], str
         assign=COOPERATIVE.assign,
         check=check_cooperative,
     )
-
-
-def test_user_data_bytes_match_java(java_cooperative: Callable[[str], str]) -> None:
-    generations = [-1, 0, 7, 123456]
-    java = vectors.parse_user_data(
-        java_cooperative("".join(vectors.user_data_input(g) for g in generations))
-    )
-    ours = [balancer_user_data(COOPERATIVE, ["t"], (), g) for g in generations]
-    assert [d.hex() if d is not None else "-" for d in ours] == java
 
 
 def test_a_partition_moves_in_two_rounds() -> None:

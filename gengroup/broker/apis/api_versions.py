@@ -28,8 +28,7 @@ VERSIONS: Final = (0, 4)
 _SOFTWARE_RE: Final = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
-def _response(version: int, code: int, api_keys: tuple[Any, ...]) -> Any:
-    mod = response_module(KEY, version)
+def _response(mod: Any, code: int, api_keys: tuple[Any, ...]) -> Any:
     return build(
         mod.ApiVersionsResponse,
         error_code=ec(code),
@@ -44,17 +43,15 @@ def _response(version: int, code: int, api_keys: tuple[Any, ...]) -> Any:
 
 def error_response(version: int, request: Any, code: int, message: str | None = None) -> Any:
     """ApiVersions failing with ``code``: no API keys listed."""
-    return _response(version, code, ())
+    return _response(response_module(KEY, version), code, ())
 
 
 def unsupported() -> Any:
     """The v0 answer to an ApiVersions request of a version the broker does not serve."""
     mod = response_module(KEY, 0)
     lo, hi = VERSIONS
-    return mod.ApiVersionsResponse(
-        error_code=ErrorCode.unsupported_version,
-        api_keys=(mod.ApiVersion(api_key=int(KEY), min_version=lo, max_version=hi),),
-    )
+    keys = (mod.ApiVersion(api_key=int(KEY), min_version=lo, max_version=hi),)
+    return _response(mod, ErrorCode.unsupported_version, keys)
 
 
 def spec(served: Mapping[ApiKey, ApiSpec]) -> ApiSpec:
@@ -72,6 +69,6 @@ def spec(served: Mapping[ApiKey, ApiSpec]) -> ApiSpec:
             for s in sorted(served.values(), key=lambda s: s.key)
             if s.enabled is None or s.enabled(ctx.state)
         )
-        return _response(v, NONE, keys)
+        return _response(mod, NONE, keys)
 
     return ApiSpec(KEY, *VERSIONS, handle, error_response)

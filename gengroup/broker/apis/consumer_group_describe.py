@@ -15,8 +15,8 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
-from ..coordinator import ConsumerGroupDescribeInput
-from ._base import INT32_MIN, ZERO, ApiSpec, Context, ec
+from ..coordinator import ConsumerGroupDescribeInput, DescribedConsumerGroup
+from ._base import INT32_MIN, ZERO, ApiSpec, Context, ec, from_output
 from .consumer_group_heartbeat import served, topic_snapshot
 
 __all__ = ["SPEC", "error_response", "handle"]
@@ -24,17 +24,21 @@ __all__ = ["SPEC", "error_response", "handle"]
 KEY: Final = ApiKey.CONSUMER_GROUP_DESCRIBE
 
 
-def _error_group(mod: Any, group_id: str, code: int, message: str | None = None) -> Any:
-    return build(
+def _group(mod: Any, g: DescribedConsumerGroup, member_extra: dict[str, Any]) -> Any:
+    """The wire form of a group as the coordinator describes it (or an error)."""
+    return from_output(
         mod.DescribedGroup,
-        error_code=ec(code),
-        error_message=message,
-        group_id=group_id,
-        group_state="",
-        group_epoch=-1,
-        assignment_epoch=-1,
-        assignor_name="",
-        members=(),
+        g,
+        members=tuple(
+            from_output(
+                mod.Member,
+                m,
+                assignment=_assignment(mod, m.assignment),
+                target_assignment=_assignment(mod, m.target_assignment),
+                **member_extra,
+            )
+            for m in g.members
+        ),
         authorized_operations=INT32_MIN,
     )
 
@@ -45,7 +49,9 @@ def error_response(version: int, request: Any, code: int, message: str | None = 
     return build(
         mod.ConsumerGroupDescribeResponse,
         throttle_time=ZERO,
-        groups=tuple(_error_group(mod, g, code, message) for g in request.group_ids),
+        groups=tuple(
+            _group(mod, DescribedConsumerGroup(g, ec(code), message), {}) for g in request.group_ids
+        ),
     )
 
 
@@ -65,53 +71,20 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
     if not served(ctx.state.settings):
         return error_response(v, req, ErrorCode.unsupported_version)
     mine = [g for g in req.group_ids if not ctx.not_coordinator(g)]
-    described: dict[str, Any] = {}
+    described: dict[str, DescribedConsumerGroup] = {}
     if mine:
         out: Any = await ctx.group_call(
             ConsumerGroupDescribeInput(tuple(mine), topic_snapshot(ctx.state)), mine
         )
         if out is not None:
             described = {g.group_id: g for g in out.groups}
+    member_extra = {"member_type": 1} if v >= 1 else {}
     groups = []
     for group_id in req.group_ids:
         g = described.get(group_id)
-        if g is None:
-            groups.append(_error_group(mod, group_id, ctx.coordinator_error(group_id)))
-            continue
-        if g.error_code != ErrorCode.none:
-            groups.append(_error_group(mod, group_id, g.error_code, g.error_message))
-            continue
-        extra = {"member_type": 1} if v >= 1 else {}
-        groups.append(
-            build(
-                mod.DescribedGroup,
-                error_code=ec(ErrorCode.none),
-                error_message=None,
-                group_id=group_id,
-                group_state=g.group_state,
-                group_epoch=g.group_epoch,
-                assignment_epoch=g.assignment_epoch,
-                assignor_name=g.assignor_name,
-                members=tuple(
-                    build(
-                        mod.Member,
-                        member_id=m.member_id,
-                        instance_id=m.instance_id,
-                        rack_id=m.rack_id,
-                        member_epoch=m.member_epoch,
-                        client_id=m.client_id,
-                        client_host=m.client_host,
-                        subscribed_topic_names=m.subscribed_topic_names,
-                        subscribed_topic_regex=m.subscribed_topic_regex,
-                        assignment=_assignment(mod, m.assignment),
-                        target_assignment=_assignment(mod, m.target_assignment),
-                        **extra,
-                    )
-                    for m in g.members
-                ),
-                authorized_operations=INT32_MIN,
-            )
-        )
+        if g is None:  # coordinated elsewhere, or moved away while parked
+            g = DescribedConsumerGroup(group_id, ctx.coordinator_error(group_id))
+        groups.append(_group(mod, g, member_extra))
     return build(mod.ConsumerGroupDescribeResponse, throttle_time=ZERO, groups=tuple(groups))
 
 

@@ -18,9 +18,9 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
-from ..coordinator import ConsumerGroupHeartbeatInput, TopicInfo
+from ..coordinator import ConsumerGroupHeartbeatInput, ConsumerGroupHeartbeatOutput, TopicInfo
 from ..state import BrokerSettings, ClusterState
-from ._base import ZERO, ApiSpec, Context, ec, ms
+from ._base import ZERO, ApiSpec, Context, ec, from_output, ms
 
 __all__ = ["SPEC", "error_response", "handle", "served", "topic_snapshot"]
 
@@ -42,16 +42,26 @@ def topic_snapshot(state: ClusterState) -> dict[str, TopicInfo]:
 
 def error_response(version: int, request: Any, code: int, message: str | None = None) -> Any:
     """ConsumerGroupHeartbeat failing with ``code``."""
-    mod = response_module(KEY, version)
-    return build(
+    return _answer(version, ConsumerGroupHeartbeatOutput(ec(code), message, member_epoch=0))
+
+
+def _answer(v: int, out: ConsumerGroupHeartbeatOutput) -> Any:
+    mod = response_module(KEY, v)
+    assignment = None
+    if out.assignment is not None:
+        assignment = build(
+            mod.Assignment,
+            topic_partitions=tuple(
+                build(mod.TopicPartitions, topic_id=topic, partitions=tuple(sorted(parts)))
+                for topic, parts in out.assignment.items()
+            ),
+        )
+    return from_output(
         mod.ConsumerGroupHeartbeatResponse,
+        out,
         throttle_time=ZERO,
-        error_code=ec(code),
-        error_message=message,
-        member_id=None,
-        member_epoch=0,
-        heartbeat_interval=ZERO,
-        assignment=None,
+        heartbeat_interval=datetime.timedelta(milliseconds=out.heartbeat_interval_ms),
+        assignment=assignment,
     )
 
 
@@ -94,26 +104,7 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
     )
     if out is None:
         return error_response(v, req, ErrorCode.not_coordinator)
-    mod = response_module(KEY, v)
-    assignment = None
-    if out.assignment is not None:
-        assignment = build(
-            mod.Assignment,
-            topic_partitions=tuple(
-                build(mod.TopicPartitions, topic_id=topic, partitions=tuple(sorted(parts)))
-                for topic, parts in out.assignment.items()
-            ),
-        )
-    return build(
-        mod.ConsumerGroupHeartbeatResponse,
-        throttle_time=ZERO,
-        error_code=ec(out.error_code),
-        error_message=out.error_message,
-        member_id=out.member_id,
-        member_epoch=out.member_epoch,
-        heartbeat_interval=datetime.timedelta(milliseconds=out.heartbeat_interval_ms),
-        assignment=assignment,
-    )
+    return _answer(v, out)
 
 
 SPEC: Final = ApiSpec(

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
-from ..coordinator import DescribeGroupsInput
+from ..coordinator import DescribedGroup, DescribeGroupsInput
 from ._base import INT32_MIN, ZERO, ApiSpec, Context, ec, from_output
 
 __all__ = ["SPEC", "error_response", "handle"]
@@ -24,31 +24,14 @@ KEY: Final = ApiKey.DESCRIBE_GROUPS
 _GROUP_OPS: Final = sum(1 << op for op in (3, 6, 8))
 
 
-def _error_group(mod: Any, group_id: str, code: int, message: str | None = None) -> Any:
-    return build(
-        mod.DescribedGroup,
-        error_code=ec(code),
-        error_message=message,
-        group_id=group_id,
-        group_state="",
-        protocol_type="",
-        protocol_data="",
-        members=(),
-        authorized_operations=INT32_MIN,
-    )
-
-
 def _response(mod: Any, groups: Any) -> Any:
     return build(mod.DescribeGroupsResponse, throttle_time=ZERO, groups=tuple(groups))
 
 
-def error_response(version: int, request: Any, code: int, message: str | None = None) -> Any:
-    """DescribeGroups failing with ``code``: every requested group carries it."""
-    mod = response_module(KEY, version)
-    return _response(mod, (_error_group(mod, g, code, message) for g in request.groups))
-
-
-def _described(mod: Any, v: int, g: Any, include_ops: bool) -> Any:
+def _described(
+    mod: Any, v: int, g: DescribedGroup, include_ops: bool = False, message: str | None = None
+) -> Any:
+    """The wire form of a group as the coordinator describes it (or an error)."""
     error_code = g.error_code
     if v >= 6 and g.group_state == "Dead" and error_code == ErrorCode.none:
         # From v6 Kafka answers a missing group with GROUP_ID_NOT_FOUND.
@@ -57,10 +40,20 @@ def _described(mod: Any, v: int, g: Any, include_ops: bool) -> Any:
         mod.DescribedGroup,
         g,
         error_code=error_code,
-        error_message=None,
+        error_message=message,
         members=tuple(from_output(mod.DescribedGroupMember, m) for m in g.members),
         authorized_operations=_GROUP_OPS if include_ops else INT32_MIN,
     )
+
+
+def _error_group(mod: Any, v: int, group_id: str, code: int, message: str | None = None) -> Any:
+    return _described(mod, v, DescribedGroup(group_id, ec(code)), message=message)
+
+
+def error_response(version: int, request: Any, code: int, message: str | None = None) -> Any:
+    """DescribeGroups failing with ``code``: every requested group carries it."""
+    mod = response_module(KEY, version)
+    return _response(mod, (_error_group(mod, version, g, code, message) for g in request.groups))
 
 
 async def handle(ctx: Context, req: Any, v: int) -> Any:
@@ -77,7 +70,7 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
     return _response(
         mod,
         (
-            _error_group(mod, group_id, ctx.coordinator_error(group_id))
+            _error_group(mod, v, group_id, ctx.coordinator_error(group_id))
             if group_id not in described
             else _described(mod, v, described[group_id], include_ops)
             for group_id in ids

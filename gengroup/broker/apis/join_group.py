@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ...protocol.framing import build, response_module
+from ...protocol.framing import response_module
 from ...protocol.versions import ApiKey
-from ..coordinator import JoinGroupInput
+from ..coordinator import JoinGroupInput, JoinGroupOutput
 from ._base import ZERO, ApiSpec, Context, ec, from_output, group_handler, ms
 
 __all__ = ["SPEC", "error_response", "handle"]
@@ -24,19 +24,7 @@ KEY: Final = ApiKey.JOIN_GROUP
 
 def error_response(version: int, request: Any, code: int, message: str | None = None) -> Any:
     """JoinGroup failing with ``code`` (top-level), no generation nor members."""
-    mod = response_module(KEY, version)
-    return build(
-        mod.JoinGroupResponse,
-        throttle_time=ZERO,
-        error_code=ec(code),
-        generation_id=-1,
-        protocol_type=None,
-        protocol_name=None if version >= 7 else "",
-        leader="",
-        skip_assignment=False,
-        member_id="",
-        members=(),
-    )
+    return _answer(request, version, JoinGroupOutput(ec(code)))
 
 
 def _input(ctx: Context, req: Any, v: int) -> JoinGroupInput:
@@ -57,7 +45,7 @@ def _input(ctx: Context, req: Any, v: int) -> JoinGroupInput:
     )
 
 
-def _answer(req: Any, v: int, out: Any) -> Any:
+def _answer(req: Any, v: int, out: JoinGroupOutput) -> Any:
     mod = response_module(KEY, v)
     return from_output(
         mod.JoinGroupResponse,

@@ -47,29 +47,35 @@ def _topic_metadata(ctx: Context, mod: Any, topic: Topic, include_ops: bool) -> 
         )
         for p in topic.partitions
     )
+    ops = _TOPIC_OPS if include_ops else INT32_MIN
+    return _topic(mod, NONE, topic.name, topic.topic_id, topic.internal, partitions, ops)
+
+
+def _topic(
+    mod: Any,
+    code: int,
+    name: str | None,
+    topic_id: uuid.UUID | None,
+    internal: bool,
+    partitions: tuple[Any, ...] = (),
+    ops: int = INT32_MIN,
+) -> Any:
+    """A topic's entry: its error and, for a topic that is served, its partitions."""
     return build(
         mod.MetadataResponseTopic,
-        error_code=NONE,
-        name=topic.name,
-        topic_id=topic.topic_id,
-        is_internal=topic.internal,
+        error_code=ec(code),
+        name=name,
+        topic_id=topic_id or NIL_UUID,
+        is_internal=internal,
         partitions=partitions,
-        topic_authorized_operations=_TOPIC_OPS if include_ops else INT32_MIN,
+        topic_authorized_operations=ops,
     )
 
 
 def _topic_error(
     mod: Any, code: int, name: str | None, topic_id: uuid.UUID | None = None, internal: bool = True
 ) -> Any:
-    return build(
-        mod.MetadataResponseTopic,
-        error_code=ec(code),
-        name=name,
-        topic_id=topic_id or NIL_UUID,
-        is_internal=internal and name == OFFSETS_TOPIC,
-        partitions=(),
-        topic_authorized_operations=INT32_MIN,
-    )
+    return _topic(mod, code, name, topic_id, internal and name == OFFSETS_TOPIC)
 
 
 def _response(mod: Any, code: int, brokers: Any, cluster_id: Any, topics: Any, ops: int) -> Any:

@@ -28,6 +28,7 @@ from .messages import (
     ListedGroup,
     ListGroupsInput,
     ListGroupsOutput,
+    copy_fields,
 )
 from .offsets import OffsetStore
 from .timers import Timers, join_key, sync_key
@@ -54,11 +55,9 @@ def describe_group(group_id: str | None, group: ClassicGroup | None) -> Describe
         protocol_type=group.protocol_type or "",
         protocol_data=(group.protocol_name or "") if stable else "",
         members=tuple(
-            DescribedGroupMember(
-                member_id=m.member_id,
-                group_instance_id=m.group_instance_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
+            copy_fields(
+                DescribedGroupMember,
+                m,
                 member_metadata=m.metadata(group.protocol_name) if stable else b"",
                 member_assignment=m.assignment,
             )

@@ -55,9 +55,9 @@ class CoordinatorConfig:
 
     initial_rebalance_delay_ms: int = 3000
     min_session_timeout_ms: int = 6000
-    max_session_timeout_ms: int = 1800000
+    max_session_timeout_ms: int = 30 * 60 * 1000
     max_group_size: int = JAVA_INT_MAX
-    new_member_join_timeout_ms: int = 300000
+    new_member_join_timeout_ms: int = 5 * 60 * 1000
     offset_metadata_max_bytes: int = 4096
     consumer_session_timeout_ms: int = 45000
     consumer_heartbeat_interval_ms: int = 5000

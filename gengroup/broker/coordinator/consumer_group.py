@@ -225,25 +225,16 @@ def reconcile(
     Returns:
         The member, unchanged or a changed copy.
     """
-    if member.state is MemberState.STABLE:
-        if member.member_epoch == target_epoch:
-            return member
-        return _next(member, member.member_epoch, target_epoch, target, owner, owned)
+    # Kafka's build: whether the member moves, and from which epoch.
+    epoch = member.member_epoch
+    if member.state is MemberState.STABLE and epoch == target_epoch:
+        return member
     if member.state is MemberState.UNREVOKED_PARTITIONS:
         if owns_any(owned, member.pending_revocation):
             return member
-        return _next(member, member.member_epoch + 1, target_epoch, target, owner, owned)
-    return _next(member, member.member_epoch, target_epoch, target, owner, owned)
-
-
-def _next(
-    member: ConsumerGroupMember,
-    epoch: int,
-    target_epoch: int,
-    target: Assignment,
-    owner: Callable[[uuid.UUID, int], str | None],
-    owned: Sequence[tuple[uuid.UUID, Sequence[int]]] | None,
-) -> ConsumerGroupMember:
+        epoch += 1
+    # Kafka's computeNextAssignment: keep what stays, revoke the rest first,
+    # then acquire what is free.
     unreleased = False
     assigned: dict[uuid.UUID, set[int]] = {}
     revoking: dict[uuid.UUID, set[int]] = {}

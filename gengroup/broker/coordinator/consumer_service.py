@@ -70,6 +70,7 @@ from .consumer_messages import (
     TopicInfo,
 )
 from .group import ClassicGroup, GroupState
+from .messages import copy_fields
 from .timers import Timers
 
 _SESSION: Final = "consumer-session"
@@ -107,9 +108,9 @@ class ConsumerGroupService:
         config: The coordinator's settings.
         timers: The coordinator's timers.
         now: Reads the coordinator's current time (ms).
-        classic_groups: The classic groups by id (an empty one may be
-            replaced by a consumer group of the same id).
-        drop_classic: Removes an empty classic group (its offsets stay).
+        classic_groups: The coordinator's classic groups by id: an empty one
+            is removed from it when a consumer group of the same id replaces
+            it (its offsets stay).
     """
 
     def __init__(
@@ -117,14 +118,12 @@ class ConsumerGroupService:
         config: CoordinatorConfig,
         timers: Timers,
         now: Callable[[], int],
-        classic_groups: Mapping[str, ClassicGroup],
-        drop_classic: Callable[[str], None],
+        classic_groups: MutableMapping[str, ClassicGroup],
     ) -> None:
         self._config = config
         self._timers = timers
         self._now = now
         self._classic = classic_groups
-        self._drop_classic = drop_classic
         self.groups: MutableMapping[str, ConsumerGroup] = {}
 
     # -- ConsumerGroupHeartbeat ----------------------------------------------
@@ -197,7 +196,7 @@ class ConsumerGroupService:
         classic = self._classic.get(group_id)
         if classic is not None:
             if create and classic.state is GroupState.EMPTY and not classic.members:
-                self._drop_classic(group_id)
+                del self._classic[group_id]
             else:
                 raise _Refused(
                     ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."
@@ -551,15 +550,9 @@ class ConsumerGroupService:
                     assignment_epoch=group.assignment_epoch,
                     assignor_name=self.preferred_assignor(group),
                     members=tuple(
-                        DescribedConsumerMember(
-                            member_id=m.member_id,
-                            instance_id=m.instance_id,
-                            rack_id=m.rack_id,
-                            member_epoch=m.member_epoch,
-                            client_id=m.client_id,
-                            client_host=m.client_host,
-                            subscribed_topic_names=m.subscribed_topic_names,
-                            subscribed_topic_regex=m.subscribed_topic_regex,
+                        copy_fields(
+                            DescribedConsumerMember,
+                            m,
                             assignment=named(m.held()),
                             target_assignment=named(group.target.get(m.member_id, {})),
                         )

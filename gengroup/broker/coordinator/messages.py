@@ -11,8 +11,8 @@ the server must do around the coordinator.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Final, TypeAlias
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeAlias, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -23,6 +23,9 @@ from .consumer_messages import (
     ConsumerGroupHeartbeatOutput,
 )
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 NO_OFFSET: Final = -1
 """Committed offset reported for a partition without a committed offset."""
 
@@ -31,6 +34,25 @@ NO_LEADER_EPOCH: Final = -1
 
 CLASSIC_GROUP_TYPE: Final = "classic"
 """The group type reported by ListGroups v5+."""
+
+D = TypeVar("D", bound="DataclassInstance")
+G = TypeVar("G")
+
+
+def copy_fields(cls: type[D], source: object, /, **values: Any) -> D:
+    """A ``cls`` whose fields are the same-named attributes of ``source``.
+
+    Members, requests and their descriptions name what they share alike, so
+    one is made from another by copying those fields. ``values`` set the
+    fields that are computed or renamed on the way; a field neither in
+    ``values`` nor on ``source`` keeps its default.
+    """
+    copied = {
+        f.name: getattr(source, f.name)
+        for f in fields(cls)
+        if f.init and f.name not in values and hasattr(source, f.name)
+    }
+    return cls(**copied, **values)
 
 
 @dataclass(frozen=True)
@@ -111,14 +133,27 @@ class JoinGroupOutput:
 
 
 @dataclass(frozen=True)
-class SyncGroupInput:
-    """A SyncGroup request.
+class _GenerationInput:
+    """A request of a member naming its generation (SyncGroup and Heartbeat).
 
     Attributes:
         group_id: The group.
         generation_id: The generation the member joined.
         member_id: The member's id.
         group_instance_id: Its group instance id, or None.
+    """
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class SyncGroupInput(_GenerationInput):
+    """A SyncGroup request: the member's generation and, from the leader, the assignments.
+
+    Attributes:
         protocol_type: The protocol type (v5+; None before).
         protocol_name: The protocol name (v5+; None before).
         assignments: ``(member_id, assignment)`` pairs; only the leader's are
@@ -127,10 +162,6 @@ class SyncGroupInput:
             name).
     """
 
-    group_id: str
-    generation_id: int
-    member_id: str
-    group_instance_id: str | None = None
     protocol_type: str | None = None
     protocol_name: str | None = None
     assignments: Sequence[tuple[str, bytes]] = ()
@@ -155,20 +186,8 @@ class SyncGroupOutput:
 
 
 @dataclass(frozen=True)
-class HeartbeatInput:
-    """A Heartbeat request.
-
-    Attributes:
-        group_id: The group.
-        generation_id: The member's generation.
-        member_id: The member's id.
-        group_instance_id: Its group instance id, or None.
-    """
-
-    group_id: str
-    generation_id: int
-    member_id: str
-    group_instance_id: str | None = None
+class HeartbeatInput(_GenerationInput):
+    """A Heartbeat request (the member's generation)."""
 
 
 @dataclass(frozen=True)
@@ -422,14 +441,19 @@ class OffsetFetchGroupOutput:
 
 
 @dataclass(frozen=True)
-class OffsetFetchOutput:
-    """An OffsetFetch response.
+class _PerGroupOutput(Generic[G]):
+    """A response with one entry per requested group (OffsetFetch and DescribeGroups).
 
     Attributes:
-        groups: One entry per requested group, in request order.
+        groups: The entries, in request order.
     """
 
-    groups: tuple[OffsetFetchGroupOutput, ...]
+    groups: tuple[G, ...]
+
+
+@dataclass(frozen=True)
+class OffsetFetchOutput(_PerGroupOutput[OffsetFetchGroupOutput]):
+    """An OffsetFetch response (``groups``: the groups' committed offsets)."""
 
 
 @dataclass(frozen=True)
@@ -446,6 +470,11 @@ class _GroupIdsInput:
 @dataclass(frozen=True)
 class DescribeGroupsInput(_GroupIdsInput):
     """A DescribeGroups request (``group_ids``: the groups to describe)."""
+
+
+@dataclass(frozen=True)
+class DeleteGroupsInput(_GroupIdsInput):
+    """A DeleteGroups request (``group_ids``: the groups to delete)."""
 
 
 @dataclass(frozen=True)
@@ -492,14 +521,8 @@ class DescribedGroup:
 
 
 @dataclass(frozen=True)
-class DescribeGroupsOutput:
-    """A DescribeGroups response.
-
-    Attributes:
-        groups: One entry per requested group, in request order.
-    """
-
-    groups: tuple[DescribedGroup, ...]
+class DescribeGroupsOutput(_PerGroupOutput[DescribedGroup]):
+    """A DescribeGroups response (``groups``: the groups described)."""
 
 
 @dataclass(frozen=True)
@@ -545,11 +568,6 @@ class ListGroupsOutput:
 
     error_code: ErrorCode
     groups: tuple[ListedGroup, ...]
-
-
-@dataclass(frozen=True)
-class DeleteGroupsInput(_GroupIdsInput):
-    """A DeleteGroups request (``group_ids``: the groups to delete)."""
 
 
 @dataclass(frozen=True)

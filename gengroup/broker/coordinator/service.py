@@ -54,6 +54,7 @@ from .messages import (
     Response,
     SyncGroupInput,
     SyncGroupOutput,
+    copy_fields,
 )
 from .offsets import OffsetStore, delete_offsets, rejected_commit, validate_offset_commit
 from .timers import Timers, heartbeat_key, join_key, sync_key
@@ -101,7 +102,7 @@ class GroupCoordinator:
         self._out: list[Reply] = []
         self._poisoned: BaseException | None = None
         self._consumer = ConsumerGroupService(
-            self._config, self._timers, lambda: self._now, self._groups, self._groups.__delitem__
+            self._config, self._timers, lambda: self._now, self._groups
         )
 
     # -- inspection --------------------------------------------------------
@@ -364,14 +365,11 @@ class GroupCoordinator:
     def _add_member_then_rebalance_or_complete_join(
         self, parked: Parked, request: JoinGroupInput, group: ClassicGroup, member_id: str
     ) -> None:
-        member = ClassicGroupMember(
+        # Instance id, client, timeouts and protocol type come from the request.
+        member = copy_fields(
+            ClassicGroupMember,
+            request,
             member_id=member_id,
-            group_instance_id=request.group_instance_id,
-            client_id=request.client_id,
-            client_host=request.client_host,
-            rebalance_timeout_ms=request.rebalance_timeout_ms,
-            session_timeout_ms=request.session_timeout_ms,
-            protocol_type=request.protocol_type,
             protocols=_protocols(request),
             is_new=True,
         )

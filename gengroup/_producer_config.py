@@ -1,0 +1,119 @@
+"""The producer's settings: declared once, with their defaults, validated at construction.
+
+:class:`ProducerConfig` is what a :class:`~gengroup.producer.Producer` runs
+with; :class:`ProducerSettings` names the same fields as keyword arguments of
+``Producer(...)`` for type checkers (``tests/test_config.py`` checks that the
+two agree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._errors import ConfigError
+from .io.security import Security, SecuritySettings
+from .partitioner import Partitioner
+from .protocol.records import Compression
+
+__all__ = ["Acks", "ProducerConfig", "ProducerSettings"]
+
+Acks = Literal[-1, 0, 1, "all"]
+
+
+def _codec(value: Any) -> Compression:
+    """A :class:`Compression`, its value, or its name in any case (``"lz4"``, as
+    Java's ``compression.type``)."""
+    try:
+        if isinstance(value, str):
+            return Compression[value.upper()]
+        return Compression(value)
+    except (KeyError, ValueError):
+        names = ", ".join(repr(c.name.lower()) for c in Compression)
+        raise ConfigError(
+            f"compression must be a Compression or one of {names}, not {value!r}"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig(Security):
+    """The settings of a :class:`Producer`, validated at construction.
+
+    Attributes:
+        acks: ``-1``/``"all"`` (every in-sync replica), ``1`` (the leader) or
+            ``0`` (no acknowledgement: offsets are reported as -1); ``"all"``
+            is stored as -1.
+        compression: the codec of every batch: a :class:`Compression` or its
+            name (``"lz4"``, as Java's ``compression.type``).
+        linger: seconds a partition's first queued record waits for company.
+        max_batch_bytes: estimated uncompressed bytes per batch (a larger
+            single record is sent alone).
+        buffer_bytes: estimated bytes queued before ``send`` waits for room.
+        delivery_timeout: seconds from ``send`` until a record that could not
+            be delivered (retries included) fails.
+        request_timeout: seconds the broker may take to replicate (the
+            Produce ``timeout`` field) and, plus 5 s, the client waits for it.
+        max_block: seconds ``send`` waits for the topic's metadata.
+        retry_backoff: base seconds between retries (doubling, capped at 1 s).
+        metadata_max_age: seconds between background metadata refreshes.
+        partitioner: strategy for null-key records, ``"sticky"`` or ``"round_robin"``.
+        client_id: client id of an owned cluster.
+        allow_auto_create_topics: let the broker create a topic this producer
+            sends to that does not exist, where the broker allows it
+            (``auto.create.topics.enable``), as the Java producer does.
+        security_protocol, ssl_*, sasl_*: :class:`~gengroup.io.security.Security`'s, inherited.
+
+    Raises:
+        ConfigError: an invalid value.
+    """
+
+    acks: Acks = -1
+    compression: Compression = Compression.NONE
+    linger: float = 0.005
+    max_batch_bytes: int = 1_000_000
+    buffer_bytes: int = 64 * 1024 * 1024
+    delivery_timeout: float = 120.0
+    request_timeout: float = 30.0
+    max_block: float = 10.0
+    retry_backoff: float = 0.1
+    metadata_max_age: float = 300.0
+    partitioner: Partitioner = "sticky"
+    client_id: str = "gengroup-producer"
+    allow_auto_create_topics: bool = True
+
+    def __post_init__(self) -> None:
+        Security.__post_init__(self)
+        acks = -1 if self.acks == "all" else self.acks
+        if acks not in (-1, 0, 1):
+            raise ConfigError(f"acks must be -1, 'all', 0 or 1, not {self.acks!r}")
+        object.__setattr__(self, "acks", int(acks))
+        object.__setattr__(self, "compression", _codec(self.compression))
+        if self.partitioner not in ("sticky", "round_robin"):
+            raise ConfigError(
+                f"partitioner must be 'sticky' or 'round_robin', not {self.partitioner!r}"
+            )
+        if self.linger < 0 or self.max_batch_bytes <= 0 or self.buffer_bytes <= 0:
+            raise ConfigError("linger must be >= 0 and the byte limits positive")
+        if self.delivery_timeout <= 0 or self.request_timeout <= 0 or self.max_block < 0:
+            raise ConfigError("timeouts must be positive")
+
+
+class ProducerSettings(SecuritySettings, total=False):
+    """:class:`ProducerConfig`'s fields as keyword arguments of :class:`Producer`.
+
+    Names and types only, for type checkers; a test checks they match the config.
+    """
+
+    acks: Acks
+    compression: Compression
+    linger: float
+    max_batch_bytes: int
+    buffer_bytes: int
+    delivery_timeout: float
+    request_timeout: float
+    max_block: float
+    retry_backoff: float
+    metadata_max_age: float
+    partitioner: Partitioner
+    client_id: str
+    allow_auto_create_topics: bool

@@ -1,0 +1,98 @@
+"""How fast a cooperative rebalance's second phase starts, in virtual time.
+
+A member joins a cooperative group: in phase one the others give up the
+partitions it is to get and rejoin at once; the newcomer learns of phase two
+at its next heartbeat. A cooperative generation beats early, so phase two
+starts within milliseconds of phase one, not a heartbeat interval later. On
+the embedded broker, in trio's virtual time, so the times are exact.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from gengroup import ConsumerGroup, CooperativeStickyBalancer, Generation, RangeBalancer
+from gengroup.broker import FakeCluster
+from gengroup.consumer.running import FIRST_EARLY_BEAT
+
+from .cooperative import SpanLedger, wait_until
+from .helpers import EMBEDDED_SETTINGS, all_partitions
+
+PARTITIONS = 6
+INTERVAL = EMBEDDED_SETTINGS["heartbeat_interval"]
+
+
+async def newcomer_generations(
+    balancer: CooperativeStickyBalancer | RangeBalancer,
+) -> list[tuple[float, Generation]]:
+    """Two members share the topic; a third joins. Its generations, with the
+    virtual time each was handed out at."""
+    every = all_partitions("t", PARTITIONS)
+    ledger = SpanLedger()
+    received: list[tuple[float, Generation]] = []
+    async with FakeCluster(topics={"t": PARTITIONS}, initial_rebalance_delay_ms=0) as cluster:
+
+        def open_group(name: str) -> ConsumerGroup:
+            return ConsumerGroup(
+                "g",
+                ["t"],
+                cluster.bootstrap,
+                client_id=name,
+                balancers=[balancer],
+                **EMBEDDED_SETTINGS,
+            )
+
+        async def newcomer() -> None:
+            async with open_group("m3") as group:
+                async for gen in group:
+                    received.append((trio.current_time(), gen))
+                    ledger.generations.setdefault("m3", []).append(gen)
+                    for tp in sorted(gen.added):
+                        gen.start_soon(ledger.worker, "m3", gen, tp, partition=tp)
+
+        async def member(name: str) -> None:
+            async with open_group(name) as group:
+                await ledger.member(name, group)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(member, "m1")
+            nursery.start_soon(member, "m2")
+            await wait_until(lambda: ledger.stable({"m1", "m2"}, every), "two members", 120)
+            # Well past the join, so that heartbeats are not due by chance.
+            await trio.sleep(INTERVAL * 0.3)
+            nursery.start_soon(newcomer)
+            await wait_until(
+                lambda: ledger.stable({"m1", "m2", "m3"}, every, same_generation=False),
+                "three members",
+                120,
+            )
+            nursery.cancel_scope.cancel()
+    return received
+
+
+async def test_a_newcomer_gets_its_partitions_without_waiting_a_heartbeat_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    received = await newcomer_generations(CooperativeStickyBalancer())
+    # Phase one gives the newcomer nothing (the partitions are being revoked);
+    # phase two gives it its share.
+    (first_at, first), (second_at, second) = received[0], received[-1]
+    assert not first.assignments and len(second.assignments) == PARTITIONS // 3
+    assert first.rebalance_protocol == second.rebalance_protocol == "cooperative"
+    # Without early beats the newcomer heard of phase two at its first regular
+    # heartbeat, a whole interval after phase one.
+    assert second_at - first_at < INTERVAL / 2, (first_at, second_at)
+    # The first early beat already found phase two under way.
+    assert second_at - first_at == pytest.approx(FIRST_EARLY_BEAT)
+
+
+async def test_an_eager_group_keeps_its_regular_heartbeats(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Eager rebalances have no second phase: one generation, no early beats
+    (a newcomer's single generation has its share at once)."""
+    received = await newcomer_generations(RangeBalancer())
+    assert len(received) == 1
+    assert len(received[0][1].assignments) == PARTITIONS // 3
