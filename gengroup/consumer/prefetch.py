@@ -254,6 +254,10 @@ class _Partition:
     wake: anyio.Event = field(default_factory=anyio.Event)
     #: The high watermark in the newest fetch answer for the partition (-1: none yet).
     high_watermark: int = -1
+    #: Where the records readable under the isolation level end, as of the
+    #: newest answer: the high watermark, or the last stable offset under
+    #: read_committed (-1: none yet).
+    end: int = -1
     #: A Fetch naming the partition is in flight.
     in_flight: bool = False
     #: The largest batch of the last answer, in bytes (a Fetch asks for at least that).
@@ -261,9 +265,9 @@ class _Partition:
 
 
 def _lagging(part: _Partition) -> bool:
-    """Whether ``part`` is known to have records past its position (or its
-    high watermark is not known yet)."""
-    return part.high_watermark < 0 or part.position < part.high_watermark
+    """Whether ``part`` is known to have readable records past its position
+    (or where they end is not known yet)."""
+    return part.end < 0 or part.position < part.end
 
 
 def _request_action(exc: BaseException) -> Action:
@@ -643,10 +647,13 @@ class Prefetcher:
                 part.wake.set()
             return
         part.high_watermark = max(part.high_watermark, pf.high_watermark)
+        stable = pf.last_stable_offset
+        committed = self._config.isolation_level == "read_committed"
+        part.end = stable if committed and stable >= 0 else pf.high_watermark
         # parse_fetch_response already dropped control and aborted batches
         # and the records below the requested offset; the raw batches are
         # decoded by the worker.
-        if room and pf.next_offset <= part.position < pf.high_watermark:
+        if room and pf.next_offset <= part.position < part.end:
             # Data is there but not one batch came, though the answer had room
             # for the partition's ask: the next batch is larger than what was
             # asked for (Kafka lets only the first partition of an answer
