@@ -84,16 +84,15 @@ class GroupConfig(Security):
         fetch_max_wait: seconds a Fetch may wait on the broker for data.
         fetch_min_bytes: bytes a Fetch waits for.
         fetch_max_bytes: bytes one Fetch response may carry.
-        partition_buffer_bytes: under a member budget, the least one Fetch
-            asks for per partition (its per-partition limit); without one
-            (``fetch_buffer_bytes=None``), the fetched-but-unprocessed bytes
-            held per partition.
+        partition_buffer_bytes: fetched-but-unprocessed bytes held per
+            partition at most; under ``fetch_buffer_bytes``, a partition's
+            share is this or its part of the budget, whichever is less.
         fetch_buffer_bytes: fetched-but-unprocessed bytes held by the whole
             member, plus what its Fetch requests in flight may bring (None:
             no member-wide bound, ``partition_buffer_bytes`` per partition).
-            Each assigned partition's share (its buffer bound) is this divided
-            by the number of partitions the member is assigned in the
-            generation; fetch sizes follow from it (see below).
+            Each assigned partition's part is this divided by the number of
+            partitions the member is assigned in the generation; fetch sizes
+            follow (see below).
         key_deserializer: turns a record's key bytes (or None) into an object,
             applied by ``FetchedBatch.decoded()`` (None: keys stay bytes).
         value_deserializer: the same for values.
@@ -146,21 +145,24 @@ class GroupConfig(Security):
       limits of the Fetch requests in flight never exceed it, except that
       Kafka sends the first partition of an answer one batch whole even when
       it is larger than asked (otherwise a batch larger than every limit
-      could never be consumed). A slow worker stops its partition's fetching
-      at the partition's share, so it holds the buffer without growing it;
-      the other partitions go on within the rest of the budget. A partition
-      is fetched in steps of half its share -- with few partitions, large
-      steps, one buffered while the next is on its way -- but at least
-      ``partition_buffer_bytes`` and at least its largest recent batch: with
-      many partitions the shares are small, yet each Fetch asks for whole
-      producer batches and the response-wide limit keeps the total within
-      the budget. 32 MiB keeps one member below the peers' peak memory with
-      200 partitions at equal throughput (``benchmarks/bench_memory.py``).
-    * ``partition_buffer_bytes=1 MiB`` -- Kafka's ``max.partition.fetch.bytes``:
-      a producer batch (librdkafka batches up to 1 MB) fits in one partition's
-      fetch. With ``fetch_buffer_bytes=None`` it is instead the bound of each
-      partition's buffer, fetched in steps of half of it (or of its largest
-      recent batch, if larger), so memory grows with the partitions.
+      could never be consumed). With many partitions each one's share of the
+      budget is small, yet each Fetch asks for whole producer batches of many
+      partitions (at least half of ``partition_buffer_bytes`` per partition)
+      and the response-wide limit keeps the total within the budget, so
+      throughput does not fall as partitions are added. 32 MiB keeps one
+      member below the peers' peak memory with 200 partitions at equal
+      throughput (``benchmarks/bench_memory.py``). A batch handed to a
+      worker no longer counts: a worker that keeps references to the batches
+      it handled keeps their memory.
+    * ``partition_buffer_bytes=1 MiB`` -- fetched-but-unprocessed data held per
+      partition at most (its share, or less under the budget); a slow worker
+      stops its partition's fetching at its share, so it holds the buffer
+      without growing it while the other partitions go on. A partition is
+      fetched in steps of half its share (under the budget at least half of
+      this setting; or its largest recent batch, if larger), so that one step
+      is buffered while the next is on its way. Batches of about half the
+      share or more leave no room for a second step: producers batching 1 MB
+      (librdkafka's default) fetch faster with a few MiB.
     """
 
     group_id: str

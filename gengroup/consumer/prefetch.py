@@ -5,8 +5,8 @@ Theory of operation:
 A :class:`Prefetcher` runs as one task of the generation (under a
 cooperative protocol, of the run loop's ownership registry, until the next
 generation forms: :meth:`Prefetcher.close` then stops it). Inside it, one loop per
-leader broker sends Fetch requests, each covering every assigned partition that
-broker leads *whose buffer has room and which is not already being fetched* --
+leader broker sends Fetch requests, each covering the assigned partitions that
+broker leads *whose buffer has room and which are not already being fetched* --
 never a request per partition by design. Up to two requests per broker are in
 flight at a time (over disjoint partitions: a partition's next position is only
 known from the previous answer), and the answer to one is handed out while the
@@ -15,26 +15,29 @@ next is on its way, so the socket stays busy while workers process.
 Memory is bounded at two levels. The member's *budget* (``fetch_buffer_bytes``,
 32 MiB by default) bounds the bytes buffered plus the bytes the Fetch requests
 in flight may bring, across all partitions: a request's response-wide
-``max_bytes`` is the room left in the budget, so the broker itself stops
-filling an answer when the budget is reached. A request goes out only once
-the room is worth a request (a quarter of the budget, or everything the
-ready partitions ask for if that is less): a trickle of room freed by one
-consumed batch does not become a trickle of one-partition round trips. Each
-partition has a bounded buffer too (its *share*: the budget divided among
-the assigned partitions; ``partition_buffer_bytes`` without a budget), so a
-slow worker holds its share and applies backpressure to its own partition
-only. A partition is asked for half its share -- but under a budget at least
-``partition_buffer_bytes`` and at least its largest recent batch, because
-Kafka answers a partition whose next batch exceeds its limit with nothing
-(unless it comes first in the request, which rotates): with many partitions
-the shares are small, but each Fetch still asks for whole producer batches
-of many partitions, and the response-wide limit keeps the total within the
-budget. A partition goes into a request when nothing is in flight for it and
-it is empty or has room for one more such step. The one excess: Kafka sends
-the first partition of an answer one batch whole even when it is larger than
-asked (so that a batch larger than the limits can be consumed at all).
-Requests in flight together use separate connections, as the broker answers
-one connection in order and a long poll must not hold up an answer with data.
+``max_bytes`` is the room left in the budget (half of it at most, so that two
+requests fit), so the broker itself stops filling an answer when the budget
+is reached. While one request is in flight, another goes out only once it is
+worth a channel (a quarter of the budget, or of what all partitions ask if
+that is less): a trickle of room freed by one consumed batch does not become
+a trickle of one-partition round trips. Each partition has a bounded buffer
+too, its *share*: ``partition_buffer_bytes``, or its part of the budget (the
+budget divided among the assigned partitions) if that is less, so a slow
+worker holds its share and applies backpressure to its own partition only. A
+partition is fetched in steps of half its share -- but under a budget of at
+least half of ``partition_buffer_bytes``, and at least its largest recent
+batch, because Kafka answers a partition whose next batch exceeds its limit
+with nothing (unless it comes first in the request, which rotates): with many
+partitions the shares are small, but each Fetch still asks for whole producer
+batches of many partitions, and the response-wide limit keeps the total
+within the budget. A partition goes into a request when nothing is in flight
+for it and it is empty or has room for one more step; while another request
+is in flight, only partitions known to have data do (the other may be a long
+poll). The one excess: Kafka sends the first partition of an answer one batch
+whole even when it is larger than asked (so that a batch larger than the
+limits can be consumed at all). Requests in flight together use separate
+connections, as the broker answers one connection in order and a long poll
+must not hold up an answer with data.
 
 Records are not decoded by the fetch loop: the answer's batch headers are
 checked there (lengths, magic, CRC-32C, codec, count -- damage found there is
@@ -298,23 +301,32 @@ class Prefetcher:
         self._metrics = GroupMetrics() if metrics is None else metrics
         self._config = config
         self._parts = {tp: _Partition(tp, off) for tp, off in positions.items()}
-        budget = config.fetch_buffer_bytes
+        budget, bound = config.fetch_buffer_bytes, config.partition_buffer_bytes
         #: The member's bound on buffered plus requested bytes (None: per partition only).
         self._budget = budget
-        #: Each partition's buffer bound, and the size of one fetch step (half of it).
+        #: Each partition's buffer bound (its share): ``partition_buffer_bytes``,
+        #: or its part of the budget if that is less; a fetch step is half of it.
         self._share = (
-            config.partition_buffer_bytes
-            if budget is None
-            else max(1, budget // max(1, len(self._parts)))
+            bound if budget is None else max(1, min(bound, budget // max(1, len(self._parts))))
         )
         self._step = max(1, self._share // 2)
-        #: The least a partition is asked for under a budget, and the most.
+        #: The least and the most one Fetch asks for a partition. Under a budget
+        #: at least half of ``partition_buffer_bytes`` however small the share
+        #: (whole producer batches), within half the budget.
         self._floor = (
-            self._step
-            if budget is None
-            else max(self._step, min(config.partition_buffer_bytes, budget // 2))
+            self._step if budget is None else max(self._step, min(bound // 2, budget // 2))
         )
         self._ceiling = self._share if budget is None else max(self._floor, budget // 2)
+        #: Under a budget, the least a request sent while another is in flight
+        #: asks for: a quarter of the budget, or of what all partitions ask.
+        self._worth = max(
+            1,
+            min(
+                (budget or 0) // 4,
+                config.fetch_max_bytes,
+                len(self._parts) * self._floor // 4,
+            ),
+        )
         #: Bytes buffered in all partitions, and the ``max_bytes`` of the requests in flight.
         self._buffered = 0
         self._reserved = 0
@@ -369,7 +381,7 @@ class Prefetcher:
         part.buffered -= batch.size
         self._buffered -= batch.size
         if (not part.in_flight and self._has_room(part)) or (
-            self._budget is not None and self._room() >= self._budget // 4
+            self._budget is not None and self._room() >= self._worth
         ):
             self._changed()  # the partition is ready again, or the member has room
         if self._on_first_batch is not None:
@@ -485,10 +497,11 @@ class Prefetcher:
         budget, also at most the room left in it and half of it (so that two
         requests may be in flight); and while another request is in flight,
         only a request worth a channel goes: one of a quarter of the budget
-        at least (the room and the ready partitions grow as workers consume;
-        a request per consumed batch would be a round trip per partition). A
-        long poll (``polling``: no partition known to have data) holds no
-        more of the budget than that quarter while it waits.
+        at least, or of what all partitions ask if that is less (the room and
+        the ready partitions grow as workers consume; a request per consumed
+        batch would be a round trip per partition). A long poll (``polling``:
+        no partition known to have data) holds no more of the budget than
+        that while it waits.
         """
         cfg = self._config
         asked = sum(asks.values())
@@ -497,7 +510,7 @@ class Prefetcher:
         if budget is None:
             return limit
         room = self._room()
-        worth = max(1, min(budget // 4, cfg.fetch_max_bytes))
+        worth = self._worth
         limit = min(limit, worth if polling else budget // 2, room)
         if idle:
             return max(1, limit) if room >= min(asked, worth) else 0
