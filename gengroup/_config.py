@@ -92,7 +92,8 @@ class GroupConfig(Security):
             no member-wide bound, ``partition_buffer_bytes`` per partition).
             Each assigned partition's part is this divided by the number of
             partitions the member is assigned in the generation; fetch sizes
-            follow (see below).
+            follow (see below). It takes effect once the partitions' own
+            bounds (``partition_buffer_bytes`` each) add up to more.
         key_deserializer: turns a record's key bytes (or None) into an object,
             applied by ``FetchedBatch.decoded()`` (None: keys stay bytes).
         value_deserializer: the same for values.

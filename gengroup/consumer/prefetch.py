@@ -14,30 +14,32 @@ next is on its way, so the socket stays busy while workers process.
 
 Memory is bounded at two levels. The member's *budget* (``fetch_buffer_bytes``,
 32 MiB by default) bounds the bytes buffered plus the bytes the Fetch requests
-in flight may bring, across all partitions: a request's response-wide
-``max_bytes`` is the room left in the budget (half of it at most, so that two
-requests fit), so the broker itself stops filling an answer when the budget
-is reached. While one request is in flight, another goes out only once it is
-worth a channel (a quarter of the budget, or of what all partitions ask if
-that is less): a trickle of room freed by one consumed batch does not become
-a trickle of one-partition round trips. Each partition has a bounded buffer
-too, its *share*: ``partition_buffer_bytes``, or its part of the budget (the
-budget divided among the assigned partitions) if that is less, so a slow
-worker holds its share and applies backpressure to its own partition only. A
-partition is fetched in steps of half its share -- but under a budget of at
-least half of ``partition_buffer_bytes``, and at least its largest recent
-batch, because Kafka answers a partition whose next batch exceeds its limit
-with nothing (unless it comes first in the request, which rotates): with many
-partitions the shares are small, but each Fetch still asks for whole producer
-batches of many partitions, and the response-wide limit keeps the total
-within the budget. A partition goes into a request when nothing is in flight
-for it and it is empty or has room for one more step; while another request
-is in flight, only partitions known to have data do (the other may be a long
-poll). The one excess: Kafka sends the first partition of an answer one batch
-whole even when it is larger than asked (so that a batch larger than the
-limits can be consumed at all). Requests in flight together use separate
-connections, as the broker answers one connection in order and a long poll
-must not hold up an answer with data.
+in flight may bring, across all partitions (it takes effect once the
+partitions' own bounds add up to more; below that they keep the member within
+it): a request's response-wide ``max_bytes`` is the room left in the budget
+(half of it at most, so that two requests fit), so the broker itself stops
+filling an answer when the budget is reached. While one request is in flight,
+another goes out only once it is worth a channel (a quarter of the budget, or
+of what all partitions ask if that is less): a trickle of room freed by one
+consumed batch does not become a trickle of one-partition round trips. Each
+partition has a bounded buffer too, its *share*: ``partition_buffer_bytes``, or
+its part of the budget (the budget divided among the assigned partitions) if
+that is less, so a slow worker holds its share and applies backpressure to its
+own partition only. A partition is fetched in steps of half its share -- but
+under a budget of at least half of ``partition_buffer_bytes``, and at least its
+largest recent batch, because Kafka answers a partition whose next batch
+exceeds its limit with nothing (unless it comes first in the request, which
+rotates): with many partitions the shares are small, but each Fetch still asks
+for whole producer batches of many partitions, and the response-wide limit
+keeps the total within the budget. A partition goes into a request when nothing
+is in flight for it and it is empty or has room for one more step; while
+another request brings data, only partitions known to have data do (a long poll
+would take the channel from the next request with data; they wait for that
+answer). The one excess: Kafka sends the first partition of an answer one batch
+whole even when it is larger than asked (so that a batch larger than the limits
+can be consumed at all). Requests in flight together use separate connections,
+as the broker answers one connection in order and a long poll must not hold up
+an answer with data.
 
 Records are not decoded by the fetch loop: the answer's batch headers are
 checked there (lengths, magic, CRC-32C, codec, count -- damage found there is
@@ -302,6 +304,9 @@ class Prefetcher:
         self._config = config
         self._parts = {tp: _Partition(tp, off) for tp, off in positions.items()}
         budget, bound = config.fetch_buffer_bytes, config.partition_buffer_bytes
+        if budget is not None and bound * len(self._parts) <= budget:
+            # The partitions' own bounds keep the member within the budget.
+            budget = None
         #: The member's bound on buffered plus requested bytes (None: per partition only).
         self._budget = budget
         #: Each partition's buffer bound (its share): ``partition_buffer_bytes``,
@@ -489,14 +494,14 @@ class Prefetcher:
         return self._budget - self._buffered - self._reserved
 
     def _request_limit(
-        self, asks: Mapping[TopicPartition, int], idle: bool, polling: bool = False
+        self, asks: Mapping[TopicPartition, int], calm: bool, polling: bool = False
     ) -> int:
         """The response-wide ``max_bytes`` of a request asking ``asks``; 0: not now.
 
         Without a budget: ``fetch_max_bytes`` or the sum of the asks. Under a
         budget, also at most the room left in it and half of it (so that two
-        requests may be in flight); and while another request is in flight,
-        only a request worth a channel goes: one of a quarter of the budget
+        requests may be in flight); and while another request brings data
+        (not ``calm``), only a request worth a channel goes: one of a quarter of the budget
         at least, or of what all partitions ask if that is less (the room and
         the ready partitions grow as workers consume; a request per consumed
         batch would be a round trip per partition). A long poll (``polling``:
@@ -512,7 +517,7 @@ class Prefetcher:
         room = self._room()
         worth = self._worth
         limit = min(limit, worth if polling else budget // 2, room)
-        if idle:
+        if calm:
             return max(1, limit) if room >= min(asked, worth) else 0
         return limit if limit >= worth else 0
 
@@ -528,17 +533,23 @@ class Prefetcher:
         # for partitions without new data must not hold up an answer with data.
         free = [f"fetch-{i}" if i else "fetch" for i in range(_MAX_IN_FLIGHT)]
         turn = 0
+        # Requests in flight that asked for data known to be there (the others
+        # are long polls).
+        productive = 0
 
         async def fetch(
             channel: str,
             ready: dict[TopicPartition, int],
             asks: dict[TopicPartition, int],
             limit: int,
+            polling: bool,
         ) -> None:
+            nonlocal productive
             try:
                 await self._fetch(node, ready, asks, limit, channel)
             finally:
                 free.append(channel)
+                productive -= not polling
                 self._reserved -= limit
                 for tp in ready:
                     self._parts[tp].in_flight = False
@@ -560,19 +571,23 @@ class Prefetcher:
                         parts = [p for p in order if self._ready(p, node)]
                         lagging = [p for p in parts if _lagging(p)]
                         asks = self._asks(lagging)
-                        if idle:
-                            # The others wait in a long poll, all of them (no
-                            # partition waits for its turn to be polled). The
-                            # other channel may be such a long poll already:
-                            # it only goes for data known to be there.
+                        # With data on its way in the other request, partitions
+                        # without data wait for it to end (a long poll would
+                        # take the channel from the next productive request);
+                        # otherwise they wait in a long poll, all of them (no
+                        # partition waits for its turn to be polled).
+                        calm = not productive
+                        if calm:
                             asks.update({p.tp: self._want(p) for p in parts if not _lagging(p)})
-                        limit = self._request_limit(asks, idle, not lagging) if asks else 0
+                        polling = not lagging
+                        limit = self._request_limit(asks, calm, polling) if asks else 0
                         if limit:
                             ready = {tp: self._parts[tp].position for tp in asks}
                             for tp in asks:
                                 self._parts[tp].in_flight = True
                             self._reserved += limit
-                            tg.start_soon(fetch, free.pop(), ready, asks, limit)
+                            productive += not polling
+                            tg.start_soon(fetch, free.pop(), ready, asks, limit, polling)
                             continue
                     space = self._space
                     await space.wait()

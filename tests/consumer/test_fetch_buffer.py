@@ -121,7 +121,7 @@ async def test_a_slow_worker_holds_its_share_while_the_others_go_on(
             ["t"],
             cluster.bootstrap,
             fetch_buffer_bytes=budget,
-            partition_buffer_bytes=share,
+            partition_buffer_bytes=2 * share,  # the budget is the tighter bound
             **SETTINGS,
         ) as group:
             gen = await group.next()
