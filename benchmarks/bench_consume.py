@@ -40,8 +40,8 @@ def main() -> None:
         print(f"{'client':<20} {'join s':>7} {'best records/s':>16} {'MB/s':>8}")
         for name, run in clients(bootstrap, topic, n).items():
             runs = [run() for _ in range(args.repeat)]
-            join = min(j for j, _, _ in runs)
-            rate = n / min(t for _, t, _ in runs)
+            join = min(r[0] for r in runs)
+            rate = n / min(r[1] for r in runs)
             print(f"{name:<20} {join:>7.2f} {rate:>16,.0f} {rate * size / 1e6:>8.1f}", flush=True)
 
 

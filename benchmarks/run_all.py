@@ -12,10 +12,14 @@ cannot skip work.
 
 The time measured runs from the moment the member learns its assignment to the
 last record, so it includes each client's first fetches (the join before it is
-reported separately); the rate is the median of the runs. Results go to a JSON file
-(``--json``) and a Markdown page (``--markdown``) that states each client's
-ratio to aiokafka and to confluent-kafka. Nothing is asserted about time (the
-machines are shared and noisy).
+reported separately); the rate is the median of the runs. Each run also counts the
+CPU time the process used over the same span (every thread's: librdkafka decodes
+in background threads), as records per CPU-second, the steadier measure on a
+shared machine. Results go to a JSON file
+(``--json``), a Markdown page (``--markdown``) that states each client's
+ratio to aiokafka and to confluent-kafka, and PNG charts in ``docs/img``
+(``charts.py``, which also draws them again from the JSON alone). Nothing
+is asserted about time (the machines are shared and noisy).
 
 Clients: ``gengroup-trio`` and ``gengroup-asyncio`` (one worker task per
 partition, as ``run_workers`` runs them), ``aiokafka`` (``getmany``; skipped if not installed) and
@@ -23,7 +27,10 @@ partition, as ``run_workers`` runs them), ``aiokafka`` (``getmany``; skipped if 
 
 Usage: ``.venv/bin/python benchmarks/run_all.py [--records 1000000]
 [--records-1k 300000] [--repeat 3] [--partitions 8] [--codecs none,lz4]
-[--sizes 100,1000] [--clients ...] [--bootstrap HOST:PORT]``
+[--sizes 100,1000] [--clients ...] [--bootstrap HOST:PORT] [--rebalance]
+[--everything]``. With ``--everything`` it is the whole suite: consumer
+throughput (P1), rebalance cost (P2), generation turnover (P3), peak memory
+(P4) and producer throughput, on one broker.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ import json
 import platform
 import random
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -43,6 +52,7 @@ from typing import Any
 
 import anyio
 from bench_rebalance import BROKER_PROPERTIES, run_suite, table
+from charts import write_charts
 
 from gengroup import Admin, ConsumerGroup, Generation, TopicPartition
 from gengroup.testing.kafka import KafkaBroker
@@ -50,16 +60,31 @@ from gengroup.testing.kafka import KafkaBroker
 HERE = Path(__file__).resolve().parent
 
 #: One consume run: (seconds from subscribing to the assignment, seconds
-#: from the assignment to the last record, sum of the value lengths).
-Run = tuple[float, float, int]
+#: from the assignment to the last record, sum of the value lengths, CPU
+#: seconds the process used from the assignment to the last record -- every
+#: thread's, so librdkafka's background threads count for confluent-kafka).
+Run = tuple[float, float, int, float]
 
 
 def values(size: int, count: int = 1024) -> list[bytes]:
-    """``count`` text-like values of ``size`` bytes (37 symbols: compressible, not trivially)."""
+    """``count`` text-like values of ``size`` bytes: words of a 2,000-word vocabulary.
+
+    Compressible, not trivially: lz4 finds the repeated words of every value
+    size, so a record batch of 1 KB values is smaller compressed than not and
+    the producer really sends it compressed (librdkafka sends a batch
+    uncompressed when compression does not make it smaller, which random
+    1 KB values would not).
+    """
     rng = random.Random(size)
-    alphabet = b"abcdefghijklmnopqrstuvwxyz0123456789 "
-    table = bytes(alphabet[i % len(alphabet)] for i in range(256))
-    return [rng.randbytes(size).translate(table) for _ in range(count)]
+    letters = b"abcdefghijklmnopqrstuvwxyz0123456789"
+    vocabulary = [
+        bytes(rng.choice(letters) for _ in range(rng.randint(2, 10))) for _ in range(2000)
+    ]
+    out = []
+    for _ in range(count):
+        value = b" ".join(rng.choices(vocabulary, k=size // 3))
+        out.append(value[:size])
+    return out
 
 
 def produce(bootstrap: str, topic: str, partitions: int, n: int, size: int, codec: str) -> None:
@@ -96,11 +121,16 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int, size: int, code
         raise SystemExit(f"producing to {topic}: records left unsent")
 
 
-async def consume_gengroup(bootstrap: str, topic: str, n: int) -> Run:
-    """Consume ``n`` records, one worker task per partition; every value is touched."""
+async def consume_gengroup(
+    bootstrap: str, topic: str, n: int, settings: dict[str, Any] | None = None
+) -> Run:
+    """Consume ``n`` records, one worker task per partition; every value is touched.
+
+    ``settings``: group settings other than the defaults (``--gengroup-setting``).
+    """
     count = 0
     total = 0
-    assigned = 0.0
+    assigned = cpu = 0.0
     done = anyio.Event()
 
     async def worker(gen: Generation, tp: TopicPartition) -> None:
@@ -114,21 +144,23 @@ async def consume_gengroup(bootstrap: str, topic: str, n: int) -> Run:
                 done.set()
 
     start = time.perf_counter()
-    async with ConsumerGroup("bench-" + uuid.uuid4().hex, [topic], bootstrap) as group:
+    group_id = "bench-" + uuid.uuid4().hex
+    async with ConsumerGroup(group_id, [topic], bootstrap, **(settings or {})) as group:
         async with anyio.create_task_group() as tg:
 
             async def generations() -> None:
-                nonlocal assigned
+                nonlocal assigned, cpu
                 async for gen in group:
-                    assigned = assigned or time.perf_counter()
+                    if not assigned:
+                        assigned, cpu = time.perf_counter(), time.process_time()
                     for tp in sorted(gen.assignments):
                         gen.start_soon(worker, gen, tp)
 
             tg.start_soon(generations)
             await done.wait()
-            end = time.perf_counter()
+            end, cpu = time.perf_counter(), time.process_time() - cpu
             tg.cancel_scope.cancel()
-    return assigned - start, end - assigned, total
+    return assigned - start, end - assigned, total, cpu
 
 
 def consume_aiokafka(bootstrap: str, topic: str, n: int) -> Run:
@@ -137,15 +169,16 @@ def consume_aiokafka(bootstrap: str, topic: str, n: int) -> Run:
     async def run() -> Run:
         from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 
-        assigned = 0.0
+        assigned = cpu = 0.0
 
         class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
             async def on_partitions_revoked(self, revoked: object) -> None:
                 pass
 
             async def on_partitions_assigned(self, assigned_: object) -> None:
-                nonlocal assigned
-                assigned = assigned or time.perf_counter()
+                nonlocal assigned, cpu
+                if not assigned:
+                    assigned, cpu = time.perf_counter(), time.process_time()
 
         consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap,
@@ -163,7 +196,8 @@ def consume_aiokafka(bootstrap: str, topic: str, n: int) -> Run:
                 for records in batches.values():
                     total += sum([len(r.value) for r in records if r.value is not None])
                     count += len(records)
-            return assigned - start, time.perf_counter() - assigned, total
+            end, cpu = time.perf_counter(), time.process_time() - cpu
+            return assigned - start, end - assigned, total, cpu
         finally:
             await consumer.stop()
 
@@ -182,11 +216,12 @@ def consume_confluent(bootstrap: str, topic: str, n: int) -> Run:
             "enable.auto.commit": True,
         }
     )
-    assigned = 0.0
+    assigned = cpu = 0.0
 
     def on_assign(consumer: object, partitions: object) -> None:
-        nonlocal assigned
-        assigned = assigned or time.perf_counter()
+        nonlocal assigned, cpu
+        if not assigned:
+            assigned, cpu = time.perf_counter(), time.process_time()
 
     start = time.perf_counter()
     consumer.subscribe([topic], on_assign=on_assign)
@@ -202,17 +237,25 @@ def consume_confluent(bootstrap: str, topic: str, n: int) -> Run:
                     if value is not None:
                         total += len(value)
                     count += 1
-        return assigned - start, time.perf_counter() - assigned, total
+        end, cpu = time.perf_counter(), time.process_time() - cpu
+        return assigned - start, end - assigned, total, cpu
     finally:
         consumer.close()
 
 
-def clients(bootstrap: str, topic: str, n: int) -> dict[str, Callable[[], Run]]:
-    """The clients to measure, by name (aiokafka only if it is installed)."""
+def clients(
+    bootstrap: str, topic: str, n: int, settings: dict[str, Any] | None = None
+) -> dict[str, Callable[[], Run]]:
+    """The clients to measure, by name (aiokafka only if it is installed).
+
+    ``settings`` go to gengroup's group (the defaults if None).
+    """
     out: dict[str, Callable[[], Run]] = {
-        "gengroup-trio": lambda: anyio.run(consume_gengroup, bootstrap, topic, n, backend="trio"),
+        "gengroup-trio": lambda: anyio.run(
+            consume_gengroup, bootstrap, topic, n, settings, backend="trio"
+        ),
         "gengroup-asyncio": lambda: anyio.run(
-            consume_gengroup, bootstrap, topic, n, backend="asyncio"
+            consume_gengroup, bootstrap, topic, n, settings, backend="asyncio"
         ),
     }
     try:
@@ -240,11 +283,24 @@ def markdown(results: dict[str, Any]) -> str:
         "(`total += len(record.value)`). Rate: records over the time from the "
         "assignment to the last record, "
         f"median of {meta['repeat']} runs. Python {meta['python']} on {meta['machine']} "
-        "(a shared machine: absolute numbers vary from run to run, the ratios less).",
+        "(a shared machine: absolute numbers vary from run to run, the ratios less). "
+        + (
+            f"gengroup ran with {meta['gengroup_settings']}; the other clients with their defaults."
+            if meta.get("gengroup_settings")
+            else "Every client runs with its default settings."
+        ),
         "",
-        "| values | codec | records | client | records/s | MB/s | join s | vs aiokafka "
-        "| vs confluent-kafka |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|",
+        "The values are text (words of a 2,000-word vocabulary), produced by librdkafka "
+        "with `linger.ms=50` and `batch.size=1000000`: record batches of about 1 MB, "
+        "which lz4 makes smaller at both value sizes. Records/CPU-s counts the CPU time "
+        "the client's process used over the same span, all threads included "
+        "(confluent-kafka decodes in librdkafka's background threads, the Python "
+        "clients in the thread that consumes): on a loaded machine it is the steadier "
+        "measure of a client's cost.",
+        "",
+        "| values | codec | records | client | records/s | MB/s | records/CPU-s | join s "
+        "| vs aiokafka | vs confluent-kafka |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for case in results["cases"]:
         rates = {name: r["rate"] for name, r in case["clients"].items()}
@@ -256,15 +312,77 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {case['value_size']} B | {case['codec']} | {case['records']:,} | {name} "
                 f"| {r['rate']:,.0f} | {r['rate'] * case['value_size'] / 1e6:.1f} "
-                f"| {r['join']:.2f} "
+                f"| {r.get('cpu_rate', 0):,.0f} | {r['join']:.2f} "
                 f"| {vs_aio} | {vs_conf} |"
             )
     lines += [
         "",
         "Ratios above 1 mean faster than the client in the column's title.",
         "",
+        "![Consumer throughput of each client by value size and codec](img/consume.png)",
+        "",
+        "Where the time goes: gengroup and aiokafka decode records in the thread that "
+        "consumes -- gengroup in pure Python, aiokafka with its compiled (Cython) record "
+        "reader -- while confluent-kafka decodes in librdkafka's C threads, which run "
+        "beside the Python loop: its records/CPU-s is the highest, and its records/s "
+        "can exceed what one core does. In gengroup most of the CPU time goes to the "
+        "per-record loop of `gengroup.protocol.records` (`python benchmarks/bench_decode.py` "
+        "measures it alone); for 1 KB values, also to moving the bytes (receiving, "
+        "copying each Fetch response and each value).",
+        "",
     ]
     return "\n".join(lines)
+
+
+def run_others(bootstrap: str, repeat: int) -> None:
+    """The producer (P5), memory (P4) and turnover (P3) benchmarks, each in a process
+    of its own on ``bootstrap``; each one's output goes to ``results/<name>.txt``."""
+    results = HERE / "results"
+    for script, extra in (
+        ("bench_produce.py", ["--repeat", str(repeat), "--json", str(results / "produce.json")]),
+        ("bench_memory.py", []),
+        ("bench_turnover.py", []),
+    ):
+        print(f"running {script} ...", flush=True)
+        out = subprocess.run(
+            [sys.executable, str(HERE / script), "--bootstrap", bootstrap, *extra],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        (results / (script.removeprefix("bench_").removesuffix(".py") + ".txt")).write_text(out)
+        print(out, flush=True)
+
+
+def _setting(item: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` as a group setting, the value as an int or a float if it reads as one."""
+    name, sep, text = item.partition("=")
+    if not sep:
+        raise SystemExit(f"--gengroup-setting wants NAME=VALUE, not {item!r}")
+    value: Any = text
+    for convert in (int, float):
+        try:
+            value = convert(text)
+            break
+        except ValueError:
+            pass
+    return name, value
+
+
+def _options(args: argparse.Namespace) -> list[str]:
+    """The command-line options that shape the results, as they would be typed."""
+    out = []
+    for name, value in vars(args).items():
+        if name in ("json", "markdown", "bootstrap") or value is None or value is False:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, list):
+            out += [f"{flag} {item}" for item in value]
+        else:
+            out.append(f"{flag} {value}")
+    return out
 
 
 def main() -> None:
@@ -279,18 +397,28 @@ def main() -> None:
     parser.add_argument("--clients", help="comma-separated subset of the client names")
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     parser.add_argument(
+        "--gengroup-setting",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a group setting for gengroup's clients, e.g. partition_buffer_bytes=2097152 "
+        "(repeatable; integers and decimals are converted)",
+    )
+    parser.add_argument(
         "--rebalance",
         action="store_true",
         help="also run the rebalance-cost suite (bench_rebalance.py) on the same broker",
     )
+    parser.add_argument(
+        "--everything",
+        action="store_true",
+        help="--rebalance, and the producer, memory and turnover benchmarks on the same "
+        "broker (their output in benchmarks/results/*.txt)",
+    )
     parser.add_argument("--json", type=Path, default=HERE / "results" / "run_all.json")
     parser.add_argument("--markdown", type=Path, default=HERE.parent / "docs" / "benchmarks.md")
     args = parser.parse_args()
-    command = "python benchmarks/run_all.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}"
-        for k, v in vars(args).items()
-        if k not in ("json", "markdown", "bootstrap") and v is not None
-    )
+    command = "python benchmarks/run_all.py " + " ".join(_options(args))
+    settings = dict(_setting(item) for item in args.gengroup_setting or ())
     results: dict[str, Any] = {
         "meta": {
             "command": command,
@@ -298,6 +426,7 @@ def main() -> None:
             "repeat": args.repeat,
             "python": platform.python_version(),
             "machine": f"{platform.machine()}, {platform.system()}",
+            "gengroup_settings": settings,
         },
         "cases": [],
     }
@@ -326,7 +455,7 @@ def main() -> None:
                 }
                 chosen = {
                     name: run
-                    for name, run in clients(bootstrap, topic, n).items()
+                    for name, run in clients(bootstrap, topic, n, settings).items()
                     if not args.clients or name in args.clients.split(",")
                 }
                 # Round by round, every client once per round: load from other
@@ -336,17 +465,24 @@ def main() -> None:
                     for name, run in chosen.items():
                         all_runs[name].append(run())
                 for name, runs in all_runs.items():
-                    if any(total != runs[0][2] for _, _, total in runs) or runs[0][2] < n * size:
+                    if any(run[2] != runs[0][2] for run in runs) or runs[0][2] < n * size:
                         raise SystemExit(f"{name}: not every value was read: {runs}")
-                    rate = statistics.median(n / t for _, t, _ in runs)
+                    rate = statistics.median(n / run[1] for run in runs)
+                    cpu_rate = statistics.median(n / run[3] for run in runs)
                     case["clients"][name] = {
                         "rate": rate,
-                        "join": statistics.median(j for j, _, _ in runs),
-                        "runs": [n / t for _, t, _ in runs],
+                        "cpu_rate": cpu_rate,
+                        "join": statistics.median(run[0] for run in runs),
+                        "runs": [n / run[1] for run in runs],
                     }
-                    print(f"  {name:<18} {rate:>12,.0f} records/s", flush=True)
+                    print(
+                        f"  {name:<18} {rate:>12,.0f} records/s {cpu_rate:>12,.0f} records/CPU-s",
+                        flush=True,
+                    )
                 results["cases"].append(case)
-        if args.rebalance:
+        if args.everything:
+            run_others(bootstrap, args.repeat)
+        if args.rebalance or args.everything:
             rebalance = run_suite(bootstrap, repeat=args.repeat)
             rebalance["meta"]["command"] = command
             (HERE / "results" / "rebalance.json").write_text(json.dumps(rebalance, indent=2) + "\n")
@@ -355,7 +491,11 @@ def main() -> None:
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     args.markdown.parent.mkdir(parents=True, exist_ok=True)
     args.markdown.write_text(markdown(results))
-    print(f"wrote {args.json} and {args.markdown}")
+    charts = write_charts(
+        args.json,
+        HERE / "results" / "rebalance.json" if args.rebalance or args.everything else None,
+    )
+    print(f"wrote {args.json}, {args.markdown} and {', '.join(map(str, charts))}")
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ from ._errors import (
 )
 from ._types import GenerationIdentity, TopicPartition
 from .io import offsets
-from .io.cluster import Cluster
+from .io.cluster import Cluster, shared_or_own
 from .io.coordinator import CoordinatorClient
 from .io.offsets import OffsetSpec
 from .io.request import MakeRequest, raise_item_errors
@@ -259,12 +259,9 @@ class Admin:
     ) -> None:
         config = config or AdminConfig()
         self.config = replace(config, **settings) if settings else config
-        if isinstance(cluster, Cluster):
-            self.cluster = cluster
-            self._owns_cluster = False
-        else:
-            self.cluster = Cluster(cluster, client_id=self.config.client_id, security=self.config)
-            self._owns_cluster = True
+        self.cluster, self._owns_cluster = shared_or_own(
+            cluster, client_id=self.config.client_id, security=self.config
+        )
         self._coordinators: dict[str, CoordinatorClient] = {}
         self._stack = AsyncExitStack()
 
@@ -661,13 +658,13 @@ class Admin:
                     raise_item_errors([g], lambda _g: f"group {group_id!r}")
                     members = tuple(
                         MemberDescription(
-                            member_id=m.member_id,
-                            client_id=m.client_id,
-                            client_host=m.client_host,
-                            group_instance_id=m.group_instance_id,
-                            protocol_type=g.protocol_type,
-                            raw_metadata=bytes(m.member_metadata),
-                            raw_assignment=bytes(m.member_assignment),
+                            m.member_id,
+                            m.client_id,
+                            m.client_host,
+                            m.group_instance_id,
+                            g.protocol_type,
+                            bytes(m.member_metadata),
+                            bytes(m.member_assignment),
                         )
                         for m in g.members
                     )

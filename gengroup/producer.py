@@ -77,7 +77,7 @@ from ._errors import (
 )
 from ._producer_config import ProducerConfig, ProducerSettings
 from ._types import TopicPartition
-from .io.cluster import Cluster, TopicInfo
+from .io.cluster import Cluster, TopicInfo, shared_or_own
 from .io.retry import backoff_delay, retry
 from .partitioner import KeylessPartitioner, murmur2, partition_for_key
 from .protocol.framing import build, ms
@@ -286,15 +286,9 @@ class Producer:
     ) -> None:
         config = config or ProducerConfig()
         self.config = cfg = dataclasses.replace(config, **settings) if settings else config
-        if isinstance(cluster, Cluster):
-            self.cluster = cluster
-            self._owns_cluster = False
-        else:
-            self.cluster = Cluster(
-                cluster, client_id=cfg.client_id, request_timeout=cfg.request_timeout, security=cfg
-            )
-            self._owns_cluster = True
-
+        self.cluster, self._owns_cluster = shared_or_own(
+            cluster, client_id=cfg.client_id, request_timeout=cfg.request_timeout, security=cfg
+        )
         self._queues: dict[TopicPartition, _Queue] = {}
         self._outstanding: set[_Pending] = set()
         self._led_cache: dict[str, tuple[TopicInfo, list[int]]] = {}

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import sys
-from types import TracebackType
 from typing import Any, Final, Literal
 
 from rich.console import Console
@@ -129,12 +128,7 @@ class View:
             self._progress.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self._progress is not None:
             self._progress.refresh()
             self._progress.stop()

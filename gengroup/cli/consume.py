@@ -41,13 +41,13 @@ from typing import IO, Any, Literal, cast
 import anyio
 from kio.schema.errors import ErrorCode
 
-from .._errors import ProtocolError, UnknownTopicOrPartition, error_for_code
+from .._errors import UnknownTopicOrPartition, error_for_code
 from .._types import TopicPartition
 from ..admin import Admin
 from ..consumer.generation import Generation
 from ..consumer.group import ConsumerGroup
 from ..io.cluster import Cluster
-from ..io.fetch import PartitionFetch, fetch_once
+from ..io.fetch import PartitionFetch, fetch_partition
 from ..io.retry import Backoff, retry
 from ..protocol.records import Record
 from ._common import add_connection_options, command, connection, run
@@ -56,7 +56,6 @@ from ._progress import View, wanted
 __all__ = ["Printer", "add_parser"]
 
 _UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
-_LEADER_NOT_AVAILABLE = int(ErrorCode.leader_not_available)
 
 
 @command("consume", help="print records of topics, as a group member or read directly")
@@ -317,21 +316,7 @@ async def _read_directly(
             await cluster.refresh_metadata([tp.topic])
 
         async def step() -> PartitionFetch:
-            leader = cluster.leader_for(tp)
-            if leader < 0:
-                await refresh()
-                leader = cluster.leader_for(tp)
-                if leader < 0:
-                    raise error_for_code(_LEADER_NOT_AVAILABLE, f"no leader for {tp}")
-            answer = await fetch_once(
-                cluster, leader, {tp: position}, isolation_level="read_committed"
-            )
-            pf = answer.get(tp)
-            if pf is None:
-                raise ProtocolError(f"broker {leader} did not answer for {tp}")
-            if pf.error is not None:
-                raise pf.error
-            return pf
+            return await fetch_partition(cluster, tp, position, isolation_level="read_committed")
 
         while not ends.check(tp, position, tps):
             pf = await retry(

@@ -20,6 +20,7 @@ import logging
 import re
 import signal
 import sys
+from collections.abc import Callable
 from typing import Final
 
 import anyio
@@ -79,6 +80,26 @@ def server_security(args: argparse.Namespace) -> ServerSecurity:
     return security
 
 
+def _repeatable(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    flag: str,
+    dest: str,
+    parse: Callable[[str], object],
+    metavar: str,
+    help: str,
+) -> None:
+    """Add an option that may be given several times: ``dest`` is the list of its values."""
+    parser.add_argument(
+        flag,
+        dest=dest,
+        action="append",
+        type=parse,
+        default=[],
+        metavar=metavar,
+        help=f"{help} (repeatable)",
+    )
+
+
 @command("serve", help="run the embedded Kafka-compatible broker", epilog=None)
 def add_parser(parser: argparse.ArgumentParser) -> None:
     """Run the embedded Kafka-compatible broker in memory on loopback. Prints 'bootstrap
@@ -91,14 +112,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
         help="port of the first broker; the others take the next ones (0: any free ports)",
     )
     parser.add_argument("--brokers", type=int, default=1, help="number of brokers (default 1)")
-    parser.add_argument(
-        "--topic",
-        dest="topics",
-        action="append",
-        type=parse_topic,
-        default=[],
-        metavar="NAME:PARTITIONS",
-        help="create a topic at start (repeatable)",
+    _repeatable(
+        parser, "--topic", "topics", parse_topic, "NAME:PARTITIONS", "create a topic at start"
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument(
@@ -141,15 +156,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
         metavar="LIST",
         help="enabled mechanisms, comma-separated (default PLAIN,SCRAM-SHA-256,SCRAM-SHA-512)",
     )
-    security.add_argument(
-        "--sasl-user",
-        dest="sasl_users",
-        action="append",
-        type=parse_user,
-        default=[],
-        metavar="USER:PASSWORD",
-        help="a SASL user (repeatable)",
-    )
+    _repeatable(security, "--sasl-user", "sasl_users", parse_user, "USER:PASSWORD", "a SASL user")
     security.add_argument(
         "--sasl-session-lifetime-ms",
         type=int,

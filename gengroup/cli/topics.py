@@ -72,27 +72,23 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _create(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
-    await _showing_leaders(
-        admin,
-        f"create {args.topic}",
-        args.topic,
-        args.partitions,
-        lambda: admin.create_topics({args.topic: args.partitions}),
-    )
+    await _showing_leaders(admin, args, lambda: admin.create_topics({args.topic: args.partitions}))
     return {"created": args.topic, "partitions": args.partitions}
 
 
 async def _showing_leaders(
-    admin: Admin, what: str, topic: str, total: int, call: Callable[[], Awaitable[None]]
+    admin: Admin, args: argparse.Namespace, call: Callable[[], Awaitable[None]]
 ) -> None:
-    """Await ``call`` while the view shows how many of ``topic``'s ``total`` partitions
-    have a leader in the metadata the admin's own refreshes keep (no requests of its own)."""
+    """Await ``call``, the action ``args`` name, while the view shows how many of
+    ``args.topic``'s ``args.partitions`` partitions have a leader in the metadata the
+    admin's own refreshes keep (no requests of its own)."""
+    topic, total = args.topic, args.partitions
     view = View("partitions", enabled=wanted())
     if not view.enabled:
         await call()
         return
     with view:
-        task = view.add(what, total=max(total, 1), detail="requested")
+        task = view.add(f"{args.topics_action} {topic}", total=max(total, 1), detail="requested")
 
         async def watch() -> None:
             while True:
@@ -120,10 +116,6 @@ async def _delete(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
 
 async def _grow(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
     await _showing_leaders(
-        admin,
-        f"add-partitions {args.topic}",
-        args.topic,
-        args.partitions,
-        lambda: admin.create_partitions(args.topic, args.partitions),
+        admin, args, lambda: admin.create_partitions(args.topic, args.partitions)
     )
     return {"topic": args.topic, "partitions": args.partitions}

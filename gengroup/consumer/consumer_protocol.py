@@ -57,7 +57,7 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -80,8 +80,8 @@ from ..io.retry import Backoff
 from ..membership import requests
 from ..membership.member import Outcome, outcome_for
 from ..protocol.versions import ApiKey
-from .forming import Formed, GroupClient
-from .generation import Generation, RebalanceTimings, SpanHost
+from .forming import Formed, GroupClient, generation_identity
+from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
 
 __all__ = ["ConsumerProtocolMember"]
 
@@ -114,13 +114,10 @@ class _EpochCommitter:
         self._incarnation = incarnation
 
     async def commit_offsets(
-        self,
-        identity: GenerationIdentity,
-        offsets: Mapping[TopicPartition, int],
-        metadata: Mapping[TopicPartition, str] | None = None,
-    ) -> dict[TopicPartition, int]:
+        self, identity: GenerationIdentity, offsets: Offsets, metadata: OffsetMetadata | None = None
+    ) -> CommitCodes:
         member = self._member
-        results: dict[TopicPartition, int] = {}
+        results: CommitCodes = {}
         for _ in range(_STALE_RETRIES):
             epoch = member.epoch
             if member.incarnation != self._incarnation or epoch <= 0:
@@ -326,13 +323,7 @@ class ConsumerProtocolMember:
         sequence: int,
     ) -> Formed:
         cfg = self.config
-        identity = GenerationIdentity(
-            group_id=cfg.group_id,
-            generation_id=epoch,
-            member_id=self.member_id,
-            group_instance_id=cfg.group_instance_id,
-            sequence=sequence,
-        )
+        identity = generation_identity(cfg, epoch, self.member_id, sequence)
         t_ready = anyio.current_time()
 
         def first_batch() -> None:

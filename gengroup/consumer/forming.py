@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
@@ -53,13 +53,22 @@ from ..membership.member import Joined, JoinParams, Member, Outcome, Retry, outc
 from ..membership.pattern import describe_change, matching_topics
 from ..protocol.consumer_protocol import PROTOCOL_TYPE
 from ..protocol.versions import ApiKey
-from .generation import Generation, RebalanceTimings, SpanHost
+from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
 from .metrics import GroupMetrics
 from .prefetch import Prefetcher
 
-__all__ = ["Formed", "GroupClient", "form_generation"]
+__all__ = ["Formed", "GroupClient", "form_generation", "generation_identity"]
 
 log = logging.getLogger("gengroup")
+
+
+def generation_identity(
+    cfg: GroupConfig, generation_id: int, member_id: str, sequence: int
+) -> GenerationIdentity:
+    """The member's identity in its generation number ``sequence`` of ``cfg``'s group."""
+    return GenerationIdentity(
+        cfg.group_id, generation_id, member_id, cfg.group_instance_id, sequence
+    )
 
 
 class GroupClient:
@@ -354,11 +363,8 @@ class GroupClient:
         return requests.error_code(resp)
 
     async def commit_offsets(
-        self,
-        identity: GenerationIdentity,
-        offsets: Mapping[TopicPartition, int],
-        metadata: Mapping[TopicPartition, str] | None = None,
-    ) -> dict[TopicPartition, int]:
+        self, identity: GenerationIdentity, offsets: Offsets, metadata: OffsetMetadata | None = None
+    ) -> CommitCodes:
         """OffsetCommit under ``identity`` (with ``metadata`` per partition, if given);
         the error code of each partition (0 = stored).
 
@@ -371,7 +377,7 @@ class GroupClient:
             KafkaConnectionError: the connection failed again.
         """
 
-        def parse(resp: Any) -> dict[TopicPartition, int]:
+        def parse(resp: Any) -> CommitCodes:
             results = requests.parse_offset_commit(resp)
             codes = set(results.values())
             if codes and all(outcome_for(code) is Outcome.FIND_COORDINATOR for code in codes):
@@ -496,14 +502,7 @@ async def form_generation(
             except BaseException:
                 member.on_io_failure()
                 raise
-            joined = member.on_join(
-                error_code=res.error_code,
-                member_id=res.member_id,
-                generation_id=res.generation_id,
-                protocol=res.protocol,
-                leader=res.leader,
-                members=res.members,
-            )
+            joined = member.on_join(**asdict(res))  # JoinResult's fields are on_join's arguments
             timings.join += anyio.current_time() - t0
             if ownership is not None and not isinstance(joined, Retry):
                 ownership.lease_from = max(ownership.lease_from, t0)
@@ -522,13 +521,7 @@ async def form_generation(
                 await client.report_unreadable(node, joined)
                 counts = await client.partition_counts(member.subscribed_topics())
                 assignments = member.assign(counts)
-            identity = GenerationIdentity(
-                group_id=cfg.group_id,
-                generation_id=joined.generation_id,
-                member_id=joined.member_id,
-                group_instance_id=cfg.group_instance_id,
-                sequence=sequence,
-            )
+            identity = generation_identity(cfg, joined.generation_id, joined.member_id, sequence)
             sync_sent = anyio.current_time()
             try:
                 code, raw = await client.sync(node, identity, joined.protocol, assignments)

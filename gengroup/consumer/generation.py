@@ -48,7 +48,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import anyio
 import anyio.abc
@@ -62,20 +62,34 @@ from .timings import RebalanceTimings
 if TYPE_CHECKING:
     from .prefetch import FetchedBatch, Prefetcher
 
-__all__ = ["Committer", "Generation", "RebalanceTimings", "Span", "SpanHost"]
+__all__ = [
+    "CommitCodes",
+    "Committer",
+    "Generation",
+    "IdentityNames",
+    "OffsetMetadata",
+    "Offsets",
+    "RebalanceTimings",
+    "Span",
+    "SpanHost",
+]
 
 log = logging.getLogger("gengroup")
+
+#: The offsets of a commit: the next offset to read, per partition.
+Offsets: TypeAlias = Mapping[TopicPartition, int]
+#: The metadata string stored with each committed offset.
+OffsetMetadata: TypeAlias = Mapping[TopicPartition, str]
+#: What OffsetCommit answered: each partition's error code (0 = stored).
+CommitCodes: TypeAlias = dict[TopicPartition, int]
 
 
 class Committer(Protocol):
     """Sends OffsetCommit for a generation (the group's coordinator client)."""
 
     async def commit_offsets(
-        self,
-        identity: GenerationIdentity,
-        offsets: Mapping[TopicPartition, int],
-        metadata: Mapping[TopicPartition, str] | None = None,
-    ) -> dict[TopicPartition, int]:
+        self, identity: GenerationIdentity, offsets: Offsets, metadata: OffsetMetadata | None = None
+    ) -> CommitCodes:
         """Commit ``offsets`` under ``identity``; the error code of each partition (0 = stored)."""
         ...
 
@@ -290,8 +304,44 @@ class _SpanBatches:
             return batch
 
 
+class IdentityNames:
+    """The id, sequence and label of a generation, read from its ``identity``.
+
+    Shared by :class:`Generation` and the records of
+    :attr:`ConsumerGroup.history <gengroup.consumer.group.ConsumerGroup.history>`.
+    """
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        @property
+        def identity(self) -> GenerationIdentity: ...
+
+    @property
+    def id(self) -> int:
+        """The generation id every commit carries (the member epoch under the consumer protocol)."""
+        return self.identity.generation_id
+
+    @property
+    def sequence(self) -> int:
+        """This member's count of generations up to this one (1, 2, 3, ...).
+
+        Generation ids can repeat (two generations of one KIP-848 member
+        epoch; a group converted between the classic and the consumer
+        protocol); the sequence never does, for one member. Compare
+        generations by :attr:`identity` or by object, never by :attr:`id`.
+        """
+        return self.identity.sequence
+
+    @property
+    def label(self) -> str:
+        """The id and the sequence, as logs and errors name the generation: ``"3 (#2)"``."""
+        return self.identity.label
+
+
 @dataclass(eq=False)
-class Generation:
+class Generation(IdentityNames):
     """One generation of the group, as seen by this member.
 
     Obtained from ``async for gen in group``; never constructed by users.
@@ -366,27 +416,6 @@ class Generation:
     #: The prefetcher runs in the span host, not in the generation: it goes
     #: on fetching the spans' partitions after an end that keeps them.
     _fetch_across: bool = field(default=False, repr=False)
-
-    @property
-    def id(self) -> int:
-        """The generation id every commit carries."""
-        return self.identity.generation_id
-
-    @property
-    def sequence(self) -> int:
-        """This member's count of generations up to this one (1, 2, 3, ...).
-
-        Generation ids can repeat (two generations of one KIP-848 member
-        epoch; a group converted between the classic and the consumer
-        protocol); the sequence never does, for one member. Compare
-        generations by :attr:`identity` or by object, never by :attr:`id`.
-        """
-        return self.identity.sequence
-
-    @property
-    def label(self) -> str:
-        """The id and the sequence, as logs and errors name the generation: ``"3 (#2)"``."""
-        return self.identity.label
 
     @property
     def member_id(self) -> str:

@@ -45,7 +45,7 @@ from ..io.cluster import Cluster
 from ..membership.member import Member, Outcome
 from .consumer_protocol import ConsumerProtocolMember
 from .forming import Formed, GroupClient, form_generation
-from .generation import Generation, RebalanceTimings
+from .generation import Generation, IdentityNames, RebalanceTimings
 from .metrics import GroupMetrics
 from .running import Ownership, run_generation
 
@@ -54,7 +54,12 @@ __all__ = ["ConsumerGroup", "GenerationRecord"]
 log = logging.getLogger("gengroup")
 
 
-class GenerationRecord(NamedTuple):
+class _IdentityAndTimings(NamedTuple):
+    identity: GenerationIdentity
+    timings: RebalanceTimings
+
+
+class GenerationRecord(_IdentityAndTimings, IdentityNames):
     """One generation in :attr:`ConsumerGroup.history`: who the member was, and timings.
 
     Attributes:
@@ -63,23 +68,7 @@ class GenerationRecord(NamedTuple):
         timings: how long forming it took.
     """
 
-    identity: GenerationIdentity
-    timings: RebalanceTimings
-
-    @property
-    def id(self) -> int:
-        """The generation id (member epoch under the consumer protocol); ids may repeat."""
-        return self.identity.generation_id
-
-    @property
-    def sequence(self) -> int:
-        """The member's count of generations up to this one: unique per member."""
-        return self.identity.sequence
-
-    @property
-    def label(self) -> str:
-        """``"3 (#2)"``: the id and the sequence."""
-        return self.identity.label
+    __slots__ = ()
 
 
 class _Failure:

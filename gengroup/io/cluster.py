@@ -71,7 +71,7 @@ from .connection import BrokerConnection
 from .retry import retry
 from .security import PLAINTEXT, Security, SecuritySettings
 
-__all__ = ["BrokerInfo", "Cluster", "PartitionInfo", "TopicInfo", "ms"]
+__all__ = ["BrokerInfo", "Cluster", "PartitionInfo", "TopicInfo", "ms", "shared_or_own"]
 
 log = logging.getLogger("gengroup.cluster")
 
@@ -481,3 +481,22 @@ class Cluster:
         node = int(entry.node_id)
         self.brokers.setdefault(node, BrokerInfo(node, entry.host, int(entry.port)))
         return node
+
+
+def shared_or_own(
+    cluster: Cluster | Sequence[str] | str,
+    *,
+    client_id: str,
+    security: Security,
+    request_timeout: float = 30.0,
+) -> tuple[Cluster, bool]:
+    """The cluster a client runs on, and whether the client owns it.
+
+    A :class:`Cluster` is shared: whoever made it enters and closes it. Bootstrap
+    addresses make a new one, with these settings, which the client owns: it
+    enters it and closes it itself.
+    """
+    if isinstance(cluster, Cluster):
+        return cluster, False
+    own = Cluster(cluster, client_id=client_id, request_timeout=request_timeout, security=security)
+    return own, True

@@ -49,7 +49,7 @@ import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 import anyio
 import anyio.abc
@@ -74,7 +74,7 @@ from ..protocol.versions import ApiKey, negotiate
 from . import sasl
 from .security import PLAINTEXT, Security
 
-__all__ = ["BrokerConnection", "open_connection"]
+__all__ = ["BrokerConnection", "ConnectionOptions", "open_connection"]
 
 T = TypeVar("T")
 
@@ -503,31 +503,33 @@ async def _maybe(lock: anyio.Lock, take: bool) -> AsyncIterator[None]:
         yield
 
 
+class ConnectionOptions(TypedDict, total=False):
+    """:class:`BrokerConnection`'s settings taken by :func:`open_connection` (for type checkers)."""
+
+    client_id: str
+    connect_timeout: float
+    request_timeout: float
+    security: Security
+
+
 @asynccontextmanager
 async def open_connection(
-    host: str,
-    port: int,
-    *,
-    client_id: str = "gengroup",
-    connect_timeout: float = 10.0,
-    request_timeout: float = 30.0,
-    security: Security = PLAINTEXT,
+    host: str, port: int, **options: Unpack[ConnectionOptions]
 ) -> AsyncIterator[BrokerConnection]:
     """Open a standalone connection to one broker.
+
+    Args:
+        host: the broker's host.
+        port: the broker's port.
+        **options: ``client_id``, ``connect_timeout``, ``request_timeout`` and
+            ``security``, as :class:`BrokerConnection` takes them (same defaults).
 
     Example::
 
         async with open_connection("127.0.0.1", 9092) as conn:
             resp = await conn.request(request)
     """
-    conn = BrokerConnection(
-        host,
-        port,
-        client_id=client_id,
-        connect_timeout=connect_timeout,
-        request_timeout=request_timeout,
-        security=security,
-    )
+    conn = BrokerConnection(host, port, **options)
     # The task group is entered by hand so that a failure to connect, and an
     # exception from the body, come out as themselves rather than wrapped in
     # an exception group: the serve task never raises once started, and it

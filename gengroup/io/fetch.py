@@ -7,6 +7,7 @@ Building the request and reading the response are sans-IO, in
 sends: :func:`fetch_once` sends one request to one broker on the broker's
 ``"fetch"`` connection, or another one named by the caller (long polls never
 delay other traffic), and can leave the records undecoded for the consumer;
+:func:`fetch_partition` fetches one partition from its leader, and
 :func:`read_partition` is a convenience for tests and tools that reads a range
 of offsets, following leadership changes by refreshing metadata, with the
 client's retry helper (:mod:`gengroup.io.retry`).
@@ -43,6 +44,7 @@ __all__ = [
     "PartitionFetch",
     "build_fetch_request",
     "fetch_once",
+    "fetch_partition",
     "isolation_code",
     "parse_fetch_response",
     "read_partition",
@@ -104,6 +106,41 @@ async def fetch_once(
     )
 
 
+async def fetch_partition(
+    cluster: Cluster,
+    tp: TopicPartition,
+    position: int,
+    *,
+    max_wait: float = 0.5,
+    isolation_level: IsolationLevelArg | int = "read_uncommitted",
+) -> PartitionFetch:
+    """Fetch ``tp`` from ``position`` once, from its leader.
+
+    A partition the metadata names no leader for refreshes the metadata once.
+
+    Raises:
+        BrokerError: LEADER_NOT_AVAILABLE (no leader, even after the refresh),
+            or the partition's error in the answer.
+        ProtocolError: the leader did not answer for ``tp``.
+        KafkaConnectionError: the leader could not be reached.
+    """
+    leader = cluster.leader_for(tp)
+    if leader < 0:
+        await cluster.refresh_metadata([tp.topic])
+        leader = cluster.leader_for(tp)
+        if leader < 0:
+            raise error_for_code(_LEADER_NOT_AVAILABLE, f"no leader for {tp}")
+    result = await fetch_once(
+        cluster, leader, {tp: position}, max_wait=max_wait, isolation_level=isolation_level
+    )
+    pf = result.get(tp)
+    if pf is None:
+        raise ProtocolError(f"broker {leader} did not answer for {tp}")
+    if pf.error is not None:
+        raise pf.error
+    return pf
+
+
 async def read_partition(
     cluster: Cluster,
     tp: TopicPartition,
@@ -151,25 +188,13 @@ async def read_partition(
             await cluster.refresh_metadata([tp.topic])
 
     async def step() -> PartitionFetch:
-        leader = cluster.leader_for(tp)
-        if leader < 0:
-            await cluster.refresh_metadata([tp.topic])
-            leader = cluster.leader_for(tp)
-            if leader < 0:
-                raise error_for_code(_LEADER_NOT_AVAILABLE, f"no leader for {tp}")
         try:
-            result = await fetch_once(
-                cluster, leader, {tp: position}, max_wait=max_wait, isolation_level=isolation_level
+            return await fetch_partition(
+                cluster, tp, position, max_wait=max_wait, isolation_level=isolation_level
             )
         except KafkaConnectionError:
             await refresh()
             raise
-        pf = result.get(tp)
-        if pf is None:
-            raise ProtocolError(f"broker {leader} did not answer for {tp}")
-        if pf.error is not None:
-            raise pf.error
-        return pf
 
     def timed_out(last: BaseException | None) -> TimeoutError:
         return TimeoutError(

@@ -272,14 +272,9 @@ class _JavaEagerAssignor:
     def assign(
         self, members: Sequence[GroupMember], partitions: Mapping[str, int]
     ) -> GroupAssignment:
-        """Assign partitions to members by this strategy.
+        """Assign partitions to members by this strategy (see :meth:`Balancer.assign`).
 
-        Args:
-            members: every member of the generation, in any order.
-            partitions: the partition count of each known topic.
-
-        Returns:
-            ``member_id -> topic -> sorted partitions``; every member is a key.
+        The members may come in any order: they are sorted as Java sorts them.
 
         Raises:
             ValueError: two members share a member id.

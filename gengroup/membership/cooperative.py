@@ -97,13 +97,9 @@ class CooperativeStickyBalancer:
     ) -> GroupAssignment:
         """Assign partitions as Java's ``CooperativeStickyAssignor`` does.
 
-        Args:
-            members: every member of the generation, in JoinGroup order.
-            partitions: the partition count of each known topic.
-
-        Returns:
-            ``member_id -> topic -> sorted partitions``, without the partitions
-            another member still owns (they are assigned in the next round).
+        As :meth:`Balancer.assign <gengroup.membership.balancers.Balancer.assign>`
+        (``members`` in JoinGroup order), without the partitions another member
+        still owns: they are assigned in the next round.
 
         Raises:
             ValueError: two members share a member id.

@@ -42,15 +42,7 @@ from kio.schema.errors import ErrorCode
 from .._error_table import ERROR_OUTCOMES, Outcome, outcome_for
 from .._errors import BrokerError, ProtocolError, error_for_code
 from .._types import TopicPartition
-from ..protocol.consumer_protocol import (
-    LATEST_VERSION,
-    Assignment,
-    Subscription,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-)
+from ..protocol import consumer_protocol
 from .balancers import Balancer, GroupMember, balancer_user_data, rebalance_protocol
 
 __all__ = [
@@ -269,9 +261,12 @@ class Member:
         """The (name, metadata) list sent in JoinGroup, in preference order."""
         owned = tuple(sorted((t, tuple(sorted(p))) for t, p in self.owned.items()))
         topics = self.subscription()
+        version = self.config.subscription_version
+        if version is None:
+            version = consumer_protocol.LATEST_VERSION
         out = []
         for balancer in self.config.balancers:
-            sub = Subscription(
+            sub = consumer_protocol.Subscription(
                 topics=topics,
                 user_data=balancer_user_data(
                     balancer, self.config.topics or topics, owned, self.owned_generation
@@ -280,13 +275,7 @@ class Member:
                 generation_id=self.generation_id,
                 rack=self.config.rack,
             )
-            version = self.config.subscription_version
-            out.append(
-                (
-                    balancer.name,
-                    encode_subscription(sub, LATEST_VERSION if version is None else version),
-                )
-            )
+            out.append((balancer.name, consumer_protocol.encode_subscription(sub, version)))
         return tuple(out)
 
     def join_params(self) -> JoinParams:
@@ -338,7 +327,7 @@ class Member:
         unreadable = []
         for mid, instance_id, metadata in members:
             try:
-                sub = decode_subscription(metadata)
+                sub = consumer_protocol.decode_subscription(metadata)
             except ProtocolError as exc:
                 unreadable.append(UnreadableMember(mid, instance_id, exc))
                 continue
@@ -398,8 +387,8 @@ class Member:
         member_ids += [m.member_id for m in self.joined.unreadable]
         for member_id in member_ids:
             per_topic = plan.get(member_id, {})
-            out[member_id] = encode_assignment(
-                Assignment(
+            out[member_id] = consumer_protocol.encode_assignment(
+                consumer_protocol.Assignment(
                     partitions=tuple(
                         (t, tuple(sorted(ps))) for t, ps in sorted(per_topic.items()) if ps
                     )
@@ -426,7 +415,7 @@ class Member:
                 self.reset()
             return Retry(outcome, error_for_code(error_code, f"SyncGroup {self.config.group_id}"))
         self._move("synced")
-        decoded = decode_assignment(assignment or b"")
+        decoded = consumer_protocol.decode_assignment(assignment or b"")
         mine = {t: tuple(ps) for t, ps in decoded.partitions}
         self.owned = mine
         self.owned_generation = self.generation_id

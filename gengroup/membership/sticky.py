@@ -284,12 +284,8 @@ class StickyBalancer:
     ) -> GroupAssignment:
         """Assign partitions to members as Java's ``StickyAssignor`` does.
 
-        Args:
-            members: every member of the generation, in JoinGroup order.
-            partitions: the partition count of each known topic.
-
-        Returns:
-            ``member_id -> topic -> sorted partitions``; every member is a key.
+        See :meth:`Balancer.assign <gengroup.membership.balancers.Balancer.assign>`;
+        ``members`` come in JoinGroup order.
 
         Raises:
             ValueError: two members share a member id.

@@ -23,6 +23,7 @@ import datetime
 import io
 import struct
 import sys
+from collections import deque
 from dataclasses import fields as dc_fields
 from types import ModuleType
 from typing import Any, Final, TypeVar
@@ -183,35 +184,69 @@ class FrameBuffer:
     Feed it whatever the socket returned; take complete frame payloads out.
     A declared length that is negative or above ``max_frame`` raises
     :class:`ProtocolError` (the connection must then be closed).
+
+    The received chunks are kept as they came and joined once, when a frame is
+    complete: a frame of several megabytes (a Fetch response) is copied once
+    here, not grown in a buffer and copied out of it again.
     """
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
-        self._buf = bytearray()
+        self._chunks: deque[bytes] = deque()
+        self._offset = 0  # bytes of the first chunk already returned
+        self._size = 0  # bytes received and not returned yet
         self._max = max_frame
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes."""
-        self._buf += data
+        if data:
+            self._chunks.append(data if type(data) is bytes else bytes(data))
+            self._size += len(data)
 
     def next_frame(self) -> bytes | None:
         """Return the next complete frame payload, or None if more bytes are needed."""
-        buf = self._buf
-        if len(buf) < 4:
+        if self._size < 4:
             return None
-        (size,) = _I32.unpack_from(buf, 0)
+        chunks = self._chunks
+        first, offset = chunks[0], self._offset
+        if len(first) - offset < 4:  # the length prefix spans chunks: merge them
+            first = b"".join([first[offset:], *list(chunks)[1:]])
+            chunks.clear()
+            chunks.append(first)
+            offset = self._offset = 0
+        (size,) = _I32.unpack_from(first, offset)
         if size < 0 or size > self._max:
             raise ProtocolError(f"frame length {size} outside [0, {self._max}]")
-        end = 4 + size
-        if len(buf) < end:
+        end = offset + 4 + size
+        if self._size < end - offset:
             return None
-        frame = bytes(buf[4:end])
-        del buf[:end]
-        return frame
+        self._size -= end - offset
+        if end <= len(first):  # the frame lies in the first chunk
+            frame = first[offset + 4 : end]
+            if end == len(first):
+                chunks.popleft()
+                end = 0
+            self._offset = end
+            return frame
+        parts = [first[offset + 4 :]]
+        chunks.popleft()
+        need = end - len(first)
+        while need:
+            chunk = chunks[0]
+            if len(chunk) > need:
+                parts.append(chunk[:need])
+                self._offset = need
+                break
+            parts.append(chunk)
+            chunks.popleft()
+            need -= len(chunk)
+        else:
+            self._offset = 0
+        return b"".join(parts)
 
     @property
     def buffered(self) -> int:
         """Number of bytes received but not yet returned as a frame."""
-        return len(self._buf)
+        return self._size
 
 
 # --------------------------------------------------------------------------- building

@@ -16,12 +16,14 @@ import itertools
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
-from gengroup import ConsumerGroup, Generation, TopicPartition
+from gengroup import Balancer, ConsumerGroup, Generation, TopicPartition
+from gengroup.broker import FakeCluster
 
-from .helpers import MemberGenerations, consume_and_mark, wait_until
+from .helpers import EMBEDDED_SETTINGS, MemberGenerations, consume_and_mark, wait_until
 
 
 @dataclass
@@ -227,3 +229,14 @@ async def three_four_three(
     for tp, offsets in history.items():
         assert offsets == sorted(offsets), (tp, offsets)
     return ledger
+
+
+def group_on(
+    cluster: FakeCluster, name: str, balancers: list[Balancer], **extra: Any
+) -> ConsumerGroup:
+    """Member ``name`` of group ``g`` on topic ``t`` of the embedded ``cluster``,
+    offering ``balancers``, with the embedded tests' settings (``extra`` on top)."""
+    settings: dict[str, Any] = {**EMBEDDED_SETTINGS, **extra}
+    return ConsumerGroup(
+        "g", ["t"], cluster.bootstrap, client_id=name, balancers=balancers, **settings
+    )

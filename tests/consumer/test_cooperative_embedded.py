@@ -36,6 +36,7 @@ from .cooperative import (
     FirstTaskReturns,
     SpanLedger,
     StubbornTasks,
+    group_on,
     three_four_three,
     wait_until,
 )
@@ -53,14 +54,7 @@ async def test_three_four_three_members_keep_retained_workers_running(
     async with FakeCluster(topics={"t": PARTITIONS}, initial_rebalance_delay_ms=0) as cluster:
 
         def open_group(name: str) -> ConsumerGroup:
-            return ConsumerGroup(
-                "g",
-                ["t"],
-                cluster.bootstrap,
-                client_id=name,
-                balancers=[CooperativeStickyBalancer()],
-                **EMBEDDED_SETTINGS,
-            )
+            return group_on(cluster, name, [CooperativeStickyBalancer()])
 
         async def produce(step: int) -> None:
             for p in range(PARTITIONS):
@@ -89,15 +83,6 @@ async def test_three_four_three_members_keep_retained_workers_running(
         # Phase two: the newcomer got the partition only in a later generation.
         received = [g.id for g in ledger.generations["m4"] if moved in g.added]
         assert received and received[0] > revoking[0].id
-
-
-def group_on(
-    cluster: FakeCluster, name: str, balancers: list[Balancer], **extra: Any
-) -> ConsumerGroup:
-    settings: dict[str, Any] = {**EMBEDDED_SETTINGS, **extra}
-    return ConsumerGroup(
-        "g", ["t"], cluster.bootstrap, client_id=name, balancers=balancers, **settings
-    )
 
 
 @asynccontextmanager

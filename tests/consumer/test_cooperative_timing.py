@@ -17,7 +17,7 @@ from gengroup import ConsumerGroup, CooperativeStickyBalancer, Generation, Range
 from gengroup.broker import FakeCluster
 from gengroup.consumer.running import FIRST_EARLY_BEAT
 
-from .cooperative import SpanLedger, wait_until
+from .cooperative import SpanLedger, group_on, wait_until
 from .helpers import EMBEDDED_SETTINGS, all_partitions
 
 PARTITIONS = 6
@@ -35,14 +35,7 @@ async def newcomer_generations(
     async with FakeCluster(topics={"t": PARTITIONS}, initial_rebalance_delay_ms=0) as cluster:
 
         def open_group(name: str) -> ConsumerGroup:
-            return ConsumerGroup(
-                "g",
-                ["t"],
-                cluster.bootstrap,
-                client_id=name,
-                balancers=[balancer],
-                **EMBEDDED_SETTINGS,
-            )
+            return group_on(cluster, name, [balancer])
 
         async def newcomer() -> None:
             async with open_group("m3") as group:

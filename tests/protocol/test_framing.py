@@ -86,3 +86,28 @@ def test_negotiation_picks_the_highest_common_version() -> None:
     assert ApiKey.HEARTBEAT not in chosen  # no overlap
     with pytest.raises(UnsupportedVersion, match="HEARTBEAT"):
         require(chosen, ApiKey.HEARTBEAT)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.binary(max_size=300), max_size=8),
+    st.lists(st.integers(min_value=1, max_value=400), min_size=1, max_size=20),
+)
+def test_frames_come_out_whole_however_the_stream_is_cut(
+    payloads: list[bytes], cuts: list[int]
+) -> None:
+    stream = b"".join(struct.pack(">i", len(p)) + p for p in payloads)
+    buf = FrameBuffer()
+    got: list[bytes] = []
+    pos = 0
+    step = 0
+    while pos < len(stream):
+        size = cuts[step % len(cuts)]
+        step += 1
+        buf.feed(memoryview(stream)[pos : pos + size] if step % 2 else stream[pos : pos + size])
+        pos += size
+        while (frame := buf.next_frame()) is not None:
+            got.append(frame)
+        assert buf.buffered == len(stream[:pos]) - sum(4 + len(f) for f in got)
+    assert got == payloads
+    assert buf.next_frame() is None and buf.buffered == 0
