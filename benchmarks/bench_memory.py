@@ -3,11 +3,15 @@
 Starts a real Apache Kafka broker (the test harness) unless ``--bootstrap`` is
 given, produces ``--records`` records of ``--value-size`` bytes spread over
 ``--partitions`` partitions (default 200,000 x 1 KB over 200), then runs each
-client in its own process as the single member of a fresh group. Each client
-consumes every record, touching every value (``total += len(value)``). The
-process reports its peak RSS (``ru_maxrss``) and how long consuming took.
-Prints one line per client with the ratio to aiokafka. Nothing is asserted
-(machines are shared and noisy); this is issue P4 of the benchmark suite.
+client in its own process as the single member of a fresh group, with its
+default settings. Each client consumes every record, touching every value
+(``total += len(value)``). The process reports its peak RSS (``VmHWM``), how
+long it ran (start-up included) and how long consuming took (from subscribing,
+joining included, to having seen every record). Prints one line per client
+with the ratios to aiokafka. Nothing is asserted (machines are shared and
+noisy); this is issue P4 of the benchmark suite. ``gengroup-unbounded`` is
+gengroup without its member-wide budget (``fetch_buffer_bytes=None``: 1 MiB
+per partition), for comparison.
 
 Usage: python benchmarks/bench_memory.py [--records 200000] [--value-size 1000]
        [--partitions 200] [--repeat 1] [--bootstrap HOST:PORT]
@@ -30,9 +34,19 @@ from typing import Any
 import anyio
 from broker import real_broker
 
-CLIENTS = ("gengroup-trio", "gengroup-budget", "gengroup-asyncio", "aiokafka", "confluent-kafka")
-#: ``gengroup-budget``: trio with a member-wide buffer of this many bytes (``fetch_buffer_bytes``).
-BUDGET = 32 * 1024 * 1024
+CLIENTS = (
+    "gengroup-trio",
+    "gengroup-asyncio",
+    "gengroup-unbounded",
+    "aiokafka",
+    "confluent-kafka",
+)
+#: When the client subscribed and when it had seen every record: its consuming time.
+marks: dict[str, float] = {}
+
+
+def _mark(what: str) -> None:
+    marks.setdefault(what, time.perf_counter())
 
 
 def produce(bootstrap: str, topic: str, partitions: int, n: int, size: int) -> None:
@@ -56,7 +70,7 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int, size: int) -> N
 # ---------------------------------------------------------------------- the clients
 
 
-async def run_gengroup(bootstrap: str, topic: str, n: int, budget: int | None = None) -> int:
+async def run_gengroup(bootstrap: str, topic: str, n: int, unbounded: bool = False) -> int:
     from gengroup import ConsumerGroup, FetchedBatch, Generation, TopicPartition, run_workers
 
     total = seen = 0
@@ -68,11 +82,14 @@ async def run_gengroup(bootstrap: str, topic: str, n: int, budget: int | None = 
             total += len(record.value or b"")
         seen += len(batch)
         if seen >= n:
+            _mark("done")
             done.set()
 
     group_id = f"mem-{uuid.uuid4().hex[:8]}"
+    settings: dict[str, Any] = {"fetch_buffer_bytes": None} if unbounded else {}
+    _mark("subscribed")
     async with ConsumerGroup(
-        group_id, [topic], bootstrap, start_offset="earliest", fetch_buffer_bytes=budget
+        group_id, [topic], bootstrap, start_offset="earliest", **settings
     ) as group:
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_workers, group, handler)
@@ -84,6 +101,7 @@ async def run_gengroup(bootstrap: str, topic: str, n: int, budget: int | None = 
 async def run_aiokafka(bootstrap: str, topic: str, n: int) -> int:
     from aiokafka import AIOKafkaConsumer
 
+    _mark("subscribed")
     consumer = AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
@@ -99,6 +117,7 @@ async def run_aiokafka(bootstrap: str, topic: str, n: int) -> int:
                 for record in records:
                     total += len(record.value or b"")
                 seen += len(records)
+        _mark("done")
     finally:
         await consumer.stop()
     return total
@@ -107,6 +126,7 @@ async def run_aiokafka(bootstrap: str, topic: str, n: int) -> int:
 def run_confluent(bootstrap: str, topic: str, n: int) -> int:
     from confluent_kafka import Consumer
 
+    _mark("subscribed")
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -122,18 +142,38 @@ def run_confluent(bootstrap: str, topic: str, n: int) -> int:
                 if message.error() is None:
                     total += len(message.value() or b"")
                     seen += 1
+        _mark("done")
     finally:
         consumer.close()
     return total
 
 
+def peak_rss_kib() -> int:
+    """This process's peak resident set size in KiB.
+
+    ``VmHWM`` of ``/proc/self/status`` where there is one: ``ru_maxrss``
+    carries over the parent's peak through fork and exec on Linux, so a child
+    started by a parent that had produced the records would report at least
+    the parent's size.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def child(client: str, bootstrap: str, topic: str, n: int) -> dict[str, Any]:
     """Run one client in this process; its peak RSS and time."""
     started = time.perf_counter()
+    marks.clear()
     if client == "gengroup-trio":
         total = anyio.run(run_gengroup, bootstrap, topic, n, backend="trio")
-    elif client == "gengroup-budget":
-        total = anyio.run(run_gengroup, bootstrap, topic, n, BUDGET, backend="trio")
+    elif client == "gengroup-unbounded":
+        total = anyio.run(run_gengroup, bootstrap, topic, n, True, backend="trio")
     elif client == "gengroup-asyncio":
         total = anyio.run(run_gengroup, bootstrap, topic, n, backend="asyncio")
     elif client == "aiokafka":
@@ -143,7 +183,8 @@ def child(client: str, bootstrap: str, topic: str, n: int) -> dict[str, Any]:
     return {
         "client": client,
         "seconds": time.perf_counter() - started,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "consume_seconds": marks["done"] - marks["subscribed"],
+        "peak_rss_mb": peak_rss_kib() / 1024,
         "bytes": total,
     }
 
@@ -180,15 +221,24 @@ def main() -> None:
                 result = json.loads(out.stdout.strip().splitlines()[-1])
                 assert result["bytes"] >= args.records * args.value_size, result
                 results.setdefault(client, []).append(result)
-                print(f"  {client:<18} {result['peak_rss_mb']:7.0f} MB {result['seconds']:6.1f} s")
-    base = statistics.median(
-        r["peak_rss_mb"] for r in results.get("aiokafka", [{"peak_rss_mb": 0}])
+                print(
+                    f"  {client:<18} {result['peak_rss_mb']:7.0f} MB {result['seconds']:6.1f} s "
+                    f"(consuming {result['consume_seconds']:.2f} s)"
+                )
+
+    def median(client: str, key: str) -> float:
+        return statistics.median(r[key] for r in results.get(client, [{key: 0}]))
+
+    base, base_time = median("aiokafka", "peak_rss_mb"), median("aiokafka", "consume_seconds")
+    print(
+        f"\npeak RSS and consuming time, one member, {args.partitions} partitions "
+        f"(median of {args.repeat}):"
     )
-    print(f"\npeak RSS, one member, {args.partitions} partitions (median of {args.repeat}):")
-    for client, runs in results.items():
-        rss = statistics.median(r["peak_rss_mb"] for r in runs)
+    for client in results:
+        rss, secs = median(client, "peak_rss_mb"), median(client, "consume_seconds")
         ratio = f"{rss / base:.2f}x aiokafka" if base else ""
-        print(f"  {client:<18} {rss:7.0f} MB  {ratio}")
+        time_ratio = f"{secs / base_time:.2f}x aiokafka" if base_time else ""
+        print(f"  {client:<18} {rss:7.0f} MB  {ratio}   {secs:5.2f} s  {time_ratio}")
 
 
 if __name__ == "__main__":

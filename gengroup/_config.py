@@ -84,13 +84,16 @@ class GroupConfig(Security):
         fetch_max_wait: seconds a Fetch may wait on the broker for data.
         fetch_min_bytes: bytes a Fetch waits for.
         fetch_max_bytes: bytes one Fetch response may carry.
-        partition_buffer_bytes: fetched-but-unprocessed bytes held per partition.
+        partition_buffer_bytes: fetched-but-unprocessed bytes held per
+            partition at most; under ``fetch_buffer_bytes``, a partition's
+            share is this or its part of the budget, whichever is less.
         fetch_buffer_bytes: fetched-but-unprocessed bytes held by the whole
-            member (None: ``partition_buffer_bytes`` per partition). When set,
-            each assigned partition's share is this divided by the number of
-            partitions the member is assigned in the generation, and it
-            replaces ``partition_buffer_bytes``; fetch sizes follow from the
-            share (see below).
+            member, plus what its Fetch requests in flight may bring (None:
+            no member-wide bound, ``partition_buffer_bytes`` per partition).
+            Each assigned partition's part is this divided by the number of
+            partitions the member is assigned in the generation; fetch sizes
+            follow (see below). It takes effect once the partitions' own
+            bounds (``partition_buffer_bytes`` each) add up to more.
         key_deserializer: turns a record's key bytes (or None) into an object,
             applied by ``FetchedBatch.decoded()`` (None: keys stay bytes).
         value_deserializer: the same for values.
@@ -138,20 +141,29 @@ class GroupConfig(Security):
       typed error naming every address and why it failed), while a broker
       restart of a few seconds goes unnoticed; services that would rather
       wait out any outage pass None.
+    * ``fetch_buffer_bytes=32 MiB`` -- the member's memory stays flat however
+      many partitions it is assigned: buffered bytes plus the response-wide
+      limits of the Fetch requests in flight never exceed it, except that
+      Kafka sends the first partition of an answer one batch whole even when
+      it is larger than asked (otherwise a batch larger than every limit
+      could never be consumed). With many partitions each one's share of the
+      budget is small, yet each Fetch asks for whole producer batches of many
+      partitions (at least half of ``partition_buffer_bytes`` per partition)
+      and the response-wide limit keeps the total within the budget, so
+      throughput does not fall as partitions are added. 32 MiB keeps one
+      member below the peers' peak memory with 200 partitions at equal
+      throughput (``benchmarks/bench_memory.py``). A batch handed to a
+      worker no longer counts: a worker that keeps references to the batches
+      it handled keeps their memory.
     * ``partition_buffer_bytes=1 MiB`` -- fetched-but-unprocessed data held per
-      partition; a slow worker stops its partition's fetching at this bound.
-      A partition is fetched in steps of half its bound (or of its largest
-      recent batch, if larger), so that one step is buffered while the next
-      is on its way: buffered plus requested bytes never exceed the bound,
-      except that Kafka sends the first partition of an answer one batch
-      whole even when it is larger than asked (otherwise a batch larger than
-      the bound could never be consumed). Batches of about half the bound
-      or more therefore leave no room for a second step: producers batching
-      1 MB (librdkafka's default) fetch faster with a bound of a few MiB.
-    * ``fetch_buffer_bytes=None`` -- bound memory per partition; set it to
-      bound the member's memory instead (e.g. ``64 * 1024 * 1024``): few
-      assigned partitions then get large shares and fetches, many get small
-      ones.
+      partition at most (its share, or less under the budget); a slow worker
+      stops its partition's fetching at its share, so it holds the buffer
+      without growing it while the other partitions go on. A partition is
+      fetched in steps of half its share (under the budget at least half of
+      this setting; or its largest recent batch, if larger), so that one step
+      is buffered while the next is on its way. Batches of about half the
+      share or more leave no room for a second step: producers batching 1 MB
+      (librdkafka's default) fetch faster with a few MiB.
     """
 
     group_id: str
@@ -177,7 +189,7 @@ class GroupConfig(Security):
     fetch_min_bytes: int = 1
     fetch_max_bytes: int = 50 * 1024 * 1024
     partition_buffer_bytes: int = 1024 * 1024
-    fetch_buffer_bytes: int | None = None
+    fetch_buffer_bytes: int | None = 32 * 1024 * 1024
     key_deserializer: Deserializer | None = None
     value_deserializer: Deserializer | None = None
     # The group protocol (KIP-848); see ``gengroup.consumer.consumer_protocol``.

@@ -5,27 +5,41 @@ Theory of operation:
 A :class:`Prefetcher` runs as one task of the generation (under a
 cooperative protocol, of the run loop's ownership registry, until the next
 generation forms: :meth:`Prefetcher.close` then stops it). Inside it, one loop per
-leader broker sends Fetch requests, each covering every assigned partition that
-broker leads *whose buffer has room and which is not already being fetched* --
+leader broker sends Fetch requests, each covering the assigned partitions that
+broker leads *whose buffer has room and which are not already being fetched* --
 never a request per partition by design. Up to two requests per broker are in
 flight at a time (over disjoint partitions: a partition's next position is only
 known from the previous answer), and the answer to one is handed out while the
 next is on its way, so the socket stays busy while workers process.
 
-Each partition has a bounded buffer (its *share*: ``partition_buffer_bytes``,
-or ``fetch_buffer_bytes`` divided among the assigned partitions). A partition
-is fetched in steps of half its share -- or of its largest recent batch if that
-is larger, since Kafka answers a partition whose next batch exceeds the limit
-with nothing (unless it comes first in the request, which rotates) -- and only
-while a step is free, so buffered plus requested bytes stay within the share.
-The one excess: Kafka sends the first partition of an answer one batch whole
-even when it is larger than asked (so that a batch larger than the share can
-be consumed at all). Requests in flight together use
-separate connections, as the broker answers one connection in order and a
-long poll must not hold up an answer with data. When a worker falls
-behind, its partition drops out of the fetch requests until the worker drains
-it, so memory stays bounded and a slow worker applies backpressure to its own
-partition only.
+Memory is bounded at two levels. The member's *budget* (``fetch_buffer_bytes``,
+32 MiB by default) bounds the bytes buffered plus the bytes the Fetch requests
+in flight may bring, across all partitions (it takes effect once the
+partitions' own bounds add up to more; below that they keep the member within
+it): a request's response-wide ``max_bytes`` is the room left in the budget
+(half of it at most, so that two requests fit), so the broker itself stops
+filling an answer when the budget is reached. While one request is in flight,
+another goes out only once it is worth a channel (a quarter of the budget, or
+of what all partitions ask if that is less): a trickle of room freed by one
+consumed batch does not become a trickle of one-partition round trips. Each
+partition has a bounded buffer too, its *share*: ``partition_buffer_bytes``, or
+its part of the budget (the budget divided among the assigned partitions) if
+that is less, so a slow worker holds its share and applies backpressure to its
+own partition only. A partition is fetched in steps of half its share -- but
+under a budget of at least half of ``partition_buffer_bytes``, and at least its
+largest recent batch, because Kafka answers a partition whose next batch
+exceeds its limit with nothing (unless it comes first in the request, which
+rotates): with many partitions the shares are small, but each Fetch still asks
+for whole producer batches of many partitions, and the response-wide limit
+keeps the total within the budget. A partition goes into a request when nothing
+is in flight for it and it is empty or has room for one more step; while
+another request brings data, only partitions known to have data do (a long poll
+would take the channel from the next request with data; they wait for that
+answer). The one excess: Kafka sends the first partition of an answer one batch
+whole even when it is larger than asked (so that a batch larger than the limits
+can be consumed at all). Requests in flight together use separate connections,
+as the broker answers one connection in order and a long poll must not hold up
+an answer with data.
 
 Records are not decoded by the fetch loop: the answer's batch headers are
 checked there (lengths, magic, CRC-32C, codec, count -- damage found there is
@@ -245,10 +259,20 @@ class _Partition:
     wake: anyio.Event = field(default_factory=anyio.Event)
     #: The high watermark in the newest fetch answer for the partition (-1: none yet).
     high_watermark: int = -1
+    #: Where the records readable under the isolation level end, as of the
+    #: newest answer: the high watermark, or the last stable offset under
+    #: read_committed (-1: none yet).
+    end: int = -1
     #: A Fetch naming the partition is in flight.
     in_flight: bool = False
     #: The largest batch of the last answer, in bytes (a Fetch asks for at least that).
     largest: int = 0
+
+
+def _lagging(part: _Partition) -> bool:
+    """Whether ``part`` is known to have readable records past its position
+    (or where they end is not known yet)."""
+    return part.end < 0 or part.position < part.end
 
 
 def _request_action(exc: BaseException) -> Action:
@@ -279,14 +303,38 @@ class Prefetcher:
         self._metrics = GroupMetrics() if metrics is None else metrics
         self._config = config
         self._parts = {tp: _Partition(tp, off) for tp, off in positions.items()}
-        budget = config.fetch_buffer_bytes
-        #: Each partition's buffer bound, and the size of one fetch step (half of it).
+        budget, bound = config.fetch_buffer_bytes, config.partition_buffer_bytes
+        if budget is not None and bound * len(self._parts) <= budget:
+            # The partitions' own bounds keep the member within the budget.
+            budget = None
+        #: The member's bound on buffered plus requested bytes (None: per partition only).
+        self._budget = budget
+        #: Each partition's buffer bound (its share): ``partition_buffer_bytes``,
+        #: or its part of the budget if that is less; a fetch step is half of it.
         self._share = (
-            config.partition_buffer_bytes
-            if budget is None
-            else max(1, budget // max(1, len(self._parts)))
+            bound if budget is None else max(1, min(bound, budget // max(1, len(self._parts))))
         )
         self._step = max(1, self._share // 2)
+        #: The least and the most one Fetch asks for a partition. Under a budget
+        #: at least half of ``partition_buffer_bytes`` however small the share
+        #: (whole producer batches), within half the budget.
+        self._floor = (
+            self._step if budget is None else max(self._step, min(bound // 2, budget // 2))
+        )
+        self._ceiling = self._share if budget is None else max(self._floor, budget // 2)
+        #: Under a budget, the least a request sent while another is in flight
+        #: asks for: a quarter of the budget, or of what all partitions ask.
+        self._worth = max(
+            1,
+            min(
+                (budget or 0) // 4,
+                config.fetch_max_bytes,
+                len(self._parts) * self._floor // 4,
+            ),
+        )
+        #: Bytes buffered in all partitions, and the ``max_bytes`` of the requests in flight.
+        self._buffered = 0
+        self._reserved = 0
         self._reset_offset = reset_offset
         self._on_first_batch = on_first_batch
         self._loops: set[int] = set()
@@ -321,7 +369,9 @@ class Prefetcher:
         part = self._parts[tp]
         part.position = offset
         part.error = None
-        part.buffered -= sum(batch.size for batch in part.queue)
+        dropped = sum(batch.size for batch in part.queue)
+        part.buffered -= dropped
+        self._buffered -= dropped
         part.queue.clear()
         part.wake.set()
         # A broker loop idle for lack of ready partitions fetches this one now.
@@ -334,8 +384,11 @@ class Prefetcher:
 
     def _consumed(self, part: _Partition, batch: FetchedBatch) -> None:
         part.buffered -= batch.size
-        if not part.in_flight and self._share - part.buffered >= self._want(part):
-            self._changed()  # the partition is ready again
+        self._buffered -= batch.size
+        if (not part.in_flight and self._has_room(part)) or (
+            self._budget is not None and self._room() >= self._worth
+        ):
+            self._changed()  # the partition is ready again, or the member has room
         if self._on_first_batch is not None:
             callback, self._on_first_batch = self._on_first_batch, None
             callback()
@@ -404,13 +457,69 @@ class Prefetcher:
             part.leader == node
             and not part.in_flight
             and part.error is None
-            and self._share - part.buffered >= self._want(part)
+            and self._has_room(part)
         )
 
+    def _has_room(self, part: _Partition) -> bool:
+        """Whether ``part``'s buffer takes one more fetch: it is empty, or the
+        step fits in its share."""
+        return part.buffered <= 0 or self._share - part.buffered >= self._want(part)
+
     def _want(self, part: _Partition) -> int:
-        """The bytes one Fetch asks for ``part``: a step (half the share), or
-        the largest batch seen if that is larger, within the share."""
-        return min(self._share, max(self._step, part.largest))
+        """The bytes one Fetch asks for ``part``: a step (half the share; under
+        a budget at least ``partition_buffer_bytes``), or the largest batch
+        seen if that is larger; without a budget within the share, under one
+        within half the budget."""
+        return min(self._ceiling, max(self._floor, part.largest))
+
+    def _asks(self, parts: Sequence[_Partition]) -> dict[TopicPartition, int]:
+        """What one request asks for each of ``parts`` (partitions with data),
+        in order. Under a budget, only the first partitions whose asks add up
+        to the budget (the response-wide limit is at most half of it, and the
+        broker fills an answer in the request's order): the others are left to
+        a request on the other channel."""
+        asks: dict[TopicPartition, int] = {}
+        total = 0
+        for p in parts:
+            if self._budget is not None and total >= self._budget:
+                break
+            want = self._want(p)
+            asks[p.tp] = want
+            total += want
+        return asks
+
+    def _room(self) -> int:
+        """The bytes the member's budget leaves for new requests."""
+        assert self._budget is not None
+        return self._budget - self._buffered - self._reserved
+
+    def _request_limit(
+        self, asks: Mapping[TopicPartition, int], calm: bool, polling: bool = False
+    ) -> int:
+        """The response-wide ``max_bytes`` of a request asking ``asks``; 0: not now.
+
+        Without a budget: ``fetch_max_bytes`` or the sum of the asks. Under a
+        budget, also at most the room left in it and half of it (so that two
+        requests may be in flight); and while another request brings data
+        (not ``calm``), only a request worth a channel goes: one of a quarter of the budget
+        at least, or of what all partitions ask if that is less (the room and
+        the ready partitions grow as workers consume; a request per consumed
+        batch would be a round trip per partition). A long poll (``polling``:
+        no partition known to have data) holds no more of the budget than
+        that while it waits.
+        """
+        cfg = self._config
+        asked = sum(asks.values())
+        limit = min(cfg.fetch_max_bytes, asked)
+        budget = self._budget
+        if budget is None:
+            return limit
+        room = self._room()
+        worth = self._worth
+        limit = min(limit, worth if polling else budget // 2, room)
+        if calm:
+            return max(1, limit) if room >= min(asked, worth) else 0
+        return limit if limit >= worth else 0
 
     async def _broker_loop(self, node: int) -> None:
         """Send Fetch requests to ``node`` for its ready partitions, two at most at a time.
@@ -424,12 +533,24 @@ class Prefetcher:
         # for partitions without new data must not hold up an answer with data.
         free = [f"fetch-{i}" if i else "fetch" for i in range(_MAX_IN_FLIGHT)]
         turn = 0
+        # Requests in flight that asked for data known to be there (the others
+        # are long polls).
+        productive = 0
 
-        async def fetch(channel: str, ready: dict[TopicPartition, int]) -> None:
+        async def fetch(
+            channel: str,
+            ready: dict[TopicPartition, int],
+            asks: dict[TopicPartition, int],
+            limit: int,
+            polling: bool,
+        ) -> None:
+            nonlocal productive
             try:
-                await self._fetch(node, ready, channel)
+                await self._fetch(node, ready, asks, limit, channel)
             finally:
                 free.append(channel)
+                productive -= not polling
+                self._reserved -= limit
                 for tp in ready:
                     self._parts[tp].in_flight = False
                 self._changed()
@@ -447,11 +568,26 @@ class Prefetcher:
                         order = list(self._parts.values())
                         turn += 1
                         order = order[turn % len(order) :] + order[: turn % len(order)]
-                        ready = {p.tp: p.position for p in order if self._ready(p, node)}
-                        if ready:
-                            for tp in ready:
+                        parts = [p for p in order if self._ready(p, node)]
+                        lagging = [p for p in parts if _lagging(p)]
+                        asks = self._asks(lagging)
+                        # With data on its way in the other request, partitions
+                        # without data wait for it to end (a long poll would
+                        # take the channel from the next productive request);
+                        # otherwise they wait in a long poll, all of them (no
+                        # partition waits for its turn to be polled).
+                        calm = not productive
+                        if calm:
+                            asks.update({p.tp: self._want(p) for p in parts if not _lagging(p)})
+                        polling = not lagging
+                        limit = self._request_limit(asks, calm, polling) if asks else 0
+                        if limit:
+                            ready = {tp: self._parts[tp].position for tp in asks}
+                            for tp in asks:
                                 self._parts[tp].in_flight = True
-                            tg.start_soon(fetch, free.pop(), ready)
+                            self._reserved += limit
+                            productive += not polling
+                            tg.start_soon(fetch, free.pop(), ready, asks, limit, polling)
                             continue
                     space = self._space
                     await space.wait()
@@ -459,10 +595,17 @@ class Prefetcher:
             self._loops.discard(node)
             raise
 
-    async def _fetch(self, node: int, ready: dict[TopicPartition, int], channel: str) -> None:
-        """One Fetch to ``node`` for ``ready`` on ``channel``; the answer goes to the buffers."""
+    async def _fetch(
+        self,
+        node: int,
+        ready: dict[TopicPartition, int],
+        asks: dict[TopicPartition, int],
+        limit: int,
+        channel: str,
+    ) -> None:
+        """One Fetch to ``node`` for ``ready`` on ``channel``, asking ``asks`` per
+        partition and ``limit`` in all; the answer goes to the buffers."""
         cfg = self._config
-        asks = {tp: self._want(self._parts[tp]) for tp in ready}
         try:
             result = await fetch_once(
                 self._cluster,
@@ -470,7 +613,7 @@ class Prefetcher:
                 ready,
                 max_wait=cfg.fetch_max_wait,
                 min_bytes=cfg.fetch_min_bytes,
-                max_bytes=min(cfg.fetch_max_bytes, sum(asks.values())),
+                max_bytes=limit,
                 partition_max_bytes=asks,
                 isolation_level=cfg.isolation_level,
                 decode=False,
@@ -496,13 +639,17 @@ class Prefetcher:
             self._failing.discard(node)
             log.info("group %s: fetching from broker %d again", cfg.group_id, node)
         self._backoffs.pop(node, None)
+        # What the answer left of its limit: a partition that got nothing
+        # although it has data was held back by its own limit only if its
+        # ask would have fitted in that.
+        left = limit - sum(pf.size for pf in result.values())
         for tp, pf in result.items():
             part = self._parts.get(tp)
             if part is None or part.position != ready.get(tp):
                 continue
-            await self._deliver(part, pf)
+            await self._deliver(part, pf, left >= asks[tp])
 
-    async def _deliver(self, part: _Partition, pf: PartitionFetch) -> None:
+    async def _deliver(self, part: _Partition, pf: PartitionFetch, room: bool = True) -> None:
         error = pf.error
         if error is not None:
             action = error.action if isinstance(error, BrokerError) else "fail"
@@ -528,14 +675,18 @@ class Prefetcher:
                 part.wake.set()
             return
         part.high_watermark = max(part.high_watermark, pf.high_watermark)
+        stable = pf.last_stable_offset
+        committed = self._config.isolation_level == "read_committed"
+        part.end = stable if committed and stable >= 0 else pf.high_watermark
         # parse_fetch_response already dropped control and aborted batches
         # and the records below the requested offset; the raw batches are
         # decoded by the worker.
-        if pf.next_offset <= part.position < pf.high_watermark:
-            # Data is there but not one batch came: the next batch is larger
-            # than what was asked for (Kafka lets only the first partition of
-            # an answer exceed its limit), so ask for more next time.
-            part.largest = min(self._share, 2 * self._want(part))
+        if room and pf.next_offset <= part.position < part.end:
+            # Data is there but not one batch came, though the answer had room
+            # for the partition's ask: the next batch is larger than what was
+            # asked for (Kafka lets only the first partition of an answer
+            # exceed its limit), so ask for more next time.
+            part.largest = min(self._ceiling, 2 * self._want(part))
         part.position = max(part.position, pf.next_offset)
         batches, raw = pf.batches, pf.raw
         if not batches and not raw:
@@ -561,6 +712,7 @@ class Prefetcher:
             )
         )
         part.buffered += size
+        self._buffered += size
         self._metrics.records += count
         self._metrics.bytes += size
         part.wake.set()

@@ -138,6 +138,9 @@ async def run_workers(
         async for batch in gen.fetch(tp):
             await _handle(gen, tp, batch, handler, on_error, retries, retry_backoff)
             gen.mark(tp, batch.next_offset)
+            # Not held while waiting for the next one: a member with many
+            # partitions would keep each one's last batch in memory.
+            del batch
 
     async for gen in group:
         # Each worker lives as long as its partition stays assigned: under a

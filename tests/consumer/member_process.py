@@ -33,7 +33,8 @@ async def main(
         heartbeat_interval=0.3,
         rebalance_timeout=10.0,
         fetch_max_wait=0.1,
-        partition_buffer_bytes=256,  # small batches: many hand-outs
+        fetch_buffer_bytes=None,  # a bound per partition:
+        partition_buffer_bytes=256,  # small batches, many hand-outs
         client_id="doomed",
     ) as group:
         async for gen in group:

@@ -2,9 +2,11 @@
 
 A slow worker holds its partition's buffer: the buffer does not grow past its
 bound and no Fetch is sent for the partition while it is full. The next Fetch
-goes out while the worker is still busy with the previous answer. With
-``fetch_buffer_bytes`` the member's whole buffer is bounded and each partition's
-fetch size follows from its share. Records reach the worker undecoded and are
+goes out while the worker is still busy with the previous answer. Under the
+member's budget (``fetch_buffer_bytes``) a slow worker holds its partition's
+share while the others go on, the whole buffer stays within the budget however
+many partitions share it, and each Fetch still asks for whole batches of many
+partitions. Records reach the worker undecoded and are
 decoded on its first access, with the same typed errors for damaged data.
 """
 
@@ -63,17 +65,23 @@ class FetchLog:
         return sum(1 for when, _ in self.requests if when >= t)
 
 
+@pytest.mark.parametrize("bound", ["member", "partition"])
 async def test_a_slow_worker_holds_its_buffer_and_it_does_not_grow(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, bound: str
 ) -> None:
     limit = 8192
+    # The member's budget over its one partition, or (without a budget) the
+    # partition's own bound.
+    settings = (
+        {"fetch_buffer_bytes": limit}
+        if bound == "member"
+        else {"fetch_buffer_bytes": None, "partition_buffer_bytes": limit}
+    )
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
         size = _fill(cluster)
         fetches = FetchLog()
         cluster.control(ApiKey.FETCH, fetches)
-        async with ConsumerGroup(
-            "g", ["t"], cluster.bootstrap, partition_buffer_bytes=limit, **SETTINGS
-        ) as group:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings, **SETTINGS) as group:
             gen = await group.next()
             part = gen._prefetcher._parts[TP]
             seen: list[int] = []
@@ -101,6 +109,53 @@ async def test_a_slow_worker_holds_its_buffer_and_it_does_not_grow(
         assert seen == list(range(BATCHES * PER_BATCH))
 
 
+async def test_a_slow_worker_holds_its_share_while_the_others_go_on(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    partitions, share = 4, 8192
+    budget = partitions * share
+    async with FakeCluster(topics={"t": partitions}, initial_rebalance_delay_ms=0) as cluster:
+        _fill(cluster, partitions)
+        async with ConsumerGroup(
+            "g",
+            ["t"],
+            cluster.bootstrap,
+            fetch_buffer_bytes=budget,
+            partition_buffer_bytes=2 * share,  # the budget is the tighter bound
+            **SETTINGS,
+        ) as group:
+            gen = await group.next()
+            prefetcher = gen._prefetcher
+            slow = prefetcher._parts[TP]
+            held: list[int] = []
+            member: list[int] = []
+            done: list[int] = []
+
+            async def fast(tp: TopicPartition) -> None:
+                async for batch in gen.fetch(tp):
+                    member.append(sum(p.buffered for p in prefetcher._parts.values()))
+                    gen.mark(tp, batch.next_offset)
+                    if batch.next_offset >= BATCHES * PER_BATCH:
+                        done.append(tp.partition)
+                        return
+
+            async with trio.open_nursery() as nursery:
+                for p in range(1, partitions):
+                    nursery.start_soon(fast, TopicPartition("t", p))
+                async for _batch in gen.fetch(TP):
+                    # Stuck on its first batch while the others read
+                    # everything: its buffer stays within its share.
+                    for _ in range(20):
+                        await trio.sleep(5.0)
+                        held.append(slow.buffered)
+                    break
+            gen.cancel("test over")
+        assert sorted(done) == list(range(1, partitions))
+        assert share // 2 <= held[0] <= share, held
+        assert set(held) == {held[0]}, held  # held, not grown
+        assert max(member) <= budget, max(member)
+
+
 async def test_the_next_fetch_goes_out_while_the_worker_processes(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -109,7 +164,7 @@ async def test_the_next_fetch_goes_out_while_the_worker_processes(
         fetches = FetchLog()
         cluster.control(ApiKey.FETCH, fetches)
         async with ConsumerGroup(
-            "g", ["t"], cluster.bootstrap, partition_buffer_bytes=16384, **SETTINGS
+            "g", ["t"], cluster.bootstrap, fetch_buffer_bytes=16384, **SETTINGS
         ) as group:
             gen = await group.next()
             waited: list[float] = []
@@ -134,7 +189,7 @@ def _limits_by_partition(fetches: FetchLog) -> set[int]:
     return {limit for _, limits in fetches.requests for limit in limits.values()}
 
 
-@pytest.mark.parametrize("partitions", [1, 4])
+@pytest.mark.parametrize("partitions", [1, 4, 16])
 async def test_the_member_budget_is_shared_by_the_assigned_partitions(
     autojump_clock: trio.testing.MockClock, partitions: int
 ) -> None:
@@ -149,9 +204,58 @@ async def test_the_member_budget_is_shared_by_the_assigned_partitions(
             gen: Generation = await group.next()
             await trio.sleep(30.0)  # no worker: the buffers fill up and stay
             held = sum(p.buffered for p in gen._prefetcher._parts.values())
+        # A partition is asked for half its share, but never less than what
+        # half of partition_buffer_bytes or half the budget allows: however
+        # many partitions share the budget, a Fetch asks for whole batches.
         share = budget // partitions
-        assert _limits_by_partition(fetches) == {share // 2}
+        # Half of partition_buffer_bytes (1 MiB), within half the budget.
+        floor = min(1024 * 1024 // 2, budget // 2)
+        assert _limits_by_partition(fetches) == {max(share // 2, floor)}
+        # Memory stays flat as partitions are added: the requests' response
+        # limits keep the whole member within the budget.
         assert budget // 2 <= held <= budget, held
+
+
+@pytest.mark.parametrize("partitions", [1, 16])
+async def test_many_partitions_under_a_small_budget_are_fetched_in_few_requests(
+    autojump_clock: trio.testing.MockClock, partitions: int
+) -> None:
+    budget = 16384  # a share (1 KiB with 16 partitions) below one batch (1.1 KiB)
+    async with FakeCluster(topics={"t": partitions}, initial_rebalance_delay_ms=0) as cluster:
+        size = _fill(cluster, partitions)
+        fetches = FetchLog()
+        cluster.control(ApiKey.FETCH, fetches)
+        async with ConsumerGroup(
+            "g", ["t"], cluster.bootstrap, fetch_buffer_bytes=budget, **SETTINGS
+        ) as group:
+            gen = await group.next()
+            prefetcher = gen._prefetcher
+            member: list[int] = []
+            done: list[int] = []
+
+            async def worker(tp: TopicPartition) -> None:
+                async for batch in gen.fetch(tp):
+                    member.append(prefetcher._buffered + prefetcher._reserved)
+                    await trio.sleep(0.01 * (1 + tp.partition))  # room frees batch by batch
+                    gen.mark(tp, batch.next_offset)
+                    if batch.next_offset >= BATCHES * PER_BATCH:
+                        done.append(tp.partition)
+                        return
+
+            async with trio.open_nursery() as nursery:
+                for p in range(partitions):
+                    nursery.start_soon(worker, TopicPartition("t", p))
+        total = partitions * BATCHES * size
+        assert sorted(done) == list(range(partitions))
+        # Buffered plus requested bytes never exceeded the budget (a batch's
+        # worth of slack: Kafka sends a request's first batch whole).
+        assert max(member) <= budget + size, max(member)
+        # Requests carry whole batches of many partitions, not a share each,
+        # and do not trickle out as single batches are consumed: their count
+        # stays within a quarter of the least possible (every request
+        # bringing half the budget), whatever the number of partitions.
+        least = total // (budget // 2)
+        assert len(fetches.requests) <= least * 5 // 4 + 4, (len(fetches.requests), least)
 
 
 def _corrupt_response(req: Intercepted, records: bytes) -> Respond:

@@ -312,7 +312,7 @@ async def test_slow_worker_bounds_its_partition_buffer(kafka: KafkaBroker) -> No
     handled = 0
     with anyio.fail_after(120):
         async with ConsumerGroup(
-            group_id, [topic], kafka.bootstrap, partition_buffer_bytes=limit, **FAST
+            group_id, [topic], kafka.bootstrap, fetch_buffer_bytes=limit, **FAST
         ) as group:
             gen = await group.next()
             part = gen._prefetcher._parts[tp]

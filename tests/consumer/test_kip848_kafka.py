@@ -118,7 +118,7 @@ async def main(bootstrap, group_id, topic, scope):
     async with ConsumerGroup(
         group_id, [topic], bootstrap, group_protocol="consumer", session_timeout=6.0,
         rebalance_timeout=10.0, fetch_max_wait=0.1, commit_interval=0.3,
-        partition_buffer_bytes=256, client_id="doomed",
+        fetch_buffer_bytes=None, partition_buffer_bytes=256, client_id="doomed",
     ) as group:
         async for gen in group:
             parts = ",".join(str(tp.partition) for tp in sorted(gen.assignments))
