@@ -506,9 +506,11 @@ def main() -> None:
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     args.markdown.parent.mkdir(parents=True, exist_ok=True)
     args.markdown.write_text(markdown(results))
+    # Beside the page that shows them: a --markdown elsewhere leaves docs/img alone.
     charts = write_charts(
         args.json,
         HERE / "results" / "rebalance.json" if args.rebalance or args.everything else None,
+        args.markdown.parent / "img",
     )
     print(f"wrote {args.json}, {args.markdown} and {', '.join(map(str, charts))}")
 
