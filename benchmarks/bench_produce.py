@@ -34,7 +34,7 @@ from typing import Any
 import anyio
 from broker import real_broker
 from options import benchmark_parser
-from run_all import values
+from run_all import confluent_produce, values
 
 from gengroup import Admin, Compression, Producer
 
@@ -107,15 +107,7 @@ def produce_confluent(bootstrap: str, topic: str, pool: list[bytes], n: int, cod
             "queue.buffering.max.messages": 1_000_000,
         }
     )
-    for i in range(n):
-        while True:
-            try:
-                producer.produce(topic, pool[i % len(pool)], on_delivery=report)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        if i % 1000 == 0:
-            producer.poll(0)
+    confluent_produce(producer, topic, pool, n, on_delivery=report)
     if producer.flush(120.0):
         raise SystemExit("confluent-kafka: records left unsent")
     if errors:

@@ -107,18 +107,31 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int, size: int, code
             "acks": 1,
         }
     )
-    pool = values(size)
+    confluent_produce(producer, topic, values(size), n, partitions)
+    if producer.flush(120.0):
+        raise SystemExit(f"producing to {topic}: records left unsent")
+
+
+def confluent_produce(
+    producer: Any, topic: str, pool: list[bytes], n: int, partitions: int = 0, **kwargs: Any
+) -> None:
+    """Queue ``n`` values of ``pool`` in a confluent-kafka ``producer``, round robin over
+    ``partitions`` (0: its partitioner chooses), waiting whenever librdkafka's queue is
+    full; ``kwargs`` go to each ``produce`` call. Flushing is the caller's."""
     for i in range(n):
         while True:
             try:
-                producer.produce(topic, pool[i % len(pool)], partition=i % partitions)
+                producer.produce(
+                    topic,
+                    pool[i % len(pool)],
+                    partition=i % partitions if partitions else -1,
+                    **kwargs,
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
-        if i % 10_000 == 0:
+        if i % 1000 == 0:
             producer.poll(0)
-    if producer.flush(120.0):
-        raise SystemExit(f"producing to {topic}: records left unsent")
 
 
 async def consume_gengroup(
