@@ -18,8 +18,15 @@ import pytest
 PROGRAM = textwrap.dedent(
     """
     import logging
+    import signal
     import sys
     import anyio
+
+    # As a program started from a shell: the child of the test run inherits
+    # the run's signal disposition and mask (an ignored or blocked SIGINT
+    # survives exec), which earlier tests or libraries may have changed.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     from gengroup import ConsumerGroup
     from gengroup.broker import FakeCluster
 
