@@ -260,6 +260,20 @@ class Lines:
         for line in self._proc.stdout:
             self.seen.append((time.monotonic(), line.strip()))
 
+    async def wait_for_records(self, count: int) -> None:
+        """Until the ``batch P NEXT`` lines account for ``count`` records (every
+        partition read from offset 0: its newest NEXT is how many it handed out)."""
+        with anyio.fail_after(60):  # a hang guard, not a timing assertion
+            while True:
+                newest = {}
+                for _, line in list(self.seen):
+                    if line.startswith("batch "):
+                        _, partition, next_offset = line.split()
+                        newest[partition] = int(next_offset)
+                if sum(newest.values()) >= count:
+                    return
+                await anyio.sleep(0.05)
+
     async def wait_for(self, prefix: str, since: float = 0.0) -> list[str]:
         """The lines after ``since`` up to the first starting with ``prefix``."""
         with anyio.fail_after(60):  # a hang guard, not a timing assertion

@@ -48,7 +48,9 @@ async def test_a_member_frozen_past_its_session_processes_nothing_after_waking(
         async with Producer(kafka.bootstrap) as producer:
             for i in range(50):
                 await producer.send(topic, b"x" * 100, partition=i % 2)
-            await lines.wait_for("batch")
+            # Every record handed out and printed before the freeze (see
+            # Lines.wait_for_records).
+            await lines.wait_for_records(50)
             proc.send_signal(signal.SIGSTOP)
             # Meanwhile another member takes the partitions and records keep coming.
             async with ConsumerGroup(

@@ -214,7 +214,10 @@ async def test_a_frozen_member_is_fenced_and_rejoins_with_epoch_0(
         lines = Lines(proc)
         first = await lines.wait_for("generation")
         await produce_ids(bootstrap, topic, range(50))
-        await lines.wait_for("batch")
+        # Frozen only once every record was handed out and printed: a worker
+        # caught between taking a batch and printing it would print after
+        # waking a batch it took before the freeze.
+        await lines.wait_for_records(50)
         proc.send_signal(signal.SIGSTOP)
         async with survivor(ledger, bootstrap, group_id, topic, "the survivor to own both"):
             await produce_ids(bootstrap, topic, range(50, 250))
