@@ -7,14 +7,18 @@ import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import anyio.abc
+import pytest
 
 from gengroup import Admin, ConsumerGroup, FetchedBatch, Generation, Producer, TopicPartition
+from gengroup.broker import BrokerSettings, FakeCluster
 from gengroup.producer import ProducerRecord
+from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
 FAST = {
@@ -295,3 +299,19 @@ async def watch_commits(
             for tp, off in offsets.items():
                 history.setdefault(tp, []).append(off)
             await anyio.sleep(0.1)
+
+
+@asynccontextmanager
+async def broker_under_test(
+    request: pytest.FixtureRequest, which: str, settings: BrokerSettings, brokers: int = 1
+) -> AsyncIterator[str]:
+    """The bootstrap address of the session's Apache Kafka (``which == "kafka"``) or
+    of a fresh embedded cluster with ``settings``, checked for internal errors at
+    the end."""
+    if which == "kafka":
+        kafka: KafkaBroker = request.getfixturevalue("kafka")
+        yield kafka.bootstrap
+        return
+    async with FakeCluster(brokers=brokers, settings=settings) as cluster:
+        yield cluster.bootstrap
+        assert not cluster.state.errors, cluster.state.errors

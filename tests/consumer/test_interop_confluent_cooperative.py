@@ -12,33 +12,19 @@ threads and clock).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
 import anyio
 import pytest
 
 from gengroup import ConsumerGroup, CooperativeStickyBalancer
-from gengroup.broker import FakeCluster
+from gengroup.broker import BrokerSettings
 from gengroup.testing.pytest_plugin import make_unique_name
 
 from .confluent_member import IncrementalMember
 from .cooperative import SpanLedger, wait_until
-from .helpers import FAST, all_partitions, create_topic, produce_ids
+from .helpers import FAST, all_partitions, broker_under_test, create_topic, produce_ids
 
 PARTITIONS = 6
 RECORDS = 300
-
-
-@asynccontextmanager
-async def broker_for(request: pytest.FixtureRequest, which: str) -> AsyncIterator[str]:
-    """The bootstrap address of the session's Kafka broker or of a new embedded one."""
-    if which == "kafka":
-        yield request.getfixturevalue("kafka").bootstrap
-        return
-    async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
-        yield cluster.bootstrap
-        assert not cluster.state.errors, cluster.state.errors
 
 
 @pytest.mark.parametrize("broker", [pytest.param("kafka", marks=pytest.mark.kafka), "embedded"])
@@ -48,7 +34,8 @@ async def broker_for(request: pytest.FixtureRequest, which: str) -> AsyncIterato
 async def test_cooperative_group_with_a_librdkafka_member(
     request: pytest.FixtureRequest, broker: str, gengroup_leads: bool
 ) -> None:
-    async with broker_for(request, broker) as bootstrap:
+    settings = BrokerSettings(group_initial_rebalance_delay_ms=0)
+    async with broker_under_test(request, broker, settings) as bootstrap:
         await cooperative_group_with_a_librdkafka_member(bootstrap, gengroup_leads)
 
 

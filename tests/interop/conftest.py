@@ -4,16 +4,15 @@ groups for it, on Apache Kafka and on the embedded broker."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gengroup.broker import BrokerSettings, FakeCluster
-from gengroup.testing.kafka import KafkaBroker
+from gengroup.broker import BrokerSettings
 from tests.java import compile_java
 
+from ..consumer.helpers import broker_under_test
 from .members import MemberLedger, MixedGroup, new_mixed_group
 
 SOURCE = Path(__file__).parent / "java" / "JavaMember.java"
@@ -27,22 +26,6 @@ def java_member(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]
 
 
 JavaGroup = Callable[[str, str, MemberLedger], Coroutine[Any, Any, MixedGroup]]
-
-
-@asynccontextmanager
-async def broker_under_test(
-    request: pytest.FixtureRequest, which: str, settings: BrokerSettings, brokers: int = 1
-) -> AsyncIterator[str]:
-    """The bootstrap address of the session's Apache Kafka (``which == "kafka"``) or
-    of a fresh embedded cluster with ``settings``, checked for internal errors at
-    the end."""
-    if which == "kafka":
-        kafka: KafkaBroker = request.getfixturevalue("kafka")
-        yield kafka.bootstrap
-        return
-    async with FakeCluster(brokers=brokers, settings=settings) as cluster:
-        yield cluster.bootstrap
-        assert not cluster.state.errors, cluster.state.errors
 
 
 @pytest.fixture(params=[pytest.param("kafka", marks=pytest.mark.kafka), "embedded"])

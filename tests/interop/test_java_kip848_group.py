@@ -22,8 +22,14 @@ from gengroup.broker import BrokerSettings
 from gengroup.testing.pytest_plugin import make_unique_name
 from tests.java import compile_java
 
-from ..consumer.helpers import FAST, Ledger, all_partitions, create_topic, produce_ids
-from .conftest import broker_under_test
+from ..consumer.helpers import (
+    FAST,
+    Ledger,
+    all_partitions,
+    broker_under_test,
+    create_topic,
+    produce_ids,
+)
 from .members import ProcessMember
 
 pytestmark = pytest.mark.kafka
