@@ -550,15 +550,19 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "`java` is Apache Kafka's own `kafka-consumer-perf-test` "
         "(`org.apache.kafka.tools.ConsumerPerformance`, the kafka-tools jar of the broker's "
-        "version) with its defaults, a member of a fresh group: the ceiling. It does not "
-        "touch the values beyond what the Java client hands it: it sums the lengths of the "
-        "`byte[]` keys and values the client already copied out, and runs no handler. Its "
-        "rate is its `fetch.nMsg.sec`, records over its `fetch.time.ms` (from the "
-        "assignment to the end of the last poll, the span the other clients are timed "
-        "over; its `nMsg.sec` would count the join as well), and its join time is its "
-        "`rebalance.time.ms`. Its CPU time is not known (-): the JVM's start and the "
-        "just-in-time compiler's work cannot be told apart from the consuming. "
-        "\"vs Java ceiling\" is each client's records/s as a fraction of the `java` row's.",
+        "version) with its default options and the script's 512 MB heap, a member of a "
+        "fresh group: the ceiling, the Java client with nothing else to do. It does not "
+        "touch the values: it sums the lengths of the `byte[]` keys and values the client "
+        "already copied out, and runs no handler. Its rate is its `fetch.nMsg.sec`, records "
+        "over its `fetch.time.ms` (from the assignment to the end of the last poll, the "
+        "span the other clients are timed over; its `nMsg.sec` would count the join as "
+        "well), and its join time is its `rebalance.time.ms`. That span includes the JVM "
+        "warming up (the first fetches run interpreted while the just-in-time compiler "
+        "works in threads of its own, beside the broker's JVM on the same cores), which "
+        "the Python clients do not pay: on short runs and a busy machine it weighs on the "
+        "Java rate. Its CPU time is not known (-): the JVM's start and the compiler's work "
+        'cannot be told apart from the consuming. "vs Java ceiling" is each client\'s '
+        "records/s as a fraction of the `java` row's.",
         "",
         "| values | codec | records | client | records/s | MB/s | records/CPU-s | join s "
         "| vs aiokafka | vs confluent-kafka | vs Java ceiling |",
