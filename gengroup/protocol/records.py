@@ -54,7 +54,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Final, NamedTuple, TypeAlias
+from typing import Any, Final, NamedTuple, TypeAlias
 
 from crc32c import crc32c
 
@@ -291,17 +291,10 @@ class RawBatch(_BatchHeader):
 
 
 def _decoded(raw: RawBatch, records: list[Record]) -> RecordBatch:
+    r = raw
     return RecordBatch(
-        raw.base_offset,
-        raw.partition_leader_epoch,
-        _MAGIC,
-        raw.attributes,
-        raw.last_offset_delta,
-        raw.base_timestamp,
-        raw.max_timestamp,
-        raw.producer_id,
-        raw.producer_epoch,
-        raw.base_sequence,
+        *(r.base_offset, r.partition_leader_epoch, _MAGIC, r.attributes, r.last_offset_delta),
+        *(r.base_timestamp, r.max_timestamp, r.producer_id, r.producer_epoch, r.base_sequence),
         records,
     )
 
@@ -489,6 +482,8 @@ def _records_of(raw: RawBatch, max_decompressed_size: int) -> list[Record]:
             blob = decompress(
                 codec, memoryview(buf)[pos + _HEADER_SIZE : end], max_decompressed_size
             )
+            if _decode_records is _decode_records_py:  # it slices values: they must be bytes
+                blob = bytes(blob)  # (the compiled loop reads any buffer)
             records = _decode_records(blob, 0, len(blob), count, base_offset, raw.base_timestamp)
     except ProtocolError as exc:
         raise type(exc)(f"record batch at offset {base_offset}: {exc}") from exc
@@ -676,7 +671,7 @@ def _decode_headers(buf: bytes, pos: int, record_end: int) -> tuple[tuple[Header
     return tuple(headers), pos
 
 
-_decode_records: Callable[[bytes, int, int, int, int, int], list[Record]] = _decode_records_py
+_decode_records: Callable[[Any, int, int, int, int, int], list[Record]] = _decode_records_py
 if not os.environ.get("GENGROUP_PURE_PYTHON"):
     with suppress(ImportError):  # not built (no compiler): the loop above
         from ._speedups import configure, decode_records as _decode_records
