@@ -41,6 +41,19 @@ can be consumed at all). Requests in flight together use separate connections,
 as the broker answers one connection in order and a long poll must not hold up
 an answer with data.
 
+Each of those connections carries its own incremental fetch session (KIP-227,
+:mod:`gengroup.protocol.fetch_session`; ``fetch_sessions=False`` turns them
+off), so a request names only the partitions whose position or ask changed
+since the connection's previous request and forgets those it leaves out: with
+hundreds of mostly idle partitions a request names a few. The broker then
+answers only for partitions with something new; a partition missing from the
+answer got nothing, as if it had been answered empty. Positions are always
+the prefetcher's: a session the broker loses or rejects only makes the next
+request full again, and the answer it rejected is dropped whole (nothing was
+taken from it). The sessions end with the prefetcher, unclosed: the broker
+evicts them (a close would be one more request on the way out of every
+generation).
+
 Records are not decoded by the fetch loop: the answer's batch headers are
 checked there (lengths, magic, CRC-32C, codec, count -- damage found there is
 the partition's error, raised from the worker's ``async for`` as before), and
@@ -95,6 +108,7 @@ from ..io.cluster import Cluster
 from ..io.fetch import fetch_once
 from ..io.retry import Backoff
 from ..protocol.fetch import PartitionFetch
+from ..protocol.fetch_session import FetchSession
 from ..protocol.records import Header, RawBatch, Record, decode_raw
 from .metrics import GroupMetrics
 
@@ -349,6 +363,11 @@ class Prefetcher:
         self._backoffs: dict[int, Backoff] = {}
         self._failing: set[int] = set()
         self._metadata_failing = False
+        #: The fetch session of each (broker, connection), kept across the
+        #: broker loop's restarts; each connection sends one request at a time.
+        self._sessions: dict[tuple[int, str], FetchSession] = {}
+        #: Brokers that declined a session (logged once).
+        self._declined: set[int] = set()
 
     # ------------------------------------------------------------------ workers' side
 
@@ -606,6 +625,10 @@ class Prefetcher:
         """One Fetch to ``node`` for ``ready`` on ``channel``, asking ``asks`` per
         partition and ``limit`` in all; the answer goes to the buffers."""
         cfg = self._config
+        session = self._sessions.get((node, channel))
+        if session is None:
+            session = self._sessions[node, channel] = FetchSession(cfg.fetch_sessions)
+        resets = session.resets
         try:
             result = await fetch_once(
                 self._cluster,
@@ -618,8 +641,10 @@ class Prefetcher:
                 isolation_level=cfg.isolation_level,
                 decode=False,
                 channel=channel,
+                session=session,
             )
         except Exception as exc:
+            self._count_request(node, session, resets)
             if _request_action(exc) != "refresh_metadata":
                 raise
             self._metrics.fetch_errors += 1
@@ -634,6 +659,7 @@ class Prefetcher:
                 if p.leader == node:
                     self._stale(p)
             return
+        self._count_request(node, session, resets)
         self._metrics.fetches += 1
         if node in self._failing:
             self._failing.discard(node)
@@ -648,6 +674,53 @@ class Prefetcher:
             if part is None or part.position != ready.get(tp):
                 continue
             await self._deliver(part, pf, left >= asks[tp])
+        if len(result) < len(ready) and session.last_answer_used:
+            # An incremental answer leaves out the partitions with nothing new.
+            for tp, position in ready.items():
+                part = self._parts[tp]
+                if tp not in result and part.position == position:
+                    self._grow_if_held_back(part, part.position, left >= asks[tp])
+
+    def _count_request(self, node: int, session: FetchSession, resets: int) -> None:
+        """Count the request ``session`` just planned; log a dropped or declined session."""
+        plan = session.last_plan
+        if plan is None:
+            return
+        metrics = self._metrics
+        if plan.full:
+            metrics.fetch_requests_full += 1
+        else:
+            metrics.fetch_requests_incremental += 1
+        metrics.fetch_partitions_sent += len(plan.send)
+        metrics.fetch_partitions_forgotten += len(plan.forgotten)
+        group = self._config.group_id
+        if session.resets != resets:
+            metrics.fetch_session_resets += 1
+            log.info(
+                "group %s: fetch session %d with broker %d dropped (%s); the next request is full",
+                group,
+                plan.session_id,
+                node,
+                session.reset_reason,
+            )
+        if plan.epoch == 0 and session.last_answer_used and not session.session_id:
+            if node not in self._declined:
+                self._declined.add(node)
+                log.info(
+                    "group %s: broker %d declined a fetch session; requests stay full",
+                    group,
+                    node,
+                )
+        elif session.established:
+            self._declined.discard(node)
+
+    def _grow_if_held_back(self, part: _Partition, next_offset: int, room: bool) -> None:
+        if room and next_offset <= part.position < part.end:
+            # Data is there but not one batch came, though the answer had room
+            # for the partition's ask: the next batch is larger than what was
+            # asked for (Kafka lets only the first partition of an answer
+            # exceed its limit), so ask for more next time.
+            part.largest = min(self._ceiling, 2 * self._want(part))
 
     async def _deliver(self, part: _Partition, pf: PartitionFetch, room: bool = True) -> None:
         error = pf.error
@@ -681,12 +754,7 @@ class Prefetcher:
         # parse_fetch_response already dropped control and aborted batches
         # and the records below the requested offset; the raw batches are
         # decoded by the worker.
-        if room and pf.next_offset <= part.position < part.end:
-            # Data is there but not one batch came, though the answer had room
-            # for the partition's ask: the next batch is larger than what was
-            # asked for (Kafka lets only the first partition of an answer
-            # exceed its limit), so ask for more next time.
-            part.largest = min(self._ceiling, 2 * self._want(part))
+        self._grow_if_held_back(part, pf.next_offset, room)
         part.position = max(part.position, pf.next_offset)
         batches, raw = pf.batches, pf.raw
         if not batches and not raw:
