@@ -606,13 +606,29 @@ class Prefetcher:
                                 self._parts[tp].in_flight = True
                             self._reserved += limit
                             productive += not polling
-                            tg.start_soon(fetch, free.pop(), ready, asks, limit, polling)
+                            channel = self._channel(node, free, asks)
+                            free.remove(channel)
+                            tg.start_soon(fetch, channel, ready, asks, limit, polling)
                             continue
                     space = self._space
                     await space.wait()
         except BaseException:
             self._loops.discard(node)
             raise
+
+    def _channel(self, node: int, free: list[str], asks: Mapping[TopicPartition, int]) -> str:
+        """The free connection whose fetch session holds most of ``asks`` (the
+        newest freed one if none does better): a partition moving between the
+        two sessions is forgotten by one and named again to the other."""
+        best = free[-1]
+        if len(free) > 1:
+            held = {}
+            for channel in free:
+                session = self._sessions.get((node, channel))
+                cached = session.partitions if session is not None else {}
+                held[channel] = sum(tp in cached for tp in asks)
+            best = max(reversed(free), key=held.__getitem__)
+        return best
 
     async def _fetch(
         self,

@@ -182,6 +182,11 @@ class FetchSession:
         return self._epoch
 
     @property
+    def partitions(self) -> Mapping[TopicPartition, PartitionParams]:
+        """The partitions the broker's session holds, as of the last answer read."""
+        return self._cached
+
+    @property
     def established(self) -> bool:
         """Whether the next request is incremental."""
         return self._session_id != 0 and self._epoch > 0
