@@ -80,12 +80,19 @@ async def setup(bootstrap: str) -> tuple[str, str, Wave]:
 
 @pytest.mark.parametrize(("broker", "sessions"), BROKERS)
 async def test_many_idle_partitions_are_consumed_once_with_few_partitions_per_request(
-    request: pytest.FixtureRequest, broker: str, sessions: bool
+    request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture,
+    broker: str,
+    sessions: bool,
 ) -> None:
     settings = BrokerSettings(group_initial_rebalance_delay_ms=0)
+    caplog.set_level(logging.INFO, logger="gengroup")
     async with broker_under_test(request, broker, settings) as bootstrap:
         now, idle = await many_idle_partitions_consumed_once(bootstrap, sessions)
     assert now.fetch_session_resets == 0
+    declined = [r for r in caplog.records if "declined a fetch session" in r.getMessage()]
+    # Logged once (one broker), not per request.
+    assert len(declined) == (sessions and not GRANTS[broker]), declined
     requests = idle.fetch_requests_full + idle.fetch_requests_incremental
     assert requests >= IDLE_FETCHES
     if sessions and GRANTS[broker]:
@@ -159,13 +166,13 @@ async def many_idle_partitions_consumed_once(
     return now, delta(now, before)
 
 
-@pytest.mark.kafka
+@pytest.mark.parametrize("broker", [pytest.param("kafka", marks=pytest.mark.kafka)])
 async def test_dropped_and_rejected_sessions_lose_and_repeat_nothing(
-    request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+    request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture, broker: str
 ) -> None:
     settings = BrokerSettings(group_initial_rebalance_delay_ms=0)
     caplog.set_level(logging.INFO, logger="gengroup")
-    async with broker_under_test(request, "kafka", settings) as bootstrap:
+    async with broker_under_test(request, broker, settings) as bootstrap:
         now = await sessions_reset_mid_stream(bootstrap)
     assert now.fetch_session_resets >= 3, now
     reasons = " ".join(r.getMessage() for r in caplog.records if "fetch session" in r.getMessage())
