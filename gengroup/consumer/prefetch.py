@@ -51,8 +51,10 @@ answer got nothing, as if it had been answered empty. Positions are always
 the prefetcher's: a session the broker loses or rejects only makes the next
 request full again, and the answer it rejected is dropped whole (nothing was
 taken from it). The sessions end with the prefetcher, unclosed: the broker
-evicts them (a close would be one more request on the way out of every
-generation).
+evicts them, unless the next generation's prefetcher, given their ids
+(``retired``), names them in its first request on the same connection, which
+drops them as it creates its own (a close request of their own would be one
+more round trip on the way out of every generation).
 
 Records are not decoded by the fetch loop: the answer's batch headers are
 checked there (lengths, magic, CRC-32C, codec, count -- damage found there is
@@ -312,7 +314,10 @@ class Prefetcher:
         reset_offset: Callable[[TopicPartition], Awaitable[int]],
         on_first_batch: Callable[[], None] | None = None,
         metrics: GroupMetrics | None = None,
+        retired: dict[tuple[int, str], int] | None = None,
     ) -> None:
+        """``retired``: the fetch sessions ended prefetchers left, by broker and
+        connection; this one closes those it takes and leaves its own there."""
         self._cluster = cluster
         self._metrics = GroupMetrics() if metrics is None else metrics
         self._config = config
@@ -366,6 +371,7 @@ class Prefetcher:
         #: The fetch session of each (broker, connection), kept across the
         #: broker loop's restarts; each connection sends one request at a time.
         self._sessions: dict[tuple[int, str], FetchSession] = {}
+        self._retired = {} if retired is None else retired
         #: Brokers that declined a session (logged once).
         self._declined: set[int] = set()
 
@@ -428,6 +434,10 @@ class Prefetcher:
                     self._reroute = anyio.Event()
         finally:
             self.close()
+            for key, session in self._sessions.items():
+                if session.session_id:
+                    self._retired[key] = session.session_id
+            self._sessions.clear()
 
     def wake(self) -> None:
         """Make every waiting iterator check again whether it hands out nothing more."""
@@ -643,7 +653,9 @@ class Prefetcher:
         cfg = self._config
         session = self._sessions.get((node, channel))
         if session is None:
-            session = self._sessions[node, channel] = FetchSession(cfg.fetch_sessions)
+            session = self._sessions[node, channel] = FetchSession(
+                cfg.fetch_sessions, self._retired.pop((node, channel), 0)
+            )
         resets = session.resets
         try:
             result = await fetch_once(

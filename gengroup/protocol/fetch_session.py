@@ -43,7 +43,8 @@ only when an answer is read:
   connection, timeout, undecodable answer) or one never answered (cancelled):
   the next request is full with epoch 0 and the old session id, which makes
   the broker drop the old session and create a new one (no session leaks in
-  its cache).
+  its cache). A new handler closes a session an earlier one left the same
+  way (``close=``).
 
 After a reset nothing is lost nor repeated: the answer that caused it is
 dropped whole and the next (full) request names every desired partition at
@@ -142,6 +143,9 @@ class FetchSession:
 
     Args:
         enabled: False sends sessionless full requests (epoch -1) only.
+        close: the id of a session nobody uses any more (0: none): the first
+            request names it with epoch 0, so the broker drops it as it
+            creates the new one.
     """
 
     __slots__ = (
@@ -156,9 +160,9 @@ class FetchSession:
         "resets",
     )
 
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(self, enabled: bool = True, close: int = 0) -> None:
         self._enabled = enabled
-        self._session_id = 0
+        self._session_id = close if enabled else 0
         self._epoch = INITIAL_EPOCH if enabled else FINAL_EPOCH
         #: What the broker's session holds, as of the last answer read.
         self._cached: dict[TopicPartition, PartitionParams] = {}

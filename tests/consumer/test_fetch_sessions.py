@@ -26,7 +26,7 @@ from gengroup import ConsumerGroup, Generation, Producer
 from gengroup.broker import BrokerSettings
 from gengroup.consumer.metrics import GroupMetrics
 from gengroup.producer import ProducerRecord
-from gengroup.protocol.fetch_session import FetchSession
+from gengroup.protocol.fetch_session import FetchPlan, FetchSession
 from gengroup.testing.pytest_plugin import make_unique_name
 
 from .helpers import FAST, Ledger, assert_processed_once, broker_under_test, create_topic
@@ -231,3 +231,65 @@ async def sessions_reset_mid_stream(bootstrap: str) -> GroupMetrics:
     assert_processed_once(ledger, wave.expected(), {})
     assert now.fetch_requests_incremental > now.fetch_requests_full, now
     return now
+
+
+@pytest.mark.parametrize("broker", [pytest.param("kafka", marks=pytest.mark.kafka)])
+async def test_a_new_generation_closes_the_sessions_of_the_last(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, broker: str
+) -> None:
+    """The sessions an ended generation's prefetcher leaves are named (epoch 0)
+    in the next one's first requests: the broker drops them as it creates the
+    new ones, refusing nothing; every record is still processed once."""
+    closed: list[int] = []
+    plan = FetchSession.plan
+
+    def spy(session: FetchSession, desired: Any) -> FetchPlan:
+        made = plan(session, desired)
+        if made.epoch == 0 and made.session_id:
+            closed.append(made.session_id)
+        return made
+
+    monkeypatch.setattr(FetchSession, "plan", spy)
+    settings = BrokerSettings(group_initial_rebalance_delay_ms=0)
+    async with broker_under_test(request, broker, settings) as bootstrap:
+        now, ids = await generations_in_turn(bootstrap, 3)
+    assert (now.fetch_errors, now.fetch_session_resets) == (0, 0), now
+    assert now.fetch_requests_full <= 2 * now.generations, now
+    # Each generation's sessions, closed by the next generation.
+    assert sorted(closed) == sorted(i for gen in ids[:-1] for i in gen), (closed, ids)
+
+
+async def generations_in_turn(bootstrap: str, count: int) -> tuple[GroupMetrics, list[set[int]]]:
+    """One member ends ``count - 1`` generations once each has an incremental
+    session, a wave of records between them, every record processed once.
+    Returns its counters and each generation's session ids."""
+    topic, group_id, wave = await setup(bootstrap)
+    ledger = Ledger()
+    ids: list[set[int]] = []
+
+    async def sessions_of(gen: Generation) -> set[int]:
+        await wait_for(lambda: bool(live_sessions(gen)), "an incremental session")
+        return {s.session_id for s in gen._prefetcher._sessions.values() if s.session_id}
+
+    async with Producer(bootstrap) as producer:
+        await wave.send(producer)
+        async with (
+            ConsumerGroup(group_id, [topic], bootstrap, **FAST) as group,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(ledger.member, "m", group)
+            for n in range(1, count + 1):
+                await wait_for(lambda: set(ledger.processed) == wave.expected(), "records")
+                formed = ledger.generations.setdefault("m", [])
+                await wait_for(lambda: len(formed) == n, "generation")  # noqa: B023
+                gen = ledger.generations["m"][-1]
+                ids.append(await sessions_of(gen))
+                if n < count:
+                    gen.cancel()
+                    await wave.send(producer)
+            await wait_for(lambda: set(ledger.processed) == wave.expected(), "the last wave")
+            now = group.metrics()
+            tg.cancel_scope.cancel()
+    assert_processed_once(ledger, wave.expected(), {})
+    assert now.generations == count
+    return now, ids

@@ -279,3 +279,13 @@ def test_the_broker_session_always_holds_what_the_caller_wants(
         # Whatever happened before, the broker fetched exactly what was wanted.
         assert fetched == desired
         assert session.established == (not declines)
+
+
+def test_a_new_handler_closes_a_session_left_by_an_earlier_one() -> None:
+    session = FetchSession(close=41)
+    plan = session.plan({A: params(0)})
+    # Epoch 0 naming the old session: the broker drops it and creates another.
+    assert (plan.session_id, plan.epoch, plan.send) == (41, 0, {A: params(0)})
+    assert session.answered(0, 42, [A]) is None
+    assert (session.session_id, session.epoch) == (42, 1)
+    assert FetchSession(enabled=False, close=41).plan({A: params(0)}).session_id == 0
