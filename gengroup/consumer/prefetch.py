@@ -42,19 +42,12 @@ as the broker answers one connection in order and a long poll must not hold up
 an answer with data.
 
 Each of those connections carries its own incremental fetch session (KIP-227,
-:mod:`gengroup.protocol.fetch_session`; ``fetch_sessions=False`` turns them
-off), so a request names only the partitions whose position or ask changed
-since the connection's previous request and forgets those it leaves out: with
-hundreds of mostly idle partitions a request names a few. The broker then
-answers only for partitions with something new; a partition missing from the
-answer got nothing, as if it had been answered empty. Positions are always
-the prefetcher's: a session the broker loses or rejects only makes the next
-request full again, and the answer it rejected is dropped whole (nothing was
-taken from it). The sessions end with the prefetcher, unclosed: the broker
-evicts them, unless the next generation's prefetcher, given their ids
-(``retired``), names them in its first request on the same connection, which
-drops them as it creates its own (a close request of their own would be one
-more round trip on the way out of every generation).
+:mod:`gengroup.consumer.fetch_sessions`), so a request names only the
+partitions whose position or ask changed since the connection's previous one
+(a request goes on the free connection whose session holds most of its
+partitions); the broker answers only for partitions with something new (one
+missing from the answer got nothing). Positions are always the prefetcher's:
+a session the broker loses or rejects only makes the next request full.
 
 Records are not decoded by the fetch loop: the answer's batch headers are
 checked there (lengths, magic, CRC-32C, codec, count -- damage found there is
@@ -110,8 +103,8 @@ from ..io.cluster import Cluster
 from ..io.fetch import fetch_once
 from ..io.retry import Backoff
 from ..protocol.fetch import PartitionFetch
-from ..protocol.fetch_session import FetchSession
 from ..protocol.records import Header, RawBatch, Record, decode_raw
+from .fetch_sessions import FetchSessions
 from .metrics import GroupMetrics
 
 __all__ = ["FetchedBatch", "Prefetcher"]
@@ -370,10 +363,9 @@ class Prefetcher:
         self._metadata_failing = False
         #: The fetch session of each (broker, connection), kept across the
         #: broker loop's restarts; each connection sends one request at a time.
-        self._sessions: dict[tuple[int, str], FetchSession] = {}
-        self._retired = {} if retired is None else retired
-        #: Brokers that declined a session (logged once).
-        self._declined: set[int] = set()
+        self._sessions = FetchSessions(
+            config.group_id, config.fetch_sessions, self._metrics, retired
+        )
 
     # ------------------------------------------------------------------ workers' side
 
@@ -434,10 +426,7 @@ class Prefetcher:
                     self._reroute = anyio.Event()
         finally:
             self.close()
-            for key, session in self._sessions.items():
-                if session.session_id:
-                    self._retired[key] = session.session_id
-            self._sessions.clear()
+            self._sessions.retire()
 
     def wake(self) -> None:
         """Make every waiting iterator check again whether it hands out nothing more."""
@@ -630,15 +619,9 @@ class Prefetcher:
         """The free connection whose fetch session holds most of ``asks`` (the
         newest freed one if none does better): a partition moving between the
         two sessions is forgotten by one and named again to the other."""
-        best = free[-1]
-        if len(free) > 1:
-            held = {}
-            for channel in free:
-                session = self._sessions.get((node, channel))
-                cached = session.partitions if session is not None else {}
-                held[channel] = sum(tp in cached for tp in asks)
-            best = max(reversed(free), key=held.__getitem__)
-        return best
+        if len(free) == 1:
+            return free[0]
+        return max(reversed(free), key=lambda channel: self._sessions.held(node, channel, asks))
 
     async def _fetch(
         self,
@@ -651,11 +634,7 @@ class Prefetcher:
         """One Fetch to ``node`` for ``ready`` on ``channel``, asking ``asks`` per
         partition and ``limit`` in all; the answer goes to the buffers."""
         cfg = self._config
-        session = self._sessions.get((node, channel))
-        if session is None:
-            session = self._sessions[node, channel] = FetchSession(
-                cfg.fetch_sessions, self._retired.pop((node, channel), 0)
-            )
+        session = self._sessions.session(node, channel)
         resets = session.resets
         try:
             result = await fetch_once(
@@ -672,7 +651,7 @@ class Prefetcher:
                 session=session,
             )
         except Exception as exc:
-            self._count_request(node, session, resets)
+            self._sessions.counted(node, session, resets)
             if _request_action(exc) != "refresh_metadata":
                 raise
             self._metrics.fetch_errors += 1
@@ -687,7 +666,7 @@ class Prefetcher:
                 if p.leader == node:
                     self._stale(p)
             return
-        self._count_request(node, session, resets)
+        self._sessions.counted(node, session, resets)
         self._metrics.fetches += 1
         if node in self._failing:
             self._failing.discard(node)
@@ -708,39 +687,6 @@ class Prefetcher:
                 part = self._parts[tp]
                 if tp not in result and part.position == position:
                     self._grow_if_held_back(part, part.position, left >= asks[tp])
-
-    def _count_request(self, node: int, session: FetchSession, resets: int) -> None:
-        """Count the request ``session`` just planned; log a dropped or declined session."""
-        plan = session.last_plan
-        if plan is None:
-            return
-        metrics = self._metrics
-        if plan.full:
-            metrics.fetch_requests_full += 1
-        else:
-            metrics.fetch_requests_incremental += 1
-        metrics.fetch_partitions_sent += len(plan.send)
-        metrics.fetch_partitions_forgotten += len(plan.forgotten)
-        group = self._config.group_id
-        if session.resets != resets:
-            metrics.fetch_session_resets += 1
-            log.info(
-                "group %s: fetch session %d with broker %d dropped (%s); the next request is full",
-                group,
-                plan.session_id,
-                node,
-                session.reset_reason,
-            )
-        if plan.epoch == 0 and session.last_answer_used and not session.session_id:
-            if node not in self._declined:
-                self._declined.add(node)
-                log.info(
-                    "group %s: broker %d declined a fetch session; requests stay full",
-                    group,
-                    node,
-                )
-        elif session.established:
-            self._declined.discard(node)
 
     def _grow_if_held_back(self, part: _Partition, next_offset: int, room: bool) -> None:
         if room and next_offset <= part.position < part.end:

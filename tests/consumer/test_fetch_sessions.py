@@ -183,7 +183,7 @@ async def test_dropped_and_rejected_sessions_lose_and_repeat_nothing(
 
 
 def live_sessions(gen: Generation) -> list[FetchSession]:
-    return [s for s in gen._prefetcher._sessions.values() if s.established]
+    return [s for s in gen._prefetcher._sessions if s.established]
 
 
 async def sessions_reset_mid_stream(bootstrap: str) -> GroupMetrics:
@@ -269,7 +269,7 @@ async def generations_in_turn(bootstrap: str, count: int) -> tuple[GroupMetrics,
 
     async def sessions_of(gen: Generation) -> set[int]:
         await wait_for(lambda: bool(live_sessions(gen)), "an incremental session")
-        return {s.session_id for s in gen._prefetcher._sessions.values() if s.session_id}
+        return {s.session_id for s in gen._prefetcher._sessions if s.session_id}
 
     async with Producer(bootstrap) as producer:
         await wave.send(producer)
