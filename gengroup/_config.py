@@ -94,6 +94,9 @@ class GroupConfig(Security):
             partitions the member is assigned in the generation; fetch sizes
             follow (see below). It takes effect once the partitions' own
             bounds (``partition_buffer_bytes`` each) add up to more.
+        fetch_sessions: whether Fetch requests use incremental fetch sessions
+            (KIP-227: after the first request, only partitions whose position
+            changed are named); False sends every partition every time.
         key_deserializer: turns a record's key bytes (or None) into an object,
             applied by ``FetchedBatch.decoded()`` (None: keys stay bytes).
         value_deserializer: the same for values.
@@ -193,6 +196,7 @@ class GroupConfig(Security):
     fetch_max_bytes: int = 50 * 1024 * 1024
     partition_buffer_bytes: int = 4 * 1024 * 1024
     fetch_buffer_bytes: int | None = 32 * 1024 * 1024
+    fetch_sessions: bool = True
     key_deserializer: Deserializer | None = None
     value_deserializer: Deserializer | None = None
     # The group protocol (KIP-848); see ``gengroup.consumer.consumer_protocol``.
@@ -319,6 +323,8 @@ class GroupConfig(Security):
             raise ConfigError(
                 f"fetch_buffer_bytes must be None or a positive integer, got {budget!r}"
             )
+        if not isinstance(self.fetch_sessions, bool):
+            raise ConfigError(f"fetch_sessions must be True or False, got {self.fetch_sessions!r}")
         self._check_group_protocol()
 
     def _check_subscription(self) -> None:
@@ -402,6 +408,7 @@ class GroupSettings(SecuritySettings, total=False):
     fetch_max_bytes: int
     partition_buffer_bytes: int
     fetch_buffer_bytes: int | None
+    fetch_sessions: bool
     key_deserializer: Deserializer | None
     value_deserializer: Deserializer | None
     group_protocol: GroupProtocol

@@ -99,6 +99,8 @@ class GroupClient:
         self._missing_topics: set[str] = set()
         #: The member's counters (``ConsumerGroup.metrics()``).
         self.metrics = GroupMetrics()
+        #: Fetch sessions of ended prefetchers, closed by the next ones.
+        self.retired_fetch_sessions: dict[tuple[int, str], int] = {}
         self.coordinator = CoordinatorClient(
             self.cluster,
             config.group_id,
@@ -346,7 +348,13 @@ class GroupClient:
     ) -> Prefetcher:
         """A prefetcher for a generation's partitions, starting at ``positions``."""
         return Prefetcher(
-            self.cluster, self.config, positions, self.reset_one, on_first_batch, self.metrics
+            self.cluster,
+            self.config,
+            positions,
+            self.reset_one,
+            on_first_batch,
+            self.metrics,
+            self.retired_fetch_sessions,
         )
 
     # ------------------------------------------------------------------ the running generation

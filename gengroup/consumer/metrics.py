@@ -3,10 +3,11 @@
 Theory of operation:
 
 A :class:`GroupMetrics` is owned by one :class:`~gengroup.ConsumerGroup` and
-counted where things happen: the prefetcher counts fetch answers, records and
-bytes; the group's coordinator client counts commits; the run loop counts
-generations and keeps the newest one's timings. Counting is a few integer
-additions on paths that already do far more, so it is always on.
+counted where things happen: the prefetcher counts fetch requests (full or
+incremental, partitions named), answers, records and bytes; the group's
+coordinator client counts commits; the run loop counts generations and keeps
+the newest one's timings. Counting is a few integer additions on paths that
+already do far more, so it is always on.
 :meth:`GroupMetrics.snapshot` copies the counters (``group.metrics()``),
 cheap enough to log periodically. :func:`prometheus_collector` adapts a group to the
 ``prometheus_client`` registry (optional extra ``metrics``): each scrape
@@ -34,6 +35,16 @@ class GroupMetrics:
     Attributes:
         fetches: Fetch answers received.
         fetch_errors: Fetch requests that failed (the broker loop retried).
+        fetch_requests_full: Fetch requests that named every partition they
+            fetched (the first of a fetch session, or sessionless).
+        fetch_requests_incremental: Fetch requests of an incremental fetch
+            session (naming only partitions new or changed since the previous one).
+        fetch_partitions_sent: partitions named in Fetch requests, all requests
+            together (a full request names each partition it fetches).
+        fetch_partitions_forgotten: partitions incremental requests removed
+            from their session.
+        fetch_session_resets: fetch sessions dropped after an error (the next
+            request was full again).
         records: records fetched.
         bytes: record bytes fetched (as received, before decompression).
         commits_ok: OffsetCommit requests the coordinator accepted in full.
@@ -46,6 +57,11 @@ class GroupMetrics:
 
     fetches: int = 0
     fetch_errors: int = 0
+    fetch_requests_full: int = 0
+    fetch_requests_incremental: int = 0
+    fetch_partitions_sent: int = 0
+    fetch_partitions_forgotten: int = 0
+    fetch_session_resets: int = 0
     records: int = 0
     bytes: int = 0
     commits_ok: int = 0
@@ -63,6 +79,11 @@ class GroupMetrics:
 _COUNTERS = (
     ("fetches", "Fetch answers received"),
     ("fetch_errors", "Fetch requests that failed"),
+    ("fetch_requests_full", "Fetch requests naming every partition they fetched"),
+    ("fetch_requests_incremental", "Incremental Fetch requests of a fetch session"),
+    ("fetch_partitions_sent", "Partitions named in Fetch requests"),
+    ("fetch_partitions_forgotten", "Partitions removed from fetch sessions"),
+    ("fetch_session_resets", "Fetch sessions dropped after an error"),
     ("records", "Records fetched"),
     ("bytes", "Record bytes fetched, as received"),
     ("commits_ok", "Offset commits accepted"),

@@ -41,6 +41,14 @@ can be consumed at all). Requests in flight together use separate connections,
 as the broker answers one connection in order and a long poll must not hold up
 an answer with data.
 
+Each of those connections carries its own incremental fetch session (KIP-227,
+:mod:`gengroup.consumer.fetch_sessions`), so a request names only the
+partitions whose position or ask changed since the connection's previous one
+(a request goes on the free connection whose session holds most of its
+partitions); the broker answers only for partitions with something new (one
+missing from the answer got nothing). Positions are always the prefetcher's:
+a session the broker loses or rejects only makes the next request full.
+
 Records are not decoded by the fetch loop: the answer's batch headers are
 checked there (lengths, magic, CRC-32C, codec, count -- damage found there is
 the partition's error, raised from the worker's ``async for`` as before), and
@@ -96,6 +104,7 @@ from ..io.fetch import fetch_once
 from ..io.retry import Backoff
 from ..protocol.fetch import PartitionFetch
 from ..protocol.records import Header, RawBatch, Record, decode_raw
+from .fetch_sessions import FetchSessions
 from .metrics import GroupMetrics
 
 __all__ = ["FetchedBatch", "Prefetcher"]
@@ -298,7 +307,10 @@ class Prefetcher:
         reset_offset: Callable[[TopicPartition], Awaitable[int]],
         on_first_batch: Callable[[], None] | None = None,
         metrics: GroupMetrics | None = None,
+        retired: dict[tuple[int, str], int] | None = None,
     ) -> None:
+        """``retired``: the fetch sessions ended prefetchers left, by broker and
+        connection; this one closes those it takes and leaves its own there."""
         self._cluster = cluster
         self._metrics = GroupMetrics() if metrics is None else metrics
         self._config = config
@@ -349,6 +361,11 @@ class Prefetcher:
         self._backoffs: dict[int, Backoff] = {}
         self._failing: set[int] = set()
         self._metadata_failing = False
+        #: The fetch session of each (broker, connection), kept across the
+        #: broker loop's restarts; each connection sends one request at a time.
+        self._sessions = FetchSessions(
+            config.group_id, config.fetch_sessions, self._metrics, retired
+        )
 
     # ------------------------------------------------------------------ workers' side
 
@@ -409,6 +426,7 @@ class Prefetcher:
                     self._reroute = anyio.Event()
         finally:
             self.close()
+            self._sessions.retire()
 
     def wake(self) -> None:
         """Make every waiting iterator check again whether it hands out nothing more."""
@@ -587,13 +605,23 @@ class Prefetcher:
                                 self._parts[tp].in_flight = True
                             self._reserved += limit
                             productive += not polling
-                            tg.start_soon(fetch, free.pop(), ready, asks, limit, polling)
+                            channel = self._channel(node, free, asks)
+                            free.remove(channel)
+                            tg.start_soon(fetch, channel, ready, asks, limit, polling)
                             continue
                     space = self._space
                     await space.wait()
         except BaseException:
             self._loops.discard(node)
             raise
+
+    def _channel(self, node: int, free: list[str], asks: Mapping[TopicPartition, int]) -> str:
+        """The free connection whose fetch session holds most of ``asks`` (the
+        newest freed one if none does better): a partition moving between the
+        two sessions is forgotten by one and named again to the other."""
+        if len(free) == 1:
+            return free[0]
+        return max(reversed(free), key=lambda channel: self._sessions.held(node, channel, asks))
 
     async def _fetch(
         self,
@@ -606,6 +634,8 @@ class Prefetcher:
         """One Fetch to ``node`` for ``ready`` on ``channel``, asking ``asks`` per
         partition and ``limit`` in all; the answer goes to the buffers."""
         cfg = self._config
+        session = self._sessions.session(node, channel)
+        resets = session.resets
         try:
             result = await fetch_once(
                 self._cluster,
@@ -618,8 +648,10 @@ class Prefetcher:
                 isolation_level=cfg.isolation_level,
                 decode=False,
                 channel=channel,
+                session=session,
             )
         except Exception as exc:
+            self._sessions.counted(node, session, resets)
             if _request_action(exc) != "refresh_metadata":
                 raise
             self._metrics.fetch_errors += 1
@@ -634,6 +666,7 @@ class Prefetcher:
                 if p.leader == node:
                     self._stale(p)
             return
+        self._sessions.counted(node, session, resets)
         self._metrics.fetches += 1
         if node in self._failing:
             self._failing.discard(node)
@@ -648,6 +681,20 @@ class Prefetcher:
             if part is None or part.position != ready.get(tp):
                 continue
             await self._deliver(part, pf, left >= asks[tp])
+        if len(result) < len(ready) and session.last_answer_used:
+            # An incremental answer leaves out the partitions with nothing new.
+            for tp, position in ready.items():
+                part = self._parts[tp]
+                if tp not in result and part.position == position:
+                    self._grow_if_held_back(part, part.position, left >= asks[tp])
+
+    def _grow_if_held_back(self, part: _Partition, next_offset: int, room: bool) -> None:
+        if room and next_offset <= part.position < part.end:
+            # Data is there but not one batch came, though the answer had room
+            # for the partition's ask: the next batch is larger than what was
+            # asked for (Kafka lets only the first partition of an answer
+            # exceed its limit), so ask for more next time.
+            part.largest = min(self._ceiling, 2 * self._want(part))
 
     async def _deliver(self, part: _Partition, pf: PartitionFetch, room: bool = True) -> None:
         error = pf.error
@@ -681,12 +728,7 @@ class Prefetcher:
         # parse_fetch_response already dropped control and aborted batches
         # and the records below the requested offset; the raw batches are
         # decoded by the worker.
-        if room and pf.next_offset <= part.position < part.end:
-            # Data is there but not one batch came, though the answer had room
-            # for the partition's ask: the next batch is larger than what was
-            # asked for (Kafka lets only the first partition of an answer
-            # exceed its limit), so ask for more next time.
-            part.largest = min(self._ceiling, 2 * self._want(part))
+        self._grow_if_held_back(part, pf.next_offset, room)
         part.position = max(part.position, pf.next_offset)
         batches, raw = pf.batches, pf.raw
         if not batches and not raw:

@@ -6,7 +6,10 @@ Building the request and reading the response are sans-IO, in
 :mod:`gengroup.protocol.fetch` (its names are re-exported here). This module
 sends: :func:`fetch_once` sends one request to one broker on the broker's
 ``"fetch"`` connection, or another one named by the caller (long polls never
-delay other traffic), and can leave the records undecoded for the consumer;
+delay other traffic), can leave the records undecoded for the consumer, and
+with a :class:`~gengroup.protocol.fetch_session.FetchSession` sends an
+incremental request of that session (the session sees every answer and every
+failure, so it is never left expecting an answer that will not come);
 :func:`fetch_partition` fetches one partition from its leader, and
 :func:`read_partition` is a convenience for tests and tools that reads a range
 of offsets, following leadership changes by refreshing metadata, with the
@@ -32,12 +35,16 @@ from ..protocol.fetch import (
     isolation_code,
     parse_fetch_response,
 )
+from ..protocol.fetch_session import FetchPlan, FetchSession, PartitionParams
 from ..protocol.records import Record
 from ..protocol.versions import ApiKey
 from .cluster import Cluster
 from .retry import Backoff, retry
 
 _LEADER_NOT_AVAILABLE: Final = int(ErrorCode.leader_not_available)
+_SESSION_ERRORS: Final = frozenset(
+    {int(ErrorCode.fetch_session_id_not_found), int(ErrorCode.invalid_fetch_session_epoch)}
+)
 
 __all__ = [
     "IsolationLevelArg",
@@ -63,6 +70,7 @@ async def fetch_once(
     isolation_level: IsolationLevelArg | int = "read_uncommitted",
     decode: bool = True,
     channel: str = "fetch",
+    session: FetchSession | None = None,
 ) -> dict[TopicPartition, PartitionFetch]:
     """Send one Fetch to broker ``node_id`` and parse the answer.
 
@@ -73,6 +81,13 @@ async def fetch_once(
     broker connection (see :meth:`~gengroup.io.cluster.Cluster.connection`):
     requests that may be in flight together use different ones, so that a
     long poll does not hold up the other.
+
+    With ``session``, the request is that fetch session's next one (full or
+    incremental, see :mod:`gengroup.protocol.fetch_session`); the caller
+    sends a session's requests one at a time. The answer then covers only
+    the partitions with something new, and an answer the session rejects
+    (the broker lost the session, an epoch out of order) is dropped whole:
+    the result is empty and the session's next request is full.
 
     Returns:
         See :func:`parse_fetch_response`.
@@ -86,23 +101,102 @@ async def fetch_once(
     """
     if not positions:
         return {}
-    resp = await cluster.call(
-        node_id,
-        ApiKey.FETCH,
-        lambda mod: build_fetch_request(
-            mod.FetchRequest.__version__,
-            positions,
-            max_wait=max_wait,
-            min_bytes=min_bytes,
-            max_bytes=max_bytes,
-            partition_max_bytes=partition_max_bytes,
-            isolation_level=isolation_level,
-        ),
-        timeout=max_wait + cluster.request_timeout,
-        channel=channel,
+    if session is None:
+        resp = await cluster.call(
+            node_id,
+            ApiKey.FETCH,
+            lambda mod: build_fetch_request(
+                mod.FetchRequest.__version__,
+                positions,
+                max_wait=max_wait,
+                min_bytes=min_bytes,
+                max_bytes=max_bytes,
+                partition_max_bytes=partition_max_bytes,
+                isolation_level=isolation_level,
+            ),
+            timeout=max_wait + cluster.request_timeout,
+            channel=channel,
+        )
+        return parse_fetch_response(
+            resp, isolation_level=isolation_level, positions=positions, decode=decode
+        )
+    plan = session.plan(
+        {
+            tp: PartitionParams(
+                offset,
+                partition_max_bytes
+                if isinstance(partition_max_bytes, int)
+                else partition_max_bytes[tp],
+            )
+            for tp, offset in positions.items()
+        }
     )
+    try:
+        resp = await cluster.call(
+            node_id,
+            ApiKey.FETCH,
+            lambda mod: _session_request(
+                mod.FetchRequest.__version__,
+                plan,
+                max_wait=max_wait,
+                min_bytes=min_bytes,
+                max_bytes=max_bytes,
+                isolation_level=isolation_level,
+            ),
+            timeout=max_wait + cluster.request_timeout,
+            channel=channel,
+        )
+    except BaseException:
+        session.failed()
+        raise
+    code = int(resp.error_code)
+    try:
+        rejected = session.answered(
+            code,
+            int(resp.session_id),
+            (
+                TopicPartition(t.topic, int(p.partition_index))
+                for t in resp.responses
+                for p in t.partitions
+            ),
+        )
+    except BaseException:
+        session.failed()
+        raise
+    if rejected is not None and (code == 0 or code in _SESSION_ERRORS):
+        if plan.full:
+            # A full request cannot be rejected for the session's sake: a
+            # broker that does must not be asked again at once.
+            raise ProtocolError(f"broker {node_id} rejected a full Fetch: {rejected}")
+        return {}
     return parse_fetch_response(
         resp, isolation_level=isolation_level, positions=positions, decode=decode
+    )
+
+
+def _session_request(
+    version: int,
+    plan: FetchPlan,
+    *,
+    max_wait: float,
+    min_bytes: int,
+    max_bytes: int,
+    isolation_level: IsolationLevelArg | int,
+) -> object:
+    """The Fetch request of a session's ``plan``."""
+    send = plan.send
+    return build_fetch_request(
+        version,
+        {tp: p.offset for tp, p in send.items()},
+        max_wait=max_wait,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        partition_max_bytes={tp: p.max_bytes for tp, p in send.items()},
+        isolation_level=isolation_level,
+        leader_epochs={tp: p.leader_epoch for tp, p in send.items()},
+        session_id=plan.session_id,
+        session_epoch=plan.epoch,
+        forgotten=plan.forgotten,
     )
 
 

@@ -3,11 +3,14 @@ skip what a consumer must not see.
 
 Theory of operation:
 
-:func:`build_fetch_request` makes a *full* (sessionless) Fetch for a set of
-partition positions: ``session_id=0`` and ``session_epoch=-1`` ask the broker
-not to create a fetch session, so every request names every partition and the
-response answers for each of them. That costs a few bytes per partition and
-removes a whole class of session-state bugs.
+:func:`build_fetch_request` makes a Fetch for a set of partition positions.
+By default it is *full* and sessionless (``session_id=0``,
+``session_epoch=-1``): it names every partition and the response answers for
+each of them. A consumer fetching many partitions from one broker uses a
+fetch session (KIP-227) instead: :mod:`gengroup.protocol.fetch_session`
+decides which partitions a request names and which it forgets, and passes
+the session id and epoch here; the broker then answers only for partitions
+with something new.
 
 :func:`parse_fetch_response` per partition turns the error code into a typed
 exception (left on the result, not raised, so one bad partition does not hide
@@ -47,7 +50,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
@@ -150,8 +153,11 @@ def build_fetch_request(
     partition_max_bytes: int | Mapping[TopicPartition, int],
     isolation_level: IsolationLevelArg | int,
     leader_epochs: Mapping[TopicPartition, int] | None = None,
+    session_id: int = 0,
+    session_epoch: int = -1,
+    forgotten: Iterable[TopicPartition] = (),
 ) -> Any:
-    """Build a full, sessionless Fetch request.
+    """Build a Fetch request: full and sessionless unless a session is given.
 
     Args:
         version: the Fetch version (one of gengroup's supported range).
@@ -164,6 +170,10 @@ def build_fetch_request(
         isolation_level: ``"read_uncommitted"`` / ``"read_committed"`` (or 0 / 1).
         leader_epochs: the current leader epoch per partition, if the caller
             wants the broker to fence stale leaders (default: -1, no check).
+        session_id: the fetch session (0: none; see
+            :mod:`gengroup.protocol.fetch_session`).
+        session_epoch: the session epoch (-1: sessionless, 0: a new session).
+        forgotten: the partitions the session drops (incremental requests).
 
     Returns:
         A kio ``FetchRequest`` of that version.
@@ -195,14 +205,24 @@ def build_fetch_request(
         min_bytes=min_bytes,
         max_bytes=min(max_bytes, _INT32_MAX),
         isolation_level=isolation_code(isolation_level),
-        session_id=0,
-        session_epoch=-1,
+        session_id=session_id,
+        session_epoch=session_epoch,
         topics=tuple(
             build(mod.FetchTopic, topic=topic, partitions=tuple(parts))
             for topic, parts in by_topic.items()
         ),
-        forgotten_topics_data=(),
+        forgotten_topics_data=_forgotten(mod, forgotten),
         rack_id="",
+    )
+
+
+def _forgotten(mod: Any, forgotten: Iterable[TopicPartition]) -> tuple[Any, ...]:
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for tp in forgotten:
+        by_topic[tp.topic].append(tp.partition)
+    return tuple(
+        build(mod.ForgottenTopic, topic=topic, partitions=tuple(parts))
+        for topic, parts in by_topic.items()
     )
 
 

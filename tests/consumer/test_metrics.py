@@ -38,6 +38,9 @@ async def test_counters_follow_fetches_commits_and_generations(
             assert now.records == 5 and now.bytes > 50 and now.fetches >= 1
             assert (now.commits_ok, now.commits_failed) == (1, 1)
             assert now.generations == 1 and now.last_timings is gen.timings
+            # The embedded broker declines fetch sessions: every request is full.
+            assert now.fetch_requests_full >= now.fetches and not now.fetch_requests_incremental
+            assert now.fetch_partitions_sent >= now.fetch_requests_full
 
             registry = CollectorRegistry()
             registry.register(prometheus_collector(group.metrics, "g"))
@@ -45,5 +48,10 @@ async def test_counters_follow_fetches_commits_and_generations(
             assert 'gengroup_records_total{group="g"} 5.0' in text
             assert 'gengroup_commits_failed_total{group="g"} 1.0' in text
             assert 'gengroup_generations_total{group="g"} 1.0' in text
+            assert 'gengroup_fetch_requests_incremental_total{group="g"} 0.0' in text
+            assert (
+                f'gengroup_fetch_partitions_sent_total{{group="g"}} {now.fetch_partitions_sent}.0'
+                in text
+            )
             assert "gengroup_last_rebalance_seconds" in text
             gen.cancel()
