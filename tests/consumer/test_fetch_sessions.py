@@ -5,13 +5,11 @@ requests are incremental and name a few partitions, not the hundred
 assigned; every record is processed exactly once. Sessions the broker
 drops or rejects mid-stream (a broken fetch connection, an epoch out of
 order, a session it does not know) make the next request full again, and
-still nothing is lost or processed twice. The embedded broker declines
-sessions (it answers session id 0): the member keeps sending full requests
-and consumes the same way. ``fetch_sessions=False`` sends full requests to
-Kafka too.
-
-The bodies take a bootstrap address and whether sessions are expected, so
-that another broker can be added to the parametrization.
+still nothing is lost or processed twice. Every scenario runs on
+Apache Kafka and on the embedded broker, which keeps sessions as Kafka does;
+``fetch_sessions=False`` sends full requests to both, and a broker that
+declines sessions (no cache slots) gets full requests, declined once in the
+log.
 """
 
 from __future__ import annotations
@@ -40,10 +38,11 @@ BROKERS = [
     pytest.param("kafka", True, id="kafka", marks=pytest.mark.kafka),
     pytest.param("kafka", False, id="kafka-sessions-off", marks=pytest.mark.kafka),
     pytest.param("embedded", True, id="embedded"),
+    pytest.param("embedded", False, id="embedded-sessions-off"),
+    pytest.param("embedded-no-slots", True, id="embedded-declining"),
 ]
-#: Whether each broker grants the sessions it is asked for (the embedded one
-#: declines them for now).
-GRANTS = {"kafka": True, "embedded": False}
+#: Whether each broker grants the sessions it is asked for.
+GRANTS = {"kafka": True, "embedded": True, "embedded-no-slots": False}
 
 
 class Wave:
@@ -85,9 +84,13 @@ async def test_many_idle_partitions_are_consumed_once_with_few_partitions_per_re
     broker: str,
     sessions: bool,
 ) -> None:
-    settings = BrokerSettings(group_initial_rebalance_delay_ms=0)
+    slots = 0 if broker == "embedded-no-slots" else 1000
+    settings = BrokerSettings(
+        group_initial_rebalance_delay_ms=0, max_incremental_fetch_session_cache_slots=slots
+    )
     caplog.set_level(logging.INFO, logger="gengroup")
-    async with broker_under_test(request, broker, settings) as bootstrap:
+    which = broker.removesuffix("-no-slots")
+    async with broker_under_test(request, which, settings) as bootstrap:
         now, idle = await many_idle_partitions_consumed_once(bootstrap, sessions)
     assert now.fetch_session_resets == 0
     declined = [r for r in caplog.records if "declined a fetch session" in r.getMessage()]
@@ -166,7 +169,7 @@ async def many_idle_partitions_consumed_once(
     return now, delta(now, before)
 
 
-@pytest.mark.parametrize("broker", [pytest.param("kafka", marks=pytest.mark.kafka)])
+@pytest.mark.parametrize("broker", [pytest.param("kafka", marks=pytest.mark.kafka), "embedded"])
 async def test_dropped_and_rejected_sessions_lose_and_repeat_nothing(
     request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture, broker: str
 ) -> None:
@@ -233,7 +236,7 @@ async def sessions_reset_mid_stream(bootstrap: str) -> GroupMetrics:
     return now
 
 
-@pytest.mark.parametrize("broker", [pytest.param("kafka", marks=pytest.mark.kafka)])
+@pytest.mark.parametrize("broker", [pytest.param("kafka", marks=pytest.mark.kafka), "embedded"])
 async def test_a_new_generation_closes_the_sessions_of_the_last(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, broker: str
 ) -> None:
