@@ -642,11 +642,20 @@ class _Run:
         found: int | None = node
         # One beat, a lookup of the coordinator included, waits at most this long.
         limit = min(self.config.request_timeout, self.config.session_timeout)
+        # Beats keep a fixed rate from the generation's start, as Java's do:
+        # a beat's round trip does not push the later ones back. Members whose
+        # generation formed together then beat together and learn of the next
+        # rebalance within milliseconds of each other, so none waits long in
+        # JoinGroup for the others (sleeping a whole interval after each
+        # answer let them drift apart by hundreds of milliseconds).
+        due = started
         for delay in self._beat_delays():
-            await anyio.sleep(delay)
+            due += delay
+            await anyio.sleep_until(due)
             if gen.lease_expired():
                 return
             sent_at = anyio.current_time()
+            due = max(due, sent_at - self.config.heartbeat_interval)  # late: no burst
             try:
                 with anyio.fail_after(limit):
                     # After a failed beat the coordinator is looked up again (a
@@ -665,6 +674,7 @@ class _Run:
                     gen.end(outcome, f"no successful heartbeat for a session timeout ({exc})")
                     return
                 self._log_retry("heartbeat", exc, "looking the coordinator up again")
+                due = anyio.current_time()  # the next try a whole interval after this failure
                 continue
             self._log_recovered("heartbeat")
             if code == 0:
