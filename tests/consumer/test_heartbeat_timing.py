@@ -1,0 +1,63 @@
+"""Heartbeats keep a fixed rate, whatever their round trip, in virtual time.
+
+A beat is due a whole ``heartbeat_interval`` after the previous one was
+*sent*, not after its answer came back, as in Java's consumer. Two members
+whose generation formed together therefore beat together for as long as the
+generation lasts, and learn of the next rebalance within the same instant:
+neither waits in JoinGroup for the other to notice. On the embedded broker,
+in trio's virtual time, with every Heartbeat answered after a delay.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import trio
+import trio.testing
+
+from gengroup import RangeBalancer
+from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Delay, Intercepted
+from gengroup.protocol.versions import ApiKey
+
+from .cooperative import SpanLedger, group_on, wait_until
+from .helpers import EMBEDDED_SETTINGS, all_partitions
+
+INTERVAL = EMBEDDED_SETTINGS["heartbeat_interval"]
+ROUND_TRIP = 0.3  # every Heartbeat is answered this long after it arrives
+BEATS = 8
+
+
+async def test_beats_keep_their_rate_and_members_formed_together_beat_together(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    every = all_partitions("t", 4)
+    ledger = SpanLedger()
+    arrivals: dict[str, list[float]] = {"m1": [], "m2": []}
+
+    def slow_heartbeat(call: Intercepted) -> Delay:
+        arrivals[str(call.client_id)].append(trio.current_time())
+        return Delay(ROUND_TRIP)
+
+    async with FakeCluster(topics={"t": 4}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.control(ApiKey.HEARTBEAT, slow_heartbeat)
+
+        async def member(name: str) -> None:
+            async with group_on(cluster, name, [RangeBalancer()]) as group:
+                await ledger.member(name, group)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(member, "m1")
+            nursery.start_soon(member, "m2")
+            await wait_until(lambda: ledger.stable({"m1", "m2"}, every), "two members", 120)
+            # The beats of the generation both members share.
+            arrivals["m1"].clear()
+            arrivals["m2"].clear()
+            await wait_until(lambda: min(len(a) for a in arrivals.values()) >= BEATS, "beats", 120)
+            nursery.cancel_scope.cancel()
+    for name, times in arrivals.items():
+        gaps = [b - a for a, b in itertools.pairwise(times[:BEATS])]
+        # Sleeping an interval after each answer made these INTERVAL + ROUND_TRIP.
+        assert gaps == [INTERVAL] * (BEATS - 1), (name, gaps)
+    # Formed together, beating together: no drift between the members.
+    assert arrivals["m1"][:BEATS] == arrivals["m2"][:BEATS], arrivals
