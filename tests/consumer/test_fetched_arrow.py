@@ -20,8 +20,9 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup import ConsumerGroup, FetchedBatch, Generation, TopicPartition
+from gengroup import ConsumerGroup, FetchedBatch, Generation, TopicPartition, fetched_to_arrow
 from gengroup.broker import FakeCluster
+from gengroup.consumer.columnar import fetched_schema
 from gengroup.protocol import arrow, records
 from gengroup.protocol.records import (
     Compression,
@@ -99,6 +100,23 @@ def test_a_trimmed_first_batch_then_raw_batches(arrow_path: str) -> None:
 def test_an_empty_fetched_batch_gives_an_empty_table(arrow_path: str) -> None:
     table = FetchedBatch("t", 0, [], 5, 5).to_arrow()
     assert table.num_rows == 0 and table.schema == arrow.arrow_schema()
+
+
+def test_many_fetched_batches_stack_into_one_table_with_topic_and_partition(
+    arrow_path: str,
+) -> None:
+    raw_a, _ = scan_batches(encode_batch([(b"k", b"a", (), 1)] * 3, base_offset=4))
+    raw_b, _ = scan_batches(encode_batch([(None, b"b", [("h", None)], 2)] * 2, base_offset=0))
+    batches = [FetchedBatch("t", 2, [], 7, 7, raw=raw_a), FetchedBatch("u", 0, [], 2, 2, raw=raw_b)]
+    table = fetched_to_arrow(batches)
+    table.validate(full=True)
+    assert table.schema == fetched_schema()
+    assert table.column("topic").to_pylist() == ["t"] * 3 + ["u"] * 2
+    assert table.column("partition").to_pylist() == [2] * 3 + [0] * 2
+    assert rows(table.drop_columns(["topic", "partition"])) == as_rows(
+        batches[0].records + batches[1].records
+    )
+    assert fetched_to_arrow([]).schema == fetched_schema()
 
 
 CODECS = [Compression.NONE, Compression.LZ4, Compression.ZSTD, Compression.GZIP]
