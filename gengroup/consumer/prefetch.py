@@ -184,7 +184,8 @@ class FetchedBatch:
         (``offset``, ``timestamp``, ``key``, ``value``, ``headers``). Batches
         not yet decoded go to the columns without a :class:`Record` per
         record (compiled when the extension is built); :attr:`records` stays
-        available and decodes on its own. Deserializers are not applied.
+        available and decodes on its own. Each call builds a new table.
+        Deserializers are not applied.
 
         Raises:
             MissingDependency: pyarrow is not installed (the ``arrow`` extra).

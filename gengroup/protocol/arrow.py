@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
+from operator import attrgetter
 from typing import Any, Final
 
 from .._errors import CorruptRecordError, MissingDependency, ProtocolError
@@ -48,6 +49,9 @@ __all__ = ["arrow_schema", "batches_to_arrow", "records_to_arrow", "require_pyar
 
 _HEADER_SIZE: Final = 61  # records._HEADER_SIZE
 _ATTR_COMPRESSION: Final = 0x07
+_ATTR_LOG_APPEND_TIME: Final = 0x08
+_offset_of: Final = attrgetter("offset")
+_timestamp_of: Final = attrgetter("timestamp")
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
 # Batch bodies (decompressed, for the compiled path) per Arrow chunk: small
@@ -192,7 +196,9 @@ def _chunks_py(
     size = 0
     for raw in batches:
         decoded = decode_raw((raw,), max_decompressed_size=max_decompressed_size)
-        _check_int64(decoded, raw.base_offset)  # every record, trimmed or not
+        # Checked batch by batch, trimmed records too, as the compiled filler does.
+        if decoded and not _fits_int64(raw, decoded):
+            _check_int64(decoded, raw.base_offset)
         if min_offset is not None and raw.base_offset < min_offset:
             decoded = [r for r in decoded if r.offset >= min_offset]
         records += decoded
@@ -203,6 +209,19 @@ def _chunks_py(
     if records or not chunks:
         chunks.append(_record_batch_py(pa, schema, records))
     return chunks
+
+
+def _fits_int64(raw: RawBatch, decoded: list[Record]) -> bool:
+    """Whether every offset and timestamp of a batch is an int64 (cheap where it must be)."""
+    # An offset is the base plus an int32 delta.
+    if not _INT64_MIN + (1 << 31) <= raw.base_offset < _INT64_MAX - (1 << 31):
+        offsets: list[int] = list(map(_offset_of, decoded))
+        if min(offsets) < _INT64_MIN or max(offsets) > _INT64_MAX:
+            return False
+    if raw.attributes & _ATTR_LOG_APPEND_TIME:
+        return True  # every timestamp is the batch's max_timestamp
+    timestamps: list[int] = list(map(_timestamp_of, decoded))
+    return min(timestamps) >= _INT64_MIN and max(timestamps) <= _INT64_MAX
 
 
 def _check_int64(records: Sequence[Record], base_offset: int | None = None) -> None:
@@ -218,11 +237,15 @@ def _check_int64(records: Sequence[Record], base_offset: int | None = None) -> N
 
 
 def _record_batch_py(pa: Any, schema: Any, records: Sequence[Record]) -> Any:
-    _check_int64(records)
+    offsets = [r.offset for r in records]
+    timestamps = [r.timestamp for r in records]
+    for column in (offsets, timestamps):
+        if column and (min(column) < _INT64_MIN or max(column) > _INT64_MAX):
+            _check_int64(records)  # raises, naming the record
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([r.offset for r in records], schema.field(0).type),
-            pa.array([r.timestamp for r in records], schema.field(1).type),
+            pa.array(offsets, schema.field(0).type),
+            pa.array(timestamps, schema.field(1).type),
             pa.array([r.key for r in records], schema.field(2).type),
             pa.array([r.value for r in records], schema.field(3).type),
             pa.array([r.headers for r in records], schema.field(4).type),

@@ -37,6 +37,7 @@ from gengroup.protocol.records import (
     encode_batch,
     encode_control_batch,
     scan_batches,
+    with_base_offset,
 )
 
 from .test_speedups import (
@@ -357,6 +358,12 @@ def test_an_earlier_corrupt_batch_is_reported_before_a_later_codec_error() -> No
     (raw,) = raws[1:]
     result = both(arrow.batches_to_arrow, [raw], max_decompressed_size=1000)
     assert result == (("error", ProtocolError),) * 2
+    # an offset beyond int64 counts as an error of the earlier batch too
+    beyond = encode_batch([(b"k", b"v", (), 1)] * 2, base_offset=2**63 - 1)
+    huge = with_base_offset(huge, 0)
+    raws, _ = scan_batches(beyond + huge)
+    result = both(arrow.batches_to_arrow, raws, max_decompressed_size=1000)
+    assert result == (("error", CorruptRecordError),) * 2
 
 
 def test_many_batches_become_several_chunks_with_the_same_rows(
