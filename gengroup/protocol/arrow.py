@@ -27,7 +27,7 @@ the record loop keeps as a Python int) cannot be stored and raises
 The batches of one call become one Arrow chunk per 8 MiB or so of record
 bodies: the bodies of a chunk are decompressed just before its columns are
 filled, and int32 offsets address at most 2 GiB per column. A consumer's
-fetched batch is one chunk.
+fetched batch is one chunk (two if the fetch trimmed its first batch).
 
 pyarrow is an optional dependency (the ``arrow`` or ``lake`` extra); without
 it every function here raises :class:`~gengroup._errors.MissingDependency`.
