@@ -9,7 +9,9 @@ draw them again from the JSON results without running anything:
 Two charts:
 
 * ``consume.png``: records/s of every client for each value size and codec
-  (the median of the runs, as in the table of ``docs/benchmarks.md``);
+  (the median of the runs, as in the table of ``docs/benchmarks.md``): the
+  gengroup clients in blues, the other Python clients in their own colours,
+  Apache Kafka's Java tool (the ceiling) in gray;
 * ``rebalance.png``: the moved partitions' longest gap for each client and
   protocol, one panel per membership change (join, leave, kill).
 """
@@ -34,25 +36,38 @@ def _pyplot() -> Any:
     return plt
 
 
+#: Each consume client's colour: gengroup's in blues, Java's ceiling in gray.
+CLIENT_COLORS = {
+    "gengroup-trio": "#08519c",
+    "gengroup-asyncio": "#3182bd",
+    "gengroup-arrow": "#9ecae1",
+    "aiokafka": "tab:orange",
+    "confluent-kafka": "tab:green",
+    "kafka-python": "tab:purple",
+    "java": "tab:gray",
+}
+
+
 def consume_chart(results: dict[str, Any], path: Path) -> Path:
     """Grouped bars: one group per (value size, codec), one bar per client."""
     plt = _pyplot()
     cases = results["cases"]
     clients = list(dict.fromkeys(name for case in cases for name in case["clients"]))
     width = 0.8 / max(1, len(clients))
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(11, 4.5))
     for i, name in enumerate(clients):
         xs = [c + (i - (len(clients) - 1) / 2) * width for c in range(len(cases))]
         rates = [case["clients"].get(name, {}).get("rate", 0) / 1000 for case in cases]
-        ax.bar(xs, rates, width, label=name)
+        label = f"{name} (ceiling)" if name == "java" else name
+        ax.bar(xs, rates, width, label=label, color=CLIENT_COLORS.get(name))
     ax.set_xticks(range(len(cases)))
     ax.set_xticklabels([f"{case['value_size']} B, {case['codec']}" for case in cases])
-    ax.set_ylabel("thousand records/s (every value touched)")
+    ax.set_ylabel("thousand records/s")
     ax.set_title(
         f"Consumer throughput, one member, {results['meta']['partitions']} partitions "
         f"(median of {results['meta']['repeat']})"
     )
-    ax.legend()
+    ax.legend(fontsize="small")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,16 @@ ratio to aiokafka and to confluent-kafka, and PNG charts in ``docs/img``
 is asserted about time (the machines are shared and noisy).
 
 Clients: ``gengroup-trio`` and ``gengroup-asyncio`` (one worker task per
-partition, as ``run_workers`` runs them), ``aiokafka`` (``getmany``; skipped if not installed) and
-``confluent-kafka`` (``consume`` in batches of 1,000, 50 ms timeout).
+partition, as ``run_workers`` runs them), ``gengroup-arrow`` (the same on
+trio, each batch read as an Arrow record batch, ``FetchedBatch.to_arrow``, its
+value lengths summed by ``pyarrow.compute``), ``aiokafka`` (``getmany``),
+``confluent-kafka`` (``consume`` in batches of 1,000, 50 ms timeout),
+``kafka-python`` (``poll``) and ``java``: Apache Kafka's own
+``kafka-consumer-perf-test`` (``org.apache.kafka.tools.ConsumerPerformance``,
+from the kafka-tools jars of the broker's version, fetched once from Maven
+Central into the harness's jar cache), the ceiling every other client is
+compared to. A client that is not installed fails the run, naming what is
+missing; leave it out with ``--clients``.
 
 Usage: ``.venv/bin/python benchmarks/run_all.py [--records 1000000]
 [--records-1k 300000] [--repeat 3] [--partitions 8] [--codecs none,lz4]
@@ -40,6 +48,7 @@ import asyncio
 import json
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,8 +71,24 @@ HERE = Path(__file__).resolve().parent
 #: One consume run: (seconds from subscribing to the assignment, seconds
 #: from the assignment to the last record, sum of the value lengths, CPU
 #: seconds the process used from the assignment to the last record -- every
-#: thread's, so librdkafka's background threads count for confluent-kafka).
-Run = tuple[float, float, int, float]
+#: thread's, so librdkafka's background threads count for confluent-kafka;
+#: None where it cannot be told apart from the process's start, as for the
+#: Java tool).
+Run = tuple[float, float, int, float | None]
+
+#: Every client, in the order they run and appear in the results.
+CLIENTS = (
+    "gengroup-trio",
+    "gengroup-asyncio",
+    "gengroup-arrow",
+    "aiokafka",
+    "confluent-kafka",
+    "kafka-python",
+    "java",
+)
+
+#: The client the others are compared to as "vs Java ceiling".
+CEILING = "java"
 
 
 def values(size: int, count: int = 1024) -> list[bytes]:
@@ -135,11 +160,17 @@ def confluent_produce(
 
 
 async def consume_gengroup(
-    bootstrap: str, topic: str, n: int, settings: dict[str, Any] | None = None
+    bootstrap: str,
+    topic: str,
+    n: int,
+    settings: dict[str, Any] | None = None,
+    arrow: bool = False,
 ) -> Run:
     """Consume ``n`` records, one worker task per partition; every value is touched.
 
     ``settings``: group settings other than the defaults (``--gengroup-setting``).
+    ``arrow``: read each batch as an Arrow record batch (``FetchedBatch.to_arrow``)
+    and sum its value lengths with ``pyarrow.compute``, instead of its records.
     """
     count = 0
     total = 0
@@ -156,6 +187,19 @@ async def consume_gengroup(
             if count >= n:
                 done.set()
 
+    async def arrow_worker(gen: Generation, tp: TopicPartition) -> None:
+        import pyarrow.compute as pc
+
+        nonlocal count, total
+        async for batch in gen.fetch(tp):
+            # No fallback to .records: a batch without to_arrow fails the run.
+            table = batch.to_arrow()  # type: ignore[attr-defined]
+            total += pc.sum(pc.binary_length(table.column("value"))).as_py() or 0
+            count += table.num_rows
+            gen.mark(tp, batch.next_offset)
+            if count >= n:
+                done.set()
+
     start = time.perf_counter()
     group_id = "bench-" + uuid.uuid4().hex
     async with ConsumerGroup(group_id, [topic], bootstrap, **(settings or {})) as group:
@@ -167,7 +211,7 @@ async def consume_gengroup(
                     if not assigned:
                         assigned, cpu = time.perf_counter(), time.process_time()
                     for tp in sorted(gen.assignments):
-                        gen.start_soon(worker, gen, tp)
+                        gen.start_soon(arrow_worker if arrow else worker, gen, tp)
 
             tg.start_soon(generations)
             await done.wait()
@@ -256,33 +300,216 @@ def consume_confluent(bootstrap: str, topic: str, n: int) -> Run:
         consumer.close()
 
 
-def clients(
-    bootstrap: str, topic: str, n: int, settings: dict[str, Any] | None = None
-) -> dict[str, Callable[[], Run]]:
-    """The clients to measure, by name (aiokafka only if it is installed).
+def consume_kafka_python(bootstrap: str, topic: str, n: int) -> Run:
+    """Consume ``n`` records with kafka-python's ``poll``; every value is touched.
 
-    ``settings`` go to gengroup's group (the defaults if None).
+    Up to 10,000 records a poll, as aiokafka's ``getmany`` is asked for.
     """
-    out: dict[str, Callable[[], Run]] = {
+    from kafka import ConsumerRebalanceListener, KafkaConsumer
+
+    assigned = cpu = 0.0
+
+    class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+        def on_partitions_revoked(self, revoked: object) -> None:
+            pass
+
+        def on_partitions_assigned(self, assigned_: object) -> None:
+            nonlocal assigned, cpu
+            if not assigned:
+                assigned, cpu = time.perf_counter(), time.process_time()
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id="bench-" + uuid.uuid4().hex,
+        auto_offset_reset="earliest",
+    )
+    start = time.perf_counter()
+    consumer.subscribe([topic], listener=Listener())
+    count = 0
+    total = 0
+    try:
+        while count < n:
+            batches = consumer.poll(timeout_ms=1000, max_records=10_000)
+            for records in batches.values():
+                total += sum([len(r.value) for r in records if r.value is not None])
+                count += len(records)
+        end, cpu = time.perf_counter(), time.process_time() - cpu
+        return assigned - start, end - assigned, total, cpu
+    finally:
+        consumer.close()
+
+
+def kafka_tools_classpath() -> str:
+    """The class path of Apache Kafka's tools, of the broker's version.
+
+    Fetched once with Maven from Maven Central (``java/kafka-tools-pom.xml``)
+    into the harness's jar cache, beside the broker's jars:
+    ``~/.cache/gengroup/kafka-tools-<version>/lib``.
+    """
+    from gengroup.testing.kafka import KAFKA_VERSION, default_cache_root
+    from gengroup.testing.kafka.jars import fetch_maven_jars
+
+    lib = fetch_maven_jars(
+        default_cache_root() / f"kafka-tools-{KAFKA_VERSION}" / "lib",
+        (HERE / "java" / "kafka-tools-pom.xml").read_bytes(),
+        (f"kafka-tools-{KAFKA_VERSION}.jar",),
+        properties={"kafka.version": KAFKA_VERSION},
+        what=f"the Kafka {KAFKA_VERSION} tools jars",
+    )
+    return f"{lib}/*"
+
+
+#: ConsumerPerformance's result line: start.time, end.time, data.consumed.in.MB,
+#: MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, fetch.time.ms,
+#: fetch.MB.sec, fetch.nMsg.sec.
+JAVA_FIELDS = 10
+
+
+def consume_java(bootstrap: str, topic: str, n: int, size: int, classpath: str) -> Run:
+    """Consume ``n`` records of ``size`` bytes with ``kafka-consumer-perf-test``.
+
+    Apache Kafka's ``ConsumerPerformance`` in a JVM of its own, a member of a
+    fresh group. Its join time is its ``rebalance.time.ms`` (from subscribing
+    to the assignment) and its consume time its ``fetch.time.ms`` (from the
+    assignment to the end of the last poll), the same span as the other
+    clients'; its ``nMsg.sec`` would count the join too. It sums the lengths
+    of every key and value, which it does not read further. The CPU time is
+    unknown (None): the JVM's own start and the tool's set-up cannot be told
+    apart from the consuming.
+    """
+    java = shutil.which("java")
+    if java is None:
+        raise SystemExit("the java client needs a JDK: java on PATH")
+    command = [
+        java,
+        "-Xmx512m",  # as kafka-consumer-perf-test.sh gives it
+        "-cp",
+        classpath,
+        "org.apache.kafka.tools.ConsumerPerformance",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--group",
+        "bench-" + uuid.uuid4().hex,
+        "--num-records",
+        str(n),
+        "--timeout",
+        "60000",
+        "--hide-header",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    lines = [line for line in done.stdout.splitlines() if line.count(",") == JAVA_FIELDS - 1]
+    if done.returncode != 0 or len(lines) != 1:
+        raise SystemExit(
+            f"java ConsumerPerformance failed (exit status {done.returncode}):\n"
+            f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        )
+    fields = [field.strip() for field in lines[0].split(",")]
+    megabytes, records = float(fields[2]), int(fields[4])
+    join_ms, fetch_ms = int(fields[6]), int(fields[7])
+    if records != n:
+        raise SystemExit(f"java ConsumerPerformance read {records:,} records, not {n:,}")
+    # It reports MiB with four decimals: the byte count is known to +-53 bytes.
+    total = round(megabytes * 2**20)
+    if abs(total - n * size) <= 0.00005 * 2**20 + 1:
+        total = n * size
+    return join_ms / 1000, fetch_ms / 1000, total, None
+
+
+def arrow_missing() -> str | None:
+    """Why the ``gengroup-arrow`` client cannot run, or None if it can."""
+    from gengroup.consumer.prefetch import FetchedBatch
+
+    if not hasattr(FetchedBatch, "to_arrow"):
+        return "gengroup-arrow: this gengroup has no FetchedBatch.to_arrow"
+    try:
+        import pyarrow.compute  # noqa: F401
+    except ImportError:
+        return "gengroup-arrow: pyarrow is not installed (pip install 'gengroup[bench]')"
+    return None
+
+
+def missing(name: str) -> str | None:
+    """Why client ``name`` cannot run here (a package or a method is missing), or None."""
+    if name == "gengroup-arrow":
+        return arrow_missing()
+    module = {"aiokafka": "aiokafka", "confluent-kafka": "confluent_kafka", "kafka-python": "kafka"}
+    if name in module:
+        try:
+            __import__(module[name])
+        except ImportError:
+            return f"{name}: not installed (pip install 'gengroup[bench]')"
+    if name == "java" and shutil.which("java") is None:
+        return "java: needs a JDK (java on PATH)"
+    return None
+
+
+def check_clients(names: list[str] | None) -> list[str]:
+    """The clients ``names`` (all of :data:`CLIENTS` if None), each able to run here.
+
+    Raises:
+        SystemExit: an unknown name, or a client that cannot run here (its
+            package or ``FetchedBatch.to_arrow`` missing): never skipped quietly.
+    """
+    chosen = list(CLIENTS) if names is None else names
+    unknown = [name for name in chosen if name not in CLIENTS]
+    if unknown:
+        raise SystemExit(f"unknown clients {unknown}: choose among {', '.join(CLIENTS)}")
+    problems = [problem for problem in map(missing, chosen) if problem]
+    if problems:
+        raise SystemExit(
+            "cannot run every client asked for (leave them out with --clients):\n  "
+            + "\n  ".join(problems)
+        )
+    return chosen
+
+
+def clients(
+    bootstrap: str,
+    topic: str,
+    n: int,
+    size: int,
+    settings: dict[str, Any] | None = None,
+    names: list[str] | None = None,
+) -> dict[str, Callable[[], Run]]:
+    """The clients to measure, by name, in :data:`CLIENTS` order.
+
+    Args:
+        bootstrap: the broker.
+        topic: the topic holding the records.
+        n: how many records it holds.
+        size: the size of each value.
+        settings: group settings for gengroup's clients (the defaults if None).
+        names: the clients to measure (all of :data:`CLIENTS` if None).
+
+    Raises:
+        SystemExit: an unknown name, or a client that cannot run here (its
+            package or ``FetchedBatch.to_arrow`` missing): never skipped quietly.
+    """
+    chosen = check_clients(names)
+    every: dict[str, Callable[[], Run]] = {
         "gengroup-trio": lambda: anyio.run(
             consume_gengroup, bootstrap, topic, n, settings, backend="trio"
         ),
         "gengroup-asyncio": lambda: anyio.run(
             consume_gengroup, bootstrap, topic, n, settings, backend="asyncio"
         ),
+        "gengroup-arrow": lambda: anyio.run(
+            consume_gengroup, bootstrap, topic, n, settings, True, backend="trio"
+        ),
+        "aiokafka": lambda: consume_aiokafka(bootstrap, topic, n),
+        "confluent-kafka": lambda: consume_confluent(bootstrap, topic, n),
+        "kafka-python": lambda: consume_kafka_python(bootstrap, topic, n),
     }
-    try:
-        import aiokafka  # noqa: F401
-    except ImportError:
-        print("aiokafka is not installed (pip install aiokafka): skipped")
-    else:
-        out["aiokafka"] = lambda: consume_aiokafka(bootstrap, topic, n)
-    out["confluent-kafka"] = lambda: consume_confluent(bootstrap, topic, n)
-    return out
+    if "java" in chosen:
+        classpath = kafka_tools_classpath()
+        every["java"] = lambda: consume_java(bootstrap, topic, n, size, classpath)
+    return {name: every[name] for name in CLIENTS if name in chosen}
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """The results as a Markdown page, with ratios to aiokafka and confluent-kafka."""
+    """The results as a Markdown page, with ratios to aiokafka, confluent-kafka and Java."""
     meta = results["meta"]
     lines = [
         "# Consumer throughput",
@@ -292,10 +519,13 @@ def markdown(results: dict[str, Any]) -> str:
         f"    {meta['command']}",
         "",
         f"One Apache Kafka broker on loopback (the test harness), {meta['partitions']} "
-        "partitions, one consumer-group member per client, every value touched "
-        "(`total += len(record.value)`). Rate: records over the time from the "
+        "partitions, one consumer-group member per client, every value touched by the "
+        "Python clients (`total += len(record.value)`, or its Arrow equivalent; the Java "
+        "ceiling is described below). Rate: records over the time from the "
         "assignment to the last record, "
-        f"median of {meta['repeat']} runs. Python {meta['python']} on {meta['machine']} "
+        f"median of {meta['repeat']} runs. Python {meta['python']}"
+        + (f", Java {meta['java']}" if meta.get("java") else "")
+        + f" on {meta['machine']} "
         "(a shared machine: absolute numbers vary from run to run, the ratios less). "
         + (
             f"gengroup ran with {meta['gengroup_settings']}; the other clients with their defaults."
@@ -311,22 +541,46 @@ def markdown(results: dict[str, Any]) -> str:
         "clients in the thread that consumes): on a loaded machine it is the steadier "
         "measure of a client's cost.",
         "",
+        "Clients: `gengroup-trio` and `gengroup-asyncio` run one worker task per "
+        "partition, each reading its batches' records; `gengroup-arrow` is the same on "
+        "trio, each batch read as an Arrow record batch (`FetchedBatch.to_arrow()`) and "
+        "its value lengths summed by `pyarrow.compute`; `aiokafka` calls `getmany` "
+        "(up to 10,000 records), `kafka-python` calls `poll` (up to 10,000 records), "
+        "`confluent-kafka` calls `consume` (1,000 records, 50 ms timeout).",
+        "",
+        "`java` is Apache Kafka's own `kafka-consumer-perf-test` "
+        "(`org.apache.kafka.tools.ConsumerPerformance`, the kafka-tools jar of the broker's "
+        "version) with its default options and the script's 512 MB heap, a member of a "
+        "fresh group: the ceiling, the Java client with nothing else to do. It does not "
+        "touch the values: it sums the lengths of the `byte[]` keys and values the client "
+        "already copied out, and runs no handler. Its rate is its `fetch.nMsg.sec`, records "
+        "over its `fetch.time.ms` (from the assignment to the end of the last poll, the "
+        "span the other clients are timed over; its `nMsg.sec` would count the join as "
+        "well), and its join time is its `rebalance.time.ms`. That span includes the JVM "
+        "warming up (the first fetches run interpreted while the just-in-time compiler "
+        "works in threads of its own, beside the broker's JVM on the same cores), which "
+        "the Python clients do not pay: on short runs and a busy machine it weighs on the "
+        "Java rate. Its CPU time is not known (-): the JVM's start and the compiler's work "
+        'cannot be told apart from the consuming. "vs Java ceiling" is each client\'s '
+        "records/s as a fraction of the `java` row's.",
+        "",
         "| values | codec | records | client | records/s | MB/s | records/CPU-s | join s "
-        "| vs aiokafka | vs confluent-kafka |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| vs aiokafka | vs confluent-kafka | vs Java ceiling |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for case in results["cases"]:
         rates = {name: r["rate"] for name, r in case["clients"].items()}
         for name, r in case["clients"].items():
-            vs_aio, vs_conf = (
+            vs_aio, vs_conf, vs_java = (
                 "" if rates.get(peer) is None else f"{r['rate'] / rates[peer]:.2f}"
-                for peer in ("aiokafka", "confluent-kafka")
+                for peer in ("aiokafka", "confluent-kafka", CEILING)
             )
+            cpu = "-" if r.get("cpu_rate") is None else f"{r['cpu_rate']:,.0f}"
             lines.append(
                 f"| {case['value_size']} B | {case['codec']} | {case['records']:,} | {name} "
                 f"| {r['rate']:,.0f} | {r['rate'] * case['value_size'] / 1e6:.1f} "
-                f"| {r.get('cpu_rate', 0):,.0f} | {r['join']:.2f} "
-                f"| {vs_aio} | {vs_conf} |"
+                f"| {cpu} | {r['join']:.2f} "
+                f"| {vs_aio} | {vs_conf} | {vs_java} |"
             )
     lines += [
         "",
@@ -359,6 +613,15 @@ def record_loop() -> str:
     from gengroup.protocol import records
 
     return "pure-python" if records._decode_records is records._decode_records_py else "compiled"
+
+
+def java_version() -> str:
+    """The version of the ``java`` on PATH, as ``java -version`` names it (``17.0.15``)."""
+    out = subprocess.run(
+        ["java", "-version"], capture_output=True, text=True, check=True, timeout=60
+    ).stderr
+    words = out.split('"')
+    return words[1] if len(words) > 2 else out.strip().splitlines()[0]
 
 
 def run_others(bootstrap: str, repeat: int) -> None:
@@ -421,7 +684,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--sizes", default="100,1000", help="comma-separated value sizes")
     parser.add_argument("--codecs", default="none,lz4", help="comma-separated: none,lz4,...")
-    parser.add_argument("--clients", help="comma-separated subset of the client names")
+    parser.add_argument(
+        "--clients", help=f"comma-separated subset of the clients: {','.join(CLIENTS)}"
+    )
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     parser.add_argument(
         "--gengroup-setting",
@@ -445,6 +710,7 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path, default=HERE.parent / "docs" / "benchmarks.md")
     args = parser.parse_args()
     command = "python benchmarks/run_all.py " + " ".join(_options(args))
+    names = check_clients(args.clients.split(",") if args.clients else None)
     settings = dict(_setting(item) for item in args.gengroup_setting or ())
     results: dict[str, Any] = {
         "meta": {
@@ -455,6 +721,7 @@ def main() -> None:
             "machine": f"{platform.machine()}, {platform.system()}",
             "gengroup_settings": settings,
             "record_loop": record_loop(),
+            "java": java_version() if "java" in names else None,
         },
         "cases": [],
     }
@@ -481,11 +748,7 @@ def main() -> None:
                     "records": n,
                     "clients": {},
                 }
-                chosen = {
-                    name: run
-                    for name, run in clients(bootstrap, topic, n, settings).items()
-                    if not args.clients or name in args.clients.split(",")
-                }
+                chosen = clients(bootstrap, topic, n, size, settings, names)
                 # Round by round, every client once per round: load from other
                 # processes on a shared machine then hits every client alike.
                 all_runs: dict[str, list[Run]] = {name: [] for name in chosen}
@@ -496,15 +759,17 @@ def main() -> None:
                     if any(run[2] != runs[0][2] for run in runs) or runs[0][2] < n * size:
                         raise SystemExit(f"{name}: not every value was read: {runs}")
                     rate = statistics.median(n / run[1] for run in runs)
-                    cpu_rate = statistics.median(n / run[3] for run in runs)
+                    cpus = [run[3] for run in runs if run[3] is not None]
+                    cpu_rate = statistics.median(n / cpu for cpu in cpus) if cpus else None
                     case["clients"][name] = {
                         "rate": rate,
                         "cpu_rate": cpu_rate,
                         "join": statistics.median(run[0] for run in runs),
                         "runs": [n / run[1] for run in runs],
                     }
+                    cpu_text = "-" if cpu_rate is None else f"{cpu_rate:,.0f}"
                     print(
-                        f"  {name:<18} {rate:>12,.0f} records/s {cpu_rate:>12,.0f} records/CPU-s",
+                        f"  {name:<18} {rate:>12,.0f} records/s {cpu_text:>12} records/CPU-s",
                         flush=True,
                     )
                 results["cases"].append(case)

@@ -29,6 +29,7 @@ SANS_IO = [
     *_modules("broker", "coordinator"),
     *_modules("broker", "log"),
     *_modules("broker", "faults"),
+    *_modules("broker", "fetch_sessions"),
     *_modules("_java"),
     *_modules("_errors"),
     *_modules("_error_table"),

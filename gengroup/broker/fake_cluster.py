@@ -30,9 +30,13 @@ Tests steer the cluster without touching sockets:
 * :meth:`FakeCluster.move_coordinator` moves a group to another broker, whose
   requests then succeed while the old one answers NOT_COORDINATOR;
 * :meth:`FakeCluster.cut_connections` closes client connections;
+* :meth:`FakeCluster.evict_fetch_sessions` drops the brokers' incremental
+  fetch sessions, so the next incremental Fetch is answered
+  FETCH_SESSION_ID_NOT_FOUND;
 * :meth:`FakeCluster.restart_broker` stops a broker (listener closed,
   connections dropped, leadership moved) and brings it back on the same port
-  with every piece of state kept;
+  with every piece of state kept but its fetch sessions, which a real broker
+  also loses;
 * :meth:`FakeCluster.create_topic`, :meth:`FakeCluster.produce`,
   :meth:`FakeCluster.records`, :meth:`FakeCluster.committed_offsets` set up and
   inspect data directly.
@@ -319,6 +323,19 @@ class FakeCluster:
         """
         targets = self.servers.values() if broker_id is None else [self.servers[broker_id]]
         return sum(server.cut_connections() for server in targets)
+
+    def evict_fetch_sessions(self, broker_id: int | None = None) -> int:
+        """Drop the incremental fetch sessions of one broker (``None``: of every broker).
+
+        The next incremental Fetch naming one of them is answered
+        FETCH_SESSION_ID_NOT_FOUND, as after an eviction or a restart of a
+        real broker.
+
+        Returns:
+            The number of sessions dropped.
+        """
+        targets = self.servers.values() if broker_id is None else [self.servers[broker_id]]
+        return sum(server.fetch_sessions.evict_all() for server in targets)
 
     async def stop_broker(self, broker_id: int) -> None:
         """Stop a broker: close its listener and connections, move its leaderships."""

@@ -66,6 +66,7 @@ from ..protocol.framing import API_VERSIONS_KEY, FrameBuffer, decode_request, en
 from ..protocol.versions import ApiKey
 from .apis import CLOSE, NO_RESPONSE, SPECS, ApiSpec, CloseAfter, Context, api_versions
 from .faults import Delay, Disconnect, Drop, Fail, Intercepted, Respond
+from .fetch_sessions import FetchSessionCache
 from .security import Outcome, SaslAuthenticator, ServerSecurity
 from .state import ClusterState
 
@@ -216,6 +217,8 @@ class BrokerServer:
         self.node_id = node_id
         self.port = port
         self.security = security if security is not None else ServerSecurity()
+        #: This broker's incremental fetch sessions (KIP-227); lost on restart.
+        self.fetch_sessions = self._new_fetch_sessions()
         self._tls = self.security.tls_context()
         self._connections: set[_Connection] = set()
         self._scope: anyio.CancelScope | None = None
@@ -227,6 +230,13 @@ class BrokerServer:
         self.reauthentications = 0
         #: Connections closed because their SASL session expired.
         self.expired_sessions = 0
+
+    def _new_fetch_sessions(self) -> FetchSessionCache:
+        settings = self.state.settings
+        return FetchSessionCache(
+            settings.max_incremental_fetch_session_cache_slots,
+            settings.min_incremental_fetch_session_eviction_ms,
+        )
 
     def __repr__(self) -> str:
         return f"<BrokerServer node={self.node_id} port={self.port}>"
@@ -250,6 +260,7 @@ class BrokerServer:
         through ``task_status``.
         """
         self.state.start()
+        self.fetch_sessions = self._new_fetch_sessions()
         host = self.state.settings.host
         listener = await anyio.create_tcp_listener(local_host=host, local_port=self.port)
         self.port = int(listener.extra(anyio.abc.SocketAttribute.local_port))
@@ -448,7 +459,9 @@ class BrokerServer:
             )
             if not outcome.forward:
                 return self._sasl_answer(conn, spec, call, outcome)
-        ctx = Context(self.state, self.node_id, conn.client_host, call.client_id)
+        ctx = Context(
+            self.state, self.node_id, conn.client_host, call.client_id, self.fetch_sessions
+        )
         response = await spec.handle(ctx, call.request, call.api_version)
         if gate is not None and call.api_key == API_VERSIONS_KEY and not gate.authenticated:
             gate.api_versions_answered(response.error_code == ErrorCode.none)

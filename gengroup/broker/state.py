@@ -49,6 +49,7 @@ from kio.schema.errors import ErrorCode
 from .. import _java
 from .coordinator import CoordinatorConfig, GroupCoordinator, Reply, Request, Response
 from .faults import Faults
+from .fetch_sessions import DEFAULT_CACHE_SLOTS, DEFAULT_EVICTION_MS
 from .log import DEFAULT_MAX_MESSAGE_BYTES, LogError, Topic, Topics
 
 __all__ = [
@@ -120,6 +121,12 @@ class BrokerSettings:
         validate_records: decode every produced record to validate a batch
             (Kafka's ``LogValidator``); False checks only the batch header and
             CRC, for benchmarks.
+        max_incremental_fetch_session_cache_slots:
+            ``max.incremental.fetch.session.cache.slots``: fetch sessions
+            each broker keeps (KIP-227); 0 disables them.
+        min_incremental_fetch_session_eviction_ms:
+            ``min.incremental.fetch.session.eviction.ms``: how long a fetch
+            session must be idle before a new one may evict it.
         cluster_id: the cluster id reported in Metadata (generated if None).
     """
 
@@ -142,6 +149,8 @@ class BrokerSettings:
     group_coordinator_rebalance_protocols: tuple[str, ...] = ("classic", "consumer")
     connections_max_idle: float | None = None
     validate_records: bool = True
+    max_incremental_fetch_session_cache_slots: int = DEFAULT_CACHE_SLOTS
+    min_incremental_fetch_session_eviction_ms: int = DEFAULT_EVICTION_MS
     cluster_id: str | None = None
 
 

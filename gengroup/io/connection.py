@@ -380,7 +380,7 @@ class BrokerConnection:
         assert stream is not None
         try:
             while True:
-                data = await stream.receive()
+                data = await stream.receive(buf.wanted())
                 buf.feed(data)
                 while (frame := buf.next_frame()) is not None:
                     cid = read_correlation_id(frame)

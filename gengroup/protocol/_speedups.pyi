@@ -5,7 +5,7 @@ from .records import Record
 
 def configure(record_type: type[Record], error_type: type[Exception], /) -> bool: ...
 def decode_records(
-    buf: bytes, pos: int, end: int, count: int, base_offset: int, base_timestamp: int, /
+    buf: bytes | bytearray, pos: int, end: int, count: int, base_offset: int, base_timestamp: int, /
 ) -> list[Record]: ...
 def arrow_columns(
     segments: Sequence[tuple[bytes, int, int, int, int, int, int, int, int]], /

@@ -42,8 +42,13 @@ _ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 _MIN_GUESS: Final = 64 * 1024
 
 
-def decompress(codec: int, src: memoryview, limit: int) -> bytes:
-    """Decompress one batch's records blob, refusing to produce more than ``limit`` bytes."""
+def decompress(codec: int, src: memoryview, limit: int) -> bytes | bytearray:
+    """Decompress one batch's records blob, refusing to produce more than ``limit`` bytes.
+
+    The result is the codec's output buffer itself, a ``bytearray`` for the
+    codecs that decompress into one (gzip, lz4, zstd): a copy into ``bytes``
+    would cost as much as a fast codec's decompression.
+    """
     try:
         if codec == Compression.GZIP:
             hint = int.from_bytes(src[-4:], "little") if len(src) >= 18 else None
@@ -68,7 +73,7 @@ def _bounded(
     src: memoryview,
     hint: int | None,
     limit: int,
-) -> bytes:
+) -> bytearray:
     """Run a cramjam ``decompress_into`` with an output buffer that grows up to ``limit``.
 
     cramjam stops as soon as the output buffer is full, so a decompression
@@ -94,7 +99,8 @@ def _bounded(
             # Missing or lying size hint: grow geometrically (bounded total work).
             size = min(limit, size * 4)
             continue
-        return bytes(out) if written == size else memoryview(out)[:written].tobytes()
+        del out[written:]  # shrinks in place: the records are not copied again
+        return out
 
 
 def _snappy_block(src: memoryview, limit: int) -> bytes:

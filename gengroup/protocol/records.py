@@ -23,9 +23,11 @@ input is copied once, as is each decompressed blob): each zigzag varint is
 decoded inline with fast paths for the one- and two-byte encodings (the sign
 is undone by a table lookup) and a bounded helper for longer ones. Keys and
 values are the only per-record copies. The cyclic GC is paused during a
-decode call: every :class:`Record` is GC-tracked, and letting the collector
-traverse the growing young generation costs about a quarter of the decoding
-time, while nothing here can create a reference cycle. Bounds are enforced
+decode call: every :class:`Record` the Python loop makes is GC-tracked, and
+letting the collector traverse the growing young generation costs about a
+quarter of the decoding time, while nothing here can create a reference cycle.
+The compiled loop also untracks its (frozen, acyclic) records from the GC.
+Bounds are enforced
 by construction: every record must end exactly where its length prefix says,
 the batch exactly after its last record, and a read past the end of the
 buffer surfaces as an ``IndexError`` translated at the batch boundary.
@@ -39,9 +41,8 @@ headers prove (length, magic, CRC-32C, codec, count) and keeps the bytes as
 :class:`RawBatch` views; :func:`decode_raw` decodes their records when wanted,
 and can still fail with the same typed errors (bad contents, a codec error).
 
-Nothing here touches a socket or a clock. Every foreign exception raised while
-decoding is translated into :class:`~gengroup._errors.ProtocolError` (hostile
-or unsupported input) or its subclass ``CorruptRecordError`` (bad contents).
+Nothing here touches a socket or a clock. Foreign exceptions raised while
+decoding become :class:`~gengroup._errors.ProtocolError` or ``CorruptRecordError``.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Final, NamedTuple, TypeAlias
+from typing import Any, Final, NamedTuple, TypeAlias
 
 from crc32c import crc32c
 
@@ -91,8 +92,7 @@ class TimestampType(enum.IntEnum):
 class ControlType(enum.IntEnum):
     """The type of a control record (the ``type`` field of its key).
 
-    ``UNKNOWN`` stands for any type this codec does not know (Kafka uses other
-    types in its internal KRaft logs); consumers should skip such batches.
+    ``UNKNOWN``: any other type (KRaft's internal logs); consumers skip those batches.
     """
 
     UNKNOWN = -1
@@ -136,9 +136,9 @@ _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class Record:
-    """One decoded record.
+    """One decoded record (immutable: it is what the log holds).
 
     Attributes:
         offset: the record's absolute offset in its partition.
@@ -291,17 +291,10 @@ class RawBatch(_BatchHeader):
 
 
 def _decoded(raw: RawBatch, records: list[Record]) -> RecordBatch:
+    r = raw
     return RecordBatch(
-        raw.base_offset,
-        raw.partition_leader_epoch,
-        _MAGIC,
-        raw.attributes,
-        raw.last_offset_delta,
-        raw.base_timestamp,
-        raw.max_timestamp,
-        raw.producer_id,
-        raw.producer_epoch,
-        raw.base_sequence,
+        *(r.base_offset, r.partition_leader_epoch, _MAGIC, r.attributes, r.last_offset_delta),
+        *(r.base_timestamp, r.max_timestamp, r.producer_id, r.producer_epoch, r.base_sequence),
         records,
     )
 
@@ -374,14 +367,14 @@ def decode_batches_partial(
 @contextmanager
 def _gc_paused() -> Iterator[None]:
     """Pause the cyclic GC (see the theory of operation), respecting a caller's gc.disable()."""
-    gc_was_enabled = gc.isenabled()
-    if gc_was_enabled:
-        gc.disable()
+    if not gc.isenabled():  # the caller's gc.disable() stands
+        yield
+        return
+    gc.disable()
     try:
         yield
     finally:
-        if gc_was_enabled:
-            gc.enable()
+        gc.enable()
 
 
 def scan_batches(
@@ -489,6 +482,8 @@ def _records_of(raw: RawBatch, max_decompressed_size: int) -> list[Record]:
             blob = decompress(
                 codec, memoryview(buf)[pos + _HEADER_SIZE : end], max_decompressed_size
             )
+            if _decode_records is _decode_records_py:  # it slices values: they must be bytes
+                blob = bytes(blob)  # (the compiled loop reads any buffer)
             records = _decode_records(blob, 0, len(blob), count, base_offset, raw.base_timestamp)
     except ProtocolError as exc:
         raise type(exc)(f"record batch at offset {base_offset}: {exc}") from exc
@@ -499,7 +494,7 @@ def _records_of(raw: RawBatch, max_decompressed_size: int) -> list[Record]:
     if attributes & _ATTR_TIMESTAMP_TYPE:
         max_timestamp = raw.max_timestamp
         for record in records:
-            record.timestamp = max_timestamp
+            object.__setattr__(record, "timestamp", max_timestamp)  # frozen, being built
     if attributes & _ATTR_CONTROL:
         for record in records:
             key = record.key
@@ -676,7 +671,7 @@ def _decode_headers(buf: bytes, pos: int, record_end: int) -> tuple[tuple[Header
     return tuple(headers), pos
 
 
-_decode_records: Callable[[bytes, int, int, int, int, int], list[Record]] = _decode_records_py
+_decode_records: Callable[[Any, int, int, int, int, int], list[Record]] = _decode_records_py
 if not os.environ.get("GENGROUP_PURE_PYTHON"):
     with suppress(ImportError):  # not built (no compiler): the loop above
         from ._speedups import configure, decode_records as _decode_records

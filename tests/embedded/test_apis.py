@@ -157,8 +157,8 @@ async def test_produce_and_fetch_errors(autojump_clock: trio.testing.MockClock) 
         assert resp.responses[0].partitions[0].error_code == 1
         resp = await conn.request(rq.fetch(12, "t", 0, 0, leader_epoch=3))
         assert resp.responses[0].partitions[0].error_code == 75
-        resp = await conn.request(rq.fetch(12, "t", 0, 0, session_id=42))
-        assert resp.error_code == 70
+        resp = await conn.request(rq.fetch(12, "t", 0, 0, session_id=42, session_epoch=1))
+        assert (resp.error_code, resp.session_id, resp.responses) == (70, 0, ())
         resp = await conn.request(rq.list_offsets(7, "t", 1, -1))
         assert resp.topics[0].partitions[0].error_code == 6
         assert cluster.high_watermark("t", 0) == 0

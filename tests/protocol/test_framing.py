@@ -111,3 +111,21 @@ def test_frames_come_out_whole_however_the_stream_is_cut(
         assert buf.buffered == len(stream[:pos]) - sum(4 + len(f) for f in got)
     assert got == payloads
     assert buf.next_frame() is None and buf.buffered == 0
+
+
+def test_reads_ask_for_the_rest_of_the_frame_within_bounds() -> None:
+    buf = FrameBuffer()
+    assert buf.wanted() == 64 * 1024  # nothing known yet
+    big = struct.pack(">i", 3 * 1024 * 1024)
+    buf.feed(big[:2])
+    assert buf.wanted() == 64 * 1024  # the length prefix is still cut
+    buf.feed(big[2:] + bytes(100))
+    assert buf.next_frame() is None  # as the reader does after each read
+    assert buf.wanted() == 1024 * 1024  # 3 MiB left: at most 1 MiB a read
+    buf.feed(bytes(3 * 1024 * 1024 - 300_000 - 100))
+    assert buf.wanted() == 300_000  # exactly the rest of the frame
+    buf.feed(bytes(300_000 - 1000))
+    assert buf.wanted() == 64 * 1024  # a small rest: still a normal read
+    buf.feed(bytes(1000))
+    assert buf.next_frame() == bytes(3 * 1024 * 1024)
+    assert buf.wanted() == 64 * 1024

@@ -13,7 +13,9 @@ so that reading past ``end`` would show.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import gc
 import importlib
 import os
 import subprocess
@@ -298,6 +300,30 @@ def test_the_compiled_loop_is_built_and_selected() -> None:
         assert records._decode_records is module.decode_records
     # it stores the dataclass's slots directly rather than calling __init__
     assert module.configure(records.Record, CorruptRecordError) is True
+
+
+def test_compiled_records_are_frozen_and_left_out_of_the_cyclic_gc() -> None:
+    module = importlib.import_module("gengroup.protocol._speedups")
+    encoded = encode_batch([(b"k", b"v", (("h", b"x"),), 1), (None, None, (), 2)])
+    made = module.decode_records(encoded, 61, len(encoded), 2, 0, 0)
+    assert [gc.is_tracked(record) for record in made] == [False, False]
+    # The Python loop's records are tracked (it cannot untrack), and equal.
+    reference = records._decode_records_py(encoded, 61, len(encoded), 2, 0, 0)
+    assert all(gc.is_tracked(record) for record in reference)
+    gc.collect()
+    assert made == reference
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made[0].value = b"changed"  # type: ignore[misc]
+
+
+def test_log_append_time_reaches_compiled_and_pure_records(record_loop: str) -> None:
+    encoded = encode_batch(
+        [(b"k", b"v", (), 5), (b"k", b"w", (), 6)],
+        timestamp_type=records.TimestampType.LOG_APPEND_TIME,
+        max_timestamp=99,
+    )
+    (raw,), _ = scan_batches(encoded)
+    assert [r.timestamp for r in records.decode_raw([raw])] == [99, 99]
 
 
 def test_pure_python_is_forced_by_the_environment() -> None:

@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.framing import build
 from ..coordinator import Request
+from ..fetch_sessions import FetchSessionCache
 from ..log import Partition
 from ..state import ClusterState
 
@@ -138,12 +139,14 @@ class Context:
         node_id: the node id of the broker that received the request.
         client_host: the client's address, Kafka-style (``/127.0.0.1``).
         client_id: the request header's client id.
+        fetch_sessions: the receiving broker's incremental fetch sessions.
     """
 
     state: ClusterState
     node_id: int
     client_host: str
     client_id: str | None
+    fetch_sessions: FetchSessionCache
 
     def leader_error(self, part: Partition | None, current_epoch: int = -1) -> int:
         """The error for serving ``part`` here (0 if this broker leads it)."""

@@ -2,40 +2,57 @@
 
 Version notes: v4-v12 served (v13+ name topics by id only). v3+ carry a
 response-wide ``max_bytes``; v4 adds the isolation level (read_committed gets
-an empty aborted-transaction list); v7 adds fetch sessions, which are not
-implemented: session id 0 / epoch -1 or 0 are accepted and answered "no
-session", anything else FETCH_SESSION_ID_NOT_FOUND or
-INVALID_FETCH_SESSION_EPOCH, in the top-level error code (v7+), which is also
-where :func:`error_response` puts the error from v7. v9 adds the current
-leader epoch per partition (fenced or unknown epochs are refused).
+an empty aborted-transaction list); v7 adds incremental fetch sessions
+(KIP-227, :mod:`gengroup.broker.fetch_sessions`, one cache per broker): epoch
+0 creates a session (session id 0 when the cache is full), epoch -1 closes
+the one named and answers without a session, any other epoch is an
+incremental request answered with the session's changed partitions only;
+session errors (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH) go in
+the top-level error code with session id 0 and no partitions, which is also
+where :func:`error_response` puts any error from v7. Requests before v7 are
+sessionless. v9 adds the current leader epoch per partition (fenced or
+unknown epochs are refused).
+
+Order, as Kafka's ``KafkaApis``: a partition named twice is read once; the
+partitions are read in request order (an incremental request: the session's
+order), those of unknown topics or partitions are answered after the others,
+and consecutive partitions of one topic share a topic entry.
 
 Long poll. The handler computes the response; if it carries at least
-``min_bytes`` of records, or any partition error, or ``max_wait`` is spent, it
-is sent. Otherwise the handler waits on the cluster's *change event* (set and
-replaced whenever records are appended, topics or partitions change or
-leadership moves) until ``max_wait``'s deadline, and recomputes. No polling:
-a produce wakes the waiting fetches at once.
+``min_bytes`` of records, or any partition error, or ``max_wait`` is spent, or
+there is nothing to read, it is sent. Otherwise the handler waits on the
+cluster's *change event* (set and replaced whenever records are appended,
+topics or partitions change or leadership moves) until ``max_wait``'s
+deadline, and recomputes. No polling: a produce wakes the waiting fetches at
+once. The session is updated once, with the response finally sent.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 import anyio
-from kio.schema.errors import ErrorCode
 
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
+from ..fetch_sessions import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    ContextKind,
+    FetchContext,
+    PartitionOutcome,
+    PartitionRequest,
+)
 from ..log import LogError
-from ._base import NONE, ZERO, ApiSpec, Context, ec, ms, per_partition
+from ._base import ZERO, ApiSpec, Context, ec, ms, per_partition
 
 __all__ = ["SPEC", "error_response", "handle"]
 
 KEY: Final = ApiKey.FETCH
 
-
-def _topics(mod: Any, req: Any, answer: Any) -> tuple[Any, ...]:
-    return per_partition(mod.FetchableTopicResponse, req.topics, answer, name="topic")
+_Answer = tuple[str, Any]
+"""A partition's answer and its topic."""
 
 
 def _partition(
@@ -62,9 +79,13 @@ def _partition(
     )
 
 
-def _response(mod: Any, code: int, topics: tuple[Any, ...]) -> Any:
+def _response(mod: Any, code: int, session_id: int, topics: tuple[Any, ...]) -> Any:
     return build(
-        mod.FetchResponse, throttle_time=ZERO, error_code=ec(code), session_id=0, responses=topics
+        mod.FetchResponse,
+        throttle_time=ZERO,
+        error_code=ec(code),
+        session_id=session_id,
+        responses=topics,
     )
 
 
@@ -72,81 +93,140 @@ def error_response(version: int, request: Any, code: int, message: str | None = 
     """Fetch failing with ``code``: top-level from v7, else in every partition."""
     mod = response_module(KEY, version)
     if version >= 7:
-        return _response(mod, code, ())
+        return _response(mod, code, INVALID_SESSION_ID, ())
 
-    topics = _topics(mod, request, lambda t, p: _partition(mod, int(p.partition), code))
+    topics = per_partition(
+        mod.FetchableTopicResponse,
+        request.topics,
+        lambda t, p: _partition(mod, int(p.partition), code),
+        name="topic",
+    )
     return build(mod.FetchResponse, throttle_time=ZERO, responses=topics)
 
 
-def _fetch_once(ctx: Context, mod: Any, req: Any, v: int) -> tuple[Any, int, bool]:
-    """Build a Fetch response from the logs' current state.
+def _requested(req: Any) -> list[PartitionRequest]:
+    """The request's partitions, in request order."""
+    return [
+        PartitionRequest(
+            topic=str(t.topic),
+            partition=int(p.partition),
+            fetch_offset=int(p.fetch_offset),
+            max_bytes=int(p.partition_max_bytes),
+            current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
+            log_start_offset=int(getattr(p, "log_start_offset", -1)),
+            last_fetched_epoch=int(getattr(p, "last_fetched_epoch", -1)),
+        )
+        for t in req.topics
+        for p in t.partitions
+    ]
+
+
+def _forgotten(req: Any) -> list[tuple[str, int]]:
+    """The request's ``forgotten_topics_data`` (v7+) as ``(topic, partition)`` pairs."""
+    forgotten = getattr(req, "forgotten_topics_data", ())
+    return [(str(t.topic), int(p)) for t in forgotten for p in t.partitions]
+
+
+def _topics(mod: Any, answers: Sequence[_Answer]) -> tuple[Any, ...]:
+    """The response's topics: consecutive answers of one topic share an entry."""
+    grouped: list[tuple[str, list[Any]]] = []
+    for topic, data in answers:
+        if grouped and grouped[-1][0] == topic:
+            grouped[-1][1].append(data)
+        else:
+            grouped.append((topic, [data]))
+    return tuple(
+        build(mod.FetchableTopicResponse, topic=topic, partitions=tuple(parts))
+        for topic, parts in grouped
+    )
+
+
+Read = list[tuple[PartitionRequest, PartitionOutcome, _Answer]]
+
+
+def _fetch_once(
+    ctx: Context, mod: Any, req: Any, v: int, parts: Sequence[PartitionRequest]
+) -> tuple[Read, int, bool]:
+    """Read ``parts`` from the logs' current state.
 
     Returns:
-        ``(response topics, record bytes, any partition error)``.
+        ``(each partition's outcome and answer, record bytes, any partition
+        error)``; partitions of unknown topics or partitions come last.
     """
     state = ctx.state
     read_committed = int(getattr(req, "isolation_level", 0)) == 1
-    budget = {"remaining": int(req.max_bytes) if v >= 3 else 2**31 - 1, "total": 0, "errors": 0}
-
-    def answer(ftopic: Any, fpart: Any) -> Any:
-        index = int(fpart.partition)
-        part = state.topics.partition(ftopic.topic, index)
-        code = ctx.leader_error(part, int(getattr(fpart, "current_leader_epoch", -1)))
-        records: bytes = b""
+    remaining = int(req.max_bytes) if v >= 3 else 2**31 - 1
+    total = 0
+    errors = 0
+    found: Read = []
+    unknown: Read = []
+    for fpart in parts:
+        part = state.topics.partition(fpart.topic, fpart.partition)
+        code = ctx.leader_error(part, fpart.current_leader_epoch)
+        data = b""
         hw, start = -1, -1
         if code == 0:
             assert part is not None
             plog = part.log
             hw, start = plog.high_watermark, plog.log_start_offset
-            limit = max(0, min(int(fpart.partition_max_bytes), budget["remaining"]))
+            limit = max(0, min(fpart.max_bytes, remaining))
             try:
-                batches = plog.read(int(fpart.fetch_offset), limit, min_one=budget["total"] == 0)
+                batches = plog.read(fpart.fetch_offset, limit, min_one=total == 0)
             except LogError as exc:
                 code = exc.code
                 # Kafka answers an out-of-range fetch without offsets.
                 hw, start = -1, -1
             else:
-                if batches:
-                    records = b"".join(batches)
-                    budget["remaining"] -= len(records)
-                    budget["total"] += len(records)
+                data = b"".join(batches)
+                remaining -= len(data)
+                total += len(data)
         if code:
-            budget["errors"] += 1
-        return _partition(
+            errors += 1
+        answer = _partition(
             mod,
-            index,
+            fpart.partition,
             code,
             log_offsets=(hw, start),
             aborted=() if read_committed else None,
-            records=records,
+            records=data,
         )
+        outcome = PartitionOutcome(code, hw, start, len(data))
+        (found if part is not None else unknown).append((fpart, outcome, (fpart.topic, answer)))
+    return found + unknown, total, errors > 0
 
-    topics = _topics(mod, req, answer)
-    return topics, budget["total"], budget["errors"] > 0
+
+def _context(ctx: Context, req: Any, v: int) -> FetchContext:
+    """The request's fetch-session context (a sessionless one before v7)."""
+    if v < 7:
+        return ctx.fetch_sessions.new_context(
+            INVALID_SESSION_ID, FINAL_EPOCH, _requested(req), (), ctx.state.now_ms()
+        )
+    return ctx.fetch_sessions.new_context(
+        int(req.session_id),
+        int(req.session_epoch),
+        _requested(req),
+        _forgotten(req),
+        ctx.state.now_ms(),
+    )
 
 
 async def handle(ctx: Context, req: Any, v: int) -> Any:
     """Answer a Fetch, waiting up to ``max_wait`` for ``min_bytes`` of records."""
     mod = response_module(KEY, v)
-    if v >= 7:
-        # No incremental fetch sessions: a request to create one (epoch 0)
-        # is answered with session id 0, i.e. "no session", which Kafka
-        # also does when its session cache is full.
-        if int(req.session_id) != 0:
-            return error_response(v, req, ErrorCode.fetch_session_id_not_found)
-        if int(req.session_epoch) not in (-1, 0):
-            return error_response(v, req, ErrorCode.invalid_fetch_session_epoch)
+    context = _context(ctx, req, v)
     max_wait_ms = max(0, ms(req.max_wait))
     min_bytes = int(req.min_bytes)
     deadline = anyio.current_time() + max_wait_ms / 1000
-    while True:
+    read: Read = []
+    while context.kind is not ContextKind.ERROR and context.partitions:
         changed = ctx.state.changed_event()
-        topics_out, total, any_error = _fetch_once(ctx, mod, req, v)
+        read, total, any_error = _fetch_once(ctx, mod, req, v, context.partitions)
         if total >= min_bytes or any_error or max_wait_ms == 0 or anyio.current_time() >= deadline:
             break
         with anyio.move_on_after(deadline - anyio.current_time()):
             await changed.wait()
-    return _response(mod, NONE, topics_out)
+    answer = ctx.fetch_sessions.respond(context, read, ctx.state.now_ms())
+    return _response(mod, answer.error_code, answer.session_id, _topics(mod, answer.partitions))
 
 
 SPEC: Final = ApiSpec(KEY, 4, 12, handle, error_response)
