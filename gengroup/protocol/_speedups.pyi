@@ -8,5 +8,5 @@ def decode_records(
     buf: bytes | bytearray, pos: int, end: int, count: int, base_offset: int, base_timestamp: int, /
 ) -> list[Record]: ...
 def arrow_columns(
-    segments: Sequence[tuple[bytes, int, int, int, int, int, int, int, int]], /
+    segments: Sequence[tuple[bytes | bytearray, int, int, int, int, int, int, int, int]], /
 ) -> tuple[Any, ...]: ...

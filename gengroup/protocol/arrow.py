@@ -59,7 +59,7 @@ _INT64_MAX: Final = (1 << 63) - 1
 # the CPU caches' reach, large enough that wrapping a chunk costs nothing.
 _CHUNK_BYTES: Final = 8 << 20
 
-Segment = tuple[bytes, int, int, int, int, int, int, int, int]
+Segment = tuple[bytes | bytearray, int, int, int, int, int, int, int, int]
 
 _pyarrow: Any = None  # imported on first use: importing gengroup must stay cheap
 _arrow_columns: Callable[[Sequence[Segment]], tuple[Any, ...]] | None = None
@@ -260,7 +260,8 @@ def _segment(raw: RawBatch, min_offset: int | None, max_decompressed_size: int) 
     Mirrors ``records._records_of``: the same empty-batch rule and the same
     translation of codec errors.
     """
-    buf, pos, end, base_offset, count = raw.buf, raw.start, raw.end, raw.base_offset, raw.count
+    buf: bytes | bytearray = raw.buf
+    pos, end, base_offset, count = raw.start, raw.end, raw.base_offset, raw.count
     codec = raw.attributes & _ATTR_COMPRESSION
     if count == 0 and end == pos + _HEADER_SIZE:
         return None

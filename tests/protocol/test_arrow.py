@@ -141,7 +141,7 @@ def reference_body(
         raise CorruptRecordError(repr(exc)) from exc
     for record in decoded:
         if attrs & 0x08:
-            record.timestamp = max_timestamp
+            object.__setattr__(record, "timestamp", max_timestamp)  # as _records_of does
         if attrs & 0x20 and (record.key is None or len(record.key) < 4):
             raise CorruptRecordError("control record without a control key")
     arrow._check_int64(decoded)
