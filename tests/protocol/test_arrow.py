@@ -455,11 +455,23 @@ def test_without_pyarrow_a_typed_error_names_the_extra() -> None:
         "import sys; sys.modules['pyarrow'] = None\n"
         "import gengroup\n"
         "from gengroup.protocol import arrow\n"
-        "try:\n"
-        "    arrow.batches_to_arrow([])\n"
-        "except gengroup.MissingDependency as exc:\n"
-        "    assert isinstance(exc, ImportError)\n"
-        "    print(exc)\n"
+        "calls = [lambda: arrow.batches_to_arrow([]), arrow.arrow_schema,\n"
+        "         lambda: gengroup.FetchedBatch('t', 0, [], 0, 0).to_arrow(),\n"
+        "         lambda: gengroup.fetched_to_arrow([])]\n"
+        "for call in calls:\n"
+        "    try:\n"
+        "        call()\n"
+        "    except gengroup.MissingDependency as exc:\n"
+        "        assert isinstance(exc, ImportError)\n"
+        "        print(exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "pip install 'gengroup[arrow]'" in out.stdout
+    lines = out.stdout.splitlines()
+    assert len(lines) == 4
+    assert all("pip install 'gengroup[arrow]'" in line for line in lines)
+
+
+def test_importing_gengroup_does_not_import_pyarrow() -> None:
+    code = "import sys, gengroup, gengroup.protocol.arrow; print('pyarrow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
