@@ -9,6 +9,11 @@ with :func:`gengroup.protocol.records.encode_batch`, then times, best of
   with the compiled record loop (``gengroup.protocol._speedups``) when it is
   built; ``gengroup-py``: the same call with the pure-Python record loop
   (what ``GENGROUP_PURE_PYTHON=1`` selects).
+* ``arrow``: :func:`gengroup.protocol.arrow.batches_to_arrow` after
+  :func:`~gengroup.protocol.records.scan_batches` (CRC checked): the batches
+  straight into one ``pyarrow.Table``, with the compiled column filler when it
+  is built; ``arrow-py``: the same call on the pure-Python path (Records from
+  the pure-Python loop, columns from ``pyarrow.array``).
 * ``kio``: kio 0.6.5's ``kio.records.readers.read_batch`` (CRC checked). kio
   has no decompression, so for compressed codecs the peer is kio's
   ``read_record`` loop over the payload decompressed by cramjam, after a CRC
@@ -39,8 +44,8 @@ from kio.records.readers import read_batch, read_record
 from kio.static.primitive import i64
 from options import benchmark_parser
 
-from gengroup.protocol import records
-from gengroup.protocol.records import Compression, decode_batches, encode_batch
+from gengroup.protocol import arrow, records
+from gengroup.protocol.records import Compression, decode_batches, encode_batch, scan_batches
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _KIO_DECOMPRESS: dict[Compression, Callable[[memoryview], bytes]] = {
@@ -81,6 +86,22 @@ def gengroup_decode_py(data: bytes) -> int:
         return gengroup_decode(data)
     finally:
         records._decode_records = compiled
+
+
+def arrow_decode(data: bytes) -> int:
+    """Decode into one Arrow table; return its number of rows."""
+    return int(arrow.batches_to_arrow(scan_batches(data)[0]).num_rows)
+
+
+def arrow_decode_py(data: bytes) -> int:
+    """Decode into one Arrow table on the pure-Python path; return its number of rows."""
+    saved = arrow._arrow_columns, records._decode_records
+    arrow._arrow_columns = None
+    records._decode_records = records._decode_records_py
+    try:
+        return arrow_decode(data)
+    finally:
+        arrow._arrow_columns, records._decode_records = saved
 
 
 def kio_decode_plain(data: bytes) -> int:
@@ -152,24 +173,30 @@ def main() -> None:
     )
     compiled = records._decode_records is not records._decode_records_py
     print(f"compiled record loop: {'yes' if compiled else 'no (pure Python in both columns)'}")
+    print(f"compiled Arrow columns: {'yes' if arrow._arrow_columns else 'no'}")
     print(
         f"{'codec':<8} {'bytes':>10} {'gengroup rec/s':>16} {'gengroup-py rec/s':>18} "
-        f"{'kio rec/s':>14} {'vs py':>6} {'vs kio':>7}"
+        f"{'arrow rec/s':>14} {'arrow-py rec/s':>15} {'kio rec/s':>14} {'vs py':>6} "
+        f"{'vs kio':>7} {'arrow vs gengroup':>18}"
     )
     for name in args.codecs.split(","):
         codec = Compression[name.strip().upper()]
         data = build(args.records, args.batch_size, args.value_size, codec)
         ours, n_ours = best_rate(partial(gengroup_decode, data), args.repeat)
         py, n_py = best_rate(partial(gengroup_decode_py, data), args.repeat)
+        columnar, n_columnar = best_rate(partial(arrow_decode, data), args.repeat)
+        columnar_py, n_columnar_py = best_rate(partial(arrow_decode_py, data), args.repeat)
         if codec == Compression.NONE:
             peer, n_peer = best_rate(partial(kio_decode_plain, data), args.repeat)
         else:
             peer, n_peer = best_rate(partial(kio_decode_compressed, data, codec), args.repeat)
-        if not n_ours == n_py == n_peer == args.records:
-            raise SystemExit(f"record count mismatch: {n_ours}, {n_py}, {n_peer}")
+        counts = (n_ours, n_py, n_columnar, n_columnar_py, n_peer)
+        if set(counts) != {args.records}:
+            raise SystemExit(f"record count mismatch: {counts}")
         print(
-            f"{codec.name:<8} {len(data):>10} {ours:>16,.0f} {py:>18,.0f} {peer:>14,.0f} "
-            f"{ours / py:>5.1f}x {ours / peer:>6.1f}x"
+            f"{codec.name:<8} {len(data):>10} {ours:>16,.0f} {py:>18,.0f} {columnar:>14,.0f} "
+            f"{columnar_py:>15,.0f} {peer:>14,.0f} {ours / py:>5.1f}x {ours / peer:>6.1f}x "
+            f"{columnar / ours:>17.1f}x"
         )
 
 

@@ -16,7 +16,9 @@ default snappy). Prints records/s and MB/s per round and the median; asserts
 nothing about time (machines are shared and noisy).
 
 Usage: python benchmarks/bench_lake.py [--records 500000] [--value-size 100]
-       [--partitions 8] [--repeat 3] [--bootstrap HOST:PORT]
+       [--partitions 8] [--repeat 3] [--bootstrap HOST:PORT] [--no-spark]
+
+``--no-spark`` times the gengroup sink alone (to compare two versions of it).
 """
 
 from __future__ import annotations
@@ -110,6 +112,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--bootstrap")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--no-spark", action="store_true", help="time the gengroup sink only")
     args = parser.parse_args()
     n, size = args.records, args.value_size
     mb = n * (size + 8) / 1e6
@@ -119,27 +122,30 @@ def main() -> None:
         t0 = time.perf_counter()
         anyio.run(produce, bootstrap, topic, args.partitions, n, size)
         print(f"produced {n} records of {size} B in {time.perf_counter() - t0:.1f} s")
-        spark = stack.enter_context(session("local[2]", "bench lake"))
-        times: dict[str, list[float]] = {"gengroup sink": [], "spark structured streaming": []}
+        times: dict[str, list[float]] = {"gengroup sink": []}
+        if not args.no_spark:
+            spark = stack.enter_context(session("local[2]", "bench lake"))
+            times["spark structured streaming"] = []
         for r in range(args.repeat):
             lake = Path(tmp) / f"g{r}"
             times["gengroup sink"].append(anyio.run(land_gengroup, bootstrap, topic, n, lake))
-            lake = Path(tmp) / f"s{r}"
-            times["spark structured streaming"].append(land_spark(spark, bootstrap, topic, lake))
+            if not args.no_spark:
+                lake = Path(tmp) / f"s{r}"
+                times["spark structured streaming"].append(
+                    land_spark(spark, bootstrap, topic, lake)
+                )
             print(
                 f"round {r + 1}: "
                 + ", ".join(f"{name} {ts[-1]:.2f} s" for name, ts in times.items())
             )
     print(f"\n{n} records of {size} B, {args.partitions} partitions, median of {args.repeat}:")
     results = {}
-    base = statistics.median(times["spark structured streaming"])
+    spark_times = times.get("spark structured streaming")
     for name, ts in times.items():
         med = statistics.median(ts)
         results[name] = {"seconds": ts, "records_per_s": n / med, "mb_per_s": mb / med}
-        print(
-            f"  {name:<28} {n / med:>10,.0f} records/s {mb / med:>7.1f} MB/s "
-            f"{base / med:>5.2f}x Spark"
-        )
+        versus = f" {statistics.median(spark_times) / med:>5.2f}x Spark" if spark_times else ""
+        print(f"  {name:<28} {n / med:>10,.0f} records/s {mb / med:>7.1f} MB/s{versus}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

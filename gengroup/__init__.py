@@ -18,6 +18,7 @@ from ._types import GenerationIdentity as GenerationIdentity, TopicPartition as 
 from .consumer.generation import Generation as Generation, RebalanceTimings as RebalanceTimings
 from .consumer.group import ConsumerGroup as ConsumerGroup
 from .consumer.prefetch import FetchedBatch as FetchedBatch
+from .consumer.columnar import fetched_to_arrow as fetched_to_arrow
 from .consumer.workers import run_workers as run_workers
 from .protocol.records import Compression as Compression, Record as Record
 
@@ -71,6 +72,7 @@ from ._errors import (
     GroupClosed as GroupClosed,
     IllegalGeneration as IllegalGeneration,
     KafkaConnectionError as KafkaConnectionError,
+    MissingDependency as MissingDependency,
     OffsetOutOfRange as OffsetOutOfRange,
     ProtocolError as ProtocolError,
     RebalanceInProgress as RebalanceInProgress,
@@ -86,6 +88,7 @@ __all__ = [
     # consuming
     "ConsumerGroup",
     "FetchedBatch",
+    "fetched_to_arrow",
     "Generation",
     "GenerationIdentity",
     "GroupConfig",
@@ -138,6 +141,7 @@ __all__ = [
     "GroupClosed",
     "IllegalGeneration",
     "KafkaConnectionError",
+    "MissingDependency",
     "OffsetOutOfRange",
     "ProtocolError",
     "RebalanceInProgress",

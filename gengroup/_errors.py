@@ -49,6 +49,10 @@ class CorruptRecordError(ProtocolError):
     """A record batch failed its CRC check or its contents are inconsistent."""
 
 
+class MissingDependency(GengroupError, ImportError):
+    """An optional dependency a feature needs is not installed (the message names the extra)."""
+
+
 class UnsupportedVersion(GengroupError):
     """The broker and gengroup share no version of an API that is needed."""
 

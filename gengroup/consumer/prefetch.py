@@ -185,6 +185,32 @@ class FetchedBatch:
             self._raw = ()  # the fetched bytes can go
         return self._records
 
+    def to_arrow(self) -> Any:
+        """The records as a ``pyarrow.Table``, decoded straight into columns.
+
+        One row per record of :attr:`records`, in the same order, with the
+        fixed schema of :func:`gengroup.protocol.arrow.arrow_schema`
+        (``offset``, ``timestamp``, ``key``, ``value``, ``headers``). Batches
+        not yet decoded go to the columns without a :class:`Record` per
+        record (compiled when the extension is built); :attr:`records` stays
+        available and decodes on its own. Each call builds a new table.
+        Deserializers are not applied.
+
+        Raises:
+            MissingDependency: pyarrow is not installed (the ``arrow`` extra).
+            CorruptRecordError: as :attr:`records`, and for an offset or
+                timestamp beyond int64.
+            ProtocolError: as :attr:`records`.
+        """
+        from ..protocol.arrow import batches_to_arrow, records_to_arrow, require_pyarrow
+
+        if not self._raw:
+            return records_to_arrow(self._records)
+        table = batches_to_arrow(self._raw)
+        if self._records:  # a first batch already trimmed to the position
+            table = require_pyarrow().concat_tables([records_to_arrow(self._records), table])
+        return table
+
     @property
     def tp(self) -> TopicPartition:
         """The batch's topic and partition."""

@@ -14,7 +14,9 @@ does three things:
    coordinator), and is deleted. A published file reaching past the committed
    offset can only come from offsets reset backwards; it is deleted, and a file
    straddling the committed offset makes the worker start from its base.
-2. *Buffer and roll.* Records are buffered in memory until ``file_max_bytes``
+2. *Buffer and roll.* Records are buffered in memory -- as Arrow tables, each
+   fetched batch decoded straight into columns (``FetchedBatch.to_arrow``),
+   with no Python object per record -- until ``file_max_bytes``
    of keys and values or ``file_max_age`` seconds since the first one; then
    the buffer becomes a file covering ``[base, next_offset)``.
 3. *Land one file:* write it staged and durable; commit its end offset under
@@ -44,7 +46,6 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import accumulate
 from typing import Any
 
 import anyio
@@ -61,8 +62,8 @@ from .._types import TopicPartition
 from ..consumer.generation import Generation
 from ..consumer.group import ConsumerGroup
 from ..consumer.prefetch import FetchedBatch
-from ..protocol.records import Header
-from .layout import Landed, commit_note, parse_note
+from ..protocol.arrow import arrow_schema as records_schema
+from .layout import Landed, arrow_schema, commit_note, parse_note
 from .store import LakeError, LakeStore
 
 __all__ = ["LakeConfig", "LakeSink", "PartitionProgress"]
@@ -147,60 +148,70 @@ class PartitionProgress:
 
 @dataclass
 class _Buffer:
-    """The records of the file being filled, as columns."""
+    """The records of the file being filled, as Arrow tables (slices of fetched batches)."""
 
     tp: TopicPartition
     base: int
     end: int = -1
     nbytes: int = 0
     started: float = math.inf
-    offsets: list[int] = field(default_factory=list)
-    timestamps: list[int] = field(default_factory=list)
-    keys: list[bytes | None] = field(default_factory=list)
-    values: list[bytes | None] = field(default_factory=list)
-    headers: list[tuple[Header, ...]] = field(default_factory=list)
+    rows: int = 0
+    tables: list[Any] = field(default_factory=list)
 
-    def add(self, batch: FetchedBatch, start: int, max_bytes: int) -> int:
-        """Take ``batch``'s records from index ``start`` until the file is full; where it stopped.
+    def add(self, table: Any, next_offset: int, start: int, max_bytes: int) -> int:
+        """Take ``table``'s rows from index ``start`` until the file is full; where it stopped.
 
-        A full file ends after its last record; otherwise the buffer ends
-        where the batch does (``next_offset``, past any trailing gap).
+        ``table`` is a fetched batch's ``to_arrow()``. A full file ends after
+        its last record; otherwise the buffer ends where the batch does
+        (``next_offset``, past any trailing gap).
         """
-        if not self.offsets:
-            self.started = anyio.current_time()
-        records = batch.records[start:] if start else batch.records
-        sizes = [len(r.key or b"") + len(r.value or b"") for r in records]
-        room, take = max_bytes - self.nbytes, len(records)
-        if sum(sizes) >= room:  # the file fills up inside this batch: find where
-            for i, total in enumerate(accumulate(sizes)):
-                if total >= room:
-                    take = i + 1
-                    break
-        part = records[:take] if take < len(records) else records
-        self.offsets.extend([r.offset for r in part])
-        self.timestamps.extend([r.timestamp for r in part])
-        self.keys.extend([r.key for r in part])
-        self.values.extend([r.value for r in part])
-        self.headers.extend([r.headers for r in part])
-        self.nbytes += sum(sizes[:take])
-        if self.nbytes >= max_bytes:
-            self.end = part[-1].offset + 1
-            return start + take
-        self.end = batch.next_offset
-        return len(batch.records)
+        import pyarrow.compute as pc
 
-    def columns(self, landed_at_ms: int) -> dict[str, list[Any]]:
-        n = len(self.offsets)
-        return {
-            "topic": [self.tp.topic] * n,
-            "partition": [self.tp.partition] * n,
-            "offset": self.offsets,
-            "timestamp": self.timestamps,
-            "key": self.keys,
-            "value": self.values,
-            "headers": self.headers,
-            "landed_at": [landed_at_ms] * n,
-        }
+        if not self.rows:
+            self.started = anyio.current_time()
+        part = table.slice(start) if start else table
+        sizes = pc.add(
+            pc.fill_null(pc.binary_length(part.column("key")), 0).cast("int64"),
+            pc.fill_null(pc.binary_length(part.column("value")), 0).cast("int64"),
+        )
+        totals = pc.cumulative_sum(sizes)
+        room, take = max_bytes - self.nbytes, int(part.num_rows)
+        if take and totals[take - 1].as_py() >= room:  # the file fills up in this batch
+            take = int(pc.index(pc.greater_equal(totals, room), True).as_py()) + 1
+            part = part.slice(0, take)
+        self.tables.append(part)
+        self.rows += take
+        self.nbytes += totals[take - 1].as_py() if take else 0
+        if self.nbytes >= max_bytes:
+            self.end = part.column("offset")[take - 1].as_py() + 1
+            return start + take
+        self.end = next_offset
+        return int(table.num_rows)
+
+    def table(self, landed_at_ms: int) -> Any:
+        """The file's rows, in the lake's schema."""
+        import pyarrow as pa
+
+        schema = arrow_schema()
+        rows = pa.concat_tables(self.tables) if self.tables else records_schema().empty_table()
+        n = rows.num_rows
+        rows = rows.add_column(
+            0, schema.field(1), pa.repeat(pa.scalar(self.tp.partition, pa.int32()), n)
+        )
+        rows = rows.add_column(
+            0, schema.field(0), pa.repeat(pa.scalar(self.tp.topic, pa.string()), n)
+        )
+        landed_at = pa.repeat(pa.scalar(landed_at_ms, pa.int64()), n).cast(schema.field(7).type)
+        return rows.append_column(schema.field(7), landed_at)
+
+    def min_timestamp(self) -> int:
+        """The smallest record timestamp buffered, in milliseconds (the buffer is not empty)."""
+        import pyarrow.compute as pc
+
+        lowest = min(
+            pc.min(t.column("timestamp")).cast("int64").as_py() for t in self.tables if t.num_rows
+        )
+        return int(lowest)
 
 
 class LakeSink:
@@ -278,23 +289,23 @@ class LakeSink:
         while True:
             buf = filling[0]
             batch: FetchedBatch | None = None
-            wait = (
-                None if not buf.offsets else buf.started + cfg.file_max_age - anyio.current_time()
-            )
+            wait = None if not buf.rows else buf.started + cfg.file_max_age - anyio.current_time()
             with anyio.move_on_after(wait):
                 try:
                     batch = await batches.__anext__()
                 except StopAsyncIteration:  # the generation ended; nothing more to land
                     await self._land_buffered(gen, buf, prog)
                     return
-            taken, count = 0, 0 if batch is None else len(batch.records)
+            # Decoded straight into columns: no Record object per record.
+            table = None if batch is None else batch.to_arrow()
+            taken, count = 0, 0 if table is None else table.num_rows
             while True:
                 if batch is not None and taken < count:
-                    taken = buf.add(batch, taken, cfg.file_max_bytes)
+                    taken = buf.add(table, batch.next_offset, taken, cfg.file_max_bytes)
                     prog.high_watermark = batch.high_watermark
-                    prog.buffered = len(buf.offsets)
+                    prog.buffered = buf.rows
                 due = anyio.current_time() >= buf.started + cfg.file_max_age
-                if buf.offsets and (buf.nbytes >= cfg.file_max_bytes or due):
+                if buf.rows and (buf.nbytes >= cfg.file_max_bytes or due):
                     if not await self._land_file(gen, buf, prog):
                         return
                     buf = filling[0] = _Buffer(tp, buf.end)
@@ -303,7 +314,7 @@ class LakeSink:
 
     async def _land_buffered(self, gen: Generation, buf: _Buffer, prog: PartitionProgress) -> None:
         """Land what is buffered once the generation is ending (shielded, bounded)."""
-        if not buf.offsets:
+        if not buf.rows:
             return
         with anyio.CancelScope(shield=True) as scope:
             scope.deadline = anyio.current_time() + self.config.flush_timeout
@@ -313,7 +324,7 @@ class LakeSink:
                 "%s: landing %d buffered record(s) took over %.1f s after generation "
                 "%s ended; the next owner reads them again from offset %d",
                 buf.tp,
-                len(buf.offsets),
+                buf.rows,
                 self.config.flush_timeout,
                 gen.label,
                 buf.base,
@@ -373,8 +384,8 @@ class LakeSink:
         # repeat (KIP-848 epochs), the member's sequence does not.
         landed = Landed(buf.base, buf.end, f"g{gen.id}s{gen.sequence}-{secrets.token_hex(6)}")
         landed_at = time.time()
-        columns = buf.columns(int(landed_at * 1000))
-        await anyio.to_thread.run_sync(self.store.write_staged, tp, landed, columns)
+        table = buf.table(int(landed_at * 1000))
+        await anyio.to_thread.run_sync(self.store.write_staged, tp, landed, table)
         try:
             await gen.commit({tp: landed.end}, metadata={tp: commit_note(landed)})
         except _NOT_STORED as exc:
@@ -406,11 +417,11 @@ class LakeSink:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(self.store.publish, tp, landed)
         prog.landed_offset = landed.end
-        prog.records += len(buf.offsets)
+        prog.records += buf.rows
         prog.bytes += buf.nbytes
         prog.files += 1
         prog.buffered = 0
-        prog.last_delay = max(0.0, time.time() - min(buf.timestamps) / 1000)
+        prog.last_delay = max(0.0, time.time() - buf.min_timestamp() / 1000)
         return True
 
     async def _log_progress(self, group_id: str) -> None:

@@ -95,14 +95,22 @@ class LakeStore:
 
     # ------------------------------------------------------------------ writes
 
-    def write_staged(
-        self, tp: TopicPartition, landed: Landed, columns: dict[str, list[Any]]
-    ) -> int:
-        """Write ``columns`` as ``landed``'s staged Parquet file, durably; its size in bytes."""
+    def write_staged(self, tp: TopicPartition, landed: Landed, rows: Any) -> int:
+        """Write ``rows`` as ``landed``'s staged Parquet file, durably; its size in bytes.
+
+        ``rows`` is a ``pyarrow.Table`` of the lake's schema, or its columns
+        as a dict of lists.
+        """
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.Table.from_pydict(columns, schema=arrow_schema())
+        schema = arrow_schema()
+        if isinstance(rows, dict):
+            table = pa.Table.from_pydict(rows, schema=schema)
+        elif rows.schema == schema:
+            table = rows
+        else:
+            raise TypeError(f"rows do not have the lake's schema: {rows.schema}")
         path = self.staged_path(tp, landed)
         folder = path.rsplit("/", 1)[0]
         self.fs.create_dir(folder, recursive=True)

@@ -30,6 +30,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
+#include <string.h>
 
 #define N_FIELDS 5
 
@@ -373,11 +374,555 @@ configure(PyObject *self, PyObject *args)
     return PyBool_FromLong(slots);
 }
 
+/* ------------------------------------------------------------------ columns
+ *
+ * arrow_columns(segments) walks the records of one or more uncompressed
+ * batch bodies and fills Arrow column buffers directly, without a Python
+ * object per record. Each segment is a tuple
+ *   (buf, pos, end, count, base_offset, base_timestamp, attributes,
+ *    max_timestamp, min_offset)
+ * with the meaning of decode_records' arguments plus what _records_of
+ * applies after the loop: attributes bit 3 (log-append time: every
+ * timestamp is max_timestamp), bit 5 (control: every key must be at least
+ * 4 bytes) and min_offset (records below it are checked but not kept).
+ *
+ * The reads are bounded exactly as in decode_records, so the same inputs are
+ * rejected, plus one rule of its own: an offset or timestamp outside int64
+ * (which the Record path keeps as a Python int) cannot be stored in an Arrow
+ * int64 column and is rejected too (arrow.py applies the same rule to the
+ * Record path's output). Header keys are validated as strict UTF-8, as
+ * Python's decoder does (no overlong forms, no surrogates, nothing above
+ * U+10FFFF).
+ *
+ * The result is a tuple of bytes objects holding the Arrow buffers (int64
+ * values, int32 offsets starting at 0, LSB-first validity bitmaps, or None
+ * for a column without nulls) and the counts needed to wrap them, in the
+ * order arrow.py unpacks them. Each growable buffer is a bytes object grown
+ * by doubling and cut to its final size at the end.
+ */
+
+typedef struct {
+    PyObject *obj; /* a bytes object, NULL once given away or on error */
+    char *p;
+    Py_ssize_t len, cap;
+} growbuf;
+
+static int
+gb_init(growbuf *g, Py_ssize_t cap)
+{
+    if (cap < 16) {
+        cap = 16;
+    }
+    g->obj = PyBytes_FromStringAndSize(NULL, cap);
+    if (g->obj == NULL) {
+        return -1;
+    }
+    g->p = PyBytes_AS_STRING(g->obj);
+    g->len = 0;
+    g->cap = cap;
+    return 0;
+}
+
+static int
+gb_grow(growbuf *g, Py_ssize_t extra)
+{
+    Py_ssize_t cap = g->cap;
+    while (cap - g->len < extra) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    if (_PyBytes_Resize(&g->obj, cap) < 0) {
+        return -1; /* g->obj is NULL now */
+    }
+    g->p = PyBytes_AS_STRING(g->obj);
+    g->cap = cap;
+    return 0;
+}
+
+static inline int
+gb_reserve(growbuf *g, Py_ssize_t extra)
+{
+    return (g->cap - g->len >= extra) ? 0 : gb_grow(g, extra);
+}
+
+static inline int
+gb_i32(growbuf *g, Py_ssize_t value)
+{
+    if (gb_reserve(g, 4) < 0) {
+        return -1;
+    }
+    int32_t v = (int32_t)value;
+    memcpy(g->p + g->len, &v, 4);
+    g->len += 4;
+    return 0;
+}
+
+static inline int
+gb_i64(growbuf *g, int64_t v)
+{
+    if (gb_reserve(g, 8) < 0) {
+        return -1;
+    }
+    memcpy(g->p + g->len, &v, 8);
+    g->len += 8;
+    return 0;
+}
+
+/* Set or clear validity bit `index` (bits are appended in order). */
+static inline int
+gb_bit(growbuf *g, Py_ssize_t index, int valid)
+{
+    if ((index & 7) == 0) {
+        if (gb_reserve(g, 1) < 0) {
+            return -1;
+        }
+        g->p[g->len++] = 0;
+    }
+    if (valid) {
+        g->p[index >> 3] |= (char)(1 << (index & 7));
+    }
+    return 0;
+}
+
+/* The bytes object cut to its length (a new reference), or NULL. */
+static PyObject *
+gb_finish(growbuf *g)
+{
+    if (g->len != g->cap && _PyBytes_Resize(&g->obj, g->len) < 0) {
+        return NULL;
+    }
+    PyObject *r = g->obj;
+    g->obj = NULL;
+    return r;
+}
+
+/* A variable-size column: int32 offsets, data, validity bitmap. */
+typedef struct {
+    growbuf offsets, data, valid;
+    Py_ssize_t nulls;
+} varcol;
+
+static int
+vc_init(varcol *c, Py_ssize_t rows, Py_ssize_t data_cap)
+{
+    c->nulls = 0;
+    if (gb_init(&c->offsets, 4 * (rows + 1)) < 0 || gb_init(&c->data, data_cap) < 0 ||
+        gb_init(&c->valid, rows / 8 + 1) < 0) {
+        return -1;
+    }
+    return gb_i32(&c->offsets, 0);
+}
+
+static void
+vc_clear(varcol *c)
+{
+    Py_CLEAR(c->offsets.obj);
+    Py_CLEAR(c->data.obj);
+    Py_CLEAR(c->valid.obj);
+}
+
+/* Append value `index` of the column: n bytes at src, or null if n < 0. */
+static int
+vc_append(varcol *c, Py_ssize_t index, const unsigned char *src, Py_ssize_t n)
+{
+    if (gb_bit(&c->valid, index, n >= 0) < 0) {
+        return -1;
+    }
+    if (n < 0) {
+        c->nulls++;
+    }
+    else {
+        if (n > (Py_ssize_t)INT32_MAX - c->data.len) {
+            PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of data in one Arrow column");
+            return -1;
+        }
+        if (gb_reserve(&c->data, n) < 0) {
+            return -1;
+        }
+        memcpy(c->data.p + c->data.len, src, (size_t)n);
+        c->data.len += n;
+    }
+    return gb_i32(&c->offsets, c->data.len);
+}
+
+/* Whether buf[0:n] is strict UTF-8 as Python decodes it. */
+static int
+valid_utf8(const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int more;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) {
+            more = 1;
+        }
+        else if (c >= 0xE0 && c <= 0xEF) {
+            more = 2;
+            if (c == 0xE0) {
+                lo = 0xA0;
+            }
+            else if (c == 0xED) {
+                hi = 0x9F;
+            }
+        }
+        else if (c >= 0xF0 && c <= 0xF4) {
+            more = 3;
+            if (c == 0xF0) {
+                lo = 0x90;
+            }
+            else if (c == 0xF4) {
+                hi = 0x8F;
+            }
+        }
+        else {
+            return 0;
+        }
+        if (more > n - i - 1) {
+            return 0;
+        }
+        if (s[i + 1] < lo || s[i + 1] > hi) {
+            return 0;
+        }
+        for (int k = 2; k <= more; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) {
+                return 0;
+            }
+        }
+        i += more + 1;
+    }
+    return 1;
+}
+
+typedef struct {
+    growbuf offsets, timestamps, header_offsets;
+    varcol keys, values, header_keys, header_values;
+    Py_ssize_t rows, headers;
+} columns;
+
+/* A nullable byte string inside the record: *n is -1 for null. Returns 0, or
+ * -1 with a CorruptRecordError set. */
+static int
+take_bytes(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t limit, const char *what,
+           Py_ssize_t *start, Py_ssize_t *n)
+{
+    uint64_t raw;
+    if (read_varint(buf, pos, limit, 5, &raw) < 0) {
+        return -1;
+    }
+    if (raw & 1) {
+        if (raw != 1) {
+            PyErr_Format(corrupt_error, "negative %s length at byte %zd", what, *pos);
+            return -1;
+        }
+        *n = -1;
+        return 0;
+    }
+    Py_ssize_t len = (Py_ssize_t)(raw >> 1);
+    if (len > limit - *pos) {
+        PyErr_Format(corrupt_error, "%s at byte %zd overruns its record", what, *pos);
+        return -1;
+    }
+    *start = *pos;
+    *n = len;
+    *pos += len;
+    return 0;
+}
+
+/* Decode one segment's records into the columns; 0, or -1 with an error set. */
+static int
+fill_segment(columns *c, const unsigned char *buf, Py_ssize_t buf_len, Py_ssize_t pos,
+             Py_ssize_t end, Py_ssize_t count, int64_t base_offset, int64_t base_timestamp,
+             long attributes, int64_t max_timestamp, int64_t min_offset)
+{
+    if (pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "pos must not be negative");
+        return -1;
+    }
+    if (end - pos < 0 || count > (end - pos) / 7) {
+        corrupt("the records cannot fit in the batch ending at byte %zd", end);
+        return -1;
+    }
+    Py_ssize_t limit = end < buf_len ? end : buf_len;
+    int log_append = (attributes & 0x08) != 0;
+    int control = (attributes & 0x20) != 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        uint64_t raw;
+        if (read_varint(buf, &pos, limit, 5, &raw) < 0) {
+            return -1;
+        }
+        if (raw & 1) {
+            corrupt("negative record length at byte %zd", pos);
+            return -1;
+        }
+        Py_ssize_t length = (Py_ssize_t)(raw >> 1);
+        if (length > limit - pos || length < 1) {
+            corrupt("record at byte %zd overruns its batch", pos);
+            return -1;
+        }
+        Py_ssize_t record_end = pos + length;
+        pos += 1; /* attributes */
+        if (read_varint(buf, &pos, record_end, 10, &raw) < 0) {
+            return -1;
+        }
+        int64_t timestamp_delta = zigzag(raw);
+        if (read_varint(buf, &pos, record_end, 5, &raw) < 0) {
+            return -1;
+        }
+        int64_t offset, timestamp;
+        if (__builtin_add_overflow(base_offset, zigzag(raw), &offset)) {
+            corrupt("record offset at byte %zd does not fit in 64 bits", pos);
+            return -1;
+        }
+        if (log_append) {
+            timestamp = max_timestamp;
+        }
+        else if (__builtin_add_overflow(base_timestamp, timestamp_delta, &timestamp)) {
+            corrupt("record timestamp at byte %zd does not fit in 64 bits", pos);
+            return -1;
+        }
+        int keep = offset >= min_offset;
+        Py_ssize_t key_at = 0, key_n, value_at = 0, value_n;
+        if (take_bytes(buf, &pos, record_end, "key", &key_at, &key_n) < 0 ||
+            take_bytes(buf, &pos, record_end, "value", &value_at, &value_n) < 0) {
+            return -1;
+        }
+        if (pos < record_end && buf[pos] == 0) {
+            pos += 1;
+        }
+        else {
+            if (read_varint(buf, &pos, record_end, 5, &raw) < 0) {
+                return -1;
+            }
+            if (raw & 1) {
+                corrupt("negative header count at byte %zd", pos);
+                return -1;
+            }
+            Py_ssize_t n_headers = (Py_ssize_t)(raw >> 1);
+            if (n_headers > (record_end - pos) / 2) {
+                corrupt("too many headers for the record at byte %zd", pos);
+                return -1;
+            }
+            for (Py_ssize_t k = 0; k < n_headers; k++) {
+                if (read_varint(buf, &pos, record_end, 5, &raw) < 0) {
+                    return -1;
+                }
+                if (raw & 1) {
+                    corrupt("null or negative header key length at byte %zd", pos);
+                    return -1;
+                }
+                Py_ssize_t n = (Py_ssize_t)(raw >> 1);
+                if (n > record_end - pos) {
+                    corrupt("header key at byte %zd overruns its record", pos);
+                    return -1;
+                }
+                if (!valid_utf8(buf + pos, n)) {
+                    corrupt("header key at byte %zd is not UTF-8", pos);
+                    return -1;
+                }
+                Py_ssize_t name_at = pos;
+                pos += n;
+                Py_ssize_t hv_at = 0, hv_n;
+                if (take_bytes(buf, &pos, record_end, "header value", &hv_at, &hv_n) < 0) {
+                    return -1;
+                }
+                if (keep) {
+                    if (vc_append(&c->header_keys, c->headers, buf + name_at, n) < 0 ||
+                        vc_append(&c->header_values, c->headers, buf + hv_at, hv_n) < 0) {
+                        return -1;
+                    }
+                    c->headers++;
+                }
+            }
+        }
+        if (pos != record_end) {
+            PyErr_Format(corrupt_error, "record ends at byte %zd, its length says %zd", pos,
+                         record_end);
+            return -1;
+        }
+        if (control && key_n < 4) {
+            corrupt("control record at byte %zd has no valid control key", pos);
+            return -1;
+        }
+        if (keep) {
+            if (c->headers > (Py_ssize_t)INT32_MAX) {
+                PyErr_SetString(PyExc_OverflowError, "too many headers for one Arrow column");
+                return -1;
+            }
+            if (gb_i64(&c->offsets, offset) < 0 || gb_i64(&c->timestamps, timestamp) < 0 ||
+                vc_append(&c->keys, c->rows, buf + key_at, key_n) < 0 ||
+                vc_append(&c->values, c->rows, buf + value_at, value_n) < 0 ||
+                gb_i32(&c->header_offsets, c->headers) < 0) {
+                return -1;
+            }
+            c->rows++;
+        }
+    }
+    if (pos != end) {
+        PyErr_Format(corrupt_error, "records end at byte %zd, the batch ends at byte %zd", pos,
+                     end);
+        return -1;
+    }
+    return 0;
+}
+
+/* Prefix the pending CorruptRecordError's message with the batch's offset. */
+static void
+name_the_batch(long long base_offset)
+{
+    if (!PyErr_ExceptionMatches(corrupt_error)) {
+        return;
+    }
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *text = value ? PyObject_Str(value) : NULL;
+    if (text != NULL) {
+        PyErr_Format(corrupt_error, "record batch at offset %lld: %U", base_offset, text);
+        Py_DECREF(text);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+    }
+    else {
+        PyErr_Restore(type, value, tb);
+    }
+}
+
+/* The validity bitmap, or None when the column has no nulls. */
+static PyObject *
+bitmap_or_none(varcol *c)
+{
+    if (c->nulls == 0) {
+        Py_CLEAR(c->valid.obj);
+        Py_RETURN_NONE;
+    }
+    return gb_finish(&c->valid);
+}
+
+static PyObject *
+arrow_columns(PyObject *self, PyObject *segments)
+{
+    (void)self;
+    if (corrupt_error == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(segments, "segments must be a sequence");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n_segments = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    /* Capacity estimates: rows by the declared counts, data by the bytes. */
+    Py_ssize_t rows = 0, body = 0;
+    for (Py_ssize_t s = 0; s < n_segments; s++) {
+        PyObject *item = items[s];
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 9) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "each segment must be a 9-tuple");
+            return NULL;
+        }
+        Py_ssize_t pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 1));
+        Py_ssize_t end = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 2));
+        Py_ssize_t count = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 3));
+        if (PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        Py_ssize_t size = end > pos ? end - pos : 0;
+        if (size > PY_SSIZE_T_MAX / 4 - body) {
+            size = 0;
+        }
+        body += size;
+        rows += count > 0 && count <= size / 7 ? count : 0;
+    }
+    columns c;
+    memset(&c, 0, sizeof(c));
+    PyObject *result = NULL;
+    if (gb_init(&c.offsets, 8 * rows) < 0 || gb_init(&c.timestamps, 8 * rows) < 0 ||
+        gb_init(&c.header_offsets, 4 * (rows + 1)) < 0 || gb_i32(&c.header_offsets, 0) < 0 ||
+        vc_init(&c.keys, rows, body / 8) < 0 || vc_init(&c.values, rows, body) < 0 ||
+        vc_init(&c.header_keys, 0, 0) < 0 || vc_init(&c.header_values, 0, 0) < 0) {
+        goto done;
+    }
+    for (Py_ssize_t s = 0; s < n_segments; s++) {
+        Py_buffer view;
+        Py_ssize_t pos, end, count;
+        long long base_offset, base_timestamp, max_timestamp, min_offset;
+        long attributes;
+        if (!PyArg_ParseTuple(items[s], "y*nnnLLlLL", &view, &pos, &end, &count, &base_offset,
+                              &base_timestamp, &attributes, &max_timestamp, &min_offset)) {
+            goto done;
+        }
+        int rc = fill_segment(&c, (const unsigned char *)view.buf, view.len, pos, end, count,
+                              base_offset, base_timestamp, attributes, max_timestamp,
+                              min_offset);
+        PyBuffer_Release(&view);
+        if (rc < 0) {
+            name_the_batch(base_offset);
+            goto done;
+        }
+    }
+    {
+        PyObject *parts[21] = {NULL};
+        parts[0] = PyLong_FromSsize_t(c.rows);
+        parts[1] = gb_finish(&c.offsets);
+        parts[2] = gb_finish(&c.timestamps);
+        varcol *cols[4] = {&c.keys, &c.values, &c.header_keys, &c.header_values};
+        int at = 3;
+        for (int k = 0; k < 4; k++) {
+            if (k == 2) {
+                parts[at++] = gb_finish(&c.header_offsets);
+                parts[at++] = PyLong_FromSsize_t(c.headers);
+            }
+            parts[at++] = bitmap_or_none(cols[k]);
+            parts[at++] = PyLong_FromSsize_t(cols[k]->nulls);
+            parts[at++] = gb_finish(&cols[k]->offsets);
+            parts[at++] = gb_finish(&cols[k]->data);
+        }
+        int ok = 1;
+        for (int k = 0; k < 21; k++) {
+            ok &= parts[k] != NULL;
+        }
+        if (ok) {
+            result = PyTuple_New(21);
+        }
+        for (int k = 0; k < 21; k++) {
+            if (result != NULL) {
+                PyTuple_SET_ITEM(result, k, parts[k]);
+            }
+            else {
+                Py_XDECREF(parts[k]);
+            }
+        }
+    }
+done:
+    Py_CLEAR(c.offsets.obj);
+    Py_CLEAR(c.timestamps.obj);
+    Py_CLEAR(c.header_offsets.obj);
+    vc_clear(&c.keys);
+    vc_clear(&c.values);
+    vc_clear(&c.header_keys);
+    vc_clear(&c.header_values);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode_records", decode_records, METH_VARARGS,
      "decode_records(buf, pos, end, count, base_offset, base_timestamp) -> list[Record]"},
     {"configure", configure, METH_VARARGS,
      "configure(record_type, error_type) -> bool: set the classes decode_records uses"},
+    {"arrow_columns", arrow_columns, METH_O,
+     "arrow_columns(segments) -> tuple: the Arrow column buffers of the segments' records"},
     {NULL, NULL, 0, NULL},
 };
 
