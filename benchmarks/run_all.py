@@ -193,7 +193,7 @@ async def consume_gengroup(
         nonlocal count, total
         async for batch in gen.fetch(tp):
             # No fallback to .records: a batch without to_arrow fails the run.
-            table = batch.to_arrow()  # type: ignore[attr-defined]
+            table = batch.to_arrow()
             total += pc.sum(pc.binary_length(table.column("value"))).as_py() or 0
             count += table.num_rows
             gen.mark(tp, batch.next_offset)
@@ -419,10 +419,6 @@ def consume_java(bootstrap: str, topic: str, n: int, size: int, classpath: str) 
 
 def arrow_missing() -> str | None:
     """Why the ``gengroup-arrow`` client cannot run, or None if it can."""
-    from gengroup.consumer.prefetch import FetchedBatch
-
-    if not hasattr(FetchedBatch, "to_arrow"):
-        return "gengroup-arrow: this gengroup has no FetchedBatch.to_arrow"
     try:
         import pyarrow.compute  # noqa: F401
     except ImportError:
@@ -431,7 +427,7 @@ def arrow_missing() -> str | None:
 
 
 def missing(name: str) -> str | None:
-    """Why client ``name`` cannot run here (a package or a method is missing), or None."""
+    """Why client ``name`` cannot run here (a package is missing), or None."""
     if name == "gengroup-arrow":
         return arrow_missing()
     module = {"aiokafka": "aiokafka", "confluent-kafka": "confluent_kafka", "kafka-python": "kafka"}
@@ -450,7 +446,7 @@ def check_clients(names: list[str] | None) -> list[str]:
 
     Raises:
         SystemExit: an unknown name, or a client that cannot run here (its
-            package or ``FetchedBatch.to_arrow`` missing): never skipped quietly.
+            package missing): never skipped quietly.
     """
     chosen = list(CLIENTS) if names is None else names
     unknown = [name for name in chosen if name not in CLIENTS]
@@ -485,7 +481,7 @@ def clients(
 
     Raises:
         SystemExit: an unknown name, or a client that cannot run here (its
-            package or ``FetchedBatch.to_arrow`` missing): never skipped quietly.
+            package missing): never skipped quietly.
     """
     chosen = check_clients(names)
     every: dict[str, Callable[[], Run]] = {
