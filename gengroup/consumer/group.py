@@ -185,12 +185,14 @@ class ConsumerGroup:
         self._send, self._recv = anyio.create_memory_object_stream[Generation | _Failure](0)
         self._done = anyio.Event()
         self._join_scope = anyio.CancelScope()
+        self._warm_up_scope = anyio.CancelScope()
         self._last_teardown = 0.0
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(self._client.cluster)
             stack.callback(self._recv.close)
             tg = await stack.enter_async_context(anyio.create_task_group())
             tg.start_soon(self._run, name=f"gengroup-run-{self.config.group_id}")
+            tg.start_soon(self._warm_up, name=f"gengroup-warm-up-{self.config.group_id}")
             self._stack = stack.pop_all()
         return self
 
@@ -229,6 +231,7 @@ class ConsumerGroup:
         if not self._closing:
             self._closing = True
             self._join_scope.cancel()
+            self._warm_up_scope.cancel()
             if self._current is not None:
                 self._current.end(Outcome.REJOIN, "the group is closing", release=True)
             if self._stuck:
@@ -274,6 +277,11 @@ class ConsumerGroup:
         return item
 
     # ------------------------------------------------------------------ run loop
+
+    async def _warm_up(self) -> None:
+        """Beside the first JoinGroup: see :meth:`GroupClient.warm_up`."""
+        with self._warm_up_scope:
+            await self._client.warm_up(self._member.subscribed_topics())
 
     async def _run(self) -> None:
         try:

@@ -281,6 +281,8 @@ def _apply(
 
 #: Fetch requests in flight per broker at most (over disjoint partitions).
 _MAX_IN_FLIGHT: Final = 2
+#: The broker connections a fetch loop sends its requests on, one per request in flight.
+FETCH_CHANNELS: Final = tuple(f"fetch-{i}" if i else "fetch" for i in range(_MAX_IN_FLIGHT))
 
 
 @dataclass(eq=False)
@@ -575,7 +577,7 @@ class Prefetcher:
         # One connection per request that may be in flight at the same time:
         # the broker answers a connection's requests in order, and a long poll
         # for partitions without new data must not hold up an answer with data.
-        free = [f"fetch-{i}" if i else "fetch" for i in range(_MAX_IN_FLIGHT)]
+        free = list(FETCH_CHANNELS)
         turn = 0
         # Requests in flight that asked for data known to be there (the others
         # are long polls).
