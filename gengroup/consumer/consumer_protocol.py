@@ -9,7 +9,10 @@ heartbeat loop running beside the generations, for the member's whole life
 with member epoch 0 and the subscribed topic names, then heartbeats every
 interval the coordinator returns, reporting the partitions it owns. An
 answer may carry a new assignment (by topic id; the names come from the
-subscribed topics' metadata).
+subscribed topics' metadata). After an answer that changed the epoch or the
+assignment it beats early (``FIRST_EARLY_BEAT``, doubling, while below the
+interval): partitions other members still own come with a later answer,
+once they acknowledged their revocation.
 
 Reconciling is incremental, like the classic protocol's cooperative
 rebalancing (``docs/incremental-rebalancing.md``). When a heartbeat answer
@@ -82,6 +85,7 @@ from ..membership.member import Outcome, outcome_for
 from ..protocol.versions import ApiKey
 from .forming import Formed, GroupClient, generation_identity
 from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
+from .running import FIRST_EARLY_BEAT
 
 __all__ = ["ConsumerProtocolMember"]
 
@@ -413,6 +417,7 @@ class ConsumerProtocolMember:
         cfg = self.config
         backoff = Backoff(cfg.join_backoff, cap=min(cfg.join_backoff * 32, 30.0))
         started = anyio.current_time()
+        early: float | None = None  # the next early beat's delay, while reconciling
         while self._fatal is None:
             if self.epoch == 0:
                 # Joining: a fenced member rejoins once its generation ended
@@ -453,7 +458,18 @@ class ConsumerProtocolMember:
             if epoch != self.epoch:
                 continue  # fenced while it was in flight: rejoin
             await self._on_heartbeat(resp, sent_at)
-            await self._pause(self._interval)
+            # A reconciliation under way beats early (as a classic cooperative
+            # generation does): after a new epoch or assignment, the partitions
+            # still owned by others come with a later answer, once they
+            # acknowledged their revocation, and waiting a whole interval for
+            # that answer left them unconsumed meanwhile.
+            if self.epoch != epoch or resp.assignment is not None:
+                early = FIRST_EARLY_BEAT
+            elif early is not None:
+                early *= 2
+            if early is not None and early >= self._interval:
+                early = None
+            await self._pause(self._interval if early is None else early)
 
     def _heartbeat_failed(self, exc: BaseException, started: float) -> None:
         cfg = self.config

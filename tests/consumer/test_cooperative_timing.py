@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from gengroup import ConsumerGroup, CooperativeStickyBalancer, Generation, RangeBalancer
-from gengroup.broker import FakeCluster
+from gengroup.broker import BrokerSettings, FakeCluster
 from gengroup.consumer.running import FIRST_EARLY_BEAT
 
 from .cooperative import SpanLedger, group_on, wait_until
@@ -25,16 +25,23 @@ INTERVAL = EMBEDDED_SETTINGS["heartbeat_interval"]
 
 
 async def newcomer_generations(
-    balancer: CooperativeStickyBalancer | RangeBalancer,
+    balancer: CooperativeStickyBalancer | RangeBalancer | None,
 ) -> list[tuple[float, Generation]]:
     """Two members share the topic; a third joins. Its generations, with the
-    virtual time each was handed out at."""
+    virtual time each was handed out at. ``None``: the consumer protocol
+    (KIP-848), its heartbeat interval the same."""
     every = all_partitions("t", PARTITIONS)
     ledger = SpanLedger()
     received: list[tuple[float, Generation]] = []
-    async with FakeCluster(topics={"t": PARTITIONS}, initial_rebalance_delay_ms=0) as cluster:
+    settings = BrokerSettings(
+        group_initial_rebalance_delay_ms=0,
+        group_consumer_heartbeat_interval_ms=int(INTERVAL * 1000),
+    )
+    async with FakeCluster(topics={"t": PARTITIONS}, settings=settings) as cluster:
 
         def open_group(name: str) -> ConsumerGroup:
+            if balancer is None:
+                return group_on(cluster, name, [], group_protocol="consumer")
             return group_on(cluster, name, [balancer])
 
         async def newcomer() -> None:
@@ -52,7 +59,9 @@ async def newcomer_generations(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(member, "m1")
             nursery.start_soon(member, "m2")
-            await wait_until(lambda: ledger.stable({"m1", "m2"}, every), "two members", 120)
+            # (Under the consumer protocol each member has its own epoch.)
+            same = balancer is not None
+            await wait_until(lambda: ledger.stable({"m1", "m2"}, every, same), "two members", 120)
             # Well past the join, so that heartbeats are not due by chance.
             await trio.sleep(INTERVAL * 0.3)
             nursery.start_soon(newcomer)
@@ -89,3 +98,19 @@ async def test_an_eager_group_keeps_its_regular_heartbeats(
     received = await newcomer_generations(RangeBalancer())
     assert len(received) == 1
     assert len(received[0][1].assignments) == PARTITIONS // 3
+
+
+async def test_a_consumer_protocol_newcomer_gets_its_partitions_without_waiting_an_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """KIP-848: the newcomer's first epoch brings none of its partitions (the
+    others still own them); they come with the answer to a heartbeat after
+    the owners, at their own next heartbeat, acknowledged their revocation.
+    Beating early while reconciling, the newcomer learns of them within
+    milliseconds of that acknowledgement; at its regular interval it learned
+    of them a whole interval after its first epoch at the earliest."""
+    received = await newcomer_generations(None)
+    (first_at, first), (last_at, last) = received[0], received[-1]
+    assert not first.assignments and len(last.assignments) == PARTITIONS // 3
+    assert last.rebalance_protocol == "cooperative"
+    assert last_at - first_at < INTERVAL, [(t, g.label, len(g.assignments)) for t, g in received]
