@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from typing import Final
+from functools import partial
+from typing import Any, Final
 
 import anyio
 from kio.schema.errors import ErrorCode
@@ -101,11 +102,11 @@ async def fetch_once(
     """
     if not positions:
         return {}
+    plan: FetchPlan | None = None
     if session is None:
-        resp = await cluster.call(
-            node_id,
-            ApiKey.FETCH,
-            lambda mod: build_fetch_request(
+
+        def make(mod: Any) -> object:
+            return build_fetch_request(
                 mod.FetchRequest.__version__,
                 positions,
                 max_wait=max_wait,
@@ -113,42 +114,39 @@ async def fetch_once(
                 max_bytes=max_bytes,
                 partition_max_bytes=partition_max_bytes,
                 isolation_level=isolation_level,
-            ),
-            timeout=max_wait + cluster.request_timeout,
-            channel=channel,
+            )
+    else:
+        plan = session.plan(
+            {
+                tp: PartitionParams(
+                    offset,
+                    partition_max_bytes
+                    if isinstance(partition_max_bytes, int)
+                    else partition_max_bytes[tp],
+                )
+                for tp, offset in positions.items()
+            }
         )
+        make = partial(
+            _session_request,
+            plan=plan,
+            max_wait=max_wait,
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            isolation_level=isolation_level,
+        )
+    try:
+        resp = await cluster.call(
+            node_id, ApiKey.FETCH, make, timeout=max_wait + cluster.request_timeout, channel=channel
+        )
+    except BaseException:
+        if session is not None:
+            session.failed()
+        raise
+    if session is None or plan is None:
         return parse_fetch_response(
             resp, isolation_level=isolation_level, positions=positions, decode=decode
         )
-    plan = session.plan(
-        {
-            tp: PartitionParams(
-                offset,
-                partition_max_bytes
-                if isinstance(partition_max_bytes, int)
-                else partition_max_bytes[tp],
-            )
-            for tp, offset in positions.items()
-        }
-    )
-    try:
-        resp = await cluster.call(
-            node_id,
-            ApiKey.FETCH,
-            lambda mod: _session_request(
-                mod.FetchRequest.__version__,
-                plan,
-                max_wait=max_wait,
-                min_bytes=min_bytes,
-                max_bytes=max_bytes,
-                isolation_level=isolation_level,
-            ),
-            timeout=max_wait + cluster.request_timeout,
-            channel=channel,
-        )
-    except BaseException:
-        session.failed()
-        raise
     code = int(resp.error_code)
     try:
         rejected = session.answered(
@@ -175,18 +173,18 @@ async def fetch_once(
 
 
 def _session_request(
-    version: int,
-    plan: FetchPlan,
+    mod: Any,
     *,
+    plan: FetchPlan,
     max_wait: float,
     min_bytes: int,
     max_bytes: int,
     isolation_level: IsolationLevelArg | int,
 ) -> object:
-    """The Fetch request of a session's ``plan``."""
+    """The Fetch request of a session's ``plan``, in the version of ``mod``."""
     send = plan.send
     return build_fetch_request(
-        version,
+        mod.FetchRequest.__version__,
         {tp: p.offset for tp, p in send.items()},
         max_wait=max_wait,
         min_bytes=min_bytes,

@@ -43,7 +43,7 @@ from typing import Any, Final
 
 from .._errors import CorruptRecordError, MissingDependency, ProtocolError
 from .compression import decompress
-from .records import DEFAULT_MAX_DECOMPRESSED_SIZE, RawBatch, Record, decode_raw
+from .records import DEFAULT_MAX_DECOMPRESSED_SIZE, RawBatch, Record, batch_errors, decode_raw
 
 __all__ = ["arrow_schema", "batches_to_arrow", "records_to_arrow", "require_pyarrow"]
 
@@ -267,14 +267,8 @@ def _segment(raw: RawBatch, min_offset: int | None, max_decompressed_size: int) 
         return None
     pos += _HEADER_SIZE
     if codec:
-        try:
+        with batch_errors(base_offset):
             buf = decompress(codec, memoryview(buf)[pos:end], max_decompressed_size)
-        except ProtocolError as exc:
-            raise type(exc)(f"record batch at offset {base_offset}: {exc}") from exc
-        except (IndexError, ValueError, OverflowError) as exc:
-            raise CorruptRecordError(
-                f"record batch at offset {base_offset} is inconsistent: {exc!r}"
-            ) from exc
         pos, end = 0, len(buf)
     trim = min_offset if min_offset is not None and base_offset < min_offset else _INT64_MIN
     return (

@@ -466,12 +466,23 @@ def decode_raw(
     return out
 
 
+@contextmanager
+def batch_errors(base_offset: int) -> Iterator[None]:
+    """Name the batch in a decoding error; foreign ones become CorruptRecordError."""
+    try:
+        yield
+    except ProtocolError as exc:
+        raise type(exc)(f"record batch at offset {base_offset}: {exc}") from exc
+    except (IndexError, ValueError, OverflowError) as exc:
+        raise CorruptRecordError(f"batch at offset {base_offset} is inconsistent: {exc!r}") from exc
+
+
 def _records_of(raw: RawBatch, max_decompressed_size: int) -> list[Record]:
     """Decode the records of one scanned batch (the GC is paused by the caller)."""
     buf, pos, end, base_offset = raw.buf, raw.start, raw.end, raw.base_offset
     attributes, count = raw.attributes, raw.count
     codec = attributes & _ATTR_COMPRESSION
-    try:
+    with batch_errors(base_offset):
         if count == 0 and end == pos + _HEADER_SIZE:
             records = []  # an empty batch (e.g. kept by compaction), any codec
         elif codec == 0:
@@ -485,12 +496,6 @@ def _records_of(raw: RawBatch, max_decompressed_size: int) -> list[Record]:
             if _decode_records is _decode_records_py:  # it slices values: they must be bytes
                 blob = bytes(blob)  # (the compiled loop reads any buffer)
             records = _decode_records(blob, 0, len(blob), count, base_offset, raw.base_timestamp)
-    except ProtocolError as exc:
-        raise type(exc)(f"record batch at offset {base_offset}: {exc}") from exc
-    except (IndexError, ValueError, OverflowError) as exc:
-        raise CorruptRecordError(
-            f"record batch at offset {base_offset} is inconsistent: {exc!r}"
-        ) from exc
     if attributes & _ATTR_TIMESTAMP_TYPE:
         max_timestamp = raw.max_timestamp
         for record in records:
