@@ -26,6 +26,13 @@ SIGKILLed and the others take its partitions once the coordinator expires its
 session (the moved gap and the time to stable are then the session timeout
 plus a rebalance).
 
+The change comes ``--steady`` seconds after every partition flows, plus a
+*phase* that differs from run to run: run k of n waits (k + 0.5) / n of a
+heartbeat interval more. Members learn of a rebalance at a heartbeat, and a
+client whose heartbeats keep a fixed rate from its assignment would otherwise
+meet every change at the same point of its interval, lucky or not; with the
+phases spread evenly, every client meets changes all across its interval.
+
 Each figure is the worst partition of a run; the table shows the median over
 ``--repeat`` runs (taken in rounds, every configuration once per round) and
 the ratio to the Java client under the same protocol. Clients: gengroup,
@@ -392,8 +399,11 @@ def one_run(
     steady: float,
     logs: Path | None = None,
     case: str = "join",
+    phase: float = 0.0,
 ) -> dict[str, Any]:
     """One run of ``config`` and ``case``: 3 members and a 4th joining, or 4 and one leaving.
+
+    The change comes ``steady + phase`` seconds after every partition flows.
 
     With ``logs``, each member's stderr goes to ``logs-m<N>.log`` (gengroup members log at INFO).
     """
@@ -430,7 +440,7 @@ def one_run(
             spawn()
         n = len(members)
         wait_until(lambda: flowing(members, partitions, 0.0), 90, f"{config}: {n} members flowing")
-        time.sleep(steady)
+        time.sleep(steady + phase)
         if case == "join":
             joined = spawn()
             wait_until(lambda: joined.subscribed > 0, 60, f"{config}: the 4th member subscribing")
@@ -573,12 +583,14 @@ def run_suite(
                 events.mkdir(parents=True, exist_ok=True)
                 logs = events / f"{case}-{config}-{round_ + 1}"
             try:
-                r = one_run(config, bootstrap, java, partitions, rate, steady, logs, case)
+                phase = (round_ + 0.5) / repeat * HEARTBEAT_MS / 1000
+                r = one_run(config, bootstrap, java, partitions, rate, steady, logs, case, phase)
             except TimeoutError as exc:
                 print(
                     f"  {case} {config} run {round_ + 1}: timed out waiting for {exc}", flush=True
                 )
                 continue
+            r["phase"] = phase
             raw = r.pop("events")
             if logs is not None:
                 logs.with_suffix(".json").write_text(json.dumps(raw))
