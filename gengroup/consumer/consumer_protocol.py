@@ -10,9 +10,9 @@ with member epoch 0 and the subscribed topic names, then heartbeats every
 interval the coordinator returns, reporting the partitions it owns. An
 answer may carry a new assignment (by topic id; the names come from the
 subscribed topics' metadata). After an answer that changed the epoch or the
-assignment it beats early (``FIRST_EARLY_BEAT``, doubling, while below the
-interval): partitions other members still own come with a later answer,
-once they acknowledged their revocation.
+assignment it beats early for two intervals (``FIRST_EARLY_BEAT``, doubling
+up to a quarter interval): partitions other members still own come with a
+later answer, once they acknowledged their revocation.
 
 Reconciling is incremental, like the classic protocol's cooperative
 rebalancing (``docs/incremental-rebalancing.md``). When a heartbeat answer
@@ -99,6 +99,13 @@ _STALE_RETRIES = 3
 def new_member_id() -> str:
     """A member id as the Java client makes one (KIP-848 v1: the member's own)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _as_sets(
+    assigned: dict[uuid.UUID, tuple[int, ...]] | None,
+) -> dict[uuid.UUID, frozenset[int]] | None:
+    """An assignment as the coordinator meant it: the order of partitions aside."""
+    return None if assigned is None else {t: frozenset(p) for t, p in assigned.items()}
 
 
 def _show(tps: frozenset[TopicPartition]) -> str:
@@ -418,6 +425,7 @@ class ConsumerProtocolMember:
         backoff = Backoff(cfg.join_backoff, cap=min(cfg.join_backoff * 32, 30.0))
         started = anyio.current_time()
         early: float | None = None  # the next early beat's delay, while reconciling
+        early_until = 0.0
         while self._fatal is None:
             if self.epoch == 0:
                 # Joining: a fenced member rejoins once its generation ended
@@ -457,17 +465,22 @@ class ConsumerProtocolMember:
                 log.info("group %s member %s: heartbeat works again", cfg.group_id, self.member_id)
             if epoch != self.epoch:
                 continue  # fenced while it was in flight: rejoin
+            assigned = _as_sets(self._assigned)
             await self._on_heartbeat(resp, sent_at)
-            # A reconciliation under way beats early (as a classic cooperative
-            # generation does): after a new epoch or assignment, the partitions
-            # still owned by others come with a later answer, once they
-            # acknowledged their revocation, and waiting a whole interval for
-            # that answer left them unconsumed meanwhile.
-            if self.epoch != epoch or resp.assignment is not None:
-                early = FIRST_EARLY_BEAT
+            # A reconciliation under way beats early: after a new epoch or
+            # assignment, the partitions other members still own come with a
+            # later answer, once they noticed (at their next heartbeat, within
+            # an interval) and acknowledged their revocation; waiting a whole
+            # interval more for that answer left them unconsumed meanwhile.
+            # So for two intervals the member beats at 50, 100, 200 ms, then
+            # every quarter interval. (The answer to a full request carries
+            # the assignment even when unchanged: only a change counts.)
+            now = anyio.current_time()
+            if self.epoch != epoch or _as_sets(self._assigned) != assigned:
+                early, early_until = FIRST_EARLY_BEAT, now + 2 * self._interval
             elif early is not None:
-                early *= 2
-            if early is not None and early >= self._interval:
+                early = min(2 * early, self._interval / 4)
+            if early is not None and now >= early_until:
                 early = None
             await self._pause(self._interval if early is None else early)
 

@@ -97,8 +97,8 @@ _FENCED = (MemberResetError, FencedInstanceId, RebalanceInProgress)
 #: then at twice that, four times, ... while below ``heartbeat_interval``. The
 #: members that revoked partitions rejoin within milliseconds, or after their
 #: revoked tasks' teardown and commit, which take longer: hence the doubling.
-#: A member of the consumer protocol (KIP-848) beats early the same way after
-#: an answer that changed its epoch or assignment.
+#: A member of the consumer protocol (KIP-848) beats early too after an answer
+#: that changed its epoch or assignment (see ``consumer_protocol.py``).
 FIRST_EARLY_BEAT = 0.05
 
 

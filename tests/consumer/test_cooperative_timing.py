@@ -15,7 +15,9 @@ import trio.testing
 
 from gengroup import ConsumerGroup, CooperativeStickyBalancer, Generation, RangeBalancer
 from gengroup.broker import BrokerSettings, FakeCluster
+from gengroup.broker.faults import Intercepted
 from gengroup.consumer.running import FIRST_EARLY_BEAT
+from gengroup.protocol.versions import ApiKey
 
 from .cooperative import SpanLedger, group_on, wait_until
 from .helpers import EMBEDDED_SETTINGS, all_partitions
@@ -26,10 +28,24 @@ INTERVAL = EMBEDDED_SETTINGS["heartbeat_interval"]
 
 async def newcomer_generations(
     balancer: CooperativeStickyBalancer | RangeBalancer | None,
+    acks: list[float] | None = None,
 ) -> list[tuple[float, Generation]]:
     """Two members share the topic; a third joins. Its generations, with the
     virtual time each was handed out at. ``None``: the consumer protocol
-    (KIP-848), its heartbeat interval the same."""
+    (KIP-848), its heartbeat interval the same; ``acks`` then gets the times
+    of the heartbeats in which m1 or m2 reported fewer partitions than before
+    (acknowledging a revocation)."""
+    owned: dict[str, int] = {}
+
+    def heartbeat(call: Intercepted) -> None:
+        name = str(call.client_id)
+        parts = call.request.topic_partitions
+        count = sum(len(t.partitions) for t in parts) if parts is not None else None
+        if count is not None and acks is not None and name != "m3":
+            if count < owned.get(name, 0):
+                acks.append(trio.current_time())
+            owned[name] = count
+
     every = all_partitions("t", PARTITIONS)
     ledger = SpanLedger()
     received: list[tuple[float, Generation]] = []
@@ -38,6 +54,7 @@ async def newcomer_generations(
         group_consumer_heartbeat_interval_ms=int(INTERVAL * 1000),
     )
     async with FakeCluster(topics={"t": PARTITIONS}, settings=settings) as cluster:
+        cluster.control(ApiKey.CONSUMER_GROUP_HEARTBEAT, heartbeat)
 
         def open_group(name: str) -> ConsumerGroup:
             if balancer is None:
@@ -106,11 +123,39 @@ async def test_a_consumer_protocol_newcomer_gets_its_partitions_without_waiting_
     """KIP-848: the newcomer's first epoch brings none of its partitions (the
     others still own them); they come with the answer to a heartbeat after
     the owners, at their own next heartbeat, acknowledged their revocation.
-    Beating early while reconciling, the newcomer learns of them within
-    milliseconds of that acknowledgement; at its regular interval it learned
-    of them a whole interval after its first epoch at the earliest."""
-    received = await newcomer_generations(None)
+    Beating early while reconciling, the newcomer learns of them within a
+    quarter interval of the last acknowledgement; at its regular interval,
+    up to a whole interval later."""
+    acks: list[float] = []
+    received = await newcomer_generations(None, acks)
     (first_at, first), (last_at, last) = received[0], received[-1]
     assert not first.assignments and len(last.assignments) == PARTITIONS // 3
     assert last.rebalance_protocol == "cooperative"
-    assert last_at - first_at < INTERVAL, [(t, g.label, len(g.assignments)) for t, g in received]
+    shown = ([(t, g.label, len(g.assignments)) for t, g in received], acks)
+    assert acks and first_at < acks[-1] <= last_at, shown
+    assert last_at - acks[-1] <= INTERVAL / 4, shown
+
+
+async def test_a_settled_consumer_protocol_member_beats_at_its_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Early beats stop once the assignment stops changing, although the
+    answer to each (full) heartbeat carries the unchanged assignment."""
+    beats: list[float] = []
+
+    def count(call: Intercepted) -> None:
+        beats.append(trio.current_time())
+
+    settings = BrokerSettings(
+        group_initial_rebalance_delay_ms=0,
+        group_consumer_heartbeat_interval_ms=int(INTERVAL * 1000),
+    )
+    async with FakeCluster(topics={"t": PARTITIONS}, settings=settings) as cluster:
+        cluster.control(ApiKey.CONSUMER_GROUP_HEARTBEAT, count)
+        async with group_on(cluster, "m1", [], group_protocol="consumer") as group:
+            gen = await group.next()
+            assert len(gen.assignments) == PARTITIONS
+            await trio.sleep(5 * INTERVAL)  # the early beats, over within an interval or two
+            settled = len(beats)
+            await trio.sleep(10 * INTERVAL)
+            assert len(beats) - settled == 10, beats
