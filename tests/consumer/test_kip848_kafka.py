@@ -252,8 +252,12 @@ async def test_a_static_member_keeps_its_partitions_across_a_restart(
             with anyio.CancelScope() as first:
                 async with anyio.create_task_group() as inner:
                     await inner.start(static.run, "first")
+                    # Both settled (each member's last generation has its
+                    # half), so that the other member's generation compared
+                    # below is its final one.
                     await ledger.wait_for(
-                        lambda: len(ledger.assigned("first")) == 2, "the static member's half"
+                        lambda: len(ledger.assigned("first")) == len(ledger.assigned("other")) == 2,
+                        "each member's half",
                     )
                     kept = ledger.assigned("first")
                     others = ledger.generations["other"][-1]
