@@ -38,7 +38,7 @@ from functools import partial
 from typing import Any
 
 import anyio
-import anyio.lowlevel
+import anyio.to_thread
 from kio.schema.errors import ErrorCode
 
 from .._config import GroupConfig
@@ -142,9 +142,15 @@ class GroupClient:
         apis: dict[int, tuple[int, int]] = {k: CLIENT_VERSIONS[k] for k in _FIRST_GENERATION_APIS}
         if self.config.group_protocol == "consumer":
             apis.update((int(k), v) for k, v in CONSUMER_PROTOCOL_VERSIONS.items())
-        for api in apis.items():  # in the event loop, which gets a turn after each API
-            prepare_schemas(dict([api]))
-            await anyio.lowlevel.checkpoint()
+        async with anyio.create_task_group() as tg:
+            # In a worker thread: the event loop stays free for the join, and
+            # a Ctrl-C meets the loop, not this task in the middle of a load.
+            tg.start_soon(
+                partial(anyio.to_thread.run_sync, abandon_on_cancel=True), prepare_schemas, apis
+            )
+            await self._open_fetch_connections(topics)
+
+    async def _open_fetch_connections(self, topics: set[str]) -> None:
         if not topics:
             return
         try:
