@@ -22,10 +22,9 @@ pause between failed attempts is the client's one backoff
 (:class:`~gengroup.io.retry.Backoff`), from ``join_backoff``.
 
 While a new member waits for its first JoinGroup answer (often for the other
-members to notice the rebalance), :meth:`GroupClient.warm_up` does the work a
-fresh process would otherwise do once its partitions were handed over: it
-loads the protocol schemas of the requests to come and opens the fetch
-connections to the subscribed topics' leaders.
+members to notice the rebalance), :meth:`GroupClient.warm_up` opens the fetch
+connections to the subscribed topics' leaders, which a fresh process would
+otherwise open once its partitions were handed over.
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ from functools import partial
 from typing import Any
 
 import anyio
-import anyio.to_thread
 from kio.schema.errors import ErrorCode
 
 from .._config import GroupConfig
@@ -60,8 +58,7 @@ from ..membership import requests
 from ..membership.member import Joined, JoinParams, Member, Outcome, Retry, outcome_for
 from ..membership.pattern import describe_change, matching_topics
 from ..protocol.consumer_protocol import PROTOCOL_TYPE
-from ..protocol.framing import prepare_schemas
-from ..protocol.versions import CLIENT_VERSIONS, CONSUMER_PROTOCOL_VERSIONS, ApiKey
+from ..protocol.versions import ApiKey
 from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
 from .metrics import GroupMetrics
 from .prefetch import FETCH_CHANNELS, Prefetcher
@@ -69,18 +66,6 @@ from .prefetch import FETCH_CHANNELS, Prefetcher
 __all__ = ["Formed", "GroupClient", "form_generation", "generation_identity"]
 
 log = logging.getLogger("gengroup")
-
-#: The APIs a member's first generation calls once formed (JoinGroup, Metadata
-#: and FindCoordinator have been used by then).
-_FIRST_GENERATION_APIS = (
-    ApiKey.SYNC_GROUP,
-    ApiKey.OFFSET_FETCH,
-    ApiKey.LIST_OFFSETS,
-    ApiKey.FETCH,
-    ApiKey.HEARTBEAT,
-    ApiKey.OFFSET_COMMIT,
-    ApiKey.LEAVE_GROUP,
-)
 
 
 def generation_identity(
@@ -129,26 +114,17 @@ class GroupClient:
         )
 
     async def warm_up(self, topics: set[str]) -> None:
-        """Get a new member ready for its first generation while it joins.
+        """Open a new member's fetch connections while its first JoinGroup waits.
 
-        A member's first generation used to lose tens of milliseconds, while
-        the partitions it was given waited, on work that does not depend on
-        the generation: loading kio's schemas of SyncGroup, OffsetFetch,
-        ListOffsets, Fetch and the rest, and connecting for its first Fetch
-        (measured: a newcomer read its first records 0.1 s after the members
-        already there). Best effort: a broker that cannot be reached now is
-        met, and reported, by the requests themselves.
+        A member's first generation used to connect for its first Fetch once
+        its partitions were handed over, while they waited. Best effort: a
+        broker that cannot be reached now is met, and reported, by the
+        requests themselves. (Loading the protocol's schemas here too, in a
+        task or a worker thread, made a Ctrl-C at that moment end the
+        program badly, so the first SyncGroup, OffsetFetch and Fetch still
+        load theirs.)
         """
-        apis: dict[int, tuple[int, int]] = {k: CLIENT_VERSIONS[k] for k in _FIRST_GENERATION_APIS}
-        if self.config.group_protocol == "consumer":
-            apis.update((int(k), v) for k, v in CONSUMER_PROTOCOL_VERSIONS.items())
-        async with anyio.create_task_group() as tg:
-            # In a worker thread: the event loop stays free for the join, and
-            # a Ctrl-C meets the loop, not this task in the middle of a load.
-            tg.start_soon(
-                partial(anyio.to_thread.run_sync, abandon_on_cancel=True), prepare_schemas, apis
-            )
-            await self._open_fetch_connections(topics)
+        await self._open_fetch_connections(topics)
 
     async def _open_fetch_connections(self, topics: set[str]) -> None:
         if not topics:

@@ -24,7 +24,6 @@ import io
 import struct
 import sys
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import fields as dc_fields
 from types import ModuleType
 from typing import Any, Final, TypeVar
@@ -34,7 +33,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 
 from .._errors import ProtocolError, UnsupportedVersion
-from .guard import check_entity, compile_plan
+from .guard import check_entity
 
 __all__ = [
     "API_VERSIONS_KEY",
@@ -46,7 +45,6 @@ __all__ = [
     "encode_request",
     "encode_response",
     "ms",
-    "prepare_schemas",
     "request_module",
     "response_module",
 ]
@@ -307,25 +305,3 @@ def build(cls: type[T], /, **values: Any) -> T:
 def ms(seconds: float) -> datetime.timedelta:
     """A kio duration field (whole milliseconds) from float seconds."""
     return datetime.timedelta(milliseconds=round(seconds * 1000))
-
-
-def prepare_schemas(versions: Mapping[int, tuple[int, int]]) -> None:
-    """Load the request and response schemas of these APIs ahead of their first use.
-
-    kio imports a schema's module, and readers, writers and the guard's walk
-    plans are built, the first time a version is used: about ten
-    milliseconds per API in a fresh process. A client about to need them can
-    pay that early, e.g. in a worker thread (it only fills caches).
-
-    Args:
-        versions: ``(min, max)`` versions per API key.
-    """
-    for api_key, (low, high) in versions.items():
-        for version in range(low, high + 1):
-            request_cls = load_request_schema(api_key, version)
-            response_cls = load_response_schema(api_key, version)
-            _writer_for(request_cls)
-            _writer_for(request_cls.__header_schema__)
-            for cls in (response_cls, response_header_cls(response_cls)):
-                entity_reader(cls)
-                compile_plan(cls)
