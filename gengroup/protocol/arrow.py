@@ -43,17 +43,23 @@ from typing import Any, Final
 
 from .._errors import CorruptRecordError, MissingDependency, ProtocolError
 from .compression import decompress
-from .records import DEFAULT_MAX_DECOMPRESSED_SIZE, RawBatch, Record, batch_errors, decode_raw
+from .records import (
+    _ATTR_COMPRESSION,
+    _ATTR_TIMESTAMP_TYPE as _ATTR_LOG_APPEND_TIME,
+    _HEADER_SIZE,
+    _INT64_MAX,
+    _INT64_MIN,
+    DEFAULT_MAX_DECOMPRESSED_SIZE,
+    RawBatch,
+    Record,
+    batch_errors,
+    decode_raw,
+)
 
 __all__ = ["arrow_schema", "batches_to_arrow", "records_to_arrow", "require_pyarrow"]
 
-_HEADER_SIZE: Final = 61  # records._HEADER_SIZE
-_ATTR_COMPRESSION: Final = 0x07
-_ATTR_LOG_APPEND_TIME: Final = 0x08
 _offset_of: Final = attrgetter("offset")
 _timestamp_of: Final = attrgetter("timestamp")
-_INT64_MIN: Final = -(1 << 63)
-_INT64_MAX: Final = (1 << 63) - 1
 # Batch bodies (decompressed, for the compiled path) per Arrow chunk: small
 # enough for the decompressed bodies and the columns being filled to stay in
 # the CPU caches' reach, large enough that wrapping a chunk costs nothing.
@@ -65,9 +71,8 @@ _pyarrow: Any = None  # imported on first use: importing gengroup must stay chea
 _arrow_columns: Callable[[Sequence[Segment]], tuple[Any, ...]] | None = None
 if not os.environ.get("GENGROUP_PURE_PYTHON"):
     with suppress(ImportError):  # not built (no compiler): the pure-Python path
-        from ._speedups import arrow_columns as _arrow_columns, configure
-
-        configure(Record, CorruptRecordError)
+        # (configured with the error type by records, imported above)
+        from ._speedups import arrow_columns as _arrow_columns
 
 
 def require_pyarrow() -> Any:
