@@ -36,6 +36,15 @@ owner closes it, so that shielded clean-up in a cancelled scope (the final
 offset commit of a generation, LeaveGroup) can still use it. Owners therefore
 always close their connections on exit (``Cluster.__aexit__``,
 ``open_connection``).
+
+Ctrl-C on trio: trio raises KeyboardInterrupt wherever unprotected code runs,
+and the first use of each API version imports a kio schema module. A
+KeyboardInterrupt raised inside an import can be lost (importlib runs part of
+its bookkeeping in a weakref callback, whose exceptions Python ignores: the
+program runs on) or leave the module half imported (the request then fails
+with a misleading error). The schema loaders of :mod:`gengroup.protocol.framing`
+are therefore marked KI-protected: a Ctrl-C during an import is delivered at
+the main task's next checkpoint instead.
 """
 
 from __future__ import annotations
@@ -54,7 +63,7 @@ from typing import Any, TypedDict, TypeVar, Unpack
 import anyio
 import anyio.abc
 import anyio.lowlevel
-from kio.index import load_response_schema
+import trio
 from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsRequestV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsRequestV3
 from kio.schema.errors import ErrorCode
@@ -69,6 +78,7 @@ from .._errors import (
     TLSError,
     error_for_code,
 )
+from ..protocol import framing
 from ..protocol.framing import FrameBuffer, decode_response, encode_request, read_correlation_id
 from ..protocol.versions import ApiKey, negotiate
 from . import sasl
@@ -79,6 +89,12 @@ __all__ = ["BrokerConnection", "ConnectionOptions", "open_connection"]
 T = TypeVar("T")
 
 log = logging.getLogger("gengroup.connection")
+
+# See "Ctrl-C on trio" above. Marking is per code object and needs no running
+# event loop; under asyncio it has no effect.
+for _loader in (framing.request_schema, framing.response_schema):
+    trio.lowlevel.enable_ki_protection(_loader)
+del _loader
 
 #: Re-authenticate at this fraction of the session lifetime (jittered between them).
 _REAUTH_AT = (0.85, 0.95)
@@ -434,7 +450,7 @@ class BrokerConnection:
         cid = next(self._cids)
         api_key = int(type(request).__api_key__)
         version = int(type(request).__version__)
-        waiter = _Waiter(load_response_schema(api_key, version))
+        waiter = _Waiter(framing.response_schema(api_key, version))
         frame = encode_request(request, correlation_id=cid, client_id=self.client_id)
         if expect_response:
             self._waiters[cid] = waiter

@@ -15,6 +15,11 @@ it allocate gigabytes; the guard turns such bytes into a ProtocolError first.
 :class:`FrameBuffer` splits an incoming byte stream into frames; it enforces a
 maximum frame size so a hostile peer cannot make us allocate without bound.
 Nothing here touches a socket or a clock: bytes in, objects out.
+
+kio imports a schema's module the first time it is used, so the first request
+of each API version runs an import. :func:`request_schema` and
+:func:`response_schema` are the only places that happens: the I/O layer marks
+them as not to be interrupted by Ctrl-C (see :mod:`gengroup.io.connection`).
 """
 
 from __future__ import annotations
@@ -46,7 +51,9 @@ __all__ = [
     "encode_response",
     "ms",
     "request_module",
+    "request_schema",
     "response_module",
+    "response_schema",
 ]
 
 API_VERSIONS_KEY: Final = 18
@@ -157,7 +164,7 @@ def decode_request(payload: bytes | memoryview) -> tuple[Any, Any]:
         raise ProtocolError("request frame too short for a header")
     api_key, api_version, correlation_id = _HDR_PREFIX.unpack_from(payload, 0)
     try:
-        request_cls = load_request_schema(api_key, api_version)
+        request_cls = request_schema(api_key, api_version)
     except Exception as exc:
         err = UnsupportedVersion(f"unknown api key {api_key} version {api_version}")
         err.api_key = api_key  # type: ignore[attr-defined]
@@ -269,10 +276,28 @@ class FrameBuffer:
 # --------------------------------------------------------------------------- building
 
 
+def request_schema(api_key: int, version: int) -> type[Any]:
+    """The kio request class of an API version, its module imported on first use.
+
+    Raises:
+        Exception: what kio raises for an unknown key or version.
+    """
+    return load_request_schema(api_key, version)
+
+
+def response_schema(api_key: int, version: int) -> type[Any]:
+    """The kio response class of an API version, its module imported on first use.
+
+    Raises:
+        Exception: what kio raises for an unknown key or version.
+    """
+    return load_response_schema(api_key, version)
+
+
 def request_module(api_key: int, version: int) -> ModuleType:
     """The kio module holding a request version's classes (nested types included)."""
     try:
-        return sys.modules[load_request_schema(api_key, version).__module__]
+        return sys.modules[request_schema(api_key, version).__module__]
     except Exception as exc:
         raise UnsupportedVersion(f"no request schema for api {api_key} v{version}") from exc
 
@@ -280,7 +305,7 @@ def request_module(api_key: int, version: int) -> ModuleType:
 def response_module(api_key: int, version: int) -> ModuleType:
     """The kio module holding a response version's classes."""
     try:
-        return sys.modules[load_response_schema(api_key, version).__module__]
+        return sys.modules[response_schema(api_key, version).__module__]
     except Exception as exc:
         raise UnsupportedVersion(f"no response schema for api {api_key} v{version}") from exc
 

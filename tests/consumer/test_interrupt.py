@@ -75,3 +75,33 @@ def test_sigint_ends_the_program_with_keyboard_interrupt(backend: str) -> None:
     assert proc.returncode != 0
     assert "KeyboardInterrupt" in err
     assert "TrioInternalError" not in err
+
+
+@pytest.mark.parametrize("loader", ["request_schema", "response_schema"])
+def test_schema_imports_are_not_interrupted_by_ctrl_c(
+    loader: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first request of an API version imports a kio module. trio raises
+    # KeyboardInterrupt wherever unprotected code runs; raised inside importlib
+    # it can be lost (a weakref callback swallows it: the program does not
+    # stop) or leave the module half imported. The loaders are KI-protected,
+    # so trio delivers a Ctrl-C at the next checkpoint instead.
+    import trio
+
+    import gengroup.io.connection  # noqa: F401  (marks the loaders)
+    from gengroup.protocol import framing
+
+    seen: list[bool] = []
+
+    def fake_kio_loader(api_key: int, version: int) -> type:
+        seen.append(trio.lowlevel.currently_ki_protected())
+        return object
+
+    monkeypatch.setattr(framing, f"load_{loader.split('_')[0]}_schema", fake_kio_loader)
+
+    async def in_a_task() -> None:
+        seen.append(trio.lowlevel.currently_ki_protected())  # a plain task: not protected
+        getattr(framing, loader)(1, 12)
+
+    trio.run(in_a_task)
+    assert seen == [False, True]
