@@ -19,6 +19,14 @@ what it raises then is logged, not raised.
 Everything else is as if the task ran in the generation's task group: it
 starts with a copy of the starting task's context variables, its exception
 comes out of the generation, and the generation ends only once it returned.
+
+Ctrl-C on trio: the host is KI-protected (trio delivers the KeyboardInterrupt
+to the main task at a checkpoint instead of raising it inside the host).
+``trio.Event.wait`` registers the waiting task and then parks it, and is not
+itself protected: a KeyboardInterrupt raised between the two ends the host
+while it is still registered, and the hosted task's later ``set()`` wakes a
+task that no longer exists (TrioInternalError). The hosted task itself runs
+as a trio system task, which trio protects.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from typing import Any
 
 import anyio
 import sniffio
+import trio
 
 __all__ = ["Hosted", "host"]
 
@@ -86,8 +95,6 @@ class Hosted:
 def _spawn(fn: Callable[[], Awaitable[None]], name: str) -> None:
     context = contextvars.copy_context()
     if sniffio.current_async_library() == "trio":
-        import trio
-
         trio.lowlevel.spawn_system_task(fn, name=name, context=context)
     else:
         import asyncio
@@ -100,6 +107,7 @@ def _spawn(fn: Callable[[], Awaitable[None]], name: str) -> None:
         task.add_done_callback(_asyncio_tasks.discard)
 
 
+@trio.lowlevel.enable_ki_protection
 async def host(hosted: Hosted, coro: Awaitable[Any]) -> None:
     """Run ``coro`` as a task of the event loop and wait for it (see the module doc).
 

@@ -105,3 +105,34 @@ def test_schema_imports_are_not_interrupted_by_ctrl_c(
 
     trio.run(in_a_task)
     assert seen == [False, True]
+
+
+async def test_the_host_of_a_user_task_waits_ki_protected() -> None:
+    # trio.Event.wait registers the waiting task, then parks it, and is not
+    # KI-protected itself: a KeyboardInterrupt raised in between ended the host
+    # while still registered, and the hosted task's set() then woke a task that
+    # no longer existed (TrioInternalError, about one Ctrl-C in a hundred).
+    import trio
+
+    from gengroup.consumer.detached import Hosted, host
+
+    hosted = Hosted("worker")
+    released = hosted._released
+    seen: list[bool] = []
+
+    class Watched:
+        def set(self) -> None:
+            released.set()
+
+        async def wait(self) -> None:
+            seen.append(trio.lowlevel.currently_ki_protected())
+            await released.wait()
+
+    hosted._released = Watched()  # type: ignore[assignment]
+
+    async def user_task() -> None:
+        await trio.lowlevel.checkpoint()
+
+    seen.append(trio.lowlevel.currently_ki_protected())  # a plain task: not protected
+    await host(hosted, user_task())
+    assert seen == [False, True]
