@@ -383,7 +383,9 @@ class BrokerServer:
                 while True:
                     await stream.receive()
 
-    async def _process(self, conn: _Connection, frame: bytes) -> tuple[bytes | None, _Next]:
+    async def _process(
+        self, conn: _Connection, frame: bytes | bytearray
+    ) -> tuple[bytes | None, _Next]:
         """Handle one request frame: ``(bytes to send or None, what to do next)``."""
         try:
             header, request = decode_request(frame)
@@ -479,10 +481,10 @@ class BrokerServer:
             return _Next.CLOSE if o.close else NO_RESPONSE
         return CloseAfter(response) if o.close else response
 
-    def _raw_token(self, conn: _Connection, token: bytes) -> tuple[bytes | None, _Next]:
+    def _raw_token(self, conn: _Connection, token: bytes | bytearray) -> tuple[bytes | None, _Next]:
         """Handle a raw SASL token (after a v0 SaslHandshake)."""
         assert conn.sasl is not None
-        o = conn.sasl.receive_token(token, now=anyio.current_time())
+        o = conn.sasl.receive_token(bytes(token), now=anyio.current_time())
         self._sasl_events(conn, o)
         out = None if o.raw is None else len(o.raw).to_bytes(4, "big") + o.raw
         return out, _Next.CLOSE if o.close else _Next.SERVE

@@ -62,6 +62,7 @@ DEFAULT_MAX_FRAME: Final = 128 * 1024 * 1024
 _I32 = struct.Struct(">i")
 _MIN_READ: Final = 64 * 1024  # a socket read asks for at least this much
 _MAX_READ: Final = 1024 * 1024  # and at most this much
+_IN_PLACE_MIN: Final = 256 * 1024  # a frame with more than this to come is received in place
 _HDR_PREFIX = struct.Struct(">hhi")
 
 T = TypeVar("T")
@@ -110,14 +111,16 @@ def response_header_cls(response_cls: type[Any]) -> type[Any]:
     return response_cls.__header_schema__  # type: ignore[no-any-return]
 
 
-def read_correlation_id(payload: bytes | memoryview) -> int:
+def read_correlation_id(payload: bytes | bytearray | memoryview) -> int:
     """Read the correlation id at the start of a response frame's payload."""
     if len(payload) < 4:
         raise ProtocolError(f"response frame of {len(payload)} bytes has no correlation id")
     return int(_I32.unpack_from(payload, 0)[0])
 
 
-def decode_response(response_cls: type[T], payload: bytes | memoryview) -> tuple[int, T]:
+def decode_response(
+    response_cls: type[T], payload: bytes | bytearray | memoryview
+) -> tuple[int, T]:
     """Decode a response frame payload (without its length prefix).
 
     Args:
@@ -130,6 +133,8 @@ def decode_response(response_cls: type[T], payload: bytes | memoryview) -> tuple
     Raises:
         ProtocolError: the bytes are not a valid response of that type.
     """
+    if type(payload) is bytearray:  # kio reads only read-only buffers
+        payload = memoryview(payload).toreadonly()
     header_cls = response_header_cls(response_cls)
     check_entity(response_cls, payload, check_entity(header_cls, payload, 0))
     try:
@@ -148,7 +153,7 @@ def decode_response(response_cls: type[T], payload: bytes | memoryview) -> tuple
     return int(header.correlation_id), body
 
 
-def decode_request(payload: bytes | memoryview) -> tuple[Any, Any]:
+def decode_request(payload: bytes | bytearray | memoryview) -> tuple[Any, Any]:
     """Decode a request frame payload (broker side).
 
     Returns:
@@ -162,6 +167,8 @@ def decode_request(payload: bytes | memoryview) -> tuple[Any, Any]:
     """
     if len(payload) < _HDR_PREFIX.size:
         raise ProtocolError("request frame too short for a header")
+    if type(payload) is bytearray:  # kio reads only read-only buffers
+        payload = memoryview(payload).toreadonly()
     api_key, api_version, correlation_id = _HDR_PREFIX.unpack_from(payload, 0)
     try:
         request_cls = request_schema(api_key, api_version)
@@ -196,23 +203,70 @@ class FrameBuffer:
 
     The received chunks are kept as they came and joined once, when a frame is
     complete: a frame of several megabytes (a Fetch response) is copied once
-    here, not grown in a buffer and copied out of it again.
+    here, not grown in a buffer and copied out of it again. A reader that can
+    receive into a buffer (``socket.recv_into``) avoids even that copy for
+    large frames: see :meth:`receive_into`.
     """
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self._chunks: deque[bytes] = deque()
         self._offset = 0  # bytes of the first chunk already returned
-        self._size = 0  # bytes received and not returned yet
+        self._size = 0  # bytes received and not returned yet (chunks only)
         self._max = max_frame
+        self._frame: bytearray | None = None  # a frame being received in place
+        self._filled = 0  # bytes of it received
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes."""
+        frame = self._frame
+        if frame is not None and data:  # the frame being received in place comes first
+            take = min(len(frame) - self._filled, len(data))
+            frame[self._filled : self._filled + take] = data[:take]
+            self._filled += take
+            data = data[take:]
         if data:
             self._chunks.append(data if type(data) is bytes else bytes(data))
             self._size += len(data)
 
-    def next_frame(self) -> bytes | None:
-        """Return the next complete frame payload, or None if more bytes are needed."""
+    def receive_into(self) -> memoryview | None:
+        """Where to receive the rest of a large frame in place, or None.
+
+        Once a frame's length is known and more than 256 KiB of it is still to
+        come, the frame's bytes received so far move into a ``bytearray`` of
+        the frame's size, and this returns the part of it still to fill: the
+        caller receives into it (``socket.recv_into``) and reports how many
+        bytes came with :meth:`received_into`. The frame is then returned by
+        :meth:`next_frame` as that ``bytearray``, with no join and no chunk
+        objects on the way (measured: a consumer of 1 KB values spent about a
+        tenth of its time joining chunks). Otherwise (no length yet, or the
+        frame mostly here) it returns None: receive and :meth:`feed` as usual.
+
+        Raises:
+            ProtocolError: the frame's declared length is out of bounds.
+        """
+        frame = self._frame
+        if frame is not None:
+            return memoryview(frame)[self._filled :]
+        size = self._next_length()
+        if size is None:
+            return None
+        chunks = self._chunks
+        have = self._size - 4  # every buffered byte belongs to this frame when have < size
+        if size - have <= _IN_PLACE_MIN:
+            return None
+        frame = bytearray(size)
+        pos = 0
+        for i, chunk in enumerate(chunks):
+            part = memoryview(chunk)[self._offset + 4 :] if i == 0 else chunk
+            frame[pos : pos + len(part)] = part
+            pos += len(part)
+        chunks.clear()
+        self._offset = self._size = 0
+        self._frame, self._filled = frame, have
+        return memoryview(frame)[have:]
+
+    def _next_length(self) -> int | None:
+        """The next frame's declared length, once its prefix is here (checked)."""
         if self._size < 4:
             return None
         chunks = self._chunks
@@ -225,6 +279,25 @@ class FrameBuffer:
         (size,) = _I32.unpack_from(first, offset)
         if size < 0 or size > self._max:
             raise ProtocolError(f"frame length {size} outside [0, {self._max}]")
+        return int(size)
+
+    def received_into(self, count: int) -> None:
+        """Record that ``count`` bytes were received into the view :meth:`receive_into` gave."""
+        self._filled += count
+
+    def next_frame(self) -> bytes | bytearray | None:
+        """Return the next complete frame payload, or None if more bytes are needed."""
+        in_place = self._frame
+        if in_place is not None:
+            if self._filled < len(in_place):
+                return None
+            self._frame = None
+            return in_place
+        size = self._next_length()
+        if size is None:
+            return None
+        chunks = self._chunks
+        first, offset = chunks[0], self._offset
         end = offset + 4 + size
         if self._size < end - offset:
             return None
@@ -255,7 +328,7 @@ class FrameBuffer:
     @property
     def buffered(self) -> int:
         """Number of bytes received but not yet returned as a frame."""
-        return self._size
+        return self._size + (self._filled + 4 if self._frame is not None else 0)
 
     def wanted(self) -> int:
         """How many bytes to ask the socket for next.
@@ -266,6 +339,8 @@ class FrameBuffer:
         of the event loop (measured: a quarter of a consumer's CPU time at
         1 KB values went to reads of 64 KiB).
         """
+        if self._frame is not None:
+            return min(max(len(self._frame) - self._filled, _MIN_READ), _MAX_READ)
         first = self._chunks[0] if self._chunks else b""
         if len(first) - self._offset < 4:
             return _MIN_READ

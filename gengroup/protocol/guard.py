@@ -75,7 +75,7 @@ _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 _I8: Final = struct.Struct(">b")
 
-Buffer = bytes | memoryview
+Buffer = bytes | bytearray | memoryview
 # A walker takes (buffer, offset) and returns the offset just past its value.
 Walker = Callable[[Buffer, int], int]
 

@@ -310,3 +310,75 @@ async def test_serve_reports_readiness_and_negotiated_versions() -> None:
         assert conn.broker_versions[int(ApiKey.METADATA)] == (0, 12)
         assert (await conn.request(metadata_request())).cluster_id == "x"
         await conn.aclose()
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_large_responses_arrive_whole_received_in_place_on_trio(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On trio a plain TCP connection receives a large frame straight into a
+    # buffer of the frame's size (socket.recv_into); asyncio's transports and
+    # TLS read through the stream. Either way every response is whole, and
+    # small ones around the large ones are unaffected.
+    import gengroup.io.connection as connection
+
+    received_in_place = 0
+    recv_into = connection._recv_into
+
+    async def counting(sock: Any, into: memoryview) -> int:
+        nonlocal received_in_place
+        received_in_place += 1
+        return await recv_into(sock, into)
+
+    monkeypatch.setattr(connection, "_recv_into", counting)
+    sizes = [3_000_000, 10, 700_000, 20, 5_000_000]
+
+    answered = 0
+
+    async def on_request(stream: anyio.abc.ByteStream, header: Any, request: Any) -> None:
+        nonlocal answered
+        answer = metadata_response(chr(ord("a") + answered) * sizes[answered])
+        answered += 1
+        await stream.send(encode_response(answer, correlation_id=header.correlation_id))
+
+    async def scenario() -> list[str]:
+        async with fake_broker(on_request) as port, open_connection("127.0.0.1", port) as conn:
+            with anyio.fail_after(HANG_GUARD):
+                return [(await conn.request(metadata_request())).cluster_id for _ in sizes]
+
+    ids = anyio.run(scenario, backend=backend)
+    assert [len(i) for i in ids] == sizes
+    assert all(len(set(i)) == 1 for i in ids)  # each one letter throughout, none mixed
+    if backend == "trio":
+        assert received_in_place >= 3  # the three large frames, at least one read each
+    else:
+        assert received_in_place == 0
+
+
+async def test_eof_or_close_mid_large_response_fails_the_request() -> None:
+    # A large frame is received in place (see above): a peer that hangs up in
+    # its middle breaks the connection, and closing the connection ourselves
+    # while the rest is awaited ends the request at once; neither hangs.
+    async def hang_up(stream: anyio.abc.ByteStream, header: Any, request: Any) -> None:
+        await stream.send(struct.pack(">ii", 2_000_000, header.correlation_id) + bytes(400_000))
+        await stream.aclose()
+
+    async with fake_broker(hang_up) as port, open_connection("127.0.0.1", port) as conn:
+        with anyio.fail_after(HANG_GUARD), pytest.raises(BrokenConnection):
+            await conn.request(metadata_request())
+
+    async def stall(stream: anyio.abc.ByteStream, header: Any, request: Any) -> None:
+        await stream.send(struct.pack(">ii", 2_000_000, header.correlation_id) + bytes(400_000))
+        await anyio.sleep_forever()
+
+    async with fake_broker(stall) as port, open_connection("127.0.0.1", port) as conn:
+
+        async def close_soon() -> None:
+            await anyio.sleep(0.2)  # the request is sent and partly answered
+            await conn.aclose()
+
+        with anyio.fail_after(HANG_GUARD):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(close_soon)
+                with pytest.raises(ConnectionClosed):
+                    await conn.request(metadata_request())

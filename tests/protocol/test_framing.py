@@ -129,3 +129,65 @@ def test_reads_ask_for_the_rest_of_the_frame_within_bounds() -> None:
     buf.feed(bytes(1000))
     assert buf.next_frame() == bytes(3 * 1024 * 1024)
     assert buf.wanted() == 64 * 1024
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.sampled_from([0, 7, 262_144, 262_145, 300_000, 600_000]), max_size=5),
+    st.lists(st.one_of(st.integers(1, 5), st.integers(30_000, 400_000)), min_size=1, max_size=20),
+    st.lists(st.booleans(), min_size=1, max_size=20),
+)
+def test_large_frames_received_in_place_come_out_whole(
+    sizes: list[int], cuts: list[int], in_place: list[bool]
+) -> None:
+    # A reader that can receive into a buffer (socket.recv_into) takes the
+    # view receive_into() offers when there is one, else it feeds; either way
+    # the frames come out whole, in order, and the buffered count stays true.
+    payloads = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    stream = b"".join(struct.pack(">i", len(p)) + p for p in payloads)
+    buf = FrameBuffer()
+    got: list[bytes] = []
+    pos = step = direct = 0
+    while pos < len(stream):
+        size = cuts[step % len(cuts)]
+        into = buf.receive_into() if in_place[step % len(in_place)] else None
+        step += 1
+        if into is None:
+            buf.feed(stream[pos : pos + size])
+            pos += size
+        else:
+            assert len(into) > 0
+            count = min(size, len(into), len(stream) - pos)
+            into[:count] = stream[pos : pos + count]
+            buf.received_into(count)
+            pos += count
+            direct += 1
+        while (frame := buf.next_frame()) is not None:
+            got.append(bytes(frame))
+        assert buf.buffered == min(pos, len(stream)) - sum(4 + len(f) for f in got)
+    assert got == payloads
+    assert buf.next_frame() is None and buf.buffered == 0 and buf.receive_into() is None
+
+
+def test_a_large_frame_is_received_in_place_after_its_first_bytes() -> None:
+    frame = bytes(range(256)) * 4096  # 1 MiB
+    stream = struct.pack(">i", len(frame)) + frame
+    buf = FrameBuffer()
+    buf.feed(stream[:2])
+    assert buf.receive_into() is None  # the length prefix is still cut
+    buf.feed(stream[2:1000])
+    into = buf.receive_into()
+    assert into is not None and len(into) == len(frame) - 996  # the rest, in one view
+    assert buf.wanted() == len(into)  # the rest, also for a reader that feeds instead
+    into[:] = stream[1000:]
+    buf.received_into(len(into))
+    out = buf.next_frame()
+    assert type(out) is bytearray and out == frame  # no join: the buffer itself
+    assert buf.next_frame() is None
+
+
+def test_an_out_of_bounds_length_fails_before_any_buffer_is_made() -> None:
+    buf = FrameBuffer(max_frame=1_000_000)
+    buf.feed(struct.pack(">i", 2_000_000) + bytes(10))
+    with pytest.raises(ProtocolError):
+        buf.receive_into()

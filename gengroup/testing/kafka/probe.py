@@ -32,7 +32,7 @@ _MAX_RESPONSE: Final = 1 << 20
 _CLIENT_ID: Final = "gengroup-harness"
 
 
-def _exchange(sock: socket.socket, request: bytes) -> bytes:
+def _exchange(sock: socket.socket, request: bytes) -> bytes | bytearray:
     """Send a request frame and return the payload of the first response frame."""
     sock.sendall(request)
     frames = FrameBuffer(max_frame=_MAX_RESPONSE)
