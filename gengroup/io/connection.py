@@ -63,7 +63,6 @@ from typing import Any, TypedDict, TypeVar, Unpack
 import anyio
 import anyio.abc
 import anyio.lowlevel
-import sniffio
 import trio
 from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsRequestV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsRequestV3
@@ -83,6 +82,7 @@ from ..protocol import framing
 from ..protocol.framing import FrameBuffer, decode_response, encode_request, read_correlation_id
 from ..protocol.versions import ApiKey, negotiate
 from . import sasl
+from .inplace import frame_reader
 from .security import PLAINTEXT, Security
 
 __all__ = ["BrokerConnection", "ConnectionOptions", "open_connection"]
@@ -162,42 +162,6 @@ def tls_failure(exc: BaseException, broker: str) -> TLSError | None:
         message = f"TLS handshake with {broker} failed: {reason}: {detail}"
         return TLSError(message, broker=broker, reason=reason)
     return None
-
-
-def _in_place_socket(stream: anyio.abc.ByteStream) -> socket.socket | None:
-    """The socket to receive large frames from in place, if this stream allows it.
-
-    Only a plain TCP stream on trio: trio's socket stream keeps no buffer of
-    its own, so reading some bytes through the stream and others straight from
-    its socket keeps them in order. asyncio's transports read the socket
-    themselves, and TLS decrypts in the stream.
-    """
-    if sniffio.current_async_library() != "trio" or not isinstance(stream, anyio.abc.SocketStream):
-        return None
-    sock = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
-    return sock if isinstance(sock, socket.socket) else None
-
-
-async def _recv_into(sock: socket.socket, into: memoryview) -> int:
-    """Receive into ``into`` from the non-blocking ``sock``: how many bytes came.
-
-    Raises:
-        anyio.EndOfStream: the peer closed the connection.
-        anyio.ClosedResourceError: the socket was closed (by this process).
-        OSError: the connection broke.
-    """
-    while True:
-        if sock.fileno() < 0:
-            raise anyio.ClosedResourceError
-        try:
-            count = sock.recv_into(into)
-        except BlockingIOError:
-            await anyio.wait_readable(sock)
-            continue
-        if not count:
-            raise anyio.EndOfStream
-        await anyio.lowlevel.checkpoint()  # other tasks run between reads, as with receive()
-        return count
 
 
 class BrokerConnection:
@@ -431,14 +395,10 @@ class BrokerConnection:
         buf = FrameBuffer()
         stream = self._stream
         assert stream is not None
-        sock = _in_place_socket(stream)
+        read = frame_reader(stream, buf, closed=lambda: self._stream is None)
         try:
             while True:
-                into = None if sock is None else buf.receive_into()
-                if sock is None or into is None:
-                    buf.feed(await stream.receive(buf.wanted()))
-                else:
-                    buf.received_into(await _recv_into(sock, into))
+                await read()
                 while (frame := buf.next_frame()) is not None:
                     cid = read_correlation_id(frame)
                     waiter = self._waiters.pop(cid, None)
