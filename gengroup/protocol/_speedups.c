@@ -916,7 +916,24 @@ done:
     return result;
 }
 
+/* A bytearray of n bytes, not zeroed: the socket fills it (framing.py). */
+static PyObject *
+new_buffer(PyObject *self, PyObject *arg)
+{
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative buffer size");
+        return NULL;
+    }
+    return PyByteArray_FromStringAndSize(NULL, n);
+}
+
 static PyMethodDef methods[] = {
+    {"new_buffer", new_buffer, METH_O,
+     "new_buffer(n) -> bytearray: n bytes, not zeroed, to be overwritten whole"},
     {"decode_records", decode_records, METH_VARARGS,
      "decode_records(buf, pos, end, count, base_offset, base_timestamp) -> list[Record]"},
     {"configure", configure, METH_VARARGS,

@@ -302,6 +302,21 @@ def test_the_compiled_loop_is_built_and_selected() -> None:
     assert module.configure(records.Record, CorruptRecordError) is True
 
 
+def test_frame_buffers_come_from_the_compiled_module_unless_pure_python() -> None:
+    # A frame received in place needs a buffer of its size that it overwrites
+    # whole: the compiled one skips zeroing it; the fallback is bytearray.
+    from gengroup.protocol import framing
+
+    module = importlib.import_module("gengroup.protocol._speedups")
+    expected = bytearray if os.environ.get("GENGROUP_PURE_PYTHON") else module.new_buffer
+    assert framing._new_buffer is expected
+    made = module.new_buffer(3_000_000)
+    assert type(made) is bytearray and len(made) == 3_000_000
+    assert module.new_buffer(0) == bytearray()
+    with pytest.raises(ValueError):
+        module.new_buffer(-1)
+
+
 def test_compiled_records_are_frozen_and_left_out_of_the_cyclic_gc() -> None:
     module = importlib.import_module("gengroup.protocol._speedups")
     encoded = encode_batch([(b"k", b"v", (("h", b"x"),), 1), (None, None, (), 2)])
