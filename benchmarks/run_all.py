@@ -597,8 +597,9 @@ def markdown(results: dict[str, Any]) -> str:
         "decodes in librdkafka's C threads, which run beside the Python loop, so its "
         "records/s can exceed what one core does. `python benchmarks/bench_decode.py` "
         "measures the record loops alone. With 1 KB values most of gengroup's time "
-        "goes to moving the bytes: receiving them, making each value a `bytes` object, "
-        "and lz4's decompression.",
+        "goes to moving the bytes: receiving them (a large response straight into one "
+        "buffer of its size, `gengroup/io/inplace.py`), making each value a `bytes` "
+        "object, and lz4's decompression.",
         "",
     ]
     return "\n".join(lines)
