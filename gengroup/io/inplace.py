@@ -41,6 +41,7 @@ import anyio.abc
 import anyio.lowlevel
 import sniffio
 
+from .._errors import ProtocolError
 from ..protocol.framing import FrameBuffer
 
 __all__ = ["frame_reader"]
@@ -133,7 +134,12 @@ class _InPlaceProtocol(asyncio.BufferedProtocol):
         self._error: BaseException | None = None
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        into = self._buf.receive_into()
+        try:
+            into = self._buf.receive_into()
+        except ProtocolError:
+            # A length out of bounds: fed, the bytes make the reader's
+            # next_frame() raise it, as on any other transport.
+            into = None
         self._in_place = into is not None
         return into if into is not None else memoryview(self._scratch)
 

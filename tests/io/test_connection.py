@@ -382,3 +382,34 @@ async def eof_or_close_mid_large_response() -> None:
                 tg.start_soon(close_soon)
                 with pytest.raises(ConnectionClosed):
                     await conn.request(metadata_request())
+
+
+def test_a_garbage_frame_length_breaks_the_connection_on_asyncio_too() -> None:
+    # On asyncio the connection reads through the transport's buffered
+    # protocol (gengroup.io.inplace): a length out of bounds still breaks the
+    # connection as a malformed frame.
+    async def on_request(stream: anyio.abc.ByteStream, header: Any, request: Any) -> None:
+        await stream.send(struct.pack(">i", 1_000_000_000) + bytes(300_000))
+
+    async def scenario() -> None:
+        async with fake_broker(on_request) as port, open_connection("127.0.0.1", port) as conn:
+            with anyio.fail_after(HANG_GUARD), pytest.raises(BrokenConnection, match="malformed"):
+                await conn.request(metadata_request())
+
+    anyio.run(scenario, backend="asyncio")
+
+
+def test_the_asyncio_reader_leaves_a_bad_frame_length_to_the_read_loop() -> None:
+    # The transport calls get_buffer() itself: an exception there would be a
+    # "fatal error" of asyncio's, logged by the event loop. A length out of
+    # bounds is left to the read loop instead, whose next_frame() raises it.
+    from gengroup.io.inplace import _InPlaceProtocol
+
+    buf = FrameBuffer(max_frame=1000)
+    buf.feed(struct.pack(">i", 10**9))
+    protocol = _InPlaceProtocol(buf, object(), lambda: False)
+    into = protocol.get_buffer(-1)  # does not raise
+    into[:4] = b"more"
+    protocol.buffer_updated(4)
+    with pytest.raises(ProtocolError):
+        buf.next_frame()
