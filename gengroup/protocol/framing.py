@@ -249,15 +249,16 @@ class FrameBuffer:
         bytes came with :meth:`received_into`. The frame is then returned by
         :meth:`next_frame` as that ``bytearray``, with no join and no chunk
         objects on the way (measured: a consumer of 1 KB values spent about a
-        tenth of its time joining chunks). Otherwise (no length yet, or the
-        frame mostly here) it returns None: receive and :meth:`feed` as usual.
+        tenth of its time joining chunks). Otherwise (no length yet, the frame
+        mostly here, or complete and not yet taken) it returns None: receive
+        and :meth:`feed` as usual.
 
         Raises:
             ProtocolError: the frame's declared length is out of bounds.
         """
         frame = self._frame
-        if frame is not None:
-            return memoryview(frame)[self._filled :]
+        if frame is not None:  # None once it is full: it waits for next_frame()
+            return memoryview(frame)[self._filled :] if self._filled < len(frame) else None
         size = self._next_length()
         if size is None:
             return None

@@ -181,8 +181,11 @@ def test_a_large_frame_is_received_in_place_after_its_first_bytes() -> None:
     assert buf.wanted() == len(into)  # the rest, also for a reader that feeds instead
     into[:] = stream[1000:]
     buf.received_into(len(into))
+    assert buf.receive_into() is None  # full: bytes that come now are fed, after it
+    buf.feed(struct.pack(">i", 2) + b"ok")
     out = buf.next_frame()
     assert type(out) is bytearray and out == frame  # no join: the buffer itself
+    assert buf.next_frame() == b"ok"
     assert buf.next_frame() is None
 
 
