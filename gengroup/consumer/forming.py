@@ -119,14 +119,9 @@ class GroupClient:
         A member's first generation used to connect for its first Fetch once
         its partitions were handed over, while they waited. Best effort: a
         broker that cannot be reached now is met, and reported, by the
-        requests themselves. (Loading the protocol's schemas here too, in a
-        task or a worker thread, made a Ctrl-C at that moment end the
-        program badly, so the first SyncGroup, OffsetFetch and Fetch still
-        load theirs.)
+        requests themselves. (The protocol's schemas are loaded by the first
+        SyncGroup, OffsetFetch and Fetch themselves.)
         """
-        await self._open_fetch_connections(topics)
-
-    async def _open_fetch_connections(self, topics: set[str]) -> None:
         if not topics:
             return
         try:

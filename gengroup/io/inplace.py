@@ -149,7 +149,7 @@ class _InPlaceProtocol(asyncio.BufferedProtocol):
         if self._in_place:
             self._buf.received_into(nbytes)
         else:
-            self._buf.feed(bytes(self._scratch[:nbytes]))
+            self._buf.feed(bytes(memoryview(self._scratch)[:nbytes]))  # one copy
         self._arrived.set()
 
     def eof_received(self) -> bool:
