@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 import anyio
 from kio.schema.errors import ErrorCode
@@ -51,8 +51,9 @@ from .._errors import (
 )
 from .._types import GenerationIdentity, TopicPartition
 from ..io import offsets
-from ..io.cluster import Cluster
+from ..io.cluster import Cluster, TopicInfo
 from ..io.coordinator import CoordinatorClient
+from ..io.request import preload
 from ..io.retry import Backoff
 from ..membership import requests
 from ..membership.member import Joined, JoinParams, Member, Outcome, Retry, outcome_for
@@ -75,6 +76,22 @@ def generation_identity(
     return GenerationIdentity(
         cfg.group_id, generation_id, member_id, cfg.group_instance_id, sequence
     )
+
+
+#: The requests a generation sends once formed (the join's own are loaded by
+#: joining), by group protocol: :meth:`GroupClient.warm_up` loads their schemas.
+_GENERATION_APIS: Final[Mapping[str, tuple[ApiKey, ...]]] = {
+    "classic": (
+        ApiKey.SYNC_GROUP,
+        ApiKey.OFFSET_FETCH,
+        ApiKey.FETCH,
+        ApiKey.HEARTBEAT,
+        ApiKey.OFFSET_COMMIT,
+        ApiKey.LIST_OFFSETS,
+        ApiKey.LEAVE_GROUP,
+    ),
+    "consumer": (ApiKey.OFFSET_FETCH, ApiKey.FETCH, ApiKey.OFFSET_COMMIT, ApiKey.LIST_OFFSETS),
+}
 
 
 class GroupClient:
@@ -114,13 +131,18 @@ class GroupClient:
         )
 
     async def warm_up(self, topics: set[str]) -> None:
-        """Open a new member's fetch connections while its first JoinGroup waits.
+        """Make a new member ready for its partitions while its first JoinGroup waits.
 
-        A member's first generation used to connect for its first Fetch once
-        its partitions were handed over, while they waited. Best effort: a
-        broker that cannot be reached now is met, and reported, by the
-        requests themselves. (The protocol's schemas are loaded by the first
-        SyncGroup, OffsetFetch and Fetch themselves.)
+        A member's first generation used to connect for its first Fetch, and
+        to its coordinator for its first OffsetFetch, once its partitions
+        were handed over, and to import the schemas of SyncGroup, OffsetFetch
+        and Fetch (a few milliseconds each) there too, while they waited. Now
+        the fetch connections to the subscribed topics' leaders, and the
+        coordinator's connection if the join found it by then, are opened
+        and the schemas of the requests a generation sends are loaded (at
+        the versions a fetch connection negotiated) before the partitions
+        come. Best effort: a broker that cannot be reached now is met, and
+        reported, by the requests themselves.
         """
         if not topics:
             return
@@ -131,7 +153,10 @@ class GroupClient:
             }
             for node in sorted(leaders):
                 for channel in FETCH_CHANNELS:
-                    await self.cluster.connection(node, channel)
+                    conn = await self.cluster.connection(node, channel)
+                    preload(conn, _GENERATION_APIS[self.config.group_protocol])
+            if self.coordinator.node is not None:
+                await self.cluster.connection(self.coordinator.node)
         except (GengroupError, OSError, TimeoutError) as exc:  # the join meets it too
             log.debug("group %s: not warmed up: %r", self.config.group_id, exc)
 
@@ -150,11 +175,13 @@ class GroupClient:
         return node
 
     @asynccontextmanager
-    async def said_if_slow(self, waiting_for: str) -> AsyncIterator[None]:
+    async def said_if_slow(self, waiting_for: str) -> AsyncIterator[anyio.abc.TaskGroup]:
         """Log once (INFO) if the body takes longer than a heartbeat interval.
 
         Every wait of the member longer than that is said, once, with what it
-        waits for. The body's exception comes out as itself.
+        waits for. The body's exception comes out as itself. The body may
+        start tasks beside it in the task group it is given: they are
+        cancelled when it ends.
         """
 
         async def say() -> None:
@@ -165,7 +192,7 @@ class GroupClient:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(say)
                 try:
-                    yield
+                    yield tg
                 finally:
                     tg.cancel_scope.cancel()
         except BaseExceptionGroup as group:
@@ -175,9 +202,34 @@ class GroupClient:
 
     # ------------------------------------------------------------------ join and sync
 
-    async def join(self, node: int, params: JoinParams) -> requests.JoinResult:
-        """JoinGroup (the coordinator may hold it for the rebalance timeout)."""
-        async with self.said_if_slow("waiting for the coordinator to answer JoinGroup"):
+    async def join(
+        self, node: int, params: JoinParams, topics: set[str]
+    ) -> tuple[requests.JoinResult, dict[str, TopicInfo] | None]:
+        """JoinGroup (the coordinator may hold it for the rebalance timeout), and
+        the metadata of ``topics`` refreshed while it waited.
+
+        The refresh runs beside the JoinGroup, off the rebalance's critical
+        path: a leader assigns from it (it is as fresh as the join; a change
+        after it is the partition watcher's to find), and every member's
+        prefetcher starts from the leaders it cached. The metadata is None if
+        the refresh failed, or had not finished when a follower's JoinGroup
+        answered (a follower does not wait for it).
+        """
+        refreshed: dict[str, TopicInfo] | None = None
+        done = anyio.Event()
+
+        async def refresh() -> None:
+            nonlocal refreshed
+            try:
+                refreshed = await self.cluster.refresh_metadata(topics)
+            except (GengroupError, OSError, TimeoutError) as exc:  # the leader asks again
+                log.debug("group %s: metadata beside JoinGroup: %r", self.config.group_id, exc)
+            finally:
+                done.set()
+
+        async with self.said_if_slow("waiting for the coordinator to answer JoinGroup") as tg:
+            if topics:
+                tg.start_soon(refresh)
             resp = await self.cluster.call(
                 node,
                 ApiKey.JOIN_GROUP,
@@ -185,7 +237,10 @@ class GroupClient:
                 timeout=self._rebalance_wait,
                 channel="group",
             )
-        return requests.parse_join(resp)
+            result = requests.parse_join(resp)
+            if topics and result.leader == result.member_id and not result.error_code:
+                await done.wait()
+        return result, refreshed
 
     async def sync(
         self,
@@ -308,15 +363,19 @@ class GroupClient:
             pattern, ((t, info.is_internal) for t, info in md.items() if info.error_code == 0)
         )
 
-    async def partition_counts(self, topics: set[str]) -> dict[str, int]:
+    async def partition_counts(
+        self, topics: set[str], metadata: Mapping[str, TopicInfo] | None = None
+    ) -> dict[str, int]:
         """Topic -> partition count, for the topics that exist.
 
-        A subscribed topic the metadata lacks gets one WARNING when it goes
-        missing (and one INFO when it appears), not one per check: its
-        partitions are assigned to nobody until it exists, when the leader's
-        partition watcher starts a rebalance.
+        From ``metadata`` if given (a refresh of ``topics`` made while this
+        member's JoinGroup waited), else from a new refresh. A subscribed
+        topic the metadata lacks gets one WARNING when it goes missing (and
+        one INFO when it appears), not one per check: its partitions are
+        assigned to nobody until it exists, when the leader's partition
+        watcher starts a rebalance.
         """
-        md = await self.cluster.refresh_metadata(topics)
+        md = await self.cluster.refresh_metadata(topics) if metadata is None else metadata
         counts = {t: len(info.partitions) for t, info in md.items() if info.error_code == 0}
         missing = topics - set(counts)
         gone, back = sorted(missing - self._missing_topics), sorted(self._missing_topics - missing)
@@ -488,6 +547,10 @@ class Formed:
             released (their tasks returned, their marks committed), before it
             is handed out: the consumer protocol then reports the smaller
             owned set (None under the classic protocol).
+        synced_at: when SyncGroup answered (``anyio.current_time()``), the
+            moment every member of the generation learns of it together: the
+            classic heartbeats keep their rate from there (None: from the
+            heartbeat loop's start).
     """
 
     generation: Generation
@@ -495,6 +558,7 @@ class Formed:
     partition_counts: dict[str, int]
     classic: bool = True
     acknowledge: Callable[[], None] | None = None
+    synced_at: float | None = None
 
 
 async def form_generation(
@@ -534,7 +598,7 @@ async def form_generation(
                 await _match(member, client)
             params = member.join_params()
             try:
-                res = await client.join(node, params)
+                res, metadata = await client.join(node, params, member.subscribed_topics())
             except BaseException:
                 member.on_io_failure()
                 raise
@@ -555,7 +619,7 @@ async def form_generation(
             assignments: dict[str, bytes] = {}
             if joined.is_leader:
                 await client.report_unreadable(node, joined)
-                counts = await client.partition_counts(member.subscribed_topics())
+                counts = await client.partition_counts(member.subscribed_topics(), metadata)
                 assignments = member.assign(counts)
             identity = generation_identity(cfg, joined.generation_id, joined.member_id, sequence)
             sync_sent = anyio.current_time()
@@ -564,6 +628,7 @@ async def form_generation(
             except BaseException:
                 member.on_io_failure()
                 raise
+            synced_at = anyio.current_time()
             synced = member.on_sync(error_code=code, assignment=raw)
             timings.sync += anyio.current_time() - t0
             if isinstance(synced, Retry):
@@ -614,6 +679,7 @@ async def form_generation(
             gen._spans = ownership.spans
             gen._span_host = ownership
         formed.generation.renew_lease(sync_sent)
+        formed.synced_at = synced_at
         return formed
     return None
 

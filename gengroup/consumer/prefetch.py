@@ -57,9 +57,12 @@ each :class:`FetchedBatch` keeps the raw batches until the worker first reads
 in the worker's task; records that do not add up under a correct CRC raise
 :class:`~gengroup.CorruptRecordError` from that access.
 
-Errors are handled where they are understood, as the client's error table
-(:mod:`gengroup._error_table`) says: stale leadership (action
-``refresh_metadata``) refreshes metadata and moves the partition to its new
+Each partition starts at the leader the cluster's metadata cache names (a
+partition the cache lacks is looked up first), so a new generation's first
+Fetch waits for no Metadata round trip. Errors are handled where they are
+understood, as the client's error table (:mod:`gengroup._error_table`) says:
+stale leadership (action ``refresh_metadata``, which a leader that moved since
+it was cached answers) refreshes metadata and moves the partition to its new
 leader's loop, as does a Fetch that fails as a whole with such an error, a
 broken connection or an undecodable answer (after one backoff of
 :mod:`gengroup.io.retry`); a transient error (``retry``) is fetched again;
@@ -342,7 +345,11 @@ class Prefetcher:
         self._cluster = cluster
         self._metrics = GroupMetrics() if metrics is None else metrics
         self._config = config
-        self._parts = {tp: _Partition(tp, off) for tp, off in positions.items()}
+        # Each partition starts at its cached leader (a new generation's first
+        # Fetch waits for no Metadata round trip); one not cached is looked up.
+        self._parts = {
+            tp: _Partition(tp, off, cluster.leader_for(tp)) for tp, off in positions.items()
+        }
         budget, bound = config.fetch_buffer_bytes, config.partition_buffer_bytes
         if budget is not None and bound * len(self._parts) <= budget:
             # The partitions' own bounds keep the member within the budget.

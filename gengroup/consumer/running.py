@@ -644,13 +644,17 @@ class _Run:
         found: int | None = node
         # One beat, a lookup of the coordinator included, waits at most this long.
         limit = min(self.config.request_timeout, self.config.session_timeout)
-        # Beats keep a fixed rate from the generation's start, as Java's do:
-        # a beat's round trip does not push the later ones back. Members whose
-        # generation formed together then beat together and learn of the next
-        # rebalance within milliseconds of each other, so none waits long in
-        # JoinGroup for the others (sleeping a whole interval after each
-        # answer let them drift apart by hundreds of milliseconds).
-        due = started
+        # Beats keep a fixed rate from the moment SyncGroup answered, which
+        # every member of the generation shares (the coordinator answers them
+        # all when the leader's SyncGroup arrives): a beat's round trip does
+        # not push the later ones back, and a member whose offset fetch took
+        # longer does not start later. Members then beat together and learn
+        # of the next rebalance within milliseconds of each other, so none
+        # waits long in JoinGroup for the others (sleeping a whole interval
+        # after each answer let them drift apart by hundreds of milliseconds;
+        # counting from each member's own start, by tens).
+        synced_at = self.formed.synced_at
+        due = started if synced_at is None else min(synced_at, started)
         for delay in self._beat_delays():
             due += delay
             await anyio.sleep_until(due)

@@ -23,11 +23,11 @@ from types import ModuleType
 from typing import Any
 
 from .._errors import raise_for_code
-from ..protocol.framing import request_module
+from ..protocol.framing import request_module, response_module
 from ..protocol.versions import ApiKey, require
 from .connection import BrokerConnection
 
-__all__ = ["MakeRequest", "call", "raise_item_errors"]
+__all__ = ["MakeRequest", "call", "preload", "raise_item_errors"]
 
 #: Builds a request from the kio module of the negotiated version.
 MakeRequest = Callable[[ModuleType], Any]
@@ -68,6 +68,21 @@ async def call(
     if check is not None:
         raise_for_code(int(getattr(response, "error_code", 0)), check)
     return response
+
+
+def preload(conn: BrokerConnection, keys: Iterable[ApiKey]) -> None:
+    """Load the kio schemas of ``keys`` at the versions ``conn`` negotiated.
+
+    kio imports a schema's module the first time it is used, a few
+    milliseconds of work each; a member whose partitions are about to be
+    handed over does it while it waits instead. Keys the connection shares no
+    version of are passed over (their requests fail when sent).
+    """
+    for key in keys:
+        version = conn.versions.get(key)
+        if version is not None:
+            request_module(key, version)
+            response_module(key, version)
 
 
 def raise_item_errors(items: Iterable[Any], context: Callable[[Any], str]) -> None:

@@ -5,7 +5,10 @@ A beat is due a whole ``heartbeat_interval`` after the previous one was
 whose generation formed together therefore beat together for as long as the
 generation lasts, and learn of the next rebalance within the same instant:
 neither waits in JoinGroup for the other to notice. On the embedded broker,
-in trio's virtual time, with every Heartbeat answered after a delay.
+in trio's virtual time, with every Heartbeat answered after a delay. The
+rate counts from the moment SyncGroup answered, which the members share, so
+one that took longer to start its generation (a slow OffsetFetch) still beats
+with the others.
 """
 
 from __future__ import annotations
@@ -28,9 +31,12 @@ ROUND_TRIP = 0.3  # every Heartbeat is answered this long after it arrives
 BEATS = 8
 
 
-async def test_beats_keep_their_rate_and_members_formed_together_beat_together(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
+async def _beats(offset_fetch_delay: dict[str, float]) -> dict[str, list[float]]:
+    """When each of two members' Heartbeats of a shared generation arrived.
+
+    Every Heartbeat is answered :data:`ROUND_TRIP` late; a member named in
+    ``offset_fetch_delay`` has its OffsetFetch answered that much late.
+    """
     every = all_partitions("t", 4)
     ledger = SpanLedger()
     arrivals: dict[str, list[float]] = {"m1": [], "m2": []}
@@ -39,8 +45,13 @@ async def test_beats_keep_their_rate_and_members_formed_together_beat_together(
         arrivals[str(call.client_id)].append(trio.current_time())
         return Delay(ROUND_TRIP)
 
+    def slow_offset_fetch(call: Intercepted) -> Delay | None:
+        delay = offset_fetch_delay.get(str(call.client_id))
+        return None if delay is None else Delay(delay)
+
     async with FakeCluster(topics={"t": 4}, initial_rebalance_delay_ms=0) as cluster:
         cluster.control(ApiKey.HEARTBEAT, slow_heartbeat)
+        cluster.control(ApiKey.OFFSET_FETCH, slow_offset_fetch)
 
         async def member(name: str) -> None:
             async with group_on(cluster, name, [RangeBalancer()]) as group:
@@ -55,9 +66,27 @@ async def test_beats_keep_their_rate_and_members_formed_together_beat_together(
             arrivals["m2"].clear()
             await wait_until(lambda: min(len(a) for a in arrivals.values()) >= BEATS, "beats", 120)
             nursery.cancel_scope.cancel()
+    return {name: times[:BEATS] for name, times in arrivals.items()}
+
+
+async def test_beats_keep_their_rate_and_members_formed_together_beat_together(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    arrivals = await _beats({})
     for name, times in arrivals.items():
-        gaps = [b - a for a, b in itertools.pairwise(times[:BEATS])]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
         # Sleeping an interval after each answer made these INTERVAL + ROUND_TRIP.
         assert gaps == [INTERVAL] * (BEATS - 1), (name, gaps)
     # Formed together, beating together: no drift between the members.
-    assert arrivals["m1"][:BEATS] == arrivals["m2"][:BEATS], arrivals
+    assert arrivals["m1"] == arrivals["m2"], arrivals
+
+
+async def test_a_member_whose_offset_fetch_was_slow_still_beats_with_the_others(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The beats count from SyncGroup's answer, which both members get at once,
+    # not from each member's start of its generation: m2's, after an
+    # OffsetFetch answered 0.4 s late, came 0.4 s after m1's, and so did every
+    # beat of m2's, m1 waiting that long in JoinGroup at the next rebalance.
+    arrivals = await _beats({"m2": 0.4})
+    assert arrivals["m1"] == arrivals["m2"], arrivals
