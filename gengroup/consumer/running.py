@@ -55,6 +55,7 @@ coordinator assigns the released partitions without a second rebalance.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -100,6 +101,31 @@ _FENCED = (MemberResetError, FencedInstanceId, RebalanceInProgress)
 #: A member of the consumer protocol (KIP-848) beats early too after an answer
 #: that changed its epoch or assignment (see ``consumer_protocol.py``).
 FIRST_EARLY_BEAT = 0.05
+
+#: How long after a crashed member's session expires its generation's other
+#: members beat (see :func:`beat_period`), in seconds.
+EXPIRY_MARGIN = 0.05
+
+
+def beat_period(interval: float, session_timeout: float) -> float:
+    """The classic protocol's time between two regular heartbeats.
+
+    Members of a generation beat together (in step from SyncGroup's answer),
+    so a member that crashes beat last together with the others, and the
+    coordinator expires it ``session_timeout`` after that beat. Were the
+    others' beats ``interval`` apart and the session a whole number of
+    intervals (10 s and 1 s, 45 s and 3 s), one of their beats would arrive
+    at the very instant of the expiry: those that came just before it learnt
+    of the rebalance a whole interval later, and the others waited that long
+    for them in JoinGroup; had it been 10 s and 3 s, every one would learn of
+    it 2 s after it. So the period is the one, of at most
+    ``interval`` (plus a few milliseconds when the session is a whole number
+    of intervals), of which a whole number spans the session timeout plus
+    :data:`EXPIRY_MARGIN`: every member's beat lands that margin after the
+    expiry, and they all rejoin together.
+    """
+    beats = max(1, math.ceil(session_timeout / interval - 1e-9))
+    return (session_timeout + EXPIRY_MARGIN) / beats
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -696,7 +722,8 @@ class _Run:
     def _beat_delays(self) -> Iterator[float]:
         """The sleeps before each heartbeat of this generation.
 
-        Every ``heartbeat_interval``; a generation of a cooperative rebalance
+        Every :func:`beat_period` (``heartbeat_interval`` or a little less:
+        see there); a generation of a cooperative rebalance
         on the classic protocol also beats early (:data:`FIRST_EARLY_BEAT`,
         doubling). Such a rebalance comes in two phases: members that gave
         partitions up rejoin the moment phase one formed, but every other
@@ -705,7 +732,7 @@ class _Run:
         phase two as soon as the others rejoined rather than up to a whole
         interval later.
         """
-        interval = self.config.heartbeat_interval
+        interval = beat_period(self.config.heartbeat_interval, self.config.session_timeout)
         elapsed = 0.0
         if self.formed.classic and self.gen.rebalance_protocol == "cooperative":
             at = FIRST_EARLY_BEAT

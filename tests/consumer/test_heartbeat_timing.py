@@ -15,20 +15,25 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 import trio
 import trio.testing
 
 from gengroup import RangeBalancer
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Delay, Intercepted
+from gengroup.broker.faults import Delay, Drop, Intercepted
+from gengroup.consumer.running import EXPIRY_MARGIN, beat_period
 from gengroup.protocol.versions import ApiKey
 
 from .cooperative import SpanLedger, group_on, wait_until
 from .helpers import EMBEDDED_SETTINGS, all_partitions
 
 INTERVAL = EMBEDDED_SETTINGS["heartbeat_interval"]
+SESSION = EMBEDDED_SETTINGS["session_timeout"]
+PERIOD = beat_period(INTERVAL, SESSION)  # 10 s / 1 s: 1.005 s (10 beats span 10.05 s)
 ROUND_TRIP = 0.3  # every Heartbeat is answered this long after it arrives
 BEATS = 8
+M3_LATE = 0.002  # the crashing member's beats reach the coordinator this much later
 
 
 async def _beats(offset_fetch_delay: dict[str, float]) -> dict[str, list[float]]:
@@ -76,7 +81,7 @@ async def test_beats_keep_their_rate_and_members_formed_together_beat_together(
     for name, times in arrivals.items():
         gaps = [b - a for a, b in itertools.pairwise(times)]
         # Sleeping an interval after each answer made these INTERVAL + ROUND_TRIP.
-        assert gaps == [INTERVAL] * (BEATS - 1), (name, gaps)
+        assert gaps == pytest.approx([PERIOD] * (BEATS - 1)), (name, gaps)
     # Formed together, beating together: no drift between the members.
     assert arrivals["m1"] == arrivals["m2"], arrivals
 
@@ -90,3 +95,59 @@ async def test_a_member_whose_offset_fetch_was_slow_still_beats_with_the_others(
     # beat of m2's, m1 waiting that long in JoinGroup at the next rebalance.
     arrivals = await _beats({"m2": 0.4})
     assert arrivals["m1"] == arrivals["m2"], arrivals
+
+
+async def test_the_others_learn_of_a_crashed_members_expiry_together_just_after_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Three members beat together; m3's beats reach the coordinator a hair
+    # after the others' (2 ms), as on any real network. m3 crashes: it sends
+    # nothing more, LeaveGroup included. The coordinator expires it a session
+    # after its last beat, the instant the others' tenth beat would arrive
+    # were beats a whole interval apart: just before the expiry, so they
+    # learnt of it a whole interval later. With the beat period, their beat
+    # lands EXPIRY_MARGIN after the expiry, and both rejoin then.
+    every = all_partitions("t", 6)
+    ledger = SpanLedger()
+    crashed = False
+    m3_beats: list[float] = []  # when the coordinator took each of m3's beats
+    joins: dict[str, list[float]] = {"m1": [], "m2": []}
+
+    def heartbeat(call: Intercepted) -> Delay | Drop | None:
+        if call.client_id != "m3":
+            return None
+        if crashed:
+            return Drop()
+        m3_beats.append(trio.current_time() + M3_LATE)
+        return Delay(M3_LATE)
+
+    def m3_silent(call: Intercepted) -> Drop | None:
+        if call.client_id in joins and call.api_key == ApiKey.JOIN_GROUP:
+            joins[call.client_id].append(trio.current_time())
+        return Drop() if crashed and call.client_id == "m3" else None
+
+    async with FakeCluster(topics={"t": 6}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.control(ApiKey.HEARTBEAT, heartbeat)
+        for key in (ApiKey.JOIN_GROUP, ApiKey.OFFSET_COMMIT, ApiKey.LEAVE_GROUP, ApiKey.FETCH):
+            cluster.control(key, m3_silent)
+
+        async def member(name: str) -> None:
+            async with group_on(cluster, name, [RangeBalancer()]) as group:
+                await ledger.member(name, group)
+
+        async with trio.open_nursery() as nursery:
+            for name in ("m1", "m2", "m3"):
+                nursery.start_soon(member, name)
+            members = {"m1", "m2", "m3"}
+            await wait_until(lambda: ledger.stable(members, every), "three members", 120)
+            await trio.sleep(3.3)  # between two beats
+            crashed = True
+            joins["m1"].clear()
+            joins["m2"].clear()
+            expiry = m3_beats[-1] + SESSION
+            await wait_until(lambda: ledger.stable({"m1", "m2"}, every), "two members", 120)
+            nursery.cancel_scope.cancel()
+    for name, times in joins.items():
+        assert times, name
+        assert expiry <= times[0] <= expiry + EXPIRY_MARGIN, (name, expiry, times)
+    assert joins["m1"][0] == joins["m2"][0], joins
