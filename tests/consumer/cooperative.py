@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,11 @@ class SpanLedger(MemberGenerations):
             assert not gen.added & gen.retained
             for tp in sorted(gen.added):
                 gen.start_soon(self.worker, name, gen, tp, name=f"{name} {tp}", partition=tp)
+
+    async def join(self, cluster: FakeCluster, name: str, balancers: Sequence[Balancer]) -> None:
+        """Run member ``name`` of :func:`group_on` ``cluster``, recorded here, until cancelled."""
+        async with group_on(cluster, name, list(balancers)) as group:
+            await self.member(name, group)
 
     def stable(
         self, names: set[str], every: set[TopicPartition], same_generation: bool = True

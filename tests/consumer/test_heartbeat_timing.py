@@ -25,8 +25,8 @@ from gengroup.broker.faults import Delay, Drop, Intercepted
 from gengroup.consumer.running import EXPIRY_MARGIN, beat_period
 from gengroup.protocol.versions import ApiKey
 
-from .cooperative import SpanLedger, group_on, wait_until
-from .helpers import EMBEDDED_SETTINGS, all_partitions
+from .cooperative import SpanLedger
+from .helpers import EMBEDDED_SETTINGS, all_partitions, wait_until
 
 INTERVAL = EMBEDDED_SETTINGS["heartbeat_interval"]
 SESSION = EMBEDDED_SETTINGS["session_timeout"]
@@ -58,13 +58,9 @@ async def _beats(offset_fetch_delay: dict[str, float]) -> dict[str, list[float]]
         cluster.control(ApiKey.HEARTBEAT, slow_heartbeat)
         cluster.control(ApiKey.OFFSET_FETCH, slow_offset_fetch)
 
-        async def member(name: str) -> None:
-            async with group_on(cluster, name, [RangeBalancer()]) as group:
-                await ledger.member(name, group)
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(member, "m1")
-            nursery.start_soon(member, "m2")
+            nursery.start_soon(ledger.join, cluster, "m1", [RangeBalancer()])
+            nursery.start_soon(ledger.join, cluster, "m2", [RangeBalancer()])
             await wait_until(lambda: ledger.stable({"m1", "m2"}, every), "two members", 120)
             # The beats of the generation both members share.
             arrivals["m1"].clear()
@@ -131,13 +127,9 @@ async def test_the_others_learn_of_a_crashed_members_expiry_together_just_after_
         for key in (ApiKey.JOIN_GROUP, ApiKey.OFFSET_COMMIT, ApiKey.LEAVE_GROUP, ApiKey.FETCH):
             cluster.control(key, m3_silent)
 
-        async def member(name: str) -> None:
-            async with group_on(cluster, name, [RangeBalancer()]) as group:
-                await ledger.member(name, group)
-
         async with trio.open_nursery() as nursery:
             for name in ("m1", "m2", "m3"):
-                nursery.start_soon(member, name)
+                nursery.start_soon(ledger.join, cluster, name, [RangeBalancer()])
             members = {"m1", "m2", "m3"}
             await wait_until(lambda: ledger.stable(members, every), "three members", 120)
             await trio.sleep(3.3)  # between two beats

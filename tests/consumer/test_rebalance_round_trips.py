@@ -20,8 +20,8 @@ from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Intercepted
 from gengroup.protocol.versions import ApiKey
 
-from .cooperative import SpanLedger, group_on, wait_until
-from .helpers import all_partitions
+from .cooperative import SpanLedger
+from .helpers import all_partitions, wait_until
 
 JOIN_WAIT = 2.0  # a JoinGroup with a member id is answered this late
 
@@ -48,15 +48,11 @@ async def test_join_to_first_fetch_has_no_metadata_round_trip(
             cluster.control(key, record)
         cluster.control(ApiKey.JOIN_GROUP, late_join)
 
-        async def member(name: str) -> None:
-            async with group_on(cluster, name, [RangeBalancer()]) as group:
-                await ledger.member(name, group)
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(member, "m1")
+            nursery.start_soon(ledger.join, cluster, "m1", [RangeBalancer()])
             await wait_until(lambda: ledger.stable({"m1"}, every), "m1 alone", 60)
             sent["m1"].clear()
-            nursery.start_soon(member, "m2")
+            nursery.start_soon(ledger.join, cluster, "m2", [RangeBalancer()])
             await wait_until(lambda: ledger.stable({"m1", "m2"}, every), "two members", 60)
             assert ledger.current()["m1"].is_leader
             await trio.sleep(1.0)  # the first Fetch of each
