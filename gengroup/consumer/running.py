@@ -110,19 +110,21 @@ EXPIRY_MARGIN = 0.05
 def beat_period(interval: float, session_timeout: float) -> float:
     """The classic protocol's time between two regular heartbeats.
 
+    ``session_timeout`` plus :data:`EXPIRY_MARGIN`, divided into as many
+    beats as ``interval`` fits into the session (rounded up): at most
+    ``interval``, or the margin's share more when the session is a whole
+    number of intervals (1.005 s for 10 s and 1 s).
+
     Members of a generation beat together (in step from SyncGroup's answer),
     so a member that crashes beat last together with the others, and the
-    coordinator expires it ``session_timeout`` after that beat. Were the
-    others' beats ``interval`` apart and the session a whole number of
-    intervals (10 s and 1 s, 45 s and 3 s), one of their beats would arrive
-    at the very instant of the expiry: those that came just before it learnt
-    of the rebalance a whole interval later, and the others waited that long
-    for them in JoinGroup; had it been 10 s and 3 s, every one would learn of
-    it 2 s after it. So the period is the one, of at most
-    ``interval`` (plus a few milliseconds when the session is a whole number
-    of intervals), of which a whole number spans the session timeout plus
-    :data:`EXPIRY_MARGIN`: every member's beat lands that margin after the
-    expiry, and they all rejoin together.
+    coordinator expires it ``session_timeout`` after that beat. With beats
+    ``interval`` apart and a session of a whole number of intervals (10 s and
+    1 s; 45 s and 3 s), one of the others' beats arrived at the very instant
+    of the expiry: those just before it learnt of the rebalance a whole
+    interval later, and the others waited that long for them in JoinGroup;
+    with 10 s and 3 s, every one learnt of it 2 s after it. With this period
+    every member's beat lands the margin after the expiry, and they rejoin
+    together.
     """
     beats = max(1, math.ceil(session_timeout / interval - 1e-9))
     return (session_timeout + EXPIRY_MARGIN) / beats
