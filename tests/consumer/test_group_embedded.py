@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from gengroup import ConsumerGroup, Generation, TaskStuckError, TopicPartition
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Drop, Fail
+from gengroup.broker.faults import Drop, Fail, Intercepted
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -326,3 +326,41 @@ async def test_closing_during_a_join_returns_promptly(
         assert trio.current_time() - t0 < EMBEDDED_SETTINGS["rebalance_timeout"]
         with pytest.raises(Exception, match="closed"):
             await group.next()
+
+
+async def test_a_leader_that_moved_since_it_was_cached_is_followed_at_a_generations_start(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A new generation's prefetcher starts from the leaders the metadata cache
+    names. Here they move after the refresh made beside JoinGroup, while
+    SyncGroup is under way: the first Fetch goes to the old leaders, which
+    answer NOT_LEADER_OR_FOLLOWER, the partitions are looked up again and
+    fetched from their new leaders, nothing lost or repeated."""
+    async with FakeCluster(brokers=3, topics={"t": 3}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, "t", 3, 100)
+        old: dict[int, int] = {}  # partition -> its leader before the move
+        stale_fetches: list[int] = []  # brokers a Fetch reached after it lost its partitions
+
+        def move_leaders(call: Intercepted) -> None:
+            for p in range(3):
+                part = cluster.state.topics.partition("t", p)
+                assert part is not None
+                old[p] = part.leader
+                cluster.move_partition_leader("t", p, (part.leader + 1) % 3)
+
+        def fetch(call: Intercepted) -> None:
+            asked = {p.partition for t in call.request.topics for p in t.partitions}
+            if any(old.get(p) == call.broker_id for p in asked):
+                stale_fetches.append(call.broker_id)
+
+        async with one_member(cluster) as ledger:
+            await ledger.wait_for(lambda: len(ledger.processed) == 300, "the first 300")
+            cluster.control(ApiKey.SYNC_GROUP, move_leaders, once=True)
+            watch = cluster.control(ApiKey.FETCH, fetch)
+            ledger.generations["m"][-1].cancel("a new generation")
+            await ledger.wait_for(lambda: len(ledger.generations["m"]) == 2, "the next generation")
+            produce(cluster, "t", 3, 100, start=100)
+            await ledger.wait_for(lambda: len(ledger.processed) == 600, "all 600")
+            watch.remove()
+        assert stale_fetches, "no Fetch went to a leader that had moved"
+        assert all(n == 1 for n in ledger.processed.values())
