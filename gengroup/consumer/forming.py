@@ -23,8 +23,15 @@ pause between failed attempts is the client's one backoff
 
 While a new member waits for its first JoinGroup answer (often for the other
 members to notice the rebalance), :meth:`GroupClient.warm_up` opens the fetch
-connections to the subscribed topics' leaders, which a fresh process would
-otherwise open once its partitions were handed over.
+connections to the subscribed topics' leaders and the coordinator's
+connection, and loads the schemas of the requests a generation sends, which a
+fresh process would otherwise do once its partitions were handed over.
+
+Nothing else waits on the rebalance's path: every JoinGroup is sent with a
+refresh of the topics' metadata beside it, which the leader assigns from (no
+Metadata round trip between JoinGroup and SyncGroup, which every follower
+would wait for) and the prefetcher starts from (its partitions' cached
+leaders).
 """
 
 from __future__ import annotations

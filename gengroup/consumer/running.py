@@ -724,8 +724,8 @@ class _Run:
     def _beat_delays(self) -> Iterator[float]:
         """The sleeps before each heartbeat of this generation.
 
-        Every :func:`beat_period` (``heartbeat_interval`` or a little less:
-        see there); a generation of a cooperative rebalance
+        Every :func:`beat_period` (about ``heartbeat_interval``: see there);
+        a generation of a cooperative rebalance
         on the classic protocol also beats early (:data:`FIRST_EARLY_BEAT`,
         doubling). Such a rebalance comes in two phases: members that gave
         partitions up rejoin the moment phase one formed, but every other
