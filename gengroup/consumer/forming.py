@@ -158,10 +158,13 @@ class GroupClient:
             leaders = {p.leader for info in metadata.values() for p in info.partitions.values()} - {
                 -1
             }
-            for node in sorted(leaders):
-                for channel in FETCH_CHANNELS:
-                    conn = await self.cluster.connection(node, channel)
-                    preload(conn, _GENERATION_APIS[self.config.group_protocol])
+            conns = [
+                await self.cluster.connection(node, channel)
+                for node in sorted(leaders)
+                for channel in FETCH_CHANNELS
+            ]
+            if conns:
+                preload(conns[0], _GENERATION_APIS[self.config.group_protocol])
             if self.coordinator.node is not None:
                 await self.cluster.connection(self.coordinator.node)
         except (GengroupError, OSError, TimeoutError) as exc:  # the join meets it too

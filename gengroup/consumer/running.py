@@ -682,7 +682,7 @@ class _Run:
         # after each answer let them drift apart by hundreds of milliseconds;
         # counting from each member's own start, by tens).
         synced_at = self.formed.synced_at
-        due = started if synced_at is None else min(synced_at, started)
+        due = started if synced_at is None else synced_at
         for delay in self._beat_delays():
             due += delay
             await anyio.sleep_until(due)
