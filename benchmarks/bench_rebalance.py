@@ -26,12 +26,18 @@ SIGKILLed and the others take its partitions once the coordinator expires its
 session (the moved gap and the time to stable are then the session timeout
 plus a rebalance).
 
-The change comes ``--steady`` seconds after every partition flows, plus a
-*phase* that differs from run to run: run k of n waits (k + 0.5) / n of a
-heartbeat interval more. Members learn of a rebalance at a heartbeat, and a
-client whose heartbeats keep a fixed rate from its assignment would otherwise
-meet every change at the same point of its interval, lucky or not; with the
-phases spread evenly, every client meets changes all across its interval.
+The change comes ``--steady`` seconds after every partition flows, then at a
+*phase* of the heartbeat period that differs from run to run: run k of n
+comes (k + 0.5) / n of a period after a heartbeat of the member the change
+acts on (the killed one) or of the first member (a join, a leave). Members
+learn of a rebalance at a heartbeat, and an expired session is timed from
+the last one, so the phase decides much of a leave's or a kill's gap; with
+phases spread evenly from each client's own heartbeats, every client meets
+changes all across its interval alike. The heartbeats are read from the
+request log of the broker this script starts (Kafka's request logger,
+heartbeats only, each member named by its client id); with ``--bootstrap``
+there is none, and the phase counts from the moment every partition flowed,
+which favours a client whose heartbeats happen to fall early after it.
 
 Each figure is the worst partition of a run; the table shows the median over
 ``--repeat`` runs (taken in rounds, every configuration once per round) and
@@ -74,7 +80,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,7 +117,7 @@ def _emit(line: str) -> None:
     sys.stdout.flush()
 
 
-def member_gengroup(bootstrap: str, topic: str, group_id: str, protocol: str) -> None:
+def member_gengroup(bootstrap: str, topic: str, group_id: str, client: str, protocol: str) -> None:
     """A gengroup member: one span-scoped worker per added partition."""
     import anyio
 
@@ -125,7 +131,11 @@ def member_gengroup(bootstrap: str, topic: str, group_id: str, protocol: str) ->
             level=logging.INFO, format="%(created).6f %(name)s %(message)s", stream=sys.stderr
         )
 
-    settings: dict[str, Any] = {"start_offset": "earliest", "commit_interval": 5.0}
+    settings: dict[str, Any] = {
+        "start_offset": "earliest",
+        "commit_interval": 5.0,
+        "client_id": client,
+    }
     if protocol == "consumer":
         settings["group_protocol"] = "consumer"
     else:
@@ -168,13 +178,14 @@ def member_gengroup(bootstrap: str, topic: str, group_id: str, protocol: str) ->
     anyio.run(run, backend="trio")
 
 
-def member_confluent(bootstrap: str, topic: str, group_id: str, protocol: str) -> None:
+def member_confluent(bootstrap: str, topic: str, group_id: str, client: str, protocol: str) -> None:
     """A confluent-kafka (librdkafka) member polling batches of up to 500 records."""
     import confluent_kafka
 
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "group.id": group_id,
+        "client.id": client,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": True,
     }
@@ -213,7 +224,7 @@ def member_confluent(bootstrap: str, topic: str, group_id: str, protocol: str) -
     consumer.close()
 
 
-def member_aiokafka(bootstrap: str, topic: str, group_id: str, protocol: str) -> None:
+def member_aiokafka(bootstrap: str, topic: str, group_id: str, client: str, protocol: str) -> None:
     """An aiokafka member (eager; range) calling ``getmany``."""
     if protocol != "eager":
         raise SystemExit(f"aiokafka speaks the eager protocol only, not {protocol!r}")
@@ -224,6 +235,7 @@ def member_aiokafka(bootstrap: str, topic: str, group_id: str, protocol: str) ->
         consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap,
             group_id=group_id,
+            client_id=client,
             auto_offset_reset="earliest",
             session_timeout_ms=SESSION_MS,
             heartbeat_interval_ms=HEARTBEAT_MS,
@@ -255,6 +267,83 @@ def member_aiokafka(bootstrap: str, topic: str, group_id: str, protocol: str) ->
 
 
 MEMBERS = {"gengroup": member_gengroup, "confluent": member_confluent, "aiokafka": member_aiokafka}
+
+
+# ----------------------------------------------------------------- heartbeats
+
+#: The requests the broker this script starts logs: every member's heartbeats.
+HEARTBEAT_APIS = ("HEARTBEAT", "CONSUMER_GROUP_HEARTBEAT")
+
+
+def client_id(group_id: str, n: int) -> str:
+    """The client id of the group's member ``n``: its name in the broker's request log."""
+    return f"{group_id}-m{n}"
+
+
+class Heartbeats:
+    """Each client id's heartbeats, when the coordinator received them, from the broker's log.
+
+    The broker started with ``request_log=HEARTBEAT_APIS`` writes a line for
+    each heartbeat it answered: the time it finished (ms since the epoch),
+    then Kafka's JSON naming the client id and the request's total time, so
+    the heartbeat arrived that long before.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._file = path.open("rb")
+        self._partial = b""
+        self._beats: dict[str, list[tuple[float, int]]] = {}
+
+    def close(self) -> None:
+        self._file.close()
+
+    def beats(self, client: str) -> list[tuple[float, int]]:
+        """``client``'s heartbeats so far: arrival (s since the epoch), the answer's error code."""
+        *lines, self._partial = (self._partial + self._file.read()).split(b"\n")
+        for line in lines:
+            stamp, _, text = line.partition(b" Completed request:")
+            request = json.loads(text) if text else None
+            if request and request["requestHeader"]["requestApiKeyName"] in HEARTBEAT_APIS:
+                self._beats.setdefault(request["requestHeader"]["clientId"], []).append(
+                    (
+                        (int(stamp) - request["totalTimeMs"]) / 1000,
+                        request["response"]["errorCode"],
+                    )
+                )
+        return self._beats.get(client, [])
+
+    def at_phase(self, client: str, phase: float, timeout: float = 10.0) -> float:
+        """Sleep until ``phase`` of a heartbeat period after the next heartbeat of ``client``.
+
+        The period is the client's own: the median gap between its heartbeats
+        of the last 5 seconds, leaving out those under half the nominal
+        interval (the early beats some clients send while an assignment
+        settles); the nominal interval until there are such gaps. Each
+        client's period differs a little (gengroup's is 1.005 s with a 10 s
+        session and 1 s interval), and a change at a phase of the nominal one
+        would meet a slower client's next beat later. A heartbeat read too
+        late to meet its phase gives way to the one after it.
+
+        Returns:
+            The period.
+        """
+        nominal = HEARTBEAT_MS / 1000
+        deadline = time.monotonic() + timeout
+        after = time.time()
+        while time.monotonic() < deadline:
+            times = [t for t, _ in self.beats(client)]
+            if times and times[-1] > after:
+                beat = times[-1]
+                gaps = [b - a for a, b in itertools.pairwise(times) if a > beat - 5]
+                regular = [gap for gap in gaps if gap > nominal / 2]
+                period = statistics.median(regular) if regular else nominal
+                delay = beat + phase * period - time.time()
+                if delay > 0.002:
+                    time.sleep(delay)
+                    return period
+                after = beat
+            time.sleep(0.002)
+        raise TimeoutError(f"a heartbeat of {client}")
 
 
 # ----------------------------------------------------------------- the run
@@ -400,10 +489,14 @@ def one_run(
     logs: Path | None = None,
     case: str = "join",
     phase: float = 0.0,
+    heartbeats: Heartbeats | None = None,
 ) -> dict[str, Any]:
     """One run of ``config`` and ``case``: 3 members and a 4th joining, or 4 and one leaving.
 
-    The change comes ``steady + phase`` seconds after every partition flows.
+    The change comes ``steady`` seconds after every partition flows, then
+    ``phase`` of its heartbeat period after a heartbeat of the member it acts
+    on (a kill) or of the first member (a join or a leave), with
+    ``heartbeats``; without, ``phase`` of the nominal interval later.
 
     With ``logs``, each member's stderr goes to ``logs-m<N>.log`` (gengroup members log at INFO).
     """
@@ -423,7 +516,9 @@ def one_run(
             env = {**os.environ, "BENCH_REBALANCE_LOG": "1"}
             stderr = stack.enter_context(open(f"{logs}-m{len(members)}.log", "w"))  # noqa: SIM115
         proc = subprocess.Popen(
-            member_command(config, java, [bootstrap, topic, group_id]),
+            member_command(
+                config, java, [bootstrap, topic, group_id, client_id(group_id, len(members))]
+            ),
             stdout=subprocess.PIPE,
             stderr=stderr,
             env=env,
@@ -440,7 +535,13 @@ def one_run(
             spawn()
         n = len(members)
         wait_until(lambda: flowing(members, partitions, 0.0), 90, f"{config}: {n} members flowing")
-        time.sleep(steady + phase)
+        time.sleep(steady)
+        period = None
+        if heartbeats is None:
+            time.sleep(phase * HEARTBEAT_MS / 1000)
+        else:
+            reference = members[-1] if case == "kill" else members[0]
+            period = heartbeats.at_phase(client_id(group_id, reference.name), phase)
         if case == "join":
             joined = spawn()
             wait_until(lambda: joined.subscribed > 0, 60, f"{config}: the 4th member subscribing")
@@ -467,10 +568,15 @@ def one_run(
         stop.set()
         producer.join()
     result = figures(members, partitions, t_join, t_end, steady)
+    result["beat_period"] = period
     result["events"] = {
         "join": t_join,
         "members": [
-            {"assignments": [(t, sorted(o)) for t, o in m.assignments], "batches": m.batches}
+            {
+                "assignments": [(t, sorted(o)) for t, o in m.assignments],
+                "batches": m.batches,
+                "heartbeats": heartbeats.beats(client_id(group_id, m.name)) if heartbeats else [],
+            }
             for m in members
         ],
     }
@@ -563,11 +669,14 @@ def run_suite(
     steady: float = 3.0,
     events: Path | None = None,
     cases: tuple[str, ...] = CASES,
+    request_log: Path | None = None,
 ) -> dict[str, Any]:
     """Measure ``configs`` (all by default) in ``cases``, ``repeat`` rounds, on ``bootstrap``.
 
     For the consumer protocol to run with the classic members' session and
-    heartbeat, the broker needs :data:`BROKER_PROPERTIES`.
+    heartbeat, the broker needs :data:`BROKER_PROPERTIES`. With its
+    ``request_log`` of :data:`HEARTBEAT_APIS` (see :func:`broker`), each
+    change comes at its phase of a member's own heartbeat period.
 
     Returns:
         The results: ``meta``, and per case and configuration its ``median`` and ``runs``.
@@ -575,16 +684,22 @@ def run_suite(
     configs = list(CONFIGS) if configs is None else configs
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {k: {c: [] for c in configs} for k in cases}
     load_before = os.getloadavg()
-    with _tempdir() as classes:
+    with _tempdir() as classes, ExitStack() as stack:
         java = java_command(Path(classes))
+        heartbeats = None
+        if request_log is not None:
+            heartbeats = Heartbeats(request_log)
+            stack.callback(heartbeats.close)
         for round_, case, config in itertools.product(range(repeat), cases, configs):
             logs = None
             if events is not None:
                 events.mkdir(parents=True, exist_ok=True)
                 logs = events / f"{case}-{config}-{round_ + 1}"
             try:
-                phase = (round_ + 0.5) / repeat * HEARTBEAT_MS / 1000
-                r = one_run(config, bootstrap, java, partitions, rate, steady, logs, case, phase)
+                phase = (round_ + 0.5) / repeat
+                r = one_run(
+                    config, bootstrap, java, partitions, rate, steady, logs, case, phase, heartbeats
+                )
             except TimeoutError as exc:
                 print(
                     f"  {case} {config} run {round_ + 1}: timed out waiting for {exc}", flush=True
@@ -609,6 +724,7 @@ def run_suite(
             "partitions": partitions,
             "rate_per_partition": rate,
             "repeat": repeat,
+            "phase_after": "a member's heartbeat" if heartbeats else "every partition flowing",
             "python": platform.python_version(),
             "machine": f"{platform.machine()}, {platform.system()}, {os.cpu_count()} cores",
             "load_average": [round(x, 1) for x in (*load_before, *os.getloadavg())],
@@ -644,9 +760,9 @@ def main() -> None:
     args, rest = parser.parse_known_args()
     if args.member:
         client, protocol = args.member.rsplit("-", 1)
-        if len(rest) != 3:
-            parser.error("a member takes BOOTSTRAP TOPIC GROUP")
-        MEMBERS[client](rest[0], rest[1], rest[2], protocol)
+        if len(rest) != 4:
+            parser.error("a member takes BOOTSTRAP TOPIC GROUP CLIENT_ID")
+        MEMBERS[client](*rest, protocol)
         return
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -662,12 +778,7 @@ def main() -> None:
         for k, v in vars(args).items()
         if k in ("repeat", "partitions", "rate", "steady", "configs", "case")
     )
-    with ExitStack() as stack:
-        bootstrap = args.bootstrap
-        if bootstrap is None:
-            from gengroup.testing.kafka import KafkaBroker
-
-            bootstrap = stack.enter_context(KafkaBroker(properties=BROKER_PROPERTIES)).bootstrap
+    with broker(args.bootstrap) as (bootstrap, request_log):
         results = run_suite(
             bootstrap,
             configs,
@@ -677,6 +788,7 @@ def main() -> None:
             steady=args.steady,
             events=args.events,
             cases=cases,
+            request_log=request_log,
         )
     results["meta"]["command"] = command
     print()
@@ -686,6 +798,24 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.json}")
+
+
+@contextmanager
+def broker(bootstrap: str | None) -> Iterator[tuple[str, Path | None]]:
+    """``bootstrap`` (no request log), or a broker of its own: its bootstrap and request log.
+
+    The broker started has :data:`BROKER_PROPERTIES` and logs every
+    heartbeat (:data:`HEARTBEAT_APIS`); :func:`run_suite` times each change
+    from them.
+    """
+    if bootstrap is not None:
+        yield bootstrap, None
+        return
+    from gengroup.testing.kafka import KafkaBroker
+
+    with KafkaBroker(properties=BROKER_PROPERTIES, request_log=HEARTBEAT_APIS) as kafka:
+        assert kafka.request_log_path is not None
+        yield kafka.bootstrap, kafka.request_log_path
 
 
 def _tempdir() -> Any:

@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from bench_rebalance import BROKER_PROPERTIES, run_suite, table
+from bench_rebalance import BROKER_PROPERTIES, broker as rebalance_broker, run_suite, table
 from charts import write_charts
 
 from gengroup import Admin, ConsumerGroup, Generation, TopicPartition
@@ -773,7 +773,9 @@ def main() -> None:
         if args.everything:
             run_others(bootstrap, args.repeat)
         if args.rebalance or args.everything:
-            rebalance = run_suite(bootstrap, repeat=args.repeat)
+            # On a broker of its own that logs every member's heartbeats (unless --bootstrap).
+            with rebalance_broker(args.bootstrap) as (where, request_log):
+                rebalance = run_suite(where, repeat=args.repeat, request_log=request_log)
             rebalance["meta"]["command"] = command
             (HERE / "results" / "rebalance.json").write_text(json.dumps(rebalance, indent=2) + "\n")
             print("\n".join(table(rebalance)), flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import select
@@ -14,6 +15,7 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -36,7 +38,7 @@ from gengroup.testing.kafka import (
     probe_api_versions,
 )
 from gengroup.testing.kafka.cluster import cluster_properties
-from gengroup.testing.kafka.config import Quorum, server_properties
+from gengroup.testing.kafka.config import Quorum, server_properties, write_config
 from gengroup.testing.kafka.secure import LISTENERS, scram_format_args
 
 # Idempotent with the same line in tests/conftest.py (a plugin is loaded once).
@@ -499,3 +501,39 @@ def test_cluster_configuration_without_a_broker(tmp_path: Path) -> None:
         KafkaCluster(0)
     with pytest.raises(KafkaHarnessError, match="has not been started"):
         _ = KafkaCluster(3).bootstrap
+
+
+@pytest.mark.kafka
+def test_request_log_holds_the_requests_of_the_apis_named(tmp_path: Path) -> None:
+    started = time.time()
+    with KafkaBroker(base_dir=tmp_path, request_log={"API_VERSIONS"}) as broker:
+        probe_api_versions(broker.host, broker.port)
+        log = broker.request_log_path
+        assert log is not None and log.parent == broker.data_dir
+
+        def probed() -> list[dict[str, Any]]:
+            lines = [line.split(" Completed request:", 1) for line in log.read_text().splitlines()]
+            assert all(len(parts) == 2 for parts in lines), lines
+            for stamp, _ in lines:
+                assert started * 1000 <= int(stamp) <= time.time() * 1000
+            return [json.loads(text) for _, text in lines]
+
+        assert _wait_until(lambda: any(r["listener"] == "PLAINTEXT" for r in probed()), 10)
+        requests = probed()
+        assert {r["requestHeader"]["requestApiKeyName"] for r in requests} == {"API_VERSIONS"}
+        ours = [r for r in requests if r["listener"] == "PLAINTEXT"]
+        assert [r["requestHeader"]["requestApiVersion"] for r in ours] == [0]
+
+
+def test_request_log_configuration(tmp_path: Path) -> None:
+    write_config(tmp_path, {}, request_log=True)
+    every = (tmp_path / "log4j2.properties").read_text()
+    assert "logger.requests.name = kafka.request.logger" in every
+    assert "logger.requests.level = DEBUG" in every and "RegexFilter" not in every
+    assert every.count("= kafka.request.logger") == 1  # not also among the quiet loggers
+    write_config(tmp_path, {}, request_log={"HEARTBEAT", "CONSUMER_GROUP_HEARTBEAT"})
+    some = (tmp_path / "log4j2.properties").read_text()
+    assert '"requestApiKeyName":"(CONSUMER_GROUP_HEARTBEAT|HEARTBEAT)"' in some
+    write_config(tmp_path, {})
+    quiet = (tmp_path / "log4j2.properties").read_text()
+    assert "REQUESTS" not in quiet and "= kafka.request.logger" in quiet

@@ -1,7 +1,7 @@
 // One member of the rebalance benchmark (benchmarks/bench_rebalance.py), on the
-// Java KafkaConsumer. Arguments: bootstrap topic group protocol, where protocol
-// is "eager" (RangeAssignor), "cooperative" (CooperativeStickyAssignor) or
-// "consumer" (group.protocol=consumer, the coordinator's default assignor).
+// Java KafkaConsumer. Arguments: bootstrap topic group client-id protocol, where
+// protocol is "eager" (RangeAssignor), "cooperative" (CooperativeStickyAssignor)
+// or "consumer" (group.protocol=consumer, the coordinator's default assignor).
 //
 // It prints to stdout, one event a line, times in seconds since the epoch:
 //   S <time>                                   subscribing
@@ -32,10 +32,12 @@ public class RebalanceMember {
     }
 
     public static void main(String[] args) {
-        String bootstrap = args[0], topic = args[1], group = args[2], protocol = args[3];
+        String bootstrap = args[0], topic = args[1], group = args[2], clientId = args[3];
+        String protocol = args[4];
         Properties props = new Properties();
         props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        props.put(ConsumerConfig.CLIENT_ID_CONFIG, clientId);
         props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "true");
         props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());

@@ -6,7 +6,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self, TypedDict
@@ -82,6 +82,7 @@ class NodeOptions(TypedDict, total=False):
     start_timeout: float
     stop_timeout: float
     keep: bool
+    request_log: bool | Collection[str]
 
 
 @contextlib.asynccontextmanager

@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Final, Unpack
 
@@ -96,6 +96,13 @@ class KafkaBroker(StartedInBlock):
         start_timeout: Seconds :meth:`start` and :meth:`restart` wait for readiness.
         stop_timeout: Seconds :meth:`stop` waits after SIGTERM before SIGKILL.
         keep: Keep the data directory (storage and ``broker.log``) after :meth:`stop`.
+        request_log: Log each request the broker completes, with its header,
+            body and timings, to :attr:`request_log_path` (Kafka's
+            ``kafka.request.logger`` at DEBUG; each line starts with its time
+            in milliseconds since the epoch). ``True``: every request; a
+            collection of API names as Kafka spells them (``{"HEARTBEAT"}``):
+            those only. For a benchmark or test that must see what every
+            client sent, such as when each member heartbeats.
         security: Add the secure listeners of :mod:`.secure` (TLS, SASL, mutual
             TLS), their users and certificates.
         node_id: The node's id (``node.id``).
@@ -126,6 +133,7 @@ class KafkaBroker(StartedInBlock):
         security: secure.BrokerSecurity | None = None,
         node_id: int = 1,
         quorum: config.Quorum | None = None,
+        request_log: bool | Collection[str] = False,
     ) -> None:
         self.version: Final = version
         self._fixed_port = port
@@ -145,6 +153,7 @@ class KafkaBroker(StartedInBlock):
         self._listener_ports: dict[str, int] = {}
         self.node_id: Final = node_id
         self.quorum: Final = quorum
+        self.request_log: Final = request_log
 
         self._lock = threading.RLock()
         self._process: process.JvmProcess | None = None
@@ -216,6 +225,13 @@ class KafkaBroker(StartedInBlock):
     def log_path(self) -> Path | None:
         """The broker's log4j log file, inside :attr:`data_dir`."""
         return self._data_dir / "broker.log" if self._data_dir is not None else None
+
+    @property
+    def request_log_path(self) -> Path | None:
+        """The log of every completed request, with ``request_log`` (else ``None``)."""
+        if self._data_dir is None or not self.request_log:
+            return None
+        return self._data_dir / config.REQUEST_LOG
 
     @property
     def pid(self) -> int | None:
@@ -409,7 +425,7 @@ class KafkaBroker(StartedInBlock):
         )
         # A secure broker logs each failed authentication ("Failed authentication with ...").
         loud = [secure.AUTH_LOGGER] if self.security is not None else []
-        config.write_config(self._data_dir, properties, loud)
+        config.write_config(self._data_dir, properties, loud, request_log=self.request_log)
 
     def _java_command(self, *args: str, heap: str | None = None) -> list[str]:
         assert self._java is not None and self._lib is not None and self._data_dir is not None

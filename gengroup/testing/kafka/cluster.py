@@ -133,6 +133,9 @@ class KafkaCluster(StartedInBlock):
         start_timeout: Seconds to wait for the cluster (or a restarted node).
         stop_timeout: Seconds a graceful stop waits before SIGKILL.
         keep: Keep the data directories (storage and ``broker.log``) at :meth:`close`.
+        request_log: Every node logs the requests it completes (all, or
+            those of the APIs named) to ``requests.log`` (see
+            :attr:`KafkaBroker.request_log_path`).
     """
 
     def __init__(self, brokers: int = 3, **options: Unpack[NodeOptions]) -> None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -42,6 +43,10 @@ _JVM_DEFAULTS: Final = (
 )
 
 # Loggers that drown the interesting lines (group coordinator, requests) at INFO.
+#: The file (in the data directory) of every completed request, with ``request_log``.
+REQUEST_LOG: Final = "requests.log"
+#: Kafka's logger of completed requests (at DEBUG: header, body and timings).
+_REQUEST_LOGGER: Final = "kafka.request.logger"
 _QUIET_LOGGERS: Final = (
     "kafka.log",
     "kafka.server.metadata",
@@ -64,7 +69,7 @@ _QUIET_LOGGERS: Final = (
     "org.apache.kafka.snapshot",
     "org.apache.kafka.storage",
     "state.change.logger",
-    "kafka.request.logger",
+    _REQUEST_LOGGER,
     "kafka.authorizer.logger",
 )
 
@@ -169,13 +174,23 @@ def server_properties(
     return out
 
 
-def write_config(data_dir: Path, properties: Mapping[str, str], loud: Sequence[str] = ()) -> None:
+def write_config(
+    data_dir: Path,
+    properties: Mapping[str, str],
+    loud: Sequence[str] = (),
+    *,
+    request_log: bool | Collection[str] = False,
+) -> None:
     """Write ``server.properties`` and ``log4j2.properties`` into the data directory.
 
     Args:
         data_dir: The broker's data directory; ``broker.log`` will be written there.
         properties: The ``server.properties`` entries (see :func:`server_properties`).
         loud: Loggers to log at INFO although a quiet parent logger would hide them.
+        request_log: Also log completed requests to :data:`REQUEST_LOG`, a
+            line each: the time in milliseconds since the epoch, then Kafka's
+            ``Completed request:`` text. ``True``: every request; names of
+            APIs as Kafka spells them (``"HEARTBEAT"``): those only.
     """
     data = data_dir
     lines = [f"{key}={escape_property(value)}" for key, value in properties.items()]
@@ -194,9 +209,32 @@ def write_config(data_dir: Path, properties: Mapping[str, str], loud: Sequence[s
         "rootLogger.appenderRef.file.ref = FILE",
     ]
     for i, name in enumerate(_QUIET_LOGGERS):
-        log4j += [f"logger.q{i}.name = {name}", f"logger.q{i}.level = WARN"]
+        if not (request_log and name == _REQUEST_LOGGER):
+            log4j += [f"logger.q{i}.name = {name}", f"logger.q{i}.level = WARN"]
     for i, name in enumerate(loud):
         log4j += [f"logger.l{i}.name = {name}", f"logger.l{i}.level = INFO"]
+    if request_log:
+        log4j += [
+            "appender.requests.type = File",
+            "appender.requests.name = REQUESTS",
+            f"appender.requests.fileName = {escape_property((data / REQUEST_LOG).as_posix())}",
+            "appender.requests.layout.type = PatternLayout",
+            "appender.requests.layout.pattern = %d{UNIX_MILLIS} %m%n",
+            f"logger.requests.name = {_REQUEST_LOGGER}",
+            "logger.requests.level = DEBUG",
+            "logger.requests.additivity = false",
+            "logger.requests.appenderRef.requests.ref = REQUESTS",
+        ]
+        if not isinstance(request_log, bool):
+            names = "|".join(re.escape(name) for name in sorted(request_log))
+            log4j += [
+                "appender.requests.filter.apis.type = RegexFilter",
+                # Kafka's text is one line of JSON naming its API in the header.
+                "appender.requests.filter.apis.regex = "
+                + escape_property(f'.*"requestApiKeyName":"({names})".*'),
+                "appender.requests.filter.apis.onMatch = ACCEPT",
+                "appender.requests.filter.apis.onMismatch = DENY",
+            ]
     (data / "log4j2.properties").write_text("\n".join(log4j) + "\n")
 
 
