@@ -31,7 +31,10 @@ Nothing else waits on the rebalance's path: every JoinGroup is sent with a
 refresh of the topics' metadata beside it, which the leader assigns from (no
 Metadata round trip between JoinGroup and SyncGroup, which every follower
 would wait for) and the prefetcher starts from (its partitions' cached
-leaders).
+leaders). Every SyncGroup is sent with an OffsetFetch of every partition the
+member may be assigned beside it (:meth:`GroupClient.sync` says why those
+offsets cannot change meanwhile), so a generation starts fetching the moment
+SyncGroup answers.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import anyio
 from kio.schema.errors import ErrorCode
@@ -74,6 +77,29 @@ from .prefetch import FETCH_CHANNELS, Prefetcher
 __all__ = ["Formed", "GroupClient", "form_generation", "generation_identity"]
 
 log = logging.getLogger("gengroup")
+
+#: Committed offsets: partition -> (offset, metadata), offset -1 where none.
+Committed = dict[TopicPartition, tuple[int, str]]
+
+
+class SyncAnswer(NamedTuple):
+    """What :meth:`GroupClient.sync` learnt."""
+
+    #: SyncGroup's error code.
+    error_code: int
+    #: This member's encoded assignment.
+    assignment: bytes
+    #: When SyncGroup answered (``anyio.current_time()``), which every member
+    #: of the generation shares: its heartbeats count from it.
+    at: float
+    #: The committed offsets fetched beside SyncGroup, or None.
+    committed: Committed | None
+
+
+#: The most partitions whose committed offsets a member fetches beside
+#: SyncGroup (every partition of its subscription, before it knows which are
+#: its own); with more, it fetches its own once SyncGroup answered.
+OFFSETS_BESIDE_SYNC_LIMIT: Final = 2048
 
 
 def generation_identity(
@@ -258,9 +284,42 @@ class GroupClient:
         identity: GenerationIdentity,
         protocol: str,
         assignments: Mapping[str, bytes],
-    ) -> tuple[int, bytes]:
-        """SyncGroup; (error code, this member's encoded assignment)."""
-        async with self.said_if_slow("waiting for the coordinator to answer SyncGroup"):
+        offsets_of: Sequence[TopicPartition] = (),
+    ) -> SyncAnswer:
+        """SyncGroup: its answer, when it came, and committed offsets.
+
+        The committed offsets of ``offsets_of`` (every partition this member
+        may be assigned) are fetched beside SyncGroup, while the coordinator
+        holds it for the leader's; none of the partitions SyncGroup hands this
+        member can have its committed offset change in that time. Their
+        previous owner committed them before it sent the JoinGroup of this
+        round (an eager member in its teardown; a cooperative one revoked them
+        in the round before, committed, and rejoined), and once JoinGroup
+        answered the coordinator refuses the ending generation's commits
+        (REBALANCE_IN_PROGRESS, then ILLEGAL_GENERATION), while the new
+        generation's members commit only partitions SyncGroup handed them. So
+        the offsets are those an OffsetFetch sent after SyncGroup would read,
+        one round trip sooner. They are None if ``offsets_of`` is empty,
+        SyncGroup was refused, or the fetch failed (the caller fetches again,
+        and meets the failure there).
+        """
+        fetched: Committed | None = None
+        done = anyio.Event()
+
+        async def fetch() -> None:
+            nonlocal fetched
+            try:
+                fetched = await offsets.fetch_committed(
+                    self.cluster, node, self.config.group_id, offsets_of
+                )
+            except (GengroupError, OSError, TimeoutError) as exc:  # fetched again, after
+                log.debug("group %s: offsets beside SyncGroup: %r", self.config.group_id, exc)
+            finally:
+                done.set()
+
+        async with self.said_if_slow("waiting for the coordinator to answer SyncGroup") as tg:
+            if offsets_of:
+                tg.start_soon(fetch)
             resp = await self.cluster.call(
                 node,
                 ApiKey.SYNC_GROUP,
@@ -273,7 +332,11 @@ class GroupClient:
                 timeout=self._rebalance_wait,
                 channel="group",
             )
-        return requests.parse_sync(resp)
+            at = anyio.current_time()
+            code, raw = requests.parse_sync(resp)
+            if offsets_of and not code:
+                await done.wait()
+        return SyncAnswer(code, raw, at, fetched)
 
     async def describe_group(
         self, node: int, timeout: float | None = None
@@ -407,14 +470,21 @@ class GroupClient:
     # ------------------------------------------------------------------ offsets
 
     async def start_positions(
-        self, node: int, partitions: list[TopicPartition]
-    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, tuple[int, str]]]:
-        """Where each partition starts, and what is already committed (offset, metadata)."""
+        self, node: int, partitions: list[TopicPartition], known: Committed | None = None
+    ) -> tuple[dict[TopicPartition, int], Committed]:
+        """Where each partition starts, and what is already committed (offset, metadata).
+
+        ``known``: committed offsets fetched already (beside SyncGroup), used
+        if they name every partition; else they are fetched now.
+        """
         if not partitions:
             return {}, {}
-        committed = await offsets.fetch_committed(
-            self.cluster, node, self.config.group_id, partitions
-        )
+        if known is not None and all(tp in known for tp in partitions):
+            committed = {tp: known[tp] for tp in partitions}
+        else:
+            committed = await offsets.fetch_committed(
+                self.cluster, node, self.config.group_id, partitions
+            )
         positions = {tp: committed.get(tp, (-1, ""))[0] for tp in partitions}
         missing = [tp for tp, off in positions.items() if off < 0]
         if missing:
@@ -632,21 +702,22 @@ async def form_generation(
                 counts = await client.partition_counts(member.subscribed_topics(), metadata)
                 assignments = member.assign(counts)
             identity = generation_identity(cfg, joined.generation_id, joined.member_id, sequence)
+            candidates = _assignable(joined, counts, member.subscribed_topics(), metadata)
             sync_sent = anyio.current_time()
             try:
-                code, raw = await client.sync(node, identity, joined.protocol, assignments)
+                answer = await client.sync(node, identity, joined.protocol, assignments, candidates)
             except BaseException:
                 member.on_io_failure()
                 raise
-            synced_at = anyio.current_time()
-            synced = member.on_sync(error_code=code, assignment=raw)
+            synced_at = answer.at
+            synced = member.on_sync(error_code=answer.error_code, assignment=answer.assignment)
             timings.sync += anyio.current_time() - t0
             if isinstance(synced, Retry):
                 await _retry_pause(member, client, synced, backoff)
                 continue
             t0 = anyio.current_time()
             partitions = synced.partitions()
-            positions, committed = await client.start_positions(node, partitions)
+            positions, committed = await client.start_positions(node, partitions, answer.committed)
             timings.offset_fetch += anyio.current_time() - t0
         except (KafkaConnectionError, NotCoordinator, TimeoutError) as exc:
             unreachable = exhausted_unreachable(exc)
@@ -692,6 +763,32 @@ async def form_generation(
         formed.synced_at = synced_at
         return formed
     return None
+
+
+def _assignable(
+    joined: Joined,
+    counts: Mapping[str, int],
+    topics: set[str],
+    metadata: Mapping[str, TopicInfo] | None,
+) -> list[TopicPartition]:
+    """Every partition the member may be assigned: those the leader assigned
+    from, or for a follower those of ``topics`` in the metadata refreshed
+    beside its JoinGroup.
+
+    Empty for a follower without that metadata (its JoinGroup answered
+    first), or past :data:`OFFSETS_BESIDE_SYNC_LIMIT` partitions.
+    """
+    if not joined.is_leader:
+        if metadata is None:
+            return []
+        counts = {
+            topic: len(info.partitions)
+            for topic, info in metadata.items()
+            if topic in topics and info.error_code == 0
+        }
+    if sum(counts.values()) > OFFSETS_BESIDE_SYNC_LIMIT:
+        return []
+    return [TopicPartition(topic, p) for topic in sorted(counts) for p in range(counts[topic])]
 
 
 async def _match(member: Member, client: GroupClient) -> None:

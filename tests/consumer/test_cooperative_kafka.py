@@ -50,9 +50,21 @@ async def scenario(kafka: KafkaBroker) -> None:
     for name in ("m1", "m2", "m3"):
         gens = ledger.generations[name]
         assert all(g.rebalance_protocol == "cooperative" for g in gens)
-        assert any(g.revoked for g in gens), [
-            (g.label, sorted(g.added), sorted(g.revoked), g.end_reason) for g in gens
-        ]
+        # Compact, so that a failure's message is not cut: per generation, the
+        # partition numbers added, retained and revoked, and why it ended.
+        assert any(g.revoked for g in gens), (
+            name,
+            [
+                (
+                    g.label,
+                    sorted(tp.partition for tp in g.added),
+                    sorted(tp.partition for tp in g.retained),
+                    sorted(tp.partition for tp in g.revoked),
+                    g.end_reason,
+                )
+                for g in gens
+            ],
+        )
 
 
 async def test_three_four_three_members_keep_retained_workers_running_trio(

@@ -1,37 +1,45 @@
 """A rebalance waits for no round trip it can do without.
 
 From a member's JoinGroup to its first Fetch of the new generation, the
-requests on the rebalance's path are JoinGroup, SyncGroup and OffsetFetch: the
-leader assigns from metadata refreshed while its JoinGroup waited (not from a
-Metadata request sent once JoinGroup answered, which every follower's
-SyncGroup waited for), and the prefetcher starts from the leaders the
-metadata cache names (not from a Metadata request sent once the generation
-formed). On the embedded broker, in virtual time, with JoinGroup answered
-late as when the other members have yet to notice the rebalance.
+requests on the rebalance's path are JoinGroup, then SyncGroup with the
+OffsetFetch of every partition the member may be assigned sent beside it:
+the leader assigns from metadata refreshed while its JoinGroup waited (not
+from a Metadata request sent once JoinGroup answered, which every follower's
+SyncGroup waited for), the committed offsets arrive while SyncGroup waits for
+the leader's (not in a round trip after it), and the prefetcher starts from
+the leaders the metadata cache names (not from a Metadata request sent once
+the generation formed). On the embedded broker, in virtual time, with
+JoinGroup answered late as when the other members have yet to notice the
+rebalance, and the leader's SyncGroup late as when it takes time to assign.
 """
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 
 from gengroup import RangeBalancer
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Intercepted
+from gengroup.consumer import forming
 from gengroup.protocol.versions import ApiKey
 
 from .cooperative import SpanLedger
 from .helpers import all_partitions, wait_until
 
 JOIN_WAIT = 2.0  # a JoinGroup with a member id is answered this late
+SYNC_WAIT = 0.5  # the leader's SyncGroup (after a JoinGroup that waited) arrives this late
+
+Path = list[tuple[float, ApiKey]]
 
 
-async def test_join_to_first_fetch_has_no_metadata_round_trip(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
+async def rebalance_paths() -> dict[str, Path]:
+    """m2 joins m1 (the leader): each member's requests from its last JoinGroup
+    to its first Fetch after it."""
     every = all_partitions("t", 4)
     ledger = SpanLedger()
-    sent: dict[str, list[tuple[float, ApiKey]]] = {"m1": [], "m2": []}
+    sent: dict[str, Path] = {"m1": [], "m2": []}
 
     def record(call: Intercepted) -> None:
         if call.client_id in sent:
@@ -39,14 +47,17 @@ async def test_join_to_first_fetch_has_no_metadata_round_trip(
 
     def late_join(call: Intercepted) -> Delay | None:
         record(call)
-        if call.request.member_id:
-            return Delay(JOIN_WAIT)
-        return None
+        return Delay(JOIN_WAIT) if call.request.member_id else None
+
+    def late_leader(call: Intercepted) -> Delay | None:
+        record(call)
+        return Delay(SYNC_WAIT) if call.request.assignments and len(sent["m2"]) else None
 
     async with FakeCluster(topics={"t": 4}, initial_rebalance_delay_ms=0) as cluster:
-        for key in (ApiKey.METADATA, ApiKey.SYNC_GROUP, ApiKey.OFFSET_FETCH, ApiKey.FETCH):
+        for key in (ApiKey.METADATA, ApiKey.OFFSET_FETCH, ApiKey.FETCH):
             cluster.control(key, record)
         cluster.control(ApiKey.JOIN_GROUP, late_join)
+        cluster.control(ApiKey.SYNC_GROUP, late_leader)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ledger.join, cluster, "m1", [RangeBalancer()])
@@ -58,21 +69,41 @@ async def test_join_to_first_fetch_has_no_metadata_round_trip(
             await trio.sleep(1.0)  # the first Fetch of each
             nursery.cancel_scope.cancel()
 
+    paths: dict[str, Path] = {}
     for name, requests in sent.items():
-        # From the last JoinGroup to the first Fetch after it.
         start = max(i for i, (_, key) in enumerate(requests) if key is ApiKey.JOIN_GROUP)
-        joined_at = requests[start][0]
-        path: list[tuple[float, ApiKey]] = []
+        path: Path = []
         for t, key in requests[start:]:
             path.append((t, key))
             if key is ApiKey.FETCH:
                 break
-        assert [key for _, key in path if key is not ApiKey.METADATA] == [
-            ApiKey.JOIN_GROUP,
-            ApiKey.SYNC_GROUP,
-            ApiKey.OFFSET_FETCH,
-            ApiKey.FETCH,
-        ], (name, path)
         # At most the refresh beside JoinGroup, sent with it (it arrives while
         # JoinGroup waits, not once it answered).
+        joined_at = path[0][0]
         assert [t for t, key in path if key is ApiKey.METADATA] in ([], [joined_at]), (name, path)
+        paths[name] = [(t, key) for t, key in path if key is not ApiKey.METADATA]
+    return paths
+
+
+async def test_join_to_first_fetch_has_no_round_trip_but_join_and_sync(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    for name, path in (await rebalance_paths()).items():
+        keys = [key for _, key in path]
+        assert keys[0] is ApiKey.JOIN_GROUP and keys[-1] is ApiKey.FETCH, (name, path)
+        assert sorted(keys[1:-1]) == sorted([ApiKey.SYNC_GROUP, ApiKey.OFFSET_FETCH]), (name, path)
+        at = {key: t for t, key in path}
+        # The OffsetFetch went with SyncGroup; the Fetch waited for SyncGroup's answer.
+        assert at[ApiKey.OFFSET_FETCH] == at[ApiKey.SYNC_GROUP], (name, path)
+        assert at[ApiKey.FETCH] >= at[ApiKey.SYNC_GROUP] + SYNC_WAIT, (name, path)
+
+
+async def test_past_the_limit_the_offsets_are_fetched_once_sync_group_answered(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(forming, "OFFSETS_BESIDE_SYNC_LIMIT", 3)  # the topic has 4
+    for name, path in (await rebalance_paths()).items():
+        keys = [key for _, key in path]
+        assert keys == [ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.OFFSET_FETCH, ApiKey.FETCH]
+        at = {key: t for t, key in path}
+        assert at[ApiKey.OFFSET_FETCH] >= at[ApiKey.SYNC_GROUP] + SYNC_WAIT, (name, path)
