@@ -16,7 +16,9 @@ When the prefetcher ends, its sessions are not closed with a request of
 their own (one more round trip on the way out of every generation): their
 ids go to ``retired``, shared by the group's prefetchers, and the next
 prefetcher's first request on the same connection names the old id with
-epoch 0, which makes the broker drop it as it creates the new session. The
+epoch 0, which makes the broker drop it as it creates the new session (or
+the first request on another connection, when the next prefetcher leaves
+that one to the answer still to come: :meth:`FetchSessions.take_over`). The
 sessions left when the group ends are evicted by the broker.
 """
 
@@ -72,6 +74,24 @@ class FetchSessions:
             close = self._retired.pop((node, channel), 0)
             session = self._sessions[node, channel] = FetchSession(self._enabled, close)
         return session
+
+    def take_over(self, node: int, channels: Iterable[str], skipped: Iterable[str]) -> None:
+        """The prefetcher fetches from ``node`` on ``channels``, not on
+        ``skipped`` (connections still awaiting an ended prefetcher's answers):
+        the sessions retired on those are closed by the first requests on the
+        ``channels`` that close none of their own (a session is the broker's
+        by its id, whichever connection names it)."""
+        free = [
+            c
+            for c in channels
+            if (node, c) not in self._retired and (node, c) not in self._sessions
+        ]
+        for channel in skipped:
+            if not free:
+                return
+            session_id = self._retired.pop((node, channel), 0)
+            if session_id:
+                self._retired[node, free.pop(0)] = session_id
 
     def held(self, node: int, channel: str, partitions: Iterable[TopicPartition]) -> int:
         """How many of ``partitions`` the session of ``node``'s ``channel`` holds."""

@@ -72,7 +72,7 @@ from ..protocol.consumer_protocol import PROTOCOL_TYPE
 from ..protocol.versions import ApiKey
 from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
 from .metrics import GroupMetrics
-from .prefetch import FETCH_CHANNELS, Prefetcher
+from .prefetch import FIRST_FETCH_CHANNELS, Prefetcher
 
 __all__ = ["Formed", "GroupClient", "form_generation", "generation_identity"]
 
@@ -187,7 +187,7 @@ class GroupClient:
             conns = [
                 await self.cluster.connection(node, channel)
                 for node in sorted(leaders)
-                for channel in FETCH_CHANNELS
+                for channel in FIRST_FETCH_CHANNELS
             ]
             if conns:
                 preload(conns[0], _GENERATION_APIS[self.config.group_protocol])

@@ -39,7 +39,9 @@ answer). The one excess: Kafka sends the first partition of an answer one batch
 whole even when it is larger than asked (so that a batch larger than the limits
 can be consumed at all). Requests in flight together use separate connections,
 as the broker answers one connection in order and a long poll must not hold up
-an answer with data.
+an answer with data. Nor may the long poll of an ended prefetcher, which stays
+in flight until the broker answers it: a new prefetcher fetches on connections
+with no answer still to come (four per broker to choose from, two in use).
 
 Each of those connections carries its own incremental fetch session (KIP-227,
 :mod:`gengroup.consumer.fetch_sessions`), so a request names only the
@@ -284,8 +286,15 @@ def _apply(
 
 #: Fetch requests in flight per broker at most (over disjoint partitions).
 _MAX_IN_FLIGHT: Final = 2
-#: The broker connections a fetch loop sends its requests on, one per request in flight.
-FETCH_CHANNELS: Final = tuple(f"fetch-{i}" if i else "fetch" for i in range(_MAX_IN_FLIGHT))
+#: The broker connections fetch loops send their requests on. A loop uses
+#: ``_MAX_IN_FLIGHT`` of them, one per request in flight, those with no answer
+#: still to come first: an ended prefetcher's Fetch stays in flight on its
+#: connection until the broker answers it (a long poll over partitions without
+#: new data: ``fetch_max_wait``), and the broker answers a connection in order,
+#: so the next generation's first Fetch there would wait for it.
+FETCH_CHANNELS: Final = tuple(f"fetch-{i}" if i else "fetch" for i in range(2 * _MAX_IN_FLIGHT))
+#: The fetch connections a member uses first (and opens while it joins).
+FIRST_FETCH_CHANNELS: Final = FETCH_CHANNELS[:_MAX_IN_FLIGHT]
 
 
 @dataclass(eq=False)
@@ -583,8 +592,11 @@ class Prefetcher:
         """
         # One connection per request that may be in flight at the same time:
         # the broker answers a connection's requests in order, and a long poll
-        # for partitions without new data must not hold up an answer with data.
-        free = list(FETCH_CHANNELS)
+        # for partitions without new data must not hold up an answer with data
+        # -- nor one an ended prefetcher left in flight (see FETCH_CHANNELS).
+        ordered = sorted(FETCH_CHANNELS, key=lambda c: self._cluster.awaiting(node, c) > 0)
+        free = ordered[:_MAX_IN_FLIGHT]
+        self._sessions.take_over(node, free, ordered[_MAX_IN_FLIGHT:])
         turn = 0
         # Requests in flight that asked for data known to be there (the others
         # are long polls).

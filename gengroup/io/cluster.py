@@ -280,6 +280,12 @@ class Cluster:
         """
         return await self._open(node_id, channel)
 
+    def awaiting(self, node_id: int, channel: str = "default") -> int:
+        """How many answers are still to come on the pooled connection to
+        ``node_id`` on ``channel`` (0 if none is open)."""
+        conn = self._conns.get((node_id, channel))
+        return conn.awaiting if conn is not None and conn.is_usable else 0
+
     async def any_connection(self) -> BrokerConnection:
         """A connection to any reachable broker, preferring the least loaded."""
         usable = [c for (_, ch), c in self._conns.items() if ch == "default" and c.is_usable]

@@ -232,6 +232,16 @@ class BrokerConnection:
         """True while the connection is open and not broken."""
         return self._stream is not None and self._failure is None
 
+    @property
+    def awaiting(self) -> int:
+        """Requests sent on this connection whose answer has not come yet.
+
+        Those whose caller stopped waiting count too: the broker answers a
+        connection's requests in order, so a request sent now comes after
+        every one of them.
+        """
+        return len(self._waiters)
+
     # ------------------------------------------------------------------ lifecycle
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[BrokerConnection]) -> None:

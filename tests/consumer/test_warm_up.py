@@ -17,7 +17,7 @@ import trio.testing
 from gengroup import ConsumerGroup
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Intercepted
-from gengroup.consumer.prefetch import FETCH_CHANNELS
+from gengroup.consumer.prefetch import FIRST_FETCH_CHANNELS
 from gengroup.io import request
 from gengroup.protocol.versions import ApiKey
 
@@ -64,7 +64,7 @@ async def test_the_connections_are_open_and_schemas_loaded_before_join_group_is_
     # (JoinGroup), every fetch connection to the topic's one leader, and the
     # coordinator's (OffsetFetch, Heartbeat, OffsetCommit), opened while
     # JoinGroup waited. Without the warm-up, 2.
-    assert at_sync == [3 + len(FETCH_CHANNELS)], (at_sync, opened)
+    assert at_sync == [3 + len(FIRST_FETCH_CHANNELS)], (at_sync, opened)
     assert max(opened[: at_sync[0]]) < JOIN_DELAY, opened
     # What the generation sends once formed, loaded before (kio imports a
     # schema on first use, a few milliseconds each).
