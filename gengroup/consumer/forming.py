@@ -40,11 +40,11 @@ SyncGroup answers.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 import anyio
 from kio.schema.errors import ErrorCode
@@ -78,8 +78,30 @@ __all__ = ["Formed", "GroupClient", "form_generation", "generation_identity"]
 
 log = logging.getLogger("gengroup")
 
+T = TypeVar("T")
+
 #: Committed offsets: partition -> (offset, metadata), offset -1 where none.
 Committed = dict[TopicPartition, tuple[int, str]]
+
+
+class _Beside(Generic[T]):
+    """A request sent beside a wait of the member (JoinGroup, SyncGroup) that
+    the member can do without: its result, or None if it failed (logged at
+    DEBUG; the caller asks again, and meets the failure there)."""
+
+    def __init__(self, group_id: str, what: str) -> None:
+        self.result: T | None = None
+        self.done = anyio.Event()
+        self._group_id = group_id
+        self._what = what
+
+    async def run(self, request: Callable[[], Awaitable[T]]) -> None:
+        try:
+            self.result = await request()
+        except (GengroupError, OSError, TimeoutError) as exc:
+            log.debug("group %s: %s: %r", self._group_id, self._what, exc)
+        finally:
+            self.done.set()
 
 
 class SyncAnswer(NamedTuple):
@@ -190,7 +212,7 @@ class GroupClient:
                 for channel in FIRST_FETCH_CHANNELS
             ]
             if conns:
-                preload(conns[0], _GENERATION_APIS[self.config.group_protocol])
+                await preload(conns[0], _GENERATION_APIS[self.config.group_protocol])
             if self.coordinator.node is not None:
                 await self.cluster.connection(self.coordinator.node)
         except (GengroupError, OSError, TimeoutError) as exc:  # the join meets it too
@@ -251,21 +273,10 @@ class GroupClient:
         the refresh failed, or had not finished when a follower's JoinGroup
         answered (a follower does not wait for it).
         """
-        refreshed: dict[str, TopicInfo] | None = None
-        done = anyio.Event()
-
-        async def refresh() -> None:
-            nonlocal refreshed
-            try:
-                refreshed = await self.cluster.refresh_metadata(topics)
-            except (GengroupError, OSError, TimeoutError) as exc:  # the leader asks again
-                log.debug("group %s: metadata beside JoinGroup: %r", self.config.group_id, exc)
-            finally:
-                done.set()
-
+        refresh = _Beside[dict[str, TopicInfo]](self.config.group_id, "metadata beside JoinGroup")
         async with self.said_if_slow("waiting for the coordinator to answer JoinGroup") as tg:
             if topics:
-                tg.start_soon(refresh)
+                tg.start_soon(refresh.run, partial(self.cluster.refresh_metadata, topics))
             resp = await self.cluster.call(
                 node,
                 ApiKey.JOIN_GROUP,
@@ -275,8 +286,8 @@ class GroupClient:
             )
             result = requests.parse_join(resp)
             if topics and result.leader == result.member_id and not result.error_code:
-                await done.wait()
-        return result, refreshed
+                await refresh.done.wait()  # the leader assigns from it
+        return result, refresh.result
 
     async def sync(
         self,
@@ -303,23 +314,14 @@ class GroupClient:
         SyncGroup was refused, or the fetch failed (the caller fetches again,
         and meets the failure there).
         """
-        fetched: Committed | None = None
-        done = anyio.Event()
-
-        async def fetch() -> None:
-            nonlocal fetched
-            try:
-                fetched = await offsets.fetch_committed(
-                    self.cluster, node, self.config.group_id, offsets_of
-                )
-            except (GengroupError, OSError, TimeoutError) as exc:  # fetched again, after
-                log.debug("group %s: offsets beside SyncGroup: %r", self.config.group_id, exc)
-            finally:
-                done.set()
-
+        group_id = self.config.group_id
+        fetch = _Beside[Committed](group_id, "offsets beside SyncGroup")
         async with self.said_if_slow("waiting for the coordinator to answer SyncGroup") as tg:
             if offsets_of:
-                tg.start_soon(fetch)
+                tg.start_soon(
+                    fetch.run,
+                    partial(offsets.fetch_committed, self.cluster, node, group_id, offsets_of),
+                )
             resp = await self.cluster.call(
                 node,
                 ApiKey.SYNC_GROUP,
@@ -335,8 +337,8 @@ class GroupClient:
             at = anyio.current_time()
             code, raw = requests.parse_sync(resp)
             if offsets_of and not code:
-                await done.wait()
-        return SyncAnswer(code, raw, at, fetched)
+                await fetch.done.wait()
+        return SyncAnswer(code, raw, at, fetch.result)
 
     async def describe_group(
         self, node: int, timeout: float | None = None

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
+import anyio.lowlevel
+
 from .._errors import raise_for_code
 from ..protocol.framing import request_module, response_module
 from ..protocol.versions import ApiKey, require
@@ -70,19 +72,25 @@ async def call(
     return response
 
 
-def preload(conn: BrokerConnection, keys: Iterable[ApiKey]) -> None:
+async def preload(conn: BrokerConnection, keys: Iterable[ApiKey]) -> None:
     """Load the kio schemas of ``keys`` at the versions ``conn`` negotiated.
 
     kio imports a schema's module the first time it is used, a few
     milliseconds of work each; a member whose partitions are about to be
     handed over does it while it waits instead. Keys the connection shares no
     version of are passed over (their requests fail when sent).
+
+    Each module is a checkpoint of its own: an answer that arrives meanwhile
+    (SyncGroup's, whose arrival the member's heartbeats count from) waits
+    for one import at most, not for all of them.
     """
     for key in keys:
         version = conn.versions.get(key)
         if version is not None:
             request_module(key, version)
+            await anyio.lowlevel.checkpoint()
             response_module(key, version)
+            await anyio.lowlevel.checkpoint()
 
 
 def raise_item_errors(items: Iterable[Any], context: Callable[[Any], str]) -> None:

@@ -10,6 +10,9 @@ other members have yet to notice the rebalance).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import anyio.lowlevel
 import pytest
 import trio
 import trio.testing
@@ -70,3 +73,30 @@ async def test_the_connections_are_open_and_schemas_loaded_before_join_group_is_
     # schema on first use, a few milliseconds each).
     want = {ApiKey.OFFSET_FETCH, ApiKey.FETCH, ApiKey.HEARTBEAT, ApiKey.OFFSET_COMMIT}
     assert want <= loaded_at_sync[0], loaded_at_sync
+
+
+async def test_the_schemas_load_one_module_at_a_time_between_other_tasks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An answer that arrives while the warm-up loads schemas (SyncGroup's,
+    # which the heartbeats count from) is read after one import at most:
+    # every module loaded is followed by a checkpoint.
+    events: list[str] = []
+    monkeypatch.setattr(request, "request_module", lambda key, _: events.append(f"{key!r} req"))
+    monkeypatch.setattr(request, "response_module", lambda key, _: events.append(f"{key!r} resp"))
+    real_checkpoint = anyio.lowlevel.checkpoint
+
+    async def checkpoint() -> None:
+        events.append("checkpoint")
+        await real_checkpoint()
+
+    monkeypatch.setattr(anyio.lowlevel, "checkpoint", checkpoint)
+    connection = SimpleNamespace(versions={ApiKey.SYNC_GROUP: 5, ApiKey.FETCH: 17})
+    keys = [ApiKey.SYNC_GROUP, ApiKey.FETCH, ApiKey.LEAVE_GROUP]  # no LeaveGroup version
+    await request.preload(connection, keys)  # type: ignore[arg-type]
+    assert events == [
+        f"{key!r} {side}" if step == "load" else "checkpoint"
+        for key in keys[:2]
+        for side in ("req", "resp")
+        for step in ("load", "checkpoint")
+    ]
