@@ -42,11 +42,11 @@ _JVM_DEFAULTS: Final = (
     "-Djava.awt.headless=true",
 )
 
-# Loggers that drown the interesting lines (group coordinator, requests) at INFO.
 #: The file (in the data directory) of every completed request, with ``request_log``.
 REQUEST_LOG: Final = "requests.log"
 #: Kafka's logger of completed requests (at DEBUG: header, body and timings).
 _REQUEST_LOGGER: Final = "kafka.request.logger"
+# Loggers that drown the interesting lines (group coordinator, requests) at INFO.
 _QUIET_LOGGERS: Final = (
     "kafka.log",
     "kafka.server.metadata",
