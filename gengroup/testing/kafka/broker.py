@@ -228,7 +228,7 @@ class KafkaBroker(StartedInBlock):
 
     @property
     def request_log_path(self) -> Path | None:
-        """The log of every completed request, with ``request_log`` (else ``None``)."""
+        """The log of the completed requests ``request_log`` asks for (else ``None``)."""
         if self._data_dir is None or not self.request_log:
             return None
         return self._data_dir / config.REQUEST_LOG

@@ -42,7 +42,7 @@ _JVM_DEFAULTS: Final = (
     "-Djava.awt.headless=true",
 )
 
-#: The file (in the data directory) of every completed request, with ``request_log``.
+#: The file (in the data directory) of the completed requests ``request_log`` asks for.
 REQUEST_LOG: Final = "requests.log"
 #: Kafka's logger of completed requests (at DEBUG: header, body and timings).
 _REQUEST_LOGGER: Final = "kafka.request.logger"
