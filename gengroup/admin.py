@@ -716,6 +716,8 @@ class Admin:
         self,
         group_id: str,
         tps: Iterable[TopicPartition] | None = None,
+        *,
+        require_stable: bool = False,
     ) -> dict[TopicPartition, int]:
         """Fetch a group's committed offsets.
 
@@ -723,6 +725,10 @@ class Admin:
             group_id: the group.
             tps: the partitions to look up (None: every partition the group
                 committed for).
+            require_stable: the newest offsets, answered once replicated, as
+                members read them; a plain read is answered at the coordinator's
+                high watermark, which just after a coordinator move can lag
+                behind offsets the old one acknowledged (reads can go back).
 
         Returns:
             The committed offset of each partition that has one; partitions
@@ -737,7 +743,9 @@ class Admin:
             group_id,
             "OffsetFetch",
             ApiKey.OFFSET_FETCH,
-            lambda mod: offsets.offset_fetch_request(mod, group_id, wanted, require_stable=False),
+            lambda mod: offsets.offset_fetch_request(
+                mod, group_id, wanted, require_stable=require_stable
+            ),
             lambda resp: offsets.parse_offset_fetch(resp, group_id),
         )
         return {tp: off for tp, (off, _) in committed.items() if off >= 0}

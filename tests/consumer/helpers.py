@@ -295,7 +295,8 @@ async def watch_commits(
     """Poll the group's committed offsets into ``history`` (to check they never go back)."""
     async with Admin(bootstrap) as admin:
         while True:
-            offsets = await admin.fetch_offsets(group_id)
+            # As members read them: a plain read may go back after a coordinator move.
+            offsets = await admin.fetch_offsets(group_id, require_stable=True)
             for tp, off in offsets.items():
                 history.setdefault(tp, []).append(off)
             await anyio.sleep(0.1)

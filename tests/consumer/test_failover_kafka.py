@@ -13,7 +13,8 @@ invariants on everything that happened:
 * no commit of a generation was accepted after its partition's next owner
   read the committed offset (the ended generation's committed offsets never
   exceed the next owner's start);
-* the committed offsets, polled with Admin during the test, never go backwards.
+* the committed offsets, polled with Admin during the test, never go backwards
+  (read as group members read them: see :class:`CommitWatch`).
 
 Each test prints how long the fault took to heal, from the kill to the first
 record consumed again or to the group being stable again. They are measured,
@@ -140,7 +141,13 @@ class Traffic:
 
 @dataclass
 class CommitWatch:
-    """Polls a group's committed offsets with Admin; every answer is kept."""
+    """Polls a group's committed offsets with Admin; every answer is kept.
+
+    It reads with ``require_stable``, as group members do: a coordinator that
+    has just taken the group over answers a plain read at its high watermark,
+    which can lag behind offsets the old coordinator acknowledged, so a plain
+    read can go back for a moment while nothing committed was lost.
+    """
 
     group_id: str
     seen: list[tuple[float, dict[TopicPartition, int]]] = field(default_factory=list)
@@ -150,7 +157,7 @@ class CommitWatch:
             while True:
                 with anyio.move_on_after(5.0):
                     try:
-                        offsets = await admin.fetch_offsets(self.group_id)
+                        offsets = await admin.fetch_offsets(self.group_id, require_stable=True)
                     except (GengroupError, TimeoutError):
                         pass  # the coordinator is moving: ask again
                     else:

@@ -53,6 +53,7 @@ async def scenario(bootstrap: str, topic: str, group_id: str) -> None:
         assert await admin.reset_offsets(group_id, [tp1], to=2**50) == {tp1: 10}
         assert await admin.reset_offsets(group_id, [tp1], offset=2) == {tp1: 2}
         assert (await admin.fetch_offsets(group_id)) == {tp0: 10, tp1: 2}
+        assert (await admin.fetch_offsets(group_id, [tp1], require_stable=True)) == {tp1: 2}
         lag = await admin.group_lag(group_id, topics=[topic])
         assert [p.lag for p in lag.values()] == [0, 8]
         with pytest.raises(ValueError):

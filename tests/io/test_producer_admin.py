@@ -183,6 +183,8 @@ async def test_groups_list_describe_fetch_offsets_delete(
 
                 committed = await admin.fetch_offsets(group)
                 assert committed == {TopicPartition(topic, p): 4 for p in range(3)}
+                # Kafka answers a stable read as a write: once what it read is replicated.
+                assert await admin.fetch_offsets(group, require_stable=True) == committed
                 assert await admin.fetch_offsets(group, [TopicPartition(topic, 1)]) == {
                     TopicPartition(topic, 1): 4
                 }
