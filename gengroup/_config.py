@@ -97,6 +97,11 @@ class GroupConfig(Security):
             partitions the member is assigned in the generation; fetch sizes
             follow (see below). It takes effect once the partitions' own
             bounds (``partition_buffer_bytes`` each) add up to more.
+        max_batch_records: the most records a worker is handed in one
+            ``FetchedBatch``: a partition's part of a Fetch answer holding more
+            is handed out in several, split between Kafka record batches (a
+            record batch is never split, so one larger than this comes whole).
+            None hands out each partition's part whole.
         fetch_sessions: whether Fetch requests use incremental fetch sessions
             (KIP-227: after the first request, only partitions whose position
             changed are named); False sends every partition every time.
@@ -199,6 +204,7 @@ class GroupConfig(Security):
     fetch_max_bytes: int = 50 * 1024 * 1024
     partition_buffer_bytes: int = 4 * 1024 * 1024
     fetch_buffer_bytes: int | None = 32 * 1024 * 1024
+    max_batch_records: int | None = None
     fetch_sessions: bool = True
     key_deserializer: Deserializer | None = None
     value_deserializer: Deserializer | None = None
@@ -319,13 +325,12 @@ class GroupConfig(Security):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        budget = self.fetch_buffer_bytes
-        if budget is not None and (
-            isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0
-        ):
-            raise ConfigError(
-                f"fetch_buffer_bytes must be None or a positive integer, got {budget!r}"
-            )
+        for name in ("fetch_buffer_bytes", "max_batch_records"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value <= 0
+            ):
+                raise ConfigError(f"{name} must be None or a positive integer, got {value!r}")
         if not isinstance(self.fetch_sessions, bool):
             raise ConfigError(f"fetch_sessions must be True or False, got {self.fetch_sessions!r}")
         self._check_group_protocol()
@@ -411,6 +416,7 @@ class GroupSettings(SecuritySettings, total=False):
     fetch_max_bytes: int
     partition_buffer_bytes: int
     fetch_buffer_bytes: int | None
+    max_batch_records: int | None
     fetch_sessions: bool
     key_deserializer: Deserializer | None
     value_deserializer: Deserializer | None

@@ -57,7 +57,10 @@ the partition's error, raised from the worker's ``async for`` as before), and
 each :class:`FetchedBatch` keeps the raw batches until the worker first reads
 ``batch.records`` (or iterates it, or asks its length). Decoding then happens
 in the worker's task; records that do not add up under a correct CRC raise
-:class:`~gengroup.CorruptRecordError` from that access.
+:class:`~gengroup.CorruptRecordError` from that access. A partition's part of
+an answer is one FetchedBatch, or, with ``max_batch_records``, several cut
+between record batches (``split_batches``), so that a backlog is handed out
+in steps and the member's other workers run between them.
 
 Each partition starts at the leader the cluster's metadata cache names (a
 partition the cache lacks is looked up first), so a new generation's first
@@ -107,7 +110,7 @@ from .._types import TopicPartition
 from ..io.cluster import Cluster
 from ..io.fetch import fetch_once
 from ..io.retry import Backoff
-from ..protocol.fetch import PartitionFetch
+from ..protocol.fetch import PartitionFetch, split_batches
 from ..protocol.records import Header, RawBatch, Record, decode_raw
 from .fetch_sessions import FetchSessions
 from .metrics import GroupMetrics
@@ -788,18 +791,21 @@ class Prefetcher:
         # memory, but in proportion, and counting them would cost a pass over
         # every record.
         size = pf.size
-        part.queue.append(
-            FetchedBatch(
-                part.tp.topic,
-                part.tp.partition,
-                records,
-                part.position,
-                pf.high_watermark,
-                size,
-                (self._config.key_deserializer, self._config.value_deserializer),
-                raw,
+        deserializers = (self._config.key_deserializer, self._config.value_deserializer)
+        most = self._config.max_batch_records
+        for piece in split_batches(records, raw, part.position, size, most):
+            part.queue.append(
+                FetchedBatch(
+                    part.tp.topic,
+                    part.tp.partition,
+                    piece.records,
+                    piece.next_offset,
+                    pf.high_watermark,
+                    piece.size,
+                    deserializers,
+                    piece.raw,
+                )
             )
-        )
         part.buffered += size
         self._buffered += size
         self._metrics.records += count
@@ -810,10 +816,14 @@ class Prefetcher:
 class _PartitionIterator:
     """Async iterator of one partition's batches; ends when the generation ends.
 
-    Each step is a cancellation point, and the generation's state is checked
-    when a batch is about to be handed out: once the generation is ending, a
-    worker in it is cancelled there, and one shielded from that cancellation
-    sees the iteration stop. Batches still buffered are never handed out.
+    Each step is a checkpoint (a cancellation point that also lets the
+    member's other tasks run: a worker working through a buffered backlog
+    without awaiting anything else would otherwise hold the event loop,
+    heartbeat and other workers included, until its buffer ran dry), and the
+    generation's state is checked when a batch is about to be handed out:
+    once the generation is ending, a worker in it is cancelled there, and one
+    shielded from that cancellation sees the iteration stop. Batches still
+    buffered are never handed out.
     """
 
     def __init__(
@@ -828,7 +838,7 @@ class _PartitionIterator:
 
     async def __anext__(self) -> FetchedBatch:
         part = self._part
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await anyio.lowlevel.checkpoint()
         while not part.queue:
             if part.error is not None:
                 raise part.error

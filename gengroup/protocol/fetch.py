@@ -50,9 +50,9 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 from .._errors import GengroupError, ProtocolError, error_for_code
 from .._types import TopicPartition
@@ -73,9 +73,11 @@ __all__ = [
     "READ_UNCOMMITTED",
     "IsolationLevelArg",
     "PartitionFetch",
+    "Piece",
     "build_fetch_request",
     "isolation_code",
     "parse_fetch_response",
+    "split_batches",
 ]
 
 #: ``"read_uncommitted"`` / ``"read_committed"``, or Kafka's codes 0 / 1.
@@ -395,3 +397,56 @@ def parse_fetch_response(
 
 def _next(start: int | None, nxt: int) -> int:
     return nxt if start is None else max(start, nxt)
+
+
+class Piece(NamedTuple):
+    """A part of one partition's fetched data, handed to a worker as one FetchedBatch."""
+
+    records: list[Record]
+    raw: Sequence[RawBatch]
+    next_offset: int
+    size: int
+
+
+def split_batches(
+    records: list[Record],
+    raw: Sequence[RawBatch],
+    next_offset: int,
+    size: int,
+    most: int | None,
+) -> list[Piece]:
+    """One partition's fetched data in pieces of at most ``most`` records each.
+
+    ``records`` (decoded already) come first, then the ``raw`` batches; a
+    piece ends between two record batches, so one batch of more than ``most``
+    records is a piece of its own, and the decoded records stay in the first
+    piece. Each piece but the last ends at its last batch (``next_offset`` is
+    past it); the last ends at ``next_offset``, which may lie past skipped
+    batches. ``size`` is shared out by the raw batches' bytes, the rest (the
+    decoded records' share, rounding) going to the first piece, so the
+    pieces' sizes add up to it.
+    """
+    if most is None or len(records) + sum(b.count for b in raw) <= most:
+        return [Piece(records, raw, next_offset, size)]
+    # Greedy: a piece takes batches while they fit, and at least one.
+    groups: list[list[RawBatch]] = [[]]
+    held = len(records)
+    for batch in raw:
+        if held and held + batch.count > most:
+            groups.append([])
+            held = 0
+        groups[-1].append(batch)
+        held += batch.count
+    raw_bytes = sum(b.end - b.start for b in raw)
+    pieces: list[Piece] = []
+    for i, group in enumerate(groups):
+        if i == len(groups) - 1:
+            ends = next_offset
+        elif group:
+            ends = group[-1].base_offset + group[-1].last_offset_delta + 1
+        else:  # the decoded records alone
+            ends = records[-1].offset + 1
+        share = sum(b.end - b.start for b in group) * size // raw_bytes if raw_bytes else 0
+        pieces.append(Piece(records if i == 0 else [], group, ends, share))
+    pieces[0] = pieces[0]._replace(size=pieces[0].size + size - sum(p.size for p in pieces))
+    return pieces
