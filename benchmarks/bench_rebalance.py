@@ -135,6 +135,8 @@ def member_gengroup(bootstrap: str, topic: str, group_id: str, client: str, prot
         "start_offset": "earliest",
         "commit_interval": 5.0,
         "client_id": client,
+        # As the others: Java's max.poll.records, getmany(max_records=500), consume(500).
+        "max_batch_records": 500,
     }
     if protocol == "consumer":
         settings["group_protocol"] = "consumer"
