@@ -400,7 +400,8 @@ def _next(start: int | None, nxt: int) -> int:
 
 
 class Piece(NamedTuple):
-    """A part of one partition's fetched data, handed to a worker as one FetchedBatch."""
+    """A part of one partition's fetched data: decoded records (the first part only),
+    the raw batches after them, the offset after it, and the bytes it counts for."""
 
     records: list[Record]
     raw: Sequence[RawBatch]
