@@ -838,7 +838,10 @@ class _PartitionIterator:
 
     async def __anext__(self) -> FetchedBatch:
         part = self._part
-        await anyio.lowlevel.checkpoint()
+        if part.queue:
+            await anyio.lowlevel.checkpoint()  # a batch buffered: let the others run first
+        else:
+            await anyio.lowlevel.checkpoint_if_cancelled()  # the wait below yields
         while not part.queue:
             if part.error is not None:
                 raise part.error
