@@ -21,6 +21,8 @@ import anyio
 import anyio.to_thread
 import pytest
 import trio
+from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsRequestV3
+from kio.schema.api_versions.v3.response import ApiVersionsResponse as ApiVersionsResponseV3
 
 from gengroup._errors import GengroupError
 from gengroup.admin import Admin, NewTopic
@@ -39,6 +41,7 @@ from gengroup.testing.kafka import (
 )
 from gengroup.testing.kafka.cluster import cluster_properties
 from gengroup.testing.kafka.config import Quorum, server_properties, write_config
+from gengroup.testing.kafka.probe import exchange
 from gengroup.testing.kafka.secure import LISTENERS, scram_format_args
 
 # Idempotent with the same line in tests/conftest.py (a plugin is loaded once).
@@ -505,9 +508,15 @@ def test_cluster_configuration_without_a_broker(tmp_path: Path) -> None:
 
 @pytest.mark.kafka
 def test_request_log_holds_the_requests_of_the_apis_named(tmp_path: Path) -> None:
+    # The harness's own readiness probes (ApiVersions v0) may be logged too, and
+    # their lines may land before or after this test's request: the test's
+    # request is a v3 one under a software name of its own.
     started = time.time()
     with KafkaBroker(base_dir=tmp_path, request_log={"API_VERSIONS"}) as broker:
-        probe_api_versions(broker.host, broker.port)
+        request = ApiVersionsRequestV3(
+            client_software_name="request-log-test", client_software_version="1"
+        )
+        exchange(broker.host, broker.port, request, ApiVersionsResponseV3, timeout=10)
         log = broker.request_log_path
         assert log is not None and log.parent == broker.data_dir
 
@@ -518,11 +527,18 @@ def test_request_log_holds_the_requests_of_the_apis_named(tmp_path: Path) -> Non
                 assert started * 1000 <= int(stamp) <= time.time() * 1000
             return [json.loads(text) for _, text in lines]
 
-        assert _wait_until(lambda: any(r["listener"] == "PLAINTEXT" for r in probed()), 10)
+        def ours() -> list[dict[str, Any]]:
+            return [
+                r for r in probed() if r["request"].get("clientSoftwareName") == "request-log-test"
+            ]
+
+        assert _wait_until(lambda: bool(ours()), 10)
         requests = probed()
         assert {r["requestHeader"]["requestApiKeyName"] for r in requests} == {"API_VERSIONS"}
-        ours = [r for r in requests if r["listener"] == "PLAINTEXT"]
-        assert [r["requestHeader"]["requestApiVersion"] for r in ours] == [0]
+        (mine,) = ours()
+        assert mine["listener"] == "PLAINTEXT"
+        assert mine["requestHeader"]["requestApiVersion"] == 3
+        assert mine["requestHeader"]["clientId"] == "gengroup-harness"
 
 
 def test_request_log_configuration(tmp_path: Path) -> None:
