@@ -57,9 +57,10 @@ class GroupConfig(Security):
         rebalance_timeout: seconds the coordinator waits for members to rejoin;
             also how long tasks get to finish after a generation is cancelled.
         heartbeat_interval: seconds between heartbeats (must be below session_timeout).
-            Under the classic protocol, beats are at most this far apart (plus a
-            few milliseconds) so that a whole number of them spans the session
-            timeout plus 50 ms: see :func:`gengroup.consumer.running.beat_period`.
+            Beats are at most this far apart (plus a few milliseconds) so that a
+            whole number of them spans the session timeout plus 50 ms: see
+            :func:`gengroup.consumer.cadence.beat_period`. Under the consumer
+            protocol the interval the coordinator returns takes this one's place.
         watch_partition_changes: whether the leader watches subscribed topics for
             partition-count changes and new topics (a ``topic_pattern`` is
             re-checked by every member whatever this says).

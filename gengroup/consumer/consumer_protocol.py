@@ -83,9 +83,9 @@ from ..io.retry import Backoff
 from ..membership import requests
 from ..membership.member import Outcome, outcome_for
 from ..protocol.versions import ApiKey
+from .cadence import FIRST_EARLY_BEAT, beat_period, until_grid
 from .forming import Formed, GroupClient, generation_identity
 from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
-from .running import FIRST_EARLY_BEAT
 
 __all__ = ["ConsumerProtocolMember"]
 
@@ -482,7 +482,13 @@ class ConsumerProtocolMember:
                 early = min(2 * early, self._interval / 4)
             if early is not None and now >= early_until:
                 early = None
-            await self._pause(self._interval if early is None else early)
+            if early is None:
+                # Settled: on the grid the group's members share, so that a
+                # crashed member's expiry is heard just after it (cadence.py).
+                period = beat_period(self._interval, cfg.session_timeout)
+                await self._pause(until_grid(period, least=period / 2))
+            else:
+                await self._pause(early)
 
     def _heartbeat_failed(self, exc: BaseException, started: float) -> None:
         cfg = self.config

@@ -55,7 +55,6 @@ coordinator assigns the released partitions without a second rebalance.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -80,6 +79,7 @@ from .._types import TopicPartition
 from ..io.retry import retry
 from ..membership.member import Member, Outcome, outcome_for
 from ..membership.pattern import describe_change
+from .cadence import FIRST_EARLY_BEAT, beat_period
 from .detached import host
 from .forming import Formed, GroupClient
 from .generation import Generation, Span, _UserTask
@@ -93,41 +93,6 @@ log = logging.getLogger("gengroup")
 #: generation's partitions (ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID are
 #: MemberResetError), or the group is assigning them anew.
 _FENCED = (MemberResetError, FencedInstanceId, RebalanceInProgress)
-
-#: Seconds after a cooperative generation formed at which it heartbeats first;
-#: then at twice that, four times, ... while below ``heartbeat_interval``. The
-#: members that revoked partitions rejoin within milliseconds, or after their
-#: revoked tasks' teardown and commit, which take longer: hence the doubling.
-#: A member of the consumer protocol (KIP-848) beats early too after an answer
-#: that changed its epoch or assignment (see ``consumer_protocol.py``).
-FIRST_EARLY_BEAT = 0.05
-
-#: How long after a crashed member's session expires its generation's other
-#: members beat (see :func:`beat_period`), in seconds.
-EXPIRY_MARGIN = 0.05
-
-
-def beat_period(interval: float, session_timeout: float) -> float:
-    """The classic protocol's time between two regular heartbeats.
-
-    ``session_timeout`` plus :data:`EXPIRY_MARGIN`, divided into as many
-    beats as ``interval`` fits into the session (rounded up): at most
-    ``interval``, or the margin's share more when the session is a whole
-    number of intervals (1.005 s for 10 s and 1 s).
-
-    Members of a generation beat together (in step from SyncGroup's answer),
-    so a member that crashes beat last together with the others, and the
-    coordinator expires it ``session_timeout`` after that beat. With beats
-    ``interval`` apart and a session of a whole number of intervals (10 s and
-    1 s; 45 s and 3 s), one of the others' beats arrived at the very instant
-    of the expiry: those just before it learnt of the rebalance a whole
-    interval later, and the others waited that long for them in JoinGroup;
-    with 10 s and 3 s, every one learnt of it 2 s after it. With this period
-    every member's beat lands the margin after the expiry, and they rejoin
-    together.
-    """
-    beats = max(1, math.ceil(session_timeout / interval - 1e-9))
-    return (session_timeout + EXPIRY_MARGIN) / beats
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

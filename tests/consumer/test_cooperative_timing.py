@@ -16,7 +16,7 @@ import trio.testing
 from gengroup import ConsumerGroup, CooperativeStickyBalancer, Generation, RangeBalancer
 from gengroup.broker import BrokerSettings, FakeCluster
 from gengroup.broker.faults import Intercepted
-from gengroup.consumer.running import FIRST_EARLY_BEAT
+from gengroup.consumer.cadence import FIRST_EARLY_BEAT
 from gengroup.protocol.versions import ApiKey
 
 from .cooperative import SpanLedger, group_on, wait_until

@@ -22,10 +22,11 @@ import trio.testing
 from gengroup import RangeBalancer
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Drop, Intercepted
-from gengroup.consumer.running import EXPIRY_MARGIN, beat_period
+from gengroup.broker.state import BrokerSettings
+from gengroup.consumer.cadence import EXPIRY_MARGIN, FIRST_EARLY_BEAT, beat_period
 from gengroup.protocol.versions import ApiKey
 
-from .cooperative import SpanLedger
+from .cooperative import SpanLedger, group_on
 from .helpers import EMBEDDED_SETTINGS, all_partitions, wait_until
 
 INTERVAL = EMBEDDED_SETTINGS["heartbeat_interval"]
@@ -143,3 +144,62 @@ async def test_the_others_learn_of_a_crashed_members_expiry_together_just_after_
         assert times, name
         assert expiry <= times[0] <= expiry + EXPIRY_MARGIN, (name, expiry, times)
     assert joins["m1"][0] == joins["m2"][0], joins
+
+
+async def test_consumer_protocol_members_learn_of_a_crashed_members_expiry_just_after_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The same under the consumer protocol (KIP-848), where nothing puts the
+    # members in step: each beats from its own answers, and they joined at
+    # different instants. Settled, they beat on a grid of the beat period
+    # over a clock they share (virtual time here), so the survivors' beats
+    # land just after the crashed member's expiry, and its partitions move
+    # then, not up to an interval later.
+    every = all_partitions("t", 6)
+    ledger = SpanLedger()
+    crashed = False
+    m3_beats: list[float] = []  # when the coordinator took each of m3's beats
+    beats: dict[str, list[float]] = {"m1": [], "m2": []}
+
+    def heartbeat(call: Intercepted) -> Delay | Drop | None:
+        if call.client_id in beats:
+            beats[str(call.client_id)].append(trio.current_time())
+            return None
+        if crashed:
+            return Drop()
+        m3_beats.append(trio.current_time() + M3_LATE)
+        return Delay(M3_LATE)
+
+    def m3_silent(call: Intercepted) -> Drop | None:
+        return Drop() if crashed and call.client_id == "m3" else None
+
+    settings = BrokerSettings(
+        group_initial_rebalance_delay_ms=0,
+        group_consumer_heartbeat_interval_ms=int(INTERVAL * 1000),
+        group_consumer_session_timeout_ms=int(SESSION * 1000),
+    )
+    async with FakeCluster(topics={"t": 6}, settings=settings) as cluster:
+        cluster.control(ApiKey.CONSUMER_GROUP_HEARTBEAT, heartbeat)
+        for key in (ApiKey.OFFSET_COMMIT, ApiKey.FETCH):
+            cluster.control(key, m3_silent)
+
+        async def member(name: str) -> None:
+            async with group_on(cluster, name, [], group_protocol="consumer") as group:
+                await ledger.member(name, group)
+
+        async with trio.open_nursery() as nursery:
+            for name, delay in (("m1", 0.0), ("m2", 0.37), ("m3", 0.81)):
+                await trio.sleep(delay)  # joined at different instants
+                nursery.start_soon(member, name)
+            members = {"m1", "m2", "m3"}
+            await wait_until(lambda: ledger.stable(members, every, False), "three members", 120)
+            await trio.sleep(3.3)  # settled: the early beats are over
+            crashed = True
+            expiry = m3_beats[-1] + SESSION
+            await wait_until(lambda: ledger.stable({"m1", "m2"}, every, False), "two members", 120)
+            moved_at = trio.current_time()
+            nursery.cancel_scope.cancel()
+    for name, times in beats.items():
+        after = [t for t in times if t >= expiry]
+        assert after and after[0] <= expiry + EXPIRY_MARGIN, (name, expiry, times[-15:])
+    assert moved_at <= expiry + EXPIRY_MARGIN + FIRST_EARLY_BEAT, (moved_at, expiry)
