@@ -159,23 +159,27 @@ def member_gengroup(bootstrap: str, topic: str, group_id: str, client: str, prot
                 )
             gen.mark(tp, batch.next_offset)
 
-    async def consume() -> None:
+    async def close_on_signal(group: ConsumerGroup) -> None:
+        # SIGTERM: close the group the way examples/graceful_shutdown.py does
+        # (aclose: its default handover times the leave before the next heartbeat).
+        with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+            async for _ in signals:
+                await group.aclose()
+                return
+
+    async def run() -> None:
         _emit(f"S {time.time():.6f}")
-        async with ConsumerGroup(group_id, [topic], bootstrap, **settings) as group:
+        async with (
+            ConsumerGroup(group_id, [topic], bootstrap, **settings) as group,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(close_on_signal, group)
             async for gen in group:
                 owned = ",".join(str(tp.partition) for tp in sorted(gen.assignments))
                 _emit(f"A {time.time():.6f} {owned}")
                 for tp in gen.added:
                     gen.start_soon(worker, gen, tp, partition=tp)
-
-    async def run() -> None:
-        # SIGTERM: leave the group the way an application shutting down does (cancel it).
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(consume)
-            with anyio.open_signal_receiver(signal.SIGTERM) as signals:
-                async for _ in signals:
-                    tg.cancel_scope.cancel()
-                    break
+            tg.cancel_scope.cancel()
 
     anyio.run(run, backend="trio")
 
@@ -511,6 +515,8 @@ def one_run(
     producer.start()
     members: list[Member] = []
     stack = ExitStack()
+    exited: threading.Thread | None = None  # waits for the leaving member's exit
+    gone_at: list[float] = []
 
     def spawn() -> Member:
         env, stderr = None, None
@@ -553,6 +559,11 @@ def one_run(
             gone = members[-1]
             t_join = time.time()
             gone.proc.send_signal(signal.SIGTERM if case == "leave" else signal.SIGKILL)
+            if case == "leave":
+                exited = threading.Thread(
+                    target=lambda: (gone.proc.wait(), gone_at.append(time.time()))
+                )
+                exited.start()
             staying = members[:-1]
         wait_until(
             lambda: flowing(staying, partitions, t_join),
@@ -561,6 +572,8 @@ def one_run(
         )
         time.sleep(1.0)
         t_end = time.time()
+        if exited is not None:
+            exited.join(timeout=30)
     finally:
         for m in members:
             m.proc.kill()
@@ -571,6 +584,8 @@ def one_run(
         producer.join()
     result = figures(members, partitions, t_join, t_end, steady)
     result["beat_period"] = period
+    # How long the leaving member took to close: SIGTERM to its process's exit.
+    result["close"] = gone_at[0] - t_join if gone_at else None
     result["events"] = {
         "join": t_join,
         "members": [
@@ -642,10 +657,11 @@ def _case_table(case: str, configs: dict[str, Any]) -> Iterator[str]:
     yield f"{case}:"
     yield (
         f"{'client':<22} {'retained ms':>11} {'moved ms':>9} {'steady ms':>9} {'stable s':>8} "
-        f"{'latency ms':>10} {'moved':>5}   vs Java (retained, moved, stable)"
+        f"{'latency ms':>10} {'moved':>5} {'close s':>7}   vs Java (retained, moved, stable)"
     )
     for config, r in configs.items():
         med = r["median"]
+        close = f"{med['close']:.2f}" if "close" in med else "-"
         protocol = config.rsplit("-", 1)[1]
         java = configs.get(f"java-{protocol}", {}).get("median")
         vs = ""
@@ -657,7 +673,7 @@ def _case_table(case: str, configs: dict[str, Any]) -> Iterator[str]:
         yield (
             f"{config:<22} {med['retained_gap'] * 1000:>11.0f} {med['moved_gap'] * 1000:>9.0f} "
             f"{med['steady_gap'] * 1000:>9.0f} {med['stable']:>8.2f} "
-            f"{med['max_latency'] * 1000:>10.0f} {med['moved']:>5.0f}{vs}"
+            f"{med['max_latency'] * 1000:>10.0f} {med['moved']:>5.0f} {close:>7}{vs}"
         )
 
 
@@ -734,7 +750,11 @@ def run_suite(
         "cases": {
             case: {
                 c: {
-                    "median": {k: statistics.median(r[k] for r in rs) for k in rs[0]},
+                    "median": {
+                        k: statistics.median(values)
+                        for k in rs[0]
+                        if (values := [r[k] for r in rs if r[k] is not None])
+                    },
                     "runs": rs,
                 }
                 for c, rs in by_config.items()

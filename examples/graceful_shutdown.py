@@ -1,9 +1,12 @@
 """Graceful shutdown: SIGINT or SIGTERM ends the group cleanly, with a final commit.
 
 A signal handler task waits for SIGINT/SIGTERM and calls ``group.aclose()``:
-the current generation is cancelled, its workers return, the offsets they
-marked are committed once more, and the member leaves the group (its
-partitions move to the other members at once, not after a session timeout).
+the workers go on until just before the group's next heartbeat (the
+handover), then the current generation is cancelled, its workers return, the
+offsets they marked are committed once more, and the member leaves the group.
+The other members learn of the leave at that heartbeat and take its
+partitions over at once, not after a session timeout nor a heartbeat
+interval later. ``group.aclose(handover=False)`` closes at once.
 Periodic commits are off here (``commit_interval=0``) to show that the final
 commit alone carries everything processed. It runs on trio or asyncio.
 

@@ -36,6 +36,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from functools import partial
 from typing import IO, Any, Literal, cast
 
 import anyio
@@ -387,7 +388,9 @@ async def _read_as_member(
             await anyio.sleep_forever()
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_stop_on, [stop, printer.full, ends.all_reached], group.aclose)
+            # A command stops at once, without a handover (see ConsumerGroup.aclose).
+            close = partial(group.aclose, handover=False)
+            tg.start_soon(_stop_on, [stop, printer.full, ends.all_reached], close)
             async for gen in group:
                 owned = ", ".join(str(tp) for tp in sorted(gen.assignments)) or "nothing"
                 print(

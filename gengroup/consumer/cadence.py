@@ -27,6 +27,11 @@ therefore beat in phase:
 Early beats (:data:`FIRST_EARLY_BEAT`, doubling) shorten reconciliation while
 a cooperative or KIP-848 rebalance is under way; they are off the grid, and
 the member returns to it once they stop.
+
+A member that leaves is in phase with the others too, so it knows when they
+next beat: closing with a handover (``ConsumerGroup.aclose``) keeps working
+until :func:`handover_lead` before that beat, then ends its generation,
+commits and leaves, and the others learn of the leave at that beat.
 """
 
 from __future__ import annotations
@@ -38,7 +43,15 @@ import sniffio
 import trio
 import trio.testing
 
-__all__ = ["EXPIRY_MARGIN", "FIRST_EARLY_BEAT", "beat_period", "shared_time", "until_grid"]
+__all__ = [
+    "EXPIRY_MARGIN",
+    "FIRST_EARLY_BEAT",
+    "HANDOVER_MARGIN",
+    "beat_period",
+    "handover_lead",
+    "shared_time",
+    "until_grid",
+]
 
 #: Seconds after a cooperative generation formed at which it heartbeats first;
 #: then at twice that, four times, ... while below ``heartbeat_interval``. The
@@ -51,6 +64,27 @@ FIRST_EARLY_BEAT = 0.05
 #: How long after a crashed member's session expires the other members beat
 #: (see :func:`beat_period`), in seconds.
 EXPIRY_MARGIN = 0.05
+
+#: How long before the group's next heartbeat a leaving member's LeaveGroup
+#: (or leaving ConsumerGroupHeartbeat) is meant to reach the coordinator, in
+#: seconds, beyond the time its teardown takes (see :func:`handover_lead`).
+HANDOVER_MARGIN = 0.05
+
+
+def handover_lead(last_teardown: float) -> float:
+    """How long before the group's next heartbeat a leaving member ends its generation.
+
+    The teardown (tasks returning, the final commit) and the LeaveGroup must be
+    done before the others' beat reaches the coordinator: the margin plus
+    twice the member's last teardown (at least 25 ms of it). Too short, and
+    the others learn of the leave a whole period later; too long costs only
+    the excess.
+
+    Args:
+        last_teardown: Seconds the member's previous generation took to end (0
+            if none ended yet).
+    """
+    return HANDOVER_MARGIN + 2 * max(last_teardown, 0.025)
 
 
 def beat_period(interval: float, session_timeout: float) -> float:

@@ -414,6 +414,13 @@ class ConsumerProtocolMember:
             f"this one does not ({detail}). Use group_protocol='classic' with it."
         )
 
+    def _period(self) -> float:
+        return beat_period(self._interval, self.config.session_timeout)
+
+    def next_grid_beat(self) -> float:
+        """When settled members next beat on the grid, in ``anyio.current_time()`` terms."""
+        return anyio.current_time() + until_grid(self._period(), least=0.0)
+
     async def _pause(self, seconds: float) -> None:
         """Wait ``seconds``, or less if a heartbeat is asked for at once."""
         with anyio.move_on_after(seconds):
@@ -485,7 +492,7 @@ class ConsumerProtocolMember:
             if early is None:
                 # Settled: on the grid the group's members share, so that a
                 # crashed member's expiry is heard just after it (cadence.py).
-                period = beat_period(self._interval, cfg.session_timeout)
+                period = self._period()
                 await self._pause(until_grid(period, least=period / 2))
             else:
                 await self._pause(early)

@@ -402,6 +402,10 @@ class Generation(IdentityNames):
     #: ``_session_timeout`` more seconds it may have been evicted.
     _session_timeout: float = field(default=float("inf"), repr=False)
     _lease_from: float = field(default=0.0, repr=False)
+    #: When the generation's next heartbeat is due (``anyio.current_time()``),
+    #: which its members share under the classic protocol; None before the
+    #: heartbeat loop has one due.
+    _next_beat: float | None = field(default=None, repr=False)
     added: frozenset[TopicPartition] = frozenset()
     retained: frozenset[TopicPartition] = frozenset()
     revoked: frozenset[TopicPartition] = frozenset()
@@ -568,7 +572,9 @@ class Generation(IdentityNames):
         """Start a task in the generation's nursery, or in a partition's ownership span.
 
         The first task to exit, returning or raising, ends the generation; an
-        exception reaches the code iterating the group.
+        exception reaches the code iterating the group. A generation-scoped
+        task is not started once the generation is ending (it would be
+        cancelled at once).
 
         Args:
             fn: an async function, called with ``args``.
@@ -587,8 +593,7 @@ class Generation(IdentityNames):
         """
         task = _UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
         if partition is None:
-            tg = self._check_live("start_soon")
-            tg.start_soon(self._run_task, task, _awaitable(fn, fn(*args)), name=task.name)
+            self._start_in_generation(task, fn, args)
             return
         if self.ended:
             raise GenerationEnded(
@@ -601,10 +606,25 @@ class Generation(IdentityNames):
         if self._span_host is None:
             # No span outlives a generation formed without a host: the task is
             # the generation's, which under the eager protocol is the same.
-            tg = self._check_live("start_soon")
-            tg.start_soon(self._run_task, task, _awaitable(fn, fn(*args)), name=task.name)
+            self._start_in_generation(task, fn, args)
             return
         self._span_host.start_span_task(self, partition, task, _awaitable(fn, fn(*args)))
+
+    def _start_in_generation(
+        self, task: _UserTask, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]
+    ) -> None:
+        tg = self._tg
+        if self.ended or self.lease_expired() or (tg is None and not self.ending):
+            raise GenerationEnded(
+                f"start_soon: generation {self.label} of {self.group_id} has ended"
+            )
+        coro = _awaitable(fn, fn(*args))
+        if self.ending or tg is None:
+            # It would be cancelled at once, and once the other tasks returned the
+            # task group takes none (a cooperative phase one ends as handed out).
+            getattr(coro, "close", lambda: None)()  # never awaited: no warning
+            return
+        tg.start_soon(self._run_task, task, coro, name=task.name)
 
     async def start(
         self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None
@@ -617,6 +637,8 @@ class Generation(IdentityNames):
             The value passed to ``task_status.started``.
         """
         tg = self._check_live("start")
+        if self.ending:
+            raise GenerationEnded(f"start: generation {self.label} of {self.group_id} is ending")
         task = _UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
 
         async def runner(*, task_status: anyio.abc.TaskStatus[Any]) -> None:

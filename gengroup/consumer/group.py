@@ -43,6 +43,7 @@ from .._errors import GengroupError, GroupClosed, TaskStuckError
 from .._types import GenerationIdentity
 from ..io.cluster import Cluster
 from ..membership.member import Member, Outcome
+from .cadence import handover_lead
 from .consumer_protocol import ConsumerProtocolMember
 from .forming import Formed, GroupClient, form_generation
 from .generation import Generation, IdentityNames, RebalanceTimings
@@ -143,6 +144,8 @@ class ConsumerGroup:
         # The open cluster and task group, from ``__aenter__`` to ``__aexit__``.
         self._stack: AsyncExitStack | None = None
         self._closing = False
+        # aclose() is waiting to time the leave (``handover``).
+        self._handing_over = False
         self._failure: BaseException | None = None
         self._current: Generation | None = None
         # Set once the watchdog reported TaskStuckError: closing then abandons the stuck tasks.
@@ -199,7 +202,8 @@ class ConsumerGroup:
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         assert self._stack is not None
         try:
-            await self.aclose()
+            # Leaving on an exception (or a cancellation): at once.
+            await self.aclose(handover=exc_info[0] is None)
         finally:
             # aclose() ended the run loop; the stack is closed without the
             # body's exception, so that exception propagates as itself instead
@@ -215,28 +219,71 @@ class ConsumerGroup:
         """
         return self._client.metrics.snapshot()
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, handover: bool = True) -> None:
         """End the current generation, commit what is marked, leave the group.
+
+        The other members learn of a leave only at their next heartbeat. So
+        with ``handover`` (the default) the current generation goes on working
+        until just before the group's next heartbeat, and only then ends,
+        commits and leaves: the others take its partitions over at that
+        heartbeat, instead of up to a heartbeat interval after this member
+        stopped. Closing takes up to one heartbeat interval longer. It closes
+        at once when no generation is running, when the next heartbeat is too
+        close to leave before it, for a static member, and when
+        ``aclose(handover=False)`` is called meanwhile.
 
         After :class:`~gengroup.TaskStuckError`, the stuck tasks are abandoned
         (see the class docstring) rather than waited for.
 
         Static members (``group_instance_id``) do not send LeaveGroup: the
         coordinator keeps their partitions for the session timeout.
+
+        Args:
+            handover: Time the leave just before the group's next heartbeat
+                (see above); False: end the generation at once.
         """
         if self._stack is None:
             # Closed before being entered: entering it later raises.
             self._closing = True
             return
         if not self._closing:
-            self._closing = True
-            self._join_scope.cancel()
-            self._warm_up_scope.cancel()
-            if self._current is not None:
-                self._current.end(Outcome.REJOIN, "the group is closing", release=True)
-            if self._stuck:
-                self._abandon_stuck()
+            if handover and not self._handing_over:
+                self._handing_over = True
+                try:
+                    await self._hand_over()
+                finally:
+                    self._close_now()
+            elif not handover:
+                self._close_now()  # a handover under way included
         await self._done.wait()
+
+    def _close_now(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self._join_scope.cancel()
+        self._warm_up_scope.cancel()
+        if self._current is not None:
+            self._current.end(Outcome.REJOIN, "the group is closing", release=True)
+        if self._stuck:
+            self._abandon_stuck()
+
+    async def _hand_over(self) -> None:
+        """Wait until the leave can be timed just before the group's next heartbeat."""
+        gen = self._current
+        if gen is None or gen.ending or self._failure is not None:
+            return
+        if self.config.group_instance_id is not None:
+            return
+        if self._kip848 is not None:
+            beat: float | None = self._kip848.next_grid_beat()
+        else:
+            beat = gen._next_beat
+        lead = handover_lead(self._last_teardown)
+        if beat is None or beat - anyio.current_time() < lead:
+            return
+        with anyio.CancelScope(deadline=beat - lead):
+            await gen.wait_ending()  # a rebalance, a failure, aclose(handover=False)
 
     # ------------------------------------------------------------------ iteration
 

@@ -650,6 +650,7 @@ class _Run:
         due = started if synced_at is None else synced_at
         for delay in self._beat_delays():
             due += delay
+            gen._next_beat = due
             await anyio.sleep_until(due)
             if gen.lease_expired():
                 return

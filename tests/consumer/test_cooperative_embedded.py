@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 import trio
 import trio.testing
@@ -17,6 +18,7 @@ from gengroup import (
     CooperativeStickyBalancer,
     FetchedBatch,
     Generation,
+    GenerationEnded,
     RangeBalancer,
     TaskStuckError,
     TopicPartition,
@@ -532,3 +534,33 @@ async def test_a_shielded_generation_fetch_stops_when_the_generation_ends(
             await stopped.wait()
     first, _ = handed
     assert first.rebalance_protocol == "cooperative" and first.end_reason == "a cooperative rejoin"
+
+
+async def test_a_generation_task_started_as_the_generation_ends_is_not_started() -> None:
+    """A cooperative generation that revoked partitions ends the instant it is
+    handed out: its internal tasks may all have returned, and its task group
+    closed to new tasks, before the application's loop starts one. Such a task
+    is not started (it would be cancelled at once), rather than failing with
+    the task group's error; nor while the final commit runs. Once the
+    generation has ended, starting one raises."""
+    tp = TopicPartition("t", 0)
+    gen = unhosted_generation(tp, GenerationIdentity("g", 3, "m", None), True, "range")
+    started: list[str] = []
+
+    async def task(name: str) -> None:
+        started.append(name)
+
+    async with gen.task_group() as tg:
+        gen.start_soon(task, "live")
+        await anyio.lowlevel.checkpoint()
+    assert started == ["live"] and gen.ending  # the task's return ended it
+    gen._tg = tg  # the instant its task group closed, before the runner noticed
+    gen.start_soon(task, "task group closed")
+    gen._tg = None
+    gen.start_soon(task, "final commit under way")
+    with pytest.raises(GenerationEnded):
+        await gen.start(task, "ending")
+    gen.set_ended()
+    with pytest.raises(GenerationEnded, match="has ended"):
+        gen.start_soon(task, "ended")
+    assert started == ["live"]
