@@ -18,7 +18,8 @@ therefore beat in phase:
   instant SyncGroup answered, which they share (``running.py``).
 - Under the consumer protocol (KIP-848) there is no such instant: each member
   beats from its own answers, and their phases drift apart. So a settled
-  member beats on a grid of the period laid over a clock the members share
+  member beats on a grid of the period laid over a clock the members share,
+  shifted by a fraction of the period its group id decides (groups apart)
   (:func:`until_grid`, :func:`shared_time`): the wall clock, synchronised
   across hosts by NTP to well within the margin, or a test's virtual clock.
   A member whose clock is off by more than the margin is no worse off than
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 
 import sniffio
 import trio
@@ -71,20 +73,20 @@ EXPIRY_MARGIN = 0.05
 HANDOVER_MARGIN = 0.05
 
 
-def handover_lead(last_teardown: float) -> float:
+def handover_lead(teardown: float) -> float:
     """How long before the group's next heartbeat a leaving member ends its generation.
 
     The teardown (tasks returning, the final commit) and the LeaveGroup must be
     done before the others' beat reaches the coordinator: the margin plus
-    twice the member's last teardown (at least 25 ms of it). Too short, and
-    the others learn of the leave a whole period later; too long costs only
-    the excess.
+    twice the member's teardown as measured (at least 25 ms of it: 100 ms
+    before anything was measured). Too short, and the others learn of the
+    leave a whole period later; too long costs only the excess.
 
     Args:
-        last_teardown: Seconds the member's previous generation took to end (0
-            if none ended yet).
+        teardown: Seconds the longest of the member's latest generation ends
+            or partition revocations took (0 if none yet).
     """
-    return HANDOVER_MARGIN + 2 * max(last_teardown, 0.025)
+    return HANDOVER_MARGIN + 2 * max(teardown, 0.025)
 
 
 def beat_period(interval: float, session_timeout: float) -> float:
@@ -122,17 +124,25 @@ def shared_time() -> float:
     return time.time()
 
 
-def until_grid(period: float, least: float, now: float | None = None) -> float:
-    """Seconds from ``now`` to the next multiple of ``period`` at least ``least`` away.
+def until_grid(period: float, least: float, key: str = "", now: float | None = None) -> float:
+    """Seconds from ``now`` to the next point of the grid at least ``least`` away.
+
+    The grid is the multiples of ``period`` on the shared clock, shifted by
+    a fraction of ``period`` that ``key`` (the group id) decides: every
+    member of a group beats at the same instants, and groups of the same
+    period do not all beat at once.
 
     Args:
         period: The grid's spacing, in seconds (:func:`beat_period`).
         least: The shortest wait returned: a beat just before a grid point
-            skips it, so beats are never closer than this.
+            skips it, so beats are never closer than this. With 0 the
+            result is still above 0: a point at ``now`` is a period away.
+        key: What the shift is derived from (CRC-32 of the text).
         now: The time on the shared clock; :func:`shared_time` if None.
     """
     at = shared_time() if now is None else now
-    delay = period - math.fmod(at, period)
+    shift = zlib.crc32(key.encode()) / 2**32 * period
+    delay = period - math.fmod(at - shift, period) % period
     while delay < least:
         delay += period
     return delay

@@ -419,7 +419,7 @@ class ConsumerProtocolMember:
 
     def next_grid_beat(self) -> float:
         """When settled members next beat on the grid, in ``anyio.current_time()`` terms."""
-        return anyio.current_time() + until_grid(self._period(), least=0.0)
+        return anyio.current_time() + until_grid(self._period(), 0.0, self.config.group_id)
 
     async def _pause(self, seconds: float) -> None:
         """Wait ``seconds``, or less if a heartbeat is asked for at once."""
@@ -493,7 +493,7 @@ class ConsumerProtocolMember:
                 # Settled: on the grid the group's members share, so that a
                 # crashed member's expiry is heard just after it (cadence.py).
                 period = self._period()
-                await self._pause(until_grid(period, least=period / 2))
+                await self._pause(until_grid(period, period / 2, cfg.group_id))
             else:
                 await self._pause(early)
 

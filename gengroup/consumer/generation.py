@@ -573,8 +573,8 @@ class Generation(IdentityNames):
 
         The first task to exit, returning or raising, ends the generation; an
         exception reaches the code iterating the group. A generation-scoped
-        task is not started once the generation is ending (it would be
-        cancelled at once).
+        task started while the generation is ending starts cancelled, or not
+        at all once its other tasks have returned.
 
         Args:
             fn: an async function, called with ``args``.
@@ -588,7 +588,7 @@ class Generation(IdentityNames):
                 the span ends with the generation.
 
         Raises:
-            GenerationEnded: the generation is over.
+            GenerationEnded: the generation has ended (not while it is ending).
             KeyError: ``partition`` is not assigned in this generation.
         """
         task = _UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
@@ -619,12 +619,17 @@ class Generation(IdentityNames):
                 f"start_soon: generation {self.label} of {self.group_id} has ended"
             )
         coro = _awaitable(fn, fn(*args))
-        if self.ending or tg is None:
-            # It would be cancelled at once, and once the other tasks returned the
-            # task group takes none (a cooperative phase one ends as handed out).
-            getattr(coro, "close", lambda: None)()  # never awaited: no warning
-            return
-        tg.start_soon(self._run_task, task, coro, name=task.name)
+        try:
+            # (anyio's TaskGroup over a trio nursery that closed still says it is active)
+            if tg is not None and not getattr(getattr(tg, "_nursery", None), "_closed", False):
+                tg.start_soon(self._run_task, task, coro, name=task.name)
+                return
+        except RuntimeError:
+            if not self.ending:
+                raise
+        # Ending, its task group closed (a cooperative phase one ends as handed out).
+        getattr(coro, "close", lambda: None)()  # never awaited: no warning
+        log.debug("generation %s: task %r not started (ending)", self.label, task.name)
 
     async def start(
         self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None

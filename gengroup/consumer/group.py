@@ -43,7 +43,7 @@ from .._errors import GengroupError, GroupClosed, TaskStuckError
 from .._types import GenerationIdentity
 from ..io.cluster import Cluster
 from ..membership.member import Member, Outcome
-from .cadence import handover_lead
+from .cadence import beat_period, handover_lead
 from .consumer_protocol import ConsumerProtocolMember
 from .forming import Formed, GroupClient, form_generation
 from .generation import Generation, IdentityNames, RebalanceTimings
@@ -190,6 +190,9 @@ class ConsumerGroup:
         self._join_scope = anyio.CancelScope()
         self._warm_up_scope = anyio.CancelScope()
         self._last_teardown = 0.0
+        # The latest generations' teardowns or revocations, whichever took
+        # longer: what a handover's lead allows for (see ``_hand_over``).
+        self._teardowns: deque[float] = deque(maxlen=5)
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(self._client.cluster)
             stack.callback(self._recv.close)
@@ -227,10 +230,14 @@ class ConsumerGroup:
         until just before the group's next heartbeat, and only then ends,
         commits and leaves: the others take its partitions over at that
         heartbeat, instead of up to a heartbeat interval after this member
-        stopped. Closing takes up to one heartbeat interval longer. It closes
-        at once when no generation is running, when the next heartbeat is too
-        close to leave before it, for a static member, and when
-        ``aclose(handover=False)`` is called meanwhile.
+        stopped. Closing takes up to one heartbeat period longer (under the
+        consumer protocol, the coordinator's interval). The lead allows for
+        the longest of the member's latest teardowns (see
+        :func:`~gengroup.consumer.cadence.handover_lead`). It closes at once
+        when no generation is running, when the next heartbeat is too close
+        to leave before it, for a static member, when the group has failed,
+        and when the generation ends meanwhile (a rebalance, a failure,
+        ``aclose(handover=False)``).
 
         After :class:`~gengroup.TaskStuckError`, the stuck tasks are abandoned
         (see the class docstring) rather than waited for.
@@ -275,12 +282,15 @@ class ConsumerGroup:
             return
         if self.config.group_instance_id is not None:
             return
+        now = anyio.current_time()
         if self._kip848 is not None:
             beat: float | None = self._kip848.next_grid_beat()
         else:
             beat = gen._next_beat
-        lead = handover_lead(self._last_teardown)
-        if beat is None or beat - anyio.current_time() < lead:
+            if beat is not None and beat <= now:  # that beat is under way: the one after it
+                beat += beat_period(self.config.heartbeat_interval, self.config.session_timeout)
+        lead = handover_lead(max(self._teardowns, default=0.0))
+        if beat is None or beat - now < lead:
             return
         with anyio.CancelScope(deadline=beat - lead):
             await gen.wait_ending()  # a rebalance, a failure, aclose(handover=False)
@@ -395,6 +405,7 @@ class ConsumerGroup:
                 break
             await self._run_generation(formed)
             self._last_teardown = formed.generation.teardown or 0.0
+            self._teardowns.append(max(self._last_teardown, gen.timings.revocation))
             if self._failure is not None:
                 break
             self._join_scope = anyio.CancelScope()

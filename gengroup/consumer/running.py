@@ -501,6 +501,7 @@ class _Run:
         closed = self.own.release([tp for tp in self.own.spans if tp not in gen.assignments])
         if not closed and not self.own.closing_tasks():
             return
+        started = anyio.current_time()
         async with anyio.create_task_group() as watch:
             watch.start_soon(self._watch, report_stuck, "their partitions were revoked")
             await self.own.wait_released()
@@ -510,6 +511,7 @@ class _Run:
             if span.tp in gen.revoked and carried > gen._marks.get(span.tp, -1):
                 gen._marks[span.tp] = carried
         await self._final_commit()
+        gen.timings.revocation = anyio.current_time() - started
 
     async def _settle_spans(self) -> None:
         """At the generation's end: keep the spans (cooperative rebalance) or revoke them all.

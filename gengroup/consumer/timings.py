@@ -17,6 +17,10 @@ class RebalanceTimings:
 
     ``first_record`` is measured from the end of the offset fetch to the first
     batch handed to a worker, and stays None until one is.
+
+    ``revocation`` is how long revoking the partitions this generation no
+    longer assigns took before it was handed out (an incremental rebalance:
+    their tasks returning, their commit); 0 when it revoked none.
     """
 
     previous_teardown: float = 0.0
@@ -25,6 +29,7 @@ class RebalanceTimings:
     sync: float = 0.0
     offset_fetch: float = 0.0
     first_record: float | None = None
+    revocation: float = 0.0
 
     @property
     def total(self) -> float:

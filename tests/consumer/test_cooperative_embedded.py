@@ -558,9 +558,31 @@ async def test_a_generation_task_started_as_the_generation_ends_is_not_started()
     gen.start_soon(task, "task group closed")
     gen._tg = None
     gen.start_soon(task, "final commit under way")
-    with pytest.raises(GenerationEnded):
-        await gen.start(task, "ending")
     gen.set_ended()
     with pytest.raises(GenerationEnded, match="has ended"):
         gen.start_soon(task, "ended")
     assert started == ["live"]
+
+
+async def test_a_task_started_in_an_ending_generation_starts_cancelled() -> None:
+    """While the generation's task group still runs, a task started in an ending
+    generation starts, cancelled (it runs to its first checkpoint) as before;
+    ``start()``, which must wait for the task to report, raises instead."""
+    tp = TopicPartition("t", 0)
+    gen = unhosted_generation(tp, GenerationIdentity("g", 3, "m", None), True, "range")
+    ran: list[str] = []
+
+    async def task(name: str) -> None:
+        ran.append(name)
+        await anyio.sleep(1)
+        ran.append(f"{name} not cancelled")
+
+    async def reporting(*, task_status: Any) -> None:
+        task_status.started()
+
+    async with gen.task_group():
+        gen.end(Outcome.REJOIN, "test: ending")
+        gen.start_soon(task, "ending")
+        with pytest.raises(GenerationEnded, match="is ending"):
+            await gen.start(reporting)
+    assert ran == ["ending"]

@@ -20,7 +20,7 @@ import trio.testing
 
 from gengroup import ConsumerGroup, CooperativeStickyBalancer, RangeBalancer
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Intercepted
+from gengroup.broker.faults import Delay, Intercepted
 from gengroup.broker.state import BrokerSettings
 from gengroup.consumer.cadence import HANDOVER_MARGIN, beat_period, handover_lead
 from gengroup.protocol.versions import ApiKey
@@ -42,8 +42,12 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
 }
 
 
-async def _leave(protocol: str, *, handover: bool, close_at: float) -> dict[str, Any]:
-    """Three members settle; ``close_at`` s of a period after a beat, m3 closes.
+async def _leave(
+    protocol: str, *, handover: bool, close_at: float, answer_delay: float = 0.0
+) -> dict[str, Any]:
+    """Three members settle; ``close_at`` of a period after a beat, m3 closes.
+
+    Heartbeats are answered ``answer_delay`` s after they arrive.
 
     Returns when m3 asked to close, when its generation ended, when its leave
     reached the coordinator, when the survivors beat next, when they had its
@@ -55,11 +59,13 @@ async def _leave(protocol: str, *, handover: bool, close_at: float) -> dict[str,
     seen: dict[str, float] = {}
     groups: dict[str, ConsumerGroup] = {}
 
-    def heartbeat(call: Intercepted) -> None:
+    def heartbeat(call: Intercepted) -> Delay | None:
         if call.api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT and call.request.member_epoch < 0:
             seen.setdefault("left", trio.current_time())
-        elif call.client_id in beats:
+            return None
+        if call.client_id in beats:
             beats[str(call.client_id)].append(trio.current_time())
+        return Delay(answer_delay) if answer_delay else None
 
     def leave(call: Intercepted) -> None:
         seen.setdefault("left", trio.current_time())
@@ -148,3 +154,16 @@ async def test_a_leave_too_close_to_the_next_beat_is_not_put_off_a_period(
     seen = await _leave(protocol, handover=True, close_at=0.95)
     assert seen["m3 stopped"] - seen["close"] < 0.01, seen
     assert seen["closed"] - seen["close"] < 0.1, seen
+
+
+async def test_a_close_while_a_heartbeat_is_in_flight_hands_over_at_the_next_beat(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Heartbeats answered 0.3 s late; m3 closes 0.1 of a period after its beat
+    # arrived, while it waits for the answer: the beat that is due next is the
+    # one after it.
+    seen = await _leave("eager", handover=True, close_at=0.1, answer_delay=0.3)
+    beat = min(seen["m1 beat"], seen["m2 beat"])
+    assert beat - seen["close"] > 0.5 * PERIOD, seen
+    assert beat - handover_lead(0.0) - 0.01 <= seen["m3 stopped"] <= beat - HANDOVER_MARGIN, seen
+    assert seen["m3 stopped"] <= seen["left"] < beat, seen
