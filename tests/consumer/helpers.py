@@ -58,6 +58,16 @@ async def produce_ids(bootstrap: str, topic: str, ids: Iterable[int]) -> None:
         )
 
 
+def embedded_broker_settings() -> BrokerSettings:
+    """The embedded broker with no initial rebalance delay, and the consumer
+    protocol's heartbeat interval and session those of :data:`EMBEDDED_SETTINGS`."""
+    return BrokerSettings(
+        group_initial_rebalance_delay_ms=0,
+        group_consumer_heartbeat_interval_ms=int(EMBEDDED_SETTINGS["heartbeat_interval"] * 1000),
+        group_consumer_session_timeout_ms=int(EMBEDDED_SETTINGS["session_timeout"] * 1000),
+    )
+
+
 async def wait_until(predicate: Callable[[], bool], what: str, timeout: float) -> None:
     """Poll ``predicate`` until it holds; an AssertionError naming ``what`` after
     ``timeout`` seconds (a hang guard, not a timing assertion)."""

@@ -21,12 +21,11 @@ import trio.testing
 from gengroup import ConsumerGroup, CooperativeStickyBalancer, RangeBalancer
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Intercepted
-from gengroup.broker.state import BrokerSettings
 from gengroup.consumer.cadence import HANDOVER_MARGIN, beat_period, handover_lead
 from gengroup.protocol.versions import ApiKey
 
 from .cooperative import SpanLedger, group_on
-from .helpers import EMBEDDED_SETTINGS, all_partitions, wait_until
+from .helpers import EMBEDDED_SETTINGS, all_partitions, embedded_broker_settings, wait_until
 
 INTERVAL = EMBEDDED_SETTINGS["heartbeat_interval"]
 SESSION = EMBEDDED_SETTINGS["session_timeout"]
@@ -87,12 +86,7 @@ async def _leave(
                 for tp in sorted(gen.added):
                     gen.start_soon(ledger.worker, name, gen, tp, partition=tp)
 
-    settings = BrokerSettings(
-        group_initial_rebalance_delay_ms=0,
-        group_consumer_heartbeat_interval_ms=int(INTERVAL * 1000),
-        group_consumer_session_timeout_ms=int(SESSION * 1000),
-    )
-    async with FakeCluster(topics={"t": 6}, settings=settings) as cluster:
+    async with FakeCluster(topics={"t": 6}, settings=embedded_broker_settings()) as cluster:
         cluster.control(ApiKey.HEARTBEAT, heartbeat)
         cluster.control(ApiKey.CONSUMER_GROUP_HEARTBEAT, heartbeat)
         cluster.control(ApiKey.LEAVE_GROUP, leave)

@@ -14,6 +14,7 @@ with the others.
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 import trio
@@ -22,12 +23,11 @@ import trio.testing
 from gengroup import RangeBalancer
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Drop, Intercepted
-from gengroup.broker.state import BrokerSettings
 from gengroup.consumer.cadence import EXPIRY_MARGIN, FIRST_EARLY_BEAT, beat_period
 from gengroup.protocol.versions import ApiKey
 
 from .cooperative import SpanLedger, group_on
-from .helpers import EMBEDDED_SETTINGS, all_partitions, wait_until
+from .helpers import EMBEDDED_SETTINGS, all_partitions, embedded_broker_settings, wait_until
 
 INTERVAL = EMBEDDED_SETTINGS["heartbeat_interval"]
 SESSION = EMBEDDED_SETTINGS["session_timeout"]
@@ -94,24 +94,24 @@ async def test_a_member_whose_offset_fetch_was_slow_still_beats_with_the_others(
     assert arrivals["m1"] == arrivals["m2"], arrivals
 
 
-async def test_the_others_learn_of_a_crashed_members_expiry_together_just_after_it(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    # Three members beat together; m3's beats reach the coordinator a hair
-    # after the others' (2 ms), as on any real network. m3 crashes: it sends
-    # nothing more, LeaveGroup included. The coordinator expires it a session
-    # after its last beat, the instant the others' tenth beat would arrive
-    # were beats a whole interval apart: just before the expiry, so they
-    # learnt of it a whole interval later. With the beat period, their beat
-    # lands EXPIRY_MARGIN after the expiry, and both rejoin then.
+async def _crash(protocol: str) -> dict[str, Any]:
+    """Three members settle; m3 crashes: it sends nothing more, leave included.
+
+    m3's beats reach the coordinator a hair after the others' (2 ms), as on
+    any real network. Under ``"classic"`` (range) the members start together,
+    under ``"consumer"`` (KIP-848) at different instants. Returns m3's
+    expiry, when m1 and m2 beat and sent JoinGroup after the crash, and when
+    they had m3's partitions.
+    """
     every = all_partitions("t", 6)
     ledger = SpanLedger()
     crashed = False
     m3_beats: list[float] = []  # when the coordinator took each of m3's beats
-    joins: dict[str, list[float]] = {"m1": [], "m2": []}
+    seen: dict[str, Any] = {name: {"beats": [], "joins": []} for name in ("m1", "m2")}
 
     def heartbeat(call: Intercepted) -> Delay | Drop | None:
-        if call.client_id != "m3":
+        if call.client_id in seen:
+            seen[str(call.client_id)]["beats"].append(trio.current_time())
             return None
         if crashed:
             return Drop()
@@ -119,27 +119,53 @@ async def test_the_others_learn_of_a_crashed_members_expiry_together_just_after_
         return Delay(M3_LATE)
 
     def m3_silent(call: Intercepted) -> Drop | None:
-        if call.client_id in joins and call.api_key == ApiKey.JOIN_GROUP:
-            joins[call.client_id].append(trio.current_time())
+        if call.client_id in seen and call.api_key == ApiKey.JOIN_GROUP:
+            seen[str(call.client_id)]["joins"].append(trio.current_time())
         return Drop() if crashed and call.client_id == "m3" else None
 
-    async with FakeCluster(topics={"t": 6}, initial_rebalance_delay_ms=0) as cluster:
+    async with FakeCluster(topics={"t": 6}, settings=embedded_broker_settings()) as cluster:
         cluster.control(ApiKey.HEARTBEAT, heartbeat)
+        cluster.control(ApiKey.CONSUMER_GROUP_HEARTBEAT, heartbeat)
         for key in (ApiKey.JOIN_GROUP, ApiKey.OFFSET_COMMIT, ApiKey.LEAVE_GROUP, ApiKey.FETCH):
             cluster.control(key, m3_silent)
+        same = protocol == "classic"
+
+        async def member(name: str) -> None:
+            if same:
+                await ledger.join(cluster, name, [RangeBalancer()])
+                return
+            async with group_on(cluster, name, [], group_protocol="consumer") as group:
+                await ledger.member(name, group)
 
         async with trio.open_nursery() as nursery:
-            for name in ("m1", "m2", "m3"):
-                nursery.start_soon(ledger.join, cluster, name, [RangeBalancer()])
+            for name, delay in (("m1", 0.0), ("m2", 0.37), ("m3", 0.81)):
+                if not same:
+                    await trio.sleep(delay)  # joined at different instants
+                nursery.start_soon(member, name)
             members = {"m1", "m2", "m3"}
-            await wait_until(lambda: ledger.stable(members, every), "three members", 120)
-            await trio.sleep(3.3)  # between two beats
+            await wait_until(lambda: ledger.stable(members, every, same), "three members", 120)
+            await trio.sleep(3.3)  # between two beats, the early ones over
             crashed = True
-            joins["m1"].clear()
-            joins["m2"].clear()
-            expiry = m3_beats[-1] + SESSION
-            await wait_until(lambda: ledger.stable({"m1", "m2"}, every), "two members", 120)
+            for name in seen:
+                seen[name] = {"beats": [], "joins": []}
+            seen["expiry"] = m3_beats[-1] + SESSION
+            await wait_until(lambda: ledger.stable({"m1", "m2"}, every, same), "two members", 120)
+            seen["moved"] = trio.current_time()
             nursery.cancel_scope.cancel()
+    return seen
+
+
+async def test_the_others_learn_of_a_crashed_members_expiry_together_just_after_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Three members beat together. The coordinator expires m3 a session after
+    # its last beat, the instant the others' tenth beat would arrive were
+    # beats a whole interval apart: just before the expiry, so they learnt of
+    # it a whole interval later. With the beat period, their beat lands
+    # EXPIRY_MARGIN after the expiry, and both rejoin then.
+    seen = await _crash("classic")
+    expiry = seen["expiry"]
+    joins = {name: seen[name]["joins"] for name in ("m1", "m2")}
     for name, times in joins.items():
         assert times, name
         assert expiry <= times[0] <= expiry + EXPIRY_MARGIN, (name, expiry, times)
@@ -155,51 +181,10 @@ async def test_consumer_protocol_members_learn_of_a_crashed_members_expiry_just_
     # over a clock they share (virtual time here), so the survivors' beats
     # land just after the crashed member's expiry, and its partitions move
     # then, not up to an interval later.
-    every = all_partitions("t", 6)
-    ledger = SpanLedger()
-    crashed = False
-    m3_beats: list[float] = []  # when the coordinator took each of m3's beats
-    beats: dict[str, list[float]] = {"m1": [], "m2": []}
-
-    def heartbeat(call: Intercepted) -> Delay | Drop | None:
-        if call.client_id in beats:
-            beats[str(call.client_id)].append(trio.current_time())
-            return None
-        if crashed:
-            return Drop()
-        m3_beats.append(trio.current_time() + M3_LATE)
-        return Delay(M3_LATE)
-
-    def m3_silent(call: Intercepted) -> Drop | None:
-        return Drop() if crashed and call.client_id == "m3" else None
-
-    settings = BrokerSettings(
-        group_initial_rebalance_delay_ms=0,
-        group_consumer_heartbeat_interval_ms=int(INTERVAL * 1000),
-        group_consumer_session_timeout_ms=int(SESSION * 1000),
-    )
-    async with FakeCluster(topics={"t": 6}, settings=settings) as cluster:
-        cluster.control(ApiKey.CONSUMER_GROUP_HEARTBEAT, heartbeat)
-        for key in (ApiKey.OFFSET_COMMIT, ApiKey.FETCH):
-            cluster.control(key, m3_silent)
-
-        async def member(name: str) -> None:
-            async with group_on(cluster, name, [], group_protocol="consumer") as group:
-                await ledger.member(name, group)
-
-        async with trio.open_nursery() as nursery:
-            for name, delay in (("m1", 0.0), ("m2", 0.37), ("m3", 0.81)):
-                await trio.sleep(delay)  # joined at different instants
-                nursery.start_soon(member, name)
-            members = {"m1", "m2", "m3"}
-            await wait_until(lambda: ledger.stable(members, every, False), "three members", 120)
-            await trio.sleep(3.3)  # settled: the early beats are over
-            crashed = True
-            expiry = m3_beats[-1] + SESSION
-            await wait_until(lambda: ledger.stable({"m1", "m2"}, every, False), "two members", 120)
-            moved_at = trio.current_time()
-            nursery.cancel_scope.cancel()
-    for name, times in beats.items():
+    seen = await _crash("consumer")
+    expiry = seen["expiry"]
+    for name in ("m1", "m2"):
+        times = seen[name]["beats"]
         after = [t for t in times if t >= expiry]
         assert after and after[0] <= expiry + EXPIRY_MARGIN, (name, expiry, times[-15:])
-    assert moved_at <= expiry + EXPIRY_MARGIN + FIRST_EARLY_BEAT, (moved_at, expiry)
+    assert seen["moved"] <= expiry + EXPIRY_MARGIN + FIRST_EARLY_BEAT, seen
