@@ -142,7 +142,7 @@ def until_grid(period: float, least: float, key: str = "", now: float | None = N
     """
     at = shared_time() if now is None else now
     shift = zlib.crc32(key.encode()) / 2**32 * period
-    delay = period - math.fmod(at - shift, period) % period
+    delay = period - (at - shift) % period
     while delay < least:
         delay += period
     return delay

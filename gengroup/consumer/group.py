@@ -43,7 +43,7 @@ from .._errors import GengroupError, GroupClosed, TaskStuckError
 from .._types import GenerationIdentity
 from ..io.cluster import Cluster
 from ..membership.member import Member, Outcome
-from .cadence import beat_period, handover_lead
+from .cadence import handover_lead
 from .consumer_protocol import ConsumerProtocolMember
 from .forming import Formed, GroupClient, form_generation
 from .generation import Generation, IdentityNames, RebalanceTimings
@@ -287,8 +287,6 @@ class ConsumerGroup:
             beat: float | None = self._kip848.next_grid_beat()
         else:
             beat = gen._next_beat
-            if beat is not None and beat <= now:  # that beat is under way: the one after it
-                beat += beat_period(self.config.heartbeat_interval, self.config.session_timeout)
         lead = handover_lead(max(self._teardowns, default=0.0))
         if beat is None or beat - now < lead:
             return

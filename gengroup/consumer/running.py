@@ -650,14 +650,17 @@ class _Run:
         # counting from each member's own start, by tens).
         synced_at = self.formed.synced_at
         due = started if synced_at is None else synced_at
-        for delay in self._beat_delays():
-            due += delay
+        delays = self._beat_delays()
+        due += next(delays)
+        while True:
             gen._next_beat = due
             await anyio.sleep_until(due)
             if gen.lease_expired():
                 return
             sent_at = anyio.current_time()
-            due = max(due, sent_at - self.config.heartbeat_interval)  # late: no burst
+            step = next(delays)
+            due = max(due, sent_at - self.config.heartbeat_interval) + step  # late: no burst
+            gen._next_beat = due  # while this beat is in flight, the next is the one due
             try:
                 with anyio.fail_after(limit):
                     # After a failed beat the coordinator is looked up again (a
@@ -676,7 +679,7 @@ class _Run:
                     gen.end(outcome, f"no successful heartbeat for a session timeout ({exc})")
                     return
                 self._log_retry("heartbeat", exc, "looking the coordinator up again")
-                due = anyio.current_time()  # the next try a whole interval after this failure
+                due = anyio.current_time() + step  # the next try an interval after this failure
                 continue
             self._log_recovered("heartbeat")
             if code == 0:
