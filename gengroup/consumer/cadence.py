@@ -12,22 +12,25 @@ The period (:func:`beat_period`) is the session timeout plus
 :data:`EXPIRY_MARGIN`, divided into as many beats as the interval fits into
 the session: a whole number of periods after any member's beat, another beat
 of the same phase lands the margin after that member's expiry. Members must
-therefore beat in phase:
+therefore beat in phase, under both protocols: a settled member beats on a
+grid of the period laid over a clock the members share, shifted by a
+fraction of the period its group id decides (groups apart) (:func:`until_grid`,
+:func:`shared_time`): the wall clock, synchronised across hosts by NTP to well
+within the margin, or a test's virtual clock. A member whose clock is off by
+more than the margin is no worse off than one of an arbitrary phase.
 
-- Under the classic protocol the members of a generation beat from the
-  instant SyncGroup answered, which they share (``running.py``).
-- Under the consumer protocol (KIP-848) there is no such instant: each member
-  beats from its own answers, and their phases drift apart. So a settled
-  member beats on a grid of the period laid over a clock the members share,
-  shifted by a fraction of the period its group id decides (groups apart)
-  (:func:`until_grid`, :func:`shared_time`): the wall clock, synchronised
-  across hosts by NTP to well within the margin, or a test's virtual clock.
-  A member whose clock is off by more than the margin is no worse off than
-  one of an arbitrary phase.
+Nothing else gives the members a shared instant. Under the consumer protocol
+(KIP-848) each member beats from its own answers, and their phases drift
+apart. Under the classic protocol the coordinator answers a generation's
+SyncGroups when the leader's arrives, but a member whose SyncGroup came
+after the leader's, or that read the answer late (a busy process), counted
+its beats from a later instant for the whole generation, and at the next
+rebalance the others waited that long for it in JoinGroup.
 
 Early beats (:data:`FIRST_EARLY_BEAT`, doubling) shorten reconciliation while
-a cooperative or KIP-848 rebalance is under way; they are off the grid, and
-the member returns to it once they stop.
+a cooperative (classic, counted from SyncGroup's answer) or KIP-848 rebalance
+is under way; they are off the grid, and the member returns to it once they
+stop.
 
 A member that leaves is in phase with the others too, so it knows when they
 next beat: closing with a handover (``ConsumerGroup.aclose``) keeps working

@@ -111,8 +111,8 @@ class SyncAnswer(NamedTuple):
     error_code: int
     #: This member's encoded assignment.
     assignment: bytes
-    #: When SyncGroup answered (``anyio.current_time()``), which every member
-    #: of the generation shares: its heartbeats count from it.
+    #: When SyncGroup answered (``anyio.current_time()``): a cooperative
+    #: generation's early heartbeats count from it.
     at: float
     #: The committed offsets fetched beside SyncGroup, or None.
     committed: Committed | None
@@ -629,10 +629,9 @@ class Formed:
             released (their tasks returned, their marks committed), before it
             is handed out: the consumer protocol then reports the smaller
             owned set (None under the classic protocol).
-        synced_at: when SyncGroup answered (``anyio.current_time()``), the
-            moment every member of the generation learns of it together: the
-            classic heartbeats keep their rate from there (None: from the
-            heartbeat loop's start).
+        synced_at: when SyncGroup answered (``anyio.current_time()``): a
+            cooperative generation's early heartbeats count from there
+            (None: from the heartbeat loop's start).
     """
 
     generation: Generation

@@ -79,7 +79,7 @@ from .._types import TopicPartition
 from ..io.retry import retry
 from ..membership.member import Member, Outcome, outcome_for
 from ..membership.pattern import describe_change
-from .cadence import FIRST_EARLY_BEAT, beat_period
+from .cadence import FIRST_EARLY_BEAT, beat_period, until_grid
 from .detached import host
 from .forming import Formed, GroupClient
 from .generation import Generation, Span, _UserTask
@@ -639,27 +639,36 @@ class _Run:
         found: int | None = node
         # One beat, a lookup of the coordinator included, waits at most this long.
         limit = min(self.config.request_timeout, self.config.session_timeout)
-        # Beats keep a fixed rate from the moment SyncGroup answered, which
-        # every member of the generation shares (the coordinator answers them
-        # all when the leader's SyncGroup arrives): a beat's round trip does
-        # not push the later ones back, and a member whose offset fetch took
-        # longer does not start later. Members then beat together and learn
-        # of the next rebalance within milliseconds of each other, so none
-        # waits long in JoinGroup for the others (sleeping a whole interval
-        # after each answer let them drift apart by hundreds of milliseconds;
-        # counting from each member's own start, by tens).
+        # Settled, beats fall on the grid of the beat period that every
+        # member of the group shares (cadence.py): a beat's round trip does
+        # not push the later ones back, and neither a member that started
+        # its generation later (a slow OffsetFetch) nor one that read
+        # SyncGroup's answer later (a busy process, a late SyncGroup) beats
+        # apart from the others. Members that beat together learn of the
+        # next rebalance within milliseconds of each other, so none waits
+        # long in JoinGroup for the others; and a crashed member's expiry is
+        # heard just after it. (Counting from each member's reading of
+        # SyncGroup's answer left a member that read it late that far behind
+        # for the whole generation.)
         synced_at = self.formed.synced_at
-        due = started if synced_at is None else synced_at
-        delays = self._beat_delays()
-        due += next(delays)
+        anchor = started if synced_at is None else synced_at
+        period = beat_period(self.config.heartbeat_interval, self.config.session_timeout)
+        early = self._early_beats(period)
+
+        def next_due(now: float) -> float:
+            for at in early:
+                if anchor + at > now:  # those already past are skipped, not sent in a burst
+                    return anchor + at
+            return now + until_grid(period, period / 2, self.config.group_id)
+
+        due = next_due(anyio.current_time())
         while True:
             gen._next_beat = due
             await anyio.sleep_until(due)
             if gen.lease_expired():
                 return
             sent_at = anyio.current_time()
-            step = next(delays)
-            due = max(due, sent_at - self.config.heartbeat_interval) + step  # late: no burst
+            due = next_due(sent_at)
             gen._next_beat = due  # while this beat is in flight, the next is the one due
             try:
                 with anyio.fail_after(limit):
@@ -679,7 +688,7 @@ class _Run:
                     gen.end(outcome, f"no successful heartbeat for a session timeout ({exc})")
                     return
                 self._log_retry("heartbeat", exc, "looking the coordinator up again")
-                due = anyio.current_time() + step  # the next try an interval after this failure
+                due = anyio.current_time() + period  # the next try a period after this failure
                 continue
             self._log_recovered("heartbeat")
             if code == 0:
@@ -692,29 +701,23 @@ class _Run:
             gen.end(outcome, f"heartbeat answered {error_for_code(code).name}")
             return
 
-    def _beat_delays(self) -> Iterator[float]:
-        """The sleeps before each heartbeat of this generation.
+    def _early_beats(self, period: float) -> Iterator[float]:
+        """When this generation beats early, in seconds after SyncGroup answered.
 
-        Every :func:`beat_period` (about ``heartbeat_interval``: see there);
-        a generation of a cooperative rebalance
-        on the classic protocol also beats early (:data:`FIRST_EARLY_BEAT`,
-        doubling). Such a rebalance comes in two phases: members that gave
-        partitions up rejoin the moment phase one formed, but every other
-        member, among them the newcomer that waits for those partitions,
-        learns of phase two only at its next heartbeat. Early beats start
-        phase two as soon as the others rejoined rather than up to a whole
-        interval later.
+        Only a generation of a cooperative rebalance on the classic protocol
+        does (:data:`FIRST_EARLY_BEAT`, doubling while below the period).
+        Such a rebalance comes in two phases: members that gave partitions up
+        rejoin the moment phase one formed, but every other member, among
+        them the newcomer that waits for those partitions, learns of phase
+        two only at its next heartbeat. Early beats start phase two as soon
+        as the others rejoined rather than up to a whole interval later.
+        The beats after them are on the grid.
         """
-        interval = beat_period(self.config.heartbeat_interval, self.config.session_timeout)
-        elapsed = 0.0
         if self.formed.classic and self.gen.rebalance_protocol == "cooperative":
             at = FIRST_EARLY_BEAT
-            while at < interval:
-                yield at - elapsed
-                elapsed, at = at, at * 2
-        yield interval - elapsed
-        while True:
-            yield interval
+            while at < period:
+                yield at
+                at *= 2
 
     async def _lease_watch(self) -> None:
         """End the generation the moment its local lease runs out.

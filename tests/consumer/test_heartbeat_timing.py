@@ -1,14 +1,14 @@
 """Heartbeats keep a fixed rate, whatever their round trip, in virtual time.
 
-A beat is due a whole ``heartbeat_interval`` after the previous one was
-*sent*, not after its answer came back, as in Java's consumer. Two members
-whose generation formed together therefore beat together for as long as the
-generation lasts, and learn of the next rebalance within the same instant:
-neither waits in JoinGroup for the other to notice. On the embedded broker,
-in trio's virtual time, with every Heartbeat answered after a delay. The
-rate counts from the moment SyncGroup answered, which the members share, so
-one that took longer to start its generation (a slow OffsetFetch) still beats
-with the others.
+A beat is due a whole period after the previous one was *sent*, not after
+its answer came back, as in Java's consumer. Settled members of a group beat
+on the grid of that period that they share (``consumer/cadence.py``), so two
+members of a generation beat together for as long as it lasts and learn of
+the next rebalance within the same instant: neither waits in JoinGroup for
+the other to notice. That holds for one that took longer to start its
+generation (a slow OffsetFetch) and for one that read SyncGroup's answer
+later than the others. On the embedded broker, in trio's virtual time, with
+every Heartbeat answered after a delay.
 """
 
 from __future__ import annotations
@@ -37,11 +37,14 @@ BEATS = 8
 M3_LATE = 0.002  # the crashing member's beats reach the coordinator this much later
 
 
-async def _beats(offset_fetch_delay: dict[str, float]) -> dict[str, list[float]]:
+async def _beats(
+    late: ApiKey | None = None, by: float = 0.0, follower: bool = False
+) -> dict[str, list[float]]:
     """When each of two members' Heartbeats of a shared generation arrived.
 
-    Every Heartbeat is answered :data:`ROUND_TRIP` late; a member named in
-    ``offset_fetch_delay`` has its OffsetFetch answered that much late.
+    Every Heartbeat is answered :data:`ROUND_TRIP` late; m2's ``late``
+    requests (OffsetFetch), or with ``follower`` the follower's (SyncGroup:
+    the leader's would hold up both answers), are served ``by`` seconds late.
     """
     every = all_partitions("t", 4)
     ledger = SpanLedger()
@@ -51,13 +54,14 @@ async def _beats(offset_fetch_delay: dict[str, float]) -> dict[str, list[float]]
         arrivals[str(call.client_id)].append(trio.current_time())
         return Delay(ROUND_TRIP)
 
-    def slow_offset_fetch(call: Intercepted) -> Delay | None:
-        delay = offset_fetch_delay.get(str(call.client_id))
-        return None if delay is None else Delay(delay)
+    def slow(call: Intercepted) -> Delay | None:
+        chosen = not call.request.assignments if follower else call.client_id == "m2"
+        return Delay(by) if chosen else None
 
     async with FakeCluster(topics={"t": 4}, initial_rebalance_delay_ms=0) as cluster:
         cluster.control(ApiKey.HEARTBEAT, slow_heartbeat)
-        cluster.control(ApiKey.OFFSET_FETCH, slow_offset_fetch)
+        if late is not None:
+            cluster.control(late, slow)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ledger.join, cluster, "m1", [RangeBalancer()])
@@ -74,7 +78,7 @@ async def _beats(offset_fetch_delay: dict[str, float]) -> dict[str, list[float]]
 async def test_beats_keep_their_rate_and_members_formed_together_beat_together(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    arrivals = await _beats({})
+    arrivals = await _beats()
     for name, times in arrivals.items():
         gaps = [b - a for a, b in itertools.pairwise(times)]
         # Sleeping an interval after each answer made these INTERVAL + ROUND_TRIP.
@@ -86,11 +90,23 @@ async def test_beats_keep_their_rate_and_members_formed_together_beat_together(
 async def test_a_member_whose_offset_fetch_was_slow_still_beats_with_the_others(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    # The beats count from SyncGroup's answer, which both members get at once,
-    # not from each member's start of its generation: m2's, after an
-    # OffsetFetch answered 0.4 s late, came 0.4 s after m1's, and so did every
-    # beat of m2's, m1 waiting that long in JoinGroup at the next rebalance.
-    arrivals = await _beats({"m2": 0.4})
+    # Counted from each member's start of its generation, m2's first beat,
+    # after an OffsetFetch answered 0.4 s late, came 0.4 s after m1's, and so
+    # did every beat of m2's, m1 waiting that long in JoinGroup at the next
+    # rebalance.
+    arrivals = await _beats(ApiKey.OFFSET_FETCH, 0.4)
+    assert arrivals["m1"] == arrivals["m2"], arrivals
+
+
+async def test_a_member_that_read_sync_groups_answer_late_still_beats_with_the_others(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The follower's SyncGroup reaches the coordinator 0.3 s after the
+    # leader's, so it is answered 0.3 s after the leader (as when a busy
+    # process sends it late, or reads the answer late). Counted from each
+    # member's answer, the follower's beats came 0.3 s after the leader's
+    # for the whole generation.
+    arrivals = await _beats(ApiKey.SYNC_GROUP, 0.3, follower=True)
     assert arrivals["m1"] == arrivals["m2"], arrivals
 
 
