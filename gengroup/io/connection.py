@@ -94,7 +94,7 @@ log = logging.getLogger("gengroup.connection")
 # See "Ctrl-C on trio" above. Marking is per code object and needs no running
 # event loop; under asyncio it has no effect.
 for _loader in (framing.request_schema, framing.response_schema):
-    trio.lowlevel.enable_ki_protection(_loader)
+    trio.lowlevel.enable_ki_protection(_loader.__wrapped__)  # the function its cache calls
 del _loader
 
 #: Re-authenticate at this fraction of the session lifetime (jittered between them).

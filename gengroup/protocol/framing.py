@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import fields as dc_fields
+from functools import cache
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
@@ -363,6 +364,7 @@ class FrameBuffer:
 # --------------------------------------------------------------------------- building
 
 
+@cache  # kio resolves the class by its dotted name on every call
 def request_schema(api_key: int, version: int) -> type[Any]:
     """The kio request class of an API version, its module imported on first use.
 
@@ -372,6 +374,7 @@ def request_schema(api_key: int, version: int) -> type[Any]:
     return load_request_schema(api_key, version)
 
 
+@cache
 def response_schema(api_key: int, version: int) -> type[Any]:
     """The kio response class of an API version, its module imported on first use.
 
