@@ -709,10 +709,12 @@ def run_suite(
         if request_log is not None:
             heartbeats = Heartbeats(request_log)
             stack.callback(heartbeats.close)
-        # A broker's first groups after its start are served slowly (its JIT
-        # still warming up: the first run's steady gaps were 100 to 280 ms on
-        # a fresh broker, 20 to 40 ms after), which would count against
-        # whichever configuration runs first. A first run, not counted, warms it.
+        # A freshly started broker serves its first groups more slowly (the
+        # first group's SyncGroup took 9 ms in the broker against about 1 ms
+        # for later ones; the first run's steady gaps were 100 to 280 ms in
+        # four trials, 20 to 40 ms in the later runs), which would count
+        # against whichever configuration runs first. A first run, not
+        # counted, takes that.
         try:
             one_run(configs[0], bootstrap, java, partitions, rate, steady, None, cases[0], 0.5)
         except TimeoutError as exc:
