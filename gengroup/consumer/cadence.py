@@ -13,19 +13,23 @@ The period (:func:`beat_period`) is the session timeout plus
 the session: a whole number of periods after any member's beat, another beat
 of the same phase lands the margin after that member's expiry. Members must
 therefore beat in phase, under both protocols: a settled member beats on a
-grid of the period laid over a clock the members share, shifted by a
-fraction of the period its group id decides (groups apart) (:func:`until_grid`,
-:func:`shared_time`): the wall clock, synchronised across hosts by NTP to well
-within the margin, or a test's virtual clock. A member whose clock is off by
-more than the margin is no worse off than one of an arbitrary phase.
+grid of the period laid over a clock the members share (:func:`until_grid`,
+:func:`shared_time`: the wall clock, synchronised across hosts by NTP to well
+within the margin, or a test's virtual clock), shifted by a fraction of the
+period that its group id decides, so that groups do not all beat at once. A
+member whose clock is off by more than the margin is no worse off than one
+of an arbitrary phase.
 
-Nothing else gives the members a shared instant. Under the consumer protocol
-(KIP-848) each member beats from its own answers, and their phases drift
-apart. Under the classic protocol the coordinator answers a generation's
-SyncGroups when the leader's arrives, but a member whose SyncGroup came
-after the leader's, or that read the answer late (a busy process), counted
-its beats from a later instant for the whole generation, and at the next
-rebalance the others waited that long for it in JoinGroup.
+Nothing else gives every member the same instant reliably. Under the
+consumer protocol (KIP-848) each member would beat from its own answers,
+and their phases would drift apart. Under the classic protocol the
+coordinator answers a generation's SyncGroups when the leader's arrives,
+but a member whose SyncGroup came after the leader's, or that read the
+answer late (a busy process), would count its beats from a later instant
+for the whole generation, and at the next rebalance the others would wait
+that long for it in JoinGroup. A classic generation's first regular beat is
+the first grid point half a period after SyncGroup's answer (the members
+pick the same one unless their answers came apart across it).
 
 Early beats (:data:`FIRST_EARLY_BEAT`, doubling) shorten reconciliation while
 a cooperative (classic, counted from SyncGroup's answer) or KIP-848 rebalance
@@ -59,7 +63,7 @@ __all__ = [
 ]
 
 #: Seconds after a cooperative generation formed at which it heartbeats first;
-#: then at twice that, four times, ... while below ``heartbeat_interval``. The
+#: then at twice that, four times, ... while below the beat period. The
 #: members that revoked partitions rejoin within milliseconds, or after their
 #: revoked tasks' teardown and commit, which take longer: hence the doubling.
 #: A member of the consumer protocol (KIP-848) beats early too after an answer

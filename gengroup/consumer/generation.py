@@ -403,8 +403,8 @@ class Generation(IdentityNames):
     _session_timeout: float = field(default=float("inf"), repr=False)
     _lease_from: float = field(default=0.0, repr=False)
     #: When the generation's next heartbeat is due (``anyio.current_time()``),
-    #: which its members share under the classic protocol; None before the
-    #: heartbeat loop has one due.
+    #: under the classic protocol on the grid the group's members share
+    #: (early beats aside); None before the heartbeat loop has one due.
     _next_beat: float | None = field(default=None, repr=False)
     added: frozenset[TopicPartition] = frozenset()
     retained: frozenset[TopicPartition] = frozenset()

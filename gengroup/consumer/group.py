@@ -231,7 +231,8 @@ class ConsumerGroup:
         commits and leaves: the others take its partitions over at that
         heartbeat, instead of up to a heartbeat interval after this member
         stopped. Closing takes up to one heartbeat period longer (under the
-        consumer protocol, the coordinator's interval). The lead allows for
+        consumer protocol, the coordinator's interval; one and a half just
+        after a generation formed). The lead allows for
         the longest of the member's latest teardowns (see
         :func:`~gengroup.consumer.cadence.handover_lead`). It closes at once
         when no generation is running, when the next heartbeat is too close

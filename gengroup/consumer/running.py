@@ -79,7 +79,7 @@ from .._types import TopicPartition
 from ..io.retry import retry
 from ..membership.member import Member, Outcome, outcome_for
 from ..membership.pattern import describe_change
-from .cadence import FIRST_EARLY_BEAT, beat_period, until_grid
+from .cadence import FIRST_EARLY_BEAT, beat_period, shared_time, until_grid
 from .detached import host
 from .forming import Formed, GroupClient
 from .generation import Generation, Span, _UserTask
@@ -652,6 +652,7 @@ class _Run:
         # for the whole generation.)
         synced_at = self.formed.synced_at
         anchor = started if synced_at is None else synced_at
+        group_id = self.config.group_id
         period = beat_period(self.config.heartbeat_interval, self.config.session_timeout)
         early = self._early_beats(period)
 
@@ -659,9 +660,19 @@ class _Run:
             for at in early:
                 if anchor + at > now:  # those already past are skipped, not sent in a burst
                     return anchor + at
-            return now + until_grid(period, period / 2, self.config.group_id)
+            return now + until_grid(period, period / 2, group_id)
 
-        due = next_due(anyio.current_time())
+        # The first regular beat is the first grid point half a period after
+        # SyncGroup's answer, which the members share, not after this loop's
+        # start (a slow OffsetFetch starts it later): members whose loops
+        # started apart still pick the same point.
+        now = anyio.current_time()
+        due = next(
+            (anchor + at for at in early if anchor + at > now),
+            anchor + until_grid(period, period / 2, group_id, now=shared_time() - (now - anchor)),
+        )
+        if due <= now:  # the generation took longer than that to start
+            due = next_due(now)
         while True:
             gen._next_beat = due
             await anyio.sleep_until(due)
@@ -688,7 +699,9 @@ class _Run:
                     gen.end(outcome, f"no successful heartbeat for a session timeout ({exc})")
                     return
                 self._log_retry("heartbeat", exc, "looking the coordinator up again")
-                due = anyio.current_time() + period  # the next try a period after this failure
+                # The next try a period after this failure, on the grid (so
+                # that a handover meanwhile times its leave to the others' beat).
+                due = anyio.current_time() + until_grid(period, period / 2, group_id)
                 continue
             self._log_recovered("heartbeat")
             if code == 0:
@@ -702,7 +715,8 @@ class _Run:
             return
 
     def _early_beats(self, period: float) -> Iterator[float]:
-        """When this generation beats early, in seconds after SyncGroup answered.
+        """When this generation beats early, in seconds after SyncGroup answered
+        (or after the heartbeat loop's start, if that is not known).
 
         Only a generation of a cooperative rebalance on the classic protocol
         does (:data:`FIRST_EARLY_BEAT`, doubling while below the period).

@@ -81,7 +81,7 @@ async def preload(conn: BrokerConnection, keys: Iterable[ApiKey]) -> None:
     version of are passed over (their requests fail when sent).
 
     Each module is a checkpoint of its own: an answer that arrives meanwhile
-    (SyncGroup's, whose arrival the member's heartbeats count from) waits
+    (SyncGroup's, which a generation's first heartbeat counts from) waits
     for one import at most, not for all of them.
     """
     for key in keys:

@@ -20,10 +20,10 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup import RangeBalancer
+from gengroup import CooperativeStickyBalancer, RangeBalancer
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Drop, Intercepted
-from gengroup.consumer.cadence import EXPIRY_MARGIN, FIRST_EARLY_BEAT, beat_period
+from gengroup.consumer.cadence import EXPIRY_MARGIN, FIRST_EARLY_BEAT, beat_period, until_grid
 from gengroup.protocol.versions import ApiKey
 
 from .cooperative import SpanLedger, group_on
@@ -75,6 +75,22 @@ async def _beats(
     return {name: times[:BEATS] for name, times in arrivals.items()}
 
 
+def _in_step(arrivals: dict[str, list[float]]) -> None:
+    """m1 and m2 beat at the same instants from their first shared beat on.
+
+    One of them may have beaten once alone before it: the first grid point
+    half a period after its SyncGroup answer, where the other's answer came
+    later and its first point is the next one.
+    """
+    m1, m2 = arrivals["m1"], arrivals["m2"]
+    first = next((t for t in m1 if t == pytest.approx(m2[0]) or t > m2[0]), None)
+    assert first is not None, arrivals
+    a = m1[m1.index(first) :]
+    b = m2[next(i for i, t in enumerate(m2) if t == pytest.approx(first) or t > first) :]
+    assert len(m1) - len(a) + len(m2) - len(b) <= 1, arrivals
+    assert a[: BEATS - 1] == pytest.approx(b[: BEATS - 1]), arrivals
+
+
 async def test_beats_keep_their_rate_and_members_formed_together_beat_together(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -84,7 +100,7 @@ async def test_beats_keep_their_rate_and_members_formed_together_beat_together(
         # Sleeping an interval after each answer made these INTERVAL + ROUND_TRIP.
         assert gaps == pytest.approx([PERIOD] * (BEATS - 1)), (name, gaps)
     # Formed together, beating together: no drift between the members.
-    assert arrivals["m1"] == arrivals["m2"], arrivals
+    assert arrivals["m1"] == pytest.approx(arrivals["m2"]), arrivals
 
 
 async def test_a_member_whose_offset_fetch_was_slow_still_beats_with_the_others(
@@ -93,9 +109,10 @@ async def test_a_member_whose_offset_fetch_was_slow_still_beats_with_the_others(
     # Counted from each member's start of its generation, m2's first beat,
     # after an OffsetFetch answered 0.4 s late, came 0.4 s after m1's, and so
     # did every beat of m2's, m1 waiting that long in JoinGroup at the next
-    # rebalance.
+    # rebalance. The first beat is the first grid point half a period after
+    # SyncGroup's answer, which both share: from there on, every beat too.
     arrivals = await _beats(ApiKey.OFFSET_FETCH, 0.4)
-    assert arrivals["m1"] == arrivals["m2"], arrivals
+    assert arrivals["m1"] == pytest.approx(arrivals["m2"]), arrivals
 
 
 async def test_a_member_that_read_sync_groups_answer_late_still_beats_with_the_others(
@@ -107,7 +124,7 @@ async def test_a_member_that_read_sync_groups_answer_late_still_beats_with_the_o
     # member's answer, the follower's beats came 0.3 s after the leader's
     # for the whole generation.
     arrivals = await _beats(ApiKey.SYNC_GROUP, 0.3, follower=True)
-    assert arrivals["m1"] == arrivals["m2"], arrivals
+    _in_step(arrivals)
 
 
 async def _crash(protocol: str) -> dict[str, Any]:
@@ -204,3 +221,41 @@ async def test_consumer_protocol_members_learn_of_a_crashed_members_expiry_just_
         after = [t for t in times if t >= expiry]
         assert after and after[0] <= expiry + EXPIRY_MARGIN, (name, expiry, times[-15:])
     assert seen["moved"] <= expiry + EXPIRY_MARGIN + FIRST_EARLY_BEAT, seen
+
+
+async def test_a_cooperative_generation_beats_early_then_on_the_grid(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A cooperative generation beats early, counted from SyncGroup's answer
+    # (FIRST_EARLY_BEAT, doubling while below the period); those already past
+    # when its heartbeat loop starts (an OffsetFetch answered 0.15 s late:
+    # 0.05 and 0.1) are skipped, not sent in a burst; then it beats on the
+    # group's grid, a period apart.
+    synced: list[float] = []
+    beats: list[float] = []
+
+    def sync(call: Intercepted) -> None:
+        synced.append(trio.current_time())  # a lone leader's SyncGroup is answered at once
+
+    def beat(call: Intercepted) -> None:
+        beats.append(trio.current_time())
+
+    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.control(ApiKey.SYNC_GROUP, sync)
+        cluster.control(ApiKey.OFFSET_FETCH, lambda call: Delay(0.15))
+        cluster.control(ApiKey.HEARTBEAT, beat)
+        async with group_on(cluster, "m1", [CooperativeStickyBalancer()]) as group:
+            gen = await group.next()
+            assert gen.rebalance_protocol == "cooperative"
+            await wait_until(lambda: len(beats) >= 6, "six beats", 60)
+    [anchor] = synced
+    early = [b - anchor for b in beats[:3]]
+    assert early == pytest.approx(
+        [4 * FIRST_EARLY_BEAT, 8 * FIRST_EARLY_BEAT, 16 * FIRST_EARLY_BEAT]
+    )
+    regular = beats[3:6]
+    assert regular[0] - beats[2] >= PERIOD / 2
+    for at in regular:  # each on the grid: the next grid point a whole period away
+        off = until_grid(PERIOD, 0.0, "g", now=at) % PERIOD
+        assert min(off, PERIOD - off) < 1e-6, (at, beats)
+    assert [b - a for a, b in itertools.pairwise(regular)] == pytest.approx([PERIOD] * 2)

@@ -79,7 +79,7 @@ async def test_the_schemas_load_one_module_at_a_time_between_other_tasks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # An answer that arrives while the warm-up loads schemas (SyncGroup's,
-    # which the heartbeats count from) is read after one import at most:
+    # which the first heartbeat counts from) is read after one import at most:
     # every module loaded is followed by a checkpoint.
     events: list[str] = []
     monkeypatch.setattr(request, "request_module", lambda key, _: events.append(f"{key!r} req"))
