@@ -245,10 +245,15 @@ class ConsumerProtocolMember:
             # A commit was refused with a fencing answer: the partitions are lost.
             self._fence(f"generation {previous.label} ended: {previous.end_reason}")
         last_ok = self._last_ok
-        if self.epoch > 0 and last_ok is not None:
+        # Compared as the generation's lease is (not ``now - last_ok``: rounding
+        # made the two disagree at the deadline, and forming spun meanwhile).
+        if (
+            self.epoch > 0
+            and last_ok is not None
+            and anyio.current_time() >= last_ok + cfg.session_timeout
+        ):
             silent = anyio.current_time() - last_ok
-            if silent >= cfg.session_timeout:
-                self._fence(f"no successful heartbeat for {silent:.1f} s")
+            self._fence(f"no successful heartbeat for {silent:.1f} s")
         backoff = Backoff(cfg.join_backoff, cap=min(cfg.join_backoff * 32, 30.0))
         t0 = anyio.current_time()
         own = self.ownership
@@ -509,7 +514,7 @@ class ConsumerProtocolMember:
             )
         self.client.forget_coordinator()
         since = self._last_ok if self._last_ok is not None else started
-        if self.epoch > 0 and anyio.current_time() - since >= cfg.session_timeout:
+        if self.epoch > 0 and anyio.current_time() >= since + cfg.session_timeout:
             self._fence(f"no successful heartbeat for a session timeout ({exc})")
 
     async def _heartbeat_refused(self, code: int, message: str | None, backoff: Backoff) -> None:

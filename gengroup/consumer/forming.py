@@ -671,7 +671,7 @@ async def form_generation(
             if ownership is not None and ownership.spans:
                 if not member.member_id:
                     await ownership.drop_all("the member lost its member id")
-                elif anyio.current_time() - ownership.lease_from >= cfg.session_timeout:
+                elif anyio.current_time() >= ownership.lease_from + cfg.session_timeout:
                     await ownership.drop_all("no request accepted for a session timeout")
             node = await client.find_coordinator(timings)
             t0 = anyio.current_time()

@@ -269,7 +269,7 @@ def _span_ending(span: Span, holder: Generation) -> bool:
         return True
     host = holder._span_host
     since = max(holder._lease_from, host.lease_from if host is not None else 0.0)
-    return anyio.current_time() - since >= holder._session_timeout
+    return anyio.current_time() >= since + holder._session_timeout
 
 
 class _SpanBatches:
@@ -477,7 +477,7 @@ class Generation(IdentityNames):
         passed since the newest request the coordinator accepted was sent, and
         hands out no further batch.
         """
-        if self.ending or anyio.current_time() - self._lease_from < self._session_timeout:
+        if self.ending or anyio.current_time() < self.lease_deadline():  # not now - from: rounding
             return False
         self.end(
             Outcome.REJOIN,

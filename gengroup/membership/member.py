@@ -454,7 +454,7 @@ class Member:
             else None: retry after a backoff.
         """
         since = self.last_heartbeat_ok if self.last_heartbeat_ok is not None else started
-        if now - since >= self.config.session_timeout:
+        if now >= since + self.config.session_timeout:
             return Outcome.FIND_COORDINATOR
         return None
 

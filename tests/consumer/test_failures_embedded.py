@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from gengroup import (
     ConsumerGroup,
     Generation,
+    GenerationIdentity,
     GengroupError,
     GroupClosed,
     KafkaConnectionError,
@@ -38,6 +39,7 @@ from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
 from .helpers import EMBEDDED_SETTINGS
+from .test_cooperative_embedded import unhosted_generation
 
 #: No periodic commit: the generation's final commit is the only one.
 SETTINGS = {**EMBEDDED_SETTINGS, "commit_interval": 0.0}
@@ -555,3 +557,22 @@ async def test_a_long_join_is_said_once(
             gen.cancel()
     said = [r.getMessage() for r in caplog.records if "still waiting" in r.getMessage()]
     assert said == ["group g: still waiting for the coordinator to answer JoinGroup"]
+
+
+async def test_the_local_lease_runs_out_at_its_deadline_exactly(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # 0.7 + 0.1 rounds down to 0.7999999999999999, and at that deadline
+    # now - 0.7 < 0.1. Judged that way the lease had not run out when the
+    # lease watch woke at its deadline, so the watch slept until the same
+    # deadline again, without end in virtual time (and a consumer-protocol
+    # member whose lease ran out while it formed a generation re-formed it
+    # without a pause). Every check of a session compares with the deadline.
+    tp = TopicPartition("t", 0)
+    gen = unhosted_generation(
+        tp, GenerationIdentity("g", 1, "m", None), True, "range", _session_timeout=0.1
+    )
+    gen.renew_lease(0.7)
+    await trio.sleep_until(gen.lease_deadline())
+    assert gen.lease_expired()
+    assert gen.end_reason is not None and "local lease expired" in gen.end_reason

@@ -177,7 +177,12 @@ async def _crash(protocol: str) -> dict[str, Any]:
                 nursery.start_soon(member, name)
             members = {"m1", "m2", "m3"}
             await wait_until(lambda: ledger.stable(members, every, same), "three members", 120)
-            await trio.sleep(3.3)  # between two beats, the early ones over
+
+            def settled() -> bool:  # m3's early beats are over: its last two a period apart
+                return len(m3_beats) >= 2 and m3_beats[-1] - m3_beats[-2] == pytest.approx(PERIOD)
+
+            await wait_until(settled, "m3's beats a period apart", 60)
+            await trio.sleep(PERIOD / 2)  # between two beats
             crashed = True
             for name in seen:
                 seen[name] = {"beats": [], "joins": []}
