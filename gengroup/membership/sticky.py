@@ -372,7 +372,9 @@ class _Inputs:
         previous_owner: dict[_TP, str] = {}
         for member_id in order:
             member = members[member_id]
-            topics = list(member.topics)
+            # Each topic once: Java compares a list's length with a set's, so a
+            # subscription naming one topic four times equalled one of four topics.
+            topics = list(dict.fromkeys(member.topics))
             # Java compares with the first non-empty subscription, so a member subscribed
             # to nothing can be handed the others' partitions; compare with the first one.
             if first_topics is None:
@@ -518,7 +520,7 @@ class _General:
         self.topic_members: dict[str, list[str]] = {t: [] for t in self.counts}
         self.member_topics: dict[str, list[str]] = {}
         for member_id in state.order:
-            topics = [t for t in state.members[member_id].topics if t in self.counts]
+            topics = [t for t in dict.fromkeys(state.members[member_id].topics) if t in self.counts]
             self.member_topics[member_id] = topics
             for topic in topics:
                 self.topic_members[topic].append(member_id)

@@ -9,6 +9,8 @@ the embedded broker, in trio's virtual time, so the times are exact.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import trio
 import trio.testing
@@ -16,7 +18,7 @@ import trio.testing
 from gengroup import ConsumerGroup, CooperativeStickyBalancer, Generation, RangeBalancer
 from gengroup.broker import BrokerSettings, FakeCluster
 from gengroup.broker.faults import Intercepted
-from gengroup.consumer.cadence import FIRST_EARLY_BEAT
+from gengroup.consumer.cadence import FIRST_EARLY_BEAT, beat_period
 from gengroup.protocol.versions import ApiKey
 
 from .cooperative import SpanLedger, group_on, wait_until
@@ -24,6 +26,7 @@ from .helpers import EMBEDDED_SETTINGS, all_partitions
 
 PARTITIONS = 6
 INTERVAL = EMBEDDED_SETTINGS["heartbeat_interval"]
+PERIOD = beat_period(INTERVAL, EMBEDDED_SETTINGS["session_timeout"])
 
 
 async def newcomer_generations(
@@ -158,4 +161,9 @@ async def test_a_settled_consumer_protocol_member_beats_at_its_interval(
             await trio.sleep(5 * INTERVAL)  # the early beats, over within an interval or two
             settled = len(beats)
             await trio.sleep(10 * INTERVAL)
-            assert len(beats) - settled == 10, beats
+            # One beat a period (on the group's grid), none early: 9 or 10 of
+            # them in 10 intervals, depending on where the grid falls.
+            recent = beats[settled:]
+            assert len(recent) >= 9, beats
+            gaps = [b - a for a, b in itertools.pairwise(recent)]
+            assert gaps == pytest.approx([PERIOD] * len(gaps)), beats

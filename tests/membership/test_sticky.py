@@ -177,6 +177,20 @@ def test_every_partition_assigned_once_to_a_subscriber(
     check_valid(vectors.Case(with_data, {t: n for t, n in counts.items() if n > 0}), result)
 
 
+def test_a_subscription_naming_a_topic_twice_counts_it_once() -> None:
+    # Found by the property above: Java compares a subscription list's length
+    # with a set's, so ("t0", "t0", "t0", "t0") equalled four topics, the
+    # subscriptions were taken as identical, and a t0-only member got a
+    # partition of t1.
+    members = [
+        GroupMember(member_id="", topics=("t0", "t1", "t2", "t3")),
+        GroupMember(member_id="0", topics=("t0",) * 4),
+        GroupMember(member_id="00", topics=("t0",) * 4),
+    ]
+    result = STICKY.assign(members, {"t0": 0, "t1": 2})
+    assert result == {"": {"t1": [0, 1]}, "0": {}, "00": {}}
+
+
 def test_a_member_reports_its_assignment_in_the_next_join() -> None:
     m = vectors.single_balancer_member(STICKY)
     first = decode_subscription(m.join_params().protocols[0][1])
