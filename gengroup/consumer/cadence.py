@@ -28,8 +28,8 @@ but a member whose SyncGroup came after the leader's, or that read the
 answer late (a busy process), would count its beats from a later instant
 for the whole generation, and at the next rebalance the others would wait
 that long for it in JoinGroup. A classic generation's first regular beat is
-the first grid point half a period after SyncGroup's answer (the members
-pick the same one unless their answers came apart across it).
+the first grid point at least half a period after SyncGroup's answer (the
+members pick the same one unless their answers came apart across it).
 
 Early beats (:data:`FIRST_EARLY_BEAT`, doubling) shorten reconciliation while
 a cooperative (classic, counted from SyncGroup's answer) or KIP-848 rebalance

@@ -111,8 +111,9 @@ class SyncAnswer(NamedTuple):
     error_code: int
     #: This member's encoded assignment.
     assignment: bytes
-    #: When SyncGroup answered (``anyio.current_time()``): a cooperative
-    #: generation's early heartbeats count from it.
+    #: When SyncGroup answered (``anyio.current_time()``): a classic
+    #: generation's first heartbeat (and a cooperative one's early beats)
+    #: count from it.
     at: float
     #: The committed offsets fetched beside SyncGroup, or None.
     committed: Committed | None
@@ -630,8 +631,9 @@ class Formed:
             is handed out: the consumer protocol then reports the smaller
             owned set (None under the classic protocol).
         synced_at: when SyncGroup answered (``anyio.current_time()``): a
-            cooperative generation's early heartbeats count from there
-            (None: from the heartbeat loop's start).
+            classic generation's first heartbeat (and a cooperative one's
+            early beats) count from there (None: from the heartbeat loop's
+            start).
     """
 
     generation: Generation

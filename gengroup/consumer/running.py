@@ -662,17 +662,17 @@ class _Run:
                     return anchor + at
             return now + until_grid(period, period / 2, group_id)
 
-        # The first regular beat is the first grid point half a period after
-        # SyncGroup's answer, which the members share, not after this loop's
-        # start (a slow OffsetFetch starts it later): members whose loops
-        # started apart still pick the same point.
+        # The first regular beat is the first grid point at least half a
+        # period after SyncGroup's answer, which the members share, not after
+        # this loop's start (a slow OffsetFetch starts it later): members
+        # whose loops started apart still pick the same point.
         now = anyio.current_time()
         due = next(
             (anchor + at for at in early if anchor + at > now),
             anchor + until_grid(period, period / 2, group_id, now=shared_time() - (now - anchor)),
         )
-        if due <= now:  # the generation took longer than that to start
-            due = next_due(now)
+        if due <= now:  # the generation took longer than that to start: the next point
+            due = now + until_grid(period, 0.0, group_id)
         while True:
             gen._next_beat = due
             await anyio.sleep_until(due)
@@ -699,8 +699,9 @@ class _Run:
                     gen.end(outcome, f"no successful heartbeat for a session timeout ({exc})")
                     return
                 self._log_retry("heartbeat", exc, "looking the coordinator up again")
-                # The next try a period after this failure, on the grid (so
-                # that a handover meanwhile times its leave to the others' beat).
+                # The next try at the first grid point at least half a period
+                # after this failure (so that a handover meanwhile times its
+                # leave to the others' beat).
                 due = anyio.current_time() + until_grid(period, period / 2, group_id)
                 continue
             self._log_recovered("heartbeat")

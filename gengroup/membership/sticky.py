@@ -39,13 +39,16 @@ Members are taken in the order given, which should be the JoinGroup
 response's as for Java's leader; that order only matters for member ids that
 share a hash bucket. Java's rack-aware refinements are not implemented (racks
 are ignored, as by :class:`~gengroup.membership.balancers.RangeBalancer`).
-Three deliberate differences, all on input where Java's output is not a valid
+Four deliberate differences, all on input where Java's output is not a valid
 assignment: a previously owned partition that does not exist (any more) is
 ignored, where Java would keep it in the owner's assignment or fail; a
 partition goes back to its owner of an older generation only if that member
 still subscribes to its topic (Java may hand it to a member that dropped the
-topic); and where Java's assignor fails with an exception, a valid assignment
-is returned instead.
+topic); where Java's assignor fails with an exception, a valid assignment is
+returned instead; and a subscription naming a topic more than once counts it
+once when subscriptions are compared (Java compares a list's length with a
+set's, takes such a subscription for one of as many topics, and hands its
+member partitions of topics it did not name).
 """
 
 from __future__ import annotations
@@ -520,7 +523,7 @@ class _General:
         self.topic_members: dict[str, list[str]] = {t: [] for t in self.counts}
         self.member_topics: dict[str, list[str]] = {}
         for member_id in state.order:
-            topics = [t for t in dict.fromkeys(state.members[member_id].topics) if t in self.counts]
+            topics = [t for t in state.members[member_id].topics if t in self.counts]
             self.member_topics[member_id] = topics
             for topic in topics:
                 self.topic_members[topic].append(member_id)

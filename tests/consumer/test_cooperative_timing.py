@@ -139,7 +139,7 @@ async def test_a_consumer_protocol_newcomer_gets_its_partitions_without_waiting_
     assert last_at - acks[-1] <= INTERVAL / 4, shown
 
 
-async def test_a_settled_consumer_protocol_member_beats_at_its_interval(
+async def test_a_settled_consumer_protocol_member_beats_once_a_period(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """Early beats stop once the assignment stops changing, although the

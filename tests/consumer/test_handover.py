@@ -4,8 +4,8 @@ The other members learn of a leave only at their next heartbeat. A member
 closing with ``aclose()`` (``handover=True``, the default) keeps its
 generation working until just before that heartbeat, which it knows (the
 members beat in phase, on the group's shared grid under both protocols), and
-only then ends it, commits
-and leaves; the others take its partitions at that heartbeat. With
+only then ends it, commits and leaves; the others take its partitions at
+that heartbeat. With
 ``handover=False`` it leaves at once, and the others learn of it at their next
 heartbeat, up to a period later. On the embedded broker, in virtual time.
 """

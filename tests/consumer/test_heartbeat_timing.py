@@ -14,6 +14,7 @@ every Heartbeat answered after a delay.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -38,7 +39,9 @@ M3_LATE = 0.002  # the crashing member's beats reach the coordinator this much l
 
 
 async def _beats(
-    late: ApiKey | None = None, by: float = 0.0, follower: bool = False
+    late: ApiKey | None = None,
+    by: float | Callable[[float], float] = 0.0,
+    follower: bool = False,
 ) -> dict[str, list[float]]:
     """When each of two members' Heartbeats of a shared generation arrived.
 
@@ -56,7 +59,9 @@ async def _beats(
 
     def slow(call: Intercepted) -> Delay | None:
         chosen = not call.request.assignments if follower else call.client_id == "m2"
-        return Delay(by) if chosen else None
+        if not chosen:
+            return None
+        return Delay(by(trio.current_time()) if callable(by) else by)
 
     async with FakeCluster(topics={"t": 4}, initial_rebalance_delay_ms=0) as cluster:
         cluster.control(ApiKey.HEARTBEAT, slow_heartbeat)
@@ -112,6 +117,20 @@ async def test_a_member_whose_offset_fetch_was_slow_still_beats_with_the_others(
     # rebalance. The first beat is the first grid point half a period after
     # SyncGroup's answer, which both share: from there on, every beat too.
     arrivals = await _beats(ApiKey.OFFSET_FETCH, 0.4)
+    assert arrivals["m1"] == pytest.approx(arrivals["m2"]), arrivals
+
+
+async def test_a_member_whose_generation_started_a_period_late_beats_at_the_others_next_beat(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # m2's OffsetFetch (sent beside SyncGroup) is answered three quarters of
+    # a period after the grid point that is the generation's first beat: its
+    # heartbeat loop starts after that point, a quarter period before the
+    # next. It beats at the next one, with the others, not a period later.
+    def past_the_first_point(sent: float) -> float:
+        return until_grid(PERIOD, PERIOD / 2, "g", now=sent) + 0.75 * PERIOD
+
+    arrivals = await _beats(ApiKey.OFFSET_FETCH, past_the_first_point)
     assert arrivals["m1"] == pytest.approx(arrivals["m2"]), arrivals
 
 

@@ -250,3 +250,19 @@ def test_an_unreadable_subscription_gets_an_empty_assignment() -> None:
     assert decode_assignment(out["bad"]).as_mapping() == {}
     assert decode_assignment(out["m1"]).as_mapping() == {"a": [0, 1]}
     assert decode_assignment(out["m2"]).as_mapping() == {"a": [2, 3]}
+
+
+def test_a_session_without_a_heartbeat_has_passed_at_its_deadline_exactly() -> None:
+    # 0.7 + 0.1 rounds down: at that instant now - 0.7 < 0.1, and a session
+    # judged that way had not passed when a deadline of since + session had.
+    m = Member(
+        MemberConfig(
+            group_id="g",
+            topics=("a",),
+            balancers=(RangeBalancer(),),
+            session_timeout=0.1,
+            rebalance_timeout=30.0,
+            heartbeat_interval=0.01,
+        )
+    )
+    assert m.on_heartbeat_failure(now=0.7 + 0.1, started=0.7) is Outcome.FIND_COORDINATOR

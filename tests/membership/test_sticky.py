@@ -177,7 +177,7 @@ def test_every_partition_assigned_once_to_a_subscriber(
     check_valid(vectors.Case(with_data, {t: n for t, n in counts.items() if n > 0}), result)
 
 
-def test_a_subscription_naming_a_topic_twice_counts_it_once() -> None:
+def test_a_subscription_naming_a_topic_more_than_once_counts_it_once() -> None:
     # Found by the property above: Java compares a subscription list's length
     # with a set's, so ("t0", "t0", "t0", "t0") equalled four topics, the
     # subscriptions were taken as identical, and a t0-only member got a
