@@ -18,12 +18,19 @@ gives the tasks ``rebalance_timeout`` seconds once the generation is ending;
 past that it reports which task held the generation up and where it was
 suspended (:class:`TaskStuckError`) instead of hanging silently.
 
-Once every task has returned, marked offsets are committed once more,
-shielded, with the ending generation's id; a retriable refusal (a coordinator
-loading or moving, a timeout, a broken connection) is retried with backoff for
-up to ``request_timeout``, a fencing answer ends it at once. Only then is the member machine
-told the generation ended, so the member rejoins only after all of it
-(semantic 1: one live generation per member).
+The final commit is made in two passes, both shielded, with the ending
+generation's id. When the generation ends for a rebalance or a close (an end
+that revokes every span), what is marked at that instant is committed at
+once, beside the teardown: the commit's round trip (several milliseconds
+under Kafka's coordinator, which writes it to its log) overlaps the tasks'
+returning instead of following it. Once every task has returned, the marks
+made meanwhile (a task that marks on its way out) are committed too; none,
+and nothing is sent. In each pass a retriable refusal (a coordinator loading
+or moving, a timeout, a broken connection) is retried with backoff for up to
+``request_timeout``, a fencing answer ends it at once; a first pass that
+failed is not followed by a second. Only then is the member machine told the
+generation ended, so the member rejoins only after all of it (semantic 1: one
+live generation per member).
 
 Partition-scoped tasks (``gen.start_soon(..., partition=tp)``) do not run in
 the generation's task group but in the :class:`Ownership`'s, which lives as
@@ -397,6 +404,8 @@ class _Run:
         self.config: GroupConfig = client.config
         #: The internal tasks whose requests are failing (each logged once).
         self.failing: set[str] = set()
+        #: The final commit's first pass (at the end, beside the teardown) failed.
+        self.early_commit_failed = False
 
     def _log_retry(self, what: str, exc: BaseException, then: str) -> None:
         """Log that ``what`` started failing: once, until :meth:`_log_recovered`."""
@@ -428,6 +437,7 @@ class _Run:
         try:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watchdog, report_stuck, name="gengroup-teardown-watchdog")
+                outer.start_soon(self._commit_at_the_end, name="gengroup-final-commit")
                 # The except clause sits outside the generation's scope: the
                 # scope first strips the Cancelled exceptions its own
                 # cancellation caused, leaving only what the tasks raised.
@@ -476,7 +486,8 @@ class _Run:
                 await self._settle_spans()
                 outer.cancel_scope.cancel()
         finally:
-            await self._final_commit()
+            if not self.early_commit_failed:
+                await self._final_commit()
             gen.set_ended()
             self.member.generation_ended(
                 gen.end_outcome if gen.end_outcome is not Outcome.FATAL else None, gen.end_reason
@@ -537,7 +548,21 @@ class _Run:
         if self.formed.classic and gen.rebalance_protocol == "cooperative":
             self.member.retain_owned(self.own.owned)
 
-    async def _final_commit(self) -> None:
+    async def _commit_at_the_end(self) -> None:
+        """The final commit's first pass: the marks as the generation ends, beside the teardown.
+
+        Only for an end that revokes every span for a rebalance or a close
+        (``REJOIN``): the member rejoins once its tasks returned, and the
+        commit's round trip need not wait for them. An end that keeps the
+        spans goes on processing them; a failure or a lost membership has the
+        second pass alone.
+        """
+        gen = self.gen
+        await gen.wait_ending()
+        if gen.end_outcome is Outcome.REJOIN and not gen.keeps_spans():
+            self.early_commit_failed = not await self._final_commit()
+
+    async def _final_commit(self) -> bool:
         """Commit the marks once more, shielded, retrying retriable refusals.
 
         A coordinator that is loading, moving or briefly unreachable (after a
@@ -548,6 +573,9 @@ class _Run:
         ``request_timeout`` seconds in all. A fencing answer (ILLEGAL_GENERATION,
         UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID) or REBALANCE_IN_PROGRESS ends
         the attempt at once: the partitions may have a new owner already.
+
+        Returns:
+            False if the commit failed (logged here), else True.
         """
         gen = self.gen
         limit = self.config.request_timeout
@@ -593,6 +621,7 @@ class _Run:
                 gen.member_id,
                 failure,
             )
+        return failure is None
 
     async def _watchdog(self, report_stuck: Callable[[TaskStuckError], Awaitable[None]]) -> None:
         await self.gen.wait_ending()

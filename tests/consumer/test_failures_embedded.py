@@ -146,6 +146,50 @@ async def test_final_commit_gives_up_after_the_request_timeout(
         assert second.assignments[TP] == 0
 
 
+async def test_the_marks_are_committed_as_the_generation_ends_beside_the_teardown(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The marks made before the end are committed at the end's instant, while a task
+    takes 2 s to return; what that task marks on its way out is committed once it
+    returned, and only then does the member rejoin."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+        commits: list[tuple[float, int]] = []
+        joins: list[float] = []
+
+        def commit_seen(req: Intercepted) -> None:
+            offsets = [p.committed_offset for t in req.request.topics for p in t.partitions]
+            commits.append((trio.current_time(), *offsets))
+
+        async def slow_to_return(gen: Generation) -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(2.0)
+                gen.mark(TP, 9)
+
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            first = await group.next()
+            first.start_soon(slow_to_return, first, name="slow")
+            first.mark(TP, 7)
+            cluster.control(ApiKey.OFFSET_COMMIT, commit_seen)
+            cluster.control(ApiKey.JOIN_GROUP, lambda req: joins.append(trio.current_time()))
+            t0 = trio.current_time()
+            first.cancel("test")
+            second = await group.next()
+            assert [(round(t - t0, 3), o) for t, o in commits] == [(0.0, 7), (2.0, 9)]
+            assert joins and min(joins) - t0 >= 2.0
+            assert first.committed[TP] == 9 and second.assignments[TP] == 9
+
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            third = await group.next()
+            commits.clear()
+            third.cancel("nothing marked")
+        # Nothing marked, nothing sent.
+        assert commits == []
+
+
 # ---------------------------------------------------------- item 9: no batch after the end
 
 
@@ -400,10 +444,12 @@ async def test_a_slow_teardown_is_logged_once_and_counted_in_the_next_timings(
             first = await group.next()
             first.start_soon(slow_to_return, first, name="slow")
             first.mark(TP, 1)
-            cluster.control(ApiKey.OFFSET_COMMIT, lambda req: Delay(3.0), once=True)
+            # The commit of the marks goes out as the generation ends, beside
+            # the task's 5 s: the teardown lasts as long as the longer of them.
+            cluster.control(ApiKey.OFFSET_COMMIT, lambda req: Delay(7.0), once=True)
             first.cancel("test")
             second = await group.next()
-            assert first.teardown is not None and first.teardown >= 8.0
+            assert first.teardown is not None and 7.0 <= first.teardown < 8.0
             assert second.timings.previous_teardown == first.teardown
             assert second.timings.total >= first.teardown
             second.cancel()
@@ -411,7 +457,7 @@ async def test_a_slow_teardown_is_logged_once_and_counted_in_the_next_timings(
     waiting = [m for m in messages if "waiting for 1 task(s) to return" in m]
     assert len(waiting) == 1 and "'slow'" in waiting[0]
     assert sum("coordinator to accept the final commit" in m for m in messages) == 1
-    assert any("previous teardown 8." in m for m in messages), messages
+    assert any("previous teardown 7." in m for m in messages), messages
 
 
 # ------------------------------------------------------------- item 3: a stuck task is abandoned
