@@ -19,18 +19,21 @@ past that it reports which task held the generation up and where it was
 suspended (:class:`TaskStuckError`) instead of hanging silently.
 
 The final commit is made in two passes, both shielded, with the ending
-generation's id. When the generation ends for a rebalance or a close (an end
-that revokes every span), what is marked at that instant is committed at
-once, beside the teardown: the commit's round trip (several milliseconds
-under Kafka's coordinator, which writes it to its log) overlaps the tasks'
-returning instead of following it. Once every task has returned, the marks
-made meanwhile (a task that marks on its way out) are committed too; none,
-and nothing is sent. In each pass a retriable refusal (a coordinator loading
-or moving, a timeout, a broken connection) is retried with backoff for up to
-``request_timeout``, a fencing answer ends it at once; a first pass that
-failed is not followed by a second. Only then is the member machine told the
-generation ended, so the member rejoins only after all of it (semantic 1: one
-live generation per member).
+generation's id. When the member rejoins or closes after an end that
+revokes every span (an eager rebalance, a task that returned, closing, an
+expired lease), what is marked at that instant is committed at once, beside
+the teardown: the commit's round trip (several milliseconds under Kafka's
+coordinator, which writes it to its log) overlaps the tasks' returning
+instead of following it. Once every task has returned, the marks made
+meanwhile (a task that marks on its way out) are committed too; none, and
+nothing is sent. A retriable refusal (a coordinator loading or moving, a
+timeout, a broken connection) is retried with backoff, by the first pass for
+up to ``request_timeout`` after the end, by the second until
+``request_timeout`` after the teardown (as a lone final commit would); a
+fencing answer ends a pass at once, and a fenced first pass is not followed
+by a second. Only then is the member machine told the generation ended, so
+the member rejoins only after all of it (semantic 1: one live generation per
+member).
 
 Partition-scoped tasks (``gen.start_soon(..., partition=tp)``) do not run in
 the generation's task group but in the :class:`Ownership`'s, which lives as
@@ -41,7 +44,7 @@ under the same watchdog, commits their marks with its own id), adopts the
 retained ones, then is handed out; if it revoked anything it ends at once so
 that the member rejoins without those partitions. Every other end (an eager
 protocol, a lost membership, closing, a task's exception) revokes every span
-before the final commit.
+before the final commit's second pass.
 
 Under a cooperative protocol the generation's prefetcher runs in the
 :class:`Ownership`'s task group too (:meth:`Ownership.host_prefetcher`), so
@@ -404,8 +407,9 @@ class _Run:
         self.config: GroupConfig = client.config
         #: The internal tasks whose requests are failing (each logged once).
         self.failing: set[str] = set()
-        #: The final commit's first pass (at the end, beside the teardown) failed.
-        self.early_commit_failed = False
+        #: The coordinator fenced the final commit's first pass (at the end,
+        #: beside the teardown): the partitions may have a new owner already.
+        self.first_pass_fenced = False
 
     def _log_retry(self, what: str, exc: BaseException, then: str) -> None:
         """Log that ``what`` started failing: once, until :meth:`_log_recovered`."""
@@ -434,6 +438,7 @@ class _Run:
         gen = self.gen
         error: BaseException | None = None
         where = f"group {gen.group_id} generation {gen.label}"
+        torn_down_at: float | None = None
         try:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watchdog, report_stuck, name="gengroup-teardown-watchdog")
@@ -484,10 +489,17 @@ class _Run:
                     error = first_failure(exc, where)
                     gen.end(Outcome.FATAL, f"task raised {error!r}")
                 await self._settle_spans()
+                torn_down_at = anyio.current_time()
                 outer.cancel_scope.cancel()
         finally:
-            if not self.early_commit_failed:
-                await self._final_commit()
+            # The second pass ends request_timeout after the teardown at the
+            # latest, as a lone final commit would (the first pass, ended by
+            # then, may have taken part of that).
+            if torn_down_at is None:
+                torn_down_at = anyio.current_time()
+            left = torn_down_at + cfg.request_timeout - anyio.current_time()
+            if not self.first_pass_fenced and left > 0:
+                await self._final_commit(left)
             gen.set_ended()
             self.member.generation_ended(
                 gen.end_outcome if gen.end_outcome is not Outcome.FATAL else None, gen.end_reason
@@ -528,7 +540,7 @@ class _Run:
         """At the generation's end: keep the spans (cooperative rebalance) or revoke them all.
 
         Either way every closed span's tasks have returned before the final
-        commit, so its marks are in it.
+        commit's second pass, so its marks are in it.
         """
         gen = self.gen
         if not gen.keeps_spans():
@@ -551,18 +563,18 @@ class _Run:
     async def _commit_at_the_end(self) -> None:
         """The final commit's first pass: the marks as the generation ends, beside the teardown.
 
-        Only for an end that revokes every span for a rebalance or a close
-        (``REJOIN``): the member rejoins once its tasks returned, and the
-        commit's round trip need not wait for them. An end that keeps the
-        spans goes on processing them; a failure or a lost membership has the
-        second pass alone.
+        Only for an end after which the member rejoins or closes (``REJOIN``)
+        and that revokes every span: the commit's round trip need not wait
+        for the tasks to return. An end that keeps the spans goes on
+        processing them; a failure, a lost membership (``RESET_MEMBER``) or a
+        moved coordinator has the second pass alone.
         """
         gen = self.gen
         await gen.wait_ending()
         if gen.end_outcome is Outcome.REJOIN and not gen.keeps_spans():
-            self.early_commit_failed = not await self._final_commit()
+            self.first_pass_fenced = isinstance(await self._final_commit(), _FENCED)
 
-    async def _final_commit(self) -> bool:
+    async def _final_commit(self, limit: float | None = None) -> BaseException | None:
         """Commit the marks once more, shielded, retrying retriable refusals.
 
         A coordinator that is loading, moving or briefly unreachable (after a
@@ -570,15 +582,17 @@ class _Run:
         the next owner process everything since the last periodic commit
         again. So every refusal the error table retries (and a request that
         timed out) is sent again with the client's backoff, for at most
-        ``request_timeout`` seconds in all. A fencing answer (ILLEGAL_GENERATION,
-        UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID) or REBALANCE_IN_PROGRESS ends
-        the attempt at once: the partitions may have a new owner already.
+        ``limit`` seconds in all (``request_timeout`` by default). A fencing
+        answer (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID) or
+        REBALANCE_IN_PROGRESS ends the attempt at once: the partitions may
+        have a new owner already.
 
         Returns:
-            False if the commit failed (logged here), else True.
+            Why the commit failed (logged here), or None.
         """
         gen = self.gen
-        limit = self.config.request_timeout
+        if limit is None:
+            limit = self.config.request_timeout
         refused: list[BaseException] = []
 
         def retriable(exc: BaseException) -> bool:
@@ -621,7 +635,7 @@ class _Run:
                 gen.member_id,
                 failure,
             )
-        return failure is None
+        return failure
 
     async def _watchdog(self, report_stuck: Callable[[TaskStuckError], Awaitable[None]]) -> None:
         await self.gen.wait_ending()

@@ -182,12 +182,58 @@ async def test_the_marks_are_committed_as_the_generation_ends_beside_the_teardow
             assert joins and min(joins) - t0 >= 2.0
             assert first.committed[TP] == 9 and second.assignments[TP] == 9
 
-        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
-            third = await group.next()
+            # A task that marks nothing on its way out: one commit, at the end.
+            second.start_soon(slow_to_return_quietly, name="quiet")
+            second.mark(TP, 10)
             commits.clear()
-            third.cancel("nothing marked")
-        # Nothing marked, nothing sent.
-        assert commits == []
+            t0 = trio.current_time()
+            second.cancel("test")
+            third = await group.next()
+            assert [(round(t - t0, 3), o) for t, o in commits] == [(0.0, 10)]
+            assert third.assignments[TP] == 10
+
+
+async def slow_to_return_quietly() -> None:
+    try:
+        await trio.sleep_forever()
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(2.0)
+
+
+async def test_a_first_pass_that_gave_up_is_followed_by_the_second(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The coordinator refuses commits (retriable) for longer than ``request_timeout``
+    from the end on, and a task takes longer still to return: the first pass gives up,
+    and the second, once the task returned, commits what it marked on its way out."""
+    settings = {**SETTINGS, "request_timeout": 5.0}
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+        t0 = 0.0
+
+        def loading_for_6_s(req: Intercepted) -> Fail | None:
+            loading = trio.current_time() - t0 < 6.0
+            return Fail(ErrorCode.coordinator_load_in_progress) if loading else None
+
+        async def slow_to_return(gen: Generation) -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(8.0)
+                gen.mark(TP, 9)
+
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+            first = await group.next()
+            first.start_soon(slow_to_return, first, name="slow")
+            first.mark(TP, 7)
+            cluster.control(ApiKey.OFFSET_COMMIT, loading_for_6_s)
+            t0 = trio.current_time()
+            first.cancel("test")
+            second = await group.next()
+            assert cluster.committed_offsets("g")[TP] == 9
+            assert second.assignments[TP] == 9
 
 
 # ---------------------------------------------------------- item 9: no batch after the end
