@@ -20,20 +20,21 @@ suspended (:class:`TaskStuckError`) instead of hanging silently.
 
 The final commit is made in two passes, both shielded, with the ending
 generation's id. When the member rejoins or closes after an end that
-revokes every span (an eager rebalance, a task that returned, closing, an
-expired lease), what is marked at that instant is committed at once, beside
-the teardown: the commit's round trip (several milliseconds under Kafka's
-coordinator, which writes it to its log) overlaps the tasks' returning
-instead of following it. Once every task has returned, the marks made
-meanwhile (a task that marks on its way out) are committed too; none, and
-nothing is sent. A retriable refusal (a coordinator loading or moving, a
-timeout, a broken connection) is retried with backoff, by the first pass for
-up to ``request_timeout`` after the end, by the second until
-``request_timeout`` after the teardown (as a lone final commit would); a
-fencing answer ends a pass at once, and a fenced first pass is not followed
-by a second. Only then is the member machine told the generation ended, so
-the member rejoins only after all of it (semantic 1: one live generation per
-member).
+revokes every span (every such end under an eager balancer; closing and an
+expired lease under any), what is marked at that instant is committed at
+once, beside the teardown: the commit's round trip (several milliseconds
+under Kafka's coordinator, which writes it to its log) overlaps the tasks'
+returning instead of following it. Once every task has returned, what is
+not committed yet (the marks made meanwhile by a task on its way out, or
+all of them if the first pass failed) is committed; nothing, and nothing is
+sent. A retriable refusal (a coordinator loading or moving, a timeout, a
+broken connection) is retried with backoff, by the first pass for up to
+``request_timeout`` after the end, by the second until ``request_timeout``
+after the teardown (as a lone final commit would); a fencing answer ends a
+pass at once, and a fenced first pass is not followed by a second. A
+failure is logged once, by the pass that ended the commit. Only then is the
+member machine told the generation ended, so the member rejoins only after
+all of it (semantic 1: one live generation per member).
 
 Partition-scoped tasks (``gen.start_soon(..., partition=tp)``) do not run in
 the generation's task group but in the :class:`Ownership`'s, which lives as
@@ -407,9 +408,11 @@ class _Run:
         self.config: GroupConfig = client.config
         #: The internal tasks whose requests are failing (each logged once).
         self.failing: set[str] = set()
-        #: The coordinator fenced the final commit's first pass (at the end,
-        #: beside the teardown): the partitions may have a new owner already.
-        self.first_pass_fenced = False
+        #: Why the final commit's first pass (at the end, beside the
+        #: teardown) failed, if it did: reported unless the second succeeds.
+        self.first_pass_failure: BaseException | None = None
+        #: The refusals the final commit's passes at the end retried.
+        self.end_refusals: list[BaseException] = []
 
     def _log_retry(self, what: str, exc: BaseException, then: str) -> None:
         """Log that ``what`` started failing: once, until :meth:`_log_recovered`."""
@@ -443,54 +446,14 @@ class _Run:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watchdog, report_stuck, name="gengroup-teardown-watchdog")
                 outer.start_soon(self._commit_at_the_end, name="gengroup-final-commit")
-                # The except clause sits outside the generation's scope: the
-                # scope first strips the Cancelled exceptions its own
-                # cancellation caused, leaving only what the tasks raised.
                 try:
-                    async with gen.task_group() as tg:
-                        if self.formed.classic:
-                            tg.start_soon(self._heartbeat_loop, name="gengroup-heartbeat")
-                        if gen._span_host is self.own and (
-                            not self.formed.classic or gen.rebalance_protocol == "cooperative"
-                        ):
-                            # Fetching outlives a generation whose end keeps the spans.
-                            gen._fetch_across = True
-                            self.own.host_prefetcher(gen, self.formed.prefetcher)
-                        else:
-                            tg.start_soon(self.formed.prefetcher.run, name="gengroup-prefetcher")
-                        tg.start_soon(self._lease_watch, name="gengroup-lease-watch")
-                        if (gen.is_leader and cfg.watch_partition_changes) or (
-                            cfg.topic_pattern is not None and self.formed.classic
-                        ):
-                            tg.start_soon(self._watch_partitions, name="gengroup-watcher")
-                        if cfg.commit_interval > 0:
-                            tg.start_soon(self._commit_loop, name="gengroup-committer")
-                        await self._revoke_first(report_stuck)
-                        if self.formed.acknowledge is not None:
-                            self.formed.acknowledge()
-                        self.own.adopt(gen)
-                        # A generation whose forming outlived the session (an
-                        # offset fetch that crawled while the coordinator
-                        # moved) may already have a new owner for its
-                        # partitions: it is never handed out.
-                        if not gen.lease_expired():
-                            await hand_over(gen)
-                        if (
-                            self.formed.classic
-                            and gen.revoked
-                            and gen.rebalance_protocol == "cooperative"
-                        ):
-                            gen.end(
-                                Outcome.REJOIN,
-                                f"{len(gen.revoked)} partition(s) revoked: rejoining so that "
-                                "they are assigned anew",
-                            )
-                except Exception as exc:
-                    error = first_failure(exc, where)
-                    gen.end(Outcome.FATAL, f"task raised {error!r}")
-                await self._settle_spans()
-                torn_down_at = anyio.current_time()
-                outer.cancel_scope.cancel()
+                    error = await self._run_tasks(hand_over, report_stuck, where)
+                    await self._settle_spans()
+                finally:
+                    # Also when an exception or a cancellation escapes: the
+                    # final commit's second pass is timed from here.
+                    torn_down_at = anyio.current_time()
+                    outer.cancel_scope.cancel()
         finally:
             # The second pass ends request_timeout after the teardown at the
             # latest, as a lone final commit would (the first pass, ended by
@@ -498,8 +461,12 @@ class _Run:
             if torn_down_at is None:
                 torn_down_at = anyio.current_time()
             left = torn_down_at + cfg.request_timeout - anyio.current_time()
-            if not self.first_pass_fenced and left > 0:
-                await self._final_commit(left)
+            first = self.first_pass_failure
+            if isinstance(first, _FENCED) or left <= 0:
+                if first is not None:
+                    self._commit_failed(first)
+            else:
+                await self._final_commit(left, refused=self.end_refusals)
             gen.set_ended()
             self.member.generation_ended(
                 gen.end_outcome if gen.end_outcome is not Outcome.FATAL else None, gen.end_reason
@@ -510,6 +477,59 @@ class _Run:
         if error is not None and span_error is not None:
             error.add_note(f"{where}: a partition's task also raised {span_error!r}")
         return error if error is not None else span_error
+
+    async def _run_tasks(
+        self,
+        hand_over: Callable[[Generation], Awaitable[None]],
+        report_stuck: Callable[[TaskStuckError], Awaitable[None]],
+        where: str,
+    ) -> BaseException | None:
+        """Run the generation's task group until it ends; what a task raised, if one did."""
+        cfg = self.config
+        gen = self.gen
+        error: BaseException | None = None
+        # The except clause sits outside the generation's scope: the
+        # scope first strips the Cancelled exceptions its own
+        # cancellation caused, leaving only what the tasks raised.
+        try:
+            async with gen.task_group() as tg:
+                if self.formed.classic:
+                    tg.start_soon(self._heartbeat_loop, name="gengroup-heartbeat")
+                if gen._span_host is self.own and (
+                    not self.formed.classic or gen.rebalance_protocol == "cooperative"
+                ):
+                    # Fetching outlives a generation whose end keeps the spans.
+                    gen._fetch_across = True
+                    self.own.host_prefetcher(gen, self.formed.prefetcher)
+                else:
+                    tg.start_soon(self.formed.prefetcher.run, name="gengroup-prefetcher")
+                tg.start_soon(self._lease_watch, name="gengroup-lease-watch")
+                if (gen.is_leader and cfg.watch_partition_changes) or (
+                    cfg.topic_pattern is not None and self.formed.classic
+                ):
+                    tg.start_soon(self._watch_partitions, name="gengroup-watcher")
+                if cfg.commit_interval > 0:
+                    tg.start_soon(self._commit_loop, name="gengroup-committer")
+                await self._revoke_first(report_stuck)
+                if self.formed.acknowledge is not None:
+                    self.formed.acknowledge()
+                self.own.adopt(gen)
+                # A generation whose forming outlived the session (an
+                # offset fetch that crawled while the coordinator
+                # moved) may already have a new owner for its
+                # partitions: it is never handed out.
+                if not gen.lease_expired():
+                    await hand_over(gen)
+                if self.formed.classic and gen.revoked and gen.rebalance_protocol == "cooperative":
+                    gen.end(
+                        Outcome.REJOIN,
+                        f"{len(gen.revoked)} partition(s) revoked: rejoining so that "
+                        "they are assigned anew",
+                    )
+        except Exception as exc:
+            error = first_failure(exc, where)
+            gen.end(Outcome.FATAL, f"task raised {error!r}")
+        return error
 
     async def _revoke_first(
         self, report_stuck: Callable[[TaskStuckError], Awaitable[None]]
@@ -566,15 +586,25 @@ class _Run:
         Only for an end after which the member rejoins or closes (``REJOIN``)
         and that revokes every span: the commit's round trip need not wait
         for the tasks to return. An end that keeps the spans goes on
-        processing them; a failure, a lost membership (``RESET_MEMBER``) or a
-        moved coordinator has the second pass alone.
+        processing them; a lost membership (``RESET_MEMBER``) or a moved
+        coordinator (``FIND_COORDINATOR``) has the second pass alone. A
+        failure is not logged here: the second pass tries again (unless this
+        one was fenced) and says how it ended.
         """
         gen = self.gen
         await gen.wait_ending()
         if gen.end_outcome is Outcome.REJOIN and not gen.keeps_spans():
-            self.first_pass_fenced = isinstance(await self._final_commit(), _FENCED)
+            self.first_pass_failure = await self._final_commit(
+                refused=self.end_refusals, report=False
+            )
 
-    async def _final_commit(self, limit: float | None = None) -> BaseException | None:
+    async def _final_commit(
+        self,
+        limit: float | None = None,
+        *,
+        refused: list[BaseException] | None = None,
+        report: bool = True,
+    ) -> BaseException | None:
         """Commit the marks once more, shielded, retrying retriable refusals.
 
         A coordinator that is loading, moving or briefly unreachable (after a
@@ -587,13 +617,19 @@ class _Run:
         REBALANCE_IN_PROGRESS ends the attempt at once: the partitions may
         have a new owner already.
 
+        Args:
+            limit: Seconds of retries (default: ``request_timeout``).
+            refused: The refusals retried so far (the first is logged, once).
+            report: Log a failure (a WARNING).
+
         Returns:
-            Why the commit failed (logged here), or None.
+            Why the commit failed, or None.
         """
         gen = self.gen
         if limit is None:
             limit = self.config.request_timeout
-        refused: list[BaseException] = []
+        if refused is None:
+            refused = []
 
         def retriable(exc: BaseException) -> bool:
             if isinstance(exc, _FENCED) or not (is_retriable(exc) or isinstance(exc, TimeoutError)):
@@ -626,16 +662,20 @@ class _Run:
                     )
                 except (BrokerError, KafkaConnectionError, ProtocolError, TimeoutError) as exc:
                     failure = exc
-        if failure is not None:
-            log.warning(
-                "group %s generation %s member %s: final commit failed: %s "
-                "(uncommitted records will be processed again)",
-                gen.group_id,
-                gen.label,
-                gen.member_id,
-                failure,
-            )
+        if failure is not None and report:
+            self._commit_failed(failure)
         return failure
+
+    def _commit_failed(self, failure: BaseException) -> None:
+        gen = self.gen
+        log.warning(
+            "group %s generation %s member %s: final commit failed: %s "
+            "(uncommitted records will be processed again)",
+            gen.group_id,
+            gen.label,
+            gen.member_id,
+            failure,
+        )
 
     async def _watchdog(self, report_stuck: Callable[[TaskStuckError], Awaitable[None]]) -> None:
         await self.gen.wait_ending()

@@ -130,10 +130,11 @@ async def test_final_commit_fenced_is_not_retried(autojump_clock: trio.testing.M
 
 
 async def test_final_commit_gives_up_after_the_request_timeout(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A coordinator that keeps refusing: the final commit retries with backoff for
-    request_timeout, then gives up (logged) and the group moves on."""
+    request_timeout, then gives up (logged once) and the group moves on."""
+    caplog.set_level(logging.INFO, logger="gengroup")
     async with refusing_final_commits(ErrorCode.coordinator_load_in_progress) as r:
         t0 = trio.current_time()
         r.first.cancel("test")
@@ -144,6 +145,9 @@ async def test_final_commit_gives_up_after_the_request_timeout(
         assert max(gaps) <= 1.3  # backoff capped at 1 s, +20 % jitter
         second = await r.group.next()
         assert second.assignments[TP] == 0
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("final commit refused" in m for m in messages) == 1
+    assert sum("final commit failed" in m for m in messages) == 1
 
 
 async def test_the_marks_are_committed_as_the_generation_ends_beside_the_teardown(
@@ -202,11 +206,13 @@ async def slow_to_return_quietly() -> None:
 
 
 async def test_a_first_pass_that_gave_up_is_followed_by_the_second(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The coordinator refuses commits (retriable) for longer than ``request_timeout``
     from the end on, and a task takes longer still to return: the first pass gives up,
-    and the second, once the task returned, commits what it marked on its way out."""
+    and the second, once the task returned, commits what it marked on its way out
+    (no failure is logged: none is left)."""
+    caplog.set_level(logging.INFO, logger="gengroup")
     settings = {**SETTINGS, "request_timeout": 5.0}
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
         produce(cluster, 10)
@@ -234,6 +240,42 @@ async def test_a_first_pass_that_gave_up_is_followed_by_the_second(
             second = await group.next()
             assert cluster.committed_offsets("g")[TP] == 9
             assert second.assignments[TP] == 9
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_the_final_commit_ends_a_request_timeout_after_an_interrupted_teardown(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A coordinator that keeps refusing, and the group's own task cancelled while its
+    generation tears down: the generation still ends ``request_timeout`` after its task
+    returned at the latest, as with a lone final commit."""
+    settings = {**SETTINGS, "request_timeout": 5.0}
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+        returned: list[float] = []
+
+        async def slow_to_return(gen: Generation) -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(2.0)
+                returned.append(trio.current_time())
+
+        with trio.move_on_after(1000) as scope:
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+                first = await group.next()
+                first.start_soon(slow_to_return, first, name="slow")
+                first.mark(TP, 7)
+                cluster.control(
+                    ApiKey.OFFSET_COMMIT, lambda req: Fail(ErrorCode.coordinator_load_in_progress)
+                )
+                t0 = trio.current_time()
+                first.cancel("test")
+                await trio.sleep(1.0)
+                scope.cancel()
+        assert first.teardown is not None and returned
+        assert t0 + first.teardown - returned[0] <= settings["request_timeout"] + 0.01
 
 
 # ---------------------------------------------------------- item 9: no batch after the end
