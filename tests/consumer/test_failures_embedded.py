@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -49,6 +49,26 @@ TP = TopicPartition("t", 0)
 
 def produce(cluster: FakeCluster, count: int) -> None:
     cluster.produce("t", [NewRecord(None, str(i).encode(), (), 0) for i in range(count)])
+
+
+def slow_to_return(
+    seconds: float, then_mark: int | None = None, returned: list[float] | None = None
+) -> Callable[[Generation], Awaitable[None]]:
+    """A task that, once cancelled, takes ``seconds`` to return and then marks
+    ``then_mark`` of TP (if given) and notes when it returned (in ``returned``)."""
+
+    async def task(gen: Generation) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(seconds)
+            if then_mark is not None:
+                gen.mark(TP, then_mark)
+            if returned is not None:
+                returned.append(trio.current_time())
+
+    return task
 
 
 @dataclasses.dataclass
@@ -165,17 +185,9 @@ async def test_the_marks_are_committed_as_the_generation_ends_beside_the_teardow
             offsets = [p.committed_offset for t in req.request.topics for p in t.partitions]
             commits.append((trio.current_time(), *offsets))
 
-        async def slow_to_return(gen: Generation) -> None:
-            try:
-                await trio.sleep_forever()
-            finally:
-                with trio.CancelScope(shield=True):
-                    await trio.sleep(2.0)
-                gen.mark(TP, 9)
-
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
             first = await group.next()
-            first.start_soon(slow_to_return, first, name="slow")
+            first.start_soon(slow_to_return(2.0, then_mark=9), first, name="slow")
             first.mark(TP, 7)
             cluster.control(ApiKey.OFFSET_COMMIT, commit_seen)
             cluster.control(ApiKey.JOIN_GROUP, lambda req: joins.append(trio.current_time()))
@@ -187,7 +199,7 @@ async def test_the_marks_are_committed_as_the_generation_ends_beside_the_teardow
             assert first.committed[TP] == 9 and second.assignments[TP] == 9
 
             # A task that marks nothing on its way out: one commit, at the end.
-            second.start_soon(slow_to_return_quietly, name="quiet")
+            second.start_soon(slow_to_return(2.0), second, name="quiet")
             second.mark(TP, 10)
             commits.clear()
             t0 = trio.current_time()
@@ -195,14 +207,6 @@ async def test_the_marks_are_committed_as_the_generation_ends_beside_the_teardow
             third = await group.next()
             assert [(round(t - t0, 3), o) for t, o in commits] == [(0.0, 10)]
             assert third.assignments[TP] == 10
-
-
-async def slow_to_return_quietly() -> None:
-    try:
-        await trio.sleep_forever()
-    finally:
-        with trio.CancelScope(shield=True):
-            await trio.sleep(2.0)
 
 
 async def test_a_first_pass_that_gave_up_is_followed_by_the_second(
@@ -222,17 +226,9 @@ async def test_a_first_pass_that_gave_up_is_followed_by_the_second(
             loading = trio.current_time() - t0 < 6.0
             return Fail(ErrorCode.coordinator_load_in_progress) if loading else None
 
-        async def slow_to_return(gen: Generation) -> None:
-            try:
-                await trio.sleep_forever()
-            finally:
-                with trio.CancelScope(shield=True):
-                    await trio.sleep(8.0)
-                gen.mark(TP, 9)
-
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
             first = await group.next()
-            first.start_soon(slow_to_return, first, name="slow")
+            first.start_soon(slow_to_return(8.0, then_mark=9), first, name="slow")
             first.mark(TP, 7)
             cluster.control(ApiKey.OFFSET_COMMIT, loading_for_6_s)
             t0 = trio.current_time()
@@ -254,18 +250,10 @@ async def test_the_final_commit_ends_a_request_timeout_after_an_interrupted_tear
         produce(cluster, 10)
         returned: list[float] = []
 
-        async def slow_to_return(gen: Generation) -> None:
-            try:
-                await trio.sleep_forever()
-            finally:
-                with trio.CancelScope(shield=True):
-                    await trio.sleep(2.0)
-                returned.append(trio.current_time())
-
         with trio.move_on_after(1000) as scope:
             async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
                 first = await group.next()
-                first.start_soon(slow_to_return, first, name="slow")
+                first.start_soon(slow_to_return(2.0, returned=returned), first, name="slow")
                 first.mark(TP, 7)
                 cluster.control(
                     ApiKey.OFFSET_COMMIT, lambda req: Fail(ErrorCode.coordinator_load_in_progress)
@@ -520,17 +508,9 @@ async def test_a_slow_teardown_is_logged_once_and_counted_in_the_next_timings(
 ) -> None:
     caplog.set_level(logging.INFO, logger="gengroup")
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
-
-        async def slow_to_return(gen: Generation) -> None:
-            try:
-                await trio.sleep_forever()
-            finally:
-                with trio.CancelScope(shield=True):
-                    await trio.sleep(5.0)
-
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
             first = await group.next()
-            first.start_soon(slow_to_return, first, name="slow")
+            first.start_soon(slow_to_return(5.0), first, name="slow")
             first.mark(TP, 1)
             # The commit of the marks goes out as the generation ends, beside
             # the task's 5 s: the teardown lasts as long as the longer of them.
