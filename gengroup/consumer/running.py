@@ -739,19 +739,20 @@ class _Run:
         period = beat_period(self.config.heartbeat_interval, self.config.session_timeout)
         early = self._early_beats(period)
 
-        def next_due(now: float) -> float:
+        def next_due(now: float, regular: float) -> float:
+            """The next early beat after ``now`` if one is left, else ``regular``."""
             for at in early:
                 if anchor + at > now:  # those already past are skipped, not sent in a burst
                     return anchor + at
-            return now + until_grid(period, period / 2, group_id)
+            return regular
 
         # The first regular beat is the first grid point at least half a
         # period after SyncGroup's answer, which the members share, not after
         # this loop's start (a slow OffsetFetch starts it later): members
         # whose loops started apart still pick the same point.
         now = anyio.current_time()
-        due = next(
-            (anchor + at for at in early if anchor + at > now),
+        due = next_due(
+            now,
             anchor + until_grid(period, period / 2, group_id, now=shared_time() - (now - anchor)),
         )
         if due <= now:  # the generation took longer than that to start: the next point
@@ -762,7 +763,7 @@ class _Run:
             if gen.lease_expired():
                 return
             sent_at = anyio.current_time()
-            due = next_due(sent_at)
+            due = next_due(sent_at, sent_at + until_grid(period, period / 2, group_id))
             gen._next_beat = due  # while this beat is in flight, the next is the one due
             try:
                 with anyio.fail_after(limit):
