@@ -45,8 +45,8 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Iterable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Self, Unpack
 from uuid import UUID
@@ -328,25 +328,6 @@ class Cluster:
             self.unreachable_since = None
             log.info("cluster reachable again after %.1f s", down)
 
-    async def _pick(self, node_id: int | None, channel: str) -> BrokerConnection:
-        return await (
-            self.any_connection() if node_id is None else self.connection(node_id, channel)
-        )
-
-    @asynccontextmanager
-    async def _in_flight(
-        self, node_id: int | None, channel: str
-    ) -> AsyncIterator[BrokerConnection]:
-        """The connection to use, counted in flight (for :meth:`any_connection`) while in use."""
-        conn = await self._pick(node_id, channel)
-        self._inflight[conn] = self._inflight.get(conn, 0) + 1
-        try:
-            yield conn
-        finally:
-            self._inflight[conn] -= 1
-            if not self._inflight[conn]:
-                del self._inflight[conn]
-
     async def call(
         self,
         node_id: int | None,
@@ -370,10 +351,20 @@ class Cluster:
             check: if given, a non-zero top-level error code raises its typed
                 error with this context (see :func:`gengroup.io.request.call`).
         """
-        async with self._in_flight(node_id, channel) as conn:
+        conn = await (
+            self.any_connection() if node_id is None else self.connection(node_id, channel)
+        )
+        # Counted in flight (for any_connection) while in use.
+        inflight = self._inflight
+        inflight[conn] = inflight.get(conn, 0) + 1
+        try:
             return await _request.call(
                 conn, key, make, timeout=timeout, expect_response=expect_response, check=check
             )
+        finally:
+            inflight[conn] -= 1
+            if not inflight[conn]:
+                del inflight[conn]
 
     # ------------------------------------------------------------------ metadata
 

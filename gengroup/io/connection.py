@@ -459,28 +459,35 @@ class BrokerConnection:
         if self._stream is None:
             raise ConnectionClosed(f"{self} is not connected")
         cid = next(self._cids)
-        api_key = int(type(request).__api_key__)
-        version = int(type(request).__version__)
+        api_key, version, name = framing.request_identity(request)
         waiter = _Waiter(framing.response_schema(api_key, version))
         frame = encode_request(request, correlation_id=cid, client_id=self.client_id)
         if expect_response:
             self._waiters[cid] = waiter
+        lock = None if _lock_held else self._send_lock
         try:
-            async with _maybe(self._send_lock, not _lock_held):
+            if lock is not None:
+                await lock.acquire()
+            try:
                 stream = self._stream
                 if stream is None or self._failure is not None:
                     raise ConnectionClosed(f"{self} is not connected")
                 # A frame is written whole or the connection is dropped: a
-                # cancellation half-way through would corrupt the stream.
-                with anyio.CancelScope(shield=True):
-                    with anyio.move_on_after(self.request_timeout) as send_scope:
-                        await stream.send(frame)
-                    if send_scope.cancelled_caught:
-                        self._fail(
-                            RequestTimedOut(f"{self}: send blocked for {self.request_timeout} s")
-                        )
+                # cancellation half-way through would corrupt the stream. The
+                # shield keeps the caller's cancellation out; the scope's own
+                # deadline still ends a send that blocks.
+                deadline = anyio.current_time() + self.request_timeout
+                with anyio.CancelScope(shield=True, deadline=deadline) as send_scope:
+                    await stream.send(frame)
+                if send_scope.cancelled_caught:
+                    err = RequestTimedOut(f"{self}: send blocked for {self.request_timeout} s")
+                    self._fail(err)
+                    with anyio.CancelScope(shield=True):
                         await self._close_stream()
-                        raise RequestTimedOut(f"{self}: send blocked for {self.request_timeout} s")
+                    raise err
+            finally:
+                if lock is not None:
+                    lock.release()
         except (anyio.BrokenResourceError, OSError) as exc:
             self._fail(BrokenConnection(f"{self} broke while sending: {exc!r}"))
             raise BrokenConnection(f"{self} broke while sending: {exc!r}") from exc
@@ -497,9 +504,7 @@ class BrokerConnection:
         with anyio.move_on_after(limit if limit is not None else math.inf) as scope:
             await waiter.event.wait()
         if scope.cancelled_caught and not waiter.event.is_set():
-            err = RequestTimedOut(
-                f"{self}: no response to {type(request).__name__} within {limit} s"
-            )
+            err = RequestTimedOut(f"{self}: no response to {name} within {limit} s")
             self._fail(err)
             await self._close_stream()
             raise err
@@ -519,15 +524,6 @@ class _Locked:
 
     async def request(self, request: Any, *, timeout: float | None = None) -> Any:
         return await self._conn.request(request, timeout=timeout, _lock_held=True)
-
-
-@asynccontextmanager
-async def _maybe(lock: anyio.Lock, take: bool) -> AsyncIterator[None]:
-    if take:
-        async with lock:
-            yield
-    else:
-        yield
 
 
 class ConnectionOptions(TypedDict, total=False):

@@ -36,6 +36,7 @@ from ..protocol.fetch import (
     isolation_code,
     parse_fetch_response,
 )
+from ..protocol.fetch_request import encode_fetch_request
 from ..protocol.fetch_session import FetchPlan, FetchSession, PartitionParams
 from ..protocol.records import Record
 from ..protocol.versions import ApiKey
@@ -106,7 +107,7 @@ async def fetch_once(
     if session is None:
 
         def make(mod: Any) -> object:
-            return build_fetch_request(
+            return encode_fetch_request(
                 mod.FetchRequest.__version__,
                 positions,
                 max_wait=max_wait,
@@ -183,7 +184,7 @@ def _session_request(
 ) -> object:
     """The Fetch request of a session's ``plan``, in the version of ``mod``."""
     send = plan.send
-    return build_fetch_request(
+    return encode_fetch_request(
         mod.FetchRequest.__version__,
         {tp: p.offset for tp, p in send.items()},
         max_wait=max_wait,

@@ -32,7 +32,7 @@ import sys
 from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import fields as dc_fields
+from dataclasses import dataclass, fields as dc_fields
 from functools import cache
 from types import ModuleType
 from typing import Any, Final, TypeVar
@@ -47,6 +47,7 @@ from .guard import check_entity
 __all__ = [
     "API_VERSIONS_KEY",
     "DEFAULT_MAX_FRAME",
+    "EncodedRequest",
     "FrameBuffer",
     "build",
     "decode_request",
@@ -54,6 +55,7 @@ __all__ = [
     "encode_request",
     "encode_response",
     "ms",
+    "request_identity",
     "request_module",
     "request_schema",
     "response_module",
@@ -95,25 +97,68 @@ def _encode_entity(entity: Any) -> bytes:
     return buf.getvalue()
 
 
+@dataclass(frozen=True, slots=True)
+class EncodedRequest:
+    """A request whose body is already bytes: those kio would write for it.
+
+    A hot path with an encoder of its own (Fetch:
+    :mod:`gengroup.protocol.fetch_request`) hands this to the connection
+    instead of a kio request; :func:`encode_request` adds the header.
+    """
+
+    api_key: int
+    version: int
+    #: Whether the version is flexible (its header has a tagged-field section).
+    flexible: bool
+    #: The kio request class's name (for messages).
+    name: str
+    body: bytes
+
+
+def request_identity(request: Any) -> tuple[int, int, str]:
+    """``(api_key, version, name)`` of a kio request or an :class:`EncodedRequest`."""
+    if type(request) is EncodedRequest:
+        return request.api_key, request.version, request.name
+    cls = type(request)
+    return int(cls.__api_key__), int(cls.__version__), cls.__name__
+
+
+_HEADER = struct.Struct(">hhih")  # api key, version, correlation id, client id length
+
+
+def _header(
+    api_key: int, version: int, flexible: bool, correlation_id: int, cid: bytes | None
+) -> bytes:
+    # Request header v1, and v2 (flexible) with an empty tagged-field section;
+    # the client id stays a nullable int16-length string in both (Kafka's
+    # RequestHeader.json: not flexible in any version).
+    if cid is None:
+        head = _HEADER.pack(api_key, version, correlation_id, -1)
+    else:
+        head = _HEADER.pack(api_key, version, correlation_id, len(cid)) + cid
+    return head + b"\x00" if flexible else head
+
+
 def encode_request(request: Any, *, correlation_id: int, client_id: str | None) -> bytes:
-    """Encode a kio request payload into a length-prefixed frame.
+    """Encode a request into a length-prefixed frame.
 
     Args:
-        request: a kio request dataclass instance (any API, any version).
+        request: a kio request dataclass instance (any API, any version), or
+            an :class:`EncodedRequest`.
         correlation_id: the id the response will carry.
         client_id: the client id sent in the header.
 
     Returns:
         The bytes to write to the socket.
     """
-    header_cls = type(request).__header_schema__
-    header = header_cls(
-        request_api_key=type(request).__api_key__,
-        request_api_version=type(request).__version__,
-        correlation_id=correlation_id,
-        client_id=client_id,
-    )
-    return _frame([_encode_entity(header), _encode_entity(request)])
+    cid = None if client_id is None else client_id.encode()
+    if type(request) is EncodedRequest:
+        head = _header(request.api_key, request.version, request.flexible, correlation_id, cid)
+        return _frame([head, request.body])
+    cls = type(request)
+    flexible = bool(cls.__header_schema__.__flexible__)
+    head = _header(int(cls.__api_key__), int(cls.__version__), flexible, correlation_id, cid)
+    return _frame([head, _encode_entity(request)])
 
 
 def response_header_cls(response_cls: type[Any]) -> type[Any]:

@@ -12,6 +12,8 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
+import trio
+import trio.testing
 from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
 from kio.schema.errors import ErrorCode
 
@@ -25,6 +27,7 @@ from gengroup._errors import (
 from gengroup._types import TopicPartition
 from gengroup.io.connection import BrokerConnection, open_connection
 from gengroup.protocol.framing import (
+    EncodedRequest,
     FrameBuffer,
     decode_request,
     encode_response,
@@ -413,3 +416,74 @@ def test_the_asyncio_reader_leaves_a_bad_frame_length_to_the_read_loop() -> None
     protocol.buffer_updated(4)
     with pytest.raises(ProtocolError):
         buf.next_frame()
+
+
+# ---------------------------------------------------------------------------- sends that block
+
+
+def huge() -> EncodedRequest:
+    """A request too large for the loopback socket's buffers: its send blocks
+    while the peer reads nothing."""
+    return EncodedRequest(int(ApiKey.METADATA), 12, True, "HugeRequest", bytes(32 << 20))
+
+
+@asynccontextmanager
+async def deaf_peer() -> AsyncIterator[BrokerConnection]:
+    """A connection whose peer stops reading at its first request (left unanswered)."""
+    heard = anyio.Event()
+
+    async def on_request(stream: anyio.abc.ByteStream, header: Any, request: Any) -> None:
+        heard.set()
+        await anyio.sleep_forever()
+
+    async with (
+        fake_broker(on_request) as port,
+        open_connection("127.0.0.1", port, request_timeout=30.0) as conn,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def unanswered() -> None:
+            with contextlib.suppress(KafkaConnectionError):
+                await conn.request(metadata_request(), timeout=10_000)
+
+        tg.start_soon(unanswered)
+        await heard.wait()
+        yield conn
+        tg.cancel_scope.cancel()
+
+
+async def test_a_send_that_blocks_times_out_and_closes_the_connection(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with deaf_peer() as conn:
+        start = anyio.current_time()
+        with pytest.raises(RequestTimedOut, match=r"send blocked for 30\.0 s"):
+            await conn.request(huge())
+        assert anyio.current_time() - start == pytest.approx(30.0)
+        assert not conn.is_usable
+        with pytest.raises(RequestTimedOut):
+            await conn.request(metadata_request())
+
+
+async def test_a_caller_cancelled_mid_send_does_not_cut_the_frame(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The frame is written whole or the connection dropped: the caller's
+    # cancellation waits for the send, which here ends at its own deadline.
+    async with deaf_peer() as conn:
+        start = anyio.current_time()
+        with anyio.move_on_after(1.0), pytest.raises(RequestTimedOut, match="send blocked"):
+            await conn.request(huge())
+        assert anyio.current_time() - start == pytest.approx(30.0)
+        assert not conn.is_usable
+
+
+def test_a_send_that_blocks_times_out_on_asyncio_too() -> None:
+    async def scenario() -> None:
+        async with deaf_peer() as conn:
+            conn.request_timeout = 0.5
+            with pytest.raises(RequestTimedOut, match="send blocked"):
+                await conn.request(huge())
+            assert not conn.is_usable
+
+    anyio.run(scenario, backend="asyncio")
