@@ -38,7 +38,7 @@ Usage: ``.venv/bin/python benchmarks/run_all.py [--records 1000000]
 [--sizes 100,1000] [--clients ...] [--bootstrap HOST:PORT] [--rebalance]
 [--everything]``. With ``--everything`` it is the whole suite: consumer
 throughput (P1), rebalance cost (P2), generation turnover (P3), peak memory
-(P4) and producer throughput, on one broker.
+(P4), producer throughput and CPU at a trickle, on one broker.
 """
 
 from __future__ import annotations
@@ -622,13 +622,15 @@ def java_version() -> str:
 
 
 def run_others(bootstrap: str, repeat: int) -> None:
-    """The producer (P5), memory (P4) and turnover (P3) benchmarks, each in a process
-    of its own on ``bootstrap``; each one's output goes to ``results/<name>.txt``."""
+    """The producer (P5), memory (P4), turnover (P3) and trickle (CPU at a few
+    records a second) benchmarks, each in a process of its own on ``bootstrap``;
+    each one's output goes to ``results/<name>.txt``."""
     results = HERE / "results"
     for script, extra in (
         ("bench_produce.py", ["--repeat", str(repeat), "--json", str(results / "produce.json")]),
         ("bench_memory.py", []),
         ("bench_turnover.py", []),
+        ("bench_trickle.py", ["--repeat", str(repeat), "--json", str(results / "trickle.json")]),
     ):
         print(f"running {script} ...", flush=True)
         out = subprocess.run(
@@ -700,7 +702,7 @@ def main() -> None:
     parser.add_argument(
         "--everything",
         action="store_true",
-        help="--rebalance, and the producer, memory and turnover benchmarks on the same "
+        help="--rebalance, and the producer, memory, turnover and trickle benchmarks on the same "
         "broker (their output in benchmarks/results/*.txt)",
     )
     parser.add_argument("--json", type=Path, default=HERE / "results" / "run_all.json")
