@@ -28,6 +28,7 @@ from broker import real_broker
 import gengroup.io.connection as connection
 from gengroup import Admin, ConsumerGroup, Generation, Producer, TopicPartition
 from gengroup.producer import ProducerRecord
+from gengroup.protocol.framing import request_identity
 from gengroup.protocol.versions import ApiKey
 
 
@@ -41,7 +42,7 @@ class FetchBytes:
 
         def counting(request: Any, **kw: Any) -> Any:
             frame = encode(request, **kw)
-            if int(type(request).__api_key__) == ApiKey.FETCH:
+            if request_identity(request)[0] == ApiKey.FETCH:
                 self.bytes += len(frame)
                 self.requests += 1
             return frame

@@ -133,7 +133,7 @@ def _cell(value: float | None, digits: int = 0) -> str:
 
 
 def table(results: dict[str, Any]) -> Iterator[str]:
-    """The median figures of each client, and its CPU per record against gengroup's."""
+    """The median figures of each client, and its CPU (% of a core) against gengroup's."""
     yield (
         f"{'client':<10} {'records/s':>10} {'CPU %':>7} {'CPU us/record':>14} "
         f"{'Fetch/s':>8} {'CPU us/Fetch':>13} {'CPU vs gengroup':>16}"

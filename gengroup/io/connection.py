@@ -440,7 +440,8 @@ class BrokerConnection:
         """Send one request and wait for its response.
 
         Args:
-            request: a kio request instance.
+            request: a kio request instance, or an
+                :class:`~gengroup.protocol.framing.EncodedRequest`.
             timeout: seconds to wait for the response (default: ``request_timeout``).
             expect_response: False for requests the broker does not answer
                 (Produce with acks=0).

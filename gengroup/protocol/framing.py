@@ -4,7 +4,9 @@ Theory of operation:
 
 Every Kafka message on the wire is ``int32 length`` followed by a header and a
 payload. kio provides the generated header and payload dataclasses and a native
-reader/writer; this module adds the framing, picks the right header version
+reader/writer; this module adds the framing, writes request headers itself
+(v1, and v2 for flexible versions: a fixed layout that kio's writer would
+build a dataclass for on every request), picks the right response header version
 (ApiVersions responses always use response header v0, even when flexible), and
 translates every decoding failure into :class:`~gengroup._errors.ProtocolError`
 so that no foreign exception escapes to the I/O layer. Every payload is first
@@ -124,6 +126,7 @@ def request_identity(request: Any) -> tuple[int, int, str]:
 
 
 _HEADER = struct.Struct(">hhih")  # api key, version, correlation id, client id length
+_INT16_MAX: Final = (1 << 15) - 1
 
 
 def _header(
@@ -134,6 +137,10 @@ def _header(
     # RequestHeader.json: not flexible in any version).
     if cid is None:
         head = _HEADER.pack(api_key, version, correlation_id, -1)
+    elif len(cid) > _INT16_MAX:
+        raise ValueError(
+            f"client id of {len(cid)} bytes: at most {_INT16_MAX} fit a request header"
+        )
     else:
         head = _HEADER.pack(api_key, version, correlation_id, len(cid)) + cid
     return head + b"\x00" if flexible else head

@@ -139,3 +139,10 @@ def test_request_headers_written_by_hand_are_kios(
     assert frame[4:] == buf.getvalue()
     read, size = entity_reader(header_cls)(memoryview(frame[4:]), 0)
     assert read == header and size == len(frame) - 4
+
+
+def test_a_client_id_too_long_for_the_header_is_refused() -> None:
+    written = EncodedRequest(int(ApiKey.METADATA), 12, True, "x", b"")
+    assert encode_request(written, correlation_id=1, client_id="c" * 32767)
+    with pytest.raises(ValueError, match="client id of 32768 bytes"):
+        encode_request(written, correlation_id=1, client_id="c" * 32768)
