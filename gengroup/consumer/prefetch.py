@@ -10,7 +10,10 @@ broker leads *whose buffer has room and which are not already being fetched* --
 never a request per partition by design. Up to two requests per broker are in
 flight at a time (over disjoint partitions: a partition's next position is only
 known from the previous answer), and the answer to one is handed out while the
-next is on its way, so the socket stays busy while workers process.
+next is on its way, so the socket stays busy while workers process. The task
+that sent a request sends the next one due as its answer is handed out (a
+task and a pass through the loop less per round trip); the loop starts a task
+for a request that falls due otherwise.
 
 Memory is bounded at two levels. The member's *budget* (``fetch_buffer_bytes``,
 32 MiB by default) bounds the bytes buffered plus the bytes the Fetch requests
@@ -91,7 +94,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import anyio
 import anyio.abc
@@ -285,6 +288,18 @@ def _apply(
             f"{what} of {batch.topic}[{batch.partition}] offset {offset}: "
             f"{getattr(fn, '__qualname__', fn)!r} raised {exc!r}"
         ) from exc
+
+
+class _Job(NamedTuple):
+    """One Fetch a broker loop decided on: its connection, the positions it
+    asks from, the bytes it asks per partition and in all, and whether it is
+    a long poll (no partition known to have data)."""
+
+    channel: str
+    ready: dict[TopicPartition, int]
+    asks: dict[TopicPartition, int]
+    limit: int
+    polling: bool
 
 
 #: Fetch requests in flight per broker at most (over disjoint partitions).
@@ -605,23 +620,65 @@ class Prefetcher:
         # are long polls).
         productive = 0
 
-        async def fetch(
-            channel: str,
-            ready: dict[TopicPartition, int],
-            asks: dict[TopicPartition, int],
-            limit: int,
-            polling: bool,
-        ) -> None:
+        def plan() -> _Job | None:
+            """The next request to send, its channel taken and its partitions
+            marked in flight; None if none is due now."""
+            nonlocal turn, productive
+            if not free:
+                return None
+            # The first partition of a request is the one Kafka lets exceed
+            # its limit: a different one each time.
+            order = list(self._parts.values())
+            turn += 1
+            order = order[turn % len(order) :] + order[: turn % len(order)]
+            parts = [p for p in order if self._ready(p, node)]
+            lagging = [p for p in parts if _lagging(p)]
+            asks = self._asks(lagging)
+            # With data on its way in the other request, partitions without
+            # data wait for it to end (a long poll would take the channel
+            # from the next productive request); otherwise they wait in a
+            # long poll, all of them (no partition waits for its turn to be
+            # polled).
+            calm = not productive
+            if calm:
+                asks.update({p.tp: self._want(p) for p in parts if not _lagging(p)})
+            polling = not lagging
+            limit = self._request_limit(asks, calm, polling) if asks else 0
+            if not limit:
+                return None
+            ready = {tp: self._parts[tp].position for tp in asks}
+            for tp in asks:
+                self._parts[tp].in_flight = True
+            self._reserved += limit
+            productive += not polling
+            channel = self._channel(node, free, asks)
+            free.remove(channel)
+            return _Job(channel, ready, asks, limit, polling)
+
+        def release(job: _Job) -> None:
             nonlocal productive
-            try:
-                await self._fetch(node, ready, asks, limit, channel)
-            finally:
-                free.append(channel)
-                productive -= not polling
-                self._reserved -= limit
-                for tp in ready:
-                    self._parts[tp].in_flight = False
-                self._changed()
+            free.append(job.channel)
+            productive -= not job.polling
+            self._reserved -= job.limit
+            for tp in job.ready:
+                self._parts[tp].in_flight = False
+
+        async def fetch(job: _Job | None) -> None:
+            # A task sends the requests due as its own ends, one after the
+            # other, while there are any: a task and a pass through the loop
+            # less per Fetch. The loop is woken when it has more to do (a
+            # second request due, none due, or other loops sharing the budget).
+            while job is not None:
+                try:
+                    await self._fetch(node, job.ready, job.asks, job.limit, job.channel)
+                except BaseException:
+                    release(job)
+                    self._changed()
+                    raise
+                release(job)
+                job = plan()
+                if job is None or free or len(self._loops) > 1:
+                    self._changed()
 
         try:
             async with anyio.create_task_group() as tg:
@@ -630,35 +687,10 @@ class Prefetcher:
                     if idle and not any(p.leader == node for p in self._parts.values()):
                         self._loops.discard(node)
                         return
-                    if free:
-                        # The first partition of a request is the one Kafka
-                        # lets exceed its limit: a different one each time.
-                        order = list(self._parts.values())
-                        turn += 1
-                        order = order[turn % len(order) :] + order[: turn % len(order)]
-                        parts = [p for p in order if self._ready(p, node)]
-                        lagging = [p for p in parts if _lagging(p)]
-                        asks = self._asks(lagging)
-                        # With data on its way in the other request, partitions
-                        # without data wait for it to end (a long poll would
-                        # take the channel from the next productive request);
-                        # otherwise they wait in a long poll, all of them (no
-                        # partition waits for its turn to be polled).
-                        calm = not productive
-                        if calm:
-                            asks.update({p.tp: self._want(p) for p in parts if not _lagging(p)})
-                        polling = not lagging
-                        limit = self._request_limit(asks, calm, polling) if asks else 0
-                        if limit:
-                            ready = {tp: self._parts[tp].position for tp in asks}
-                            for tp in asks:
-                                self._parts[tp].in_flight = True
-                            self._reserved += limit
-                            productive += not polling
-                            channel = self._channel(node, free, asks)
-                            free.remove(channel)
-                            tg.start_soon(fetch, channel, ready, asks, limit, polling)
-                            continue
+                    job = plan()
+                    if job is not None:
+                        tg.start_soon(fetch, job)
+                        continue
                     space = self._space
                     await space.wait()
         except BaseException:
