@@ -80,7 +80,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -825,13 +825,18 @@ def main() -> None:
             request_log=request_log,
         )
     results["meta"]["command"] = command
+    report(table(results), results["meta"]["load_average"], results, args.json)
+
+
+def report(lines: Iterable[str], load: object, results: dict[str, Any], path: Path) -> None:
+    """Print a benchmark's table and the load average; write its results to ``path``."""
     print()
-    for line in table(results):
+    for line in lines:
         print(line)
-    print(f"load average before/after: {results['meta']['load_average']}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    print(f"load average before/after: {load}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {path}")
 
 
 @contextmanager

@@ -199,13 +199,7 @@ def main() -> None:
         },
         "runs": runs,
     }
-    print()
-    for line in table(results):
-        print(line)
-    print(f"load average before/after: {load[0]:.2f} / {load[1]:.2f}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    members.report(table(results), f"{load[0]:.2f} / {load[1]:.2f}", results, args.json)
 
 
 if __name__ == "__main__":
