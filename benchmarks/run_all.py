@@ -38,7 +38,10 @@ Usage: ``.venv/bin/python benchmarks/run_all.py [--records 1000000]
 [--sizes 100,1000] [--clients ...] [--bootstrap HOST:PORT] [--rebalance]
 [--everything]``. With ``--everything`` it is the whole suite: consumer
 throughput (P1), rebalance cost (P2), generation turnover (P3), peak memory
-(P4), producer throughput and CPU at a trickle, on one broker.
+(P4), producer throughput and CPU at a trickle. Without ``--bootstrap``, the
+rebalance and trickle benchmarks each start a broker of their own (which logs
+the heartbeats, or the Fetch requests, they count); with it, everything runs
+on the broker given.
 """
 
 from __future__ import annotations
@@ -621,37 +624,38 @@ def java_version() -> str:
     return words[1] if len(words) > 2 else out.strip().splitlines()[0]
 
 
-def run_others(bootstrap: str, repeat: int) -> None:
+def run_others(bootstrap: str, repeat: int, given: str | None) -> None:
     """The producer (P5), memory (P4) and turnover (P3) benchmarks, each in a
     process of its own on ``bootstrap``, and the trickle benchmark (CPU at a few
-    records a second) on a broker of its own that logs its Fetch requests; each
-    one's output goes to ``results/<name>.txt``."""
+    records a second) on a broker of its own that logs its Fetch requests
+    (their count is a column), unless the user ``given`` one; each one's output
+    goes to ``results/<name>.txt``."""
     results = HERE / "results"
+    own = ["--bootstrap", bootstrap]
     for script, extra in (
-        ("bench_produce.py", ["--repeat", str(repeat), "--json", str(results / "produce.json")]),
-        ("bench_memory.py", []),
-        ("bench_turnover.py", []),
+        (
+            "bench_produce.py",
+            [*own, "--repeat", str(repeat), "--json", str(results / "produce.json")],
+        ),
+        ("bench_memory.py", own),
+        ("bench_turnover.py", own),
+        (
+            "bench_trickle.py",
+            [
+                *(["--bootstrap", given] if given else []),
+                *("--repeat", str(repeat), "--json", str(results / "trickle.json")),
+            ],
+        ),
     ):
         print(f"running {script} ...", flush=True)
         out = subprocess.run(
-            [sys.executable, str(HERE / script), "--bootstrap", bootstrap, *extra],
+            [sys.executable, str(HERE / script), *extra],
             check=True,
             capture_output=True,
             text=True,
         ).stdout
         (results / (script.removeprefix("bench_").removesuffix(".py") + ".txt")).write_text(out)
         print(out, flush=True)
-    # On a broker of its own, which logs every Fetch request (their count is a column).
-    print("running bench_trickle.py ...", flush=True)
-    trickle = ["--repeat", str(repeat), "--json", str(results / "trickle.json")]
-    out = subprocess.run(
-        [sys.executable, str(HERE / "bench_trickle.py"), *trickle],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    (results / "trickle.txt").write_text(out)
-    print(out, flush=True)
 
 
 def _setting(item: str) -> tuple[str, Any]:
@@ -784,7 +788,7 @@ def main() -> None:
                     )
                 results["cases"].append(case)
         if args.everything:
-            run_others(bootstrap, args.repeat)
+            run_others(bootstrap, args.repeat, args.bootstrap)
         if args.rebalance or args.everything:
             # On a broker of its own that logs every member's heartbeats (unless --bootstrap).
             with rebalance_broker(args.bootstrap) as (where, request_log):

@@ -49,6 +49,8 @@ def make(**kw: Any) -> ConsumerGroup:
         ({"commit_interval": -1}, "commit_interval must be >= 0"),
         ({"fetch_max_wait": 40.0}, "fetch_max_wait must be below request_timeout"),
         ({"partition_buffer_bytes": 0}, "partition_buffer_bytes must be a positive integer"),
+        ({"client_id": "c" * 32768}, "client_id of 32768 bytes: a request header holds 32767"),
+        ({"client_id": None}, "client_id must be a string"),
     ],
 )
 def test_bad_settings_raise_config_error(kw: dict[str, Any], message: str) -> None:
@@ -189,3 +191,12 @@ def test_the_consumer_protocol_refuses_what_re2j_lacks(pattern: str, named: str)
     with pytest.raises(ConfigError, match=f"uses an? {named}.*RE2J"):
         make(topics=re.compile(pattern), group_protocol="consumer")
     assert make(topics=re.compile(pattern)).config.topic_pattern is not None
+
+
+def test_a_cluster_refuses_a_client_id_no_request_header_holds() -> None:
+    # The producer and the admin open their clusters with their client ids.
+    from gengroup.io.cluster import Cluster
+
+    Cluster("127.0.0.1:9092", client_id="é" * 16383)  # 32,766 bytes: fits
+    with pytest.raises(ConfigError, match="client_id of 32768 bytes"):
+        Cluster("127.0.0.1:9092", client_id="é" * 16384)

@@ -13,7 +13,8 @@ known from the previous answer), and the answer to one is handed out while the
 next is on its way, so the socket stays busy while workers process. The task
 that sent a request sends the next one due as its answer is handed out (a
 task and a pass through the loop less per round trip); the loop starts a task
-for a request that falls due otherwise.
+for a request that falls due otherwise (room freed by a worker, a partition
+added).
 
 Memory is bounded at two levels. The member's *budget* (``fetch_buffer_bytes``,
 32 MiB by default) bounds the bytes buffered plus the bytes the Fetch requests
@@ -664,10 +665,11 @@ class Prefetcher:
                 self._parts[tp].in_flight = False
 
         async def fetch(job: _Job | None) -> None:
-            # A task sends the requests due as its own ends, one after the
-            # other, while there are any: a task and a pass through the loop
-            # less per Fetch. The loop is woken when it has more to do (a
-            # second request due, none due, or other loops sharing the budget).
+            # As its request ends, a task sends the next one due itself, and
+            # starts a task for a second one due at that moment, as the loop
+            # would: a task and a pass through the loop less per Fetch. The
+            # loop is woken when no request is due (it may have to end), or
+            # when other brokers' loops share the budget.
             while job is not None:
                 try:
                     await self._fetch(node, job.ready, job.asks, job.limit, job.channel)
@@ -677,7 +679,11 @@ class Prefetcher:
                     raise
                 release(job)
                 job = plan()
-                if job is None or free or len(self._loops) > 1:
+                if job is not None and free:
+                    second = plan()
+                    if second is not None:
+                        tg.start_soon(fetch, second)
+                if job is None or len(self._loops) > 1:
                     self._changed()
 
         try:

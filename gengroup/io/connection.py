@@ -404,7 +404,8 @@ class BrokerConnection:
     async def _read_frames(self) -> None:
         buf = FrameBuffer()
         stream = self._stream
-        assert stream is not None
+        if stream is None:
+            return  # closed before the reader's first step (a failed negotiation)
         read = frame_reader(stream, buf, closed=lambda: self._stream is None)
         try:
             while True:

@@ -49,6 +49,7 @@ from .guard import check_entity
 __all__ = [
     "API_VERSIONS_KEY",
     "DEFAULT_MAX_FRAME",
+    "MAX_CLIENT_ID_BYTES",
     "EncodedRequest",
     "FrameBuffer",
     "build",
@@ -126,7 +127,8 @@ def request_identity(request: Any) -> tuple[int, int, str]:
 
 
 _HEADER = struct.Struct(">hhih")  # api key, version, correlation id, client id length
-_INT16_MAX: Final = (1 << 15) - 1
+#: The longest client id a request header holds, in bytes (UTF-8).
+MAX_CLIENT_ID_BYTES: Final = (1 << 15) - 1
 
 
 def _header(
@@ -137,9 +139,9 @@ def _header(
     # RequestHeader.json: not flexible in any version).
     if cid is None:
         head = _HEADER.pack(api_key, version, correlation_id, -1)
-    elif len(cid) > _INT16_MAX:
+    elif len(cid) > MAX_CLIENT_ID_BYTES:
         raise ValueError(
-            f"client id of {len(cid)} bytes: at most {_INT16_MAX} fit a request header"
+            f"client id of {len(cid)} bytes: at most {MAX_CLIENT_ID_BYTES} fit a request header"
         )
     else:
         head = _HEADER.pack(api_key, version, correlation_id, len(cid)) + cid
