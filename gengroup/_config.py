@@ -19,7 +19,7 @@ from .membership.balancers import Balancer, RangeBalancer, RoundRobinBalancer
 from .membership.member import MemberConfig
 from .membership.pattern import re2j_regex
 from .protocol.consumer_protocol import LATEST_VERSION
-from .protocol.framing import MAX_CLIENT_ID_BYTES
+from .protocol.framing import check_client_id
 
 __all__ = ["GroupConfig", "GroupProtocol", "GroupSettings", "IsolationLevel", "StartOffset"]
 
@@ -269,13 +269,7 @@ class GroupConfig(Security):
         self._check_subscription()
         if not self.brokers:
             raise ConfigError("brokers must list at least one host:port")
-        if not isinstance(self.client_id, str):
-            raise ConfigError(f"client_id must be a string, got {self.client_id!r}")
-        if len(self.client_id.encode()) > MAX_CLIENT_ID_BYTES:
-            raise ConfigError(
-                f"client_id of {len(self.client_id.encode())} bytes: a request header holds "
-                f"{MAX_CLIENT_ID_BYTES} at most"
-            )
+        check_client_id(self.client_id)
         for name in (
             "session_timeout",
             "rebalance_timeout",

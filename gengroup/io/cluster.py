@@ -64,7 +64,7 @@ from .._errors import (
     raise_for_code,
 )
 from .._types import TopicPartition
-from ..protocol.framing import MAX_CLIENT_ID_BYTES, build, ms
+from ..protocol.framing import build, check_client_id, ms
 from ..protocol.versions import ApiKey
 from . import request as _request
 from .connection import BrokerConnection
@@ -174,11 +174,7 @@ class Cluster:
         if not bootstrap:
             raise ConfigError("at least one bootstrap broker address is required")
         self.bootstrap = [parse_address(a) for a in bootstrap]
-        if len(client_id.encode()) > MAX_CLIENT_ID_BYTES:
-            raise ConfigError(
-                f"client_id of {len(client_id.encode())} bytes: a request header holds "
-                f"{MAX_CLIENT_ID_BYTES} at most"
-            )
+        check_client_id(client_id)
         self.client_id = client_id
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout

@@ -43,7 +43,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.serial import entity_reader, entity_writer
 
-from .._errors import ProtocolError, UnsupportedVersion
+from .._errors import ConfigError, ProtocolError, UnsupportedVersion
 from .guard import check_entity
 
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "EncodedRequest",
     "FrameBuffer",
     "build",
+    "check_client_id",
     "decode_request",
     "decode_response",
     "encode_request",
@@ -129,6 +130,22 @@ def request_identity(request: Any) -> tuple[int, int, str]:
 _HEADER = struct.Struct(">hhih")  # api key, version, correlation id, client id length
 #: The longest client id a request header holds, in bytes (UTF-8).
 MAX_CLIENT_ID_BYTES: Final = (1 << 15) - 1
+
+
+def check_client_id(client_id: object) -> None:
+    """Refuse a client id that no request header holds.
+
+    Raises:
+        ConfigError: ``client_id`` is not a string, or longer than
+            :data:`MAX_CLIENT_ID_BYTES` in UTF-8.
+    """
+    if not isinstance(client_id, str):
+        raise ConfigError(f"client_id must be a string, got {client_id!r}")
+    size = len(client_id.encode())
+    if size > MAX_CLIENT_ID_BYTES:
+        raise ConfigError(
+            f"client_id of {size} bytes: a request header holds {MAX_CLIENT_ID_BYTES} at most"
+        )
 
 
 def _header(
