@@ -588,6 +588,7 @@ def one_run(
     # How long the leaving member took to close: SIGTERM to its process's exit.
     result["close"] = gone_at[0] - t_join if gone_at else None
     result["events"] = {
+        "group": group_id,
         "join": t_join,
         "members": [
             {

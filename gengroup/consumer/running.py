@@ -26,13 +26,13 @@ once, beside the teardown: the commit's round trip (several milliseconds
 under Kafka's coordinator, which writes it to its log) overlaps the tasks'
 returning instead of following it. Once every task has returned, what is
 not committed yet (the marks made meanwhile by a task on its way out, or
-all of them if the first pass failed) is committed; nothing, and nothing is
-sent. A retriable refusal (a coordinator loading or moving, a timeout, a
-broken connection) is retried with backoff, by the first pass for up to
-``request_timeout`` after the end, by the second until ``request_timeout``
-after the teardown (as a lone final commit would); a fencing answer ends a
-pass at once, and a fenced first pass is not followed by a second. A
-failure is logged once, by the pass that ended the commit. Only then is the
+all of them if the first pass failed) is committed; if nothing is left,
+there is no second pass. A retriable refusal (a coordinator loading or
+moving, a timeout, a broken connection) is retried with backoff, by the
+first pass for up to ``request_timeout`` after the end, by the second until
+``request_timeout`` after the teardown (as a lone final commit would); a
+fencing answer ends a pass at once, and a fenced first pass is not
+followed by a second. A failure is logged once, by the pass that ended the commit. Only then is the
 member machine told the generation ended, so the member rejoins only after
 all of it (semantic 1: one live generation per member).
 
@@ -465,7 +465,11 @@ class _Run:
             if isinstance(first, _FENCED) or left <= 0:
                 if first is not None:
                     self._commit_failed(first)
-            else:
+            # With nothing left (no mark since the first pass) there is no
+            # second pass: its shielded retry loop would send nothing.
+            elif first is not None or any(
+                offset > gen._committed.get(tp, -1) for tp, offset in gen._marks.items()
+            ):
                 await self._final_commit(left, refused=self.end_refusals)
             gen.set_ended()
             self.member.generation_ended(
