@@ -324,9 +324,13 @@ class ConsumerGroup:
         try:
             item = await self._recv.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
+            item = None
+        if item is None:
+            # Raised outside the except clause: a task's exception keeps its
+            # own cause and context (``raise ... from None`` would clear them).
             if self._failure is not None:
-                raise self._failure from None
-            raise GroupClosed(f"consumer group {self.config.group_id!r} is closed") from None
+                raise self._failure
+            raise GroupClosed(f"consumer group {self.config.group_id!r} is closed")
         if isinstance(item, _Failure):
             self._failure = item.error
             raise item.error

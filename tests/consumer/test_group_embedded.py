@@ -225,6 +225,39 @@ async def test_an_exception_in_the_body_leaves_the_group_unwrapped(
         assert described.group_state == "Empty", "the member sent LeaveGroup"
 
 
+@pytest.mark.parametrize("chained", [True, False], ids=["raise-from", "raised-in-except"])
+async def test_a_tasks_exception_comes_out_with_its_cause_and_context(
+    autojump_clock: trio.testing.MockClock, chained: bool
+) -> None:
+    """What a task raised comes out of ``async for`` as itself, its chain
+    intact: the traceback still shows what it was handling."""
+    raised: list[BaseException] = []
+
+    async def task(gen: Generation, tp: TopicPartition) -> None:
+        try:
+            {}["order-42"]
+        except KeyError as missing:
+            err = AppError("lookup failed")
+            raised.append(err)
+            if chained:
+                raise err from missing
+            raise err  # noqa: B904 -- the implicit context is what is tested
+
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        with pytest.raises(AppError) as caught:
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
+                async for gen in group:
+                    for tp in gen.assignments:
+                        gen.start_soon(task, gen, tp)
+    assert caught.value is raised[0]
+    assert isinstance(caught.value.__context__, KeyError)
+    assert caught.value.__suppress_context__ is chained
+    if chained:
+        assert caught.value.__cause__ is caught.value.__context__
+    else:
+        assert caught.value.__cause__ is None
+
+
 async def test_leaders_watcher_covers_topics_only_other_members_subscribe_to(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
