@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import NamedTuple, TypedDict
 
-__all__ = ["GenerationIdentity", "IdentityFields", "TopicPartition"]
+__all__ = ["GenerationIdentity", "IdentityFields", "TopicPartition", "checked_offset"]
+
+#: The largest offset Kafka stores (a signed 64-bit integer).
+MAX_OFFSET = 2**63 - 1
 
 
 class TopicPartition(NamedTuple):
@@ -16,6 +20,30 @@ class TopicPartition(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.topic}[{self.partition}]"
+
+
+def checked_offset(tp: TopicPartition, offset: object) -> int:
+    """``offset`` as an offset of ``tp`` to mark or commit, checked where it is given.
+
+    An integer (or an object with ``__index__``, such as numpy's integers)
+    from 0 to 2**63 - 1; not a bool. Checked at the call, so that a bad one
+    never reaches the commit of the other partitions' marks.
+
+    Raises:
+        TypeError: ``offset`` is not an integer.
+        ValueError: ``offset`` is negative or above 2**63 - 1.
+    """
+    if isinstance(offset, bool):
+        raise TypeError(f"offset of {tp} must be an integer, not bool ({offset!r})")
+    try:
+        value = operator.index(offset)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"offset of {tp} must be an integer, not {type(offset).__name__} ({offset!r})"
+        ) from None
+    if not 0 <= value <= MAX_OFFSET:
+        raise ValueError(f"offset of {tp} must be from 0 to 2**63 - 1, not {value}")
+    return value
 
 
 class IdentityFields(TypedDict):

@@ -22,6 +22,7 @@ from gengroup import (
     ProducerSettings,
 )
 from gengroup._config import GroupConfig, GroupSettings
+from gengroup._types import TopicPartition, checked_offset
 
 
 def make(**kw: Any) -> ConsumerGroup:
@@ -200,3 +201,32 @@ def test_a_cluster_refuses_a_client_id_no_request_header_holds() -> None:
     Cluster("127.0.0.1:9092", client_id="é" * 16383)  # 32,766 bytes: fits
     with pytest.raises(ConfigError, match="client_id of 32768 bytes"):
         Cluster("127.0.0.1:9092", client_id="é" * 16384)
+
+
+@pytest.mark.parametrize(
+    ("offset", "error", "said"),
+    [
+        (10.0, TypeError, "must be an integer, not float (10.0)"),
+        ("10", TypeError, "must be an integer, not str ('10')"),
+        (True, TypeError, "not bool"),
+        (-1, ValueError, "from 0 to 2**63 - 1, not -1"),
+        (2**63, ValueError, f"not {2**63}"),
+    ],
+)
+def test_an_offset_to_mark_or_commit_is_checked_where_it_is_given(
+    offset: object, error: type[Exception], said: str
+) -> None:
+    with pytest.raises(error) as caught:
+        checked_offset(TopicPartition("t", 3), offset)
+    assert "offset of t[3]" in str(caught.value)
+    assert said in str(caught.value)
+
+
+def test_an_offset_may_be_any_integer_type() -> None:
+    import numpy  # installed with the development extras (matplotlib needs it)
+
+    tp = TopicPartition("t", 0)
+    assert checked_offset(tp, numpy.int64(7)) == 7
+    assert type(checked_offset(tp, numpy.int64(7))) is int
+    assert checked_offset(tp, 2**63 - 1) == 2**63 - 1
+    assert checked_offset(tp, 0) == 0

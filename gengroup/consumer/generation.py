@@ -54,7 +54,7 @@ import anyio
 import anyio.abc
 
 from .._errors import GenerationEnded, error_for_code
-from .._types import GenerationIdentity, TopicPartition
+from .._types import GenerationIdentity, TopicPartition, checked_offset
 from ..membership.member import Outcome
 from .detached import Hosted, host
 from .timings import RebalanceTimings
@@ -397,14 +397,12 @@ class Generation(IdentityNames):
     commits_failed: int = 0
     teardown: float | None = None
     _ending_at: float | None = field(default=None, repr=False)
-    #: The local lease: the member last knew itself a member at ``_lease_from``
-    #: (when the newest request the coordinator accepted was sent); after
-    #: ``_session_timeout`` more seconds it may have been evicted.
+    #: The local lease: a member at ``_lease_from`` (the newest accepted request's
+    #: sending), it may have been evicted ``_session_timeout`` later.
     _session_timeout: float = field(default=float("inf"), repr=False)
     _lease_from: float = field(default=0.0, repr=False)
-    #: When the generation's next heartbeat is due (``anyio.current_time()``),
-    #: under the classic protocol on the grid the group's members share
-    #: (early beats aside); None before the heartbeat loop has one due.
+    #: When the next heartbeat is due (``anyio.current_time()``; classic: on the
+    #: members' shared grid, early beats aside); None before one is due.
     _next_beat: float | None = field(default=None, repr=False)
     added: frozenset[TopicPartition] = frozenset()
     retained: frozenset[TopicPartition] = frozenset()
@@ -433,8 +431,7 @@ class Generation(IdentityNames):
 
     def __post_init__(self) -> None:
         if not (self.added or self.retained or self.revoked):
-            # Formed without ownership information: the member owned nothing
-            # before, as under the eager protocol.
+            # Formed without ownership information: nothing owned before (eager).
             self.added = frozenset(self.assignments)
 
     # ------------------------------------------------------------------ state
@@ -647,10 +644,9 @@ class Generation(IdentityNames):
         task = _UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
 
         async def runner(*, task_status: anyio.abc.TaskStatus[Any]) -> None:
-            # started() is held back until fn proved to be async, so that a
-            # plain function fails start() without ending the generation. The
-            # task runs hosted (see gengroup.consumer.detached), so its
-            # started() is passed on from this task.
+            # started() is held back until fn proved to be async, so that a plain
+            # function fails start() without ending the generation. The task runs
+            # hosted (consumer/detached.py): its started() is passed on from here.
             started = _Started()
             status = _HeldStatus(started)
             coro = _awaitable(fn, fn(*args, task_status=status))
@@ -782,10 +778,12 @@ class Generation(IdentityNames):
         generation holding it now (between generations: in the next one).
 
         Raises:
+            TypeError, ValueError: ``offset`` is not an offset (an integer from 0).
             KeyError: ``tp`` is not assigned to this member in this generation.
             GenerationEnded: the generation's final commit is done; a mark now
                 would never be committed.
         """
+        offset = checked_offset(tp, offset)
         span = self._span(tp)
         if span is not None:
             span.mark(offset)
@@ -852,6 +850,7 @@ class Generation(IdentityNames):
                 the generation like any commit.
 
         Raises:
+            TypeError, ValueError: an offset of ``offsets`` is not an offset.
             GenerationEnded: the generation has ended; nothing was sent.
             IllegalGeneration, UnknownMemberId, RebalanceInProgress: the
                 coordinator refused the commit (typed :class:`BrokerError`).
@@ -861,7 +860,8 @@ class Generation(IdentityNames):
                 f"commit: generation {self.label} of {self.group_id} has ended; nothing was sent"
             )
         async with self._commit_lock:
-            wanted = dict(self._marks if offsets is None else offsets)
+            given = self._marks if offsets is None else offsets
+            wanted = {tp: checked_offset(tp, o) for tp, o in given.items()}
             for tp in wanted:
                 if tp not in self.assignments and tp not in self.revoked:
                     raise KeyError(f"{tp} is not assigned in generation {self.label}")

@@ -258,6 +258,35 @@ async def test_a_tasks_exception_comes_out_with_its_cause_and_context(
         assert caught.value.__cause__ is None
 
 
+async def test_a_mark_that_is_not_an_offset_fails_at_the_call_and_holds_back_no_other_mark(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An offset read back as a float (from JSON, say) is a TypeError of
+    ``mark`` naming the partition; the other partition's processed records are
+    committed at the end all the same (they used to fail with it, in the
+    commit's encoding: a bare ``struct.error``, nothing committed)."""
+    good_marked = anyio.Event()
+
+    async def handle(gen: Generation, tp: TopicPartition) -> None:
+        async for batch in gen.fetch(tp):
+            if tp.partition == 1:
+                gen.mark(tp, batch.next_offset)
+                if batch.next_offset == 10:
+                    good_marked.set()
+            else:
+                await good_marked.wait()
+                gen.mark(tp, float(batch.next_offset))  # type: ignore[arg-type]
+
+    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, "t", 2, 10)
+        with pytest.raises(TypeError, match=r"offset of t\[0\] must be an integer, not float"):
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
+                async for gen in group:
+                    for tp in gen.assignments:
+                        gen.start_soon(handle, gen, tp)
+        assert cluster.committed_offsets("g") == {TopicPartition("t", 1): 10}
+
+
 async def test_leaders_watcher_covers_topics_only_other_members_subscribe_to(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
