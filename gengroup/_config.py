@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Unpack
 
 from ._errors import ConfigError
+from ._types import parse_address
 from .io.security import Security, SecuritySettings
 from .membership.balancers import Balancer, RangeBalancer, RoundRobinBalancer
 from .membership.member import MemberConfig
@@ -30,11 +31,22 @@ IsolationLevel = Literal["read_committed", "read_uncommitted"]
 Deserializer = Callable[[bytes | None], Any]
 
 
-def check_seconds(name: str, value: float) -> None:
+#: The longest duration a setting may have: Kafka carries them as int32 milliseconds.
+MAX_SECONDS = (2**31 - 1) // 1000
+
+
+def check_seconds(name: str, value: float, *, zero: bool = False) -> None:
+    """A setting of seconds: a finite number above 0 (or 0, with ``zero``), at most
+    :data:`MAX_SECONDS`; else a ConfigError naming the setting and the value."""
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{name} must be a positive finite number of seconds, got {value!r}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        least = ">= 0" if zero else "positive"
+        raise ConfigError(f"{name} must be a {least} finite number of seconds, got {value!r}")
+    if value > MAX_SECONDS:
+        raise ConfigError(
+            f"{name} must be at most {MAX_SECONDS} s (Kafka's int32 milliseconds), got {value!r}"
+        )
 
 
 def _default_balancers() -> tuple[Balancer, ...]:
@@ -263,12 +275,19 @@ class GroupConfig(Security):
     def __post_init__(self) -> None:
         Security.__post_init__(self)
         if not isinstance(self.group_id, str) or not self.group_id:
-            raise ConfigError("group_id must be a non-empty string")
+            raise ConfigError(f"group_id must be a non-empty string, got {self.group_id!r}")
         if isinstance(self.topics, str) or not isinstance(self.topics, Sequence):
             raise ConfigError("topics must be a sequence of topic names, not a string")
         self._check_subscription()
         if not self.brokers:
             raise ConfigError("brokers must list at least one host:port")
+        for address in self.brokers:
+            parse_address(address)
+        for balancer in self.balancers:
+            if isinstance(balancer, str | type) or not callable(getattr(balancer, "assign", None)):
+                raise ConfigError(
+                    f"balancers must be balancer objects such as RangeBalancer(), got {balancer!r}"
+                )
         check_client_id(self.client_id)
         for name in (
             "session_timeout",
@@ -307,8 +326,13 @@ class GroupConfig(Security):
                 "isolation_level must be 'read_committed' or 'read_uncommitted', "
                 f"got {self.isolation_level!r}"
             )
-        if self.group_instance_id is not None and not self.group_instance_id:
-            raise ConfigError("group_instance_id must be None or a non-empty string")
+        static = self.group_instance_id
+        if static is not None and (not isinstance(static, str) or not static):
+            raise ConfigError(
+                f"group_instance_id must be None or a non-empty string, got {static!r}"
+            )
+        if self.rack is not None and not isinstance(self.rack, str):
+            raise ConfigError(f"rack must be None or a string, got {self.rack!r}")
         version = self.subscription_version
         if version is not None and (
             isinstance(version, bool)

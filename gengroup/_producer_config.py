@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ._config import check_seconds
 from ._errors import ConfigError
 from .io.security import Security, SecuritySettings
 from .partitioner import Partitioner
@@ -92,10 +93,14 @@ class ProducerConfig(Security):
             raise ConfigError(
                 f"partitioner must be 'sticky' or 'round_robin', not {self.partitioner!r}"
             )
-        if self.linger < 0 or self.max_batch_bytes <= 0 or self.buffer_bytes <= 0:
-            raise ConfigError("linger must be >= 0 and the byte limits positive")
-        if self.delivery_timeout <= 0 or self.request_timeout <= 0 or self.max_block < 0:
-            raise ConfigError("timeouts must be positive")
+        for name in ("linger", "max_block"):
+            check_seconds(name, getattr(self, name), zero=True)
+        for name in ("delivery_timeout", "request_timeout", "retry_backoff", "metadata_max_age"):
+            check_seconds(name, getattr(self, name))
+        for name in ("max_batch_bytes", "buffer_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
 
 
 class ProducerSettings(SecuritySettings, total=False):

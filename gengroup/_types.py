@@ -6,7 +6,15 @@ import operator
 from dataclasses import dataclass
 from typing import NamedTuple, TypedDict
 
-__all__ = ["GenerationIdentity", "IdentityFields", "TopicPartition", "checked_offset"]
+from ._errors import ConfigError
+
+__all__ = [
+    "GenerationIdentity",
+    "IdentityFields",
+    "TopicPartition",
+    "checked_offset",
+    "parse_address",
+]
 
 #: The largest offset Kafka stores (a signed 64-bit integer).
 MAX_OFFSET = 2**63 - 1
@@ -20,6 +28,22 @@ class TopicPartition(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.topic}[{self.partition}]"
+
+
+def parse_address(addr: str) -> tuple[str, int]:
+    """Split ``host:port`` (IPv6 as ``[::1]:9092``) into its parts; spaces around it are dropped.
+
+    Raises:
+        ConfigError: not a string of a host and a port from 1 to 65535.
+    """
+    if not isinstance(addr, str):
+        raise ConfigError(f"broker address {addr!r} is not a host:port string")
+    host, sep, port = addr.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"broker address {addr!r} is not host:port")
+    if not 1 <= int(port) <= 65535:
+        raise ConfigError(f"broker address {addr!r}: the port must be from 1 to 65535")
+    return host.strip("[]"), int(port)
 
 
 def checked_offset(tp: TopicPartition, offset: object) -> int:

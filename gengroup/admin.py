@@ -21,8 +21,7 @@ Group operations go to the group's coordinator through a
 coordinator and follows it when it moves; coordinator errors (moved, loading,
 not available) and connection failures are retried with backoff until the
 operation's timeout. ListOffsets and OffsetFetch are :mod:`gengroup.io.offsets`'
-(ListOffsets goes to each partition's leader; stale leadership refreshes the
-metadata and retries).
+(ListOffsets to each partition's leader; stale leadership refreshes metadata).
 
 Every request goes out through :meth:`Cluster.call
 <gengroup.io.cluster.Cluster.call>`, every retry loop is
@@ -613,7 +612,8 @@ class Admin:
             BrokerError: a broker answered with a non-retriable error.
             TimeoutError: some broker could not be asked before the deadline.
         """
-        await self.cluster.refresh_metadata([])
+        left = self._limit(None)[1]  # one deadline: the metadata, then each broker
+        await self._retrying("metadata", partial(self.cluster.refresh_metadata, []), left())
         found: dict[str, GroupListing] = {}
         for node in sorted(self.cluster.brokers):
 
@@ -628,7 +628,7 @@ class Admin:
                     state = str(getattr(g, "group_state", "") or "")
                     found[g.group_id] = GroupListing(g.group_id, g.protocol_type, state)
 
-            await self._retrying(f"ListGroups on broker {node}", attempt, None)
+            await self._retrying(f"ListGroups on broker {node}", attempt, max(left(), 0.001))
         return [found[k] for k in sorted(found)]
 
     async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:

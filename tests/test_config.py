@@ -20,6 +20,7 @@ from gengroup import (
     Producer,
     ProducerConfig,
     ProducerSettings,
+    RangeBalancer,
 )
 from gengroup._config import GroupConfig, GroupSettings
 from gengroup._types import TopicPartition, checked_offset
@@ -40,6 +41,14 @@ def make(**kw: Any) -> ConsumerGroup:
         ({"topics": ["ok", ""]}, "topics must be a non-empty list"),
         ({"brokers": []}, "at least one"),
         ({"brokers": "no-port"}, "is not host:port"),
+        ({"brokers": "h:99999"}, "'h:99999': the port must be from 1 to 65535"),
+        ({"brokers": "h:0"}, "the port must be from 1 to 65535"),
+        ({"brokers": ["h:1", 9092]}, "broker address 9092 is not a host:port string"),
+        ({"balancers": ["range"]}, "balancers must be balancer objects .*got 'range'"),
+        ({"balancers": [RangeBalancer]}, "balancers must be balancer objects"),
+        ({"group_instance_id": 5}, "group_instance_id must be None or a non-empty string, got 5"),
+        ({"rack": 5}, "rack must be None or a string, got 5"),
+        ({"session_timeout": 1e7}, r"session_timeout must be at most 2147483 s .*got 10000000.0"),
         ({"heartbeat_interval": 10.0, "session_timeout": 10.0}, "must be below session_timeout"),
         ({"session_timeout": 0}, "session_timeout must be a positive"),
         ({"rebalance_timeout": float("nan")}, "rebalance_timeout must be a positive finite"),

@@ -63,7 +63,7 @@ from .._errors import (
     KafkaConnectionError,
     raise_for_code,
 )
-from .._types import TopicPartition
+from .._types import TopicPartition, parse_address
 from ..protocol.framing import build, check_client_id, ms
 from ..protocol.versions import ApiKey
 from . import request as _request
@@ -71,17 +71,17 @@ from .connection import BrokerConnection
 from .retry import retry
 from .security import PLAINTEXT, Security, SecuritySettings
 
-__all__ = ["BrokerInfo", "Cluster", "PartitionInfo", "TopicInfo", "ms", "shared_or_own"]
+__all__ = [
+    "BrokerInfo",
+    "Cluster",
+    "PartitionInfo",
+    "TopicInfo",
+    "ms",
+    "parse_address",
+    "shared_or_own",
+]
 
 log = logging.getLogger("gengroup.cluster")
-
-
-def parse_address(addr: str) -> tuple[str, int]:
-    """Split ``host:port`` (IPv6 as ``[::1]:9092``) into its parts; spaces around it are dropped."""
-    host, sep, port = addr.strip().rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(f"broker address {addr!r} is not host:port")
-    return host.strip("[]"), int(port)
 
 
 def _format_address(host: str, port: int) -> str:

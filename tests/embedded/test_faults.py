@@ -11,6 +11,7 @@ import trio.testing
 from kio.schema.errors import ErrorCode
 
 from gengroup._errors import BrokenConnection, RequestTimedOut
+from gengroup.admin import Admin
 from gengroup.broker import (
     Delay,
     Disconnect,
@@ -285,3 +286,27 @@ async def test_a_cluster_is_entered_once(autojump_clock: trio.testing.MockClock)
     with pytest.raises(RuntimeError):
         async with cluster:
             pass  # pragma: no cover
+
+
+async def test_admin_lists_groups_across_a_broker_restart(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """ListGroups retries until the admin's timeout, as every admin call does:
+    a broker down for 2 s is waited for (its metadata lookup used to give up at
+    once with ClusterUnreachable), and one that stays down longer than the
+    timeout fails the call at the timeout."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap, timeout=10) as admin:
+            assert await admin.list_groups() == []
+            for downtime, listed in ((2.0, True), (30.0, False)):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(lambda d=downtime: cluster.restart_broker(0, downtime=d))
+                    await anyio.sleep(0.05)
+                    started = anyio.current_time()
+                    if listed:
+                        assert await admin.list_groups() == []
+                        assert anyio.current_time() - started >= 1.9
+                    else:
+                        with pytest.raises(TimeoutError):
+                            await admin.list_groups()
+                        assert anyio.current_time() - started == pytest.approx(10, abs=1)

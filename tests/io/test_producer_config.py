@@ -29,11 +29,24 @@ def test_compression_takes_the_codec_or_its_name(given: object, stored: Compress
         {"acks": 2},
         {"partitioner": "random"},
         {"linger": -1.0},
+        {"linger": "5"},
         {"max_batch_bytes": 0},
+        {"buffer_bytes": 1.5},
         {"delivery_timeout": 0.0},
+        {"delivery_timeout": float("nan")},
+        {"request_timeout": 1e7},
+        {"max_block": -1},
+        # Zero would make an idle producer refresh its metadata in a busy loop.
+        {"retry_backoff": 0},
+        {"metadata_max_age": 0},
+        {"metadata_max_age": -5},
     ],
 )
-def test_a_bad_value_is_a_config_error(settings: dict[str, object]) -> None:
+def test_a_bad_value_is_a_config_error_naming_the_setting_and_value(
+    settings: dict[str, object],
+) -> None:
     with pytest.raises(ConfigError) as raised:
         ProducerConfig(**settings)  # type: ignore[arg-type]
-    assert str(raised.value)
+    [(name, value)] = settings.items()
+    assert name in str(raised.value)
+    assert repr(value) in str(raised.value) or str(value) in str(raised.value)
