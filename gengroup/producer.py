@@ -397,7 +397,8 @@ class Producer:
             BrokerError: the broker refused the record (e.g. MESSAGE_TOO_LARGE),
                 or the last retriable error once ``delivery_timeout`` passed.
             KafkaConnectionError: the last connection error once
-                ``delivery_timeout`` passed.
+                ``delivery_timeout`` passed, or no broker answered the topic's
+                metadata request within ``max_block``.
             ConnectionClosed: the producer was closed before delivery.
         """
         pending = await self._enqueue(
@@ -572,8 +573,11 @@ class Producer:
                 raise error_for_code(code, f"metadata for topic {topic!r}")
 
             def timed_out(last: BaseException | None) -> BaseException:
-                if last is None:
-                    last = error_for_code(_UNKNOWN_TOPIC, f"no metadata for topic {topic!r}")
+                if last is None:  # not a missing topic: no broker answered at all
+                    return KafkaConnectionError(
+                        f"no metadata for topic {topic!r} within max_block "
+                        f"({self.config.max_block} s): no broker answered the request"
+                    )
                 if isinstance(last, BrokerError):
                     error: BaseException = error_for_code(
                         last.code, f"topic {topic!r}: still failing after {self.config.max_block} s"

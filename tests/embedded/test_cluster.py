@@ -8,12 +8,14 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup._errors import UnknownTopicOrPartition
+from gengroup._errors import KafkaConnectionError, UnknownTopicOrPartition
 from gengroup._types import TopicPartition
 from gengroup.broker import BrokerSettings, EmbeddedBroker, FakeCluster, LogError
+from gengroup.broker.faults import Drop
 from gengroup.io.cluster import Cluster
 from gengroup.producer import Producer
 from gengroup.protocol.records import Compression, NewRecord
+from gengroup.protocol.versions import ApiKey
 
 from . import connect, fetch, metadata, offset_commit
 
@@ -117,3 +119,19 @@ async def test_embedded_broker_auto_creates_for_the_producer_only_when_allowed(
         else:
             with pytest.raises(UnknownTopicOrPartition):
                 await producer.send("auto", b"x")
+
+
+async def test_a_producer_told_no_metadata_says_no_broker_answered_not_that_the_topic_is_missing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A broker that accepts the Metadata request and never answers it: after
+    ``max_block`` the send fails with a KafkaConnectionError saying so (it
+    used to be UnknownTopicOrPartition, for a topic that exists)."""
+    async with FakeCluster(topics={"payments": 1}) as cluster:
+        async with Producer(cluster.bootstrap, max_block=3.0) as producer:
+            cluster.control(ApiKey.METADATA, lambda call: Drop())
+            started = trio.current_time()
+            with pytest.raises(KafkaConnectionError, match="no broker answered") as caught:
+                await producer.send("payments", b"x")
+            assert not isinstance(caught.value, UnknownTopicOrPartition)
+            assert trio.current_time() - started == pytest.approx(3.0, abs=0.5)
