@@ -56,8 +56,9 @@ missing from the answer got nothing). Positions are always the prefetcher's:
 a session the broker loses or rejects only makes the next request full.
 
 Records are not decoded by the fetch loop: the answer's batch headers are
-checked there (lengths, magic, CRC-32C, codec, count -- damage found there is
-the partition's error, raised from the worker's ``async for`` as before), and
+checked there (lengths, magic, CRC-32C, codec, count -- damage is the
+partition's error, raised from the worker's ``async for`` after the sound
+batches before it), and
 each :class:`FetchedBatch` keeps the raw batches until the worker first reads
 ``batch.records`` (or iterates it, or asks its length). Decoding then happens
 in the worker's task; records that do not add up under a correct CRC raise

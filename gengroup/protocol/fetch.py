@@ -38,8 +38,12 @@ complete came, ``truncated`` tells the caller to fetch with a larger
 
 With ``decode=False`` the records are not decoded here: the batches are
 checked by :func:`~gengroup.protocol.records.scan_batches` (length, magic,
-CRC, codec, count -- a failure is the partition's ``error``, as before) and
-left in ``raw`` for the consumer to decode when it reads them. Only what the
+CRC, codec, count) and left in ``raw`` for the consumer to decode when it
+reads them. Damage found in a batch (here, or decoding with ``decode=True``)
+is the partition's ``error``, naming it, unless sound batches came before
+it: those are the partition's result, and the next Fetch, starting at the
+damaged batch, gets the error (as the Java consumer hands out the records
+before a corrupt batch). Only what the
 filtering needs is decoded at once: control batches (for their type) and a
 batch that starts below the requested offset (trimmed into ``batches``).
 
@@ -86,6 +90,8 @@ IsolationLevelArg = Literal["read_uncommitted", "read_committed", 0, 1]
 READ_UNCOMMITTED: Final = 0
 READ_COMMITTED: Final = 1
 _INT32_MAX: Final = (1 << 31) - 1
+#: A record batch's base offset (int64) and length (int32), before the length counts.
+_LOG_PREFIX_SIZE: Final = 12
 
 
 def isolation_code(level: IsolationLevelArg | int) -> int:
@@ -374,8 +380,21 @@ def parse_fetch_response(
                 else:
                     raws, consumed = scan_batches(data)
             except ProtocolError as exc:
-                result.error = exc
-                continue
+                # The batches before the damaged one are handed out; the next
+                # Fetch starts at it, and its error is then the partition's.
+                good = _undamaged_length(data, start)
+                try:
+                    if not 0 < good < len(data):
+                        raise exc  # the first batch (or, decoding, records past the scan)
+                    if decode:
+                        batches, consumed = decode_batches_partial(data[:good])
+                    else:
+                        raws, consumed = scan_batches(data[:good])
+                except ProtocolError as damage:
+                    result.error = type(damage)(f"Fetch {tp}: {damage}")
+                    result.error.__cause__ = damage
+                    continue
+                data = data[:good]
             result.truncated = consumed < len(data)
             if decode:
                 if batches:
@@ -393,6 +412,23 @@ def parse_fetch_response(
                 except ProtocolError as exc:
                     result.error = exc
     return out
+
+
+def _undamaged_length(data: bytes | bytearray | memoryview, start: int | None) -> int:
+    """How many bytes of ``data`` the complete batches before the first damaged one
+    hold; 0 if they hold nothing at or past ``start`` (the damage must be said)."""
+    view = memoryview(data)
+    pos, reached = 0, -1
+    while len(view) - pos >= _LOG_PREFIX_SIZE:
+        end = pos + _LOG_PREFIX_SIZE + int.from_bytes(view[pos + 8 : pos + 12], "big", signed=True)
+        if end <= pos + _LOG_PREFIX_SIZE or end > len(view):
+            break
+        try:
+            [batch], _ = scan_batches(view[pos:end])
+        except ProtocolError:
+            break
+        pos, reached = end, batch.next_offset
+    return pos if start is None or reached > start else 0
 
 
 def _next(start: int | None, nxt: int) -> int:

@@ -306,3 +306,31 @@ async def test_damaged_records_raise_typed_errors_in_the_worker(
     # A damaged header never reaches the worker; damaged contents under a
     # correct CRC raise from the worker's first access to the records.
     assert where == ([] if damage == "crc" else ["handed out"])
+
+
+async def test_records_before_a_damaged_batch_are_handed_out_first(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Offsets 0-2 in a sound batch, 3-5 in one that fails its CRC, in one
+    answer: the worker gets 0-2 (and may commit them), then the damage, naming
+    the partition. (The whole answer used to be the error: nothing handed out.)"""
+    sound = with_base_offset(encode_batch([(None, b"x", (), 0)] * 3), 0)
+    damaged = bytearray(with_base_offset(encode_batch([(None, b"y", (), 0)] * 3), 3))
+    damaged[-1] ^= 0xFF
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        # Every Fetch gets both batches, whatever its offset (the second one
+        # too: the sound batch below its position must not hide the damage).
+        cluster.control(ApiKey.FETCH, lambda req: _corrupt_response(req, sound + damaged))
+        seen: list[int] = []
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            gen = await group.next()
+            with pytest.raises(
+                CorruptRecordError, match=r"Fetch t\[0\]: .*offset 3 failed its CRC"
+            ):
+                async for batch in gen.fetch(TP):
+                    seen.extend(r.offset for r in batch)
+                    gen.mark(TP, batch.next_offset)
+            await gen.commit()
+            gen.cancel("test over")
+        assert seen == [0, 1, 2]
+        assert cluster.committed_offsets("g") == {TP: 3}

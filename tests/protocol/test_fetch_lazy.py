@@ -116,6 +116,26 @@ def test_header_damage_fails_the_scan_and_the_partition() -> None:
         scan_batches(bytes(magic))
 
 
+@pytest.mark.parametrize("start", [0, 2, 3, 4])
+def test_sound_batches_before_a_damaged_one_are_the_partitions_result(start: int) -> None:
+    """Both parses hand out the sound batches (offsets 0-2) before the damaged
+    one (3-5) without an error, the next Fetch starting at 3; an answer
+    whose sound batches are all below the position is the damage, naming
+    the partition (a Fetch from 3 or 4 of the same bytes)."""
+    bad = bytearray(_data(-1, 3, 3, txn=False))
+    bad[-1] ^= 0xFF
+    data = _data(-1, 0, 3, txn=False) + bytes(bad)
+    for parsed in _both(data, None, 0, start):
+        if start < 3:
+            assert parsed.error is None
+            assert [r.offset for r in parsed.records] == list(range(start, 3))
+            assert (parsed.next_offset, parsed.truncated, parsed.size) == (3, False, len(data))
+        else:
+            assert isinstance(parsed.error, CorruptRecordError)
+            assert str(parsed.error).startswith("Fetch t[0]: record batch at offset 3")
+            assert parsed.records == []
+
+
 def _recrc(batch: bytearray) -> bytes:
     struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
     return bytes(batch)
