@@ -294,6 +294,7 @@ class Cluster:
             self._reachable_again()
             return min(usable, key=lambda c: self._inflight.get(c, 0))
         causes: dict[str, str] = {}
+        tried_from = anyio.current_time()
         candidates: list[int | tuple[str, int]] = list(self.brokers)
         random.shuffle(candidates)
         candidates += [a for a in self.bootstrap if a not in self._broker_addresses()]
@@ -305,16 +306,22 @@ class Cluster:
             except KafkaConnectionError as exc:
                 host, port = key if isinstance(key, tuple) else self._address(key)
                 causes[_format_address(host, port)] = _cause(exc)
-        raise self._unreachable(causes)
+        raise self._unreachable(causes, tried_from)
 
     def _broker_addresses(self) -> set[tuple[str, int]]:
         return {(b.host, b.port) for b in self.brokers.values()}
 
-    def _unreachable(self, causes: dict[str, str]) -> ClusterUnreachable:
-        """The error for "no address answered"; logs the change to unreachable once."""
+    def _unreachable(self, causes: dict[str, str], tried_from: float) -> ClusterUnreachable:
+        """The error for "no address answered" since ``tried_from``; logs the change once.
+
+        The outage counts from the start of the first round of attempts that
+        failed, not its end: attempts that time out (a broker that accepts
+        connections and never answers) would otherwise add a round of
+        ``connect_timeout`` to ``unreachable_timeout``.
+        """
         now = anyio.current_time()
         if self.unreachable_since is None:
-            self.unreachable_since = now
+            self.unreachable_since = tried_from
             log.warning(
                 "cluster unreachable: %s",
                 "; ".join(f"{a}: {c}" for a, c in causes.items()),

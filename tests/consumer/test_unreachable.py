@@ -24,7 +24,9 @@ import trio.testing
 
 from gengroup import Admin, ClusterUnreachable, ConsumerGroup, Generation, TopicPartition
 from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Drop
 from gengroup.protocol.records import NewRecord
+from gengroup.protocol.versions import ApiKey
 
 FAST = {
     "unreachable_timeout": 1.0,
@@ -148,3 +150,24 @@ async def test_an_admin_timeout_names_the_cause_not_none() -> None:
             await admin.fetch_offsets("g")
     assert f"127.0.0.1:{port}: connection refused" in str(info.value)
     assert "last error: None" not in str(info.value)
+
+
+async def test_a_broker_that_never_answers_is_unreachable_from_the_first_attempt(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A broker that accepts connections and never answers: each attempt takes
+    the connect timeout (10 s), and the outage counts from the first one's
+    start, so the group fails once ``unreachable_timeout`` (8 s) has passed,
+    at the end of that attempt; it used to count from its end and fail 30 s
+    in."""
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        cluster.control(ApiKey.API_VERSIONS, lambda call: Drop())
+        started = trio.current_time()
+        with pytest.raises(ClusterUnreachable) as caught:
+            async with ConsumerGroup(
+                "g", ["t"], cluster.bootstrap, **{**FAST, "unreachable_timeout": 8.0}
+            ) as group:
+                await iterate(group)
+        assert caught.value.exhausted
+        assert trio.current_time() - started == pytest.approx(10.0, abs=1.0)
+        assert caught.value.unreachable_for == pytest.approx(10.0, abs=1.0)
