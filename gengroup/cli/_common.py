@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import inspect
 import logging
+import math
 import os
 import sys
 import tomllib
@@ -54,6 +55,7 @@ from ..io.security import PLAINTEXT, Security
 __all__ = [
     "EPILOG",
     "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
     "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_USAGE",
@@ -63,12 +65,14 @@ __all__ = [
     "TokenCommand",
     "UsageError",
     "add_command",
+    "bounded",
     "add_connection_options",
     "add_security_options",
     "command",
     "config_path",
     "connection",
     "exit_code",
+    "interrupted",
     "leaf",
     "read_config",
     "run",
@@ -80,6 +84,8 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
+#: Ended by Ctrl-C where the command has no use for it (128 + SIGINT, as shells say).
+EXIT_INTERRUPTED = 130
 
 _CANCELLED = (trio.Cancelled, asyncio.CancelledError)
 
@@ -459,6 +465,36 @@ def leaf(exc: BaseException) -> BaseException:
     return exc
 
 
+def bounded(
+    kind: type[int] | type[float], low: float, high: float = math.inf, *, above: bool = False
+) -> Callable[[str], Any]:
+    """An argparse ``type``: a number of ``kind`` from ``low`` (excluded: ``above``) to ``high``.
+
+    A value out of range is a usage error naming the option, as argparse says it.
+    """
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not ((low < value) if above else (low <= value)) or not value <= high:
+            least = f"above {low:g}" if above else f"at least {low:g}"
+            most = "" if high == math.inf else f" and at most {high:g}"
+            raise argparse.ArgumentTypeError(f"must be {least}{most}, got {text}")
+        return value
+
+    return parse
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is Ctrl-C (a KeyboardInterrupt, alone or in an exception group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(KeyboardInterrupt) is not None
+    return isinstance(exc, KeyboardInterrupt)
+
+
 def exit_code(exc: BaseException) -> int | None:
     """The exit code of an expected failure (None: a bug, to be raised)."""
     if isinstance(exc, UsageError | ConfigError):
@@ -491,7 +527,12 @@ def run(
     logging.getLogger("gengroup").setLevel(logging.ERROR)
     try:
         return anyio.run(main, backend=backend)
-    except Exception as raised:
+    except BaseException as raised:
+        if interrupted(raised):
+            print(f"{where}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        if not isinstance(raised, Exception):
+            raise
         exc = leaf(raised)
         code = exit_code(exc)
         if code is None:

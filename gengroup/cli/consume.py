@@ -85,7 +85,12 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="stop when every partition reached the end offset it had at start",
     )
-    parser.add_argument("--format", choices=("raw", "json", "table"), default="raw")
+    parser.add_argument(
+        "--format",
+        choices=("raw", "json", "table"),
+        default=None,
+        help="how records are printed (default raw; --json is --format json)",
+    )
     parser.add_argument(
         "--key-separator", metavar="SEP", help="raw: print KEY SEP VALUE instead of the value"
     )
@@ -434,6 +439,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.max_records is not None and args.max_records < 0:
         print(f"{where}: -n must be >= 0", file=sys.stderr)
         return 2
+    if args.json and args.format not in (None, "json"):
+        print(f"{where}: --json is --format json, not {args.format}", file=sys.stderr)
+        return 2
+    args.format = args.format or ("json" if args.json else "raw")
     if args.key_separator is not None and args.format != "raw":
         print(f"{where}: --key-separator is for --format raw", file=sys.stderr)
         return 2

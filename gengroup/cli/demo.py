@@ -33,7 +33,7 @@ from ..broker import FakeCluster
 from ..consumer.generation import Generation
 from ..consumer.group import ConsumerGroup
 from ..producer import Producer, ProducerRecord
-from ._common import add_command
+from ._common import EXIT_INTERRUPTED, add_command, bounded, interrupted
 
 __all__ = ["DemoConfig", "Scoreboard", "add_parser", "run_demo", "summarise"]
 
@@ -336,9 +336,15 @@ def summarise(board: Scoreboard) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The demo's command-line options."""
-    parser.add_argument("--duration", type=float, default=30.0, help="seconds (default 30)")
-    parser.add_argument("--rate", type=int, default=2000, help="records produced per second")
-    parser.add_argument("--partitions", type=int, default=8, help="partitions of the topic")
+    parser.add_argument(
+        "--duration", type=bounded(float, 0, above=True), default=30.0, help="seconds (default 30)"
+    )
+    parser.add_argument(
+        "--rate", type=bounded(int, 1), default=2000, help="records produced per second"
+    )
+    parser.add_argument(
+        "--partitions", type=bounded(int, 1), default=8, help="partitions of the topic"
+    )
     parser.add_argument("--plain", action="store_true", help="plain lines instead of a live table")
 
 
@@ -352,7 +358,13 @@ def run(args: argparse.Namespace) -> int:
         live=not args.plain,
         timeline=tuple((t * scale, a, n) for t, a, n in DemoConfig().timeline),
     )
-    board = anyio.run(run_demo, cfg)
+    try:
+        board = anyio.run(run_demo, cfg)
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
+        print("gengroup demo: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(summarise(board))
     lost = sum(1 for i in range(board.produced) if i not in board.processed)
     return 1 if lost else 0

@@ -11,7 +11,8 @@ JSON text, null as null; blank lines are skipped; other fields are ignored, so
 The partition is the line's ``partition``, else ``--partition``, else chosen
 by the key (murmur2, as the Java client) or, for null keys, the sticky
 partitioner. Input is read in chunks while earlier records are in flight, so
-``tail -f log | gengroup produce T`` sends as lines arrive.
+``tail -f log | gengroup produce T`` sends as lines arrive; SIGINT (Ctrl-C)
+or SIGTERM ends the input there, and the lines read are sent.
 
 When every record is acknowledged, one line on stderr says how many records
 went to which partitions (``--json``: a JSON object on stdout instead). A
@@ -25,9 +26,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from functools import partial
 from typing import Any, BinaryIO
 
 import anyio
@@ -121,7 +125,14 @@ def parse_json_line(line: bytes, number: int) -> ProducerRecord | None:
 
 async def _chunks(stream: BinaryIO) -> AsyncIterator[list[bytes]]:
     """The complete lines of ``stream``, in the groups a read returned them."""
-    read = getattr(stream, "read1", stream.read)
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        read: Callable[[int], bytes] = getattr(stream, "read1", stream.read)
+    else:
+        # The descriptor, not the buffered reader: a read abandoned at Ctrl-C
+        # would hold the reader's lock, and the interpreter would abort at exit.
+        read = partial(os.read, fd)
     rest = b""
     while True:
         data = await anyio.to_thread.run_sync(read, _CHUNK, abandon_on_cancel=True)
@@ -182,14 +193,26 @@ async def _produce(args: argparse.Namespace, stream: BinaryIO) -> Counter[int]:
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(sender)
-                async with send:
-                    number = 1
-                    async for lines in _chunks(stream):
-                        for i in range(0, len(lines), _MAX_RECORDS_PER_SEND):
-                            part = lines[i : i + _MAX_RECORDS_PER_SEND]
-                            await send.send(_records(part, args, number))
-                            number += len(part)
+                async with send, anyio.create_task_group() as watch:
+                    # SIGINT or SIGTERM ends the input: what was read is sent,
+                    # and the summary says what went where.
+                    with anyio.CancelScope() as reading:
+                        watch.start_soon(_stop_on_signal, reading)
+                        number = 1
+                        async for lines in _chunks(stream):
+                            for i in range(0, len(lines), _MAX_RECORDS_PER_SEND):
+                                part = lines[i : i + _MAX_RECORDS_PER_SEND]
+                                await send.send(_records(part, args, number))
+                                number += len(part)
+                    watch.cancel_scope.cancel()
     return per_partition
+
+
+async def _stop_on_signal(reading: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            reading.cancel()
+            return
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -223,10 +246,9 @@ def _run_on(args: argparse.Namespace, stream: BinaryIO) -> int:
             print(json.dumps(summary, sort_keys=True))
         else:
             spread = ", ".join(f"{p}: {n}" for p, n in sorted(counts.items())) or "none"
-            print(
-                f"produced {total} records to {args.topic} ({len(counts)} partitions; {spread})",
-                file=sys.stderr,
-            )
+            records = f"{total} record" + ("" if total == 1 else "s")
+            partitions = f"{len(counts)} partition" + ("" if len(counts) == 1 else "s")
+            print(f"produced {records} to {args.topic} ({partitions}; {spread})", file=sys.stderr)
         return 0
 
     return run("gengroup produce", main)

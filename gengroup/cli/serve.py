@@ -27,7 +27,7 @@ import anyio
 
 from .._errors import ConfigError
 from ..broker import BrokerSettings, FakeCluster, ServerSecurity
-from ._common import command
+from ._common import bounded, command
 
 __all__ = ["add_parser", "parse_topic", "parse_user", "run", "server_security"]
 
@@ -107,11 +107,13 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     """
     parser.add_argument(
         "--port",
-        type=int,
+        type=bounded(int, 0, 65535),
         default=0,
         help="port of the first broker; the others take the next ones (0: any free ports)",
     )
-    parser.add_argument("--brokers", type=int, default=1, help="number of brokers (default 1)")
+    parser.add_argument(
+        "--brokers", type=bounded(int, 1), default=1, help="number of brokers (default 1)"
+    )
     _repeatable(
         parser, "--topic", "topics", parse_topic, "NAME:PARTITIONS", "create a topic at start"
     )
@@ -124,13 +126,13 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--initial-rebalance-delay-ms",
-        type=int,
+        type=bounded(int, 0),
         default=3000,
         help="group.initial.rebalance.delay.ms (default 3000, as Kafka)",
     )
     parser.add_argument(
         "--offsets-topic-partitions",
-        type=int,
+        type=bounded(int, 1),
         default=50,
         help="offsets.topic.num.partitions (default 50, as Kafka)",
     )

@@ -123,6 +123,11 @@ def describe_connect_failure(exc: BaseException) -> str:
         return f"DNS lookup failed: {exc.strerror or exc}"
     if isinstance(exc, TimeoutError):
         return "connect timed out"
+    if isinstance(exc, anyio.EndOfStream):  # only a TLS handshake reads while connecting
+        return (
+            "closed by the broker during the TLS handshake "
+            "(does it speak TLS on this port? check security_protocol)"
+        )
     cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
     if isinstance(cause, ConnectionRefusedError):
         return "connection refused"
@@ -265,7 +270,7 @@ class BrokerConnection:
                         # Brokers close TLS connections without close_notify.
                         tls_standard_compatible=False,
                     )
-        except (OSError, TimeoutError, anyio.BrokenResourceError) as exc:
+        except (OSError, TimeoutError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             tls_error = tls_failure(exc, self.address)
             if tls_error is not None:
                 log.warning("%s", tls_error)

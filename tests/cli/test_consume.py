@@ -193,3 +193,9 @@ def test_missing_topics_and_bad_usage(served: str) -> None:
     assert no_partition.returncode == 3 and "no partition 5" in no_partition.stderr
     both = gengroup("consume", "two", "--group", "g", "--partition", "0", bootstrap=served)
     assert both.returncode == 2 and "--partition" in both.stderr
+    # --json is --format json (it used to be ignored), and conflicts with another format.
+    json_out = gengroup("consume", "two", "--until-end", "--from-beginning", "--json",
+                        bootstrap=served)  # fmt: skip
+    assert sorted(str(r["value"]) for r in as_json(json_out.stdout)) == ["p0-0", "p1-0"]
+    table = gengroup("consume", "two", "--json", "--format", "table", bootstrap=served)
+    assert table.returncode == 2 and "--json is --format json" in table.stderr, table

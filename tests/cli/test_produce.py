@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import anyio
+import pytest
 
 from gengroup import Admin, Cluster, TopicPartition
 from gengroup.io.fetch import read_partition
 from gengroup.partitioner import partition_for_key
 from gengroup.protocol.records import Record
 from tests.cli.conftest import Target, gengroup
+from tests.embedded.test_cli import command
 
 
 def create(bootstrap: str, topic: str, partitions: int) -> None:
@@ -130,3 +135,36 @@ def test_an_unreachable_broker_is_one_line() -> None:
     assert down.returncode == 1, down
     assert "Traceback" not in down.stderr and "connection refused" in down.stderr
     assert len(down.stderr.strip().splitlines()) == 1, down.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_ends_the_input_and_what_was_read_is_sent_and_said(served: str, sig: int) -> None:
+    """``tail -f log | gengroup produce T`` ended with Ctrl-C (or SIGTERM): the
+    lines read are sent and the summary says so; no traceback. (Ctrl-C used
+    to abort the interpreter: the abandoned read of stdin held its lock.)"""
+    topic = f"tail-{sig}"
+    create(served, topic, 1)
+    cmd = command("produce", topic, "--bootstrap", served)
+    with subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # As from a terminal, whatever the test runner's own disposition.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    ) as proc:
+        try:
+            assert proc.stdin is not None and proc.stderr is not None
+            proc.stdin.write("one\ntwo\n")
+            proc.stdin.flush()  # and left open, as tail -f leaves it
+            deadline = time.monotonic() + 60
+            while sum(map(len, read_back(served, topic, 1).values())) < 2:
+                assert time.monotonic() < deadline, "the lines were not sent"
+                time.sleep(0.2)
+            proc.send_signal(sig)
+            assert proc.wait(timeout=60) == 0
+            assert proc.stderr.read() == f"produced 2 records to {topic} (1 partition; 0: 2)\n"
+        finally:
+            if proc.poll() is None:
+                proc.kill()

@@ -510,3 +510,15 @@ def test_spark_kafka_options_of_each_kind_of_security(tmp_path: Path) -> None:
     assert got["kafka.sasl.login.callback.handler.class"].endswith(
         "OAuthBearerLoginCallbackHandler"
     )
+
+
+def test_tls_to_a_plaintext_listener_is_one_line(served: str) -> None:
+    """The broker closes a connection whose first bytes are a TLS ClientHello:
+    each command says so in one line (it used to be a traceback of EndOfStream)."""
+    for args in (["topics", "list"], ["produce", "t"], ["consume", "t", "--until-end"]):
+        done = gengroup(
+            *args, "--security-protocol", "SSL", "--timeout", "5", bootstrap=served, input="x\n"
+        )
+        line = one_line_error(done)
+        assert "closed by the broker during the TLS handshake" in line, line
+        assert "check security_protocol" in line, line

@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from gengroup.cli import build_parser
+from gengroup.cli._common import EXIT_INTERRUPTED, run
 from gengroup.cli.serve import parse_topic
 from gengroup.io.cluster import Cluster
 
@@ -87,3 +88,42 @@ def test_serve_on_a_port_in_use_says_so_in_one_line() -> None:
         f"gengroup serve: cannot listen on 127.0.0.1:{port}: address already in use"
     ], done.stderr
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("serve", "--port", "99999"), "argument --port: must be at least 0 and at most 65535"),
+        (("serve", "--brokers", "0"), "argument --brokers: must be at least 1, got 0"),
+        (("serve", "--offsets-topic-partitions", "0"), "--offsets-topic-partitions: must be at"),
+        (("serve", "--initial-rebalance-delay-ms", "-5"), "must be at least 0, got -5"),
+        (("demo", "--partitions", "0"), "argument --partitions: must be at least 1, got 0"),
+        (("demo", "--rate", "x"), "argument --rate: expected an integer, got 'x'"),
+        (("demo", "--duration", "nan"), "argument --duration: must be above 0, got nan"),
+    ],
+)
+def test_numbers_out_of_range_are_usage_errors(args: tuple[str, ...], said: str) -> None:
+    """Caught by the parser, in one line, before anything starts (a broker
+    with no offsets partitions used to start, and fail every FindCoordinator)."""
+    done = subprocess.run(command(*args), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("in_a_task_group", [False, True])
+def test_ctrl_c_ends_a_command_in_one_line(
+    in_a_task_group: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    async def main() -> int:
+        if not in_a_task_group:
+            return await interrupted()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(interrupted)
+            await anyio.sleep_forever()
+        return 0
+
+    assert run("gengroup x", main) == EXIT_INTERRUPTED == 130
+    assert capsys.readouterr().err == "gengroup x: interrupted\n"
