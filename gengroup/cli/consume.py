@@ -33,6 +33,7 @@ import argparse
 import datetime
 import json
 import os
+import select
 import signal
 import sys
 from collections.abc import Sequence
@@ -169,6 +170,24 @@ class Printer:
             self.out.flush()
         except BrokenPipeError:
             self._closed()
+
+    async def watch(self, period: float = 0.5) -> None:
+        """Notice a reader of stdout that went away while nothing is written.
+
+        A write finds out (``BrokenPipeError``), but on an idle topic there
+        is none: a pipe whose reader closed reports POLLERR.
+        """
+        try:
+            fd = self.out.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file (a test's buffer)
+            return
+        poller = select.poll()
+        poller.register(fd, 0)  # POLLERR and POLLHUP are reported whatever is asked
+        while not self.full.is_set():
+            if any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0)):
+                self._closed()
+                return
+            await anyio.sleep(period)
 
     def _closed(self) -> None:
         # The reader went away (``| head``): stop quietly; the interpreter's own
@@ -458,6 +477,7 @@ def _run(args: argparse.Namespace) -> int:
         positions = _Positions(view)
         async with anyio.create_task_group() as tg:
             tg.start_soon(_signals, stop)
+            tg.start_soon(printer.watch)
             with view:
                 if args.group is None:
                     async with Cluster(

@@ -199,3 +199,19 @@ def test_missing_topics_and_bad_usage(served: str) -> None:
     assert sorted(str(r["value"]) for r in as_json(json_out.stdout)) == ["p0-0", "p1-0"]
     table = gengroup("consume", "two", "--json", "--format", "table", bootstrap=served)
     assert table.returncode == 2 and "--json is --format json" in table.stderr, table
+
+
+def test_a_reader_gone_ends_the_command_on_an_idle_topic(served: str) -> None:
+    """``consume ... | head -2`` where nothing more arrives: no write finds the
+    pipe closed, and the command used to wait for records forever. It ends
+    within a second of the reader leaving, cleanly."""
+    seed(served, "quiet", partitions=1, per_partition=2)
+    cmd = command("consume", "quiet", "--group", "quiet-head", "--from-beginning",
+                  "--bootstrap", served)  # fmt: skip
+    with running(cmd) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert [proc.stdout.readline() for _ in range(2)] == ["p0-0\n", "p0-1\n"]
+        proc.stdout.close()  # as head does once it has its lines
+        assert proc.wait(timeout=30) == 0
+        assert "Traceback" not in proc.stderr.read()
+    assert committed(served, "quiet-head") == {0: 2}
