@@ -181,6 +181,8 @@ class Printer:
             fd = self.out.fileno()
         except (AttributeError, OSError, ValueError):  # not a file (a test's buffer)
             return
+        if not hasattr(select, "poll"):  # Windows: a write finds out
+            return
         poller = select.poll()
         poller.register(fd, 0)  # POLLERR and POLLHUP are reported whatever is asked
         while not self.full.is_set():
