@@ -13,10 +13,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from .._errors import BrokerError, GroupIdNotFound
+from .._errors import BrokerError, GroupIdNotFound, UnknownTopicOrPartition
 from .._types import TopicPartition
 from ..admin import Admin
 from ._admin import AdminCommand, PartlyFailed
+from ._common import UsageError
 from ._progress import View, wanted
 
 __all__ = ["add_parser", "lag_report"]
@@ -89,7 +90,10 @@ async def lag_report(admin: Admin, group: str, topics: list[str] | None) -> dict
         GroupIdNotFound: the group has no committed offsets and does not exist.
     """
     lags = await admin.group_lag(group, topics)
-    if not lags and (await admin.describe_groups([group]))[group].state == "Dead":
+    # With topics given, lags has their partitions whether or not the group
+    # committed to them: a mistyped group is one that committed nothing.
+    nothing = all(p.committed is None for p in lags.values())
+    if nothing and (await admin.describe_groups([group]))[group].state == "Dead":
         raise GroupIdNotFound(ErrorCode.group_id_not_found, f"group {group!r} does not exist")
     rows = [
         {"partition": str(tp), "committed": p.committed, "end": p.end, "lag": p.lag}
@@ -116,19 +120,28 @@ async def _delete(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _reset(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
-    partitions = args.partition
-    if partitions is None:
-        md = await admin.cluster.refresh_metadata([args.topic])
-        info = md.get(args.topic)
-        partitions = sorted(info.partitions) if info is not None and not info.error_code else []
-        if not partitions:
-            raise ValueError(f"topic {args.topic!r} does not exist")
-    tps = [TopicPartition(args.topic, p) for p in partitions]
     to: Any = args.to
     if to is not None and to not in ("earliest", "latest"):
         if not to.isdigit():
-            raise ValueError(f"--to must be earliest, latest or a timestamp in ms, not {to!r}")
+            raise UsageError(f"--to must be earliest, latest or a timestamp in ms, not {to!r}")
         to = int(to)
+    if args.offset is not None and args.offset < 0:
+        raise UsageError(f"--offset must be >= 0, not {args.offset}")
+    md = await admin.cluster.refresh_metadata([args.topic])
+    info = md.get(args.topic)
+    known = sorted(info.partitions) if info is not None and not info.error_code else []
+    if not known:
+        raise UnknownTopicOrPartition(
+            ErrorCode.unknown_topic_or_partition, f"topic {args.topic!r} does not exist"
+        )
+    partitions = known if args.partition is None else args.partition
+    missing = sorted(set(partitions) - set(known))
+    if missing:
+        raise UnknownTopicOrPartition(
+            ErrorCode.unknown_topic_or_partition,
+            f"topic {args.topic!r} has no partition {', '.join(map(str, missing))}",
+        )
+    tps = [TopicPartition(args.topic, p) for p in partitions]
     with View("partitions", enabled=wanted()) as view:
         tasks = {tp: view.add(str(tp), total=1, detail="resolving") for tp in tps}
         before: dict[TopicPartition, int] = {}

@@ -101,3 +101,28 @@ def test_topics_commands_on_the_embedded_broker(served: str) -> None:
 def test_version() -> None:
     done = gengroup("--version")
     assert done.returncode == 0 and done.stdout.startswith("gengroup 0.")
+
+
+def test_reset_offsets_and_lag_say_what_is_wrong_with_the_right_exit_code(served: str) -> None:
+    """Bad values are usage errors (2), a missing topic, partition or group is
+    exit code 3, each in one line and at once (a missing partition used to wait
+    30 s for ListOffsets, and a topic that does not exist was exit code 1)."""
+    assert (
+        gengroup("topics", "create", "ledger", "--partitions", "2", bootstrap=served).returncode
+        == 0
+    )
+    reset = ["groups", "reset-offsets", "books"]
+    cases = [
+        ([*reset, "--topic", "ledger", "--to", "bogus"], 2, "--to must be earliest, latest"),
+        ([*reset, "--topic", "ledger", "--offset", "-5"], 2, "--offset must be >= 0, not -5"),
+        ([*reset, "--topic", "nosuch", "--to", "earliest"], 3, "topic 'nosuch' does not exist"),
+        ([*reset, "--topic", "ledger", "--partition", "9", "--to", "earliest"], 3,
+         "topic 'ledger' has no partition 9"),
+        (["groups", "lag", "nosuchgroup", "--topic", "ledger"], 3,
+         "group 'nosuchgroup' does not exist"),
+    ]  # fmt: skip
+    for args, code, said in cases:
+        done = gengroup(*args, "--timeout", "60", bootstrap=served)
+        assert done.returncode == code, (args, done.stderr)
+        assert said in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
