@@ -96,7 +96,8 @@ class AdminCommand:
                 async with open_admin(args) as admin:
                     result = await func(admin, args)
             except PartlyFailed as partly:
-                print_result(partly.result, args.json)
+                if args.json or any(partly.result.values()):  # not an empty header
+                    print_result(partly.result, args.json)
                 codes = {exit_code(e) or EXIT_ERROR for e in partly.errors}
                 for error in partly.errors:
                     print(f"{where}: {error}", file=sys.stderr)

@@ -81,6 +81,9 @@ def test_groups_delete_deletes_each_group_and_names_the_missing(served: str) -> 
     assert not {"old-a", "old-b"} & {g["group"] for g in listed}
     again = gengroup("lag", "old-a", bootstrap=served)
     assert again.returncode == 3
+    # Nothing deleted: the error alone, no empty "deleted:" header.
+    none = gengroup("groups", "delete", "gone", bootstrap=served)
+    assert (none.returncode, none.stdout) == (3, ""), none
 
 
 def test_groups_delete_refuses_a_group_with_a_live_member(served: str) -> None:
