@@ -31,19 +31,29 @@ IsolationLevel = Literal["read_committed", "read_uncommitted"]
 Deserializer = Callable[[bytes | None], Any]
 
 
-#: The longest duration a setting may have: Kafka carries them as int32 milliseconds.
+#: The longest duration Kafka carries (an int32 of milliseconds), in seconds.
 MAX_SECONDS = (2**31 - 1) // 1000
+#: The group's durations that requests carry (JoinGroup's timeouts, Fetch's wait).
+_SENT = frozenset({"session_timeout", "rebalance_timeout", "fetch_max_wait"})
 
 
-def check_seconds(name: str, value: float, *, zero: bool = False) -> None:
-    """A setting of seconds: a finite number above 0 (or 0, with ``zero``), at most
-    :data:`MAX_SECONDS`; else a ConfigError naming the setting and the value."""
+def check_seconds(
+    name: str, value: float, *, zero: bool = False, sent: bool = False, forever: bool = False
+) -> None:
+    """A setting of seconds, else a ConfigError naming the setting and the value.
+
+    Above 0 (or 0, with ``zero``); finite (or ``inf`` for "never", with
+    ``forever``); at most :data:`MAX_SECONDS` if a request carries it
+    (``sent``).
+    """
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+    infinite = math.isinf(value) and value > 0
+    if math.isnan(value) or value < 0 or (value == 0 and not zero) or (infinite and not forever):
         least = ">= 0" if zero else "positive"
-        raise ConfigError(f"{name} must be a {least} finite number of seconds, got {value!r}")
-    if value > MAX_SECONDS:
+        finite = "" if forever else " finite"
+        raise ConfigError(f"{name} must be a {least}{finite} number of seconds, got {value!r}")
+    if sent and value > MAX_SECONDS:
         raise ConfigError(
             f"{name} must be at most {MAX_SECONDS} s (Kafka's int32 milliseconds), got {value!r}"
         )
@@ -298,7 +308,7 @@ class GroupConfig(Security):
             "request_timeout",
             "fetch_max_wait",
         ):
-            check_seconds(name, getattr(self, name))
+            check_seconds(name, getattr(self, name), sent=name in _SENT)
         if self.unreachable_timeout is not None:
             check_seconds("unreachable_timeout", self.unreachable_timeout)
         interval = self.commit_interval

@@ -93,10 +93,13 @@ class ProducerConfig(Security):
             raise ConfigError(
                 f"partitioner must be 'sticky' or 'round_robin', not {self.partitioner!r}"
             )
-        for name in ("linger", "max_block"):
-            check_seconds(name, getattr(self, name), zero=True)
-        for name in ("delivery_timeout", "request_timeout", "retry_backoff", "metadata_max_age"):
-            check_seconds(name, getattr(self, name))
+        check_seconds("linger", self.linger, zero=True)
+        check_seconds("max_block", self.max_block, zero=True, forever=True)
+        check_seconds("delivery_timeout", self.delivery_timeout, forever=True)
+        check_seconds("metadata_max_age", self.metadata_max_age, forever=True)
+        check_seconds("retry_backoff", self.retry_backoff)
+        # The Produce request carries it (its ``timeout``, int32 milliseconds).
+        check_seconds("request_timeout", self.request_timeout, sent=True)
         for name in ("max_batch_bytes", "buffer_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -337,7 +337,10 @@ def summarise(board: Scoreboard) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The demo's command-line options."""
     parser.add_argument(
-        "--duration", type=bounded(float, 0, above=True), default=30.0, help="seconds (default 30)"
+        "--duration",
+        type=bounded(float, 0, 86400, above=True),
+        default=30.0,
+        help="seconds (default 30)",
     )
     parser.add_argument(
         "--rate", type=bounded(int, 1), default=2000, help="records produced per second"

@@ -123,21 +123,48 @@ def parse_json_line(line: bytes, number: int) -> ProducerRecord | None:
     )
 
 
-async def _chunks(stream: BinaryIO) -> AsyncIterator[list[bytes]]:
-    """The complete lines of ``stream``, in the groups a read returned them."""
-    try:
-        fd = stream.fileno()
-    except (OSError, ValueError):  # io.UnsupportedOperation is both
-        read: Callable[[int], bytes] = getattr(stream, "read1", stream.read)
-    else:
-        # The descriptor, not the buffered reader: a read abandoned at Ctrl-C
-        # would hold the reader's lock, and the interpreter would abort at exit.
-        read = partial(os.read, fd)
+class _Input:
+    """The lines of a stream, in the groups a read returned them, until its end or :meth:`stop`."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        try:
+            fd = stream.fileno()
+        except (OSError, ValueError):  # io.UnsupportedOperation is both
+            self._read: Callable[[int], bytes] = getattr(stream, "read1", stream.read)
+        else:
+            # The descriptor, not the buffered reader: a read abandoned at
+            # Ctrl-C would hold the reader's lock, and the interpreter would
+            # abort at exit.
+            self._read = partial(os.read, fd)
+        self._stopped = False
+        self._reading: anyio.CancelScope | None = None
+
+    def stop(self) -> None:
+        """End the input: a read under way is abandoned; what was read is still handed out."""
+        self._stopped = True
+        if self._reading is not None:
+            self._reading.cancel()
+
+    def chunks(self) -> AsyncIterator[list[bytes]]:
+        """The complete lines (and a last one without its newline), a list per read."""
+        return _lines(self._reads())
+
+    async def _reads(self) -> AsyncIterator[bytes]:
+        while not self._stopped:
+            data = b""
+            with anyio.CancelScope() as self._reading:
+                data = await anyio.to_thread.run_sync(self._read, _CHUNK, abandon_on_cancel=True)
+            self._reading = None
+            if data:
+                yield data
+            elif not self._stopped:
+                return
+
+
+async def _lines(reads: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
+    """Lines (without their newline and a carriage return before it) of the data read."""
     rest = b""
-    while True:
-        data = await anyio.to_thread.run_sync(read, _CHUNK, abandon_on_cancel=True)
-        if not data:
-            break
+    async for data in reads:
         lines = (rest + data).split(b"\n")
         rest = lines.pop()
         if lines:
@@ -194,24 +221,24 @@ async def _produce(args: argparse.Namespace, stream: BinaryIO) -> Counter[int]:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(sender)
                 async with send, anyio.create_task_group() as watch:
-                    # SIGINT or SIGTERM ends the input: what was read is sent,
-                    # and the summary says what went where.
-                    with anyio.CancelScope() as reading:
-                        watch.start_soon(_stop_on_signal, reading)
-                        number = 1
-                        async for lines in _chunks(stream):
-                            for i in range(0, len(lines), _MAX_RECORDS_PER_SEND):
-                                part = lines[i : i + _MAX_RECORDS_PER_SEND]
-                                await send.send(_records(part, args, number))
-                                number += len(part)
+                    # SIGINT or SIGTERM ends the input: every line read is
+                    # sent, and the summary says what went where.
+                    given = _Input(stream)
+                    watch.start_soon(_stop_on_signal, given)
+                    number = 1
+                    async for lines in given.chunks():
+                        for i in range(0, len(lines), _MAX_RECORDS_PER_SEND):
+                            part = lines[i : i + _MAX_RECORDS_PER_SEND]
+                            await send.send(_records(part, args, number))
+                            number += len(part)
                     watch.cancel_scope.cancel()
     return per_partition
 
 
-async def _stop_on_signal(reading: anyio.CancelScope) -> None:
+async def _stop_on_signal(given: _Input) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
-            reading.cancel()
+            given.stop()
             return
 
 

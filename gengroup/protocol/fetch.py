@@ -39,11 +39,14 @@ complete came, ``truncated`` tells the caller to fetch with a larger
 With ``decode=False`` the records are not decoded here: the batches are
 checked by :func:`~gengroup.protocol.records.scan_batches` (length, magic,
 CRC, codec, count) and left in ``raw`` for the consumer to decode when it
-reads them. Damage found in a batch (here, or decoding with ``decode=True``)
-is the partition's ``error``, naming it, unless sound batches came before
-it: those are the partition's result, and the next Fetch, starting at the
-damaged batch, gets the error (as the Java consumer hands out the records
-before a corrupt batch). Only what the
+reads them. Damage a batch's header shows (length, CRC and the rest of what
+:func:`~gengroup.protocol.records.scan_batches` checks) is the partition's
+``error``, naming it, unless sound batches came before it: those are the
+partition's result, and the next Fetch, starting at the damaged batch, gets
+the error (as the Java consumer hands out the records before a corrupt
+batch). Damage found only by decoding the records (under a correct CRC) is
+the error of the whole answer with ``decode=True``, and with
+``decode=False`` the consumer's, when it reads that batch. Only what the
 filtering needs is decoded at once: control batches (for their type) and a
 batch that starts below the requested offset (trimmed into ``batches``).
 

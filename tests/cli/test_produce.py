@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -12,9 +13,13 @@ import anyio
 import pytest
 
 from gengroup import Admin, Cluster, TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Delay
+from gengroup.cli import build_parser, produce
 from gengroup.io.fetch import read_partition
 from gengroup.partitioner import partition_for_key
 from gengroup.protocol.records import Record
+from gengroup.protocol.versions import ApiKey
 from tests.cli.conftest import Target, gengroup
 from tests.embedded.test_cli import command
 
@@ -168,3 +173,31 @@ def test_a_signal_ends_the_input_and_what_was_read_is_sent_and_said(served: str,
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+async def test_stopping_the_input_while_sends_wait_loses_no_line_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The signal ends the reading, not the sending: 8,000 lines read in one go
+    while the broker takes 1 s per Produce, the input stopped half a second in
+    -- every line read is sent (cancelling the sends with the reading lost
+    3,000 of them)."""
+    monkeypatch.setenv("GENGROUP_PROGRESS", "never")
+
+    async def stop_soon(given: produce._Input) -> None:
+        await anyio.sleep(0.5)
+        given.stop()
+
+    monkeypatch.setattr(produce, "_stop_on_signal", stop_soon)
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        cluster.control(ApiKey.PRODUCE, lambda call: Delay(1.0))
+        args = build_parser().parse_args(["produce", "t", "--bootstrap", cluster.bootstrap])
+        r, w = os.pipe()
+        os.write(w, b"x\n" * 8000)
+        try:
+            with open(r, "rb") as stream:  # noqa: ASYNC230 -- a pipe written above
+                counts = await produce._produce(args, stream)
+        finally:
+            os.close(w)
+        assert sum(counts.values()) == 8000
+        assert cluster.high_watermark("t") == 8000

@@ -50,3 +50,15 @@ def test_a_bad_value_is_a_config_error_naming_the_setting_and_value(
     [(name, value)] = settings.items()
     assert name in str(raised.value)
     assert repr(value) in str(raised.value) or str(value) in str(raised.value)
+
+
+def test_durations_meaning_never_may_be_infinite() -> None:
+    """Local limits may be ``inf`` (never); one a request carries may not."""
+    inf = float("inf")
+    config = ProducerConfig(delivery_timeout=inf, max_block=inf, metadata_max_age=inf)
+    assert (config.delivery_timeout, config.max_block, config.metadata_max_age) == (inf, inf, inf)
+    assert ProducerConfig(delivery_timeout=1e7).delivery_timeout == 1e7
+    with pytest.raises(ConfigError, match="request_timeout"):
+        ProducerConfig(request_timeout=inf)
+    with pytest.raises(ConfigError, match="linger"):
+        ProducerConfig(linger=inf)
