@@ -860,8 +860,8 @@ class Generation(IdentityNames):
                 f"commit: generation {self.label} of {self.group_id} has ended; nothing was sent"
             )
         async with self._commit_lock:
-            given = self._marks if offsets is None else offsets
-            wanted = {tp: checked_offset(tp, o) for tp, o in given.items()}
+            checked = ((tp, checked_offset(tp, o)) for tp, o in (offsets or {}).items())
+            wanted = dict(self._marks) if offsets is None else dict(checked)  # marks: at mark()
             for tp in wanted:
                 if tp not in self.assignments and tp not in self.revoked:
                     raise KeyError(f"{tp} is not assigned in generation {self.label}")

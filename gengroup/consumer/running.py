@@ -32,9 +32,10 @@ moving, a timeout, a broken connection) is retried with backoff, by the
 first pass for up to ``request_timeout`` after the end, by the second until
 ``request_timeout`` after the teardown (as a lone final commit would); a
 fencing answer ends a pass at once, and a fenced first pass is not
-followed by a second. A failure is logged once, by the pass that ended the commit. Only then is the
-member machine told the generation ended, so the member rejoins only after
-all of it (semantic 1: one live generation per member).
+followed by a second. A failure is logged once, by the pass that ended the
+commit. Only then is the member machine told the generation ended, so the
+member rejoins only after all of it (semantic 1: one live generation per
+member).
 
 Partition-scoped tasks (``gen.start_soon(..., partition=tp)``) do not run in
 the generation's task group but in the :class:`Ownership`'s, which lives as
