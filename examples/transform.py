@@ -21,7 +21,7 @@ from _common import bootstrap_or_embedded, command, consuming, until
 import gengroup
 from gengroup.producer import ProducerRecord
 
-SOURCE = "orders"
+SOURCE = "label-orders"
 TARGET = "shipping-labels"
 GROUP = "label-maker"
 

@@ -108,6 +108,19 @@ async def test_transform_sends_one_label_per_order() -> None:
     assert all(keys[i] == f"customer-{i % 9}".encode() for i in range(300))
 
 
+async def test_the_examples_run_one_after_another_on_one_cluster() -> None:
+    """As a user tries them on one cluster: no example reads another's topic or group."""
+    quickstart, transform = example("quickstart.py"), example("transform.py")
+    manual, pool = example("manual_commits.py"), example("worker_pool.py")
+    async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
+        for run in (1, 2):  # a second run finds the first one's topics and commits
+            assert await quickstart["main"](cluster.bootstrap, 200) == 200
+            assert await transform["main"](cluster.bootstrap, 200) == 200
+            processed, committed, _ = await manual["main"](cluster.bootstrap, 200)
+            assert (processed, committed) == (200, 200 * run)
+            assert await pool["main"](cluster.bootstrap, 2, 300) == 300 * run
+
+
 @pytest.mark.parametrize(
     ("backend", "sig"),
     [("trio", signal.SIGTERM), ("asyncio", signal.SIGTERM), ("trio", signal.SIGINT)],
