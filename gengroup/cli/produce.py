@@ -17,7 +17,9 @@ or SIGTERM ends the input there, and the lines read are sent.
 When every record is acknowledged, one line on stderr says how many records
 went to which partitions (``--json``: a JSON object on stdout instead). A
 record the broker refuses, or an input line that cannot be read, ends the
-command with exit code 1 (records before it were sent). On a terminal, stderr
+command with exit code 1 (records before it were sent). Input without a
+record still asks the cluster whether the topic exists (without creating it),
+so that a wrong address or topic is said as with input. On a terminal, stderr
 shows the records sent and acknowledged so far and the rate while it runs
 (:mod:`._progress`).
 """
@@ -35,7 +37,11 @@ from functools import partial
 from typing import Any, BinaryIO
 
 import anyio
+from kio.schema.errors import ErrorCode
 
+from .._errors import KafkaConnectionError, error_for_code
+from ..io.cluster import Cluster
+from ..io.retry import GiveUp, retry
 from ..producer import Compression, Producer, ProducerRecord
 from ._common import add_connection_options, command, connection, run
 from ._progress import View, wanted
@@ -43,6 +49,7 @@ from ._progress import View, wanted
 __all__ = ["add_parser", "parse_json_line", "parse_raw_line"]
 
 _CHUNK = 64 * 1024
+_UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
 _MAX_RECORDS_PER_SEND = 1000
 
 
@@ -232,7 +239,41 @@ async def _produce(args: argparse.Namespace, stream: BinaryIO) -> Counter[int]:
                             await send.send(_records(part, args, number))
                             number += len(part)
                     watch.cancel_scope.cancel()
+            if not sent:
+                # Nothing to send made no request: say nothing of a cluster
+                # or topic that was never asked.
+                await _check_topic(producer.cluster, args.topic, args.timeout)
     return per_partition
+
+
+async def _check_topic(cluster: Cluster, topic: str, timeout: float) -> None:
+    """Check that ``topic`` exists (without creating it), retrying connection failures.
+
+    Raises:
+        UnknownTopicOrPartition: the topic does not exist.
+        BrokerError: the broker refused the metadata request for the topic.
+        KafkaConnectionError: no broker answered within ``timeout`` (the last failure).
+    """
+
+    async def attempt() -> None:
+        info = (await cluster.refresh_metadata([topic])).get(topic)
+        if info is None or info.error_code:
+            code = (info.error_code if info is not None else 0) or _UNKNOWN_TOPIC
+            raise GiveUp(error_for_code(code, f"topic {topic!r} does not exist"))
+
+    def timed_out(last: BaseException | None) -> BaseException:
+        if isinstance(last, KafkaConnectionError):
+            return last
+        return TimeoutError(f"no metadata for topic {topic!r} within {timeout:g} s")
+
+    await retry(
+        f"metadata for topic {topic!r}",
+        attempt,
+        timeout=timeout,
+        backoff=cluster.retry_backoff,
+        retriable=lambda exc: isinstance(exc, KafkaConnectionError),
+        on_timeout=timed_out,
+    )
 
 
 async def _stop_on_signal(given: _Input) -> None:

@@ -142,6 +142,26 @@ def test_an_unreachable_broker_is_one_line() -> None:
     assert len(down.stderr.strip().splitlines()) == 1, down.stderr
 
 
+def test_empty_input_still_asks_the_cluster_for_the_topic(served: str) -> None:
+    """No input used to make no request: a wrong address or a missing topic
+    was "produced 0 records", exit code 0."""
+    create(served, "present", 1)
+    ok = gengroup("produce", "present", bootstrap=served)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stderr == "produced 0 records to present (0 partitions; none)\n"
+    for fmt, blank in (("raw", ""), ("json", "\n\n")):
+        missing = gengroup("produce", "absent", "--format", fmt, bootstrap=served, input=blank)
+        assert missing.returncode == 3, missing.stderr
+        assert missing.stderr == (
+            "gengroup produce: UNKNOWN_TOPIC_OR_PARTITION (3): topic 'absent' does not exist\n"
+        )
+    listed = json.loads(gengroup("topics", "list", "--json", bootstrap=served).stdout)
+    assert "absent" not in [t["topic"] for t in listed]  # asked, not created
+    down = gengroup("produce", "present", "--timeout", "1", bootstrap="127.0.0.1:1")
+    assert down.returncode == 1, down.stderr
+    assert "connection refused" in down.stderr and len(down.stderr.splitlines()) == 1
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_ends_the_input_and_what_was_read_is_sent_and_said(served: str, sig: int) -> None:
     """``tail -f log | gengroup produce T`` ended with Ctrl-C (or SIGTERM): the
