@@ -23,13 +23,16 @@ with exit code 0.
 
 Formats: ``raw`` writes each value as it is (``null`` for a null value; with
 ``--key-separator SEP``, ``KEY SEP VALUE``); ``json`` one object per line with
-topic, partition, offset, timestamp, key, value and headers (bytes shown as
-UTF-8, with backslash escapes where they are not); ``table`` a table (rich).
+topic, partition, offset, timestamp, key, value and headers (UTF-8 bytes as a
+string, other bytes as ``{"base64": "..."}``, so that ``gengroup produce
+--format json`` sends them again unchanged); ``table`` a table (rich; bytes
+that are not UTF-8 shown with backslash escapes).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime
 import json
 import os
@@ -55,7 +58,7 @@ from ..protocol.records import Record
 from ._common import add_connection_options, command, connection, run
 from ._progress import View, wanted
 
-__all__ = ["Printer", "add_parser"]
+__all__ = ["Printer", "add_parser", "json_bytes"]
 
 _UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
 
@@ -106,6 +109,18 @@ def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="backslashreplace")
 
 
+def json_bytes(data: bytes | None) -> str | dict[str, str] | None:
+    """Bytes as the JSON format prints them, losslessly: UTF-8 text as a string,
+    other bytes as ``{"base64": "..."}`` (what ``gengroup produce --format json``
+    reads back), None as null."""
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
 class Printer:
     """Writes records to stdout in one of the formats; counts them against ``-n``.
 
@@ -154,9 +169,9 @@ class Printer:
                     "partition": tp.partition,
                     "offset": record.offset,
                     "timestamp": record.timestamp,
-                    "key": _text(record.key),
-                    "value": _text(record.value),
-                    "headers": {k: _text(v) for k, v in record.headers},
+                    "key": json_bytes(record.key),
+                    "value": json_bytes(record.value),
+                    "headers": {k: json_bytes(v) for k, v in record.headers},
                 }
                 self.out.write(json.dumps(obj, ensure_ascii=False).encode() + b"\n")
             else:

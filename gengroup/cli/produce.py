@@ -4,9 +4,10 @@ Each line is one record. ``--format raw`` (the default) takes the line as the
 value (with ``--key-separator SEP``, the text before the first ``SEP`` is the
 key and a line without it is an error); ``--format json`` takes one object per
 line, ``{"key": ..., "value": ..., "headers": {...}, "partition": N}``, every
-field optional (strings are sent as UTF-8, other JSON values as their compact
-JSON text, null as null; blank lines are skipped; other fields are ignored, so
-``gengroup consume --format json`` output can be sent again).
+field optional (strings are sent as UTF-8, ``{"base64": "..."}`` as the bytes
+it encodes, other JSON values as their compact JSON text, null as null; blank
+lines are skipped; other fields are ignored, so ``gengroup consume --format
+json`` output is sent again byte for byte).
 
 The partition is the line's ``partition``, else ``--partition``, else chosen
 by the key (murmur2, as the Java client) or, for null keys, the sticky
@@ -27,6 +28,7 @@ shows the records sent and acknowledged so far and the rate while it runs
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import signal
@@ -94,16 +96,28 @@ def parse_raw_line(line: bytes, separator: bytes | None, number: int) -> Produce
     return ProducerRecord(value, key=key)
 
 
-def _field_bytes(value: Any) -> bytes | None:
+def _field_bytes(value: Any, number: int, field: str) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, str):
         return value.encode()
+    if isinstance(value, dict) and value.keys() == {"base64"}:
+        encoded = value["base64"]
+        try:
+            if not isinstance(encoded, str):
+                raise ValueError("not a string")
+            return base64.b64decode(encoded, validate=True)
+        except ValueError as exc:  # binascii.Error is one
+            raise ValueError(f"line {number}: {field}: base64 expected ({exc})") from None
     return json.dumps(value, separators=(",", ":")).encode()
 
 
 def parse_json_line(line: bytes, number: int) -> ProducerRecord | None:
     """The record of one JSON line (None for a blank line).
+
+    A key, value or header value is a string (sent as UTF-8), ``{"base64":
+    "..."}`` (sent as the bytes it encodes), null, or another JSON value (sent
+    as its compact JSON text).
 
     Raises:
         ValueError: the line is not a JSON object of the documented fields.
@@ -123,9 +137,9 @@ def parse_json_line(line: bytes, number: int) -> ProducerRecord | None:
     if partition is not None and (not isinstance(partition, int) or partition < 0):
         raise ValueError(f"line {number}: partition must be a non-negative integer")
     return ProducerRecord(
-        _field_bytes(obj.get("value")),
-        key=_field_bytes(obj.get("key")),
-        headers=[(str(k), _field_bytes(v)) for k, v in headers.items()],
+        _field_bytes(obj.get("value"), number, "value"),
+        key=_field_bytes(obj.get("key"), number, "key"),
+        headers=[(str(k), _field_bytes(v, number, f"header {k!r}")) for k, v in headers.items()],
         partition=partition,
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import signal
@@ -11,8 +12,10 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from gengroup import Admin, Producer, TopicPartition
+from gengroup import Admin, Cluster, Producer, TopicPartition
+from gengroup.io.fetch import read_partition
 from gengroup.producer import ProducerRecord
+from gengroup.protocol.records import Record
 from tests.cli.conftest import Target, gengroup
 from tests.embedded.test_cli import command
 
@@ -140,6 +143,45 @@ def test_produce_then_consume_round_trips_json(served: str) -> None:
     assert sorted(strip, key=str) == sorted(
         [{k: v for k, v in r.items() if k not in ("topic", "timestamp")} for r in as_json(
             out.stdout)], key=str)  # fmt: skip
+
+
+def test_json_output_round_trips_any_bytes_through_produce(served: str) -> None:
+    """Bytes that are not UTF-8 were printed with backslash escapes, which
+    produce sent as those characters: ``b"\\x80"`` and the text ``\\x80`` came
+    out alike, and neither went back as it was."""
+    every = bytes(range(256))
+    sent = [
+        ProducerRecord(every, every, [("bin", every), ("text", "é\\x80".encode()), ("none", None)]),
+        ProducerRecord("é\\x80 text".encode(), b"\xff\xfe", [("bin", b"\x80")]),
+        ProducerRecord(None, None),
+        ProducerRecord(b"", b'{"base64": "AA=="}'),
+    ]
+
+    async def write() -> None:
+        async with Admin(served) as admin, Producer(admin.cluster) as producer:
+            await admin.create_topics({"binary": 1, "binary-copy": 1})
+            await producer.send_many("binary", [ProducerRecord(r.value, r.key, r.headers, 0)
+                                                for r in sent])  # fmt: skip
+
+    anyio.run(write)
+    out = gengroup("consume", "binary", "--from-beginning", "--until-end", "--json",
+                   bootstrap=served)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    printed = as_json(out.stdout)
+    assert printed[0]["value"] == {"base64": base64.b64encode(every).decode()}
+    assert printed[1]["value"] == "é\\x80 text"  # UTF-8 stays readable text
+    copied = gengroup("produce", "binary-copy", "--format", "json", bootstrap=served,
+                      input=out.stdout)  # fmt: skip
+    assert copied.returncode == 0, copied.stderr
+
+    async def read() -> list[Record]:
+        async with Cluster(served) as cluster:
+            return await read_partition(cluster, TopicPartition("binary-copy", 0), 0, None)
+
+    got = anyio.run(read)
+    assert [(r.key, r.value, list(r.headers)) for r in got] == [
+        (r.key, r.value, list(r.headers)) for r in sent
+    ]
 
 
 def test_table_format_prints_a_header_and_a_row_per_record(served: str) -> None:

@@ -126,6 +126,10 @@ def test_bad_input_and_bad_usage_say_so_in_one_line(served: str, tmp_path: Path)
     assert no_sep.stderr.strip() == "gengroup produce: line 2: no key separator ':'"
     not_json = gengroup("produce", "t", "--format", "json", bootstrap=served, input="{nope\n")
     assert not_json.returncode == 1 and "line 1: not JSON" in not_json.stderr
+    lines = '{"value": "ok"}\n{"key": {"base64": "not base64!"}}\n'
+    bad_base64 = gengroup("produce", "t", "--format", "json", bootstrap=served, input=lines)
+    assert bad_base64.returncode == 1
+    assert bad_base64.stderr.startswith("gengroup produce: line 2: key: base64 expected (")
     assert "Traceback" not in not_json.stderr
     missing = gengroup("produce", "t", "--file", str(tmp_path / "none"), bootstrap=served)
     assert missing.returncode == 2 and "cannot read" in missing.stderr
