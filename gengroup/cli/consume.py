@@ -19,7 +19,9 @@ since are not printed), showing each partition's position against that end on
 stderr while it runs when stderr is a terminal and stdout is not
 (:mod:`._progress`). Otherwise the command runs until SIGINT (Ctrl-C) or
 SIGTERM, and then ends cleanly (group mode: final commit, leaving the group)
-with exit code 0.
+with exit code 0. A cluster unreachable for ``--timeout`` seconds (down, or a
+wrong address) ends it with exit code 1, in group mode too, where a member
+would otherwise notice only when its session timed out.
 
 Formats: ``raw`` writes each value as it is (``null`` for a null value; with
 ``--key-separator SEP``, ``KEY SEP VALUE``); ``json`` one object per line with
@@ -46,7 +48,7 @@ from typing import IO, Any, Literal, cast
 import anyio
 from kio.schema.errors import ErrorCode
 
-from .._errors import UnknownTopicOrPartition, error_for_code
+from .._errors import ClusterUnreachable, UnknownTopicOrPartition, error_for_code
 from .._types import TopicPartition
 from ..admin import Admin
 from ..consumer.generation import Generation
@@ -432,6 +434,7 @@ async def _read_as_member(
             # A command stops at once, without a handover (see ConsumerGroup.aclose).
             close = partial(group.aclose, handover=False)
             tg.start_soon(_stop_on, [stop, printer.full, ends.all_reached], close)
+            tg.start_soon(_fail_when_unreachable, group.cluster)
             async for gen in group:
                 owned = ", ".join(str(tp) for tp in sorted(gen.assignments)) or "nothing"
                 print(
@@ -444,6 +447,27 @@ async def _read_as_member(
                 if args.until_end and set(gen.assignments) <= ends.reached:
                     ends.all_reached.set()
             tg.cancel_scope.cancel()
+
+
+async def _fail_when_unreachable(cluster: Cluster, period: float = 1.0) -> None:
+    """Raise once the cluster has been unreachable for its ``unreachable_timeout`` (--timeout).
+
+    A member in a generation notices a dead cluster only when the generation
+    ends (its session timeout, 45 s by default), whatever ``--timeout`` says;
+    asking every ``period`` seconds for a connection to any broker (one
+    already open while the cluster is up) says it once ``--timeout`` passed.
+
+    Raises:
+        ClusterUnreachable: the exhausted error, naming each address and why it failed.
+    """
+    while True:
+        await anyio.sleep(period)
+        try:
+            await cluster.any_connection()
+        except ClusterUnreachable as exc:
+            if exc.exhausted:
+                raise
+            # Not for long enough yet: ask again after the period.
 
 
 async def _stop_on(events: Sequence[anyio.Event], then: Any) -> None:

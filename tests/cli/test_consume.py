@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -257,3 +258,38 @@ def test_a_reader_gone_ends_the_command_on_an_idle_topic(served: str) -> None:
         assert proc.wait(timeout=30) == 0
         assert "Traceback" not in proc.stderr.read()
     assert committed(served, "quiet-head") == {0: 2}
+
+
+@pytest.mark.parametrize("group", [["--group", "outage"], []], ids=["member", "direct"])
+def test_a_broker_gone_ends_the_command_after_its_timeout(group: list[str]) -> None:
+    """A member in a generation used to notice a dead broker only when its
+    session timed out (45 s) whatever --timeout said: the command now ends
+    once the cluster has been unreachable for --timeout, with the one line of
+    an unreachable cluster and exit code 1."""
+    broker = subprocess.Popen(
+        command("serve", "--initial-rebalance-delay-ms", "0"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert broker.stdout is not None
+        bootstrap = broker.stdout.readline().strip().removeprefix("bootstrap ")
+        seed(bootstrap, "doomed-data", partitions=1, per_partition=1)
+        cmd = command("consume", "doomed-data", *group, "--from-beginning", "--timeout", "3",
+                      "--bootstrap", bootstrap, "--config", os.devnull)  # fmt: skip
+        with running(cmd) as proc:
+            assert proc.stdout is not None and proc.stderr is not None
+            assert proc.stdout.readline() == "p0-0\n"
+            broker.kill()
+            broker.wait(timeout=30)
+            # The session timeout is 45 s: well before it, the command has ended.
+            assert proc.wait(timeout=30) == 1
+            err = proc.stderr.read()
+            assert "Traceback" not in err, err
+            assert err.splitlines()[-1].startswith("gengroup consume: "), err
+            assert "connection refused" in err.splitlines()[-1], err
+    finally:
+        broker.kill()
+        broker.wait(timeout=30)
+        assert broker.stdout is not None
+        broker.stdout.close()
