@@ -19,17 +19,22 @@ since are not printed), showing each partition's position against that end on
 stderr while it runs when stderr is a terminal and stdout is not
 (:mod:`._progress`). Otherwise the command runs until SIGINT (Ctrl-C) or
 SIGTERM, and then ends cleanly (group mode: final commit, leaving the group)
-with exit code 0.
+with exit code 0. A cluster unreachable for ``--timeout`` seconds (down, or a
+wrong address) ends it with exit code 1, in group mode too, where a member
+would otherwise notice only when its session timed out.
 
 Formats: ``raw`` writes each value as it is (``null`` for a null value; with
 ``--key-separator SEP``, ``KEY SEP VALUE``); ``json`` one object per line with
-topic, partition, offset, timestamp, key, value and headers (bytes shown as
-UTF-8, with backslash escapes where they are not); ``table`` a table (rich).
+topic, partition, offset, timestamp, key, value and headers (UTF-8 bytes as a
+string, other bytes as ``{"base64": "..."}``, so that ``gengroup produce
+--format json`` sends them again unchanged); ``table`` a table (rich; bytes
+that are not UTF-8 shown with backslash escapes).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime
 import json
 import os
@@ -43,7 +48,7 @@ from typing import IO, Any, Literal, cast
 import anyio
 from kio.schema.errors import ErrorCode
 
-from .._errors import UnknownTopicOrPartition, error_for_code
+from .._errors import ClusterUnreachable, UnknownTopicOrPartition, error_for_code
 from .._types import TopicPartition
 from ..admin import Admin
 from ..consumer.generation import Generation
@@ -55,7 +60,7 @@ from ..protocol.records import Record
 from ._common import add_connection_options, command, connection, run
 from ._progress import View, wanted
 
-__all__ = ["Printer", "add_parser"]
+__all__ = ["Printer", "add_parser", "json_bytes"]
 
 _UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
 
@@ -106,6 +111,18 @@ def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="backslashreplace")
 
 
+def json_bytes(data: bytes | None) -> str | dict[str, str] | None:
+    """Bytes as the JSON format prints them, losslessly: UTF-8 text as a string,
+    other bytes as ``{"base64": "..."}`` (what ``gengroup produce --format json``
+    reads back), None as null."""
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
 class Printer:
     """Writes records to stdout in one of the formats; counts them against ``-n``.
 
@@ -154,9 +171,9 @@ class Printer:
                     "partition": tp.partition,
                     "offset": record.offset,
                     "timestamp": record.timestamp,
-                    "key": _text(record.key),
-                    "value": _text(record.value),
-                    "headers": {k: _text(v) for k, v in record.headers},
+                    "key": json_bytes(record.key),
+                    "value": json_bytes(record.value),
+                    "headers": {k: json_bytes(v) for k, v in record.headers},
                 }
                 self.out.write(json.dumps(obj, ensure_ascii=False).encode() + b"\n")
             else:
@@ -417,6 +434,7 @@ async def _read_as_member(
             # A command stops at once, without a handover (see ConsumerGroup.aclose).
             close = partial(group.aclose, handover=False)
             tg.start_soon(_stop_on, [stop, printer.full, ends.all_reached], close)
+            tg.start_soon(_fail_when_unreachable, group.cluster)
             async for gen in group:
                 owned = ", ".join(str(tp) for tp in sorted(gen.assignments)) or "nothing"
                 print(
@@ -429,6 +447,27 @@ async def _read_as_member(
                 if args.until_end and set(gen.assignments) <= ends.reached:
                     ends.all_reached.set()
             tg.cancel_scope.cancel()
+
+
+async def _fail_when_unreachable(cluster: Cluster, period: float = 1.0) -> None:
+    """Raise once the cluster has been unreachable for its ``unreachable_timeout`` (--timeout).
+
+    A member in a generation notices a dead cluster only when the generation
+    ends (its session timeout, 45 s by default), whatever ``--timeout`` says;
+    asking every ``period`` seconds for a connection to any broker (one
+    already open while the cluster is up) says it once ``--timeout`` passed.
+
+    Raises:
+        ClusterUnreachable: the exhausted error, naming each address and why it failed.
+    """
+    while True:
+        await anyio.sleep(period)
+        try:
+            await cluster.any_connection()
+        except ClusterUnreachable as exc:
+            if exc.exhausted:
+                raise
+            # Not for long enough yet: ask again after the period.
 
 
 async def _stop_on(events: Sequence[anyio.Event], then: Any) -> None:

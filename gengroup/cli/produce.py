@@ -4,9 +4,10 @@ Each line is one record. ``--format raw`` (the default) takes the line as the
 value (with ``--key-separator SEP``, the text before the first ``SEP`` is the
 key and a line without it is an error); ``--format json`` takes one object per
 line, ``{"key": ..., "value": ..., "headers": {...}, "partition": N}``, every
-field optional (strings are sent as UTF-8, other JSON values as their compact
-JSON text, null as null; blank lines are skipped; other fields are ignored, so
-``gengroup consume --format json`` output can be sent again).
+field optional (strings are sent as UTF-8, ``{"base64": "..."}`` as the bytes
+it encodes, other JSON values as their compact JSON text, null as null; blank
+lines are skipped; other fields are ignored, so ``gengroup consume --format
+json`` output is sent again byte for byte).
 
 The partition is the line's ``partition``, else ``--partition``, else chosen
 by the key (murmur2, as the Java client) or, for null keys, the sticky
@@ -17,7 +18,9 @@ or SIGTERM ends the input there, and the lines read are sent.
 When every record is acknowledged, one line on stderr says how many records
 went to which partitions (``--json``: a JSON object on stdout instead). A
 record the broker refuses, or an input line that cannot be read, ends the
-command with exit code 1 (records before it were sent). On a terminal, stderr
+command with exit code 1 (records before it were sent). Input without a
+record still asks the cluster whether the topic exists (without creating it),
+so that a wrong address or topic is said as with input. On a terminal, stderr
 shows the records sent and acknowledged so far and the rate while it runs
 (:mod:`._progress`).
 """
@@ -25,6 +28,7 @@ shows the records sent and acknowledged so far and the rate while it runs
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import signal
@@ -35,7 +39,11 @@ from functools import partial
 from typing import Any, BinaryIO
 
 import anyio
+from kio.schema.errors import ErrorCode
 
+from .._errors import KafkaConnectionError, error_for_code
+from ..io.cluster import Cluster
+from ..io.retry import GiveUp, retry
 from ..producer import Compression, Producer, ProducerRecord
 from ._common import add_connection_options, command, connection, run
 from ._progress import View, wanted
@@ -43,6 +51,7 @@ from ._progress import View, wanted
 __all__ = ["add_parser", "parse_json_line", "parse_raw_line"]
 
 _CHUNK = 64 * 1024
+_UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
 _MAX_RECORDS_PER_SEND = 1000
 
 
@@ -87,16 +96,28 @@ def parse_raw_line(line: bytes, separator: bytes | None, number: int) -> Produce
     return ProducerRecord(value, key=key)
 
 
-def _field_bytes(value: Any) -> bytes | None:
+def _field_bytes(value: Any, number: int, field: str) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, str):
         return value.encode()
+    if isinstance(value, dict) and value.keys() == {"base64"}:
+        encoded = value["base64"]
+        try:
+            if not isinstance(encoded, str):
+                raise ValueError("not a string")
+            return base64.b64decode(encoded, validate=True)
+        except ValueError as exc:  # binascii.Error is one
+            raise ValueError(f"line {number}: {field}: base64 expected ({exc})") from None
     return json.dumps(value, separators=(",", ":")).encode()
 
 
 def parse_json_line(line: bytes, number: int) -> ProducerRecord | None:
     """The record of one JSON line (None for a blank line).
+
+    A key, value or header value is a string (sent as UTF-8), ``{"base64":
+    "..."}`` (sent as the bytes it encodes), null, or another JSON value (sent
+    as its compact JSON text).
 
     Raises:
         ValueError: the line is not a JSON object of the documented fields.
@@ -116,9 +137,9 @@ def parse_json_line(line: bytes, number: int) -> ProducerRecord | None:
     if partition is not None and (not isinstance(partition, int) or partition < 0):
         raise ValueError(f"line {number}: partition must be a non-negative integer")
     return ProducerRecord(
-        _field_bytes(obj.get("value")),
-        key=_field_bytes(obj.get("key")),
-        headers=[(str(k), _field_bytes(v)) for k, v in headers.items()],
+        _field_bytes(obj.get("value"), number, "value"),
+        key=_field_bytes(obj.get("key"), number, "key"),
+        headers=[(str(k), _field_bytes(v, number, f"header {k!r}")) for k, v in headers.items()],
         partition=partition,
     )
 
@@ -232,7 +253,41 @@ async def _produce(args: argparse.Namespace, stream: BinaryIO) -> Counter[int]:
                             await send.send(_records(part, args, number))
                             number += len(part)
                     watch.cancel_scope.cancel()
+            if not sent:
+                # Nothing to send made no request: say nothing of a cluster
+                # or topic that was never asked.
+                await _check_topic(producer.cluster, args.topic, args.timeout)
     return per_partition
+
+
+async def _check_topic(cluster: Cluster, topic: str, timeout: float) -> None:
+    """Check that ``topic`` exists (without creating it), retrying connection failures.
+
+    Raises:
+        UnknownTopicOrPartition: the topic does not exist.
+        BrokerError: the broker refused the metadata request for the topic.
+        KafkaConnectionError: no broker answered within ``timeout`` (the last failure).
+    """
+
+    async def attempt() -> None:
+        info = (await cluster.refresh_metadata([topic])).get(topic)
+        if info is None or info.error_code:
+            code = (info.error_code if info is not None else 0) or _UNKNOWN_TOPIC
+            raise GiveUp(error_for_code(code, f"topic {topic!r} does not exist"))
+
+    def timed_out(last: BaseException | None) -> BaseException:
+        if isinstance(last, KafkaConnectionError):
+            return last
+        return TimeoutError(f"no metadata for topic {topic!r} within {timeout:g} s")
+
+    await retry(
+        f"metadata for topic {topic!r}",
+        attempt,
+        timeout=timeout,
+        backoff=cluster.retry_backoff,
+        retriable=lambda exc: isinstance(exc, KafkaConnectionError),
+        on_timeout=timed_out,
+    )
 
 
 async def _stop_on_signal(given: _Input) -> None:

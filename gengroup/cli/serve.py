@@ -3,7 +3,9 @@
 Prints exactly ``bootstrap 127.0.0.1:PORT[,127.0.0.1:PORT...]`` on stdout,
 flushed, once every broker listens, then serves until SIGINT or SIGTERM and
 exits with status 0. A port that cannot be listened on (in use, an address
-not on this machine) is one line on stderr and exit status 1.
+not on this machine) is one line on stderr and exit status 1. The brokers
+take consecutive ports from ``--port``: one whose last broker's port would
+pass 65535 is one line on stderr and exit status 2, before anything listens.
 
 The listeners' security (``--security-protocol``, ``--ssl-*``, ``--sasl-*``)
 becomes a :class:`~gengroup.broker.ServerSecurity`, checked (and its
@@ -30,6 +32,9 @@ from ..broker import BrokerSettings, FakeCluster, ServerSecurity
 from ._common import bounded, command
 
 __all__ = ["add_parser", "parse_topic", "parse_user", "run", "server_security"]
+
+#: The highest TCP port: the last broker's port (``--port`` + ``--brokers`` - 1) may not pass it.
+_MAX_PORT: Final = 65535
 
 
 def parse_topic(text: str) -> tuple[str, int]:
@@ -107,9 +112,10 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     """
     parser.add_argument(
         "--port",
-        type=bounded(int, 0, 65535),
+        type=bounded(int, 0, _MAX_PORT),
         default=0,
-        help="port of the first broker; the others take the next ones (0: any free ports)",
+        help=f"port of the first broker; the others take the next ones, up to {_MAX_PORT} "
+        "(0: any free ports)",
     )
     parser.add_argument(
         "--brokers", type=bounded(int, 1), default=1, help="number of brokers (default 1)"
@@ -172,6 +178,14 @@ def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; return the exit code."""
     if args.brokers < 1:
         print("gengroup serve: --brokers must be at least 1", file=sys.stderr)
+        return 2
+    if args.port and args.port + args.brokers - 1 > _MAX_PORT:
+        print(
+            f"gengroup serve: --port {args.port} with --brokers {args.brokers} needs ports "
+            f"{args.port} to {args.port + args.brokers - 1}, past {_MAX_PORT}: give --port at "
+            f"most {_MAX_PORT - args.brokers + 1}, or 0 for any free ports",
+            file=sys.stderr,
+        )
         return 2
     try:
         security = server_security(args)

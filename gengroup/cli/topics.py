@@ -48,12 +48,22 @@ async def _list(admin: Admin, args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
 
 
+def _missing(topic: str) -> UnknownTopicOrPartition:
+    """The error of a topic that does not exist, naming it once.
+
+    The broker's own text for UNKNOWN_TOPIC_OR_PARTITION differs (the embedded
+    broker names the topic, Apache Kafka says "This server does not host this
+    topic-partition." or nothing), so the command says it in its own words.
+    """
+    return UnknownTopicOrPartition(
+        ErrorCode.unknown_topic_or_partition, f"topic {topic!r} does not exist"
+    )
+
+
 async def _describe(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
     info = (await admin.cluster.refresh_metadata([args.topic])).get(args.topic)
     if info is None or info.error_code:
-        raise UnknownTopicOrPartition(
-            ErrorCode.unknown_topic_or_partition, f"topic {args.topic!r} does not exist"
-        )
+        raise _missing(args.topic)
     parts = [info.partitions[i] for i in sorted(info.partitions)]
     ends = await admin.list_offsets(
         [TopicPartition(args.topic, p.partition) for p in parts], "latest"
@@ -110,12 +120,18 @@ async def _showing_leaders(
 
 
 async def _delete(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
-    await admin.delete_topics([args.topic])
+    try:
+        await admin.delete_topics([args.topic])
+    except UnknownTopicOrPartition:
+        raise _missing(args.topic) from None
     return {"deleted": args.topic}
 
 
 async def _grow(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
-    await _showing_leaders(
-        admin, args, lambda: admin.create_partitions(args.topic, args.partitions)
-    )
+    try:
+        await _showing_leaders(
+            admin, args, lambda: admin.create_partitions(args.topic, args.partitions)
+        )
+    except UnknownTopicOrPartition:
+        raise _missing(args.topic) from None
     return {"topic": args.topic, "partitions": args.partitions}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
+import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -11,8 +13,10 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from gengroup import Admin, Producer, TopicPartition
+from gengroup import Admin, Cluster, Producer, TopicPartition
+from gengroup.io.fetch import read_partition
 from gengroup.producer import ProducerRecord
+from gengroup.protocol.records import Record
 from tests.cli.conftest import Target, gengroup
 from tests.embedded.test_cli import command
 
@@ -142,6 +146,45 @@ def test_produce_then_consume_round_trips_json(served: str) -> None:
             out.stdout)], key=str)  # fmt: skip
 
 
+def test_json_output_round_trips_any_bytes_through_produce(served: str) -> None:
+    """Bytes that are not UTF-8 were printed with backslash escapes, which
+    produce sent as those characters: ``b"\\x80"`` and the text ``\\x80`` came
+    out alike, and neither went back as it was."""
+    every = bytes(range(256))
+    sent = [
+        ProducerRecord(every, every, [("bin", every), ("text", "é\\x80".encode()), ("none", None)]),
+        ProducerRecord("é\\x80 text".encode(), b"\xff\xfe", [("bin", b"\x80")]),
+        ProducerRecord(None, None),
+        ProducerRecord(b"", b'{"base64": "AA=="}'),
+    ]
+
+    async def write() -> None:
+        async with Admin(served) as admin, Producer(admin.cluster) as producer:
+            await admin.create_topics({"binary": 1, "binary-copy": 1})
+            await producer.send_many("binary", [ProducerRecord(r.value, r.key, r.headers, 0)
+                                                for r in sent])  # fmt: skip
+
+    anyio.run(write)
+    out = gengroup("consume", "binary", "--from-beginning", "--until-end", "--json",
+                   bootstrap=served)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    printed = as_json(out.stdout)
+    assert printed[0]["value"] == {"base64": base64.b64encode(every).decode()}
+    assert printed[1]["value"] == "é\\x80 text"  # UTF-8 stays readable text
+    copied = gengroup("produce", "binary-copy", "--format", "json", bootstrap=served,
+                      input=out.stdout)  # fmt: skip
+    assert copied.returncode == 0, copied.stderr
+
+    async def read() -> list[Record]:
+        async with Cluster(served) as cluster:
+            return await read_partition(cluster, TopicPartition("binary-copy", 0), 0, None)
+
+    got = anyio.run(read)
+    assert [(r.key, r.value, list(r.headers)) for r in got] == [
+        (r.key, r.value, list(r.headers)) for r in sent
+    ]
+
+
 def test_table_format_prints_a_header_and_a_row_per_record(served: str) -> None:
     seed(served, "tabled", partitions=1, per_partition=3)
     done = gengroup("consume", "tabled", "--from-beginning", "--until-end", "--format", "table",
@@ -215,3 +258,38 @@ def test_a_reader_gone_ends_the_command_on_an_idle_topic(served: str) -> None:
         assert proc.wait(timeout=30) == 0
         assert "Traceback" not in proc.stderr.read()
     assert committed(served, "quiet-head") == {0: 2}
+
+
+@pytest.mark.parametrize("group", [["--group", "outage"], []], ids=["member", "direct"])
+def test_a_broker_gone_ends_the_command_after_its_timeout(group: list[str]) -> None:
+    """A member in a generation used to notice a dead broker only when its
+    session timed out (45 s) whatever --timeout said: the command now ends
+    once the cluster has been unreachable for --timeout, with the one line of
+    an unreachable cluster and exit code 1."""
+    broker = subprocess.Popen(
+        command("serve", "--initial-rebalance-delay-ms", "0"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert broker.stdout is not None
+        bootstrap = broker.stdout.readline().strip().removeprefix("bootstrap ")
+        seed(bootstrap, "doomed-data", partitions=1, per_partition=1)
+        cmd = command("consume", "doomed-data", *group, "--from-beginning", "--timeout", "3",
+                      "--bootstrap", bootstrap, "--config", os.devnull)  # fmt: skip
+        with running(cmd) as proc:
+            assert proc.stdout is not None and proc.stderr is not None
+            assert proc.stdout.readline() == "p0-0\n"
+            broker.kill()
+            broker.wait(timeout=30)
+            # The session timeout is 45 s: well before it, the command has ended.
+            assert proc.wait(timeout=30) == 1
+            err = proc.stderr.read()
+            assert "Traceback" not in err, err
+            assert err.splitlines()[-1].startswith("gengroup consume: "), err
+            assert "connection refused" in err.splitlines()[-1], err
+    finally:
+        broker.kill()
+        broker.wait(timeout=30)
+        assert broker.stdout is not None
+        broker.stdout.close()

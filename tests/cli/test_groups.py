@@ -98,6 +98,19 @@ def test_topics_commands_on_the_embedded_broker(served: str) -> None:
     assert missing.returncode == 3 and "does not exist" in missing.stderr
 
 
+def test_a_missing_topic_is_named_once(target: Target) -> None:
+    """The broker's text for UNKNOWN_TOPIC_OR_PARTITION named the topic too (the
+    embedded broker's), or said something else (Apache Kafka's): the line says
+    the command's own words, on either broker."""
+    topic = target.name("never-created")
+    for action in (["delete", topic], ["add-partitions", topic, "--partitions", "3"]):
+        done = gengroup("topics", *action, bootstrap=target.bootstrap)
+        assert done.returncode == 3, (action, done.stderr)
+        assert done.stderr == (
+            f"gengroup topics: UNKNOWN_TOPIC_OR_PARTITION (3): topic {topic!r} does not exist\n"
+        ), action
+
+
 def test_version() -> None:
     done = gengroup("--version")
     assert done.returncode == 0 and done.stdout.startswith("gengroup 0.")

@@ -126,6 +126,10 @@ def test_bad_input_and_bad_usage_say_so_in_one_line(served: str, tmp_path: Path)
     assert no_sep.stderr.strip() == "gengroup produce: line 2: no key separator ':'"
     not_json = gengroup("produce", "t", "--format", "json", bootstrap=served, input="{nope\n")
     assert not_json.returncode == 1 and "line 1: not JSON" in not_json.stderr
+    lines = '{"value": "ok"}\n{"key": {"base64": "not base64!"}}\n'
+    bad_base64 = gengroup("produce", "t", "--format", "json", bootstrap=served, input=lines)
+    assert bad_base64.returncode == 1
+    assert bad_base64.stderr.startswith("gengroup produce: line 2: key: base64 expected (")
     assert "Traceback" not in not_json.stderr
     missing = gengroup("produce", "t", "--file", str(tmp_path / "none"), bootstrap=served)
     assert missing.returncode == 2 and "cannot read" in missing.stderr
@@ -140,6 +144,26 @@ def test_an_unreachable_broker_is_one_line() -> None:
     assert down.returncode == 1, down
     assert "Traceback" not in down.stderr and "connection refused" in down.stderr
     assert len(down.stderr.strip().splitlines()) == 1, down.stderr
+
+
+def test_empty_input_still_asks_the_cluster_for_the_topic(served: str) -> None:
+    """No input used to make no request: a wrong address or a missing topic
+    was "produced 0 records", exit code 0."""
+    create(served, "present", 1)
+    ok = gengroup("produce", "present", bootstrap=served)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stderr == "produced 0 records to present (0 partitions; none)\n"
+    for fmt, blank in (("raw", ""), ("json", "\n\n")):
+        missing = gengroup("produce", "absent", "--format", fmt, bootstrap=served, input=blank)
+        assert missing.returncode == 3, missing.stderr
+        assert missing.stderr == (
+            "gengroup produce: UNKNOWN_TOPIC_OR_PARTITION (3): topic 'absent' does not exist\n"
+        )
+    listed = json.loads(gengroup("topics", "list", "--json", bootstrap=served).stdout)
+    assert "absent" not in [t["topic"] for t in listed]  # asked, not created
+    down = gengroup("produce", "present", "--timeout", "1", bootstrap="127.0.0.1:1")
+    assert down.returncode == 1, down.stderr
+    assert "connection refused" in down.stderr and len(down.stderr.splitlines()) == 1
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -95,6 +95,7 @@ def test_serve_on_a_port_in_use_says_so_in_one_line() -> None:
     [
         (("serve", "--port", "99999"), "argument --port: must be at least 0 and at most 65535"),
         (("serve", "--brokers", "0"), "argument --brokers: must be at least 1, got 0"),
+        (("serve", "--port", "65535", "--brokers", "2"), "give --port at most 65534, or 0"),
         (("serve", "--offsets-topic-partitions", "0"), "--offsets-topic-partitions: must be at"),
         (("serve", "--initial-rebalance-delay-ms", "-5"), "must be at least 0, got -5"),
         (("demo", "--partitions", "0"), "argument --partitions: must be at least 1, got 0"),
