@@ -25,7 +25,8 @@ would otherwise notice only when its session timed out.
 
 Formats: ``raw`` writes each value as it is (``null`` for a null value; with
 ``--key-separator SEP``, ``KEY SEP VALUE``); ``json`` one object per line with
-topic, partition, offset, timestamp, key, value and headers (UTF-8 bytes as a
+topic, partition, offset, timestamp, key, value and headers (a list of
+``[name, value]`` pairs, in order: a name may repeat; UTF-8 bytes as a
 string, other bytes as ``{"base64": "..."}``, so that ``gengroup produce
 --format json`` sends them again unchanged); ``table`` a table (rich; bytes
 that are not UTF-8 shown with backslash escapes).
@@ -173,7 +174,7 @@ class Printer:
                     "timestamp": record.timestamp,
                     "key": json_bytes(record.key),
                     "value": json_bytes(record.value),
-                    "headers": {k: json_bytes(v) for k, v in record.headers},
+                    "headers": [[k, json_bytes(v)] for k, v in record.headers],
                 }
                 self.out.write(json.dumps(obj, ensure_ascii=False).encode() + b"\n")
             else:

@@ -3,7 +3,8 @@
 Each line is one record. ``--format raw`` (the default) takes the line as the
 value (with ``--key-separator SEP``, the text before the first ``SEP`` is the
 key and a line without it is an error); ``--format json`` takes one object per
-line, ``{"key": ..., "value": ..., "headers": {...}, "partition": N}``, every
+line, ``{"key": ..., "value": ..., "headers": [[name, value], ...], "partition":
+N}`` (or headers as an object ``{name: value}``), every
 field optional (strings are sent as UTF-8, ``{"base64": "..."}`` as the bytes
 it encodes, other JSON values as their compact JSON text, null as null; blank
 lines are skipped; other fields are ignored, so ``gengroup consume --format
@@ -112,6 +113,18 @@ def _field_bytes(value: Any, number: int, field: str) -> bytes | None:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
+def _header_pairs(headers: Any, number: int) -> list[tuple[str, Any]]:
+    """The ``headers`` field as (name, value) pairs: a list of ``[name, value]``
+    pairs (what consume prints: names may repeat), or an object."""
+    if isinstance(headers, dict):
+        return [(str(k), v) for k, v in headers.items()]
+    if isinstance(headers, list) and all(
+        isinstance(h, list) and len(h) == 2 and isinstance(h[0], str) for h in headers
+    ):
+        return [(h[0], h[1]) for h in headers]
+    raise ValueError(f"line {number}: headers must be a list of [name, value] pairs or an object")
+
+
 def parse_json_line(line: bytes, number: int) -> ProducerRecord | None:
     """The record of one JSON line (None for a blank line).
 
@@ -130,16 +143,14 @@ def parse_json_line(line: bytes, number: int) -> ProducerRecord | None:
         raise ValueError(f"line {number}: not JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise ValueError(f"line {number}: expected a JSON object")
-    headers = obj.get("headers") or {}
-    if not isinstance(headers, dict):
-        raise ValueError(f"line {number}: headers must be an object")
+    headers = _header_pairs(obj.get("headers") or [], number)
     partition = obj.get("partition")
     if partition is not None and (not isinstance(partition, int) or partition < 0):
         raise ValueError(f"line {number}: partition must be a non-negative integer")
     return ProducerRecord(
         _field_bytes(obj.get("value"), number, "value"),
         key=_field_bytes(obj.get("key"), number, "key"),
-        headers=[(str(k), _field_bytes(v, number, f"header {k!r}")) for k, v in headers.items()],
+        headers=[(k, _field_bytes(v, number, f"header {k!r}")) for k, v in headers],
         partition=partition,
     )
 

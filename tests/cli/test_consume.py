@@ -152,7 +152,11 @@ def test_json_output_round_trips_any_bytes_through_produce(served: str) -> None:
     out alike, and neither went back as it was."""
     every = bytes(range(256))
     sent = [
-        ProducerRecord(every, every, [("bin", every), ("text", "é\\x80".encode()), ("none", None)]),
+        ProducerRecord(
+            every,
+            every,
+            [("bin", every), ("text", "é\\x80".encode()), ("none", None), ("bin", b"again")],
+        ),  # a name may repeat
         ProducerRecord("é\\x80 text".encode(), b"\xff\xfe", [("bin", b"\x80")]),
         ProducerRecord(None, None),
         ProducerRecord(b"", b'{"base64": "AA=="}'),
@@ -169,6 +173,7 @@ def test_json_output_round_trips_any_bytes_through_produce(served: str) -> None:
                    bootstrap=served)  # fmt: skip
     assert out.returncode == 0, out.stderr
     printed = as_json(out.stdout)
+    assert printed[0]["headers"][1] == ["text", "é\\x80"]
     assert printed[0]["value"] == {"base64": base64.b64encode(every).decode()}
     assert printed[1]["value"] == "é\\x80 text"  # UTF-8 stays readable text
     copied = gengroup("produce", "binary-copy", "--format", "json", bootstrap=served,

@@ -83,6 +83,7 @@ def test_json_lines_carry_key_value_headers_and_partition(served: str) -> None:
             "",
             json.dumps({"value": {"nested": [1, 2]}, "partition": 1}),
             json.dumps({"key": "gone", "value": None, "partition": 0, "offset": 99}),
+            json.dumps({"value": "v2", "partition": 0, "headers": [["h", "1"], ["h", "2"]]}),
         ]
     )
     done = gengroup(
@@ -91,11 +92,12 @@ def test_json_lines_carry_key_value_headers_and_partition(served: str) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
-    assert done.stderr.strip() == "produced 3 records to events (2 partitions; 0: 2, 1: 1)"
+    assert done.stderr.strip() == "produced 4 records to events (2 partitions; 0: 3, 1: 1)"
     got = read_back(served, "events", 2)
     assert [(r.key, r.value, r.headers) for r in got[0]] == [
         (b"k", b"v1", (("h", b"1"), ("n", None))),
         (b"gone", None, ()),
+        (None, b"v2", (("h", b"1"), ("h", b"2"))),  # a name may repeat
     ]
     assert [(r.key, r.value) for r in got[1]] == [(None, b'{"nested":[1,2]}')]
 
@@ -126,6 +128,10 @@ def test_bad_input_and_bad_usage_say_so_in_one_line(served: str, tmp_path: Path)
     assert no_sep.stderr.strip() == "gengroup produce: line 2: no key separator ':'"
     not_json = gengroup("produce", "t", "--format", "json", bootstrap=served, input="{nope\n")
     assert not_json.returncode == 1 and "line 1: not JSON" in not_json.stderr
+    pairs = gengroup("produce", "t", "--format", "json", bootstrap=served,
+                     input='{"headers": [["a"]]}\n')  # fmt: skip
+    assert pairs.returncode == 1
+    assert "line 1: headers must be a list of [name, value] pairs or an object" in pairs.stderr
     lines = '{"value": "ok"}\n{"key": {"base64": "not base64!"}}\n'
     bad_base64 = gengroup("produce", "t", "--format", "json", bootstrap=served, input=lines)
     assert bad_base64.returncode == 1
