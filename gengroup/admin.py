@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Final, Self, TypeVar, Unpack
 
@@ -52,6 +52,15 @@ from ._errors import (
     raise_for_code,
 )
 from ._types import GenerationIdentity, TopicPartition
+from .admin_types import (
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
+    NewTopic,
+    PartitionLag,
+    names_of,
+    new_topics,
+)
 from .io import offsets
 from .io.cluster import Cluster, shared_or_own
 from .io.coordinator import CoordinatorClient
@@ -60,7 +69,6 @@ from .io.request import MakeRequest, raise_item_errors
 from .io.retry import GiveUp, retry, seconds_left
 from .io.security import Security, SecuritySettings
 from .membership import requests
-from .protocol.consumer_protocol import PROTOCOL_TYPE, Assignment, decode_assignment
 from .protocol.framing import build, ms
 from .protocol.versions import ApiKey
 
@@ -107,122 +115,6 @@ class AdminSettings(SecuritySettings, total=False):
 
     client_id: str
     timeout: float
-
-
-@dataclass(frozen=True, slots=True)
-class NewTopic:
-    """A topic to create.
-
-    Attributes:
-        name: the topic name.
-        partitions: the number of partitions.
-        replication_factor: copies of each partition.
-        configs: topic configuration overrides, e.g. ``{"cleanup.policy": "compact"}``.
-    """
-
-    name: str
-    partitions: int
-    replication_factor: int = 1
-    configs: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionLag:
-    """A group's position in one partition.
-
-    Attributes:
-        committed: the group's committed offset (None: nothing committed).
-        end: the partition's end offset (the high watermark).
-        lag: records between the two (None when nothing is committed).
-    """
-
-    committed: int | None
-    end: int
-    lag: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class GroupListing:
-    """A group as listed by ListGroups.
-
-    Attributes:
-        group_id: the group id.
-        protocol_type: ``"consumer"`` for consumer groups, ``""`` for offset-only groups.
-        state: the group state (``Stable``, ``Empty`` ...), ``""`` if the broker did not say.
-    """
-
-    group_id: str
-    protocol_type: str
-    state: str
-
-
-@dataclass(frozen=True, slots=True)
-class MemberDescription:
-    """One member of a described group.
-
-    Attributes:
-        member_id: the coordinator-assigned member id.
-        client_id: the member's client id.
-        client_host: the address the member connected from.
-        group_instance_id: the static membership id, or None.
-        protocol_type: the group's protocol type (tells how to read the bytes).
-        raw_metadata: the member's JoinGroup metadata for the chosen protocol.
-        raw_assignment: the member's SyncGroup assignment bytes.
-    """
-
-    member_id: str
-    client_id: str
-    client_host: str
-    group_instance_id: str | None
-    protocol_type: str
-    raw_metadata: bytes
-    raw_assignment: bytes
-
-    @property
-    def assignment(self) -> Assignment | None:
-        """The decoded assignment for ``consumer`` groups, None for other protocol types.
-
-        Raises:
-            ProtocolError: the group claims the ``consumer`` protocol type but
-                the bytes are not a consumer-protocol assignment.
-        """
-        if self.protocol_type != PROTOCOL_TYPE:
-            return None
-        return decode_assignment(self.raw_assignment)
-
-    @property
-    def partitions(self) -> frozenset[TopicPartition]:
-        """The assigned partitions (empty for non-consumer groups).
-
-        Raises:
-            ProtocolError: as :attr:`assignment`.
-        """
-        assignment = self.assignment
-        if assignment is None:
-            return frozenset()
-        return frozenset(
-            TopicPartition(topic, p) for topic, parts in assignment.partitions for p in parts
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class GroupDescription:
-    """A group as described by DescribeGroups.
-
-    Attributes:
-        group_id: the group id.
-        state: ``Empty``, ``PreparingRebalance``, ``CompletingRebalance``,
-            ``Stable`` or ``Dead``.
-        protocol_type: e.g. ``"consumer"``.
-        protocol: the chosen protocol (for consumers: the assignor name).
-        members: the members, in the coordinator's order.
-    """
-
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol: str
-    members: tuple[MemberDescription, ...]
 
 
 class _NotYet(Exception):
@@ -325,7 +217,9 @@ class Admin:
 
         def timed_out(last: BaseException | None) -> TimeoutError:
             suffix = "" if last is None or isinstance(last, _NotYet) else f" (last error: {last})"
-            return TimeoutError(f"metadata did not show {what} within {timeout} s{suffix}")
+            return TimeoutError(
+                f"metadata did not show {what} within {round(timeout, 3):g} s{suffix}"
+            )
 
         await retry(
             what,
@@ -410,10 +304,7 @@ class Admin:
                 replication factor or config ...); the message names the topic.
             TimeoutError: the topics did not appear with serving leaders in time.
         """
-        if isinstance(topics, Mapping):
-            new = {name: NewTopic(name, int(count)) for name, count in topics.items()}
-        else:
-            new = {t.name: t for t in topics}
+        new = new_topics(topics)
         if not new:
             return
 
@@ -497,7 +388,7 @@ class Admin:
             BrokerError: the broker refused the deletion.
             TimeoutError: the topics were still listed when the deadline passed.
         """
-        topics = sorted(set(names))
+        topics = sorted(names_of(names, "delete_topics"))
         if not topics:
             return
 
@@ -584,25 +475,39 @@ class Admin:
         spec: OffsetSpec,
         *,
         read_committed: bool = False,
+        timeout: float | None = None,
     ) -> dict[TopicPartition, int]:
-        """Look up offsets by position or time, within the admin's timeout.
+        """Look up offsets by position or time, within ``timeout`` (default: the admin's).
 
         Args, returns and raises: see :func:`gengroup.io.offsets.list_offsets`
-        (``spec`` is ``"earliest"``, ``"latest"`` or a timestamp in ms).
+        (``spec`` is ``"earliest"``, ``"latest"`` or a timestamp in ms); a
+        partition that the topic does not have is UnknownTopicOrPartition at
+        once, as a topic that does not exist.
         """
         return await offsets.list_offsets(
-            self.cluster, tps, spec, read_committed=read_committed, timeout=self.timeout
+            self.cluster,
+            tps,
+            spec,
+            read_committed=read_committed,
+            timeout=self._limit(timeout)[0],
+            missing_partitions=True,
         )
 
     # ------------------------------------------------------------------ groups
 
     async def _group_call(
-        self, group_id: str, what: str, key: ApiKey, make: MakeRequest, parse: Callable[[Any], T]
+        self,
+        group_id: str,
+        what: str,
+        key: ApiKey,
+        make: MakeRequest,
+        parse: Callable[[Any], T],
+        timeout: float | None = None,
     ) -> T:
-        """A request to ``group_id``'s coordinator, retried until the admin's timeout."""
+        """A request to ``group_id``'s coordinator, retried until ``timeout`` (the admin's)."""
         coordinator = self.coordinator(group_id)
         return await self._retrying(
-            f"{what} {group_id!r}", lambda: coordinator.call(key, make, parse), None
+            f"{what} {group_id!r}", lambda: coordinator.call(key, make, parse), timeout
         )
 
     async def list_groups(self) -> list[GroupListing]:
@@ -631,18 +536,23 @@ class Admin:
             await self._retrying(f"ListGroups on broker {node}", attempt, max(left(), 0.001))
         return [found[k] for k in sorted(found)]
 
-    async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
-        """Describe groups (state, protocol and members).
+    async def describe_groups(
+        self, group_ids: Iterable[str], *, timeout: float | None = None
+    ) -> dict[str, GroupDescription]:
+        """Describe groups (state, protocol and members), all within ``timeout``
+        (default: the admin's).
 
         A group that does not exist is described with state ``Dead`` and no
         members, as the broker reports it.
 
         Raises:
+            TypeError: ``group_ids`` is one string, not a list of them.
             BrokerError: a non-retriable error for a group (e.g. authorization).
             TimeoutError: the coordinator could not be reached in time.
         """
         out: dict[str, GroupDescription] = {}
-        for group_id in dict.fromkeys(group_ids):
+        left = self._limit(timeout)[1]
+        for group_id in names_of(group_ids, "describe_groups"):
 
             def describe(mod: Any, group_id: str = group_id) -> Any:
                 return build(
@@ -682,6 +592,7 @@ class Admin:
                 ApiKey.DESCRIBE_GROUPS,
                 describe,
                 parse,
+                max(left(), 0.001),
             )
         return out
 
@@ -689,11 +600,12 @@ class Admin:
         """Delete groups and their committed offsets.
 
         Raises:
+            TypeError: ``group_ids`` is one string, not a list of them.
             GroupIdNotFound: a group does not exist.
             BrokerError: e.g. NON_EMPTY_GROUP when the group still has members.
             TimeoutError: the coordinator could not be reached in time.
         """
-        for group_id in dict.fromkeys(group_ids):
+        for group_id in names_of(group_ids, "delete_groups"):
 
             def delete(mod: Any, group_id: str = group_id) -> Any:
                 return build(mod.DeleteGroupsRequest, groups_names=(group_id,))
@@ -718,8 +630,9 @@ class Admin:
         tps: Iterable[TopicPartition] | None = None,
         *,
         require_stable: bool = False,
+        timeout: float | None = None,
     ) -> dict[TopicPartition, int]:
-        """Fetch a group's committed offsets.
+        """Fetch a group's committed offsets (within ``timeout``, default: the admin's).
 
         Args:
             group_id: the group.
@@ -747,13 +660,14 @@ class Admin:
                 mod, group_id, wanted, require_stable=require_stable
             ),
             lambda resp: offsets.parse_offset_fetch(resp, group_id),
+            timeout,
         )
         return {tp: off for tp, (off, _) in committed.items() if off >= 0}
 
     # ------------------------------------------------------------------ group offsets
 
     async def group_lag(
-        self, group_id: str, topics: Iterable[str] | None = None
+        self, group_id: str, topics: Iterable[str] | None = None, *, timeout: float | None = None
     ) -> dict[TopicPartition, PartitionLag]:
         """A group's lag per partition: end offset minus committed offset.
 
@@ -761,16 +675,20 @@ class Admin:
             group_id: the group.
             topics: also report these topics' partitions the group has not
                 committed for (lag None); default: only committed partitions.
+            timeout: seconds for the whole operation (default: the admin's timeout).
 
         Returns:
             Each partition's committed offset, end offset and lag, sorted
             (the group's total is the sum of the lags that are not None).
         """
-        committed = await self.fetch_offsets(group_id)
+        left = self._limit(timeout)[1]  # one deadline for every step
+        committed = await self.fetch_offsets(group_id, timeout=left())
         tps = set(committed)
         if topics is not None:
-            names = list(dict.fromkeys(topics))
-            md = await self.cluster.refresh_metadata(names)
+            names = names_of(topics, "group_lag")
+            md = await self._retrying(
+                "metadata", partial(self.cluster.refresh_metadata, names), max(left(), 0.001)
+            )
             for name in names:
                 info = md.get(name)
                 if info is None or info.error_code:
@@ -779,7 +697,7 @@ class Admin:
                         f"topic {name!r}",
                     )
                 tps.update(TopicPartition(name, p) for p in info.partitions)
-        ends = await self.list_offsets(tps, "latest") if tps else {}
+        ends = await self.list_offsets(tps, "latest", timeout=max(left(), 0.001)) if tps else {}
         result: dict[TopicPartition, PartitionLag] = {}
         for tp in sorted(tps):
             mine = committed.get(tp)
@@ -795,6 +713,7 @@ class Admin:
         to: OffsetSpec | None = None,
         offset: int | None = None,
         dry_run: bool = False,
+        timeout: float | None = None,
     ) -> dict[TopicPartition, int]:
         """Move a group's committed offsets, as Kafka's ``kafka-consumer-groups --reset-offsets``.
 
@@ -809,6 +728,7 @@ class Admin:
             offset: an explicit offset instead of ``to``, clamped to each
                 partition's earliest..latest like Kafka's tool.
             dry_run: compute and return the plan without committing it.
+            timeout: seconds for the whole operation (default: the admin's timeout).
 
         Returns:
             The new offset of each partition.
@@ -823,7 +743,12 @@ class Admin:
             raise ValueError("give exactly one of to= ('earliest', 'latest', ms) or offset=")
         if offset is not None and (isinstance(offset, bool) or offset < 0):
             raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
-        described = (await self.describe_groups([group_id]))[group_id]
+        left = self._limit(timeout)[1]  # one deadline for every step
+
+        def rest() -> float:
+            return max(left(), 0.001)
+
+        described = (await self.describe_groups([group_id], timeout=rest()))[group_id]
         if described.members:
             raise error_for_code(
                 int(ErrorCode.non_empty_group),
@@ -833,14 +758,14 @@ class Admin:
         if not wanted:
             return {}
         if offset is not None:
-            low = await self.list_offsets(wanted, "earliest")
-            high = await self.list_offsets(wanted, "latest")
+            low = await self.list_offsets(wanted, "earliest", timeout=rest())
+            high = await self.list_offsets(wanted, "latest", timeout=rest())
             plan = {tp: min(max(offset, low[tp]), high[tp]) for tp in wanted}
         else:
             assert to is not None
-            found = await self.list_offsets(wanted, to)
+            found = await self.list_offsets(wanted, to, timeout=rest())
             missing = [tp for tp, o in found.items() if o < 0]
-            latest = await self.list_offsets(missing, "latest") if missing else {}
+            latest = await self.list_offsets(missing, "latest", timeout=rest()) if missing else {}
             plan = {tp: latest.get(tp, o) if o < 0 else o for tp, o in found.items()}
         if not dry_run:
             identity = GenerationIdentity(group_id, -1, "", None)
@@ -856,6 +781,7 @@ class Admin:
                 ApiKey.OFFSET_COMMIT,
                 partial(requests.offset_commit_request, identity=identity, offsets=plan),
                 parse,
+                rest(),
             )
         return plan
 

@@ -90,6 +90,7 @@ async def list_offsets(
     *,
     read_committed: bool = False,
     timeout: float,
+    missing_partitions: bool = False,
 ) -> dict[TopicPartition, int]:
     """Look offsets up by position or time, asking each partition's leader.
 
@@ -102,13 +103,19 @@ async def list_offsets(
             after it, or -1 if no such record exists.
         read_committed: use READ_COMMITTED isolation (matters for ``"latest"``).
         timeout: seconds before giving up on stale leadership.
+        missing_partitions: a partition that fresh metadata does not list
+            (its topic has fewer) is UnknownTopicOrPartition at once, as an
+            unknown topic is (an admin's question); by default it is waited
+            for, as stale leadership (a consumer's partitions may be newer
+            than the metadata of the broker it asked).
 
     Returns:
         The offset of each partition.
 
     Raises:
         ValueError: a bad ``spec``.
-        UnknownTopicOrPartition: metadata does not know a topic.
+        UnknownTopicOrPartition: metadata does not know a topic (or, with
+            ``missing_partitions``, a partition).
         BrokerError: another non-retriable error.
         TimeoutError: leadership stayed stale until the deadline.
     """
@@ -125,6 +132,14 @@ async def list_offsets(
             info = md.get(name)
             if info is not None and info.error_code == _UNKNOWN_TOPIC:
                 raise error_for_code(_UNKNOWN_TOPIC, f"topic {name!r}")
+        if missing_partitions:
+            for tp in sorted(wanted):
+                info = md.get(tp.topic)
+                if info is not None and not info.error_code and tp.partition not in info.partitions:
+                    raise error_for_code(
+                        _UNKNOWN_TOPIC,
+                        f"{tp}: topic {tp.topic!r} has {len(info.partitions)} partitions",
+                    )
 
     if any(cluster.leader_for(tp) < 0 for tp in wanted):
         await refresh()

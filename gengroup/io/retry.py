@@ -169,4 +169,4 @@ async def retry(
     if on_timeout is not None:
         raise on_timeout(last)
     detail = "no attempt was answered" if last is None else f"last error: {last}"
-    raise TimeoutError(f"{what} did not complete within {timeout} s ({detail})")
+    raise TimeoutError(f"{what} did not complete within {round(timeout, 3):g} s ({detail})")

@@ -1,0 +1,90 @@
+"""The admin client's arguments and deadlines, on the embedded broker in virtual time."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import trio
+import trio.testing
+
+from gengroup import Admin, Producer, TopicPartition
+from gengroup._errors import UnknownTopicOrPartition
+from gengroup.admin import NewTopic
+from gengroup.broker import Delay, FakeCluster
+from gengroup.protocol.versions import ApiKey
+
+
+async def test_one_name_where_a_list_belongs_is_refused_and_deletes_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A string is iterable: ``delete_topics("orders")`` deleted ``o`` and ``s``."""
+    async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap) as admin:
+            await admin.create_topics({"orders": 1, "o": 1, "s": 1})
+            with pytest.raises(TypeError, match=re.escape("not one name: ['orders']")):
+                await admin.delete_topics("orders")
+            for call in (admin.describe_groups, admin.delete_groups):
+                with pytest.raises(TypeError, match="not one name"):
+                    await call("gx")
+            with pytest.raises(TypeError, match="names"):
+                await admin.delete_topics(["orders", 5])  # type: ignore[list-item]
+            md = await admin.cluster.refresh_metadata(["orders", "o", "s"])
+            assert all(md[t].error_code == 0 for t in ("orders", "o", "s"))
+
+
+async def test_topics_to_create_are_checked_before_any_is_created(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap) as admin:
+            with pytest.raises(TypeError, match="partitions must be an int, got '3'"):
+                await admin.create_topics({"ok": 1, "ps": "3"})  # type: ignore[dict-item]
+            with pytest.raises(TypeError, match=r"partitions must be an int, got 2\.7"):
+                await admin.create_topics({"pf": 2.7})  # type: ignore[dict-item]
+            with pytest.raises(ValueError, match="'dup' is given twice"):
+                await admin.create_topics([NewTopic("dup", 1), NewTopic("dup", 2)])
+            with pytest.raises(TypeError, match="create_topics takes"):
+                await admin.create_topics("orders")  # type: ignore[arg-type]
+            md = await admin.cluster.refresh_metadata(["ok", "dup"])
+            assert all(md[t].error_code == 3 for t in ("ok", "dup"))  # none was created
+
+
+async def test_a_group_operation_of_several_requests_keeps_one_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Each step took a fresh timeout: 3 steps of 1.5 s under a 2 s timeout took 6 s."""
+    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap, timeout=2.0) as admin:
+            for key in (ApiKey.LIST_OFFSETS, ApiKey.DESCRIBE_GROUPS, ApiKey.OFFSET_COMMIT):
+                cluster.control(key, lambda call: Delay(1.5))
+            started = trio.current_time()
+            with pytest.raises(TimeoutError) as caught:
+                await admin.reset_offsets("g", [TopicPartition("t", 0)], offset=0)
+            assert trio.current_time() - started <= 2.0 + 0.01
+            # The deadline is said as given, not as the float left of it.
+            assert re.search(r"within \d+(\.\d{1,3})? s", str(caught.value)), caught.value
+            started = trio.current_time()
+            with pytest.raises(TimeoutError):
+                await admin.group_lag("g", ["t"])
+            assert trio.current_time() - started <= 2.0 + 0.01
+
+
+async def test_a_partition_the_topic_does_not_have_is_unknown_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """It looked like an outage: LEADER_NOT_AVAILABLE retried for the whole timeout."""
+    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap, timeout=5.0) as admin:
+            async with Producer(admin.cluster) as producer:
+                await producer.send("t", b"x", partition=1)
+            started = trio.current_time()
+            with pytest.raises(UnknownTopicOrPartition, match=r"t\[9\]: topic 't' has 2"):
+                await admin.reset_offsets("g", [TopicPartition("t", 9)], offset=0)
+            with pytest.raises(UnknownTopicOrPartition, match="has 2 partitions"):
+                await admin.list_offsets([TopicPartition("t", 2)], "latest")
+            assert trio.current_time() - started < 1.0
+            # The partitions it has are answered as before.
+            assert await admin.list_offsets([TopicPartition("t", 1)], "latest") == {
+                TopicPartition("t", 1): 1
+            }
