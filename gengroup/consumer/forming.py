@@ -735,7 +735,7 @@ async def form_generation(
             continue
         except BrokerError as exc:
             outcome = outcome_for(exc.code)
-            if outcome is Outcome.FATAL:
+            if outcome is Outcome.FATAL or exhausted_unreachable(exc) is not None:
                 raise
             member.abandon(outcome, str(exc))
             if outcome is Outcome.FIND_COORDINATOR:
