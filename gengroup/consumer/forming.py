@@ -726,9 +726,9 @@ async def form_generation(
             unreachable = exhausted_unreachable(exc)
             if unreachable is not None:
                 raise unreachable from None
-            log.info(
-                "group %s: coordinator unreachable (%s); looking it up again", cfg.group_id, exc
-            )
+            said = client.cluster.coordinator_unavailable_since  # a WARNING said it, once
+            text = "group %s: coordinator unreachable (%s); looking it up again"
+            log.log(logging.DEBUG if said else logging.INFO, text, cfg.group_id, exc)
             client.forget_coordinator()
             member.abandon(Outcome.REJOIN, "coordinator lost")
             await backoff.sleep()
