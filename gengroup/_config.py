@@ -106,8 +106,11 @@ class GroupConfig(Security):
         request_timeout: seconds to wait for an ordinary response.
         unreachable_timeout: seconds the cluster may stay unreachable (no
             bootstrap address or broker accepts a connection) before
-            :class:`~gengroup.ClusterUnreachable` comes out of ``async for``;
-            None keeps retrying forever.
+            :class:`~gengroup.ClusterUnreachable` comes out of ``async for``,
+            and FindCoordinator may keep answering COORDINATOR_NOT_AVAILABLE
+            (no broker can be the group's coordinator) before
+            :class:`~gengroup.CoordinatorUnavailable` does; None keeps
+            retrying forever.
         fetch_max_wait: seconds a Fetch may wait on the broker for data.
         fetch_min_bytes: bytes a Fetch waits for.
         fetch_max_bytes: bytes one Fetch response may carry.

@@ -95,17 +95,22 @@ class ClusterUnreachable(BrokenConnection):
         self.exhausted = exhausted
 
 
-def exhausted_unreachable(exc: BaseException) -> ClusterUnreachable | None:
-    """The exhausted cluster-unreachable error ``exc`` is or carries, if any.
+def exhausted_unreachable(
+    exc: BaseException,
+) -> ClusterUnreachable | CoordinatorUnavailable | None:
+    """The exhausted outage error ``exc`` is or carries, if any.
 
+    An outage is the cluster unreachable (:class:`ClusterUnreachable`) or the
+    key's coordinator unavailable (:class:`CoordinatorUnavailable`); either
+    stops being retried once it has lasted ``unreachable_timeout``.
     Follows ``__cause__`` and ``__context__``: a coordinator lookup that timed
     out while the cluster was unreachable carries the error as its context.
-    The first :class:`ClusterUnreachable` on the chain decides: ``None`` while
-    it is not ``exhausted`` yet.
+    The first outage error on the chain decides: ``None`` while it is not
+    ``exhausted`` yet.
     """
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, ClusterUnreachable):
+        if isinstance(seen, (ClusterUnreachable, CoordinatorUnavailable)):
             return seen if seen.exhausted else None
         seen = seen.__cause__ or seen.__context__
     return None
@@ -272,6 +277,52 @@ class NotCoordinator(CoordinatorError):
     """This broker is not the group's coordinator."""
 
 
+class CoordinatorUnavailable(CoordinatorNotAvailable):
+    """FindCoordinator answered COORDINATOR_NOT_AVAILABLE: no broker serves the key now.
+
+    Kafka answers so while the partition of its internal topic that holds the
+    key (``__consumer_offsets`` for a group) has no leader: for seconds while
+    that leadership moves, and for good when the topic cannot be created (fewer
+    live brokers than ``offsets.topic.replication.factor``). The lookup retries
+    it, with backoff, like any coordinator error, until it has lasted the
+    client's ``unreachable_timeout``.
+
+    Attributes:
+        key: the coordinator key (the group id).
+        unavailable_for: seconds since FindCoordinator first answered so
+            without a coordinator found since (0 on the first answer).
+        exhausted: True once ``unavailable_for`` passed the client's
+            ``unreachable_timeout``: the client stops retrying and this error
+            reaches the caller (a consumer group's ``async for``).
+    """
+
+    def __init__(
+        self,
+        key: str,
+        unavailable_for: float = 0.0,
+        *,
+        exhausted: bool = False,
+        message: str | None = None,
+    ) -> None:
+        lead = f"no coordinator for {key!r}"
+        if unavailable_for:
+            lead += f" for {unavailable_for:.1f} s"
+        super().__init__(
+            ErrorCode.coordinator_not_available, f"{lead}: {message}" if message else lead
+        )
+        self.key = key
+        self.unavailable_for = unavailable_for
+        self.exhausted = exhausted
+        self.broker_message = message
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            type(self),
+            (self.key, self.unavailable_for),
+            {"exhausted": self.exhausted, "broker_message": self.broker_message},
+        )
+
+
 class IllegalGeneration(MemberResetError):
     """The generation id is not the group's current one."""
 
@@ -421,7 +472,7 @@ def is_retriable(exc: BaseException) -> bool:
     """
     if isinstance(exc, AuthenticationError):
         return False
-    if isinstance(exc, ClusterUnreachable):
+    if isinstance(exc, (ClusterUnreachable, CoordinatorUnavailable)):
         return not exc.exhausted
     if isinstance(exc, KafkaConnectionError):
         return True

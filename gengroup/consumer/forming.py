@@ -726,16 +726,16 @@ async def form_generation(
             unreachable = exhausted_unreachable(exc)
             if unreachable is not None:
                 raise unreachable from None
-            log.info(
-                "group %s: coordinator unreachable (%s); looking it up again", cfg.group_id, exc
-            )
+            said = client.cluster.coordinator_unavailable_since  # a WARNING said it, once
+            text = "group %s: coordinator unreachable (%s); looking it up again"
+            log.log(logging.DEBUG if said else logging.INFO, text, cfg.group_id, exc)
             client.forget_coordinator()
             member.abandon(Outcome.REJOIN, "coordinator lost")
             await backoff.sleep()
             continue
         except BrokerError as exc:
             outcome = outcome_for(exc.code)
-            if outcome is Outcome.FATAL:
+            if outcome is Outcome.FATAL or exhausted_unreachable(exc) is not None:
                 raise
             member.abandon(outcome, str(exc))
             if outcome is Outcome.FIND_COORDINATOR:

@@ -38,7 +38,18 @@ connection failure to try the next address with: it comes out of
 FindCoordinator retries what the error table retries (NOT_COORDINATOR,
 COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, connection failures
 ...) with backoff until its deadline; following a coordinator that moves is
-:class:`gengroup.io.coordinator.CoordinatorClient`'s job.
+:class:`gengroup.io.coordinator.CoordinatorClient`'s job. A coordinator that
+cannot be found is tracked like an unreachable cluster, per key: the first
+COORDINATOR_NOT_AVAILABLE answer logs one WARNING (the next coordinator found
+one INFO), each such answer raises
+:class:`~gengroup._errors.CoordinatorUnavailable` saying for how long, and
+once FindCoordinator has answered so for ``unreachable_timeout`` seconds, with
+no coordinator found between, the error is exhausted and reaches the caller.
+The lookup's own deadline does not reset that clock, so the callers that look
+the coordinator up again and again (a group forming) still stop. A
+coordinator that merely moves (seconds of COORDINATOR_NOT_AVAILABLE) or loads
+(FindCoordinator answers; the group's requests answer
+COORDINATOR_LOAD_IN_PROGRESS) is ridden out.
 """
 
 from __future__ import annotations
@@ -53,12 +64,14 @@ from uuid import UUID
 
 import anyio
 import anyio.abc
+from kio.schema.errors import ErrorCode
 
 from .._errors import (
     BrokenConnection,
     ClusterUnreachable,
     ConfigError,
     ConnectionClosed,
+    CoordinatorUnavailable,
     GengroupError,
     KafkaConnectionError,
     raise_for_code,
@@ -138,7 +151,10 @@ class Cluster:
         retry_backoff: base seconds between retries (jittered, doubling, capped at 1 s).
         unreachable_timeout: seconds the cluster may stay unreachable (no
             broker answers at all) before :class:`~gengroup._errors.ClusterUnreachable`
-            stops being retried; None retries forever.
+            stops being retried, and FindCoordinator may keep answering
+            COORDINATOR_NOT_AVAILABLE for a key before
+            :class:`~gengroup._errors.CoordinatorUnavailable` does; None
+            retries forever.
         security: TLS and SASL settings of every connection (default: plain TCP).
         **settings: the same settings by name instead (``security_protocol``,
             ``sasl_mechanism`` ..., see :class:`~gengroup.io.security.Security`).
@@ -186,6 +202,9 @@ class Cluster:
         self._tls = self.security.tls_context()
         #: When the cluster was first found unreachable (None: reachable, or not tried yet).
         self.unreachable_since: float | None = None
+        #: When FindCoordinator first answered COORDINATOR_NOT_AVAILABLE, by
+        #: (key, key type), with no coordinator found for that key since.
+        self.coordinator_unavailable_since: dict[tuple[str, int], float] = {}
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.cluster_id: str | None = None
@@ -458,6 +477,8 @@ class Cluster:
 
         Raises:
             BrokerError: a non-retriable error (e.g. GROUP_AUTHORIZATION_FAILED).
+            CoordinatorUnavailable: FindCoordinator has answered
+                COORDINATOR_NOT_AVAILABLE for ``unreachable_timeout`` (exhausted).
             TimeoutError: no coordinator was found in time.
         """
         limit = self.request_timeout if timeout is None else timeout
@@ -482,10 +503,39 @@ class Cluster:
             ),
         )
         entry = resp.coordinators[0] if hasattr(resp, "coordinators") else resp
-        raise_for_code(int(entry.error_code), entry.error_message)
+        code = int(entry.error_code)
+        if code == ErrorCode.coordinator_not_available:
+            raise self._coordinator_unavailable(key, key_type, entry.error_message)
+        raise_for_code(code, entry.error_message)
         node = int(entry.node_id)
         self.brokers.setdefault(node, BrokerInfo(node, entry.host, int(entry.port)))
+        since = self.coordinator_unavailable_since.pop((key, key_type), None)
+        if since is not None:
+            log.info(
+                "coordinator of %r found (node %d) after %.1f s unavailable",
+                key,
+                node,
+                anyio.current_time() - since,
+            )
         return node
+
+    def _coordinator_unavailable(
+        self, key: str, key_type: int, message: str | None
+    ) -> CoordinatorUnavailable:
+        """The error for FindCoordinator's COORDINATOR_NOT_AVAILABLE; logs the change once."""
+        now = anyio.current_time()
+        since = self.coordinator_unavailable_since.get((key, key_type))
+        if since is None:
+            since = self.coordinator_unavailable_since[(key, key_type)] = now
+            log.warning(
+                "coordinator of %r not available%s; looking it up again",
+                key,
+                f": {message}" if message else "",
+            )
+        down = now - since
+        limit = self.unreachable_timeout
+        exhausted = limit is not None and down >= limit
+        return CoordinatorUnavailable(key, down, exhausted=exhausted, message=message)
 
 
 def shared_or_own(

@@ -71,7 +71,10 @@ class CoordinatorClient:
         """The coordinator's node id, looked up if not known yet or if ``refresh``.
 
         Raises:
-            BrokerError: a non-retriable FindCoordinator error (authorization ...).
+            BrokerError: a non-retriable FindCoordinator error (authorization ...),
+                or :class:`~gengroup._errors.CoordinatorUnavailable` once
+                FindCoordinator has answered COORDINATOR_NOT_AVAILABLE for the
+                cluster's ``unreachable_timeout``.
             TimeoutError: no coordinator was found within the lookup timeout.
         """
         if self.node is None or refresh:

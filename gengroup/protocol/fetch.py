@@ -39,16 +39,25 @@ complete came, ``truncated`` tells the caller to fetch with a larger
 With ``decode=False`` the records are not decoded here: the batches are
 checked by :func:`~gengroup.protocol.records.scan_batches` (length, magic,
 CRC, codec, count) and left in ``raw`` for the consumer to decode when it
-reads them. Damage a batch's header shows (length, CRC and the rest of what
-:func:`~gengroup.protocol.records.scan_batches` checks) is the partition's
-``error``, naming it, unless sound batches came before it: those are the
-partition's result, and the next Fetch, starting at the damaged batch, gets
-the error (as the Java consumer hands out the records before a corrupt
-batch). Damage found only by decoding the records (under a correct CRC) is
-the error of the whole answer with ``decode=True``, and with
-``decode=False`` the consumer's, when it reads that batch. Only what the
-filtering needs is decoded at once: control batches (for their type) and a
-batch that starts below the requested offset (trimmed into ``batches``).
+reads them. Only what the filtering needs is decoded at once: control
+batches under ``read_committed`` (for their type) and a batch that starts
+below the requested offset (trimmed into ``batches``).
+
+Damage is the partition's ``error``, of its type (a
+:class:`~gengroup._errors.CorruptRecordError` or
+:class:`~gengroup._errors.ProtocolError`), naming the partition and the
+damaged batch's offset, unless sound batches that reach the requested offset
+came before it: those are the partition's result, ``next_offset`` is the
+damaged batch's, and the next Fetch, starting there, gets the error (as the
+Java consumer hands out the records before a corrupt batch). Nothing past
+the damage is handed out, and nothing is skipped. This holds for damage a
+batch's header shows (length, CRC and the rest of what
+:func:`~gengroup.protocol.records.scan_batches` checks) and for damage found
+only by decoding the records under a correct CRC (malformed records, a
+payload that does not decompress), whichever of the batches this parse
+decodes: every one with ``decode=True``, those above with ``decode=False``;
+a batch left undecoded meets its damage when the consumer reads it
+(:attr:`PartitionFetch.records`, ``FetchedBatch``).
 
 Nothing here touches a socket or a clock; sending is :mod:`gengroup.io.fetch`'s.
 """
@@ -69,7 +78,6 @@ from .records import (
     RawBatch,
     Record,
     RecordBatch,
-    decode_batches_partial,
     decode_raw,
     scan_batches,
 )
@@ -301,32 +309,38 @@ def _filter_raw(
     aborted: Any,
     read_committed: bool,
     start: int | None,
-) -> tuple[list[RecordBatch], list[RawBatch]]:
-    """:func:`_filter_batches` on undecoded batches: what to hand out, as ``(decoded, raw)``.
+) -> tuple[list[RecordBatch], list[RawBatch], int]:
+    """:func:`_filter_batches` on undecoded batches: what to hand out, as
+    ``(decoded, raw, looked_at)``.
 
     A control batch is decoded for its type; a batch starting below ``start``
     is decoded and trimmed (it can only be the first); every other batch
-    stays raw.
+    stays raw. A batch that cannot be decoded here ends the result as
+    :func:`_decode_sound` says: ``looked_at`` counts the batches before it.
     """
     transactions = _AbortedTransactions(aborted) if read_committed else None
     decoded: list[RecordBatch] = []
     out: list[RawBatch] = []
-    for batch in batches:
-        if (
-            transactions is not None
-            and batch.producer_id >= 0
-            and transactions.aborts(batch, batch.is_control and _is_abort_marker(batch.decode()))
-        ):
+    for i, batch in enumerate(batches):
+        checked = transactions is not None and batch.producer_id >= 0
+        below = start is not None and batch.base_offset < start
+        try:
+            marker = checked and batch.is_control and _is_abort_marker(batch.decode())
+            trimmed = batch.decode() if below and batch.last_offset >= (start or 0) else None
+        except ProtocolError:
+            if not i or (start is not None and batches[i - 1].next_offset <= start):
+                raise
+            return decoded, out, i
+        if checked and transactions is not None and transactions.aborts(batch, marker):
             continue
         if batch.is_control or not batch.count:
             continue
-        if start is not None and batch.base_offset < start:
-            if batch.last_offset >= start:
-                kept = _filter_batches([batch.decode()], None, False, start)
-                decoded += kept
+        if below:
+            if trimmed is not None:
+                decoded += _filter_batches([trimmed], None, False, start)
             continue
         out.append(batch)
-    return decoded, out
+    return decoded, out, len(batches)
 
 
 def parse_fetch_response(
@@ -378,27 +392,24 @@ def parse_fetch_response(
                 continue
             result.size = len(data)
             try:
-                if decode:
-                    batches, consumed = decode_batches_partial(data)
-                else:
-                    raws, consumed = scan_batches(data)
-            except ProtocolError as exc:
-                # The batches before the damaged one are handed out; the next
-                # Fetch starts at it, and its error is then the partition's.
-                good = _undamaged_length(data, start)
                 try:
+                    raws, consumed = scan_batches(data)
+                except ProtocolError as exc:
+                    # The batches before the damaged one are handed out; the next
+                    # Fetch starts at it, and its error is then the partition's.
+                    good = _undamaged_length(data, start)
                     if not 0 < good < len(data):
-                        raise exc  # the first batch (or, decoding, records past the scan)
-                    if decode:
-                        batches, consumed = decode_batches_partial(data[:good])
-                    else:
-                        raws, consumed = scan_batches(data[:good])
-                except ProtocolError as damage:
-                    result.error = type(damage)(f"Fetch {tp}: {damage}")
-                    result.error.__cause__ = damage
-                    continue
-                data = data[:good]
-            result.truncated = consumed < len(data)
+                        raise exc  # the first batch: nothing sound comes before it
+                    raws, consumed = scan_batches(data[:good])
+                    data = data[:good]
+                result.truncated = consumed < len(data)
+                if decode:
+                    batches = _decode_sound(raws, start)
+                    if len(batches) < len(raws):
+                        result.truncated = False  # ends at the damaged batch, complete
+            except ProtocolError as damage:
+                result.error = _named(tp, damage)
+                continue
             if decode:
                 if batches:
                     result.next_offset = _next(start, batches[-1].next_offset)
@@ -407,14 +418,42 @@ def parse_fetch_response(
                     )
                 continue
             if raws:
-                result.next_offset = _next(start, raws[-1].next_offset)
                 try:
-                    result.batches, result.raw = _filter_raw(
+                    result.batches, result.raw, looked_at = _filter_raw(
                         raws, part.aborted_transactions, read_committed, start
                     )
-                except ProtocolError as exc:
-                    result.error = exc
+                except ProtocolError as damage:
+                    result.error = _named(tp, damage)
+                    continue
+                result.next_offset = _next(start, raws[looked_at - 1].next_offset)
+                if looked_at < len(raws):
+                    result.truncated = False  # ends at the damaged batch, complete
     return out
+
+
+def _named(tp: TopicPartition, damage: ProtocolError) -> ProtocolError:
+    """``damage``, of its type, its message naming the partition."""
+    error = type(damage)(f"Fetch {tp}: {damage}")
+    error.__cause__ = damage
+    return error
+
+
+def _decode_sound(raws: list[RawBatch], start: int | None) -> list[RecordBatch]:
+    """The batches of ``raws`` decoded, up to the first whose records cannot be.
+
+    Like :func:`_undamaged_length`'s for header damage: the sound batches
+    before the damaged one are the result, unless they hold nothing at or
+    past ``start``; then the damage is raised (named by its batch's offset).
+    """
+    batches: list[RecordBatch] = []
+    for raw in raws:
+        try:
+            batches.append(raw.decode())
+        except ProtocolError:
+            if not batches or (start is not None and batches[-1].next_offset <= start):
+                raise
+            break
+    return batches
 
 
 def _undamaged_length(data: bytes | bytearray | memoryview, start: int | None) -> int:

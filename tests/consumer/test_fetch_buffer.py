@@ -21,9 +21,10 @@ import trio.testing
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
-from gengroup import ConsumerGroup, CorruptRecordError, Generation, TopicPartition
+from gengroup import Cluster, ConsumerGroup, CorruptRecordError, Generation, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Intercepted, Respond
+from gengroup.io.fetch import fetch_partition
 from gengroup.protocol.framing import response_module
 from gengroup.protocol.records import NewRecord, encode_batch, with_base_offset
 from gengroup.protocol.versions import ApiKey
@@ -334,3 +335,28 @@ async def test_records_before_a_damaged_batch_are_handed_out_first(
             gen.cancel("test over")
         assert seen == [0, 1, 2]
         assert cluster.committed_offsets("g") == {TP: 3}
+
+
+async def test_fetch_partition_hands_out_records_before_damaged_contents_then_the_error(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The decoding path (``fetch_partition``, which ``gengroup consume``
+    reads with): offsets 0-2 sound, 3-5 with a malformed record under a
+    correct CRC, 6-8 sound, in every answer. The first Fetch hands out 0-2
+    and nothing past them; the next, from 3, raises the damage naming the
+    partition and the offset. (The first used to raise, hiding 0-2.)"""
+    sound = with_base_offset(encode_batch([(None, b"x", (), 0)] * 3), 0)
+    damaged = bytearray(with_base_offset(encode_batch([(None, b"y", (), 0)] * 3), 3))
+    damaged[61] = 0x03  # the first record's length: -2
+    struct.pack_into(">I", damaged, 17, crc32c(bytes(damaged[21:])))  # a correct CRC
+    after = with_base_offset(encode_batch([(None, b"z", (), 0)] * 3), 6)
+    async with FakeCluster(topics={"t": 1}) as broker:
+        broker.control(ApiKey.FETCH, lambda req: _corrupt_response(req, sound + damaged + after))
+        async with Cluster(broker.bootstrap) as cluster:
+            first = await fetch_partition(cluster, TP, 0)
+            assert [r.offset for r in first.records] == [0, 1, 2]
+            assert first.next_offset == 3
+            with pytest.raises(
+                CorruptRecordError, match=r"^Fetch t\[0\]: record batch at offset 3: negative"
+            ):
+                await fetch_partition(cluster, TP, first.next_offset)

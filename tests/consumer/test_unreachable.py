@@ -5,15 +5,19 @@ dying while a member consumes: each ends ``async for gen in group`` with
 :class:`~gengroup.ClusterUnreachable` naming every address tried and why it
 failed, after ``unreachable_timeout`` -- and the logs say so once per change
 of state, not once per attempt. ``unreachable_timeout=None`` keeps retrying.
+A group coordinator that FindCoordinator cannot find (COORDINATOR_NOT_AVAILABLE)
+is bounded alike, with :class:`~gengroup.CoordinatorUnavailable`; one that
+moves or loads for a while is ridden out.
 
 The address tests use real sockets and real time (a refused connection and a
 failed DNS lookup are immediate); the broker-death test runs the embedded
-broker in virtual time.
+broker in virtual time, as do the coordinator tests.
 """
 
 from __future__ import annotations
 
 import logging
+import pickle
 import socket
 from collections.abc import Callable
 
@@ -22,9 +26,18 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup import Admin, ClusterUnreachable, ConsumerGroup, Generation, TopicPartition
+from gengroup import (
+    Admin,
+    BrokerError,
+    ClusterUnreachable,
+    ConsumerGroup,
+    CoordinatorUnavailable,
+    Generation,
+    TopicPartition,
+)
+from gengroup._errors import is_retriable
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Drop
+from gengroup.broker.faults import Drop, Fail, Intercepted
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -171,3 +184,100 @@ async def test_a_broker_that_never_answers_is_unreachable_from_the_first_attempt
         assert caught.value.exhausted
         assert trio.current_time() - started == pytest.approx(10.0, abs=1.0)
         assert caught.value.unreachable_for == pytest.approx(10.0, abs=1.0)
+
+
+def coordinator_warnings(caplog: pytest.LogCaptureFixture) -> int:
+    return count(caplog, logging.WARNING, "not available", logger="gengroup.cluster")
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+async def test_a_coordinator_never_available_ends_the_group_with_coordinator_unavailable(
+    protocol: str, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """FindCoordinator answering COORDINATOR_NOT_AVAILABLE for good (the offsets
+    topic cannot be created) reaches ``async for`` once it has lasted
+    ``unreachable_timeout`` (defaults throughout: 60 s), typed, logged once;
+    the lookups meanwhile back off. It used to be looked up forever."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        lookups = cluster.control(ApiKey.FIND_COORDINATOR, lambda call: Fail(15))
+        started = trio.current_time()
+        # fail_after: a hang guard in virtual time, not a timing assertion.
+        with trio.fail_after(600.0), pytest.raises(CoordinatorUnavailable) as caught:
+            async with ConsumerGroup(
+                "g", ["t"], cluster.bootstrap, group_protocol=protocol
+            ) as group:
+                await iterate(group)
+        waited = trio.current_time() - started
+    exc = caught.value
+    assert exc.exhausted and exc.key == "g" and exc.code == 15
+    assert isinstance(exc, BrokerError) and not is_retriable(exc)
+    assert 60.0 <= exc.unavailable_for <= waited
+    # Bounded: unreachable_timeout, then at most the join backoff's cap (30 s).
+    assert waited <= 60.0 + 30.0
+    # Backed off (capped at 1 s, jittered): not a lookup per millisecond.
+    assert 10 < lookups.handled < 2 * waited
+    assert coordinator_warnings(caplog) == 1
+    copy = pickle.loads(pickle.dumps(exc))
+    assert (type(copy), str(copy), copy.key, copy.exhausted) == (
+        CoordinatorUnavailable,
+        str(exc),
+        "g",
+        True,
+    )
+
+
+async def test_unreachable_timeout_none_waits_for_a_coordinator(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With ``unreachable_timeout=None`` the group waits for a coordinator
+    however long it takes, saying so once; it forms once one is found."""
+    caplog.set_level(logging.DEBUG, logger="gengroup")
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        available_at = trio.current_time() + 300.0
+
+        def unavailable_for_five_minutes(call: Intercepted) -> Fail | None:
+            return Fail(15) if trio.current_time() < available_at else None
+
+        cluster.control(ApiKey.FIND_COORDINATOR, unavailable_for_five_minutes)
+        async with ConsumerGroup(
+            "g", ["t"], cluster.bootstrap, **{**FAST, "unreachable_timeout": None}
+        ) as group:
+            async for gen in group:
+                assert set(gen.assignments) == {TopicPartition("t", 0)}
+                break
+    assert trio.current_time() >= available_at
+    assert coordinator_warnings(caplog) == 1
+    # Lookups timed out meanwhile (45 s each); the WARNING said why, once.
+    assert count(caplog, logging.DEBUG, "coordinator unreachable") >= 5
+    assert count(caplog, logging.INFO, "coordinator unreachable") == 0
+    assert count(caplog, logging.INFO, "coordinator of 'g' found", logger="gengroup.cluster") == 1
+
+
+async def test_a_coordinator_moving_or_loading_is_ridden_out(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """COORDINATOR_NOT_AVAILABLE for less than ``unreachable_timeout`` (the
+    coordinator moving), then COORDINATOR_LOAD_IN_PROGRESS from JoinGroup for
+    longer than it (a large group loading): the group forms. Only
+    FindCoordinator's answers count, and a coordinator found resets them."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    settings = {**FAST, "unreachable_timeout": 10.0}
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        moved_at = trio.current_time() + 8.0
+        loaded_at = moved_at + 30.0
+
+        def moving(call: Intercepted) -> Fail | None:
+            return Fail(15) if trio.current_time() < moved_at else None
+
+        def loading(call: Intercepted) -> Fail | None:
+            return Fail(14) if trio.current_time() < loaded_at else None
+
+        cluster.control(ApiKey.FIND_COORDINATOR, moving)
+        cluster.control(ApiKey.JOIN_GROUP, loading)
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+            async for gen in group:
+                assert set(gen.assignments) == {TopicPartition("t", 0)}
+                break
+    assert trio.current_time() >= loaded_at
+    assert coordinator_warnings(caplog) == 1

@@ -155,3 +155,67 @@ def test_record_damage_under_a_correct_crc_fails_when_decoded() -> None:
         _ = lazy.records
     with pytest.raises(CorruptRecordError):  # again: nothing was half-decoded
         _ = lazy.records
+
+
+def _record_damage(first: int, codec: int) -> bytes:
+    """A batch of offsets ``first``..``first+2`` whose header and CRC are sound
+    but whose records cannot be decoded: a negative record length, or (for a
+    compressed batch) bytes that do not decompress."""
+    bad = bytearray(_data(-1, first, 3, txn=False, codec=codec))
+    if codec:
+        bad[61:] = bytes(len(bad) - 61)
+    else:
+        bad[61] = 0x03
+    return _recrc(bad)
+
+
+@pytest.mark.parametrize("codec", [0, 1, 3])
+@pytest.mark.parametrize("start", [0, 2, 3, 4])
+def test_sound_batches_before_record_damage_are_handed_out_when_decoding(
+    start: int, codec: int
+) -> None:
+    """Decoding hands out the sound batches (offsets 0-2) before one whose
+    records are damaged under a correct CRC (3-5), and nothing after it
+    (6-8): the next Fetch starts at 3 and its answer is the damage, naming
+    partition and offset, as the undecoded parse does when the batch is
+    read. It used to fail the partition, hiding the sound batches.
+
+    Under ``decode=True`` every batch is decoded; under ``decode=False`` only
+    a control batch and the batch the position lies inside (4), so the same
+    damage there is the same error."""
+    data = _data(-1, 0, 3, txn=False) + _record_damage(3, codec) + _data(-1, 6, 3, txn=False)
+    eager, lazy = _both(data, None, 0, start)
+    if start < 3:
+        assert eager.error is None
+        assert [r.offset for r in eager.records] == list(range(start, 3))
+        assert (eager.next_offset, eager.truncated, eager.size) == (3, False, len(data))
+        eager, lazy = _both(data[len(_data(-1, 0, 3, txn=False)) :], None, 0, 3)
+    assert isinstance(eager.error, CorruptRecordError)
+    assert str(eager.error).startswith("Fetch t[0]: record batch at offset 3")
+    assert eager.records == [] and eager.raw == []
+    if start == 4:  # the undecoded parse decodes a batch it trims: the same error
+        assert isinstance(lazy.error, CorruptRecordError)
+        assert str(lazy.error) == str(eager.error)
+    else:  # the undecoded parse meets the damage when the batch is read
+        assert lazy.error is None
+        with pytest.raises(CorruptRecordError, match="record batch at offset 3"):
+            _ = lazy.records
+
+
+def test_sound_batches_before_a_damaged_transaction_marker_are_handed_out() -> None:
+    """Under read_committed both parses decode a transaction marker (for its
+    type): one whose record is damaged under a correct CRC ends the result
+    there, the sound batches before it handed out; the next Fetch, starting
+    at the marker, is its error. The undecoded parse used to fail the
+    partition with it, unnamed, hiding the sound batches."""
+    marker = bytearray(_marker(ControlType.COMMIT, PID_A, 3))
+    marker[61] = 0x03  # the record's length: negative
+    data = _data(PID_A, 0, 3) + _recrc(marker) + _data(-1, 4, 3, txn=False)
+    for parsed in _both(data, [], 1, 0):
+        assert parsed.error is None
+        assert [r.offset for r in parsed.records] == [0, 1, 2]
+        assert (parsed.next_offset, parsed.truncated) == (3, False)
+    for parsed in _both(data[len(_data(PID_A, 0, 3)) :], [], 1, 3):
+        assert isinstance(parsed.error, CorruptRecordError)
+        assert str(parsed.error).startswith("Fetch t[0]: record batch at offset 3")
+        assert parsed.records == []
