@@ -205,6 +205,7 @@ class Cluster:
         #: When FindCoordinator first answered COORDINATOR_NOT_AVAILABLE, by
         #: (key, key type), with no coordinator found for that key since.
         self.coordinator_unavailable_since: dict[tuple[str, int], float] = {}
+        self._coordinator_unavailable_last: dict[tuple[str, int], float] = {}
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.cluster_id: str | None = None
@@ -509,6 +510,7 @@ class Cluster:
         raise_for_code(code, entry.error_message)
         node = int(entry.node_id)
         self.brokers.setdefault(node, BrokerInfo(node, entry.host, int(entry.port)))
+        self._coordinator_unavailable_last.pop((key, key_type), None)
         since = self.coordinator_unavailable_since.pop((key, key_type), None)
         if since is not None:
             log.info(
@@ -522,18 +524,29 @@ class Cluster:
     def _coordinator_unavailable(
         self, key: str, key_type: int, message: str | None
     ) -> CoordinatorUnavailable:
-        """The error for FindCoordinator's COORDINATOR_NOT_AVAILABLE; logs the change once."""
+        """The error for FindCoordinator's COORDINATOR_NOT_AVAILABLE; logs the change once.
+
+        An answer that comes more than ``unreachable_timeout`` after the
+        previous one (nobody looked meanwhile: an admin call that gave up,
+        then a new one much later) starts the count anew: what happened in
+        between is not known.
+        """
         now = anyio.current_time()
-        since = self.coordinator_unavailable_since.get((key, key_type))
+        k = (key, key_type)
+        since = self.coordinator_unavailable_since.get(k)
+        last = self._coordinator_unavailable_last.get(k, now)
+        self._coordinator_unavailable_last[k] = now
+        limit = self.unreachable_timeout
+        if since is not None and limit is not None and now - last > limit:
+            since = None
         if since is None:
-            since = self.coordinator_unavailable_since[(key, key_type)] = now
+            since = self.coordinator_unavailable_since[k] = now
             log.warning(
                 "coordinator of %r not available%s; looking it up again",
                 key,
                 f": {message}" if message else "",
             )
         down = now - since
-        limit = self.unreachable_timeout
         exhausted = limit is not None and down >= limit
         return CoordinatorUnavailable(key, down, exhausted=exhausted, message=message)
 

@@ -29,6 +29,7 @@ import trio.testing
 from gengroup import (
     Admin,
     BrokerError,
+    Cluster,
     ClusterUnreachable,
     ConsumerGroup,
     CoordinatorUnavailable,
@@ -281,3 +282,22 @@ async def test_a_coordinator_moving_or_loading_is_ridden_out(
                 break
     assert trio.current_time() >= loaded_at
     assert coordinator_warnings(caplog) == 1
+
+
+async def test_a_coordinator_unavailable_long_ago_is_counted_anew(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A lookup that gave up, then another much later: the outage is counted
+    from the later answer (nobody knows what happened in between), not
+    exhausted at its first answer."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.control(ApiKey.FIND_COORDINATOR, lambda call: Fail(15))
+        async with Cluster(cluster.bootstrap, unreachable_timeout=10.0) as client:
+            with pytest.raises(TimeoutError):
+                await client.find_coordinator("g", timeout=3.0)
+            await trio.sleep(60.0)
+            started = trio.current_time()
+            with pytest.raises(CoordinatorUnavailable) as caught:
+                await client.find_coordinator("g", timeout=30.0)
+            assert caught.value.exhausted
+            assert trio.current_time() - started >= 10.0
