@@ -55,7 +55,7 @@ class ProducerConfig(Security):
         request_timeout: seconds the broker may take to replicate (the
             Produce ``timeout`` field) and, plus 5 s, the client waits for it.
         max_block: seconds ``send`` waits for the topic's metadata.
-        retry_backoff: base seconds between retries (doubling, capped at 1 s).
+        retry_backoff: base seconds between retries (doubling up to 1 s, jittered by ±20%).
         metadata_max_age: seconds between background metadata refreshes.
         partitioner: strategy for null-key records, ``"sticky"`` or ``"round_robin"``.
         client_id: client id of an owned cluster.

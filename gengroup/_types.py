@@ -41,6 +41,11 @@ def parse_address(addr: str) -> tuple[str, int]:
     host, sep, port = addr.strip().rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ConfigError(f"broker address {addr!r} is not host:port")
+    if "," in host or any(c.isspace() for c in host):
+        raise ConfigError(
+            f"broker address {addr!r} is not one host:port (give a list of addresses, "
+            "or one string of them separated by commas)"
+        )
     if not 1 <= int(port) <= 65535:
         raise ConfigError(f"broker address {addr!r}: the port must be from 1 to 65535")
     return host.strip("[]"), int(port)

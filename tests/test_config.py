@@ -44,6 +44,8 @@ def make(**kw: Any) -> ConsumerGroup:
         ({"brokers": "h:99999"}, "'h:99999': the port must be from 1 to 65535"),
         ({"brokers": "h:0"}, "the port must be from 1 to 65535"),
         ({"brokers": ["h:1", 9092]}, "broker address 9092 is not a host:port string"),
+        ({"brokers": ["a:1, b:2"]}, "'a:1, b:2' is not one host:port"),
+        ({"brokers": ["a:1 b:2"]}, "'a:1 b:2' is not one host:port"),
         ({"balancers": ["range"]}, "balancers must be balancer objects .*got 'range'"),
         ({"balancers": [RangeBalancer]}, "balancers must be balancer objects"),
         ({"group_instance_id": 5}, "group_instance_id must be None or a non-empty string, got 5"),

@@ -77,3 +77,12 @@ def test_the_configuration_page_lists_every_setting(config: str) -> None:
     if config != "Security":
         fields -= {f.name for f in dataclasses.fields(gengroup.Security)}
     assert listed == fields
+
+
+def test_the_guide_names_every_exported_metric() -> None:
+    from gengroup.consumer.metrics import _COUNTERS
+
+    page = " ".join((DOCS / "guide.md").read_text().split())
+    exported = [f"gengroup_{name}_total" for name, _ in _COUNTERS]
+    missing = [name for name in [*exported, "gengroup_last_rebalance_seconds"] if name not in page]
+    assert not missing, f"guide.md does not name the metrics {missing}"

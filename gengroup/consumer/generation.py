@@ -470,9 +470,8 @@ class Generation(IdentityNames):
         A member frozen past its session timeout (a stopped process, a long
         pause) has most likely lost its partitions to another member, which
         may be processing them already. Rather than wait for the coordinator
-        to say so, the generation ends itself as soon as a session timeout has
-        passed since the newest request the coordinator accepted was sent, and
-        hands out no further batch.
+        to say so, the generation ends itself (and hands out no further batch)
+        once a session timeout passed since the newest accepted request was sent.
         """
         if self.ending or anyio.current_time() < self.lease_deadline():  # not now - from: rounding
             return False
@@ -574,7 +573,7 @@ class Generation(IdentityNames):
         at all once its other tasks have returned.
 
         Args:
-            fn: an async function, called with ``args``.
+            fn: an async function, called with ``args`` at once (TypeError if no awaitable).
             name: the task's name (default: the function's).
             partition: scope the task to this assigned partition's ownership
                 span instead of the generation: under a cooperative protocol it
@@ -852,8 +851,9 @@ class Generation(IdentityNames):
         Raises:
             TypeError, ValueError: an offset of ``offsets`` is not an offset.
             GenerationEnded: the generation has ended; nothing was sent.
-            IllegalGeneration, UnknownMemberId, RebalanceInProgress: the
-                coordinator refused the commit (typed :class:`BrokerError`).
+            BrokerError: refused (IllegalGeneration, UnknownMemberId,
+                RebalanceInProgress; a coordinator loading or moving: sent once,
+                not retried); KafkaConnectionError: the connection broke. Marks stay.
         """
         if self.ended:
             raise GenerationEnded(

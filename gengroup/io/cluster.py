@@ -148,7 +148,7 @@ class Cluster:
         client_id: sent in every request header.
         connect_timeout: seconds to connect and negotiate versions.
         request_timeout: default seconds to wait for a response.
-        retry_backoff: base seconds between retries (jittered, doubling, capped at 1 s).
+        retry_backoff: base seconds between retries (doubling up to 1 s, jittered by ±20%).
         unreachable_timeout: seconds the cluster may stay unreachable (no
             broker answers at all) before :class:`~gengroup._errors.ClusterUnreachable`
             stops being retried, and FindCoordinator may keep answering
