@@ -40,8 +40,9 @@ COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, connection failures
 ...) with backoff until its deadline; following a coordinator that moves is
 :class:`gengroup.io.coordinator.CoordinatorClient`'s job. A coordinator that
 cannot be found is tracked like an unreachable cluster, per key: the first
-COORDINATOR_NOT_AVAILABLE answer logs one WARNING (the next coordinator found
-one INFO), each such answer raises
+COORDINATOR_NOT_AVAILABLE answer logs one INFO (a coordinator moving is
+unavailable for a moment), one :data:`LONG_UNAVAILABLE` later a WARNING (the
+next coordinator found one INFO), each such answer raises
 :class:`~gengroup._errors.CoordinatorUnavailable` saying for how long, and
 once FindCoordinator has answered so for ``unreachable_timeout`` seconds, with
 no coordinator found between, the error is exhausted and reaches the caller.
@@ -85,6 +86,7 @@ from .retry import retry
 from .security import PLAINTEXT, Security, SecuritySettings
 
 __all__ = [
+    "LONG_UNAVAILABLE",
     "BrokerInfo",
     "Cluster",
     "PartitionInfo",
@@ -95,6 +97,11 @@ __all__ = [
 ]
 
 log = logging.getLogger("gengroup.cluster")
+
+#: Seconds FindCoordinator may answer COORDINATOR_NOT_AVAILABLE for a key
+#: before it is a WARNING (before, an INFO: a coordinator moving is
+#: unavailable for a moment).
+LONG_UNAVAILABLE = 10.0
 
 
 def _format_address(host: str, port: int) -> str:
@@ -206,6 +213,7 @@ class Cluster:
         #: (key, key type), with no coordinator found for that key since.
         self.coordinator_unavailable_since: dict[tuple[str, int], float] = {}
         self._coordinator_unavailable_last: dict[tuple[str, int], float] = {}
+        self._coordinator_warned: set[tuple[str, int]] = set()
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.cluster_id: str | None = None
@@ -526,7 +534,9 @@ class Cluster:
     ) -> CoordinatorUnavailable:
         """The error for FindCoordinator's COORDINATOR_NOT_AVAILABLE; logs the change once.
 
-        An answer that comes more than ``unreachable_timeout`` after the
+        The first answer is INFO (a coordinator moving is unavailable for a
+        moment), one that comes :data:`LONG_UNAVAILABLE` or more after it a
+        WARNING, once. An answer that comes more than ``unreachable_timeout`` after the
         previous one (nobody looked meanwhile: an admin call that gave up,
         then a new one much later) starts the count anew: what happened in
         between is not known.
@@ -539,14 +549,15 @@ class Cluster:
         limit = self.unreachable_timeout
         if since is not None and limit is not None and now - last > limit:
             since = None
+        said = f": {message}" if message else ""
         if since is None:
             since = self.coordinator_unavailable_since[k] = now
-            log.warning(
-                "coordinator of %r not available%s; looking it up again",
-                key,
-                f": {message}" if message else "",
-            )
+            self._coordinator_warned.discard(k)
+            log.info("coordinator of %r not available%s; looking it up again", key, said)
         down = now - since
+        if down >= LONG_UNAVAILABLE and k not in self._coordinator_warned:
+            self._coordinator_warned.add(k)
+            log.warning("coordinator of %r not available for %.0f s%s", key, down, said)
         exhausted = limit is not None and down >= limit
         return CoordinatorUnavailable(key, down, exhausted=exhausted, message=message)
 
