@@ -2,7 +2,9 @@
 
 Theory of operation:
 
-``send()`` picks a partition (explicit, murmur2 of the key, or the null-key
+``send()`` checks every field of the record first (``_producer_records.py``:
+a record that could not be encoded fails its own call, never a batch it
+would share), picks a partition (explicit, murmur2 of the key, or the null-key
 strategy), appends a pending record to that partition's queue and waits on the
 record's outcome (one wake-up per call, however many records it sent).
 Nothing is sent from the caller's task.
@@ -53,10 +55,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from typing import Any, Final, Literal, Self, Unpack, overload
 
 import anyio
@@ -76,6 +77,14 @@ from ._errors import (
     is_retriable,
 )
 from ._producer_config import ProducerConfig, ProducerSettings
+from ._producer_queue import Batch, Pending, Queue, copy_error, wait_for
+from ._producer_records import (
+    Checked,
+    ProducerRecord,
+    RecordMetadata,
+    check_record,
+    check_topic,
+)
 from ._types import TopicPartition
 from .io.cluster import Cluster, TopicInfo, shared_or_own
 from .io.retry import backoff_delay, retry
@@ -98,47 +107,8 @@ __all__ = [
 # ---------------------------------------------------------------------------- values
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
-    """Where an acknowledged record was written.
-
-    Attributes:
-        topic: the topic.
-        partition: the partition.
-        offset: the record's offset, or -1 when ``acks=0`` (the broker says nothing).
-        timestamp: the record's timestamp in ms: the broker's append time for
-            topics with ``message.timestamp.type=LogAppendTime``, else the
-            create time that was sent.
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerRecord:
-    """A record for :meth:`Producer.send_many`.
-
-    Attributes:
-        value: the value (None for a tombstone).
-        key: the key (None: no key).
-        headers: ``(name, value)`` pairs; values may be None.
-        partition: an explicit partition, or None to let the partitioner choose.
-        timestamp_ms: the create time in ms (None: now).
-    """
-
-    value: bytes | None
-    key: bytes | None = None
-    headers: Sequence[Header] = ()
-    partition: int | None = None
-    timestamp_ms: int | None = None
-
-
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _ONE_MS: Final = datetime.timedelta(milliseconds=1)
-_RECORD_OVERHEAD: Final = 26  # upper bound of a record's varint framing
 _BATCH_OVERHEAD: Final = 61
 _INT32_MAX: Final = (1 << 31) - 1
 _UNKNOWN_TOPIC: Final = 3  # UNKNOWN_TOPIC_OR_PARTITION
@@ -150,112 +120,8 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _estimate(key: bytes | None, value: bytes | None, headers: Sequence[Header]) -> int:
-    size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
-    for name, hv in headers:
-        size += 10 + len(name) * 4 + (len(hv) if hv else 0)
-    return size
-
-
-def _check_bytes(what: str, value: object) -> None:
-    if value is not None and not isinstance(value, bytes | bytearray | memoryview):
-        raise TypeError(f"{what} must be bytes or None, not {type(value).__name__}")
-
-
-def _copy_error(exc: BaseException) -> BaseException:
-    """A fresh instance of ``exc``'s type for one more waiter (tracebacks stay separate)."""
-    if isinstance(exc, BrokerError):
-        return type(exc)(exc.code, str(exc).partition(": ")[2] or None)
-    try:
-        return type(exc)(str(exc))
-    except Exception:  # a constructor with another signature: re-raise the original
-        return exc
-
-
 #: Records ``send_many`` queues between two checkpoints.
 _YIELD_EVERY: Final = 1000
-
-
-class _Waiter:
-    """Wakes one waiting task once ``remaining`` records have their outcome.
-
-    One per ``send``, ``send_many`` or ``flush`` call rather than an event per
-    record: a call waiting for a million records costs one event.
-    """
-
-    __slots__ = ("event", "remaining")
-
-    def __init__(self, remaining: int) -> None:
-        self.remaining = remaining
-        self.event = anyio.Event()
-
-    def one_done(self) -> None:
-        self.remaining -= 1
-        if not self.remaining:
-            self.event.set()
-
-
-@dataclass(slots=True, eq=False)
-class _Pending:
-    """One record from ``send`` until its outcome is known (``done``)."""
-
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[Header, ...]
-    timestamp: int
-    size: int
-    created: float
-    done: bool = False
-    waiters: list[_Waiter] | None = None
-    result: RecordMetadata | None = None
-    error: BaseException | None = None
-
-
-async def _wait_for(pendings: Sequence[_Pending]) -> None:
-    """Return once every one of ``pendings`` has its outcome."""
-    open_ = [pending for pending in pendings if not pending.done]
-    if not open_:
-        await anyio.lowlevel.checkpoint()
-        return
-    waiter = _Waiter(len(open_))
-    for pending in open_:
-        if pending.waiters is None:
-            pending.waiters = [waiter]
-        else:
-            pending.waiters.append(waiter)
-    await waiter.event.wait()
-
-
-class _Batch:
-    """Records of one partition sent (and retried) together."""
-
-    __slots__ = ("attempts", "encoded", "last_error", "not_before", "records", "tp")
-
-    def __init__(self, tp: TopicPartition, records: list[_Pending]) -> None:
-        self.tp = tp
-        self.records = records
-        self.encoded: bytes | None = None
-        self.attempts = 0
-        self.not_before = 0.0
-        self.last_error: BaseException | None = None
-
-    @property
-    def created(self) -> float:
-        return self.records[0].created
-
-
-class _Queue:
-    """The records waiting for one partition."""
-
-    __slots__ = ("bytes", "first_arrival", "in_flight", "records", "retry", "tp")
-
-    def __init__(self, tp: TopicPartition) -> None:
-        self.tp = tp
-        self.records: deque[_Pending] = deque()
-        self.bytes = 0
-        self.first_arrival = 0.0
-        self.retry: _Batch | None = None
-        self.in_flight = False
 
 
 class Producer:
@@ -289,8 +155,8 @@ class Producer:
         self.cluster, self._owns_cluster = shared_or_own(
             cluster, client_id=cfg.client_id, request_timeout=cfg.request_timeout, security=cfg
         )
-        self._queues: dict[TopicPartition, _Queue] = {}
-        self._outstanding: set[_Pending] = set()
+        self._queues: dict[TopicPartition, Queue] = {}
+        self._outstanding: set[Pending] = set()
         self._led_cache: dict[str, tuple[TopicInfo, list[int]]] = {}
         self._buffered = 0
         self._space = anyio.Event()
@@ -379,31 +245,38 @@ class Producer:
     ) -> RecordMetadata:
         """Send one record and wait until the broker acknowledges it.
 
+        Every argument is checked before the record is queued: a bad one
+        raises here and nothing is sent.
+
         Args:
             topic: the topic.
             value: the value (None: a tombstone).
             key: the key; non-null keys choose the partition by murmur2.
-            headers: ``(name, value)`` pairs; header values may be None.
-            partition: an explicit partition.
-            timestamp_ms: the create time in ms since the epoch (default: now).
+            headers: ``(name, value)`` pairs of a str (UTF-8) and bytes or None.
+            partition: an explicit partition (an int).
+            timestamp_ms: the create time in ms since the epoch, an int in
+                ``[0, 2**63)`` (default, None: now).
 
         Returns:
             Where the record was written.
 
         Raises:
-            TypeError: key, value or headers have the wrong types.
+            TypeError: an argument of the wrong type (a str value, a bool or
+                float partition, headers that are not pairs ...).
+            ValueError: a negative or out-of-range timestamp, a topic or
+                header name that cannot be encoded as UTF-8.
             UnknownTopicOrPartition: the topic (or the explicit partition) does
                 not exist within ``max_block``.
-            BrokerError: the broker refused the record (e.g. MESSAGE_TOO_LARGE),
-                or the last retriable error once ``delivery_timeout`` passed.
+            BrokerError: the broker refused the record (e.g. MESSAGE_TOO_LARGE
+                for a record larger than the topic allows), or the last
+                retriable error once ``delivery_timeout`` passed.
             KafkaConnectionError: the last connection error once
                 ``delivery_timeout`` passed, or no broker answered the topic's
                 metadata request within ``max_block``.
             ConnectionClosed: the producer was closed before delivery.
         """
-        pending = await self._enqueue(
-            topic, ProducerRecord(value, key, headers, partition, timestamp_ms)
-        )
+        rec = check_record(key, value, headers, partition, timestamp_ms)
+        pending = await self._enqueue(check_topic(topic), rec)
         return await self._outcome(pending)
 
     @overload
@@ -433,6 +306,10 @@ class Producer:
     ) -> list[RecordMetadata] | list[RecordMetadata | BaseException]:
         """Queue many records at once and wait for all of them.
 
+        Every record is checked (as :meth:`send` checks its arguments) and the
+        topic's metadata is fetched before any record is queued: a bad record
+        or a missing topic raises and queues nothing.
+
         Args:
             topic: the topic.
             records: :class:`ProducerRecord` objects, or bare values (no key).
@@ -444,23 +321,40 @@ class Producer:
             of a record that failed, with ``return_exceptions``).
 
         Raises:
+            TypeError, ValueError: a bad record (its index is in the message);
+                nothing was queued.
             Exception: without ``return_exceptions``, the first record's error
                 in order, after every record has an outcome.
         """
-        pendings: list[_Pending] = []
-        for item in records:
-            rec = item if isinstance(item, ProducerRecord) else ProducerRecord(item)
-            pendings.append(await self._enqueue(topic, rec))
+        topic = check_topic(topic)
+        checked: list[Checked] = []
+        for index, item in enumerate(records):
+            r = item if isinstance(item, ProducerRecord) else ProducerRecord(item)
+            try:
+                checked.append(check_record(r.key, r.value, r.headers, r.partition, r.timestamp_ms))
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"records[{index}]: {exc}") from None
+        if self._closed or self._tg is None:
+            raise ConnectionClosed("the Producer is not open")
+        if not checked:
+            return []
+        count = await self._partition_count(topic)
+        for c in checked:
+            if c.partition is not None:
+                count = await self._check_partition(topic, c.partition, count)
+        pendings: list[Pending] = []
+        for c in checked:
+            pendings.append(await self._enqueue(topic, c))
             if not len(pendings) % _YIELD_EVERY:
                 # Queueing does not yield while the buffer has room: let the
                 # sender send the batches filled meanwhile.
                 await anyio.lowlevel.checkpoint()
+        await wait_for(pendings)
         results: list[RecordMetadata | BaseException] = []
-        await _wait_for(pendings)
         for pending in pendings:
             if pending.error is not None:
                 if not return_exceptions:
-                    raise _copy_error(pending.error) from pending.error
+                    raise copy_error(pending.error) from pending.error
                 results.append(pending.error)
             else:
                 assert pending.result is not None
@@ -479,7 +373,7 @@ class Producer:
         self._flushing += 1
         self._wake()
         try:
-            await _wait_for(waiting)
+            await wait_for(waiting)
             # The send calls waiting for those records were woken with this
             # task: one more turn lets them see their outcomes first.
             await anyio.lowlevel.checkpoint()
@@ -488,31 +382,18 @@ class Producer:
 
     # ------------------------------------------------------------------ enqueueing
 
-    async def _outcome(self, pending: _Pending) -> RecordMetadata:
-        await _wait_for((pending,))
+    async def _outcome(self, pending: Pending) -> RecordMetadata:
+        await wait_for((pending,))
         if pending.error is not None:
-            raise _copy_error(pending.error) from pending.error
+            raise copy_error(pending.error) from pending.error
         assert pending.result is not None
         return pending.result
 
-    async def _enqueue(self, topic: str, rec: ProducerRecord) -> _Pending:
+    async def _enqueue(self, topic: str, rec: Checked) -> Pending:
+        """Queue a checked record."""
         if self._closed or self._tg is None:
             raise ConnectionClosed("the Producer is not open")
-        _check_bytes("key", rec.key)
-        _check_bytes("value", rec.value)
-        headers: list[Header] = []
-        for header in rec.headers:
-            if (
-                isinstance(header, str | bytes)
-                or len(header) != 2
-                or not isinstance(header[0], str)
-            ):
-                raise TypeError(f"headers must be (str, bytes | None) pairs, not {header!r}")
-            _check_bytes("header value", header[1])
-            hv = header[1]
-            headers.append((header[0], bytes(hv) if hv is not None else None))
-        key = bytes(rec.key) if rec.key is not None else None
-        value = bytes(rec.value) if rec.value is not None else None
+        key, value, headers = rec.key, rec.value, rec.headers
         count = await self._partition_count(topic)
         partition = rec.partition
         if partition is None:
@@ -521,33 +402,38 @@ class Producer:
                 if key is not None
                 else self._keyless.choose(topic, count, self._led(topic) or ())
             )
-        elif not 0 <= partition < count:
+        else:
+            await self._check_partition(topic, partition, count)
+        while self._buffered and self._buffered + rec.size > self.config.buffer_bytes:
+            await self._space.wait()
+        if self._closed:
+            raise ConnectionClosed("the Producer was closed")
+        now = anyio.current_time()
+        timestamp = _now_ms() if rec.timestamp_ms is None else rec.timestamp_ms
+        pending = Pending(key, value, headers, timestamp, rec.size, now)
+        tp = TopicPartition(topic, partition)
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = Queue(tp)
+        if not queue.records:
+            queue.first_arrival = now
+        queue.records.append(pending)
+        queue.bytes += rec.size
+        self._buffered += rec.size
+        self._outstanding.add(pending)
+        if len(queue.records) == 1 or queue.bytes >= self.config.max_batch_bytes:
+            self._wake()
+        return pending
+
+    async def _check_partition(self, topic: str, partition: int, count: int) -> int:
+        """The partition count, once ``partition`` is known to be one of the topic's."""
+        if not 0 <= partition < count:
             count = await self._partition_count(topic, refresh=True)
             if not 0 <= partition < count:
                 raise error_for_code(
                     _UNKNOWN_TOPIC, f"topic {topic!r} has {count} partitions, not {partition}"
                 )
-        size = _estimate(key, value, headers)
-        while self._buffered and self._buffered + size > self.config.buffer_bytes:
-            await self._space.wait()
-        if self._closed:
-            raise ConnectionClosed("the Producer was closed")
-        now = anyio.current_time()
-        timestamp = _now_ms() if rec.timestamp_ms is None else int(rec.timestamp_ms)
-        pending = _Pending(key, value, tuple(headers), timestamp, size, now)
-        tp = TopicPartition(topic, partition)
-        queue = self._queues.get(tp)
-        if queue is None:
-            queue = self._queues[tp] = _Queue(tp)
-        if not queue.records:
-            queue.first_arrival = now
-        queue.records.append(pending)
-        queue.bytes += size
-        self._buffered += size
-        self._outstanding.add(pending)
-        if len(queue.records) == 1 or queue.bytes >= self.config.max_batch_bytes:
-            self._wake()
-        return pending
+        return count
 
     async def _partition_count(self, topic: str, *, refresh: bool = False) -> int:
         if not refresh:
@@ -626,8 +512,8 @@ class Producer:
             with anyio.move_on_after(max(0.0, wake_at - now)):
                 await self._wakeup.wait()
 
-    def _drain(self, now: float) -> tuple[dict[int, list[_Batch]], float]:
-        ready: dict[int, list[_Batch]] = defaultdict(list)
+    def _drain(self, now: float) -> tuple[dict[int, list[Batch]], float]:
+        ready: dict[int, list[Batch]] = defaultdict(list)
         wake_at = now + 3600.0
         urgent = self._flushing > 0 or self._closed
         for queue in self._queues.values():
@@ -667,8 +553,8 @@ class Producer:
             ready[leader].append(batch)
         return ready, wake_at
 
-    def _take_batch(self, queue: _Queue, now: float) -> _Batch:
-        records: list[_Pending] = []
+    def _take_batch(self, queue: Queue, now: float) -> Batch:
+        records: list[Pending] = []
         size = _BATCH_OVERHEAD
         while queue.records:
             nxt = queue.records[0]
@@ -679,9 +565,9 @@ class Producer:
             queue.bytes -= nxt.size
         if queue.records:
             queue.first_arrival = queue.records[0].created
-        return _Batch(queue.tp, records)
+        return Batch(queue.tp, records)
 
-    def _timeout_error(self, batch: _Batch) -> BaseException:
+    def _timeout_error(self, batch: Batch) -> BaseException:
         if batch.last_error is not None:
             return batch.last_error
         return RequestTimedOut(
@@ -689,7 +575,7 @@ class Producer:
             f"delivery_timeout={self.config.delivery_timeout} s"
         )
 
-    def _encode(self, batch: _Batch) -> bytes:
+    def _encode(self, batch: Batch) -> bytes:
         if batch.encoded is None:
             batch.encoded = encode_batch(
                 [(p.key, p.value, p.headers, p.timestamp) for p in batch.records],
@@ -697,7 +583,7 @@ class Producer:
             )
         return batch.encoded
 
-    async def _send_batches(self, node: int, batches: list[_Batch]) -> None:
+    async def _send_batches(self, node: int, batches: list[Batch]) -> None:
         try:
             await self._send_batches_once(node, batches)
         except Exception as exc:
@@ -714,15 +600,10 @@ class Producer:
                     queue.in_flight = False
             self._wake()
 
-    async def _send_batches_once(self, node: int, batches: list[_Batch]) -> None:
-        sendable: dict[TopicPartition, tuple[_Batch, bytes]] = {}
-        for batch in batches:
-            try:
-                sendable[batch.tp] = (batch, self._encode(batch))
-            except (TypeError, ValueError) as exc:
-                self._fail_batch(batch, exc)
-        if not sendable:
-            return
+    async def _send_batches_once(self, node: int, batches: list[Batch]) -> None:
+        # Every record was checked at its send call (_producer_records.py): a
+        # failure to encode is a bug, and _send_batches fails every record.
+        sendable = {batch.tp: (batch, self._encode(batch)) for batch in batches}
         try:
             response: Any = await self.cluster.call(
                 node,
@@ -771,7 +652,7 @@ class Producer:
                 batch, ProtocolError(f"broker {node} did not answer for {batch.tp} in Produce")
             )
 
-    def _build_request(self, mod: Any, sendable: dict[TopicPartition, tuple[_Batch, bytes]]) -> Any:
+    def _build_request(self, mod: Any, sendable: dict[TopicPartition, tuple[Batch, bytes]]) -> Any:
         by_topic: dict[str, list[Any]] = defaultdict(list)
         for tp, (_, data) in sendable.items():
             by_topic[tp.topic].append(
@@ -791,7 +672,7 @@ class Producer:
     # ------------------------------------------------------------------ outcomes
 
     def _settle(
-        self, pending: _Pending, result: RecordMetadata | None, error: BaseException | None
+        self, pending: Pending, result: RecordMetadata | None, error: BaseException | None
     ) -> None:
         """Give ``pending`` its outcome; the caller then calls :meth:`_freed`."""
         if pending.done:
@@ -810,7 +691,7 @@ class Producer:
         self._space.set()
         self._space = anyio.Event()
 
-    def _complete(self, batch: _Batch, base_offset: int, append_time: Any) -> None:
+    def _complete(self, batch: Batch, base_offset: int, append_time: Any) -> None:
         append_ms: int | None = None
         if isinstance(append_time, datetime.datetime):
             append_ms = (append_time - _EPOCH) // _ONE_MS
@@ -822,12 +703,12 @@ class Producer:
             )
         self._freed()
 
-    def _fail_batch(self, batch: _Batch, error: BaseException) -> None:
+    def _fail_batch(self, batch: Batch, error: BaseException) -> None:
         for pending in batch.records:
             self._settle(pending, None, error)
         self._freed()
 
-    def _retry_or_fail(self, batch: _Batch, error: BaseException) -> None:
+    def _retry_or_fail(self, batch: Batch, error: BaseException) -> None:
         now = anyio.current_time()
         batch.last_error = error
         batch.attempts += 1

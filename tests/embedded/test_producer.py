@@ -1,0 +1,100 @@
+"""The producer against the embedded broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+import trio
+import trio.testing
+
+from gengroup.broker import FakeCluster
+from gengroup.producer import Producer, ProducerRecord
+
+# ---------------------------------------------------------------------------- bad input
+
+
+async def test_a_bad_record_fails_its_own_send_not_its_batch(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Records that cannot be encoded fail at their own call; the good records
+    sent at the same time, which would share their batch, are delivered."""
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, linger=0.05) as producer,
+    ):
+        outcomes: dict[str, Any] = {}
+
+        async def send(name: str, **kwargs: Any) -> None:
+            try:
+                outcomes[name] = await producer.send("t", name.encode(), **kwargs)
+            except Exception as exc:
+                outcomes[name] = exc
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, "good-1")
+            tg.start_soon(lambda: send("bad-ts", timestamp_ms=2**64))
+            tg.start_soon(send, "good-2")
+            tg.start_soon(lambda: send("bad-header", headers=[("\ud800", b"x")]))
+            tg.start_soon(send, "good-3")
+        assert isinstance(outcomes.pop("bad-ts"), ValueError)
+        assert isinstance(outcomes.pop("bad-header"), ValueError)
+        assert all(meta.topic == "t" for meta in outcomes.values()), outcomes
+        assert sorted(r.value for r in cluster.records("t")) == [b"good-1", b"good-2", b"good-3"]
+
+
+BAD_ARGUMENTS = {
+    "partition True": (TypeError, "partition", {"partition": True}),
+    "partition 1.5": (TypeError, "partition", {"partition": 1.5}),
+    "partition '1'": (TypeError, "partition", {"partition": "1"}),
+    "timestamp '123'": (TypeError, "timestamp_ms", {"timestamp_ms": "123"}),
+    "timestamp True": (TypeError, "timestamp_ms", {"timestamp_ms": True}),
+    "timestamp float": (TypeError, "timestamp_ms", {"timestamp_ms": 1.5e12}),
+    "timestamp -5": (ValueError, "timestamp_ms", {"timestamp_ms": -5}),
+    "timestamp 2**63": (ValueError, "timestamp_ms", {"timestamp_ms": 2**63}),
+    "topic 5": (TypeError, "topic", {"topic": 5}),
+    "topic not UTF-8": (ValueError, "topic", {"topic": "t\ud800"}),
+    "headers None": (TypeError, "headers", {"headers": None}),
+    "headers dict": (TypeError, "headers", {"headers": {"a": b"b"}}),
+    "header name not UTF-8": (ValueError, "header name", {"headers": [("\udfff", None)]}),
+}
+
+
+@pytest.mark.parametrize(("error", "names", "kwargs"), BAD_ARGUMENTS.values(), ids=BAD_ARGUMENTS)
+async def test_a_bad_argument_raises_a_typed_error_at_once_naming_it(
+    autojump_clock: trio.testing.MockClock,
+    error: type[Exception],
+    names: str,
+    kwargs: dict[str, Any],
+) -> None:
+    async with (
+        FakeCluster(topics={"t": 2}) as cluster,
+        Producer(cluster.bootstrap, delivery_timeout=5) as producer,
+    ):
+        topic = kwargs.pop("topic", "t")
+        started = trio.current_time()
+        with pytest.raises(error, match=names):
+            await producer.send(topic, b"v", **kwargs)
+        assert trio.current_time() == started  # checked before any wait
+        meta = await producer.send("t", b"ok", partition=1)
+        assert (meta.partition, type(meta.partition)) == (1, int)
+        assert [cluster.high_watermark("t", p) for p in (0, 1)] == [0, 1]
+
+
+async def test_send_many_with_a_bad_record_queues_none(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap) as producer,
+    ):
+        good: list[Any] = [b"r%d" % i for i in range(10)]
+        with pytest.raises(TypeError, match=r"records\[10\]: value"):
+            await producer.send_many("t", [*good, "not bytes"])
+        with pytest.raises(ValueError, match=r"records\[3\]: timestamp_ms"):
+            await producer.send_many(
+                "t", [*good[:3], ProducerRecord(b"x", timestamp_ms=-1), *good[3:]]
+            )
+        await producer.flush()
+        assert cluster.high_watermark("t") == 0
