@@ -104,6 +104,8 @@ class Queue:
         "in_flight",
         "records",
         "retry",
+        "split_cap",
+        "split_left",
         "tp",
     )
 
@@ -114,3 +116,7 @@ class Queue:
         self.first_arrival = 0.0
         self.retry: Batch | None = None
         self.in_flight = False
+        # After a batch the topic found too large was split: at most split_cap
+        # records per batch for the next split_left records.
+        self.split_cap = 0
+        self.split_left = 0

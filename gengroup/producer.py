@@ -29,7 +29,9 @@ Every response is settled per partition: success resolves each record with
 ``base_offset + index``; a retriable error (Kafka's ``retriable`` flag, stale
 metadata, a broken or timed-out connection) puts the batch back at the head of
 its partition with an exponential backoff and, for leadership errors, asks the
-metadata task for a refresh; anything else fails the batch's records with the
+metadata task for a refresh; MESSAGE_TOO_LARGE for a batch of several records
+puts them back at the head of the queue, to go in batches of half as many (as
+the Java producer splits); anything else fails the batch's records with the
 typed error. A record that cannot be delivered within ``delivery_timeout``
 seconds of its ``send`` fails with the last error seen. Records whose leader
 is unknown wait for the metadata task, which refreshes the producer's topics
@@ -113,6 +115,7 @@ _BATCH_OVERHEAD: Final = 61
 _INT32_MAX: Final = (1 << 31) - 1
 _UNKNOWN_TOPIC: Final = 3  # UNKNOWN_TOPIC_OR_PARTITION
 _LEADER_NOT_AVAILABLE: Final = 5
+_MESSAGE_TOO_LARGE: Final = 10
 
 
 def _now_ms() -> int:
@@ -556,16 +559,34 @@ class Producer:
     def _take_batch(self, queue: Queue, now: float) -> Batch:
         records: list[Pending] = []
         size = _BATCH_OVERHEAD
+        cap = queue.split_cap if queue.split_left else 0
         while queue.records:
             nxt = queue.records[0]
             if records and size + nxt.size > self.config.max_batch_bytes:
                 break
+            if cap and len(records) >= cap:
+                break
             records.append(queue.records.popleft())
             size += nxt.size
             queue.bytes -= nxt.size
+        queue.split_left = max(0, queue.split_left - len(records))
         if queue.records:
             queue.first_arrival = queue.records[0].created
         return Batch(queue.tp, records)
+
+    def _split(self, batch: Batch) -> None:
+        """Put the records of a batch the topic found too large back, to go in halves.
+
+        As the Java producer does on MESSAGE_TOO_LARGE: at the head of the
+        partition's queue, so their order is kept; no retry is counted.
+        """
+        records = [p for p in batch.records if not p.done]  # not expired meanwhile
+        queue = self._queues[batch.tp]
+        queue.records.extendleft(reversed(records))
+        queue.bytes += sum(p.size for p in records)
+        queue.split_cap = max(1, len(records) // 2)
+        queue.split_left += len(records)
+        queue.first_arrival = batch.created
 
     def _timeout_error(self, batch: Batch) -> BaseException:
         if batch.last_error is not None:
@@ -635,6 +656,9 @@ class Producer:
                 code = int(part.error_code)
                 if code == 0:
                     self._complete(batch, int(part.base_offset), part.log_append_time)
+                    continue
+                if code == _MESSAGE_TOO_LARGE and len(batch.records) > 1:
+                    self._split(batch)
                     continue
                 detail = part.error_message or "; ".join(
                     f"record {e.batch_index}: {e.batch_index_error_message}"

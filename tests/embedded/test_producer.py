@@ -9,6 +9,7 @@ import pytest
 import trio
 import trio.testing
 
+from gengroup._errors import BrokerError
 from gengroup.broker import FakeCluster
 from gengroup.producer import Producer, ProducerRecord
 
@@ -98,3 +99,24 @@ async def test_send_many_with_a_bad_record_queues_none(
             )
         await producer.flush()
         assert cluster.high_watermark("t") == 0
+
+
+# ---------------------------------------------------------------------------- batches
+
+
+async def test_a_batch_too_large_for_the_topic_is_split_in_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Each record fits the topic's ``max.message.bytes``, their batch does not:
+    the batch is split and requeued at the head of its partition, order kept.
+    A record too large on its own still fails."""
+    async with FakeCluster() as cluster:
+        cluster.create_topic("small", 1, configs={"max.message.bytes": "10000"})
+        async with Producer(cluster.bootstrap, linger=1.0) as producer:
+            values = [b"%04d" % i + b"y" * 996 for i in range(20)]
+            metas = await producer.send_many("small", values)
+            assert [m.offset for m in metas] == list(range(20))
+            assert [r.value for r in cluster.records("small")] == values
+            with pytest.raises(BrokerError, match="MESSAGE_TOO_LARGE"):
+                await producer.send("small", b"z" * 20_000)
+            assert (await producer.send("small", b"after")).offset == 20
