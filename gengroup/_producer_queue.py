@@ -58,7 +58,7 @@ class Pending:
     headers: tuple[Header, ...]
     timestamp: int
     size: int
-    created: float
+    created: float  # when its send call started: the delivery timeout counts from it
     done: bool = False
     waiters: list[Waiter] | None = None
     result: RecordMetadata | None = None
@@ -88,7 +88,8 @@ class Batch:
     def __init__(self, tp: TopicPartition, records: list[Pending]) -> None:
         self.tp = tp
         self.records = records
-        self.created = records[0].created
+        # A call that waited for buffer room may queue a record behind younger ones.
+        self.created = min(p.created for p in records)
         self.encoded: bytes | None = None
         self.attempts = 0
         self.not_before = 0.0
@@ -100,10 +101,12 @@ class Queue:
 
     __slots__ = (
         "bytes",
+        "expire_at",
         "first_arrival",
         "in_flight",
         "records",
         "retry",
+        "sending",
         "split_cap",
         "split_left",
         "tp",
@@ -114,8 +117,12 @@ class Queue:
         self.records: deque[Pending] = deque()
         self.bytes = 0
         self.first_arrival = 0.0
+        # No queued record expires before this (it may be earlier: then a scan
+        # of the queue finds nothing and sets it right).
+        self.expire_at = float("inf")
         self.retry: Batch | None = None
         self.in_flight = False
+        self.sending: Batch | None = None  # the batch in flight, until it expires
         # After a batch the topic found too large was split: at most split_cap
         # records per batch for the next split_left records.
         self.split_cap = 0

@@ -32,18 +32,23 @@ its partition with an exponential backoff and, for leadership errors, asks the
 metadata task for a refresh; MESSAGE_TOO_LARGE for a batch of several records
 puts them back at the head of the queue, to go in batches of half as many (as
 the Java producer splits); anything else fails the batch's records with the
-typed error. A record that cannot be delivered within ``delivery_timeout``
-seconds of its ``send`` fails with the last error seen. Records whose leader
-is unknown wait for the metadata task, which refreshes the producer's topics
-on demand (rate-limited by ``retry_backoff``) and every ``metadata_max_age``.
+typed error. ``delivery_timeout`` counts from the start of a record's ``send``
+call and is a bound: the drain fails a batch, or queued records, whose time
+is up with the last error seen, and a batch whose Produce request is still
+unanswered then fails with ``RequestTimedOut`` (its answer, if it comes, is
+ignored). Records whose leader is unknown wait for the metadata task, which
+refreshes the producer's topics on demand (rate-limited by
+``retry_backoff``) and every ``metadata_max_age``.
 
 Null-key records use the *sticky* strategy by default (KIP-480): every null-key
 record of a topic goes to one randomly chosen partition with a leader until a
 batch for that partition is drained, then another partition is chosen; this
 fills batches quickly. ``partitioner="round_robin"`` spreads them one by one.
 
-Cancelling a ``send`` only stops waiting: the record stays queued and is still
-delivered, like a Java ``Future`` that nobody reads. ``flush()`` makes every
+``send`` blocks for at most ``max_block`` (the topic's metadata, then room in
+the buffer: :class:`~gengroup._errors.BufferExhausted`). Cancelling a ``send``
+once its record is queued only stops waiting: the record is still delivered,
+like a Java ``Future`` that nobody reads. ``flush()`` makes every
 queued record ready at once and waits until each has an outcome. Leaving the
 ``async with`` block normally flushes; leaving it with an exception fails
 whatever is still queued with :class:`~gengroup._errors.ConnectionClosed`.
@@ -57,7 +62,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack
 from typing import Any, Final, Literal, Self, Unpack, overload
@@ -69,6 +74,7 @@ import anyio.lowlevel
 from ._errors import (
     BrokenConnection,
     BrokerError,
+    BufferExhausted,
     ClusterUnreachable,
     ConnectionClosed,
     GengroupError,
@@ -249,7 +255,13 @@ class Producer:
         """Send one record and wait until the broker acknowledges it.
 
         Every argument is checked before the record is queued: a bad one
-        raises here and nothing is sent.
+        raises here and nothing is sent. The call has its outcome within
+        ``delivery_timeout`` of its start (or ``max_block``, if longer and the
+        topic's metadata is what it waited for).
+
+        Cancelling the call only stops waiting once the record is queued: it
+        is still delivered. Cancelled earlier (waiting for the topic's
+        metadata or for room in the buffer), the record is not queued.
 
         Args:
             topic: the topic.
@@ -270,16 +282,21 @@ class Producer:
                 header name that cannot be encoded as UTF-8.
             UnknownTopicOrPartition: the topic (or the explicit partition) does
                 not exist within ``max_block``.
+            BufferExhausted: no room in the buffer (``buffer_bytes``) within
+                ``max_block`` of the call; the record was not queued.
             BrokerError: the broker refused the record (e.g. MESSAGE_TOO_LARGE
                 for a record larger than the topic allows), or the last
                 retriable error once ``delivery_timeout`` passed.
             KafkaConnectionError: the last connection error once
-                ``delivery_timeout`` passed, or no broker answered the topic's
-                metadata request within ``max_block``.
+                ``delivery_timeout`` passed (``RequestTimedOut`` if a Produce
+                request was still unanswered: the record may have been
+                written), or no broker answered the topic's metadata request
+                within ``max_block``.
             ConnectionClosed: the producer was closed before delivery.
         """
+        start = anyio.current_time()
         rec = check_record(key, value, headers, partition, timestamp_ms)
-        pending = await self._enqueue(check_topic(topic), rec)
+        pending = await self._enqueue(check_topic(topic), rec, start)
         return await self._outcome(pending)
 
     @overload
@@ -311,7 +328,16 @@ class Producer:
 
         Every record is checked (as :meth:`send` checks its arguments) and the
         topic's metadata is fetched before any record is queued: a bad record
-        or a missing topic raises and queues nothing.
+        or a missing topic raises and queues nothing. Records are then queued
+        in order; a record that finds no room in the buffer within
+        ``max_block`` of the call gets :class:`BufferExhausted` as its outcome,
+        as do the records after it, which are not queued either.
+
+        Cancelling the call while it queues (waiting for room in the buffer)
+        leaves the records queued so far -- a prefix of the list, in order --
+        to be delivered, and queues none of the others; the call cannot say
+        how many. A caller that must know bounds the wait with ``max_block``
+        instead of cancelling, and gets each record's outcome.
 
         Args:
             topic: the topic.
@@ -329,6 +355,7 @@ class Producer:
             Exception: without ``return_exceptions``, the first record's error
                 in order, after every record has an outcome.
         """
+        start = anyio.current_time()
         topic = check_topic(topic)
         checked: list[Checked] = []
         for index, item in enumerate(records):
@@ -346,8 +373,13 @@ class Producer:
             if c.partition is not None:
                 count = await self._check_partition(topic, c.partition, count)
         pendings: list[Pending] = []
+        unqueued: BaseException | None = None
         for c in checked:
-            pendings.append(await self._enqueue(topic, c))
+            try:
+                pendings.append(await self._enqueue(topic, c, start))
+            except BufferExhausted as exc:
+                unqueued = exc
+                break
             if not len(pendings) % _YIELD_EVERY:
                 # Queueing does not yield while the buffer has room: let the
                 # sender send the batches filled meanwhile.
@@ -362,6 +394,10 @@ class Producer:
             else:
                 assert pending.result is not None
                 results.append(pending.result)
+        if unqueued is not None:
+            if not return_exceptions:
+                raise unqueued
+            results.extend(copy_error(unqueued) for _ in range(len(checked) - len(pendings)))
         return results
 
     async def flush(self) -> None:
@@ -392,8 +428,8 @@ class Producer:
         assert pending.result is not None
         return pending.result
 
-    async def _enqueue(self, topic: str, rec: Checked) -> Pending:
-        """Queue a checked record."""
+    async def _enqueue(self, topic: str, rec: Checked, start: float) -> Pending:
+        """Queue a checked record; ``start`` is when its call started."""
         if self._closed or self._tg is None:
             raise ConnectionClosed("the Producer is not open")
         key, value, headers = rec.key, rec.value, rec.headers
@@ -407,19 +443,20 @@ class Producer:
             )
         else:
             await self._check_partition(topic, partition, count)
-        while self._buffered and self._buffered + rec.size > self.config.buffer_bytes:
-            await self._space.wait()
+        await self._wait_for_room(rec.size, start)
         if self._closed:
             raise ConnectionClosed("the Producer was closed")
         now = anyio.current_time()
         timestamp = _now_ms() if rec.timestamp_ms is None else rec.timestamp_ms
-        pending = Pending(key, value, headers, timestamp, rec.size, now)
+        pending = Pending(key, value, headers, timestamp, rec.size, start)
         tp = TopicPartition(topic, partition)
         queue = self._queues.get(tp)
         if queue is None:
             queue = self._queues[tp] = Queue(tp)
         if not queue.records:
             queue.first_arrival = now
+            queue.expire_at = float("inf")
+        queue.expire_at = min(queue.expire_at, start + self.config.delivery_timeout)
         queue.records.append(pending)
         queue.bytes += rec.size
         self._buffered += rec.size
@@ -437,6 +474,22 @@ class Producer:
                     _UNKNOWN_TOPIC, f"topic {topic!r} has {count} partitions, not {partition}"
                 )
         return count
+
+    async def _wait_for_room(self, size: int, start: float) -> None:
+        """Wait until ``size`` more bytes fit the buffer, up to ``max_block`` from ``start``.
+
+        (Or ``delivery_timeout``, if shorter: a record queued later would fail at once.)
+        """
+        limit = min(self.config.max_block, self.config.delivery_timeout)
+        while self._buffered and self._buffered + size > self.config.buffer_bytes:
+            left = start + limit - anyio.current_time()
+            if left <= 0:
+                raise BufferExhausted(
+                    f"no room for a record of {size} bytes in the buffer "
+                    f"(buffer_bytes={self.config.buffer_bytes}) within {limit} s"
+                )
+            with anyio.move_on_after(left):
+                await self._space.wait()
 
     async def _partition_count(self, topic: str, *, refresh: bool = False) -> int:
         if not refresh:
@@ -520,7 +573,12 @@ class Producer:
         wake_at = now + 3600.0
         urgent = self._flushing > 0 or self._closed
         for queue in self._queues.values():
+            if queue.records and queue.expire_at <= now:
+                self._expire_queued(queue, now)
+            if queue.records:
+                wake_at = min(wake_at, queue.expire_at)
             if queue.in_flight:
+                wake_at = min(wake_at, self._expire_sending(queue, now))
                 continue
             batch = queue.retry
             if batch is not None:
@@ -537,7 +595,9 @@ class Producer:
                 self._keyless.drained(queue.tp.topic, queue.tp.partition, self._led(queue.tp.topic))
             else:
                 continue
-            if now - batch.created >= self.config.delivery_timeout:
+            # Deadlines are compared as computed (created + timeout), never
+            # rearranged: a rounding difference would make the sender spin.
+            if batch.created + self.config.delivery_timeout <= now:
                 self._fail_batch(batch, self._timeout_error(batch))
                 wake_at = now
                 continue
@@ -547,14 +607,61 @@ class Producer:
                     self._metadata_error
                     or error_for_code(_LEADER_NOT_AVAILABLE, f"no leader known for {batch.tp}")
                 )
-                batch.not_before = now + self.config.retry_backoff
+                # Not past its deadline: then it fails here, on time.
+                batch.not_before = min(
+                    now + self.config.retry_backoff, batch.created + self.config.delivery_timeout
+                )
                 queue.retry = batch
                 wake_at = min(wake_at, batch.not_before)
                 self._want_metadata()
                 continue
             queue.in_flight = True
+            queue.sending = batch
+            wake_at = min(wake_at, batch.created + self.config.delivery_timeout)
             ready[leader].append(batch)
         return ready, wake_at
+
+    def _expire_queued(self, queue: Queue, now: float) -> None:
+        """Fail the queued records of ``queue`` whose delivery timeout has passed."""
+        timeout = self.config.delivery_timeout
+        expired = [p for p in queue.records if p.created + timeout <= now]
+        if expired:
+            queue.records = deque(p for p in queue.records if p.created + timeout > now)
+            queue.bytes -= sum(p.size for p in expired)
+            error = RequestTimedOut(
+                f"{queue.tp}: {len(expired)} record(s) not sent within "
+                f"delivery_timeout={self.config.delivery_timeout} s"
+                + (
+                    " (the partition's previous batch is still unanswered)"
+                    if queue.in_flight
+                    else ""
+                )
+            )
+            for pending in expired:
+                self._settle(pending, None, error)
+            self._freed()
+        created = min((p.created for p in queue.records), default=float("inf"))
+        queue.expire_at = created + self.config.delivery_timeout
+
+    def _expire_sending(self, queue: Queue, now: float) -> float:
+        """Fail the batch in flight once its delivery timeout passed; return when it will."""
+        batch = queue.sending
+        if batch is None:
+            return float("inf")
+        deadline = batch.created + self.config.delivery_timeout
+        if deadline > now:
+            return deadline
+        # As the Java producer's in-flight expiry: the answer may still come (and
+        # the records be written), but the caller learns within the bound.
+        queue.sending = None
+        error = RequestTimedOut(
+            f"{batch.tp}: {len(batch.records)} record(s) not acknowledged within "
+            f"delivery_timeout={self.config.delivery_timeout} s: the Produce request "
+            "is still unanswered (the records may yet be written)"
+        )
+        error.__cause__ = batch.last_error
+        self._fail_batch(batch, error)
+        return float("inf")
 
     def _take_batch(self, queue: Queue, now: float) -> Batch:
         records: list[Pending] = []
@@ -572,6 +679,8 @@ class Producer:
         queue.split_left = max(0, queue.split_left - len(records))
         if queue.records:
             queue.first_arrival = queue.records[0].created
+        else:
+            queue.expire_at = float("inf")
         return Batch(queue.tp, records)
 
     def _split(self, batch: Batch) -> None:
@@ -587,6 +696,7 @@ class Producer:
         queue.split_cap = max(1, len(records) // 2)
         queue.split_left += len(records)
         queue.first_arrival = batch.created
+        queue.expire_at = min(queue.expire_at, batch.created + self.config.delivery_timeout)
 
     def _timeout_error(self, batch: Batch) -> BaseException:
         if batch.last_error is not None:
@@ -619,6 +729,7 @@ class Producer:
                 queue = self._queues.get(batch.tp)
                 if queue is not None:
                     queue.in_flight = False
+                    queue.sending = None
             self._wake()
 
     async def _send_batches_once(self, node: int, batches: list[Batch]) -> None:
@@ -737,7 +848,7 @@ class Producer:
         batch.last_error = error
         batch.attempts += 1
         delay = backoff_delay(batch.attempts - 1, self.config.retry_backoff)
-        if now + delay - batch.created >= self.config.delivery_timeout or self._closed:
+        if now + delay >= batch.created + self.config.delivery_timeout or self._closed:
             self._fail_batch(batch, error)
             return
         batch.not_before = now + delay

@@ -9,9 +9,10 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup._errors import BrokerError
-from gengroup.broker import FakeCluster
+from gengroup._errors import BrokerError, BufferExhausted, RequestTimedOut
+from gengroup.broker import Drop, FakeCluster
 from gengroup.producer import Producer, ProducerRecord
+from gengroup.protocol.versions import ApiKey
 
 # ---------------------------------------------------------------------------- bad input
 
@@ -120,3 +121,97 @@ async def test_a_batch_too_large_for_the_topic_is_split_in_order(
             with pytest.raises(BrokerError, match="MESSAGE_TOO_LARGE"):
                 await producer.send("small", b"z" * 20_000)
             assert (await producer.send("small", b"after")).offset == 20
+
+
+# ---------------------------------------------------------------------------- time bounds
+
+
+async def test_delivery_timeout_bounds_a_produce_request_never_answered(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A broker that never answers: the record in flight and the record queued
+    behind it each fail at their own delivery timeout, although the request
+    may wait ``request_timeout`` (10 s) + 5 s."""
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, delivery_timeout=3, request_timeout=10) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        cluster.control(ApiKey.PRODUCE, lambda call: Drop())
+        failed_at: dict[str, float] = {}
+
+        async def send(name: str, delay: float) -> None:
+            await trio.sleep(delay)
+            with pytest.raises(RequestTimedOut, match="delivery_timeout=3"):
+                await producer.send("t", name.encode())
+            failed_at[name] = trio.current_time() - started
+
+        started = trio.current_time()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, "in flight", 0.0)
+            tg.start_soon(send, "queued behind it", 1.0)
+        assert failed_at["in flight"] == pytest.approx(3.0, abs=0.1)
+        assert failed_at["queued behind it"] == pytest.approx(4.0, abs=0.1)
+
+
+async def test_waiting_for_buffer_room_is_bounded_by_max_block_and_counts_toward_delivery(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(
+            cluster.bootstrap, buffer_bytes=2000, delivery_timeout=4, max_block=10
+        ) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        cluster.control(ApiKey.PRODUCE, lambda call: Drop())
+        failed_after: dict[str, float] = {}
+
+        async def send(name: str, delay: float, error: type[Exception]) -> None:
+            await trio.sleep(delay)
+            called = trio.current_time()
+            with pytest.raises(error):
+                await producer.send("t", b"x" * 1500)
+            failed_after[name] = trio.current_time() - called
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, "fills the buffer", 0.0, RequestTimedOut)
+            # Finds room at 4 s, when the first fails: its own 4 s count from 2 s.
+            tg.start_soon(send, "waits for room", 2.0, RequestTimedOut)
+        assert failed_after == pytest.approx({"fills the buffer": 4.0, "waits for room": 4.0})
+
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, buffer_bytes=2000, max_block=1) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        cluster.control(ApiKey.PRODUCE, lambda call: Drop())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(producer.send, "t", b"x" * 1500)
+            await trio.sleep(0.5)
+            called = trio.current_time()
+            with pytest.raises(BufferExhausted, match="buffer_bytes=2000"):
+                await producer.send("t", b"x" * 1500)
+            assert trio.current_time() - called == pytest.approx(1.0)
+            tg.cancel_scope.cancel()
+
+
+async def test_send_many_reports_records_that_found_no_buffer_room(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Each record's outcome is known: those queued are delivered or fail on
+    their own; those that found no room within ``max_block`` get
+    BufferExhausted and were not queued."""
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, buffer_bytes=2000, max_block=1, delivery_timeout=5) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        cluster.control(ApiKey.PRODUCE, lambda call: Drop())
+        outcomes = await producer.send_many("t", [b"x" * 900] * 4, return_exceptions=True)
+        assert [type(o) for o in outcomes] == [RequestTimedOut] * 2 + [BufferExhausted] * 2
+        # Again, with records queued behind the request still unanswered: the
+        # first error in order comes out.
+        with pytest.raises(RequestTimedOut, match="still unanswered"):
+            await producer.send_many("t", [b"x" * 900] * 4)
+        assert cluster.high_watermark("t") == 1
