@@ -59,7 +59,8 @@ class ProducerConfig(Security):
             Produce ``timeout`` field) and, plus 5 s, the client waits for it.
         max_block: seconds ``send`` may block before its record is queued:
             waiting for the topic's metadata, then for room in the buffer.
-        retry_backoff: base seconds between retries (doubling, capped at 1 s).
+        retry_backoff: base seconds between retries and metadata refreshes
+            (doubling while they fail, capped at 1 s, jittered by 20 %).
         metadata_max_age: seconds between background metadata refreshes.
         partitioner: strategy for null-key records, ``"sticky"`` or ``"round_robin"``.
         client_id: client id of an owned cluster.

@@ -37,8 +37,9 @@ call and is a bound: the drain fails a batch, or queued records, whose time
 is up with the last error seen, and a batch whose Produce request is still
 unanswered then fails with ``RequestTimedOut`` (its answer, if it comes, is
 ignored). Records whose leader is unknown wait for the metadata task, which
-refreshes the producer's topics on demand (rate-limited by
-``retry_backoff``) and every ``metadata_max_age``.
+refreshes the producer's topics on demand and every ``metadata_max_age``, at
+least a ``retry_backoff`` apart, growing with jitter while a refresh leaves a
+partition without a leader.
 
 Null-key records use the *sticky* strategy by default (KIP-480): every null-key
 record of a topic goes to one randomly chosen partition with a leader until a
@@ -95,7 +96,7 @@ from ._producer_records import (
 )
 from ._types import TopicPartition
 from .io.cluster import Cluster, TopicInfo, shared_or_own
-from .io.retry import backoff_delay, retry
+from .io.retry import Backoff, backoff_delay, retry
 from .partitioner import KeylessPartitioner, murmur2, partition_for_key
 from .protocol.framing import build, ms
 from .protocol.records import Compression, Header, encode_batch
@@ -595,8 +596,7 @@ class Producer:
                 self._keyless.drained(queue.tp.topic, queue.tp.partition, self._led(queue.tp.topic))
             else:
                 continue
-            # Deadlines are compared as computed (created + timeout), never
-            # rearranged: a rounding difference would make the sender spin.
+            # As computed, not rearranged: rounding would make the sender spin.
             if batch.created + self.config.delivery_timeout <= now:
                 self._fail_batch(batch, self._timeout_error(batch))
                 wake_at = now
@@ -607,10 +607,10 @@ class Producer:
                     self._metadata_error
                     or error_for_code(_LEADER_NOT_AVAILABLE, f"no leader known for {batch.tp}")
                 )
+                delay = backoff_delay(batch.attempts, self.config.retry_backoff)
                 # Not past its deadline: then it fails here, on time.
-                batch.not_before = min(
-                    now + self.config.retry_backoff, batch.created + self.config.delivery_timeout
-                )
+                batch.not_before = min(now + delay, batch.created + self.config.delivery_timeout)
+                batch.attempts += 1
                 queue.retry = batch
                 wake_at = min(wake_at, batch.not_before)
                 self._want_metadata()
@@ -861,11 +861,13 @@ class Producer:
         self._metadata_wanted.set()
 
     async def _metadata_loop(self) -> None:
+        backoff = Backoff(self.config.retry_backoff)  # reset by a complete refresh
         while True:
             with anyio.move_on_after(self.config.metadata_max_age):
                 await self._metadata_wanted.wait()
             self._metadata_wanted = anyio.Event()
             topics = sorted(self._topics)
+            complete = True
             if topics:
                 try:
                     md = await self.cluster.refresh_metadata(topics)
@@ -873,6 +875,7 @@ class Producer:
                     # Kept for the records waiting on a leader: they fail with it
                     # if it persists until their delivery timeout.
                     self._metadata_error = exc
+                    complete = False
                 else:
                     self._metadata_error = None
                     for name in topics:
@@ -881,7 +884,14 @@ class Producer:
                             self._topic_errors[name] = error_for_code(
                                 info.error_code, f"metadata for topic {name!r}"
                             )
+                            complete = False
                         else:
                             self._topic_errors.pop(name, None)
+                            complete = complete and (
+                                info is not None
+                                and all(p.leader >= 0 for p in info.partitions.values())
+                            )
                 self._wake()
-            await anyio.sleep(self.config.retry_backoff)
+            if complete:
+                backoff.reset()
+            await backoff.sleep()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import anyio
@@ -10,7 +11,7 @@ import trio
 import trio.testing
 
 from gengroup._errors import BrokerError, BufferExhausted, RequestTimedOut
-from gengroup.broker import Drop, FakeCluster
+from gengroup.broker import Drop, Fail, FakeCluster, Intercepted
 from gengroup.producer import Producer, ProducerRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -215,3 +216,32 @@ async def test_send_many_reports_records_that_found_no_buffer_room(
         with pytest.raises(RequestTimedOut, match="still unanswered"):
             await producer.send_many("t", [b"x" * 900] * 4)
         assert cluster.high_watermark("t") == 1
+
+
+async def test_waiting_for_a_leader_backs_off_with_jitter(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Metadata answers LEADER_NOT_AVAILABLE while a record waits for a leader:
+    the refreshes back off exponentially (not every ``retry_backoff``), with
+    jitter, and the record fails at its delivery timeout."""
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, delivery_timeout=4, retry_backoff=0.1) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        seen: list[float] = []
+
+        def no_leader(call: Intercepted) -> Fail:
+            seen.append(trio.current_time())
+            return Fail(5)
+
+        cluster.control(ApiKey.METADATA, no_leader)
+        cluster.control(ApiKey.PRODUCE, lambda call: Fail(6), once=True)
+        started = trio.current_time()
+        with pytest.raises(BrokerError, match="LEADER_NOT_AVAILABLE"):
+            await producer.send("t", b"x", partition=0)
+        assert trio.current_time() - started == pytest.approx(4.0, abs=0.05)
+        gaps = [b - a for a, b in itertools.pairwise(seen)]
+        assert 3 <= len(seen) <= 12, gaps
+        assert max(gaps) > 4 * min(gaps), gaps  # it grows
+        assert len({round(gap, 6) for gap in gaps}) == len(gaps), gaps  # jittered
