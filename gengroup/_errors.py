@@ -61,6 +61,14 @@ class KafkaConnectionError(GengroupError):
     """Base class of connection-level failures."""
 
 
+class BufferExhausted(GengroupError, TimeoutError):
+    """``Producer.send`` found no room in the buffer (``buffer_bytes``) within ``max_block``.
+
+    Records are queued faster than the brokers take them (or the brokers are
+    unreachable); the record was not queued. As Java's ``BufferExhaustedException``.
+    """
+
+
 class BrokenConnection(KafkaConnectionError):
     """The connection to a broker broke (reset, refused, EOF, malformed frame).
 

@@ -49,13 +49,18 @@ class ProducerConfig(Security):
         linger: seconds a partition's first queued record waits for company.
         max_batch_bytes: estimated uncompressed bytes per batch (a larger
             single record is sent alone).
-        buffer_bytes: estimated bytes queued before ``send`` waits for room.
-        delivery_timeout: seconds from ``send`` until a record that could not
-            be delivered (retries included) fails.
+        buffer_bytes: estimated bytes queued before ``send`` waits for room
+            (for ``max_block`` at most, then ``BufferExhausted``).
+        delivery_timeout: seconds from the start of a ``send`` call until a
+            record that could not be delivered (retries included) fails; a
+            Produce request still unanswered then fails its records with
+            ``RequestTimedOut`` (they may yet be written).
         request_timeout: seconds the broker may take to replicate (the
             Produce ``timeout`` field) and, plus 5 s, the client waits for it.
-        max_block: seconds ``send`` waits for the topic's metadata.
-        retry_backoff: base seconds between retries (doubling up to 1 s, jittered by ±20%).
+        max_block: seconds ``send`` may block before its record is queued:
+            waiting for the topic's metadata, then for room in the buffer.
+        retry_backoff: base seconds between retries and metadata refreshes
+            (doubling while they fail up to 1 s, jittered by ±20%).
         metadata_max_age: seconds between background metadata refreshes.
         partitioner: strategy for null-key records, ``"sticky"`` or ``"round_robin"``.
         client_id: client id of an owned cluster.

@@ -2,7 +2,9 @@
 
 Theory of operation:
 
-``send()`` picks a partition (explicit, murmur2 of the key, or the null-key
+``send()`` checks every field of the record first (``_producer_records.py``:
+a record that could not be encoded fails its own call, never a batch it
+would share), picks a partition (explicit, murmur2 of the key, or the null-key
 strategy), appends a pending record to that partition's queue and waits on the
 record's outcome (one wake-up per call, however many records it sent).
 Nothing is sent from the caller's task.
@@ -27,19 +29,27 @@ Every response is settled per partition: success resolves each record with
 ``base_offset + index``; a retriable error (Kafka's ``retriable`` flag, stale
 metadata, a broken or timed-out connection) puts the batch back at the head of
 its partition with an exponential backoff and, for leadership errors, asks the
-metadata task for a refresh; anything else fails the batch's records with the
-typed error. A record that cannot be delivered within ``delivery_timeout``
-seconds of its ``send`` fails with the last error seen. Records whose leader
-is unknown wait for the metadata task, which refreshes the producer's topics
-on demand (rate-limited by ``retry_backoff``) and every ``metadata_max_age``.
+metadata task for a refresh; MESSAGE_TOO_LARGE for a batch of several records
+puts them back at the head of the queue, to go in batches of half as many (as
+the Java producer splits); anything else fails the batch's records with the
+typed error. ``delivery_timeout`` counts from the start of a record's ``send``
+call and is a bound: the drain fails a batch, or queued records, whose time
+is up with the last error seen, and a batch whose Produce request is still
+unanswered then fails with ``RequestTimedOut`` (its answer, if it comes, is
+ignored). Records whose leader is unknown wait for the metadata task, which
+refreshes the producer's topics on demand and every ``metadata_max_age``, at
+least a ``retry_backoff`` apart, growing with jitter while a refresh leaves a
+partition without a leader.
 
 Null-key records use the *sticky* strategy by default (KIP-480): every null-key
 record of a topic goes to one randomly chosen partition with a leader until a
 batch for that partition is drained, then another partition is chosen; this
 fills batches quickly. ``partitioner="round_robin"`` spreads them one by one.
 
-Cancelling a ``send`` only stops waiting: the record stays queued and is still
-delivered, like a Java ``Future`` that nobody reads. ``flush()`` makes every
+``send`` blocks for at most ``max_block`` (the topic's metadata, then room in
+the buffer: :class:`~gengroup._errors.BufferExhausted`). Cancelling a ``send``
+once its record is queued only stops waiting: the record is still delivered,
+like a Java ``Future`` that nobody reads. ``flush()`` makes every
 queued record ready at once and waits until each has an outcome. Leaving the
 ``async with`` block normally flushes; leaving it with an exception fails
 whatever is still queued with :class:`~gengroup._errors.ConnectionClosed`.
@@ -56,7 +66,6 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from typing import Any, Final, Literal, Self, Unpack, overload
 
 import anyio
@@ -66,6 +75,7 @@ import anyio.lowlevel
 from ._errors import (
     BrokenConnection,
     BrokerError,
+    BufferExhausted,
     ClusterUnreachable,
     ConnectionClosed,
     GengroupError,
@@ -76,9 +86,17 @@ from ._errors import (
     is_retriable,
 )
 from ._producer_config import ProducerConfig, ProducerSettings
+from ._producer_queue import Batch, Pending, Queue, copy_error, wait_for
+from ._producer_records import (
+    Checked,
+    ProducerRecord,
+    RecordMetadata,
+    check_record,
+    check_topic,
+)
 from ._types import TopicPartition
 from .io.cluster import Cluster, TopicInfo, shared_or_own
-from .io.retry import backoff_delay, retry
+from .io.retry import Backoff, backoff_delay, retry
 from .partitioner import KeylessPartitioner, murmur2, partition_for_key
 from .protocol.framing import build, ms
 from .protocol.records import Compression, Header, encode_batch
@@ -98,51 +116,13 @@ __all__ = [
 # ---------------------------------------------------------------------------- values
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
-    """Where an acknowledged record was written.
-
-    Attributes:
-        topic: the topic.
-        partition: the partition.
-        offset: the record's offset, or -1 when ``acks=0`` (the broker says nothing).
-        timestamp: the record's timestamp in ms: the broker's append time for
-            topics with ``message.timestamp.type=LogAppendTime``, else the
-            create time that was sent.
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerRecord:
-    """A record for :meth:`Producer.send_many`.
-
-    Attributes:
-        value: the value (None for a tombstone).
-        key: the key (None: no key).
-        headers: ``(name, value)`` pairs; values may be None.
-        partition: an explicit partition, or None to let the partitioner choose.
-        timestamp_ms: the create time in ms (None: now).
-    """
-
-    value: bytes | None
-    key: bytes | None = None
-    headers: Sequence[Header] = ()
-    partition: int | None = None
-    timestamp_ms: int | None = None
-
-
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _ONE_MS: Final = datetime.timedelta(milliseconds=1)
-_RECORD_OVERHEAD: Final = 26  # upper bound of a record's varint framing
 _BATCH_OVERHEAD: Final = 61
 _INT32_MAX: Final = (1 << 31) - 1
 _UNKNOWN_TOPIC: Final = 3  # UNKNOWN_TOPIC_OR_PARTITION
 _LEADER_NOT_AVAILABLE: Final = 5
+_MESSAGE_TOO_LARGE: Final = 10
 
 
 def _now_ms() -> int:
@@ -150,112 +130,8 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _estimate(key: bytes | None, value: bytes | None, headers: Sequence[Header]) -> int:
-    size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
-    for name, hv in headers:
-        size += 10 + len(name) * 4 + (len(hv) if hv else 0)
-    return size
-
-
-def _check_bytes(what: str, value: object) -> None:
-    if value is not None and not isinstance(value, bytes | bytearray | memoryview):
-        raise TypeError(f"{what} must be bytes or None, not {type(value).__name__}")
-
-
-def _copy_error(exc: BaseException) -> BaseException:
-    """A fresh instance of ``exc``'s type for one more waiter (tracebacks stay separate)."""
-    if isinstance(exc, BrokerError):
-        return type(exc)(exc.code, str(exc).partition(": ")[2] or None)
-    try:
-        return type(exc)(str(exc))
-    except Exception:  # a constructor with another signature: re-raise the original
-        return exc
-
-
 #: Records ``send_many`` queues between two checkpoints.
 _YIELD_EVERY: Final = 1000
-
-
-class _Waiter:
-    """Wakes one waiting task once ``remaining`` records have their outcome.
-
-    One per ``send``, ``send_many`` or ``flush`` call rather than an event per
-    record: a call waiting for a million records costs one event.
-    """
-
-    __slots__ = ("event", "remaining")
-
-    def __init__(self, remaining: int) -> None:
-        self.remaining = remaining
-        self.event = anyio.Event()
-
-    def one_done(self) -> None:
-        self.remaining -= 1
-        if not self.remaining:
-            self.event.set()
-
-
-@dataclass(slots=True, eq=False)
-class _Pending:
-    """One record from ``send`` until its outcome is known (``done``)."""
-
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[Header, ...]
-    timestamp: int
-    size: int
-    created: float
-    done: bool = False
-    waiters: list[_Waiter] | None = None
-    result: RecordMetadata | None = None
-    error: BaseException | None = None
-
-
-async def _wait_for(pendings: Sequence[_Pending]) -> None:
-    """Return once every one of ``pendings`` has its outcome."""
-    open_ = [pending for pending in pendings if not pending.done]
-    if not open_:
-        await anyio.lowlevel.checkpoint()
-        return
-    waiter = _Waiter(len(open_))
-    for pending in open_:
-        if pending.waiters is None:
-            pending.waiters = [waiter]
-        else:
-            pending.waiters.append(waiter)
-    await waiter.event.wait()
-
-
-class _Batch:
-    """Records of one partition sent (and retried) together."""
-
-    __slots__ = ("attempts", "encoded", "last_error", "not_before", "records", "tp")
-
-    def __init__(self, tp: TopicPartition, records: list[_Pending]) -> None:
-        self.tp = tp
-        self.records = records
-        self.encoded: bytes | None = None
-        self.attempts = 0
-        self.not_before = 0.0
-        self.last_error: BaseException | None = None
-
-    @property
-    def created(self) -> float:
-        return self.records[0].created
-
-
-class _Queue:
-    """The records waiting for one partition."""
-
-    __slots__ = ("bytes", "first_arrival", "in_flight", "records", "retry", "tp")
-
-    def __init__(self, tp: TopicPartition) -> None:
-        self.tp = tp
-        self.records: deque[_Pending] = deque()
-        self.bytes = 0
-        self.first_arrival = 0.0
-        self.retry: _Batch | None = None
-        self.in_flight = False
 
 
 class Producer:
@@ -289,8 +165,8 @@ class Producer:
         self.cluster, self._owns_cluster = shared_or_own(
             cluster, client_id=cfg.client_id, request_timeout=cfg.request_timeout, security=cfg
         )
-        self._queues: dict[TopicPartition, _Queue] = {}
-        self._outstanding: set[_Pending] = set()
+        self._queues: dict[TopicPartition, Queue] = {}
+        self._outstanding: set[Pending] = set()
         self._led_cache: dict[str, tuple[TopicInfo, list[int]]] = {}
         self._buffered = 0
         self._space = anyio.Event()
@@ -379,31 +255,49 @@ class Producer:
     ) -> RecordMetadata:
         """Send one record and wait until the broker acknowledges it.
 
+        Every argument is checked before the record is queued: a bad one
+        raises here and nothing is sent. The call has its outcome within
+        ``delivery_timeout`` of its start (or ``max_block``, if longer and the
+        topic's metadata is what it waited for).
+
+        Cancelling the call only stops waiting once the record is queued: it
+        is still delivered. Cancelled earlier (waiting for the topic's
+        metadata or for room in the buffer), the record is not queued.
+
         Args:
             topic: the topic.
             value: the value (None: a tombstone).
             key: the key; non-null keys choose the partition by murmur2.
-            headers: ``(name, value)`` pairs; header values may be None.
-            partition: an explicit partition.
-            timestamp_ms: the create time in ms since the epoch (default: now).
+            headers: ``(name, value)`` pairs of a str (UTF-8) and bytes or None.
+            partition: an explicit partition (an int).
+            timestamp_ms: the create time in ms since the epoch, an int in
+                ``[0, 2**63)`` (default, None: now).
 
         Returns:
             Where the record was written.
 
         Raises:
-            TypeError: key, value or headers have the wrong types.
+            TypeError: an argument of the wrong type (a str value, a bool or
+                float partition, headers that are not pairs ...).
+            ValueError: a negative or out-of-range timestamp, a topic or
+                header name that cannot be encoded as UTF-8.
             UnknownTopicOrPartition: the topic (or the explicit partition) does
                 not exist within ``max_block``.
-            BrokerError: the broker refused the record (e.g. MESSAGE_TOO_LARGE),
-                or the last retriable error once ``delivery_timeout`` passed.
+            BufferExhausted: no room in the buffer (``buffer_bytes``) within
+                ``max_block`` of the call; the record was not queued.
+            BrokerError: the broker refused the record (e.g. MESSAGE_TOO_LARGE
+                for a record larger than the topic allows), or the last
+                retriable error once ``delivery_timeout`` passed.
             KafkaConnectionError: the last connection error once
-                ``delivery_timeout`` passed, or no broker answered the topic's
-                metadata request within ``max_block``.
+                ``delivery_timeout`` passed (``RequestTimedOut`` if a Produce
+                request was still unanswered: the record may have been
+                written), or no broker answered the topic's metadata request
+                within ``max_block``.
             ConnectionClosed: the producer was closed before delivery.
         """
-        pending = await self._enqueue(
-            topic, ProducerRecord(value, key, headers, partition, timestamp_ms)
-        )
+        start = anyio.current_time()
+        rec = check_record(key, value, headers, partition, timestamp_ms)
+        pending = await self._enqueue(check_topic(topic), rec, start)
         return await self._outcome(pending)
 
     @overload
@@ -433,6 +327,19 @@ class Producer:
     ) -> list[RecordMetadata] | list[RecordMetadata | BaseException]:
         """Queue many records at once and wait for all of them.
 
+        Every record is checked (as :meth:`send` checks its arguments) and the
+        topic's metadata is fetched before any record is queued: a bad record
+        or a missing topic raises and queues nothing. Records are then queued
+        in order; a record that finds no room in the buffer within
+        ``max_block`` of the call gets :class:`BufferExhausted` as its outcome,
+        as do the records after it, which are not queued either.
+
+        Cancelling the call while it queues (waiting for room in the buffer)
+        leaves the records queued so far -- a prefix of the list, in order --
+        to be delivered, and queues none of the others; the call cannot say
+        how many. A caller that must know bounds the wait with ``max_block``
+        instead of cancelling, and gets each record's outcome.
+
         Args:
             topic: the topic.
             records: :class:`ProducerRecord` objects, or bare values (no key).
@@ -444,27 +351,54 @@ class Producer:
             of a record that failed, with ``return_exceptions``).
 
         Raises:
+            TypeError, ValueError: a bad record (its index is in the message);
+                nothing was queued.
             Exception: without ``return_exceptions``, the first record's error
                 in order, after every record has an outcome.
         """
-        pendings: list[_Pending] = []
-        for item in records:
-            rec = item if isinstance(item, ProducerRecord) else ProducerRecord(item)
-            pendings.append(await self._enqueue(topic, rec))
+        start = anyio.current_time()
+        topic = check_topic(topic)
+        checked: list[Checked] = []
+        for index, item in enumerate(records):
+            r = item if isinstance(item, ProducerRecord) else ProducerRecord(item)
+            try:
+                checked.append(check_record(r.key, r.value, r.headers, r.partition, r.timestamp_ms))
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"records[{index}]: {exc}") from None
+        if self._closed or self._tg is None:
+            raise ConnectionClosed("the Producer is not open")
+        if not checked:
+            return []
+        count = await self._partition_count(topic)
+        for c in checked:
+            if c.partition is not None:
+                count = await self._check_partition(topic, c.partition, count)
+        pendings: list[Pending] = []
+        unqueued: BaseException | None = None
+        for c in checked:
+            try:
+                pendings.append(await self._enqueue(topic, c, start))
+            except BufferExhausted as exc:
+                unqueued = exc
+                break
             if not len(pendings) % _YIELD_EVERY:
                 # Queueing does not yield while the buffer has room: let the
                 # sender send the batches filled meanwhile.
                 await anyio.lowlevel.checkpoint()
+        await wait_for(pendings)
         results: list[RecordMetadata | BaseException] = []
-        await _wait_for(pendings)
         for pending in pendings:
             if pending.error is not None:
                 if not return_exceptions:
-                    raise _copy_error(pending.error) from pending.error
+                    raise copy_error(pending.error) from pending.error
                 results.append(pending.error)
             else:
                 assert pending.result is not None
                 results.append(pending.result)
+        if unqueued is not None:
+            if not return_exceptions:
+                raise unqueued
+            results.extend(copy_error(unqueued) for _ in range(len(checked) - len(pendings)))
         return results
 
     async def flush(self) -> None:
@@ -479,7 +413,7 @@ class Producer:
         self._flushing += 1
         self._wake()
         try:
-            await _wait_for(waiting)
+            await wait_for(waiting)
             # The send calls waiting for those records were woken with this
             # task: one more turn lets them see their outcomes first.
             await anyio.lowlevel.checkpoint()
@@ -488,31 +422,18 @@ class Producer:
 
     # ------------------------------------------------------------------ enqueueing
 
-    async def _outcome(self, pending: _Pending) -> RecordMetadata:
-        await _wait_for((pending,))
+    async def _outcome(self, pending: Pending) -> RecordMetadata:
+        await wait_for((pending,))
         if pending.error is not None:
-            raise _copy_error(pending.error) from pending.error
+            raise copy_error(pending.error) from pending.error
         assert pending.result is not None
         return pending.result
 
-    async def _enqueue(self, topic: str, rec: ProducerRecord) -> _Pending:
+    async def _enqueue(self, topic: str, rec: Checked, start: float) -> Pending:
+        """Queue a checked record; ``start`` is when its call started."""
         if self._closed or self._tg is None:
             raise ConnectionClosed("the Producer is not open")
-        _check_bytes("key", rec.key)
-        _check_bytes("value", rec.value)
-        headers: list[Header] = []
-        for header in rec.headers:
-            if (
-                isinstance(header, str | bytes)
-                or len(header) != 2
-                or not isinstance(header[0], str)
-            ):
-                raise TypeError(f"headers must be (str, bytes | None) pairs, not {header!r}")
-            _check_bytes("header value", header[1])
-            hv = header[1]
-            headers.append((header[0], bytes(hv) if hv is not None else None))
-        key = bytes(rec.key) if rec.key is not None else None
-        value = bytes(rec.value) if rec.value is not None else None
+        key, value, headers = rec.key, rec.value, rec.headers
         count = await self._partition_count(topic)
         partition = rec.partition
         if partition is None:
@@ -521,33 +442,55 @@ class Producer:
                 if key is not None
                 else self._keyless.choose(topic, count, self._led(topic) or ())
             )
-        elif not 0 <= partition < count:
+        else:
+            await self._check_partition(topic, partition, count)
+        await self._wait_for_room(rec.size, start)
+        if self._closed:
+            raise ConnectionClosed("the Producer was closed")
+        now = anyio.current_time()
+        timestamp = _now_ms() if rec.timestamp_ms is None else rec.timestamp_ms
+        pending = Pending(key, value, headers, timestamp, rec.size, start)
+        tp = TopicPartition(topic, partition)
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = Queue(tp)
+        if not queue.records:
+            queue.first_arrival = now
+            queue.expire_at = float("inf")
+        queue.expire_at = min(queue.expire_at, start + self.config.delivery_timeout)
+        queue.records.append(pending)
+        queue.bytes += rec.size
+        self._buffered += rec.size
+        self._outstanding.add(pending)
+        if len(queue.records) == 1 or queue.bytes >= self.config.max_batch_bytes:
+            self._wake()
+        return pending
+
+    async def _check_partition(self, topic: str, partition: int, count: int) -> int:
+        """The partition count, once ``partition`` is known to be one of the topic's."""
+        if not 0 <= partition < count:
             count = await self._partition_count(topic, refresh=True)
             if not 0 <= partition < count:
                 raise error_for_code(
                     _UNKNOWN_TOPIC, f"topic {topic!r} has {count} partitions, not {partition}"
                 )
-        size = _estimate(key, value, headers)
+        return count
+
+    async def _wait_for_room(self, size: int, start: float) -> None:
+        """Wait until ``size`` more bytes fit the buffer, up to ``max_block`` from ``start``.
+
+        (Or ``delivery_timeout``, if shorter: a record queued later would fail at once.)
+        """
+        limit = min(self.config.max_block, self.config.delivery_timeout)
         while self._buffered and self._buffered + size > self.config.buffer_bytes:
-            await self._space.wait()
-        if self._closed:
-            raise ConnectionClosed("the Producer was closed")
-        now = anyio.current_time()
-        timestamp = _now_ms() if rec.timestamp_ms is None else int(rec.timestamp_ms)
-        pending = _Pending(key, value, tuple(headers), timestamp, size, now)
-        tp = TopicPartition(topic, partition)
-        queue = self._queues.get(tp)
-        if queue is None:
-            queue = self._queues[tp] = _Queue(tp)
-        if not queue.records:
-            queue.first_arrival = now
-        queue.records.append(pending)
-        queue.bytes += size
-        self._buffered += size
-        self._outstanding.add(pending)
-        if len(queue.records) == 1 or queue.bytes >= self.config.max_batch_bytes:
-            self._wake()
-        return pending
+            left = start + limit - anyio.current_time()
+            if left <= 0:
+                raise BufferExhausted(
+                    f"no room for a record of {size} bytes in the buffer "
+                    f"(buffer_bytes={self.config.buffer_bytes}) within {limit} s"
+                )
+            with anyio.move_on_after(left):
+                await self._space.wait()
 
     async def _partition_count(self, topic: str, *, refresh: bool = False) -> int:
         if not refresh:
@@ -626,12 +569,17 @@ class Producer:
             with anyio.move_on_after(max(0.0, wake_at - now)):
                 await self._wakeup.wait()
 
-    def _drain(self, now: float) -> tuple[dict[int, list[_Batch]], float]:
-        ready: dict[int, list[_Batch]] = defaultdict(list)
+    def _drain(self, now: float) -> tuple[dict[int, list[Batch]], float]:
+        ready: dict[int, list[Batch]] = defaultdict(list)
         wake_at = now + 3600.0
         urgent = self._flushing > 0 or self._closed
         for queue in self._queues.values():
+            if queue.records and queue.expire_at <= now:
+                self._expire_queued(queue, now)
+            if queue.records:
+                wake_at = min(wake_at, queue.expire_at)
             if queue.in_flight:
+                wake_at = min(wake_at, self._expire_sending(queue, now))
                 continue
             batch = queue.retry
             if batch is not None:
@@ -648,7 +596,8 @@ class Producer:
                 self._keyless.drained(queue.tp.topic, queue.tp.partition, self._led(queue.tp.topic))
             else:
                 continue
-            if now - batch.created >= self.config.delivery_timeout:
+            # As computed, not rearranged: rounding would make the sender spin.
+            if batch.created + self.config.delivery_timeout <= now:
                 self._fail_batch(batch, self._timeout_error(batch))
                 wake_at = now
                 continue
@@ -658,30 +607,98 @@ class Producer:
                     self._metadata_error
                     or error_for_code(_LEADER_NOT_AVAILABLE, f"no leader known for {batch.tp}")
                 )
-                batch.not_before = now + self.config.retry_backoff
+                delay = backoff_delay(batch.attempts, self.config.retry_backoff)
+                # Not past its deadline: then it fails here, on time.
+                batch.not_before = min(now + delay, batch.created + self.config.delivery_timeout)
+                batch.attempts += 1
                 queue.retry = batch
                 wake_at = min(wake_at, batch.not_before)
                 self._want_metadata()
                 continue
             queue.in_flight = True
+            queue.sending = batch
+            wake_at = min(wake_at, batch.created + self.config.delivery_timeout)
             ready[leader].append(batch)
         return ready, wake_at
 
-    def _take_batch(self, queue: _Queue, now: float) -> _Batch:
-        records: list[_Pending] = []
+    def _expire_queued(self, queue: Queue, now: float) -> None:
+        """Fail the queued records of ``queue`` whose delivery timeout has passed."""
+        timeout = self.config.delivery_timeout
+        expired = [p for p in queue.records if p.created + timeout <= now]
+        if expired:
+            queue.records = deque(p for p in queue.records if p.created + timeout > now)
+            queue.bytes -= sum(p.size for p in expired)
+            error = RequestTimedOut(
+                f"{queue.tp}: {len(expired)} record(s) not sent within "
+                f"delivery_timeout={self.config.delivery_timeout} s"
+                + (
+                    " (the partition's previous batch is still unanswered)"
+                    if queue.in_flight
+                    else ""
+                )
+            )
+            for pending in expired:
+                self._settle(pending, None, error)
+            self._freed()
+        created = min((p.created for p in queue.records), default=float("inf"))
+        queue.expire_at = created + self.config.delivery_timeout
+
+    def _expire_sending(self, queue: Queue, now: float) -> float:
+        """Fail the batch in flight once its delivery timeout passed; return when it will."""
+        batch = queue.sending
+        if batch is None:
+            return float("inf")
+        deadline = batch.created + self.config.delivery_timeout
+        if deadline > now:
+            return deadline
+        # As the Java producer's in-flight expiry: the answer may still come (and
+        # the records be written), but the caller learns within the bound.
+        queue.sending = None
+        error = RequestTimedOut(
+            f"{batch.tp}: {len(batch.records)} record(s) not acknowledged within "
+            f"delivery_timeout={self.config.delivery_timeout} s: the Produce request "
+            "is still unanswered (the records may yet be written)"
+        )
+        error.__cause__ = batch.last_error
+        self._fail_batch(batch, error)
+        return float("inf")
+
+    def _take_batch(self, queue: Queue, now: float) -> Batch:
+        records: list[Pending] = []
         size = _BATCH_OVERHEAD
+        cap = queue.split_cap if queue.split_left else 0
         while queue.records:
             nxt = queue.records[0]
             if records and size + nxt.size > self.config.max_batch_bytes:
                 break
+            if cap and len(records) >= cap:
+                break
             records.append(queue.records.popleft())
             size += nxt.size
             queue.bytes -= nxt.size
+        queue.split_left = max(0, queue.split_left - len(records))
         if queue.records:
             queue.first_arrival = queue.records[0].created
-        return _Batch(queue.tp, records)
+        else:
+            queue.expire_at = float("inf")
+        return Batch(queue.tp, records)
 
-    def _timeout_error(self, batch: _Batch) -> BaseException:
+    def _split(self, batch: Batch) -> None:
+        """Put the records of a batch the topic found too large back, to go in halves.
+
+        As the Java producer does on MESSAGE_TOO_LARGE: at the head of the
+        partition's queue, so their order is kept; no retry is counted.
+        """
+        records = [p for p in batch.records if not p.done]  # not expired meanwhile
+        queue = self._queues[batch.tp]
+        queue.records.extendleft(reversed(records))
+        queue.bytes += sum(p.size for p in records)
+        queue.split_cap = max(1, len(records) // 2)
+        queue.split_left += len(records)
+        queue.first_arrival = batch.created
+        queue.expire_at = min(queue.expire_at, batch.created + self.config.delivery_timeout)
+
+    def _timeout_error(self, batch: Batch) -> BaseException:
         if batch.last_error is not None:
             return batch.last_error
         return RequestTimedOut(
@@ -689,7 +706,7 @@ class Producer:
             f"delivery_timeout={self.config.delivery_timeout} s"
         )
 
-    def _encode(self, batch: _Batch) -> bytes:
+    def _encode(self, batch: Batch) -> bytes:
         if batch.encoded is None:
             batch.encoded = encode_batch(
                 [(p.key, p.value, p.headers, p.timestamp) for p in batch.records],
@@ -697,7 +714,7 @@ class Producer:
             )
         return batch.encoded
 
-    async def _send_batches(self, node: int, batches: list[_Batch]) -> None:
+    async def _send_batches(self, node: int, batches: list[Batch]) -> None:
         try:
             await self._send_batches_once(node, batches)
         except Exception as exc:
@@ -712,17 +729,13 @@ class Producer:
                 queue = self._queues.get(batch.tp)
                 if queue is not None:
                     queue.in_flight = False
+                    queue.sending = None
             self._wake()
 
-    async def _send_batches_once(self, node: int, batches: list[_Batch]) -> None:
-        sendable: dict[TopicPartition, tuple[_Batch, bytes]] = {}
-        for batch in batches:
-            try:
-                sendable[batch.tp] = (batch, self._encode(batch))
-            except (TypeError, ValueError) as exc:
-                self._fail_batch(batch, exc)
-        if not sendable:
-            return
+    async def _send_batches_once(self, node: int, batches: list[Batch]) -> None:
+        # Every record was checked at its send call (_producer_records.py): a
+        # failure to encode is a bug, and _send_batches fails every record.
+        sendable = {batch.tp: (batch, self._encode(batch)) for batch in batches}
         try:
             response: Any = await self.cluster.call(
                 node,
@@ -755,6 +768,9 @@ class Producer:
                 if code == 0:
                     self._complete(batch, int(part.base_offset), part.log_append_time)
                     continue
+                if code == _MESSAGE_TOO_LARGE and len(batch.records) > 1:
+                    self._split(batch)
+                    continue
                 detail = part.error_message or "; ".join(
                     f"record {e.batch_index}: {e.batch_index_error_message}"
                     for e in part.record_errors
@@ -771,7 +787,7 @@ class Producer:
                 batch, ProtocolError(f"broker {node} did not answer for {batch.tp} in Produce")
             )
 
-    def _build_request(self, mod: Any, sendable: dict[TopicPartition, tuple[_Batch, bytes]]) -> Any:
+    def _build_request(self, mod: Any, sendable: dict[TopicPartition, tuple[Batch, bytes]]) -> Any:
         by_topic: dict[str, list[Any]] = defaultdict(list)
         for tp, (_, data) in sendable.items():
             by_topic[tp.topic].append(
@@ -791,7 +807,7 @@ class Producer:
     # ------------------------------------------------------------------ outcomes
 
     def _settle(
-        self, pending: _Pending, result: RecordMetadata | None, error: BaseException | None
+        self, pending: Pending, result: RecordMetadata | None, error: BaseException | None
     ) -> None:
         """Give ``pending`` its outcome; the caller then calls :meth:`_freed`."""
         if pending.done:
@@ -810,7 +826,7 @@ class Producer:
         self._space.set()
         self._space = anyio.Event()
 
-    def _complete(self, batch: _Batch, base_offset: int, append_time: Any) -> None:
+    def _complete(self, batch: Batch, base_offset: int, append_time: Any) -> None:
         append_ms: int | None = None
         if isinstance(append_time, datetime.datetime):
             append_ms = (append_time - _EPOCH) // _ONE_MS
@@ -822,17 +838,17 @@ class Producer:
             )
         self._freed()
 
-    def _fail_batch(self, batch: _Batch, error: BaseException) -> None:
+    def _fail_batch(self, batch: Batch, error: BaseException) -> None:
         for pending in batch.records:
             self._settle(pending, None, error)
         self._freed()
 
-    def _retry_or_fail(self, batch: _Batch, error: BaseException) -> None:
+    def _retry_or_fail(self, batch: Batch, error: BaseException) -> None:
         now = anyio.current_time()
         batch.last_error = error
         batch.attempts += 1
         delay = backoff_delay(batch.attempts - 1, self.config.retry_backoff)
-        if now + delay - batch.created >= self.config.delivery_timeout or self._closed:
+        if now + delay >= batch.created + self.config.delivery_timeout or self._closed:
             self._fail_batch(batch, error)
             return
         batch.not_before = now + delay
@@ -845,11 +861,13 @@ class Producer:
         self._metadata_wanted.set()
 
     async def _metadata_loop(self) -> None:
+        backoff = Backoff(self.config.retry_backoff)  # reset by a complete refresh
         while True:
             with anyio.move_on_after(self.config.metadata_max_age):
                 await self._metadata_wanted.wait()
             self._metadata_wanted = anyio.Event()
             topics = sorted(self._topics)
+            complete = True
             if topics:
                 try:
                     md = await self.cluster.refresh_metadata(topics)
@@ -857,6 +875,7 @@ class Producer:
                     # Kept for the records waiting on a leader: they fail with it
                     # if it persists until their delivery timeout.
                     self._metadata_error = exc
+                    complete = False
                 else:
                     self._metadata_error = None
                     for name in topics:
@@ -865,7 +884,14 @@ class Producer:
                             self._topic_errors[name] = error_for_code(
                                 info.error_code, f"metadata for topic {name!r}"
                             )
+                            complete = False
                         else:
                             self._topic_errors.pop(name, None)
+                            complete = complete and (
+                                info is not None
+                                and all(p.leader >= 0 for p in info.partitions.values())
+                            )
                 self._wake()
-            await anyio.sleep(self.config.retry_backoff)
+            if complete:
+                backoff.reset()
+            await backoff.sleep()

@@ -1,0 +1,129 @@
+"""The producer's bookkeeping: a pending record, a batch, a partition's queue, a waiter.
+
+Plain state, no I/O: :mod:`gengroup.producer` moves records between these.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import anyio
+import anyio.lowlevel
+
+from ._errors import BrokerError
+from ._producer_records import RecordMetadata
+from ._types import TopicPartition
+from .protocol.records import Header
+
+__all__ = ["Batch", "Pending", "Queue", "Waiter", "copy_error", "wait_for"]
+
+
+def copy_error(exc: BaseException) -> BaseException:
+    """A fresh instance of ``exc``'s type for one more waiter (tracebacks stay separate)."""
+    if isinstance(exc, BrokerError):
+        return type(exc)(exc.code, str(exc).partition(": ")[2] or None)
+    try:
+        return type(exc)(str(exc))
+    except Exception:  # a constructor with another signature: re-raise the original
+        return exc
+
+
+class Waiter:
+    """Wakes one waiting task once ``remaining`` records have their outcome.
+
+    One per ``send``, ``send_many`` or ``flush`` call rather than an event per
+    record: a call waiting for a million records costs one event.
+    """
+
+    __slots__ = ("event", "remaining")
+
+    def __init__(self, remaining: int) -> None:
+        self.remaining = remaining
+        self.event = anyio.Event()
+
+    def one_done(self) -> None:
+        self.remaining -= 1
+        if not self.remaining:
+            self.event.set()
+
+
+@dataclass(slots=True, eq=False)
+class Pending:
+    """One record from ``send`` until its outcome is known (``done``)."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
+    timestamp: int
+    size: int
+    created: float  # when its send call started: the delivery timeout counts from it
+    done: bool = False
+    waiters: list[Waiter] | None = None
+    result: RecordMetadata | None = None
+    error: BaseException | None = None
+
+
+async def wait_for(pendings: Sequence[Pending]) -> None:
+    """Return once every one of ``pendings`` has its outcome."""
+    open_ = [pending for pending in pendings if not pending.done]
+    if not open_:
+        await anyio.lowlevel.checkpoint()
+        return
+    waiter = Waiter(len(open_))
+    for pending in open_:
+        if pending.waiters is None:
+            pending.waiters = [waiter]
+        else:
+            pending.waiters.append(waiter)
+    await waiter.event.wait()
+
+
+class Batch:
+    """Records of one partition sent (and retried) together."""
+
+    __slots__ = ("attempts", "created", "encoded", "last_error", "not_before", "records", "tp")
+
+    def __init__(self, tp: TopicPartition, records: list[Pending]) -> None:
+        self.tp = tp
+        self.records = records
+        # A call that waited for buffer room may queue a record behind younger ones.
+        self.created = min(p.created for p in records)
+        self.encoded: bytes | None = None
+        self.attempts = 0
+        self.not_before = 0.0
+        self.last_error: BaseException | None = None
+
+
+class Queue:
+    """The records waiting for one partition."""
+
+    __slots__ = (
+        "bytes",
+        "expire_at",
+        "first_arrival",
+        "in_flight",
+        "records",
+        "retry",
+        "sending",
+        "split_cap",
+        "split_left",
+        "tp",
+    )
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.records: deque[Pending] = deque()
+        self.bytes = 0
+        self.first_arrival = 0.0
+        # No queued record expires before this (it may be earlier: then a scan
+        # of the queue finds nothing and sets it right).
+        self.expire_at = float("inf")
+        self.retry: Batch | None = None
+        self.in_flight = False
+        self.sending: Batch | None = None  # the batch in flight, until it expires
+        # After a batch the topic found too large was split: at most split_cap
+        # records per batch for the next split_left records.
+        self.split_cap = 0
+        self.split_left = 0

@@ -1,0 +1,182 @@
+"""The producer's record values, and the checks a record passes before it is queued.
+
+:class:`ProducerRecord` and :class:`RecordMetadata` are re-exported by
+:mod:`gengroup.producer` and the package.
+
+A record that could not be encoded must fail its own call, not the batch it
+would share with other callers' records: every field is checked here, at the
+call, against what the record batch encoder (``protocol/records.py``) and the
+Kafka protocol accept. Each check raises a :class:`TypeError` or
+:class:`ValueError` naming the argument.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, NamedTuple
+
+from .protocol.records import Header
+
+__all__ = [
+    "Checked",
+    "ProducerRecord",
+    "RecordMetadata",
+    "check_partition",
+    "check_record",
+    "check_topic",
+    "estimate",
+]
+
+_RECORD_OVERHEAD: Final = 26  # upper bound of a record's varint framing
+_INT64_MAX: Final = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where an acknowledged record was written.
+
+    Attributes:
+        topic: the topic.
+        partition: the partition.
+        offset: the record's offset, or -1 when ``acks=0`` (the broker says nothing).
+        timestamp: the record's timestamp in ms: the broker's append time for
+            topics with ``message.timestamp.type=LogAppendTime``, else the
+            create time that was sent.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerRecord:
+    """A record for :meth:`Producer.send_many`.
+
+    Attributes:
+        value: the value (None for a tombstone).
+        key: the key (None: no key).
+        headers: ``(name, value)`` pairs; values may be None.
+        partition: an explicit partition, or None to let the partitioner choose.
+        timestamp_ms: the create time in ms (None: now).
+    """
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: Sequence[Header] = ()
+    partition: int | None = None
+    timestamp_ms: int | None = None
+
+
+class Checked(NamedTuple):
+    """A record's fields, checked and converted (``bytes`` values, a tuple of headers)."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
+    partition: int | None
+    timestamp_ms: int | None
+    size: int
+
+
+def estimate(key: bytes | None, value: bytes | None, headers: Iterable[Header]) -> int:
+    """An upper bound of the record's encoded size, for batching and the buffer."""
+    size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+    for name, hv in headers:
+        size += 10 + len(name) * 4 + (len(hv) if hv else 0)
+    return size
+
+
+def _as_bytes(what: str, value: object) -> bytes | None:
+    if value is None:
+        return None
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise TypeError(f"{what} must be bytes or None, not {type(value).__name__}")
+    return bytes(value)
+
+
+def _utf8(what: str, text: str) -> None:
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} {text!r} cannot be encoded as UTF-8: {exc.reason}") from None
+
+
+def _integer(what: str, value: object) -> int:
+    """``value`` as an int: an int or an integer type (``operator.index``), never a bool."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not bool")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}") from None
+
+
+def check_topic(topic: object) -> str:
+    """``topic``, if it is a str that encodes to UTF-8."""
+    if not isinstance(topic, str):
+        raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+    _utf8("topic", topic)
+    return topic
+
+
+def check_partition(partition: object) -> int | None:
+    """An explicit partition: None or an int (not a bool); its range is the topic's."""
+    return None if partition is None else _integer("partition", partition)
+
+
+def _check_headers(headers: object) -> tuple[Header, ...]:
+    if isinstance(headers, str | bytes | bytearray | memoryview | Mapping) or not isinstance(
+        headers, Iterable
+    ):
+        raise TypeError(
+            f"headers must be an iterable of (str, bytes | None) pairs, "
+            f"not {type(headers).__name__}"
+        )
+    out: list[Header] = []
+    for header in headers:
+        if (
+            isinstance(header, str | bytes)
+            or not isinstance(header, tuple | list)
+            or len(header) != 2
+            or not isinstance(header[0], str)
+        ):
+            raise TypeError(f"headers must be (str, bytes | None) pairs, not {header!r}")
+        _utf8("header name", header[0])
+        out.append((header[0], _as_bytes("header value", header[1])))
+    return tuple(out)
+
+
+def _check_timestamp(timestamp_ms: object) -> int | None:
+    if timestamp_ms is None:
+        return None
+    stamp = _integer("timestamp_ms", timestamp_ms)
+    if not 0 <= stamp <= _INT64_MAX:
+        # As the Java producer: "Timestamp should always be non-negative or null".
+        raise ValueError(
+            f"timestamp_ms must be None (now) or 0 <= timestamp_ms < 2**63, not {stamp}"
+        )
+    return stamp
+
+
+def check_record(
+    key: object, value: object, headers: object, partition: object, timestamp_ms: object
+) -> Checked:
+    """Check every field of a record; raise what is wrong with the first bad one.
+
+    Raises:
+        TypeError: a field of the wrong type (a str value, a bool partition ...).
+        ValueError: a timestamp outside int64 or negative, a header name that
+            cannot be encoded as UTF-8.
+    """
+    key_b = _as_bytes("key", key)
+    value_b = _as_bytes("value", value)
+    checked_headers = _check_headers(headers)
+    part = check_partition(partition)
+    stamp = _check_timestamp(timestamp_ms)
+    return Checked(
+        key_b, value_b, checked_headers, part, stamp, estimate(key_b, value_b, checked_headers)
+    )

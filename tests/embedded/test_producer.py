@@ -1,0 +1,247 @@
+"""The producer against the embedded broker."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import anyio
+import pytest
+import trio
+import trio.testing
+
+from gengroup._errors import BrokerError, BufferExhausted, RequestTimedOut
+from gengroup.broker import Drop, Fail, FakeCluster, Intercepted
+from gengroup.producer import Producer, ProducerRecord
+from gengroup.protocol.versions import ApiKey
+
+# ---------------------------------------------------------------------------- bad input
+
+
+async def test_a_bad_record_fails_its_own_send_not_its_batch(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Records that cannot be encoded fail at their own call; the good records
+    sent at the same time, which would share their batch, are delivered."""
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, linger=0.05) as producer,
+    ):
+        outcomes: dict[str, Any] = {}
+
+        async def send(name: str, **kwargs: Any) -> None:
+            try:
+                outcomes[name] = await producer.send("t", name.encode(), **kwargs)
+            except Exception as exc:
+                outcomes[name] = exc
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, "good-1")
+            tg.start_soon(lambda: send("bad-ts", timestamp_ms=2**64))
+            tg.start_soon(send, "good-2")
+            tg.start_soon(lambda: send("bad-header", headers=[("\ud800", b"x")]))
+            tg.start_soon(send, "good-3")
+        assert isinstance(outcomes.pop("bad-ts"), ValueError)
+        assert isinstance(outcomes.pop("bad-header"), ValueError)
+        assert all(meta.topic == "t" for meta in outcomes.values()), outcomes
+        assert sorted(r.value for r in cluster.records("t")) == [b"good-1", b"good-2", b"good-3"]
+
+
+BAD_ARGUMENTS = {
+    "partition True": (TypeError, "partition", {"partition": True}),
+    "partition 1.5": (TypeError, "partition", {"partition": 1.5}),
+    "partition '1'": (TypeError, "partition", {"partition": "1"}),
+    "timestamp '123'": (TypeError, "timestamp_ms", {"timestamp_ms": "123"}),
+    "timestamp True": (TypeError, "timestamp_ms", {"timestamp_ms": True}),
+    "timestamp float": (TypeError, "timestamp_ms", {"timestamp_ms": 1.5e12}),
+    "timestamp -5": (ValueError, "timestamp_ms", {"timestamp_ms": -5}),
+    "timestamp 2**63": (ValueError, "timestamp_ms", {"timestamp_ms": 2**63}),
+    "topic 5": (TypeError, "topic", {"topic": 5}),
+    "topic not UTF-8": (ValueError, "topic", {"topic": "t\ud800"}),
+    "headers None": (TypeError, "headers", {"headers": None}),
+    "headers dict": (TypeError, "headers", {"headers": {"a": b"b"}}),
+    "header name not UTF-8": (ValueError, "header name", {"headers": [("\udfff", None)]}),
+}
+
+
+@pytest.mark.parametrize(("error", "names", "kwargs"), BAD_ARGUMENTS.values(), ids=BAD_ARGUMENTS)
+async def test_a_bad_argument_raises_a_typed_error_at_once_naming_it(
+    autojump_clock: trio.testing.MockClock,
+    error: type[Exception],
+    names: str,
+    kwargs: dict[str, Any],
+) -> None:
+    async with (
+        FakeCluster(topics={"t": 2}) as cluster,
+        Producer(cluster.bootstrap, delivery_timeout=5) as producer,
+    ):
+        topic = kwargs.pop("topic", "t")
+        started = trio.current_time()
+        with pytest.raises(error, match=names):
+            await producer.send(topic, b"v", **kwargs)
+        assert trio.current_time() == started  # checked before any wait
+        meta = await producer.send("t", b"ok", partition=1)
+        assert (meta.partition, type(meta.partition)) == (1, int)
+        assert [cluster.high_watermark("t", p) for p in (0, 1)] == [0, 1]
+
+
+async def test_send_many_with_a_bad_record_queues_none(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap) as producer,
+    ):
+        good: list[Any] = [b"r%d" % i for i in range(10)]
+        with pytest.raises(TypeError, match=r"records\[10\]: value"):
+            await producer.send_many("t", [*good, "not bytes"])
+        with pytest.raises(ValueError, match=r"records\[3\]: timestamp_ms"):
+            await producer.send_many(
+                "t", [*good[:3], ProducerRecord(b"x", timestamp_ms=-1), *good[3:]]
+            )
+        await producer.flush()
+        assert cluster.high_watermark("t") == 0
+
+
+# ---------------------------------------------------------------------------- batches
+
+
+async def test_a_batch_too_large_for_the_topic_is_split_in_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Each record fits the topic's ``max.message.bytes``, their batch does not:
+    the batch is split and requeued at the head of its partition, order kept.
+    A record too large on its own still fails."""
+    async with FakeCluster() as cluster:
+        cluster.create_topic("small", 1, configs={"max.message.bytes": "10000"})
+        async with Producer(cluster.bootstrap, linger=1.0) as producer:
+            values = [b"%04d" % i + b"y" * 996 for i in range(20)]
+            metas = await producer.send_many("small", values)
+            assert [m.offset for m in metas] == list(range(20))
+            assert [r.value for r in cluster.records("small")] == values
+            with pytest.raises(BrokerError, match="MESSAGE_TOO_LARGE"):
+                await producer.send("small", b"z" * 20_000)
+            assert (await producer.send("small", b"after")).offset == 20
+
+
+# ---------------------------------------------------------------------------- time bounds
+
+
+async def test_delivery_timeout_bounds_a_produce_request_never_answered(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A broker that never answers: the record in flight and the record queued
+    behind it each fail at their own delivery timeout, although the request
+    may wait ``request_timeout`` (10 s) + 5 s."""
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, delivery_timeout=3, request_timeout=10) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        cluster.control(ApiKey.PRODUCE, lambda call: Drop())
+        failed_at: dict[str, float] = {}
+
+        async def send(name: str, delay: float) -> None:
+            await trio.sleep(delay)
+            with pytest.raises(RequestTimedOut, match="delivery_timeout=3"):
+                await producer.send("t", name.encode())
+            failed_at[name] = trio.current_time() - started
+
+        started = trio.current_time()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, "in flight", 0.0)
+            tg.start_soon(send, "queued behind it", 1.0)
+        assert failed_at["in flight"] == pytest.approx(3.0, abs=0.1)
+        assert failed_at["queued behind it"] == pytest.approx(4.0, abs=0.1)
+
+
+async def test_waiting_for_buffer_room_is_bounded_by_max_block_and_counts_toward_delivery(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(
+            cluster.bootstrap, buffer_bytes=2000, delivery_timeout=4, max_block=10
+        ) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        cluster.control(ApiKey.PRODUCE, lambda call: Drop())
+        failed_after: dict[str, float] = {}
+
+        async def send(name: str, delay: float, error: type[Exception]) -> None:
+            await trio.sleep(delay)
+            called = trio.current_time()
+            with pytest.raises(error):
+                await producer.send("t", b"x" * 1500)
+            failed_after[name] = trio.current_time() - called
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, "fills the buffer", 0.0, RequestTimedOut)
+            # Finds room at 4 s, when the first fails: its own 4 s count from 2 s.
+            tg.start_soon(send, "waits for room", 2.0, RequestTimedOut)
+        assert failed_after == pytest.approx({"fills the buffer": 4.0, "waits for room": 4.0})
+
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, buffer_bytes=2000, max_block=1) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        cluster.control(ApiKey.PRODUCE, lambda call: Drop())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(producer.send, "t", b"x" * 1500)
+            await trio.sleep(0.5)
+            called = trio.current_time()
+            with pytest.raises(BufferExhausted, match="buffer_bytes=2000"):
+                await producer.send("t", b"x" * 1500)
+            assert trio.current_time() - called == pytest.approx(1.0)
+            tg.cancel_scope.cancel()
+
+
+async def test_send_many_reports_records_that_found_no_buffer_room(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Each record's outcome is known: those queued are delivered or fail on
+    their own; those that found no room within ``max_block`` get
+    BufferExhausted and were not queued."""
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, buffer_bytes=2000, max_block=1, delivery_timeout=5) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        cluster.control(ApiKey.PRODUCE, lambda call: Drop())
+        outcomes = await producer.send_many("t", [b"x" * 900] * 4, return_exceptions=True)
+        assert [type(o) for o in outcomes] == [RequestTimedOut] * 2 + [BufferExhausted] * 2
+        # Again, with records queued behind the request still unanswered: the
+        # first error in order comes out.
+        with pytest.raises(RequestTimedOut, match="still unanswered"):
+            await producer.send_many("t", [b"x" * 900] * 4)
+        assert cluster.high_watermark("t") == 1
+
+
+async def test_waiting_for_a_leader_backs_off_with_jitter(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Metadata answers LEADER_NOT_AVAILABLE while a record waits for a leader:
+    the refreshes back off exponentially (not every ``retry_backoff``), with
+    jitter, and the record fails at its delivery timeout."""
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, delivery_timeout=4, retry_backoff=0.1) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        seen: list[float] = []
+
+        def no_leader(call: Intercepted) -> Fail:
+            seen.append(trio.current_time())
+            return Fail(5)
+
+        cluster.control(ApiKey.METADATA, no_leader)
+        cluster.control(ApiKey.PRODUCE, lambda call: Fail(6), once=True)
+        started = trio.current_time()
+        with pytest.raises(BrokerError, match="LEADER_NOT_AVAILABLE"):
+            await producer.send("t", b"x", partition=0)
+        assert trio.current_time() - started == pytest.approx(4.0, abs=0.05)
+        gaps = [b - a for a, b in itertools.pairwise(seen)]
+        assert 3 <= len(seen) <= 12, gaps
+        assert max(gaps) > 4 * min(gaps), gaps  # it grows
+        assert len({round(gap, 6) for gap in gaps}) == len(gaps), gaps  # jittered
