@@ -172,11 +172,16 @@ def check_record(
         ValueError: a timestamp outside int64 or negative, a header name that
             cannot be encoded as UTF-8.
     """
-    key_b = _as_bytes("key", key)
-    value_b = _as_bytes("value", value)
+    # The common record (bytes or None, no headers, no partition, no
+    # timestamp) takes type identity checks only: this runs once per record.
+    key_b = key if key is None or type(key) is bytes else _as_bytes("key", key)
+    value_b = value if value is None or type(value) is bytes else _as_bytes("value", value)
+    part = partition if partition is None or type(partition) is int else check_partition(partition)
+    stamp = None if timestamp_ms is None else _check_timestamp(timestamp_ms)
+    if type(headers) is tuple and not headers:
+        size = _RECORD_OVERHEAD + (len(key_b) if key_b else 0) + (len(value_b) if value_b else 0)
+        return Checked(key_b, value_b, (), part, stamp, size)
     checked_headers = _check_headers(headers)
-    part = check_partition(partition)
-    stamp = _check_timestamp(timestamp_ms)
     return Checked(
         key_b, value_b, checked_headers, part, stamp, estimate(key_b, value_b, checked_headers)
     )

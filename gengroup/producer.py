@@ -444,7 +444,8 @@ class Producer:
             )
         else:
             await self._check_partition(topic, partition, count)
-        await self._wait_for_room(rec.size, start)
+        if self._buffered and self._buffered + rec.size > self.config.buffer_bytes:
+            await self._wait_for_room(rec.size, start)
         if self._closed:
             raise ConnectionClosed("the Producer was closed")
         now = anyio.current_time()
@@ -457,7 +458,9 @@ class Producer:
         if not queue.records:
             queue.first_arrival = now
             queue.expire_at = float("inf")
-        queue.expire_at = min(queue.expire_at, start + self.config.delivery_timeout)
+        expire_at = start + self.config.delivery_timeout
+        if expire_at < queue.expire_at:
+            queue.expire_at = expire_at
         queue.records.append(pending)
         queue.bytes += rec.size
         self._buffered += rec.size
