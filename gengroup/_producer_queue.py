@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import anyio
 import anyio.lowlevel
@@ -110,6 +111,7 @@ class Queue:
         "split_cap",
         "split_left",
         "tp",
+        "unordered",
     )
 
     def __init__(self, tp: TopicPartition) -> None:
@@ -127,3 +129,38 @@ class Queue:
         # records per batch for the next split_left records.
         self.split_cap = 0
         self.split_left = 0
+        # A record was queued behind one created after it (it waited longer
+        # for metadata or room; a split batch went back to the head): the
+        # records are not in deadline order, and expiring them needs a scan.
+        self.unordered = False
+
+    def append(self, pending: Pending) -> None:
+        """Queue ``pending`` last (its bytes counted)."""
+        if self.records and pending.created < self.records[-1].created:
+            self.unordered = True
+        self.records.append(pending)
+        self.bytes += pending.size
+
+    def take_expired(self, now: float, timeout: float) -> list[Pending]:
+        """Remove and return the records whose ``timeout`` since creation passed by
+        ``now``; :attr:`expire_at` becomes the next one's deadline.
+
+        In deadline order (the usual case) the expired records are a prefix,
+        taken from the head; otherwise the whole queue is scanned, and checked
+        for order again.
+        """
+        records = self.records
+        if self.unordered:
+            expired = [p for p in records if p.created + timeout <= now]
+            if expired:
+                self.records = records = deque(p for p in records if p.created + timeout > now)
+            self.unordered = any(a.created > b.created for a, b in pairwise(records))
+            first = min((p.created for p in records), default=float("inf"))
+        else:
+            expired = []
+            while records and records[0].created + timeout <= now:
+                expired.append(records.popleft())
+            first = records[0].created if records else float("inf")
+        self.bytes -= sum(p.size for p in expired)
+        self.expire_at = first + timeout
+        return expired

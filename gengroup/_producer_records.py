@@ -12,6 +12,7 @@ Kafka protocol accept. Each check raises a :class:`TypeError` or
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -153,6 +154,8 @@ def _check_headers(headers: object) -> tuple[Header, ...]:
 def _check_timestamp(timestamp_ms: object) -> int | None:
     if timestamp_ms is None:
         return None
+    if isinstance(timestamp_ms, float) and math.isfinite(timestamp_ms):
+        timestamp_ms = int(timestamp_ms)  # time.time() * 1000: whole milliseconds
     stamp = _integer("timestamp_ms", timestamp_ms)
     if not 0 <= stamp <= _INT64_MAX:
         # As the Java producer: "Timestamp should always be non-negative or null".

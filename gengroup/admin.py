@@ -20,8 +20,12 @@ Group operations go to the group's coordinator through a
 :class:`~gengroup.io.coordinator.CoordinatorClient` per group, which finds the
 coordinator and follows it when it moves; coordinator errors (moved, loading,
 not available) and connection failures are retried with backoff until the
-operation's timeout. ListOffsets and OffsetFetch are :mod:`gengroup.io.offsets`'
-(ListOffsets to each partition's leader; stale leadership refreshes metadata).
+operation's timeout (on a :class:`~gengroup.io.cluster.Cluster` given to the
+admin with an ``unreachable_timeout``, a coordinator unavailable that long
+already, counted across calls, is
+:class:`~gengroup._errors.CoordinatorUnavailable` sooner). ListOffsets and
+OffsetFetch are :mod:`gengroup.io.offsets`' (ListOffsets to each partition's
+leader; stale leadership refreshes metadata).
 
 Every request goes out through :meth:`Cluster.call
 <gengroup.io.cluster.Cluster.call>`, every retry loop is

@@ -3,6 +3,7 @@ group listings and descriptions, lag (plain data; the checks of its arguments)."
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -43,8 +44,9 @@ class NewTopic:
             raise TypeError(f"a topic name is a str, got {self.name!r}")
         for what in ("partitions", "replication_factor"):
             value = getattr(self, what)
-            if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, bool) or not hasattr(type(value), "__index__"):
                 raise TypeError(f"topic {self.name!r}: {what} must be an int, got {value!r}")
+            object.__setattr__(self, what, operator.index(value))  # numpy's ints too
         if not isinstance(self.configs, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.configs.items()
         ):

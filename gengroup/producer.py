@@ -63,7 +63,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack
 from typing import Any, Final, Literal, Self, Unpack, overload
@@ -330,9 +330,10 @@ class Producer:
         Every record is checked (as :meth:`send` checks its arguments) and the
         topic's metadata is fetched before any record is queued: a bad record
         or a missing topic raises and queues nothing. Records are then queued
-        in order; a record that finds no room in the buffer within
-        ``max_block`` of the call gets :class:`BufferExhausted` as its outcome,
-        as do the records after it, which are not queued either.
+        in order, each waiting for room in the buffer as a send of its own
+        would (``max_block``, and its ``delivery_timeout``, count from when it
+        began to wait); one that finds none gets :class:`BufferExhausted` as
+        its outcome, as do the records after it, which are not queued either.
 
         Cancelling the call while it queues (waiting for room in the buffer)
         leaves the records queued so far -- a prefix of the list, in order --
@@ -375,7 +376,12 @@ class Producer:
                 count = await self._check_partition(topic, c.partition, count)
         pendings: list[Pending] = []
         unqueued: BaseException | None = None
+        room = self.config.buffer_bytes
         for c in checked:
+            if self._buffered and self._buffered + c.size > room:
+                # Each record waits for room as a send of its own would: its
+                # max_block (and delivery_timeout) count from here.
+                start = anyio.current_time()
             try:
                 pendings.append(await self._enqueue(topic, c, start))
             except BufferExhausted as exc:
@@ -461,8 +467,7 @@ class Producer:
         expire_at = start + self.config.delivery_timeout
         if expire_at < queue.expire_at:
             queue.expire_at = expire_at
-        queue.records.append(pending)
-        queue.bytes += rec.size
+        queue.append(pending)
         self._buffered += rec.size
         self._outstanding.add(pending)
         if len(queue.records) == 1 or queue.bytes >= self.config.max_batch_bytes:
@@ -626,25 +631,16 @@ class Producer:
 
     def _expire_queued(self, queue: Queue, now: float) -> None:
         """Fail the queued records of ``queue`` whose delivery timeout has passed."""
-        timeout = self.config.delivery_timeout
-        expired = [p for p in queue.records if p.created + timeout <= now]
+        expired = queue.take_expired(now, self.config.delivery_timeout)
         if expired:
-            queue.records = deque(p for p in queue.records if p.created + timeout > now)
-            queue.bytes -= sum(p.size for p in expired)
+            why = " (the partition's previous batch is still unanswered)" if queue.in_flight else ""
             error = RequestTimedOut(
                 f"{queue.tp}: {len(expired)} record(s) not sent within "
-                f"delivery_timeout={self.config.delivery_timeout} s"
-                + (
-                    " (the partition's previous batch is still unanswered)"
-                    if queue.in_flight
-                    else ""
-                )
+                f"delivery_timeout={self.config.delivery_timeout} s{why}"
             )
             for pending in expired:
                 self._settle(pending, None, error)
             self._freed()
-        created = min((p.created for p in queue.records), default=float("inf"))
-        queue.expire_at = created + self.config.delivery_timeout
 
     def _expire_sending(self, queue: Queue, now: float) -> float:
         """Fail the batch in flight once its delivery timeout passed; return when it will."""
@@ -695,6 +691,7 @@ class Producer:
         records = [p for p in batch.records if not p.done]  # not expired meanwhile
         queue = self._queues[batch.tp]
         queue.records.extendleft(reversed(records))
+        queue.unordered = True  # in deadline order? checked at the next expiry
         queue.bytes += sum(p.size for p in records)
         queue.split_cap = max(1, len(records) // 2)
         queue.split_left += len(records)

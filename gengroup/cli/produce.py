@@ -42,7 +42,7 @@ from typing import Any, BinaryIO
 import anyio
 from kio.schema.errors import ErrorCode
 
-from .._errors import KafkaConnectionError, error_for_code
+from .._errors import KafkaConnectionError, error_for_code, is_retriable
 from ..io.cluster import Cluster
 from ..io.retry import GiveUp, retry
 from ..producer import Compression, Producer, ProducerRecord
@@ -278,13 +278,18 @@ async def _check_topic(cluster: Cluster, topic: str, timeout: float) -> None:
         UnknownTopicOrPartition: the topic does not exist.
         BrokerError: the broker refused the metadata request for the topic.
         KafkaConnectionError: no broker answered within ``timeout`` (the last failure).
+        TimeoutError: the topic stayed unavailable (no leader) for ``timeout``.
     """
 
     async def attempt() -> None:
         info = (await cluster.refresh_metadata([topic])).get(topic)
         if info is None or info.error_code:
             code = (info.error_code if info is not None else 0) or _UNKNOWN_TOPIC
-            raise GiveUp(error_for_code(code, f"topic {topic!r} does not exist"))
+            said = "does not exist" if code == _UNKNOWN_TOPIC else "is not available"
+            error = error_for_code(code, f"topic {topic!r} {said}")
+            # A topic just created has no leader for a moment: asked again; a
+            # topic that does not exist is said at once (it is not created).
+            raise error if code != _UNKNOWN_TOPIC and is_retriable(error) else GiveUp(error)
 
     def timed_out(last: BaseException | None) -> BaseException:
         if isinstance(last, KafkaConnectionError):
@@ -296,7 +301,7 @@ async def _check_topic(cluster: Cluster, topic: str, timeout: float) -> None:
         attempt,
         timeout=timeout,
         backoff=cluster.retry_backoff,
-        retriable=lambda exc: isinstance(exc, KafkaConnectionError),
+        retriable=lambda exc: isinstance(exc, KafkaConnectionError) or is_retriable(exc),
         on_timeout=timed_out,
     )
 

@@ -231,3 +231,19 @@ async def test_stopping_the_input_while_sends_wait_loses_no_line_read(
             os.close(w)
         assert sum(counts.values()) == 8000
         assert cluster.high_watermark("t") == 8000
+
+
+async def test_empty_input_waits_out_a_topic_without_a_leader_and_names_a_missing_one(
+    autojump_clock: object,
+) -> None:
+    """A topic just created has no leader for a moment (LEADER_NOT_AVAILABLE,
+    retriable): it was said not to exist, exit 1."""
+    from gengroup._errors import UnknownTopicOrPartition
+    from gengroup.broker.faults import Fail
+    from gengroup.cli.produce import _check_topic
+
+    async with FakeCluster(topics={"t": 1}) as cluster, Cluster(cluster.bootstrap) as client:
+        cluster.control(ApiKey.METADATA, lambda call: Fail(5), once=True)
+        await _check_topic(client, "t", 5.0)
+        with pytest.raises(UnknownTopicOrPartition, match="'nope' does not exist"):
+            await _check_topic(client, "nope", 5.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy
 import pytest
 import trio
 import trio.testing
@@ -48,6 +49,8 @@ async def test_topics_to_create_are_checked_before_any_is_created(
                 await admin.create_topics("orders")  # type: ignore[arg-type]
             md = await admin.cluster.refresh_metadata(["ok", "dup"])
             assert all(md[t].error_code == 3 for t in ("ok", "dup"))  # none was created
+            await admin.create_topics({"np": numpy.int64(2)})  # an integer type, not an int
+            assert admin.cluster.partition_count("np") == 2
 
 
 async def test_a_group_operation_of_several_requests_keeps_one_deadline(

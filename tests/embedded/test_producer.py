@@ -11,7 +11,9 @@ import trio
 import trio.testing
 
 from gengroup._errors import BrokerError, BufferExhausted, RequestTimedOut
-from gengroup.broker import Drop, Fail, FakeCluster, Intercepted
+from gengroup._producer_queue import Pending, Queue
+from gengroup._types import TopicPartition
+from gengroup.broker import Delay, Drop, Fail, FakeCluster, Intercepted
 from gengroup.producer import Producer, ProducerRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -53,7 +55,7 @@ BAD_ARGUMENTS = {
     "partition '1'": (TypeError, "partition", {"partition": "1"}),
     "timestamp '123'": (TypeError, "timestamp_ms", {"timestamp_ms": "123"}),
     "timestamp True": (TypeError, "timestamp_ms", {"timestamp_ms": True}),
-    "timestamp float": (TypeError, "timestamp_ms", {"timestamp_ms": 1.5e12}),
+    "timestamp nan": (TypeError, "timestamp_ms", {"timestamp_ms": float("nan")}),
     "timestamp -5": (ValueError, "timestamp_ms", {"timestamp_ms": -5}),
     "timestamp 2**63": (ValueError, "timestamp_ms", {"timestamp_ms": 2**63}),
     "topic 5": (TypeError, "topic", {"topic": 5}),
@@ -80,8 +82,9 @@ async def test_a_bad_argument_raises_a_typed_error_at_once_naming_it(
         with pytest.raises(error, match=names):
             await producer.send(topic, b"v", **kwargs)
         assert trio.current_time() == started  # checked before any wait
-        meta = await producer.send("t", b"ok", partition=1)
-        assert (meta.partition, type(meta.partition)) == (1, int)
+        # time.time() * 1000 is a timestamp: its whole milliseconds are sent.
+        meta = await producer.send("t", b"ok", partition=1, timestamp_ms=1.5e12 + 0.7)
+        assert (meta.partition, type(meta.partition), meta.timestamp) == (1, int, 1_500_000_000_000)
         assert [cluster.high_watermark("t", p) for p in (0, 1)] == [0, 1]
 
 
@@ -216,6 +219,41 @@ async def test_send_many_reports_records_that_found_no_buffer_room(
         with pytest.raises(RequestTimedOut, match="still unanswered"):
             await producer.send_many("t", [b"x" * 900] * 4)
         assert cluster.high_watermark("t") == 1
+
+
+async def test_send_many_larger_than_the_buffer_waits_for_room_record_by_record(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The records shared the call's ``max_block``: 100 KB through a buffer of
+    20 KB against a broker answering slowly had most of 100 fail with
+    BufferExhausted, though the broker kept up."""
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, buffer_bytes=20_000, max_block=3) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        cluster.control(ApiKey.PRODUCE, lambda call: Delay(1.0))
+        started = trio.current_time()
+        outcomes = await producer.send_many("t", [b"x" * 1000] * 100, return_exceptions=True)
+        assert trio.current_time() - started > 3  # longer than max_block: it kept waiting
+        assert [type(o).__name__ for o in outcomes] == ["RecordMetadata"] * 100
+        assert cluster.high_watermark("t") == 101
+
+
+def test_expiring_takes_the_expired_records_wherever_they_are_queued() -> None:
+    """In deadline order the expired records are a prefix, taken from the head;
+    a record queued behind a younger one (it waited longer) is found too."""
+    queue = Queue(TopicPartition("t", 0))
+    for created in (1.0, 2.0, 3.0):
+        queue.append(Pending(None, b"v", (), 0, 10, created))
+    assert not queue.unordered
+    assert [p.created for p in queue.take_expired(now=12.5, timeout=10.0)] == [1.0, 2.0]
+    assert queue.expire_at == 13.0 and queue.bytes == 10
+    queue.append(Pending(None, b"v", (), 0, 10, 0.5))  # waited since 0.5
+    assert queue.unordered
+    assert [p.created for p in queue.take_expired(now=12.5, timeout=10.0)] == [0.5]
+    assert [p.created for p in queue.records] == [3.0] and not queue.unordered
+    assert queue.expire_at == 13.0 and queue.bytes == 10
 
 
 async def test_waiting_for_a_leader_backs_off_with_jitter(
