@@ -129,7 +129,12 @@ class ConnectionClosed(KafkaConnectionError):
 
 
 class RequestTimedOut(KafkaConnectionError):
-    """A request got no response within its timeout; the connection is closed."""
+    """A request got no response within its timeout.
+
+    From a connection's own deadline, the connection is closed. From the
+    producer's ``delivery_timeout``, the connection stays open for its other
+    requests, and the records may yet be written if the answer comes later.
+    """
 
 
 class AuthenticationError(GengroupError):
