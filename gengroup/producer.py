@@ -270,8 +270,8 @@ class Producer:
             key: the key; non-null keys choose the partition by murmur2.
             headers: ``(name, value)`` pairs of a str (UTF-8) and bytes or None.
             partition: an explicit partition (an int).
-            timestamp_ms: the create time in ms since the epoch, an int in
-                ``[0, 2**63)`` (default, None: now).
+            timestamp_ms: the create time in ms since the epoch, in ``[0, 2**63)``
+                (a float's whole ms; default, None: now).
 
         Returns:
             Where the record was written.
