@@ -726,7 +726,7 @@ async def form_generation(
             unreachable = exhausted_unreachable(exc)
             if unreachable is not None:
                 raise unreachable from None
-            said = (cfg.group_id, 0) in client.cluster.coordinator_unavailable_since  # it said so
+            said = (cfg.group_id, 0) in client.cluster.coordinator_outages  # it said so
             text = "group %s: coordinator unreachable (%s); looking it up again"
             log.log(logging.DEBUG if said else logging.INFO, text, cfg.group_id, exc)
             client.forget_coordinator()

@@ -115,6 +115,15 @@ def _cause(exc: KafkaConnectionError) -> str:
     return tail if sep and head.startswith("cannot connect to ") else text
 
 
+@dataclass(slots=True)
+class CoordinatorOutage:
+    """A key's coordinator unavailable: since when, the latest such answer, WARNING said."""
+
+    since: float
+    last: float
+    warned: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
     """A broker from the metadata."""
@@ -209,11 +218,9 @@ class Cluster:
         self._tls = self.security.tls_context()
         #: When the cluster was first found unreachable (None: reachable, or not tried yet).
         self.unreachable_since: float | None = None
-        #: When FindCoordinator first answered COORDINATOR_NOT_AVAILABLE, by
-        #: (key, key type), with no coordinator found for that key since.
-        self.coordinator_unavailable_since: dict[tuple[str, int], float] = {}
-        self._coordinator_unavailable_last: dict[tuple[str, int], float] = {}
-        self._coordinator_warned: set[tuple[str, int]] = set()
+        #: By (key, key type): FindCoordinator answering COORDINATOR_NOT_AVAILABLE,
+        #: with no coordinator found for that key since.
+        self.coordinator_outages: dict[tuple[str, int], CoordinatorOutage] = {}
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.cluster_id: str | None = None
@@ -518,14 +525,13 @@ class Cluster:
         raise_for_code(code, entry.error_message)
         node = int(entry.node_id)
         self.brokers.setdefault(node, BrokerInfo(node, entry.host, int(entry.port)))
-        self._coordinator_unavailable_last.pop((key, key_type), None)
-        since = self.coordinator_unavailable_since.pop((key, key_type), None)
-        if since is not None:
+        outage = self.coordinator_outages.pop((key, key_type), None)
+        if outage is not None:
             log.info(
                 "coordinator of %r found (node %d) after %.1f s unavailable",
                 key,
                 node,
-                anyio.current_time() - since,
+                anyio.current_time() - outage.since,
             )
         return node
 
@@ -542,21 +548,16 @@ class Cluster:
         between is not known.
         """
         now = anyio.current_time()
-        k = (key, key_type)
-        since = self.coordinator_unavailable_since.get(k)
-        last = self._coordinator_unavailable_last.get(k, now)
-        self._coordinator_unavailable_last[k] = now
         limit = self.unreachable_timeout
-        if since is not None and limit is not None and now - last > limit:
-            since = None
         said = f": {message}" if message else ""
-        if since is None:
-            since = self.coordinator_unavailable_since[k] = now
-            self._coordinator_warned.discard(k)
+        outage = self.coordinator_outages.get((key, key_type))
+        if outage is None or (limit is not None and now - outage.last > limit):
+            outage = self.coordinator_outages[(key, key_type)] = CoordinatorOutage(now, now)
             log.info("coordinator of %r not available%s; looking it up again", key, said)
-        down = now - since
-        if down >= LONG_UNAVAILABLE and k not in self._coordinator_warned:
-            self._coordinator_warned.add(k)
+        outage.last = now
+        down = now - outage.since
+        if down >= LONG_UNAVAILABLE and not outage.warned:
+            outage.warned = True
             log.warning("coordinator of %r not available for %.0f s%s", key, down, said)
         exhausted = limit is not None and down >= limit
         return CoordinatorUnavailable(key, down, exhausted=exhausted, message=message)
