@@ -27,20 +27,36 @@ itself protected: a KeyboardInterrupt raised between the two ends the host
 while it is still registered, and the hosted task's later ``set()`` wakes a
 task that no longer exists (TrioInternalError). The hosted task itself runs
 as a trio system task, which trio protects.
+
+The generation's records of its user tasks live here too: :class:`UserTask`,
+the ``task_status`` that ``Generation.start`` holds back (:class:`HeldStatus`)
+and :func:`describe_stack`, which says where a stuck task is suspended.
 """
 
 from __future__ import annotations
 
 import contextvars
+import inspect
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import anyio
+import anyio.abc
 import sniffio
 import trio
 
-__all__ = ["Hosted", "host"]
+__all__ = [
+    "HeldStatus",
+    "Hosted",
+    "Started",
+    "UserTask",
+    "awaitable",
+    "describe_stack",
+    "host",
+]
 
 log = logging.getLogger("gengroup")
 
@@ -130,3 +146,83 @@ async def host(hosted: Hosted, coro: Awaitable[Any]) -> None:
         raise
     if hosted.error is not None:
         raise hosted.error
+
+
+@dataclass(eq=False)
+class UserTask:
+    """A task the application started in a generation or a span, and its host's state."""
+
+    name: str
+    coro: Any = None
+    done: bool = False
+    hosted: Hosted = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.hosted = Hosted(self.name)
+
+
+class Started:
+    """The ``task_status`` a hosted task started with ``Generation.start`` receives."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.value: Any = None
+
+    def started(self, value: Any = None) -> None:
+        self.value = value
+        self.event.set()
+
+
+def awaitable(fn: Callable[..., Any], result: Any) -> Any:
+    """``result`` of calling ``fn`` if it can be awaited; else a TypeError naming ``fn``."""
+    if not inspect.isawaitable(result):
+        raise TypeError(
+            f"start_soon/start expect an async function; {fn!r} returned {result!r}, "
+            "which cannot be awaited"
+        )
+    return result
+
+
+class HeldStatus:
+    """A ``task_status`` that holds a ``started()`` call back until released."""
+
+    def __init__(self, status: anyio.abc.TaskStatus[Any] | Started) -> None:
+        self._status = status
+        self._released = False
+        self._held: tuple[Any] | None = None
+
+    def started(self, value: Any = None) -> None:
+        if self._released:
+            self._status.started(value)
+        else:
+            self._held = (value,)
+
+    def release(self) -> None:
+        self._released = True
+        if self._held is not None:
+            self._status.started(self._held[0])
+
+
+def _innermost_frames(coro: Any) -> list[FrameType]:
+    frames: list[FrameType] = []
+    obj = coro
+    seen = 0
+    while obj is not None and seen < 200:
+        seen += 1
+        frame = getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None)
+        if frame is not None:
+            frames.append(frame)
+        nxt = getattr(obj, "cr_await", None)
+        if nxt is None:
+            nxt = getattr(obj, "gi_yieldfrom", None)
+        obj = nxt
+    return frames
+
+
+def describe_stack(coro: Any) -> str:
+    """Where a coroutine is suspended, as 'file:line in func' lines (outermost first)."""
+    lines = [
+        f"  {f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}"
+        for f in _innermost_frames(coro)
+    ]
+    return "\n".join(lines) if lines else "  (no Python frame: not started or finished)"

@@ -41,13 +41,11 @@ knows nothing of the group that formed it.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import anyio
@@ -56,7 +54,7 @@ import anyio.abc
 from .._errors import GenerationEnded, error_for_code
 from .._types import GenerationIdentity, TopicPartition, checked_offset
 from ..membership.member import Outcome
-from .detached import Hosted, host
+from .detached import HeldStatus, Started, UserTask, awaitable, describe_stack, host
 from .timings import RebalanceTimings
 
 if TYPE_CHECKING:
@@ -94,84 +92,6 @@ class Committer(Protocol):
         ...
 
 
-@dataclass(eq=False)
-class _UserTask:
-    name: str
-    coro: Any = None
-    done: bool = False
-    hosted: Hosted = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.hosted = Hosted(self.name)
-
-
-class _Started:
-    """The ``task_status`` a hosted task started with :meth:`Generation.start` receives."""
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-        self.value: Any = None
-
-    def started(self, value: Any = None) -> None:
-        self.value = value
-        self.event.set()
-
-
-def _awaitable(fn: Callable[..., Any], result: Any) -> Any:
-    """``result`` of calling ``fn`` if it can be awaited; else a TypeError naming ``fn``."""
-    if not inspect.isawaitable(result):
-        raise TypeError(
-            f"start_soon/start expect an async function; {fn!r} returned {result!r}, "
-            "which cannot be awaited"
-        )
-    return result
-
-
-class _HeldStatus:
-    """A ``task_status`` that holds a ``started()`` call back until released."""
-
-    def __init__(self, status: anyio.abc.TaskStatus[Any] | _Started) -> None:
-        self._status = status
-        self._released = False
-        self._held: tuple[Any] | None = None
-
-    def started(self, value: Any = None) -> None:
-        if self._released:
-            self._status.started(value)
-        else:
-            self._held = (value,)
-
-    def release(self) -> None:
-        self._released = True
-        if self._held is not None:
-            self._status.started(self._held[0])
-
-
-def _innermost_frames(coro: Any) -> list[FrameType]:
-    frames: list[FrameType] = []
-    obj = coro
-    seen = 0
-    while obj is not None and seen < 200:
-        seen += 1
-        frame = getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None)
-        if frame is not None:
-            frames.append(frame)
-        nxt = getattr(obj, "cr_await", None)
-        if nxt is None:
-            nxt = getattr(obj, "gi_yieldfrom", None)
-        obj = nxt
-    return frames
-
-
-def describe_stack(coro: Any) -> str:
-    """Where a coroutine is suspended, as 'file:line in func' lines (outermost first)."""
-    lines = [
-        f"  {f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}"
-        for f in _innermost_frames(coro)
-    ]
-    return "\n".join(lines) if lines else "  (no Python frame: not started or finished)"
-
-
 class SpanHost(Protocol):
     """Hosts span-scoped tasks across generations (the run loop's ownership registry).
 
@@ -190,12 +110,12 @@ class SpanHost(Protocol):
         ...
 
     def start_span_task(
-        self, gen: Generation, tp: TopicPartition, task: _UserTask, coro: Awaitable[Any]
+        self, gen: Generation, tp: TopicPartition, task: UserTask, coro: Awaitable[Any]
     ) -> None:
         """Start ``coro`` in ``tp``'s span (opened, held by ``gen``, if none is)."""
         ...
 
-    def closing_tasks(self) -> list[_UserTask]:
+    def closing_tasks(self) -> list[UserTask]:
         """The tasks of revoked spans that have not returned yet."""
         ...
 
@@ -219,7 +139,7 @@ class Span:
     tp: TopicPartition
     gen: Generation
     position: int
-    tasks: list[_UserTask] = field(default_factory=list)
+    tasks: list[UserTask] = field(default_factory=list)
     pending: int = -1
     closed: bool = False
     scopes: list[anyio.CancelScope] = field(default_factory=list)
@@ -386,7 +306,7 @@ class Generation(IdentityNames):
     _scope: anyio.CancelScope = field(default_factory=anyio.CancelScope, repr=False)
     _tg: anyio.abc.TaskGroup | None = field(default=None, repr=False)
     _marks: dict[TopicPartition, int] = field(default_factory=dict, repr=False)
-    _tasks: list[_UserTask] = field(default_factory=list, repr=False)
+    _tasks: list[UserTask] = field(default_factory=list, repr=False)
     _ended: anyio.Event = field(default_factory=anyio.Event, repr=False)
     _commit_lock: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
     _ending: anyio.Event = field(default_factory=anyio.Event, repr=False)
@@ -587,7 +507,7 @@ class Generation(IdentityNames):
             GenerationEnded: the generation has ended (not while it is ending).
             KeyError: ``partition`` is not assigned in this generation.
         """
-        task = _UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
+        task = UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
         if partition is None:
             self._start_in_generation(task, fn, args)
             return
@@ -604,17 +524,17 @@ class Generation(IdentityNames):
             # the generation's, which under the eager protocol is the same.
             self._start_in_generation(task, fn, args)
             return
-        self._span_host.start_span_task(self, partition, task, _awaitable(fn, fn(*args)))
+        self._span_host.start_span_task(self, partition, task, awaitable(fn, fn(*args)))
 
     def _start_in_generation(
-        self, task: _UserTask, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]
+        self, task: UserTask, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]
     ) -> None:
         tg = self._tg
         if self.ended or self.lease_expired() or (tg is None and not self.ending):
             raise GenerationEnded(
                 f"start_soon: generation {self.label} of {self.group_id} has ended"
             )
-        coro = _awaitable(fn, fn(*args))
+        coro = awaitable(fn, fn(*args))
         try:
             # (anyio's TaskGroup over a trio nursery that closed still says it is active)
             if tg is not None and not getattr(getattr(tg, "_nursery", None), "_closed", False):
@@ -640,15 +560,15 @@ class Generation(IdentityNames):
         tg = self._check_live("start")
         if self.ending:
             raise GenerationEnded(f"start: generation {self.label} of {self.group_id} is ending")
-        task = _UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
+        task = UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
 
         async def runner(*, task_status: anyio.abc.TaskStatus[Any]) -> None:
             # started() is held back until fn proved to be async, so that a plain
             # function fails start() without ending the generation. The task runs
             # hosted (consumer/detached.py): its started() is passed on from here.
-            started = _Started()
-            status = _HeldStatus(started)
-            coro = _awaitable(fn, fn(*args, task_status=status))
+            started = Started()
+            status = HeldStatus(started)
+            coro = awaitable(fn, fn(*args, task_status=status))
             status.release()
 
             async def pass_on_started() -> None:
@@ -662,7 +582,7 @@ class Generation(IdentityNames):
 
         return await tg.start(runner, name=task.name)
 
-    async def _run_task(self, task: _UserTask, coro: Awaitable[Any]) -> None:
+    async def _run_task(self, task: UserTask, coro: Awaitable[Any]) -> None:
         self._tasks.append(task)
         task.coro = coro
         try:

@@ -92,9 +92,9 @@ from ..io.retry import retry
 from ..membership.member import Member, Outcome, outcome_for
 from ..membership.pattern import describe_change
 from .cadence import FIRST_EARLY_BEAT, beat_period, shared_time, until_grid
-from .detached import host
+from .detached import UserTask, host
 from .forming import Formed, GroupClient
-from .generation import Generation, Span, _UserTask
+from .generation import Generation, Span
 from .prefetch import Prefetcher
 
 __all__ = ["Ownership", "run_generation"]
@@ -169,7 +169,7 @@ class Ownership:
                 self._tg = None
 
     def start_span_task(
-        self, gen: Generation, tp: TopicPartition, task: _UserTask, coro: Awaitable[Any]
+        self, gen: Generation, tp: TopicPartition, task: UserTask, coro: Awaitable[Any]
     ) -> None:
         """Start ``coro`` in ``tp``'s span, opening it (held by ``gen``) if there is none."""
         span = self.spans.get(tp)
@@ -191,7 +191,7 @@ class Ownership:
         span.tasks.append(task)
         self._tg.start_soon(self._run_span_task, span, task, coro, name=task.name)
 
-    async def _run_span_task(self, span: Span, task: _UserTask, coro: Awaitable[Any]) -> None:
+    async def _run_span_task(self, span: Span, task: UserTask, coro: Awaitable[Any]) -> None:
         task.coro = coro
         returned = False
         try:
@@ -252,7 +252,7 @@ class Ownership:
                 if self.spans.get(span.tp) is span:
                     del self.spans[span.tp]
 
-    def closing_tasks(self) -> list[_UserTask]:
+    def closing_tasks(self) -> list[UserTask]:
         """The tasks of closed spans that have not returned yet."""
         return [t for s in self.spans.values() if s.closed for t in s.tasks if not t.done]
 
