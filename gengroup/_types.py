@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import NamedTuple, TypedDict
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 from ._errors import ConfigError
 
 __all__ = [
     "GenerationIdentity",
     "IdentityFields",
+    "IdentityNames",
     "TopicPartition",
     "checked_offset",
     "parse_address",
@@ -121,3 +122,39 @@ class GenerationIdentity:
             member_id=self.member_id,
             group_instance_id=self.group_instance_id,
         )
+
+
+class IdentityNames:
+    """The id, sequence and label of a generation, read from its ``identity``.
+
+    Shared by :class:`~gengroup.Generation` and the records of
+    :attr:`ConsumerGroup.history <gengroup.consumer.group.ConsumerGroup.history>`.
+    """
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        @property
+        def identity(self) -> GenerationIdentity: ...
+
+    @property
+    def id(self) -> int:
+        """The generation id every commit carries (the member epoch under the consumer protocol)."""
+        return self.identity.generation_id
+
+    @property
+    def sequence(self) -> int:
+        """This member's count of generations up to this one (1, 2, 3, ...).
+
+        Generation ids can repeat (two generations of one KIP-848 member
+        epoch; a group converted between the classic and the consumer
+        protocol); the sequence never does, for one member. Compare
+        generations by :attr:`identity` or by object, never by :attr:`id`.
+        """
+        return self.identity.sequence
+
+    @property
+    def label(self) -> str:
+        """The id and the sequence, as logs and errors name the generation: ``"3 (#2)"``."""
+        return self.identity.label

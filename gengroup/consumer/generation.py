@@ -52,7 +52,7 @@ import anyio
 import anyio.abc
 
 from .._errors import GenerationEnded, error_for_code
-from .._types import GenerationIdentity, TopicPartition, checked_offset
+from .._types import GenerationIdentity, IdentityNames, TopicPartition, checked_offset
 from ..membership.member import Outcome
 from .detached import HeldStatus, Started, UserTask, awaitable, describe_stack, host
 from .timings import RebalanceTimings
@@ -64,7 +64,6 @@ __all__ = [
     "CommitCodes",
     "Committer",
     "Generation",
-    "IdentityNames",
     "OffsetMetadata",
     "Offsets",
     "RebalanceTimings",
@@ -222,42 +221,6 @@ class _SpanBatches:
                 continue
             span.position = batch.next_offset
             return batch
-
-
-class IdentityNames:
-    """The id, sequence and label of a generation, read from its ``identity``.
-
-    Shared by :class:`Generation` and the records of
-    :attr:`ConsumerGroup.history <gengroup.consumer.group.ConsumerGroup.history>`.
-    """
-
-    __slots__ = ()
-
-    if TYPE_CHECKING:
-
-        @property
-        def identity(self) -> GenerationIdentity: ...
-
-    @property
-    def id(self) -> int:
-        """The generation id every commit carries (the member epoch under the consumer protocol)."""
-        return self.identity.generation_id
-
-    @property
-    def sequence(self) -> int:
-        """This member's count of generations up to this one (1, 2, 3, ...).
-
-        Generation ids can repeat (two generations of one KIP-848 member
-        epoch; a group converted between the classic and the consumer
-        protocol); the sequence never does, for one member. Compare
-        generations by :attr:`identity` or by object, never by :attr:`id`.
-        """
-        return self.identity.sequence
-
-    @property
-    def label(self) -> str:
-        """The id and the sequence, as logs and errors name the generation: ``"3 (#2)"``."""
-        return self.identity.label
 
 
 @dataclass(eq=False)

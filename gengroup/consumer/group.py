@@ -40,13 +40,13 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from .._config import GroupConfig, GroupSettings
 from .._errors import GengroupError, GroupClosed, TaskStuckError
-from .._types import GenerationIdentity
+from .._types import GenerationIdentity, IdentityNames
 from ..io.cluster import Cluster
 from ..membership.member import Member, Outcome
 from .cadence import handover_lead
 from .consumer_protocol import ConsumerProtocolMember
 from .forming import Formed, GroupClient, form_generation
-from .generation import Generation, IdentityNames, RebalanceTimings
+from .generation import Generation, RebalanceTimings
 from .metrics import GroupMetrics
 from .running import Ownership, run_generation
 
