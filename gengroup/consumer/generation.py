@@ -27,10 +27,13 @@ rebalancing, see ``docs/incremental-rebalancing.md``). Tasks started with
 ``start_soon(..., partition=tp)`` belong to ``tp``'s :class:`Span`, hosted by
 a :class:`SpanHost` that lives across generations (the run loop's
 :class:`~gengroup.consumer.running.Ownership`). A span is *held* by the newest
-generation that assigns its partition; ``fetch``, ``mark`` and ``seek`` of
-that partition on any generation object act on the holder, so a retained
-partition's worker goes on fetching across generations and its marks are
-committed under the current generation's id.
+generation that assigns its partition; ``fetch``, ``mark``, ``seek``,
+``commit`` and ``lag`` of that partition on any generation object act on the
+holder, so a retained partition's worker goes on fetching across generations
+and its marks are committed under the current generation's id. Between
+generations there is no holder: a commit waits until the next generation is
+formed (:meth:`Span.holder`); while a span is being revoked, the generation
+revoking it holds it.
 
 Marks only move forward; commits never send an offset lower than one this
 member already committed for the partition, so a late commit cannot move a
@@ -129,10 +132,15 @@ class Span:
 
     Attributes:
         tp: the partition.
-        gen: the newest generation that holds it.
+        gen: the newest generation that holds it (while it is being revoked:
+            the generation revoking it, which commits its marks).
         position: the offset its next batch starts at (after the last one handed out).
         pending: a mark made while no live generation held it (-1: none).
         closed: the span ended (revoked, lost or given up): its tasks are cancelled.
+        first: the sequence of the generation that opened it; older generations
+            never reach it.
+        successor: the generation formed to hold it next, revoking other
+            spans before it adopts this one (None: none formed yet).
     """
 
     tp: TopicPartition
@@ -145,9 +153,22 @@ class Span:
     moved: anyio.Event = field(default_factory=anyio.Event)
     idle: anyio.Event = field(default_factory=anyio.Event)
     running: int = 0
+    first: int = field(init=False)
+    successor: Generation | None = None
 
-    def hand_to(self, gen: Generation | None) -> None:
-        """``gen`` holds the span now (None: the span is closed); wakes its fetching task."""
+    def __post_init__(self) -> None:
+        self.first = self.gen.sequence
+
+    def hand_to(self, gen: Generation | None, revoker: Generation | None = None) -> None:
+        """``gen`` holds the span now (None: the span is closed); wakes its fetching task.
+
+        ``revoker``: the generation closing the span, which holds it (if it
+        revokes the partition) while its tasks finish, so that their marks and
+        commits go under its id.
+        """
+        if gen is None and revoker is not None and self.tp in revoker.revoked:
+            self.hand_to(revoker)
+        self.successor = None
         if gen is None:
             self.closed = True
             for scope in self.scopes:
@@ -162,6 +183,20 @@ class Span:
             self.pending = -1
         self.moved.set()
         self.moved = anyio.Event()
+
+    def expect(self, gen: Generation) -> None:
+        """``gen`` is formed and holds the span next: a commit waiting for a holder goes on."""
+        self.successor = gen
+        self.moved.set()
+        self.moved = anyio.Event()
+
+    def holder(self) -> Generation | None:
+        """The generation whose id a commit of the span carries now (None: between generations)."""
+        if not self.gen.ended:
+            return self.gen
+        if self.successor is not None and not self.successor.ended and not self.closed:
+            return self.successor
+        return None
 
     def mark(self, offset: int) -> None:
         if self.gen.ended:
@@ -626,7 +661,7 @@ class Generation(IdentityNames):
         span = self._span(tp)
         if span is not None:
             span.position = offset
-            if span.gen._fetch_across or not span.gen.ending:
+            if not span.closed and (span.gen._fetch_across or not span.gen.ending):
                 span.gen._prefetcher.seek(tp, offset)
             return
         self._check_live("seek")
@@ -643,12 +678,20 @@ class Generation(IdentityNames):
         partition, so this costs no request; a partition not fetched yet
         is left out. The position is the partition's mark (or its start offset
         while unmarked). ``sum(gen.lag().values())`` is the member's total.
+        A partition whose ownership span outlived this generation is reported
+        as the generation holding it now sees it (as ``mark`` and ``fetch``
+        follow the span); one being revoked is left out.
         """
         lag: dict[TopicPartition, int] = {}
         for tp, start in self.assignments.items():
-            hw = self._prefetcher.high_watermark(tp)
+            span = self._span(tp)
+            if span is not None and span.closed:
+                continue
+            gen = self if span is None else span.gen
+            hw = gen._prefetcher.high_watermark(tp)
             if hw >= 0:
-                lag[tp] = max(0, hw - max(self._marks.get(tp, start), start))
+                mark = max(gen._marks.get(tp, -1), span.pending if span is not None else -1)
+                lag[tp] = max(0, hw - max(mark, gen.assignments.get(tp, start)))
         return lag
 
     def mark(self, tp: TopicPartition, offset: int) -> None:
@@ -688,8 +731,8 @@ class Generation(IdentityNames):
     def _span(self, tp: TopicPartition) -> Span | None:
         """``tp``'s span (open, or closing), if this generation assigned ``tp``."""
         span = self._spans.get(tp)
-        if span is None or tp not in self.assignments:
-            return None
+        if span is None or tp not in self.assignments or span.first > self.sequence:
+            return None  # (a span opened later, after ``tp`` was revoked and added again)
         return span
 
     @property
@@ -721,8 +764,18 @@ class Generation(IdentityNames):
     ) -> None:
         """Commit offsets with this generation's id and member id.
 
+        A partition whose ownership span outlived this generation (a
+        span-scoped task's partition, retained by a cooperative rebalance) is
+        committed under the identity of the generation holding it now, as
+        ``mark`` and ``fetch`` follow the span: a span task may keep the
+        generation it started in. Between generations the commit waits until
+        the next generation holds the span (there is no generation whose id it
+        could carry meanwhile); while the span is being revoked, it is
+        committed under the generation revoking it.
+
         Args:
-            offsets: what to commit; default: every marked offset. Offsets not
+            offsets: what to commit; default: every marked offset (on an
+                ended generation: its spans' marks). Offsets not
                 above what this member already committed are left out, so a
                 committed offset never moves backwards.
             metadata: a string stored with a partition's offset (Kafka's
@@ -733,15 +786,16 @@ class Generation(IdentityNames):
 
         Raises:
             TypeError, ValueError: an offset of ``offsets`` is not an offset.
-            GenerationEnded: the generation has ended; nothing was sent.
+            GenerationEnded: the generation has ended and a partition to
+                commit has no span that outlived it (or that span was given
+                up with the membership); nothing was sent.
             BrokerError: refused (IllegalGeneration, UnknownMemberId,
                 RebalanceInProgress; a coordinator loading or moving: sent once,
                 not retried); KafkaConnectionError: the connection broke. Marks stay.
         """
         if self.ended:
-            raise GenerationEnded(
-                f"commit: generation {self.label} of {self.group_id} has ended; nothing was sent"
-            )
+            await self._commit_in_spans(offsets, metadata)
+            return
         async with self._commit_lock:
             checked = ((tp, checked_offset(tp, o)) for tp, o in (offsets or {}).items())
             wanted = dict(self._marks) if offsets is None else dict(checked)  # marks: at mark()
@@ -781,3 +835,37 @@ class Generation(IdentityNames):
                 self.commit_error = refused
                 self.commits_failed += 1
                 raise refused
+
+    async def _commit_in_spans(
+        self, offsets: Offsets | None, metadata: OffsetMetadata | None
+    ) -> None:
+        """:meth:`commit` once this generation ended: under the generations holding its spans."""
+        ended = GenerationEnded(
+            f"commit: generation {self.label} of {self.group_id} has ended; nothing was sent"
+        )
+        wanted = (
+            None if offsets is None else {tp: checked_offset(tp, o) for tp, o in offsets.items()}
+        )
+        spans: dict[TopicPartition, Span] = {}
+        for tp in self.assignments if wanted is None else wanted:
+            span = self._span(tp)
+            if span is not None:
+                spans[tp] = span
+            elif wanted is not None:
+                raise ended
+        if not spans:
+            raise ended
+        # Between generations: until the next one is formed (or the span is given up).
+        while waiting := [s for s in spans.values() if s.holder() is None and not s.closed]:
+            await waiting[0].moved.wait()
+        holders: dict[Generation, dict[TopicPartition, int]] = {}
+        for tp, span in spans.items():
+            holder = span.holder()
+            if holder is None:  # given up with every other span (the membership may be lost)
+                raise ended
+            marked = max(span.pending, span.gen._marks.get(tp, -1))
+            offset = marked if wanted is None else wanted[tp]
+            if offset >= 0:
+                holders.setdefault(holder, {})[tp] = offset
+        for holder, due in holders.items():
+            await holder.commit(due, metadata=metadata)

@@ -233,14 +233,17 @@ class Ownership:
         self.failures = []
         return failure
 
-    def release(self, partitions: list[TopicPartition]) -> list[Span]:
-        """Close the spans of ``partitions`` (cancelling their tasks); no longer owned."""
+    def release(self, partitions: list[TopicPartition], by: Generation | None = None) -> list[Span]:
+        """Close the spans of ``partitions`` (cancelling their tasks); no longer owned.
+
+        ``by``: the generation revoking them; it holds them while their tasks finish.
+        """
         closed = []
         for tp in partitions:
             self.owned.discard(tp)
             span = self.spans.get(tp)
             if span is not None and not span.closed:
-                span.hand_to(None)
+                span.hand_to(None, by)
                 closed.append(span)
         return closed
 
@@ -546,9 +549,11 @@ class _Run:
         id, before the generation is handed out.
         """
         gen = self.gen
-        closed = self.own.release([tp for tp in self.own.spans if tp not in gen.assignments])
+        closed = self.own.release([tp for tp in self.own.spans if tp not in gen.assignments], gen)
         if not closed and not self.own.closing_tasks():
             return
+        for span in [s for s in self.own.spans.values() if not s.closed]:
+            span.expect(gen)  # retained: commits meanwhile go under ``gen``
         started = anyio.current_time()
         async with anyio.create_task_group() as watch:
             watch.start_soon(self._watch, report_stuck, "their partitions were revoked")
