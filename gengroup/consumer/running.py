@@ -522,11 +522,13 @@ class _Run:
                 if self.formed.acknowledge is not None:
                     self.formed.acknowledge()
                 self.own.adopt(gen)
+                if self.own.failures:  # a revoked partition's task raised: it ends the group
+                    gen.end(Outcome.FATAL, f"task raised {self.own.failures[0]!r}")
                 # A generation whose forming outlived the session (an
                 # offset fetch that crawled while the coordinator
                 # moved) may already have a new owner for its
                 # partitions: it is never handed out.
-                if not gen.lease_expired():
+                elif not gen.lease_expired():
                     await hand_over(gen)
                 if self.formed.classic and gen.revoked and gen.rebalance_protocol == "cooperative":
                     gen.end(
