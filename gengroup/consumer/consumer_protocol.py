@@ -359,6 +359,7 @@ class ConsumerProtocolMember:
             _session_timeout=cfg.session_timeout,
             _classic=False,
         )
+        prefetcher.on_reset = gen.offset_reset
         gen.renew_lease(self._last_ok if self._last_ok is not None else t_ready)
         self._current, self._current_incarnation = gen, incarnation
         log.info(

@@ -141,6 +141,8 @@ class Span:
             never reach it.
         successor: the generation formed to hold it next, revoking other
             spans before it adopts this one (None: none formed yet).
+        reset: where the partition was reset for an out-of-range offset, until
+            a commit of it is stored (-1: none); see :meth:`Generation.offset_reset`.
     """
 
     tp: TopicPartition
@@ -155,6 +157,7 @@ class Span:
     running: int = 0
     first: int = field(init=False)
     successor: Generation | None = None
+    reset: int = -1
 
     def __post_init__(self) -> None:
         self.first = self.gen.sequence
@@ -180,6 +183,8 @@ class Span:
             carried = max(self.pending, old._marks.get(self.tp, -1))
             if carried > gen._marks.get(self.tp, -1):
                 gen._marks[self.tp] = carried
+            if self.reset >= 0:  # what the next generation found committed is stale
+                gen._committed[self.tp] = min(gen._committed.get(self.tp, -1), self.reset - 1)
             self.pending = -1
         self.moved.set()
         self.moved = anyio.Event()
@@ -429,6 +434,25 @@ class Generation(IdentityNames):
             # The prefetcher runs on: iterators of the generation's own tasks
             # waiting for a batch (shielded, or outside it) stop now.
             self._prefetcher.wake()
+
+    def offset_reset(self, tp: TopicPartition, offset: int) -> None:
+        """The prefetcher reset ``tp`` to ``offset``: its position was out of range.
+
+        The committed offset and the mark may point into a log that is gone (a
+        topic deleted and created again, a log truncated), so ``offset`` is
+        marked and the committed baseline lowered below it: the reset position
+        and later marks are committed even if lower (as Java and librdkafka
+        commit the position after a reset), or every restart would reset and
+        process the same records again. The only case a commit moves a
+        committed offset backwards. A span carries the reset to the next
+        holder until a commit of the partition is stored.
+        """
+        span = self._span(tp)
+        gen = self if span is None else span.gen
+        if span is not None:
+            span.reset, span.pending = offset, -1
+        gen._marks[tp] = offset
+        gen._committed[tp] = min(gen._committed.get(tp, -1), offset - 1)
 
     def keeps_spans(self) -> bool:
         """Whether the partitions' spans outlive this generation's end.
@@ -699,8 +723,9 @@ class Generation(IdentityNames):
 
         The mark is committed with this generation's id by the periodic
         committer, by :meth:`commit` and when the generation ends. Marks only
-        move forward. A partition with an open ownership span is marked in the
-        generation holding it now (between generations: in the next one).
+        move forward (but for a reset of an out-of-range position: :meth:`offset_reset`).
+        A partition with an open ownership span is marked in the generation
+        holding it now (between generations: in the next one).
 
         Raises:
             TypeError, ValueError: ``offset`` is not an offset (an integer from 0).
@@ -820,6 +845,8 @@ class Generation(IdentityNames):
                 self.renew_lease(sent_at)
             for tp, off in due.items():
                 if tp not in failed:
+                    if (span := self._spans.get(tp)) is not None and span.gen is self:
+                        span.reset = -1  # the coordinator holds an offset of the new log
                     self._committed[tp] = max(off, self._committed.get(tp, -1))
                     if tp in notes:
                         self._committed_metadata[tp] = notes[tp]

@@ -412,6 +412,8 @@ class Prefetcher:
         self._buffered = 0
         self._reserved = 0
         self._reset_offset = reset_offset
+        #: Told of each OFFSET_OUT_OF_RANGE reset (partition, new position): the generation.
+        self.on_reset: Callable[[TopicPartition, int], None] = lambda tp, offset: None
         self._on_first_batch = on_first_batch
         self._loops: set[int] = set()
         self._space = anyio.Event()
@@ -802,6 +804,7 @@ class Prefetcher:
                     self._config.start_offset,
                 )
                 part.position = new
+                self.on_reset(part.tp, new)
             elif action == "retry":
                 log.info(
                     "group %s: %s fetch error %s, retrying", self._config.group_id, part.tp, error
