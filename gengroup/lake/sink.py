@@ -9,8 +9,9 @@ does three things:
 1. *Acquire.* The commit the worker starts from carries, as its Kafka commit
    metadata, the name of the staged file it landed (``layout.commit_note``).
    If that file is still staged -- its writer died between commit and
-   publish -- the worker publishes it. Every other staged file belongs to a
-   writer whose commit never happened (a crash, or a zombie fenced by the
+   publish, or saw its commit fail although it was stored -- the worker
+   publishes it. Every other staged file belongs to a writer whose commit was
+   not stored (a crash, a failed commit, or a zombie fenced by the
    coordinator), and is deleted. A published file reaching past the committed
    offset can only come from offsets reset backwards; it is deleted, and a file
    straddling the committed offset makes the worker start from its base.
@@ -30,11 +31,13 @@ does three things:
 When the generation ends, the worker lands what it has buffered (shielded, for
 at most ``flush_timeout`` seconds) -- the coordinator still accepts commits of
 the ending generation while it rebalances -- so a rebalance does not throw
-work away. A refused commit deletes its staged file and ends the worker; a
-commit whose outcome is unknown (a broken connection, a timeout) keeps it for
-the next owner to resolve and ends the worker too, so the generation ends and
-the member rejoins rather than the sink failing. ``docs/pipeline.md`` argues why the lake then holds
-each offset of the committed range exactly once.
+work away. A commit that fails -- refused, or with an unknown outcome (a broken
+connection, a timeout) -- ends the worker, so the generation ends and the
+member rejoins rather than the sink failing. The writer never deletes its
+staged file: a refusal may answer the client's second send of a commit whose
+first send was stored, so only the next owner's step 1, reading the stored
+commit, can tell whether the file is part of the lake. ``docs/pipeline.md``
+argues why the lake then holds each offset of the committed range exactly once.
 """
 
 from __future__ import annotations
@@ -70,8 +73,8 @@ __all__ = ["LakeConfig", "LakeSink", "PartitionProgress"]
 
 log = logging.getLogger("gengroup.lake")
 
-#: Answers after which the commit was certainly not stored.
-_NOT_STORED = (GenerationEnded, MemberResetError, RebalanceInProgress, FencedInstanceId)
+#: Refusals of a commit that end the worker (and so the generation), not the sink.
+_ENDS_WORKER = (GenerationEnded, MemberResetError, RebalanceInProgress, FencedInstanceId)
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,7 +379,7 @@ class LakeSink:
         return begin
 
     async def _land_file(self, gen: Generation, buf: _Buffer, prog: PartitionProgress) -> bool:
-        """Stage, commit, publish one file (protocol step 3); False if the commit was refused."""
+        """Stage, commit, publish one file (protocol step 3); False if the commit failed."""
         tp = buf.tp
         if gen.committed.get(tp, -1) >= buf.end:
             raise LakeError(f"{tp}: offset {buf.end} is already committed; refusing to land it")
@@ -388,22 +391,15 @@ class LakeSink:
         await anyio.to_thread.run_sync(self.store.write_staged, tp, landed, table)
         try:
             await gen.commit({tp: landed.end}, metadata={tp: commit_note(landed)})
-        except _NOT_STORED as exc:
-            await anyio.to_thread.run_sync(self.store.delete, self.store.staged_path(tp, landed))
-            log.warning(
-                "%s: offsets %d..%d not landed: the commit was refused (%s); "
-                "the partition's next owner reads them again",
-                tp,
-                landed.base,
-                landed.end - 1,
-                exc,
-            )
-            return False
         except Exception as exc:
-            if not is_retriable(exc):
+            if not isinstance(exc, _ENDS_WORKER) and not is_retriable(exc):
                 raise
-            # The commit may or may not be stored: the staged file stays for the next
-            # owner (this member, after rejoining, or another) to publish or delete.
+            # Even a refusal does not prove that the commit was not stored: the client
+            # sends a commit again after a timeout or a broken connection, and the
+            # refusal may answer that second send while the first one was stored. So
+            # the staged file stays, and the partition's next owner (this member, after
+            # rejoining, or another) publishes it if the stored commit names it and
+            # deletes it otherwise.
             log.warning(
                 "%s: the commit of offsets %d..%d failed (%s); ending generation %s, "
                 "the partition's next owner settles the staged file",

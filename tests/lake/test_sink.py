@@ -5,6 +5,7 @@ landing again after offsets were reset."""
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from gengroup import Admin, ConfigError, ConsumerGroup, Producer, TopicPartition
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Disconnect, Intercepted
+from gengroup.broker.faults import Delay, Disconnect, Fail, Intercepted
 from gengroup.lake import LakeConfig, LakeError, LakeSink, LakeStore, Landed
 from gengroup.lake.layout import commit_note, parse_note, published_name
 from gengroup.lake.spark import check_files
@@ -353,3 +354,41 @@ def test_the_spark_jobs_refuse_a_missing_or_empty_lake(tmp_path: Path) -> None:
         check_files(str(tmp_path / "nowhere"))
     with pytest.raises(LakeError, match=r"no lake at .*no landed file"):
         check_files(str(tmp_path))
+
+
+async def test_a_commit_refused_on_its_resend_after_the_first_send_was_stored(
+    cluster: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first OffsetCommit is stored after the client gave up on it; the client's
+    re-send is refused (REBALANCE_IN_PROGRESS). The refusal says nothing about the first
+    send: the staged file must stay for the next owner, who publishes it."""
+    async with Producer(cluster.bootstrap) as producer:  # one partition: one commit at a time
+        await producer.send_many(
+            TOPIC, [ProducerRecord(value=b"r%d" % i, partition=0) for i in range(300)]
+        )
+    sent: list[int] = []
+
+    def slow_then_refused(request: Intercepted) -> Delay | None:
+        sent.append(1)
+        if len(sent) == 1:
+            return Delay(3.0)  # stored after the client's 2 s request timeout
+        if len(sent) == 2:
+            return Delay(1.5, then=Fail(27))  # the re-send: REBALANCE_IN_PROGRESS
+        return None
+
+    cluster.control(ApiKey.OFFSET_COMMIT, slow_then_refused)
+    caplog.set_level(logging.WARNING, "gengroup.lake")
+    config = LakeConfig(str(tmp_path), file_max_bytes=10**6, file_max_age=0.3, progress_interval=0)
+    sink = LakeSink(config)
+    done = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(
+            partial(_run_sink, request_timeout=2.0), cluster.bootstrap, "resent", sink, done
+        )
+        with anyio.fail_after(60):  # the next generation publishes the file (a hang guard)
+            while sum(read_lake(tmp_path, TOPIC).copies.values()) < 300:
+                await anyio.sleep(0.1)
+        done.set()
+    assert len(sent) >= 2 and "settles the staged file" in caplog.text
+    assert staged_files(tmp_path) == []
+    read_lake(tmp_path, TOPIC).check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
