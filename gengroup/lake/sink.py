@@ -244,10 +244,18 @@ class LakeSink:
     async def run(self, group: ConsumerGroup, stop: anyio.Event | None = None) -> None:
         """Land the group's partitions until the group stops or ``stop`` is set.
 
+        The lake must belong to ``group`` (one lake, one group): on first use
+        the group is recorded as its owner (:meth:`LakeStore.claim`).
+
         Raises:
-            LakeError: the lake is inconsistent or storage failed.
+            LakeError: the lake belongs to another group, is inconsistent, or
+                storage failed.
             GengroupError: what ``async for gen in group`` raises.
         """
+        cfg = group.config
+        pattern = cfg.topic_pattern
+        topics = list(cfg.topics) if pattern is None else [f"pattern {pattern.pattern}"]
+        await anyio.to_thread.run_sync(self.store.claim, cfg.group_id, topics)
         background: list[Callable[[], Coroutine[Any, Any, None]]] = []
         if self.config.progress_interval:
             background.append(partial(self._log_progress, group.config.group_id))
@@ -367,10 +375,11 @@ class LakeSink:
             )
         if ahead:
             log.warning(
-                "%s: the committed offset %d is behind the lake (offsets were reset); "
+                "%s: the start offset %d is behind the lake (%s); "
                 "deleted %s and landing again from offset %d",
                 tp,
                 start,
+                _why_behind(gen, tp),
                 ", ".join(ahead),
                 begin,
             )
@@ -426,6 +435,16 @@ class LakeSink:
             parts = self.progress()
             if parts:
                 log.info("lake sink %s: %s", group_id, summarize(parts))
+
+
+def _why_behind(gen: Generation, tp: TopicPartition) -> str:
+    """Why ``tp``'s start offset can be behind the lake the group landed."""
+    if tp in gen.committed:
+        return "the group's offsets were reset"
+    return (
+        "the group has no committed offset for it, so it starts where start_offset says: "
+        "its offsets expired or were deleted"
+    )
 
 
 async def run_beside(

@@ -4,6 +4,7 @@ landing again after offsets were reset."""
 
 from __future__ import annotations
 
+import json
 import logging
 from functools import partial
 from pathlib import Path
@@ -392,3 +393,31 @@ async def test_a_commit_refused_on_its_resend_after_the_first_send_was_stored(
     assert len(sent) >= 2 and "settles the staged file" in caplog.text
     assert staged_files(tmp_path) == []
     read_lake(tmp_path, TOPIC).check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
+
+
+async def test_a_lake_belongs_to_one_group(
+    cluster: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second group pointed at a lake is refused, naming both groups and the topic; the
+    first group's files stay. The owner group with no committed offset (deleted, as when
+    they expire) lands again without blaming a reset that never happened."""
+    await produce(cluster.bootstrap, TOPIC, range(600))
+    config = LakeConfig(str(tmp_path), file_max_bytes=4_000, file_max_age=0.3, progress_interval=0)
+    await _land_all(cluster.bootstrap, "owner", LakeSink(config))
+    files = read_lake(tmp_path, TOPIC).files
+    assert json.loads((tmp_path / "_lake.json").read_text()) == {
+        "group": "owner",
+        "topics": [TOPIC],
+    }
+    with pytest.raises(
+        LakeError, match=f"belongs to group 'owner' \\(topics {TOPIC}\\), not to group 'other'"
+    ):
+        await _run_sink(cluster.bootstrap, "other", LakeSink(config), anyio.Event())
+    assert read_lake(tmp_path, TOPIC).files == files
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.delete_groups(["owner"])
+    caplog.set_level(logging.WARNING, "gengroup.lake")
+    await _land_all(cluster.bootstrap, "owner", LakeSink(config))
+    assert "has no committed offset" in caplog.text
+    assert "reset" not in caplog.text
+    await _check_lake(cluster.bootstrap, tmp_path)
