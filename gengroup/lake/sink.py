@@ -12,9 +12,12 @@ does three things:
    publish, or saw its commit fail although it was stored -- the worker
    publishes it. Every other staged file belongs to a writer whose commit was
    not stored (a crash, a failed commit, or a zombie fenced by the
-   coordinator), and is deleted. A published file reaching past the committed
-   offset can only come from offsets reset backwards; it is deleted, and a file
-   straddling the committed offset makes the worker start from its base.
+   coordinator), and is deleted. A published file reaching past the start
+   offset can only come from offsets reset backwards (or expired); it is
+   deleted, and a file straddling the start offset makes the worker start from
+   its base -- unless a file to delete holds offsets below the partition's log
+   start, records only the lake still has: then nothing is deleted and the
+   worker fails with :class:`LakeError`.
 2. *Buffer and roll.* Records are buffered in memory -- as Arrow tables, each
    fetched batch decoded straight into columns (``FetchedBatch.to_arrow``),
    with no Python object per record -- until ``file_max_bytes``
@@ -62,9 +65,11 @@ from .._errors import (
     is_retriable,
 )
 from .._types import TopicPartition
+from ..admin import Admin
 from ..consumer.generation import Generation
 from ..consumer.group import ConsumerGroup
 from ..consumer.prefetch import FetchedBatch
+from ..io.cluster import Cluster
 from ..protocol.arrow import arrow_schema as records_schema
 from .layout import Landed, arrow_schema, commit_note, parse_note
 from .store import LakeError, LakeStore
@@ -235,6 +240,7 @@ class LakeSink:
         self.config = config
         self.store = store or LakeStore(config.lake, compression=config.compression)
         self._progress: dict[TopicPartition, PartitionProgress] = {}
+        self._cluster: Cluster | None = None
         self.generations = 0
 
     def progress(self) -> list[PartitionProgress]:
@@ -256,6 +262,7 @@ class LakeSink:
         pattern = cfg.topic_pattern
         topics = list(cfg.topics) if pattern is None else [f"pattern {pattern.pattern}"]
         await anyio.to_thread.run_sync(self.store.claim, cfg.group_id, topics)
+        self._cluster = group.cluster
         background: list[Callable[[], Coroutine[Any, Any, None]]] = []
         if self.config.progress_interval:
             background.append(partial(self._log_progress, group.config.group_id))
@@ -349,16 +356,13 @@ class LakeSink:
             note = None  # not the note of the committed offset: not ours to act on
         store = self.store
 
-        def repair() -> tuple[int, bool, list[str], list[str]]:
+        def repair() -> tuple[bool, list[str], list[tuple[Landed, str]]]:
             published = note is not None and store.publish(tp, note)
             stale = [path for _, path in store.staged(tp) if store.delete(path)]
             ahead = [(landed, path) for landed, path in store.published(tp) if landed.end > start]
-            for _, path in ahead:
-                store.delete(path)
-            begin = min([start, *(landed.base for landed, _ in ahead)])
-            return begin, published, stale, [path for _, path in ahead]
+            return published, stale, ahead
 
-        begin, published, stale, ahead = await anyio.to_thread.run_sync(repair)
+        published, stale, ahead = await anyio.to_thread.run_sync(repair)
         if published:
             assert note is not None
             log.info(
@@ -369,23 +373,39 @@ class LakeSink:
         if stale:
             log.info(
                 "%s: deleted %d staged file(s) that no stored commit names (writers that "
-                "crashed, were fenced or were cancelled before their commit)",
+                "crashed, were fenced, were cancelled or failed before their commit was stored)",
                 tp,
                 len(stale),
             )
+        begin = start
         if ahead:
+            # Landing again from before these files deletes them first: only sound if the
+            # topic still has every record they hold.
+            log_start = await self._log_start(tp)
+            lost = [(landed, path) for landed, path in ahead if landed.base < log_start]
+            if lost:
+                raise LakeError(_would_lose(gen, tp, start, log_start, lost, ahead))
+            await anyio.to_thread.run_sync(lambda: [store.delete(path) for _, path in ahead])
+            begin = max(log_start, min([start, *(landed.base for landed, _ in ahead)]))
             log.warning(
                 "%s: the start offset %d is behind the lake (%s); "
                 "deleted %s and landing again from offset %d",
                 tp,
                 start,
                 _why_behind(gen, tp),
-                ", ".join(ahead),
+                ", ".join(path for _, path in ahead),
                 begin,
             )
         if begin != start:
             gen.seek(tp, begin)
         return begin
+
+    async def _log_start(self, tp: TopicPartition) -> int:
+        """``tp``'s log start offset (ListOffsets earliest), through the group's cluster."""
+        if self._cluster is None:
+            raise LakeError(f"{tp}: LakeSink.land runs in the generations of LakeSink.run")
+        async with Admin(self._cluster) as admin:
+            return (await admin.list_offsets([tp], "earliest"))[tp]
 
     async def _land_file(self, gen: Generation, buf: _Buffer, prog: PartitionProgress) -> bool:
         """Stage, commit, publish one file (protocol step 3); False if the commit failed."""
@@ -435,6 +455,31 @@ class LakeSink:
             parts = self.progress()
             if parts:
                 log.info("lake sink %s: %s", group_id, summarize(parts))
+
+
+def _would_lose(
+    gen: Generation,
+    tp: TopicPartition,
+    start: int,
+    log_start: int,
+    lost: list[tuple[Landed, str]],
+    ahead: list[tuple[Landed, str]],
+) -> str:
+    """Why the sink refuses to delete files ahead of ``start`` (``lost`` hold records the
+    topic no longer has), and how to go on."""
+    lake_end = max(landed.end for landed, _ in ahead)
+    first = min(landed.base for landed, _ in lost)
+    return (
+        f"{tp}: the start offset {start} is behind the lake ({_why_behind(gen, tp)}). "
+        f"Landing again from there would first delete {len(ahead)} file(s), and the records "
+        f"at offsets {first}..{log_start - 1} in {', '.join(path for _, path in lost)} are "
+        f"no longer in the topic (its log starts at {log_start}): nothing was deleted. "
+        "To keep the lake as it is, stop the sink and set the group's committed offset "
+        f"to the lake's end: gengroup groups reset-offsets {gen.group_id} "
+        f"--topic {tp.topic} --partition {tp.partition} --offset {lake_end}. To land the "
+        f"topic again from offset {log_start} and give those records up, move those files "
+        "out of the lake first"
+    )
 
 
 def _why_behind(gen: Generation, tp: TopicPartition) -> str:

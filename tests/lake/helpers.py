@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from gengroup import Admin, Producer, TopicPartition
+from gengroup.broker import FakeCluster
 from gengroup.lake import LakeStore
 from gengroup.producer import ProducerRecord
 
@@ -106,3 +107,8 @@ def write_garbage(folder: Path, name: str) -> Path:
     path = folder / name
     path.write_bytes(b"PAR1 this is not a parquet file")
     return path
+
+
+def expire(cluster: FakeCluster, tp: TopicPartition, before: int) -> None:
+    """Move ``tp``'s log start to ``before`` on the embedded broker, as retention does."""
+    cluster._partition(tp.topic, tp.partition).log.delete_records(before)

@@ -22,7 +22,7 @@ from gengroup.lake.spark import check_files
 from gengroup.producer import ProducerRecord
 from gengroup.protocol.versions import ApiKey
 
-from .helpers import end_offsets, produce, read_lake, staged_files, write_garbage
+from .helpers import end_offsets, expire, produce, read_lake, staged_files, write_garbage
 
 TOPIC = "events"
 FAST: dict[str, Any] = {
@@ -421,3 +421,42 @@ async def test_a_lake_belongs_to_one_group(
     assert "has no committed offset" in caplog.text
     assert "reset" not in caplog.text
     await _check_lake(cluster.bootstrap, tmp_path)
+
+
+@pytest.mark.parametrize("how", ["reset", "expired"])
+async def test_files_holding_records_the_topic_no_longer_has_are_never_deleted(
+    how: str, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """The lake outlives the topic's retention. Offsets reset to earliest (or expired
+    offsets: none committed) would land again from the log start, deleting the files
+    ahead of it first: refused, naming what would be lost, and the lake stays whole.
+    Following the advice given (commit the lake's end) lands on from there."""
+    tp = TopicPartition(TOPIC, 0)
+    async with Producer(cluster.bootstrap) as producer:
+        await producer.send_many(
+            TOPIC, [ProducerRecord(value=b"r%d" % i, partition=0) for i in range(1000)]
+        )
+    config = LakeConfig(str(tmp_path), file_max_bytes=3_000, file_max_age=0.3, progress_interval=0)
+    await _land_all(cluster.bootstrap, "archive", LakeSink(config))
+    before = read_lake(tmp_path, TOPIC).copies
+    expire(cluster, tp, 500)
+    async with Admin(cluster.bootstrap) as admin:
+        if how == "reset":
+            await admin.reset_offsets("archive", [tp], to="earliest")
+        else:
+            await admin.delete_groups(["archive"])
+    with pytest.raises(LakeError) as raised, anyio.fail_after(30):
+        await _run_sink(cluster.bootstrap, "archive", LakeSink(config), anyio.Event())
+    message = str(raised.value)
+    assert "are no longer in the topic (its log starts at 500)" in message
+    assert "nothing was deleted" in message
+    assert f"reset-offsets archive --topic {TOPIC} --partition 0 --offset 1000" in message
+    assert read_lake(tmp_path, TOPIC).copies == before
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.reset_offsets("archive", [tp], offset=1000)
+    async with Producer(cluster.bootstrap) as producer:
+        await producer.send_many(
+            TOPIC, [ProducerRecord(value=b"r%d" % i, partition=0) for i in range(1000, 1100)]
+        )
+    await _land_all(cluster.bootstrap, "archive", LakeSink(config))
+    read_lake(tmp_path, TOPIC).check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
