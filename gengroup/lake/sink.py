@@ -29,7 +29,9 @@ does three things:
    where the file becomes part of the lake: a zombie's commit is refused, so a
    zombie never publishes; a crash after the commit is repaired by the next
    owner's step 1. Files of one partition are landed one at a time, so only
-   the newest commit can name an unpublished file.
+   the newest commit can name an unpublished file. Offsets that hold no
+   record (:mod:`gengroup.lake.gaps`) are committed without a note once the
+   buffer stayed empty for ``file_max_age``.
 
 When the generation ends, the worker lands what it has buffered (shielded, for
 at most ``flush_timeout`` seconds) -- the coordinator still accepts commits of
@@ -56,6 +58,7 @@ from typing import Any
 
 import anyio
 
+from .._config import IsolationLevel
 from .._errors import (
     ConfigError,
     FencedInstanceId,
@@ -71,6 +74,7 @@ from ..consumer.group import ConsumerGroup
 from ..consumer.prefetch import FetchedBatch
 from ..io.cluster import Cluster
 from ..protocol.arrow import arrow_schema as records_schema
+from .gaps import empty_until
 from .layout import Landed, arrow_schema, commit_note, parse_note
 from .store import LakeError, LakeStore
 
@@ -92,7 +96,9 @@ class LakeConfig:
         file_max_bytes: a file is rolled once its records' keys and values
             reach this many bytes (default 64 MiB).
         file_max_age: ... or once its first record waited this many seconds
-            (default 60 s), so a quiet topic still lands.
+            (default 60 s), so a quiet topic still lands. A worker whose buffer
+            stayed empty this long looks for offsets without records
+            (transaction markers, expired records) and commits past them.
         flush_timeout: how long a worker may take, once its generation ends,
             to land what it buffered (default 10 s); past it, the buffered
             records are left for the next owner to read again.
@@ -241,6 +247,7 @@ class LakeSink:
         self.store = store or LakeStore(config.lake, compression=config.compression)
         self._progress: dict[TopicPartition, PartitionProgress] = {}
         self._cluster: Cluster | None = None
+        self._isolation_level: IsolationLevel = "read_committed"
         self.generations = 0
 
     def progress(self) -> list[PartitionProgress]:
@@ -263,6 +270,7 @@ class LakeSink:
         topics = list(cfg.topics) if pattern is None else [f"pattern {pattern.pattern}"]
         await anyio.to_thread.run_sync(self.store.claim, cfg.group_id, topics)
         self._cluster = group.cluster
+        self._isolation_level = cfg.isolation_level
         background: list[Callable[[], Coroutine[Any, Any, None]]] = []
         if self.config.progress_interval:
             background.append(partial(self._log_progress, group.config.group_id))
@@ -307,13 +315,18 @@ class LakeSink:
         while True:
             buf = filling[0]
             batch: FetchedBatch | None = None
-            wait = None if not buf.rows else buf.started + cfg.file_max_age - anyio.current_time()
-            with anyio.move_on_after(wait):
+            # An empty buffer waits file_max_age too, then looks for offsets without records.
+            wait = buf.started + cfg.file_max_age - anyio.current_time()
+            with anyio.move_on_after(min(wait, cfg.file_max_age)):
                 try:
                     batch = await batches.__anext__()
                 except StopAsyncIteration:  # the generation ended; nothing more to land
                     await self._land_buffered(gen, buf, prog)
                     return
+            if batch is None and not buf.rows:
+                if not await self._pass_empty(gen, filling, prog):
+                    return
+                continue
             # Decoded straight into columns: no Record object per record.
             table = None if batch is None else batch.to_arrow()
             taken, count = 0, 0 if table is None else table.num_rows
@@ -329,6 +342,50 @@ class LakeSink:
                     buf = filling[0] = _Buffer(tp, buf.end)
                 if taken >= count:
                     break
+
+    async def _pass_empty(
+        self, gen: Generation, filling: list[_Buffer], prog: PartitionProgress
+    ) -> bool:
+        """Commit past offsets that hold no record to land, if there are any; False if
+        that commit failed (the worker ends).
+
+        Such offsets (transaction markers, aborted or expired records) move the fetch
+        position without a batch, so no file would ever commit them. The commit
+        carries no note: it names no file, and the previous file is published.
+        """
+        buf = filling[0]
+        tp = buf.tp
+        assert self._cluster is not None
+        end = await empty_until(self._cluster, tp, buf.base, isolation_level=self._isolation_level)
+        if end is None or end <= gen.committed.get(tp, -1):
+            return True
+        try:
+            await gen.commit({tp: end})
+        except Exception as exc:
+            if not isinstance(exc, _ENDS_WORKER) and not is_retriable(exc):
+                raise
+            log.warning(
+                "%s: the commit of offset %d failed (%s); ending generation %s",
+                tp,
+                end,
+                exc,
+                gen.label,
+            )
+            return False
+        if end > buf.base:
+            log.info(
+                "%s: offsets %d..%d hold no record to land (transaction markers, aborted "
+                "or expired records); committed offset %d",
+                tp,
+                buf.base,
+                end - 1,
+                end,
+            )
+            if not gen.ending:  # drops what a fetch from before these offsets still brings
+                gen.seek(tp, end)
+            filling[0] = _Buffer(tp, end)
+        prog.landed_offset = end
+        return True
 
     async def _land_buffered(self, gen: Generation, buf: _Buffer, prog: PartitionProgress) -> None:
         """Land what is buffered once the generation is ending (shielded, bounded)."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,15 @@ from gengroup.lake.spark import check_files
 from gengroup.producer import ProducerRecord
 from gengroup.protocol.versions import ApiKey
 
-from .helpers import end_offsets, expire, produce, read_lake, staged_files, write_garbage
+from .helpers import (
+    append_commit_marker,
+    end_offsets,
+    expire,
+    produce,
+    read_lake,
+    staged_files,
+    write_garbage,
+)
 
 TOPIC = "events"
 FAST: dict[str, Any] = {
@@ -363,10 +370,11 @@ async def test_a_commit_refused_on_its_resend_after_the_first_send_was_stored(
     """The first OffsetCommit is stored after the client gave up on it; the client's
     re-send is refused (REBALANCE_IN_PROGRESS). The refusal says nothing about the first
     send: the staged file must stay for the next owner, who publishes it."""
-    async with Producer(cluster.bootstrap) as producer:  # one partition: one commit at a time
-        await producer.send_many(
-            TOPIC, [ProducerRecord(value=b"r%d" % i, partition=0) for i in range(300)]
-        )
+    topic, tp = "single", TopicPartition("single", 0)  # one partition: one commit at a time
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topics({topic: 1})
+    async with Producer(cluster.bootstrap) as producer:
+        await producer.send_many(topic, [ProducerRecord(value=b"r%d" % i) for i in range(300)])
     sent: list[int] = []
 
     def slow_then_refused(request: Intercepted) -> Delay | None:
@@ -380,19 +388,22 @@ async def test_a_commit_refused_on_its_resend_after_the_first_send_was_stored(
     cluster.control(ApiKey.OFFSET_COMMIT, slow_then_refused)
     caplog.set_level(logging.WARNING, "gengroup.lake")
     config = LakeConfig(str(tmp_path), file_max_bytes=10**6, file_max_age=0.3, progress_interval=0)
-    sink = LakeSink(config)
     done = anyio.Event()
+
+    async def run() -> None:
+        settings = {**FAST, "request_timeout": 2.0}
+        async with ConsumerGroup("resent", [topic], cluster.bootstrap, **settings) as group:
+            await LakeSink(config).run(group, done)
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(
-            partial(_run_sink, request_timeout=2.0), cluster.bootstrap, "resent", sink, done
-        )
+        tg.start_soon(run)
         with anyio.fail_after(60):  # the next generation publishes the file (a hang guard)
-            while sum(read_lake(tmp_path, TOPIC).copies.values()) < 300:
+            while sum(read_lake(tmp_path, topic).copies.values()) < 300:
                 await anyio.sleep(0.1)
         done.set()
     assert len(sent) >= 2 and "settles the staged file" in caplog.text
     assert staged_files(tmp_path) == []
-    read_lake(tmp_path, TOPIC).check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
+    read_lake(tmp_path, topic).check_exactly_once({tp: 300})
 
 
 async def test_a_lake_belongs_to_one_group(
@@ -460,3 +471,32 @@ async def test_files_holding_records_the_topic_no_longer_has_are_never_deleted(
         )
     await _land_all(cluster.bootstrap, "archive", LakeSink(config))
     read_lake(tmp_path, TOPIC).check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
+
+
+async def test_offsets_without_records_are_committed_past(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A partition whose records all expired (no commit, log start = end) and one whose
+    last offset is a transaction marker: the fetch position moves past offsets that hold
+    no record, and the sink commits it there, so the group's lag reaches 0."""
+    ended, expired = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
+    async with Producer(cluster.bootstrap) as producer:
+        for tp in (ended, expired):
+            records = [ProducerRecord(value=b"r%d" % i, partition=tp.partition) for i in range(50)]
+            await producer.send_many(TOPIC, records)
+    expire(cluster, expired, 50)
+    config = LakeConfig(str(tmp_path), file_max_age=0.3, progress_interval=0)
+    sink, done = LakeSink(config), anyio.Event()
+    async with anyio.create_task_group() as tg, Admin(cluster.bootstrap) as admin:
+        tg.start_soon(_run_sink, cluster.bootstrap, "gaps", sink, done)
+        with anyio.fail_after(20):  # a hang guard
+            while await admin.fetch_offsets("gaps", [ended, expired]) != {ended: 50, expired: 50}:
+                await anyio.sleep(0.05)
+            append_commit_marker(cluster, ended)
+            while await admin.fetch_offsets("gaps", [ended, expired]) != {ended: 51, expired: 50}:
+                await anyio.sleep(0.05)
+            done.set()
+    lake = read_lake(tmp_path, TOPIC)
+    assert sorted(lake.copies) == [(0, o) for o in range(50)]
+    assert set(lake.copies.values()) == {1}
+    assert staged_files(tmp_path) == []
