@@ -94,11 +94,12 @@ class LakeConfig:
         lake: where the lake is: a local folder or a ``pyarrow.fs`` URI
             (``s3://bucket/prefix``, ``file:///data/lake``, ...).
         file_max_bytes: a file is rolled once its records' keys and values
-            reach this many bytes (default 64 MiB).
+            reach this many bytes (default 64 MiB; a whole number).
         file_max_age: ... or once its first record waited this many seconds
             (default 60 s), so a quiet topic still lands. A worker whose buffer
             stayed empty this long looks for offsets without records
             (transaction markers, expired records) and commits past them.
+            ``math.inf``: never by age (and no looking for such offsets).
         flush_timeout: how long a worker may take, once its generation ends,
             to land what it buffered (default 10 s); past it, the buffered
             records are left for the next owner to read again.
@@ -117,16 +118,39 @@ class LakeConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.lake, str) or not self.lake:
             raise ConfigError(f"lake must be a non-empty path or URI, got {self.lake!r}")
-        for name in ("file_max_bytes", "file_max_age", "flush_timeout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ConfigError(f"{name} must be a number > 0, got {value!r}")
-        if self.progress_interval < 0:
-            raise ConfigError(f"progress_interval must be >= 0, got {self.progress_interval!r}")
+        size = _number("file_max_bytes", self.file_max_bytes, above=0)
+        if not size.is_integer():
+            raise ConfigError(f"file_max_bytes must be a whole number of bytes, got {size!r}")
+        object.__setattr__(self, "file_max_bytes", int(size))
+        _number("file_max_age", self.file_max_age, above=0, infinite=True)
+        _number("flush_timeout", self.flush_timeout, above=0)
+        _number("progress_interval", self.progress_interval, least=0)
         if self.compression not in ("zstd", "snappy", "gzip", "lz4", "none"):
             raise ConfigError(
                 f"compression must be zstd, snappy, gzip, lz4 or none, got {self.compression!r}"
             )
+
+
+def _number(
+    name: str,
+    value: object,
+    *,
+    above: float | None = None,
+    least: float | None = None,
+    infinite: bool = False,
+) -> float:
+    """``value`` as a float, if it is a number within bounds; else ConfigError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    number = float(value)
+    finite = "" if infinite else "finite "
+    if math.isnan(number) or (math.isinf(number) and not (infinite and number > 0)):
+        raise ConfigError(f"{name} must be a {finite}number, got {value!r}")
+    if above is not None and not number > above:
+        raise ConfigError(f"{name} must be a {finite}number > {above:g}, got {value!r}")
+    if least is not None and not number >= least:
+        raise ConfigError(f"{name} must be a {finite}number >= {least:g}, got {value!r}")
+    return number
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -92,12 +93,44 @@ def test_layout_names_and_notes_round_trip() -> None:
     assert published_name(1, 2) == "00000000000000000001-00000000000000000002.parquet"
 
 
-def test_bad_settings_are_config_errors(tmp_path: Path) -> None:
-    for bad in ({"file_max_bytes": 0}, {"file_max_age": -1}, {"compression": "brotli2"}):
-        with pytest.raises(ConfigError):
-            LakeConfig(str(tmp_path), **bad)
-    with pytest.raises(ConfigError):
-        LakeConfig("")
+@pytest.mark.parametrize(
+    ("name", "bad"),
+    [
+        ("file_max_bytes", 0),
+        ("file_max_bytes", 0.5),
+        ("file_max_bytes", 1000.5),
+        ("file_max_bytes", math.nan),
+        ("file_max_bytes", math.inf),
+        ("file_max_bytes", "1000"),
+        ("file_max_bytes", True),
+        ("file_max_age", -1),
+        ("file_max_age", math.nan),
+        ("file_max_age", -math.inf),
+        ("file_max_age", "60"),
+        ("flush_timeout", math.nan),
+        ("flush_timeout", math.inf),
+        ("flush_timeout", 0),
+        ("progress_interval", math.nan),
+        ("progress_interval", math.inf),
+        ("progress_interval", -1),
+        ("progress_interval", "30"),
+        ("compression", "brotli2"),
+        ("lake", ""),
+        ("lake", None),
+    ],
+)
+def test_bad_settings_are_config_errors_naming_the_setting(
+    name: str, bad: Any, tmp_path: Path
+) -> None:
+    settings: dict[str, Any] = {"lake": str(tmp_path), name: bad}
+    with pytest.raises(ConfigError, match=f"^{name} must be"):
+        LakeConfig(**settings)
+
+
+def test_good_settings_are_taken_as_numbers(tmp_path: Path) -> None:
+    config = LakeConfig(str(tmp_path), file_max_bytes=64e6, file_max_age=math.inf)
+    assert config.file_max_bytes == 64_000_000 and isinstance(config.file_max_bytes, int)
+    assert LakeConfig(str(tmp_path), progress_interval=0).progress_interval == 0
 
 
 async def test_every_offset_lands_once_in_files_rolled_by_size(
