@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -81,6 +81,8 @@ from .store import LakeError, LakeStore
 __all__ = ["LakeConfig", "LakeSink", "PartitionProgress"]
 
 log = logging.getLogger("gengroup.lake")
+
+_T = TypeVar("_T")
 
 #: Refusals of a commit that end the worker (and so the generation), not the sink.
 _ENDS_WORKER = (GenerationEnded, MemberResetError, RebalanceInProgress, FencedInstanceId)
@@ -271,6 +273,8 @@ class LakeSink:
         self.store = store or LakeStore(config.lake, compression=config.compression)
         self._progress: dict[TopicPartition, PartitionProgress] = {}
         self._cluster: Cluster | None = None
+        #: The first storage failure (errno or message) raised as a LakeError.
+        self._storage_failure: object = None
         self._isolation_level: IsolationLevel = "read_committed"
         self.generations = 0
 
@@ -312,21 +316,31 @@ class LakeSink:
                 for tp in gen.assignments:
                     gen.start_soon(self.land, gen, tp, name=f"land {tp}")
 
+        self._storage_failure = None
         await run_beside(land_generations, *background)
 
     # ------------------------------------------------------------------ one partition
 
     async def land(self, gen: Generation, tp: TopicPartition) -> None:
-        """Land ``tp`` for as long as ``gen`` owns it (a generation task)."""
-        start = await self._acquire(gen, tp)
-        prog = self._progress.setdefault(tp, PartitionProgress(tp, start))
-        prog.landed_offset, prog.buffered = start, 0
-        filling = [_Buffer(tp, start)]
+        """Land ``tp`` for as long as ``gen`` owns it (a generation task).
+
+        Raises:
+            LakeError: the lake is inconsistent, or storage failed (from the ``OSError``).
+        """
         try:
-            await self._fill(gen, tp, filling, prog)
-        except anyio.get_cancelled_exc_class():
-            await self._land_buffered(gen, filling[0], prog)
-            raise
+            start = await self._acquire(gen, tp)
+            prog = self._progress.setdefault(tp, PartitionProgress(tp, start))
+            prog.landed_offset, prog.buffered = start, 0
+            filling = [_Buffer(tp, start)]
+            try:
+                await self._fill(gen, tp, filling, prog)
+            except anyio.get_cancelled_exc_class():
+                await self._land_buffered(gen, filling[0], prog)
+                raise
+        except _StorageFailedAgain as again:
+            # Another worker already raised this storage failure, which ends the
+            # generation and the sink: this one ends without raising it a second time.
+            log.debug("%s: %s", tp, again)
         # Anything else that ended the worker (a refused commit, a storage
         # failure, a fetch error) leaves the buffer to the next owner.
 
@@ -443,7 +457,7 @@ class LakeSink:
             ahead = [(landed, path) for landed, path in store.published(tp) if landed.end > start]
             return published, stale, ahead
 
-        published, stale, ahead = await anyio.to_thread.run_sync(repair)
+        published, stale, ahead = await self._storage(f"{tp}: repairing the folder", repair)
         if published:
             assert note is not None
             log.info(
@@ -466,7 +480,10 @@ class LakeSink:
             lost = [(landed, path) for landed, path in ahead if landed.base < log_start]
             if lost:
                 raise LakeError(_would_lose(gen, tp, start, log_start, lost, ahead))
-            await anyio.to_thread.run_sync(lambda: [store.delete(path) for _, path in ahead])
+            await self._storage(
+                f"{tp}: deleting files ahead of offset {start}",
+                lambda: [store.delete(path) for _, path in ahead],
+            )
             begin = max(log_start, min([start, *(landed.base for landed, _ in ahead)]))
             log.warning(
                 "%s: the start offset %d is behind the lake (%s); "
@@ -480,6 +497,22 @@ class LakeSink:
         if begin != start:
             gen.seek(tp, begin)
         return begin
+
+    async def _storage(self, what: str, call: Callable[..., _T], *args: Any) -> _T:
+        """``call(*args)`` in a worker thread; an ``OSError`` comes out as :class:`LakeError`.
+
+        The first failure of a kind is raised as LakeError; the same failure in
+        another worker afterwards is :class:`_StorageFailedAgain`, which
+        :meth:`land` ends on quietly, so the failure is reported once.
+        """
+        try:
+            return await anyio.to_thread.run_sync(partial(call, *args))
+        except OSError as exc:
+            kind = (type(exc), exc.errno) if exc.errno is not None else (type(exc), str(exc))
+            if self._storage_failure == kind:
+                raise _StorageFailedAgain(f"{what} failed again: {exc}") from exc
+            self._storage_failure = kind
+            raise LakeError(f"{what} failed: {exc}") from exc
 
     async def _log_start(self, tp: TopicPartition) -> int:
         """``tp``'s log start offset (ListOffsets earliest), through the group's cluster."""
@@ -498,7 +531,8 @@ class LakeSink:
         landed = Landed(buf.base, buf.end, f"g{gen.id}s{gen.sequence}-{secrets.token_hex(6)}")
         landed_at = time.time()
         table = buf.table(int(landed_at * 1000))
-        await anyio.to_thread.run_sync(self.store.write_staged, tp, landed, table)
+        path = self.store.staged_path(tp, landed)
+        await self._storage(f"{tp}: writing {path}", self.store.write_staged, tp, landed, table)
         try:
             await gen.commit({tp: landed.end}, metadata={tp: commit_note(landed)})
         except Exception as exc:
@@ -521,7 +555,7 @@ class LakeSink:
             )
             return False
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self.store.publish, tp, landed)
+            await self._storage(f"{tp}: publishing {path}", self.store.publish, tp, landed)
         prog.landed_offset = landed.end
         prog.records += buf.rows
         prog.bytes += buf.nbytes
@@ -536,6 +570,10 @@ class LakeSink:
             parts = self.progress()
             if parts:
                 log.info("lake sink %s: %s", group_id, summarize(parts))
+
+
+class _StorageFailedAgain(LakeError):
+    """A storage failure that another worker of the sink already raised."""
 
 
 def _would_lose(

@@ -4,9 +4,11 @@ landing again after offsets were reset."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -217,7 +219,7 @@ async def test_a_crash_at_any_point_of_landing_loses_and_duplicates_nothing(
     await produce(cluster.bootstrap, TOPIC, range(1000))
     config = LakeConfig(str(tmp_path), file_max_bytes=4_000, file_max_age=0.3, progress_interval=0)
     store = _Crashing(str(tmp_path), crash_at)
-    with pytest.raises(OSError, match="disk went away"):
+    with pytest.raises(LakeError, match="disk went away"):
         await _run_sink(cluster.bootstrap, "crash", LakeSink(config, store=store), anyio.Event())
     ((tp, landed),) = store.failed
     staged = {(p.parent.parent.name, p.name.split(".")[0]) for p in staged_files(tmp_path)}
@@ -240,7 +242,7 @@ async def test_a_missing_committed_file_is_a_lake_error(
     await produce(cluster.bootstrap, TOPIC, range(200))
     config = LakeConfig(str(tmp_path), file_max_age=0.3, progress_interval=0)
     broken = LakeSink(config, store=_Crashing(str(tmp_path), "publish"))
-    with pytest.raises(OSError):
+    with pytest.raises(LakeError, match="disk went away"):
         await _run_sink(cluster.bootstrap, "lost", broken, anyio.Event())
     for path in staged_files(tmp_path):
         path.unlink()
@@ -381,7 +383,7 @@ async def test_an_object_store_lands_exactly_once_through_copy_and_delete(
     store = _Crashing("mock:///lake", crash_at or "never")
     assert not store.local
     if crash_at is not None:
-        with pytest.raises(OSError, match="disk went away"):
+        with pytest.raises(LakeError, match="disk went away"):
             await _run_sink(cluster.bootstrap, "s3", LakeSink(config, store=store), anyio.Event())
     await _land_all(cluster.bootstrap, "s3", LakeSink(config, store=store))
     lake = read_lake(store, TOPIC)
@@ -533,3 +535,27 @@ async def test_offsets_without_records_are_committed_past(
     assert sorted(lake.copies) == [(0, o) for o in range(50)]
     assert set(lake.copies.values()) == {1}
     assert staged_files(tmp_path) == []
+
+
+class _Full(LakeStore):
+    """A lake on a full disk: every staged write fails with ENOSPC."""
+
+    def write_staged(self, tp: TopicPartition, landed: Landed, rows: Any) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+async def test_a_storage_failure_is_one_lake_error_from_the_os_error(
+    cluster: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every partition's worker hits the full disk; ``run`` raises one LakeError (from
+    the OSError), and the others' copies of the same failure are not logged again."""
+    await produce(cluster.bootstrap, TOPIC, range(400))
+    config = LakeConfig(str(tmp_path), file_max_age=0.3, progress_interval=0)
+    with pytest.raises(LakeError, match="No space left on device") as raised:
+        with anyio.fail_after(30):  # a hang guard
+            await _run_sink(
+                cluster.bootstrap, "full", LakeSink(config, _Full(str(tmp_path))), anyio.Event()
+            )
+    assert isinstance(raised.value.__cause__, OSError)
+    assert raised.value.__cause__.errno == errno.ENOSPC
+    assert "another task also raised" not in caplog.text
