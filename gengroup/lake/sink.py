@@ -146,7 +146,9 @@ def _number(
         raise ConfigError(f"{name} must be a number, got {value!r}")
     number = float(value)
     finite = "" if infinite else "finite "
-    if math.isnan(number) or (math.isinf(number) and not (infinite and number > 0)):
+    if math.isnan(number):
+        raise ConfigError(f"{name} must be a {finite}number, not NaN")
+    if math.isinf(number) and not (infinite and number > 0):
         raise ConfigError(f"{name} must be a {finite}number, got {value!r}")
     if above is not None and not number > above:
         raise ConfigError(f"{name} must be a {finite}number > {above:g}, got {value!r}")
