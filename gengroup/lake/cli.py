@@ -11,7 +11,8 @@ Usage::
 variables and config file keys: :mod:`gengroup.cli._common`).
 
 Also runnable as ``python -m gengroup.lake``. Exit status: 0 ok, 1 error (or,
-for ``verify``, any missing, duplicated or differing record), 2 usage.
+for ``verify``, any missing, duplicated or differing record), 2 usage (a bad
+option or setting, e.g. ``--file-max-age nan``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 
 import anyio
 
-from .._errors import GengroupError
+from .._errors import ConfigError, GengroupError
 from ..admin import Admin
 from ..cli._common import (
     UsageError,
@@ -113,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     except Exception as raised:
         exc = leaf(raised)  # an exception group from a task group: what it stands for
-        if isinstance(exc, UsageError):
+        if isinstance(exc, UsageError | ConfigError):  # a bad option or setting
             print(f"gengroup lake {args.lake_command}: {exc}", file=sys.stderr)
             return 2
         if isinstance(exc, GengroupError | OSError):

@@ -31,6 +31,7 @@ from .._types import TopicPartition
 
 __all__ = [
     "NOTE_PREFIX",
+    "OWNER",
     "STAGING",
     "Landed",
     "arrow_schema",
@@ -42,6 +43,8 @@ __all__ = [
     "staged_name",
 ]
 
+#: The lake's owner record, at its root (:meth:`LakeStore.claim <gengroup.lake.LakeStore.claim>`).
+OWNER = "_lake.json"
 #: The hidden folder of a partition where files wait for their commit.
 STAGING = "_staging"
 #: Prefix of the commit metadata the sink writes (a version, for later formats).

@@ -9,11 +9,15 @@ does three things:
 1. *Acquire.* The commit the worker starts from carries, as its Kafka commit
    metadata, the name of the staged file it landed (``layout.commit_note``).
    If that file is still staged -- its writer died between commit and
-   publish -- the worker publishes it. Every other staged file belongs to a
-   writer whose commit never happened (a crash, or a zombie fenced by the
-   coordinator), and is deleted. A published file reaching past the committed
-   offset can only come from offsets reset backwards; it is deleted, and a file
-   straddling the committed offset makes the worker start from its base.
+   publish, or saw its commit fail although it was stored -- the worker
+   publishes it. Every other staged file belongs to a writer whose commit was
+   not stored (a crash, a failed commit, or a zombie fenced by the
+   coordinator), and is deleted. A published file reaching past the start
+   offset can only come from offsets reset backwards (or expired); it is
+   deleted, and a file straddling the start offset makes the worker start from
+   its base -- unless a file to delete holds offsets below the partition's log
+   start, records only the lake still has: then nothing is deleted and the
+   worker fails with :class:`LakeError`.
 2. *Buffer and roll.* Records are buffered in memory -- as Arrow tables, each
    fetched batch decoded straight into columns (``FetchedBatch.to_arrow``),
    with no Python object per record -- until ``file_max_bytes``
@@ -25,16 +29,20 @@ does three things:
    where the file becomes part of the lake: a zombie's commit is refused, so a
    zombie never publishes; a crash after the commit is repaired by the next
    owner's step 1. Files of one partition are landed one at a time, so only
-   the newest commit can name an unpublished file.
+   the newest commit can name an unpublished file. Offsets that hold no
+   record (:mod:`gengroup.lake.gaps`) are committed without a note once the
+   buffer stayed empty for ``file_max_age``.
 
 When the generation ends, the worker lands what it has buffered (shielded, for
 at most ``flush_timeout`` seconds) -- the coordinator still accepts commits of
 the ending generation while it rebalances -- so a rebalance does not throw
-work away. A refused commit deletes its staged file and ends the worker; a
-commit whose outcome is unknown (a broken connection, a timeout) keeps it for
-the next owner to resolve and ends the worker too, so the generation ends and
-the member rejoins rather than the sink failing. ``docs/pipeline.md`` argues why the lake then holds
-each offset of the committed range exactly once.
+work away. A commit that fails -- refused, or with an unknown outcome (a broken
+connection, a timeout) -- ends the worker, so the generation ends and the
+member rejoins rather than the sink failing. The writer never deletes its
+staged file: a refusal may answer the client's second send of a commit whose
+first send was stored, so only the next owner's step 1, reading the stored
+commit, can tell whether the file is part of the lake. ``docs/pipeline.md``
+argues why the lake then holds each offset of the committed range exactly once.
 """
 
 from __future__ import annotations
@@ -46,10 +54,11 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
+from .._config import IsolationLevel
 from .._errors import (
     ConfigError,
     FencedInstanceId,
@@ -59,10 +68,13 @@ from .._errors import (
     is_retriable,
 )
 from .._types import TopicPartition
+from ..admin import Admin
 from ..consumer.generation import Generation
 from ..consumer.group import ConsumerGroup
 from ..consumer.prefetch import FetchedBatch
+from ..io.cluster import Cluster
 from ..protocol.arrow import arrow_schema as records_schema
+from .gaps import empty_until
 from .layout import Landed, arrow_schema, commit_note, parse_note
 from .store import LakeError, LakeStore
 
@@ -70,8 +82,10 @@ __all__ = ["LakeConfig", "LakeSink", "PartitionProgress"]
 
 log = logging.getLogger("gengroup.lake")
 
-#: Answers after which the commit was certainly not stored.
-_NOT_STORED = (GenerationEnded, MemberResetError, RebalanceInProgress, FencedInstanceId)
+_T = TypeVar("_T")
+
+#: Refusals of a commit that end the worker (and so the generation), not the sink.
+_ENDS_WORKER = (GenerationEnded, MemberResetError, RebalanceInProgress, FencedInstanceId)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +96,12 @@ class LakeConfig:
         lake: where the lake is: a local folder or a ``pyarrow.fs`` URI
             (``s3://bucket/prefix``, ``file:///data/lake``, ...).
         file_max_bytes: a file is rolled once its records' keys and values
-            reach this many bytes (default 64 MiB).
+            reach this many bytes (default 64 MiB; a whole number).
         file_max_age: ... or once its first record waited this many seconds
-            (default 60 s), so a quiet topic still lands.
+            (default 60 s), so a quiet topic still lands. A worker whose buffer
+            stayed empty this long looks for offsets without records
+            (transaction markers, expired records) and commits past them.
+            ``math.inf``: never by age (and no looking for such offsets).
         flush_timeout: how long a worker may take, once its generation ends,
             to land what it buffered (default 10 s); past it, the buffered
             records are left for the next owner to read again.
@@ -103,16 +120,41 @@ class LakeConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.lake, str) or not self.lake:
             raise ConfigError(f"lake must be a non-empty path or URI, got {self.lake!r}")
-        for name in ("file_max_bytes", "file_max_age", "flush_timeout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ConfigError(f"{name} must be a number > 0, got {value!r}")
-        if self.progress_interval < 0:
-            raise ConfigError(f"progress_interval must be >= 0, got {self.progress_interval!r}")
+        size = _number("file_max_bytes", self.file_max_bytes, above=0)
+        if not size.is_integer():
+            raise ConfigError(f"file_max_bytes must be a whole number of bytes, got {size!r}")
+        object.__setattr__(self, "file_max_bytes", int(size))
+        _number("file_max_age", self.file_max_age, above=0, infinite=True)
+        _number("flush_timeout", self.flush_timeout, above=0)
+        _number("progress_interval", self.progress_interval, least=0)
         if self.compression not in ("zstd", "snappy", "gzip", "lz4", "none"):
             raise ConfigError(
                 f"compression must be zstd, snappy, gzip, lz4 or none, got {self.compression!r}"
             )
+
+
+def _number(
+    name: str,
+    value: object,
+    *,
+    above: float | None = None,
+    least: float | None = None,
+    infinite: bool = False,
+) -> float:
+    """``value`` as a float, if it is a number within bounds; else ConfigError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    number = float(value)
+    finite = "" if infinite else "finite "
+    if math.isnan(number):
+        raise ConfigError(f"{name} must be a {finite}number, not NaN")
+    if math.isinf(number) and not (infinite and number > 0):
+        raise ConfigError(f"{name} must be a {finite}number, got {value!r}")
+    if above is not None and not number > above:
+        raise ConfigError(f"{name} must be a {finite}number > {above:g}, got {value!r}")
+    if least is not None and not number >= least:
+        raise ConfigError(f"{name} must be a {finite}number >= {least:g}, got {value!r}")
+    return number
 
 
 @dataclass
@@ -232,6 +274,10 @@ class LakeSink:
         self.config = config
         self.store = store or LakeStore(config.lake, compression=config.compression)
         self._progress: dict[TopicPartition, PartitionProgress] = {}
+        self._cluster: Cluster | None = None
+        #: The first storage failure (errno or message) raised as a LakeError.
+        self._storage_failure: object = None
+        self._isolation_level: IsolationLevel = "read_committed"
         self.generations = 0
 
     def progress(self) -> list[PartitionProgress]:
@@ -241,10 +287,20 @@ class LakeSink:
     async def run(self, group: ConsumerGroup, stop: anyio.Event | None = None) -> None:
         """Land the group's partitions until the group stops or ``stop`` is set.
 
+        The lake must belong to ``group`` (one lake, one group): on first use
+        the group is recorded as its owner (:meth:`LakeStore.claim`).
+
         Raises:
-            LakeError: the lake is inconsistent or storage failed.
+            LakeError: the lake belongs to another group, is inconsistent, or
+                storage failed.
             GengroupError: what ``async for gen in group`` raises.
         """
+        cfg = group.config
+        pattern = cfg.topic_pattern
+        topics = list(cfg.topics) if pattern is None else [f"pattern {pattern.pattern}"]
+        await anyio.to_thread.run_sync(self.store.claim, cfg.group_id, topics)
+        self._cluster = group.cluster
+        self._isolation_level = cfg.isolation_level
         background: list[Callable[[], Coroutine[Any, Any, None]]] = []
         if self.config.progress_interval:
             background.append(partial(self._log_progress, group.config.group_id))
@@ -262,21 +318,31 @@ class LakeSink:
                 for tp in gen.assignments:
                     gen.start_soon(self.land, gen, tp, name=f"land {tp}")
 
+        self._storage_failure = None
         await run_beside(land_generations, *background)
 
     # ------------------------------------------------------------------ one partition
 
     async def land(self, gen: Generation, tp: TopicPartition) -> None:
-        """Land ``tp`` for as long as ``gen`` owns it (a generation task)."""
-        start = await self._acquire(gen, tp)
-        prog = self._progress.setdefault(tp, PartitionProgress(tp, start))
-        prog.landed_offset, prog.buffered = start, 0
-        filling = [_Buffer(tp, start)]
+        """Land ``tp`` for as long as ``gen`` owns it (a generation task).
+
+        Raises:
+            LakeError: the lake is inconsistent, or storage failed (from the ``OSError``).
+        """
         try:
-            await self._fill(gen, tp, filling, prog)
-        except anyio.get_cancelled_exc_class():
-            await self._land_buffered(gen, filling[0], prog)
-            raise
+            start = await self._acquire(gen, tp)
+            prog = self._progress.setdefault(tp, PartitionProgress(tp, start))
+            prog.landed_offset, prog.buffered = start, 0
+            filling = [_Buffer(tp, start)]
+            try:
+                await self._fill(gen, tp, filling, prog)
+            except anyio.get_cancelled_exc_class():
+                await self._land_buffered(gen, filling[0], prog)
+                raise
+        except _StorageFailedAgain as again:
+            # Another worker already raised this storage failure, which ends the
+            # generation and the sink: this one ends without raising it a second time.
+            log.debug("%s: %s", tp, again)
         # Anything else that ended the worker (a refused commit, a storage
         # failure, a fetch error) leaves the buffer to the next owner.
 
@@ -289,13 +355,18 @@ class LakeSink:
         while True:
             buf = filling[0]
             batch: FetchedBatch | None = None
-            wait = None if not buf.rows else buf.started + cfg.file_max_age - anyio.current_time()
-            with anyio.move_on_after(wait):
+            # An empty buffer waits file_max_age too, then looks for offsets without records.
+            wait = buf.started + cfg.file_max_age - anyio.current_time()
+            with anyio.move_on_after(min(wait, cfg.file_max_age)):
                 try:
                     batch = await batches.__anext__()
                 except StopAsyncIteration:  # the generation ended; nothing more to land
                     await self._land_buffered(gen, buf, prog)
                     return
+            if batch is None and not buf.rows:
+                if not await self._pass_empty(gen, filling, prog):
+                    return
+                continue
             # Decoded straight into columns: no Record object per record.
             table = None if batch is None else batch.to_arrow()
             taken, count = 0, 0 if table is None else table.num_rows
@@ -311,6 +382,51 @@ class LakeSink:
                     buf = filling[0] = _Buffer(tp, buf.end)
                 if taken >= count:
                     break
+
+    async def _pass_empty(
+        self, gen: Generation, filling: list[_Buffer], prog: PartitionProgress
+    ) -> bool:
+        """Commit past offsets that hold no record to land, if there are any; False if
+        that commit failed (the worker ends).
+
+        Such offsets (transaction markers, aborted or expired records) move the fetch
+        position without a batch, so no file would ever commit them. The commit
+        carries no note: it names no file, and the previous file is published.
+        """
+        buf = filling[0]
+        tp = buf.tp
+        if self._cluster is None:  # land() called outside run(): no cluster to ask
+            return True
+        end = await empty_until(self._cluster, tp, buf.base, isolation_level=self._isolation_level)
+        if end is None or end <= gen.committed.get(tp, -1):
+            return True
+        try:
+            await gen.commit({tp: end})
+        except Exception as exc:
+            if not isinstance(exc, _ENDS_WORKER) and not is_retriable(exc):
+                raise
+            log.warning(
+                "%s: the commit of offset %d failed (%s); ending generation %s",
+                tp,
+                end,
+                exc,
+                gen.label,
+            )
+            return False
+        if end > buf.base:
+            log.info(
+                "%s: offsets %d..%d hold no record to land (transaction markers, aborted "
+                "or expired records); committed offset %d",
+                tp,
+                buf.base,
+                end - 1,
+                end,
+            )
+            if not gen.ending:  # drops what a fetch from before these offsets still brings
+                gen.seek(tp, end)
+            filling[0] = _Buffer(tp, end)
+        prog.landed_offset = end
+        return True
 
     async def _land_buffered(self, gen: Generation, buf: _Buffer, prog: PartitionProgress) -> None:
         """Land what is buffered once the generation is ending (shielded, bounded)."""
@@ -338,16 +454,13 @@ class LakeSink:
             note = None  # not the note of the committed offset: not ours to act on
         store = self.store
 
-        def repair() -> tuple[int, bool, list[str], list[str]]:
+        def repair() -> tuple[bool, list[str], list[tuple[Landed, str]]]:
             published = note is not None and store.publish(tp, note)
             stale = [path for _, path in store.staged(tp) if store.delete(path)]
             ahead = [(landed, path) for landed, path in store.published(tp) if landed.end > start]
-            for _, path in ahead:
-                store.delete(path)
-            begin = min([start, *(landed.base for landed, _ in ahead)])
-            return begin, published, stale, [path for _, path in ahead]
+            return published, stale, ahead
 
-        begin, published, stale, ahead = await anyio.to_thread.run_sync(repair)
+        published, stale, ahead = await self._storage(f"{tp}: repairing the folder", repair)
         if published:
             assert note is not None
             log.info(
@@ -358,25 +471,61 @@ class LakeSink:
         if stale:
             log.info(
                 "%s: deleted %d staged file(s) that no stored commit names (writers that "
-                "crashed, were fenced or were cancelled before their commit)",
+                "crashed, were fenced, were cancelled or failed before their commit was stored)",
                 tp,
                 len(stale),
             )
+        begin = start
         if ahead:
+            # Landing again from before these files deletes them first: only sound if the
+            # topic still has every record they hold.
+            log_start = await self._log_start(tp)
+            lost = [(landed, path) for landed, path in ahead if landed.base < log_start]
+            if lost:
+                raise LakeError(_would_lose(gen, tp, start, log_start, lost, ahead))
+            await self._storage(
+                f"{tp}: deleting files ahead of offset {start}",
+                lambda: [store.delete(path) for _, path in ahead],
+            )
+            begin = max(log_start, min([start, *(landed.base for landed, _ in ahead)]))
             log.warning(
-                "%s: the committed offset %d is behind the lake (offsets were reset); "
+                "%s: the start offset %d is behind the lake (%s); "
                 "deleted %s and landing again from offset %d",
                 tp,
                 start,
-                ", ".join(ahead),
+                _why_behind(gen, tp),
+                ", ".join(path for _, path in ahead),
                 begin,
             )
         if begin != start:
             gen.seek(tp, begin)
         return begin
 
+    async def _storage(self, what: str, call: Callable[..., _T], *args: Any) -> _T:
+        """``call(*args)`` in a worker thread; an ``OSError`` comes out as :class:`LakeError`.
+
+        The first failure of a kind is raised as LakeError; the same failure in
+        another worker afterwards is :class:`_StorageFailedAgain`, which
+        :meth:`land` ends on quietly, so the failure is reported once.
+        """
+        try:
+            return await anyio.to_thread.run_sync(partial(call, *args))
+        except OSError as exc:
+            kind = (type(exc), exc.errno) if exc.errno is not None else (type(exc), str(exc))
+            if self._storage_failure == kind:
+                raise _StorageFailedAgain(f"{what} failed again: {exc}") from exc
+            self._storage_failure = kind
+            raise LakeError(f"{what} failed: {exc}") from exc
+
+    async def _log_start(self, tp: TopicPartition) -> int:
+        """``tp``'s log start offset (ListOffsets earliest), through the group's cluster."""
+        if self._cluster is None:
+            raise LakeError(f"{tp}: LakeSink.land runs in the generations of LakeSink.run")
+        async with Admin(self._cluster) as admin:
+            return (await admin.list_offsets([tp], "earliest"))[tp]
+
     async def _land_file(self, gen: Generation, buf: _Buffer, prog: PartitionProgress) -> bool:
-        """Stage, commit, publish one file (protocol step 3); False if the commit was refused."""
+        """Stage, commit, publish one file (protocol step 3); False if the commit failed."""
         tp = buf.tp
         if gen.committed.get(tp, -1) >= buf.end:
             raise LakeError(f"{tp}: offset {buf.end} is already committed; refusing to land it")
@@ -385,25 +534,19 @@ class LakeSink:
         landed = Landed(buf.base, buf.end, f"g{gen.id}s{gen.sequence}-{secrets.token_hex(6)}")
         landed_at = time.time()
         table = buf.table(int(landed_at * 1000))
-        await anyio.to_thread.run_sync(self.store.write_staged, tp, landed, table)
+        path = self.store.staged_path(tp, landed)
+        await self._storage(f"{tp}: writing {path}", self.store.write_staged, tp, landed, table)
         try:
             await gen.commit({tp: landed.end}, metadata={tp: commit_note(landed)})
-        except _NOT_STORED as exc:
-            await anyio.to_thread.run_sync(self.store.delete, self.store.staged_path(tp, landed))
-            log.warning(
-                "%s: offsets %d..%d not landed: the commit was refused (%s); "
-                "the partition's next owner reads them again",
-                tp,
-                landed.base,
-                landed.end - 1,
-                exc,
-            )
-            return False
         except Exception as exc:
-            if not is_retriable(exc):
+            if not isinstance(exc, _ENDS_WORKER) and not is_retriable(exc):
                 raise
-            # The commit may or may not be stored: the staged file stays for the next
-            # owner (this member, after rejoining, or another) to publish or delete.
+            # Even a refusal does not prove that the commit was not stored: the client
+            # sends a commit again after a timeout or a broken connection, and the
+            # refusal may answer that second send while the first one was stored. So
+            # the staged file stays, and the partition's next owner (this member, after
+            # rejoining, or another) publishes it if the stored commit names it and
+            # deletes it otherwise.
             log.warning(
                 "%s: the commit of offsets %d..%d failed (%s); ending generation %s, "
                 "the partition's next owner settles the staged file",
@@ -415,7 +558,7 @@ class LakeSink:
             )
             return False
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self.store.publish, tp, landed)
+            await self._storage(f"{tp}: publishing {path}", self.store.publish, tp, landed)
         prog.landed_offset = landed.end
         prog.records += buf.rows
         prog.bytes += buf.nbytes
@@ -430,6 +573,45 @@ class LakeSink:
             parts = self.progress()
             if parts:
                 log.info("lake sink %s: %s", group_id, summarize(parts))
+
+
+class _StorageFailedAgain(LakeError):
+    """A storage failure that another worker of the sink already raised."""
+
+
+def _would_lose(
+    gen: Generation,
+    tp: TopicPartition,
+    start: int,
+    log_start: int,
+    lost: list[tuple[Landed, str]],
+    ahead: list[tuple[Landed, str]],
+) -> str:
+    """Why the sink refuses to delete files ahead of ``start`` (``lost`` hold records the
+    topic no longer has), and how to go on."""
+    lake_end = max(landed.end for landed, _ in ahead)
+    first = min(landed.base for landed, _ in lost)
+    return (
+        f"{tp}: the start offset {start} is behind the lake ({_why_behind(gen, tp)}). "
+        f"Landing again from there would first delete {len(ahead)} file(s), and the records "
+        f"at offsets {first}..{log_start - 1} in {', '.join(path for _, path in lost)} are "
+        f"no longer in the topic (its log starts at {log_start}): nothing was deleted. "
+        "To keep the lake as it is, stop the sink and set the group's committed offset "
+        f"to the lake's end: gengroup groups reset-offsets {gen.group_id} "
+        f"--topic {tp.topic} --partition {tp.partition} --offset {lake_end}. To land the "
+        f"topic again from offset {log_start} and give those records up, move those files "
+        "out of the lake first"
+    )
+
+
+def _why_behind(gen: Generation, tp: TopicPartition) -> str:
+    """Why ``tp``'s start offset can be behind the lake the group landed."""
+    if tp in gen.committed:
+        return "the group's offsets were reset"
+    return (
+        "the group has no committed offset for it, so it starts where start_offset says: "
+        "its offsets expired or were deleted"
+    )
 
 
 async def run_beside(

@@ -18,17 +18,28 @@ Two operations carry the exactly-once argument and differ by store:
   the staged object deleted. A crash between the two leaves a staged object
   that the next owner of the partition deletes.
 
+One lake belongs to one consumer group: the exactly-once argument rests on
+that group's commits fencing every writer of a partition, and a second group
+would land the same offsets again under other file boundaries (and delete
+the first group's files as "ahead of its committed offset"). The sink
+records its group (and topics) in the lake's ``_lake.json`` on first use
+(:meth:`LakeStore.claim`) and refuses to run in a lake another group owns.
+
 All calls block; the sink runs them in worker threads.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
+from collections.abc import Sequence
 from typing import Any
 
 from .._errors import GengroupError
 from .._types import TopicPartition
 from .layout import (
+    OWNER,
     STAGING,
     Landed,
     arrow_schema,
@@ -92,6 +103,97 @@ class LakeStore:
         """Where ``landed`` waits for its commit."""
         name = staged_name(landed.base, landed.end, landed.token)
         return f"{self.partition_dir(tp)}/{STAGING}/{name}"
+
+    # ------------------------------------------------------------------ owner
+
+    def owner(self) -> dict[str, Any] | None:
+        """The lake's owner as ``_lake.json`` records it (``group``, ``topics``); None if unowned.
+
+        Raises:
+            LakeError: the file is not what :meth:`claim` writes, or storage failed.
+        """
+        path = f"{self.root}/{OWNER}"
+        try:
+            with self.fs.open_input_stream(path) as f:
+                text = f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise LakeError(f"cannot read {path}: {exc}") from exc
+        try:
+            owner = json.loads(text)
+        except ValueError:
+            owner = None
+        if (
+            not isinstance(owner, dict)
+            or not isinstance(owner.get("group"), str)
+            or not isinstance(owner.get("topics"), list)
+        ):
+            raise LakeError(f"{path} does not name the lake's owning group: {text[:200]!r}")
+        return owner
+
+    def claim(self, group_id: str, topics: Sequence[str]) -> None:
+        """Make ``group_id`` the lake's owner on first use; refuse if another group owns it.
+
+        A lake holds what one consumer group landed: the group's commits are
+        what make every offset land once. The first call records the group
+        and ``topics`` in ``_lake.json``; later calls by the same group add
+        topics it had not landed yet.
+
+        Args:
+            group_id: the group landing in the lake.
+            topics: the topics it lands (names, or a pattern's text).
+
+        Raises:
+            LakeError: another group owns the lake, or storage failed.
+        """
+        try:
+            for _ in range(4):  # another writer may write the file between two steps
+                owner = self.owner()
+                if owner is not None and owner["group"] != group_id:
+                    raise LakeError(
+                        f"the lake {self.uri!r} belongs to group {owner['group']!r} (topics "
+                        f"{', '.join(map(str, owner['topics'])) or '-'}), not to group "
+                        f"{group_id!r} (topics {', '.join(topics) or '-'}): a lake holds what "
+                        "one group landed, and a second group would land the same offsets "
+                        "again and delete the first group's files. Use another lake, or run "
+                        f"the sink as group {owner['group']!r}"
+                    )
+                known = [] if owner is None else [str(t) for t in owner["topics"]]
+                if owner is not None and set(topics) <= set(known):
+                    return
+                record = {"group": group_id, "topics": sorted({*known, *topics})}
+                self._write_owner(record, replace=owner is not None)  # then read back
+            raise LakeError(f"cannot record the owner of {self.uri!r}: it keeps changing")
+        except OSError as exc:
+            raise LakeError(f"cannot record the owner of the lake {self.uri!r}: {exc}") from exc
+
+    def _write_owner(self, record: dict[str, Any], *, replace: bool) -> None:
+        """Write ``_lake.json`` (unless ``replace`` is False and another writer created it)."""
+        path = f"{self.root}/{OWNER}"
+        data = json.dumps(record, indent=2).encode() + b"\n"
+        if not self.local:
+            # No atomic create on an object store: write, then read back whose it is.
+            with self.fs.open_output_stream(path) as out:
+                out.write(data)
+            return
+        temp = f"{path}.{secrets.token_hex(6)}.tmp"
+        with open(temp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            if replace:
+                os.replace(temp, path)
+            else:
+                try:
+                    os.link(temp, path)  # fails if another writer created it first
+                except FileExistsError:
+                    return
+        finally:
+            if os.path.exists(temp):
+                os.unlink(temp)
+        _fsync_dir(self.root)
 
     # ------------------------------------------------------------------ writes
 

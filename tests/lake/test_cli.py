@@ -65,3 +65,14 @@ async def test_sink_stopped_by_sigterm_lands_what_it_buffered(tmp_path: Path) ->
         assert code == 0, seen.decode()[-3000:]
         lake = read_lake(tmp_path, "events")
         lake.check_exactly_once(await end_offsets(cluster.bootstrap, "events", 3))
+
+
+async def test_a_bad_setting_is_a_usage_error(tmp_path: Path) -> None:
+    async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
+        for option in (["--file-max-age", "nan"], ["--file-max-bytes", "0"]):
+            cmd = _sink(cluster.bootstrap, tmp_path, *option)
+            with anyio.fail_after(60):  # a hang guard
+                done = await anyio.run_process(cmd, cwd=ROOT, check=False)
+            err = done.stderr.decode()
+            assert done.returncode == 2, err[-3000:]
+            assert "must be" in err and option[0][2:].replace("-", "_") in err

@@ -4,7 +4,11 @@ landing again after offsets were reset."""
 
 from __future__ import annotations
 
+import errno
+import json
 import logging
+import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +17,22 @@ import pytest
 
 from gengroup import Admin, ConfigError, ConsumerGroup, Producer, TopicPartition
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Disconnect, Intercepted
+from gengroup.broker.faults import Delay, Disconnect, Fail, Intercepted
 from gengroup.lake import LakeConfig, LakeError, LakeSink, LakeStore, Landed
 from gengroup.lake.layout import commit_note, parse_note, published_name
 from gengroup.lake.spark import check_files
 from gengroup.producer import ProducerRecord
 from gengroup.protocol.versions import ApiKey
 
-from .helpers import end_offsets, produce, read_lake, staged_files, write_garbage
+from .helpers import (
+    append_commit_marker,
+    end_offsets,
+    expire,
+    produce,
+    read_lake,
+    staged_files,
+    write_garbage,
+)
 
 TOPIC = "events"
 FAST: dict[str, Any] = {
@@ -83,12 +95,44 @@ def test_layout_names_and_notes_round_trip() -> None:
     assert published_name(1, 2) == "00000000000000000001-00000000000000000002.parquet"
 
 
-def test_bad_settings_are_config_errors(tmp_path: Path) -> None:
-    for bad in ({"file_max_bytes": 0}, {"file_max_age": -1}, {"compression": "brotli2"}):
-        with pytest.raises(ConfigError):
-            LakeConfig(str(tmp_path), **bad)
-    with pytest.raises(ConfigError):
-        LakeConfig("")
+@pytest.mark.parametrize(
+    ("name", "bad"),
+    [
+        ("file_max_bytes", 0),
+        ("file_max_bytes", 0.5),
+        ("file_max_bytes", 1000.5),
+        ("file_max_bytes", math.nan),
+        ("file_max_bytes", math.inf),
+        ("file_max_bytes", "1000"),
+        ("file_max_bytes", True),
+        ("file_max_age", -1),
+        ("file_max_age", math.nan),
+        ("file_max_age", -math.inf),
+        ("file_max_age", "60"),
+        ("flush_timeout", math.nan),
+        ("flush_timeout", math.inf),
+        ("flush_timeout", 0),
+        ("progress_interval", math.nan),
+        ("progress_interval", math.inf),
+        ("progress_interval", -1),
+        ("progress_interval", "30"),
+        ("compression", "brotli2"),
+        ("lake", ""),
+        ("lake", None),
+    ],
+)
+def test_bad_settings_are_config_errors_naming_the_setting(
+    name: str, bad: Any, tmp_path: Path
+) -> None:
+    settings: dict[str, Any] = {"lake": str(tmp_path), name: bad}
+    with pytest.raises(ConfigError, match=f"^{name} must be"):
+        LakeConfig(**settings)
+
+
+def test_good_settings_are_taken_as_numbers(tmp_path: Path) -> None:
+    config = LakeConfig(str(tmp_path), file_max_bytes=64e6, file_max_age=math.inf)
+    assert config.file_max_bytes == 64_000_000 and isinstance(config.file_max_bytes, int)
+    assert LakeConfig(str(tmp_path), progress_interval=0).progress_interval == 0
 
 
 async def test_every_offset_lands_once_in_files_rolled_by_size(
@@ -175,7 +219,7 @@ async def test_a_crash_at_any_point_of_landing_loses_and_duplicates_nothing(
     await produce(cluster.bootstrap, TOPIC, range(1000))
     config = LakeConfig(str(tmp_path), file_max_bytes=4_000, file_max_age=0.3, progress_interval=0)
     store = _Crashing(str(tmp_path), crash_at)
-    with pytest.raises(OSError, match="disk went away"):
+    with pytest.raises(LakeError, match="disk went away"):
         await _run_sink(cluster.bootstrap, "crash", LakeSink(config, store=store), anyio.Event())
     ((tp, landed),) = store.failed
     staged = {(p.parent.parent.name, p.name.split(".")[0]) for p in staged_files(tmp_path)}
@@ -198,7 +242,7 @@ async def test_a_missing_committed_file_is_a_lake_error(
     await produce(cluster.bootstrap, TOPIC, range(200))
     config = LakeConfig(str(tmp_path), file_max_age=0.3, progress_interval=0)
     broken = LakeSink(config, store=_Crashing(str(tmp_path), "publish"))
-    with pytest.raises(OSError):
+    with pytest.raises(LakeError, match="disk went away"):
         await _run_sink(cluster.bootstrap, "lost", broken, anyio.Event())
     for path in staged_files(tmp_path):
         path.unlink()
@@ -339,7 +383,7 @@ async def test_an_object_store_lands_exactly_once_through_copy_and_delete(
     store = _Crashing("mock:///lake", crash_at or "never")
     assert not store.local
     if crash_at is not None:
-        with pytest.raises(OSError, match="disk went away"):
+        with pytest.raises(LakeError, match="disk went away"):
             await _run_sink(cluster.bootstrap, "s3", LakeSink(config, store=store), anyio.Event())
     await _land_all(cluster.bootstrap, "s3", LakeSink(config, store=store))
     lake = read_lake(store, TOPIC)
@@ -353,3 +397,165 @@ def test_the_spark_jobs_refuse_a_missing_or_empty_lake(tmp_path: Path) -> None:
         check_files(str(tmp_path / "nowhere"))
     with pytest.raises(LakeError, match=r"no lake at .*no landed file"):
         check_files(str(tmp_path))
+
+
+async def test_a_commit_refused_on_its_resend_after_the_first_send_was_stored(
+    cluster: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first OffsetCommit is stored after the client gave up on it; the client's
+    re-send is refused (REBALANCE_IN_PROGRESS). The refusal says nothing about the first
+    send: the staged file must stay for the next owner, who publishes it."""
+    topic, tp = "single", TopicPartition("single", 0)  # one partition: one commit at a time
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topics({topic: 1})
+    async with Producer(cluster.bootstrap) as producer:
+        await producer.send_many(topic, [ProducerRecord(value=b"r%d" % i) for i in range(300)])
+    sent: list[int] = []
+
+    def slow_then_refused(request: Intercepted) -> Delay | None:
+        sent.append(1)
+        if len(sent) == 1:
+            return Delay(3.0)  # stored after the client's 2 s request timeout
+        if len(sent) == 2:
+            return Delay(1.5, then=Fail(27))  # the re-send: REBALANCE_IN_PROGRESS
+        return None
+
+    cluster.control(ApiKey.OFFSET_COMMIT, slow_then_refused)
+    caplog.set_level(logging.WARNING, "gengroup.lake")
+    config = LakeConfig(str(tmp_path), file_max_bytes=10**6, file_max_age=0.3, progress_interval=0)
+    done = anyio.Event()
+
+    async def run() -> None:
+        settings = {**FAST, "request_timeout": 2.0}
+        async with ConsumerGroup("resent", [topic], cluster.bootstrap, **settings) as group:
+            await LakeSink(config).run(group, done)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        with anyio.fail_after(60):  # the next generation publishes the file (a hang guard)
+            while sum(read_lake(tmp_path, topic).copies.values()) < 300:
+                await anyio.sleep(0.1)
+        done.set()
+    assert len(sent) >= 2 and "settles the staged file" in caplog.text
+    assert staged_files(tmp_path) == []
+    read_lake(tmp_path, topic).check_exactly_once({tp: 300})
+
+
+async def test_a_lake_belongs_to_one_group(
+    cluster: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second group pointed at a lake is refused, naming both groups and the topic; the
+    first group's files stay. The owner group with no committed offset (deleted, as when
+    they expire) lands again without blaming a reset that never happened."""
+    await produce(cluster.bootstrap, TOPIC, range(600))
+    config = LakeConfig(str(tmp_path), file_max_bytes=4_000, file_max_age=0.3, progress_interval=0)
+    await _land_all(cluster.bootstrap, "owner", LakeSink(config))
+    files = read_lake(tmp_path, TOPIC).files
+    assert json.loads((tmp_path / "_lake.json").read_text()) == {
+        "group": "owner",
+        "topics": [TOPIC],
+    }
+    with pytest.raises(
+        LakeError, match=f"belongs to group 'owner' \\(topics {TOPIC}\\), not to group 'other'"
+    ):
+        await _run_sink(cluster.bootstrap, "other", LakeSink(config), anyio.Event())
+    assert read_lake(tmp_path, TOPIC).files == files
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.delete_groups(["owner"])
+    caplog.set_level(logging.WARNING, "gengroup.lake")
+    await _land_all(cluster.bootstrap, "owner", LakeSink(config))
+    assert "has no committed offset" in caplog.text
+    assert "reset" not in caplog.text
+    await _check_lake(cluster.bootstrap, tmp_path)
+
+
+@pytest.mark.parametrize("how", ["reset", "expired"])
+async def test_files_holding_records_the_topic_no_longer_has_are_never_deleted(
+    how: str, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """The lake outlives the topic's retention. Offsets reset to earliest (or expired
+    offsets: none committed) would land again from the log start, deleting the files
+    ahead of it first: refused, naming what would be lost, and the lake stays whole.
+    Following the advice given (commit the lake's end) lands on from there."""
+    tp = TopicPartition(TOPIC, 0)
+    async with Producer(cluster.bootstrap) as producer:
+        await producer.send_many(
+            TOPIC, [ProducerRecord(value=b"r%d" % i, partition=0) for i in range(1000)]
+        )
+    config = LakeConfig(str(tmp_path), file_max_bytes=3_000, file_max_age=0.3, progress_interval=0)
+    await _land_all(cluster.bootstrap, "archive", LakeSink(config))
+    before = read_lake(tmp_path, TOPIC).copies
+    expire(cluster, tp, 500)
+    async with Admin(cluster.bootstrap) as admin:
+        if how == "reset":
+            await admin.reset_offsets("archive", [tp], to="earliest")
+        else:
+            await admin.delete_groups(["archive"])
+    with pytest.raises(LakeError) as raised, anyio.fail_after(30):
+        await _run_sink(cluster.bootstrap, "archive", LakeSink(config), anyio.Event())
+    message = str(raised.value)
+    assert "are no longer in the topic (its log starts at 500)" in message
+    assert "nothing was deleted" in message
+    assert f"reset-offsets archive --topic {TOPIC} --partition 0 --offset 1000" in message
+    assert read_lake(tmp_path, TOPIC).copies == before
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.reset_offsets("archive", [tp], offset=1000)
+    async with Producer(cluster.bootstrap) as producer:
+        await producer.send_many(
+            TOPIC, [ProducerRecord(value=b"r%d" % i, partition=0) for i in range(1000, 1100)]
+        )
+    await _land_all(cluster.bootstrap, "archive", LakeSink(config))
+    read_lake(tmp_path, TOPIC).check_exactly_once(await end_offsets(cluster.bootstrap, TOPIC, 4))
+
+
+async def test_offsets_without_records_are_committed_past(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A partition whose records all expired (no commit, log start = end) and one whose
+    last offset is a transaction marker: the fetch position moves past offsets that hold
+    no record, and the sink commits it there, so the group's lag reaches 0."""
+    ended, expired = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
+    async with Producer(cluster.bootstrap) as producer:
+        for tp in (ended, expired):
+            records = [ProducerRecord(value=b"r%d" % i, partition=tp.partition) for i in range(50)]
+            await producer.send_many(TOPIC, records)
+    expire(cluster, expired, 50)
+    config = LakeConfig(str(tmp_path), file_max_age=0.3, progress_interval=0)
+    sink, done = LakeSink(config), anyio.Event()
+    async with anyio.create_task_group() as tg, Admin(cluster.bootstrap) as admin:
+        tg.start_soon(_run_sink, cluster.bootstrap, "gaps", sink, done)
+        with anyio.fail_after(20):  # a hang guard
+            while await admin.fetch_offsets("gaps", [ended, expired]) != {ended: 50, expired: 50}:
+                await anyio.sleep(0.05)
+            append_commit_marker(cluster, ended)
+            while await admin.fetch_offsets("gaps", [ended, expired]) != {ended: 51, expired: 50}:
+                await anyio.sleep(0.05)
+            done.set()
+    lake = read_lake(tmp_path, TOPIC)
+    assert sorted(lake.copies) == [(0, o) for o in range(50)]
+    assert set(lake.copies.values()) == {1}
+    assert staged_files(tmp_path) == []
+
+
+class _Full(LakeStore):
+    """A lake on a full disk: every staged write fails with ENOSPC."""
+
+    def write_staged(self, tp: TopicPartition, landed: Landed, rows: Any) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+async def test_a_storage_failure_is_one_lake_error_from_the_os_error(
+    cluster: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every partition's worker hits the full disk; ``run`` raises one LakeError (from
+    the OSError), and the others' copies of the same failure are not logged again."""
+    await produce(cluster.bootstrap, TOPIC, range(400))
+    config = LakeConfig(str(tmp_path), file_max_age=0.3, progress_interval=0)
+    with pytest.raises(LakeError, match="No space left on device") as raised:
+        with anyio.fail_after(30):  # a hang guard
+            await _run_sink(
+                cluster.bootstrap, "full", LakeSink(config, _Full(str(tmp_path))), anyio.Event()
+            )
+    assert isinstance(raised.value.__cause__, OSError)
+    assert raised.value.__cause__.errno == errno.ENOSPC
+    assert "another task also raised" not in caplog.text
