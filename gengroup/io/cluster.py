@@ -60,6 +60,7 @@ import random
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Self, Unpack
 from uuid import UUID
 
@@ -218,6 +219,9 @@ class Cluster:
         self._tls = self.security.tls_context()
         #: When the cluster was first found unreachable (None: reachable, or not tried yet).
         self.unreachable_since: float | None = None
+        #: Addresses whose connections the broker closed on their first request
+        #: after the set-up, with no answer since: when, and what to say of it.
+        self._unanswered: dict[tuple[str, int], tuple[float, str]] = {}
         #: By (key, key type): FindCoordinator answering COORDINATOR_NOT_AVAILABLE,
         #: with no coordinator found for that key since.
         self.coordinator_outages: dict[tuple[str, int], CoordinatorOutage] = {}
@@ -294,12 +298,15 @@ class Cluster:
                 security=self.security,
                 tls=self._tls,
             )
+            new.on_first_answer = partial(self._answered, (host, port))
+            new.on_unanswered_close = partial(self._closed_unanswered, (host, port))
             await self._tg.start(new.serve)
             if self._closed:  # aclose() ran while this one was connecting
                 await new.aclose()
                 raise ConnectionClosed("the Cluster is closed")
             self._conns[slot] = new
-            self._reachable_again()  # any broker answering means the cluster is reachable
+            if (host, port) not in self._unanswered:
+                self._reachable_again()  # any broker answering means the cluster is reachable
             return new
 
     async def connection(self, node_id: int, channel: str = "default") -> BrokerConnection:
@@ -326,7 +333,8 @@ class Cluster:
         """A connection to any reachable broker, preferring the least loaded."""
         usable = [c for (_, ch), c in self._conns.items() if ch == "default" and c.is_usable]
         if usable:
-            self._reachable_again()
+            if any(c.has_answered for c in usable):
+                self._reachable_again()
             return min(usable, key=lambda c: self._inflight.get(c, 0))
         causes: dict[str, str] = {}
         tried_from = anyio.current_time()
@@ -364,6 +372,40 @@ class Cluster:
         down = now - self.unreachable_since
         limit = self.unreachable_timeout
         return ClusterUnreachable(causes, down, exhausted=limit is not None and down >= limit)
+
+    def _answered(self, address: tuple[str, int]) -> None:
+        self._unanswered.pop(address, None)
+        self._reachable_again()
+
+    def _closed_unanswered(self, address: tuple[str, int], said: str) -> None:
+        """A connection to ``address`` was closed on its first request after the set-up.
+
+        A broker does that to every connection when the client speaks to it
+        wrongly (no SASL on a listener that requires it): once every address
+        known does it, the cluster is unreachable (logged once), until an
+        answer comes; :meth:`call` raises the exhausted outage once it lasted
+        ``unreachable_timeout``.
+        """
+        self._unanswered.setdefault(address, (anyio.current_time(), said))
+        if self.unreachable_since is None and self._all_unanswered():
+            self.unreachable_since = min(at for at, _ in self._unanswered.values())
+            log.warning("cluster unreachable: %s", "; ".join(self._unanswered_causes().values()))
+
+    def _all_unanswered(self) -> bool:
+        return (self._broker_addresses() | set(self.bootstrap)) <= self._unanswered.keys()
+
+    def _unanswered_causes(self) -> dict[str, str]:
+        return {_format_address(*a): said for a, (_, said) in self._unanswered.items()}
+
+    def _unanswered_outage(self) -> ClusterUnreachable | None:
+        """The exhausted outage of brokers that close every connection unanswered, if it is one."""
+        since, limit = self.unreachable_since, self.unreachable_timeout
+        if since is None or limit is None or not self._all_unanswered():
+            return None
+        down = anyio.current_time() - since
+        if down < limit:
+            return None
+        return ClusterUnreachable(self._unanswered_causes(), down, exhausted=True)
 
     def _reachable_again(self) -> None:
         if self.unreachable_since is not None:
@@ -404,6 +446,11 @@ class Cluster:
             return await _request.call(
                 conn, key, make, timeout=timeout, expect_response=expect_response, check=check
             )
+        except KafkaConnectionError as exc:
+            outage = None if conn.has_answered else self._unanswered_outage()
+            if outage is not None:
+                raise outage from exc
+            raise
         finally:
             inflight[conn] -= 1
             if not inflight[conn]:

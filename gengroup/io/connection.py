@@ -55,7 +55,7 @@ import math
 import random
 import socket
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, TypeVar, Unpack
@@ -212,6 +212,14 @@ class BrokerConnection:
         self.session_lifetime: float | None = None
         #: How many times the connection re-authenticated (KIP-368).
         self.reauthentications = 0
+        #: Responses read, and how many of them the set-up took (ApiVersions, SASL).
+        self.answered = 0
+        self._setup_answers: int | None = None
+        #: Called once, at the first answer to a request after the set-up.
+        self.on_first_answer: Callable[[], None] | None = None
+        #: Called if the broker closes the connection while its first request
+        #: after the set-up waits for an answer, with what to say of it.
+        self.on_unanswered_close: Callable[[str], None] | None = None
         self._read_error: BaseException | None = None
         #: api key -> negotiated version (filled in during :meth:`serve`).
         self.versions: dict[ApiKey, int] = {}
@@ -305,6 +313,7 @@ class BrokerConnection:
                     await self._close_stream()
                     raise
                 else:
+                    self._setup_answers = self.answered
                     if self.session_lifetime is not None:
                         tg.start_soon(self._reauthenticate_loop)
                     task_status.started(self)
@@ -324,7 +333,17 @@ class BrokerConnection:
         if isinstance(failure, AuthenticationError):
             raise failure
         if failure is not None:
-            raise BrokenConnection(f"{self}: version negotiation failed: {failure!r}") from failure
+            hint = ""
+            if self._tls is None and isinstance(self._read_error, anyio.EndOfStream):
+                hint = " (does the broker speak TLS on this port? check security_protocol)"
+            raise BrokenConnection(
+                f"{self}: version negotiation failed: {failure!r}{hint}"
+            ) from failure
+
+    @property
+    def has_answered(self) -> bool:
+        """Whether the broker answered a request after the set-up (ApiVersions, SASL)."""
+        return self._setup_answers is not None and self.answered > self._setup_answers
 
     def _tls_read_failure(self) -> TLSError | None:
         """A TLS alert read after the handshake (how TLS 1.3 refuses a client certificate)."""
@@ -422,8 +441,20 @@ class BrokerConnection:
                         raise ProtocolError(f"response with unknown correlation id {cid}")
                     waiter.frame = frame
                     waiter.event.set()
+                    self.answered += 1
+                    if self.answered - 1 == self._setup_answers and self.on_first_answer:
+                        self.on_first_answer()
         except (anyio.EndOfStream, anyio.BrokenResourceError, OSError) as exc:
             self._read_error = exc
+            if self._setup_answers is not None and not self.has_answered and self._waiters:
+                # A listener that requires SASL closes a connection whose
+                # first request after ApiVersions is anything else.
+                said = "closed by the broker on the first request after ApiVersions"
+                if not self.security.uses_sasl:
+                    said += " (does the listener require SASL? check security_protocol)"
+                self._fail(BrokenConnection(f"{self}: {said}"))
+                if self.on_unanswered_close is not None:
+                    self.on_unanswered_close(said)
             self._fail(BrokenConnection(f"{self} broke: {exc!r}"))
         except anyio.ClosedResourceError:
             self._fail(ConnectionClosed(f"{self} was closed"))

@@ -233,6 +233,11 @@ async def authenticate(peer: SaslPeer, security: Security, broker: str) -> float
     if resp.error_code == ErrorCode.unsupported_sasl_mechanism:
         enabled = ", ".join(resp.mechanisms) or "none"
         raise failed(f"the broker does not enable {name} (enabled: {enabled})")
+    if resp.error_code == ErrorCode.illegal_sasl_state:
+        raise failed(
+            "SaslHandshake answered ILLEGAL_SASL_STATE: the listener does not use SASL "
+            "(check security_protocol)"
+        )
     if resp.error_code != ErrorCode.none:
         raise failed(f"SaslHandshake answered {resp.error_code.name.upper()}")
     request_cls = _AUTHENTICATE_REQUESTS[version]

@@ -161,8 +161,15 @@ def load_cert_chain(
     """
     cert = os.fspath(certfile)
     key = None if keyfile is None else os.fspath(keyfile)
+
+    def no_password() -> str:
+        # Called for an encrypted key only (its exception comes out of
+        # load_cert_chain as itself); without it, OpenSSL would ask for the
+        # password on the process's terminal and block the event loop there.
+        raise ConfigError(f"the key in {key or cert!r} is encrypted: set ssl_password")
+
     try:
-        context.load_cert_chain(cert, key, password)
+        context.load_cert_chain(cert, key, no_password if password is None else password)
     except (ssl.SSLError, OSError) as exc:
         raise ConfigError(
             f"ssl_certfile {cert!r} / ssl_keyfile {key!r} cannot be loaded (not PEM, no "
@@ -251,7 +258,7 @@ def _check_sasl(s: Security, protocol: str) -> None:
         if not callable(s.sasl_oauth_token_provider):
             raise ConfigError(
                 "sasl_mechanism='OAUTHBEARER' needs sasl_oauth_token_provider, an async "
-                f"callable returning a token (got {s.sasl_oauth_token_provider!r})"
+                f"callable returning a token (got a {type(s.sasl_oauth_token_provider).__name__})"
             )
         if s.sasl_username is not None or s.sasl_password is not None:
             raise ConfigError(

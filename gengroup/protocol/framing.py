@@ -362,7 +362,10 @@ class FrameBuffer:
             offset = self._offset = 0
         (size,) = _I32.unpack_from(first, offset)
         if size < 0 or size > self._max:
-            raise ProtocolError(f"frame length {size} outside [0, {self._max}]")
+            said = f"frame length {size} outside [0, {self._max}]"
+            if size >> 16 in (0x1503, 0x1603):  # a TLS alert's or handshake's record header
+                said += " (a TLS record: does the broker speak TLS here? check security_protocol)"
+            raise ProtocolError(said)
         return int(size)
 
     def received_into(self, count: int) -> None:

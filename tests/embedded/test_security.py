@@ -42,6 +42,7 @@ from gengroup import (
     Admin,
     AuthenticationError,
     Cluster,
+    ClusterUnreachable,
     ConfigError,
     ConsumerGroup,
     Generation,
@@ -267,6 +268,53 @@ async def test_unsupported_mechanism(
                 await admin.list_groups()
         assert "the broker does not enable SCRAM-SHA-512 (enabled: PLAIN)" in str(info.value)
         assert cluster.failed_authentications == 1
+
+
+@pytest.mark.parametrize("protocol", ["SASL_SSL", "SASL_PLAINTEXT"])
+async def test_a_group_that_forgot_sasl_is_told_so_within_the_unreachable_timeout(
+    autojump_clock: trio.testing.MockClock,
+    certs: Certificates,
+    caplog: pytest.LogCaptureFixture,
+    protocol: str,
+) -> None:
+    """A listener that requires SASL closes every connection on its first request
+    after ApiVersions: the cluster is unusable, said once (WARNING) with the
+    likely cause, and the group ends once that lasted ``unreachable_timeout``
+    (it reconnected forever, saying nothing above INFO)."""
+    settings = client(certs, protocol.removeprefix("SASL_"))  # no SASL settings
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with FakeCluster(security=server(certs, protocol), topics={"t": 1}) as cluster:
+        start = anyio.current_time()
+        with anyio.fail_after(HANG_GUARD), pytest.raises(ClusterUnreachable) as info:
+            async with ConsumerGroup(
+                "g", ["t"], cluster.bootstrap, **settings, **GROUP, unreachable_timeout=20
+            ) as group:
+                await group.next()
+        took = anyio.current_time() - start
+    assert info.value.exhausted and 20 <= took < 30
+    assert "does the listener require SASL? check security_protocol" in str(info.value)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage().split(":")[0] for r in warnings] == ["cluster unreachable"]
+
+
+async def test_a_plaintext_client_of_a_tls_listener_is_told_to_check_security_protocol(
+    autojump_clock: trio.testing.MockClock, certs: Certificates
+) -> None:
+    async with FakeCluster(security=server(certs, "SSL")) as cluster:
+        with anyio.fail_after(HANG_GUARD), pytest.raises(TimeoutError) as info:
+            async with Admin(cluster.bootstrap) as admin:  # its timeout, 30 s, comes first
+                await admin.list_groups()
+    assert "does the broker speak TLS on this port? check security_protocol" in str(info.value)
+
+
+async def test_a_sasl_client_of_a_listener_without_sasl_is_told_so(
+    autojump_clock: trio.testing.MockClock, certs: Certificates
+) -> None:
+    async with FakeCluster(security=server(certs, "SSL")) as cluster:
+        with anyio.fail_after(HANG_GUARD), pytest.raises(AuthenticationError) as info:
+            async with Admin(cluster.bootstrap, **client(certs, "SASL_SSL")) as admin:
+                await admin.list_groups()
+    assert "the listener does not use SASL (check security_protocol)" in str(info.value)
 
 
 async def test_fault_controls_see_the_sasl_exchange(

@@ -139,6 +139,41 @@ def test_unloadable_certificate_is_a_config_error(pem: Path) -> None:
         Security(security_protocol="SSL", ssl_certfile=pem).tls_context()
 
 
+def test_an_encrypted_key_without_its_password_is_named_and_never_prompted_for(
+    tmp_path: Path,
+) -> None:
+    """OpenSSL asks for a missing key password on the terminal, which would block
+    the event loop; the settings say instead what is missing."""
+    from cryptography.hazmat.primitives import serialization
+
+    from gengroup.testing.kafka.secure import make_certificates
+
+    certs = make_certificates(tmp_path / "certs")
+    key = serialization.load_pem_private_key(certs.client_key.read_bytes(), password=None)
+    encrypted = tmp_path / "encrypted.key"
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
+    settings = {"security_protocol": "SSL", "ssl_certfile": certs.client_cert}
+    with pytest.raises(ConfigError, match=r"encrypted.key' is encrypted: set ssl_password"):
+        Security(**settings, ssl_keyfile=encrypted).tls_context()
+    assert Security(**settings, ssl_keyfile=encrypted, ssl_password="secret").tls_context()
+
+
+def test_a_token_given_for_the_provider_stays_out_of_the_error() -> None:
+    with pytest.raises(ConfigError, match=r"\(got a str\)") as caught:
+        Security(
+            security_protocol="SASL_SSL",
+            sasl_mechanism="OAUTHBEARER",
+            sasl_oauth_token_provider="eyJhbGciOi.secret-signature",  # type: ignore[arg-type]
+        )
+    assert "secret" not in str(caught.value)
+
+
 async def test_every_client_takes_the_settings_by_name() -> None:
     settings: dict[str, Any] = {"security_protocol": "SASL_PLAINTEXT", **SCRAM}
     expected = Security(**settings)

@@ -21,7 +21,7 @@ from kio.schema.metadata.v12.response import MetadataResponse
 from kio.serial import entity_writer
 from kio.serial._introspect import EntityTupleField, classify_field
 from kio.static.constants import EntityType
-from kio.static.primitive import Records
+from kio.static.primitive import Records, i64Timedelta
 
 from gengroup._errors import ProtocolError, UnsupportedVersion
 from gengroup.protocol.framing import (
@@ -240,6 +240,14 @@ def _encode(entity: Any) -> bytes:
 # kio's phantom Records type (record batches as opaque bytes) has no strategy of
 # its own; any bytes are valid as far as the framing is concerned.
 st.register_type_strategy(Records, st.binary(max_size=64))
+# kio's own i64Timedelta strategy reaches durations its reader cannot build
+# again (beyond 2**63 microseconds); brokers send nothing near that.
+st.register_type_strategy(
+    i64Timedelta,
+    st.integers(-(2**53), 2**53).map(
+        lambda ms: i64Timedelta.parse(datetime.timedelta(milliseconds=ms))
+    ),
+)
 
 _SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large]
 
