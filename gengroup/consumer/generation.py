@@ -439,19 +439,21 @@ class Generation(IdentityNames):
         """The prefetcher reset ``tp`` to ``offset``: its position was out of range.
 
         The committed offset and the mark may point into a log that is gone (a
-        topic deleted and created again, a log truncated), so ``offset`` is
-        marked and the committed baseline lowered below it: the reset position
-        and later marks are committed even if lower (as Java and librdkafka
-        commit the position after a reset), or every restart would reset and
-        process the same records again. The only case a commit moves a
-        committed offset backwards. A span carries the reset to the next
-        holder until a commit of the partition is stored.
+        topic deleted and created again, a log truncated), so the mark is
+        dropped and the committed baseline lowered below ``offset``: the marks
+        of the records processed from there are committed even if lower, or
+        every restart would reset and process the same records again. The
+        only case a commit moves a committed offset backwards; and only once
+        a record from the reset position was processed and marked (nothing is
+        committed for a reset alone: an application that refuses a reset, as
+        the lake sink does, keeps its committed offset). A span carries the
+        reset to the next holder until a commit of the partition is stored.
         """
         span = self._span(tp)
         gen = self if span is None else span.gen
         if span is not None:
             span.reset, span.pending = offset, -1
-        gen._marks[tp] = offset
+        gen._marks.pop(tp, None)
         gen._committed[tp] = min(gen._committed.get(tp, -1), offset - 1)
 
     def keeps_spans(self) -> bool:

@@ -298,7 +298,7 @@ class Cluster:
                 security=self.security,
                 tls=self._tls,
             )
-            new.on_first_answer = partial(self._answered, (host, port))
+            new.on_answer = partial(self._answered, (host, port))
             new.on_unanswered_close = partial(self._closed_unanswered, (host, port))
             await self._tg.start(new.serve)
             if self._closed:  # aclose() ran while this one was connecting
@@ -374,8 +374,10 @@ class Cluster:
         return ClusterUnreachable(causes, down, exhausted=limit is not None and down >= limit)
 
     def _answered(self, address: tuple[str, int]) -> None:
-        self._unanswered.pop(address, None)
-        self._reachable_again()
+        if self._unanswered:
+            self._unanswered.pop(address, None)
+        if self.unreachable_since is not None:
+            self._reachable_again()
 
     def _closed_unanswered(self, address: tuple[str, int], said: str) -> None:
         """A connection to ``address`` was closed on its first request after the set-up.
@@ -388,7 +390,9 @@ class Cluster:
         """
         self._unanswered.setdefault(address, (anyio.current_time(), said))
         if self.unreachable_since is None and self._all_unanswered():
-            self.unreachable_since = min(at for at, _ in self._unanswered.values())
+            # Since the last of them began to: an address that did so long ago
+            # (a broker gone since) does not make a new outage old at once.
+            self.unreachable_since = max(at for at, _ in self._unanswered.values())
             log.warning("cluster unreachable: %s", "; ".join(self._unanswered_causes().values()))
 
     def _all_unanswered(self) -> bool:

@@ -99,6 +99,10 @@ del _loader
 
 #: Re-authenticate at this fraction of the session lifetime (jittered between them).
 _REAUTH_AT = (0.85, 0.95)
+#: Seconds within which a broker closing a connection on its first request
+#: after the set-up did so at once: a listener that requires SASL closes it as
+#: soon as the request arrives.
+_AT_ONCE = 1.0
 
 _SOFTWARE_NAME = "gengroup"
 _SOFTWARE_VERSION = "0.1.0"
@@ -215,11 +219,14 @@ class BrokerConnection:
         #: Responses read, and how many of them the set-up took (ApiVersions, SASL).
         self.answered = 0
         self._setup_answers: int | None = None
-        #: Called once, at the first answer to a request after the set-up.
-        self.on_first_answer: Callable[[], None] | None = None
-        #: Called if the broker closes the connection while its first request
-        #: after the set-up waits for an answer, with what to say of it.
+        #: Called at every answer to a request after the set-up.
+        self.on_answer: Callable[[], None] | None = None
+        #: Called if the broker closes the connection at once (within
+        #: :data:`_AT_ONCE`) on its first request after the set-up, with what
+        #: to say of it; a parked request (JoinGroup, a long poll) cut by a
+        #: restart is not that.
         self.on_unanswered_close: Callable[[str], None] | None = None
+        self._first_sent_at: float | None = None
         self._read_error: BaseException | None = None
         #: api key -> negotiated version (filled in during :meth:`serve`).
         self.versions: dict[ApiKey, int] = {}
@@ -442,11 +449,17 @@ class BrokerConnection:
                     waiter.frame = frame
                     waiter.event.set()
                     self.answered += 1
-                    if self.answered - 1 == self._setup_answers and self.on_first_answer:
-                        self.on_first_answer()
+                    if self.on_answer is not None and self.has_answered:
+                        self.on_answer()
         except (anyio.EndOfStream, anyio.BrokenResourceError, OSError) as exc:
             self._read_error = exc
-            if self._setup_answers is not None and not self.has_answered and self._waiters:
+            sent = self._first_sent_at
+            if (
+                sent is not None
+                and not self.has_answered
+                and self._waiters
+                and anyio.current_time() - sent < _AT_ONCE
+            ):
                 # A listener that requires SASL closes a connection whose
                 # first request after ApiVersions is anything else.
                 said = "closed by the broker on the first request after ApiVersions"
@@ -502,6 +515,8 @@ class BrokerConnection:
         frame = encode_request(request, correlation_id=cid, client_id=self.client_id)
         if expect_response:
             self._waiters[cid] = waiter
+            if self._first_sent_at is None and self._setup_answers is not None:
+                self._first_sent_at = anyio.current_time()
         lock = None if _lock_held else self._send_lock
         try:
             if lock is not None:

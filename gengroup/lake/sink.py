@@ -370,6 +370,10 @@ class LakeSink:
             # Decoded straight into columns: no Record object per record.
             table = None if batch is None else batch.to_arrow()
             taken, count = 0, 0 if table is None else table.num_rows
+            landed_to = max(buf.base, buf.end)  # buf.end is -1 while nothing is buffered
+            first = table.column("offset")[0].as_py() if table is not None and count else None
+            if first is not None and first < landed_to:
+                raise LakeError(_reset_under(gen, tp, first, landed_to))
             while True:
                 if batch is not None and taken < count:
                     taken = buf.add(table, batch.next_offset, taken, cfg.file_max_bytes)
@@ -577,6 +581,19 @@ class LakeSink:
 
 class _StorageFailedAgain(LakeError):
     """A storage failure that another worker of the sink already raised."""
+
+
+def _reset_under(gen: Generation, tp: TopicPartition, first: int, end: int) -> str:
+    """Why a batch below the landed offsets is refused (a reset of the position)."""
+    return (
+        f"{tp}: a batch starts at offset {first}, below offset {end} where the lake's "
+        f"landing stands in generation {gen.label}: the partition's position was reset "
+        "(its committed offset lies outside the log: a truncated log, or an offset set "
+        "past the end), and the lake does not follow a reset, which would land those "
+        "offsets twice. Set the group's committed offset to where the lake should go on "
+        "(gengroup groups reset-offsets), or move the partition's files out of the lake "
+        "to land it again from the log"
+    )
 
 
 def _would_lose(

@@ -245,13 +245,13 @@ def test_lake_sink_on_a_secured_cluster(
     import pyarrow.parquet as pq
 
     flags = scram_flags(secure_kafka)
-    topic, lake = unique_name("cli-lake"), tmp_path / "lake"
-    land(topic, lake, unique_name("lake"), flags, {"GENGROUP_SASL_PASSWORD": BOB_PASSWORD})
+    topic, lake, group = unique_name("cli-lake"), tmp_path / "lake", unique_name("lake")
+    land(topic, lake, group, flags, {"GENGROUP_SASL_PASSWORD": BOB_PASSWORD})
     rows = sum(pq.read_table(p).num_rows for p in lake.glob("topic=*/partition=*/*.parquet"))
     assert rows == 50
-    # A wrong password: one line, exit code 1.
+    # A wrong password: one line, exit code 1 (the lake's own group: another is refused).
     bad = gengroup(
-        "lake", "sink", "--group", "g", "--topic", topic, "--lake", str(lake), *flags,
+        "lake", "sink", "--group", group, "--topic", topic, "--lake", str(lake), *flags,
         env={"GENGROUP_SASL_PASSWORD": "wrong"}, timeout=180,
     )  # fmt: skip
     assert bad.returncode == 1, bad.stderr

@@ -559,3 +559,28 @@ async def test_a_storage_failure_is_one_lake_error_from_the_os_error(
     assert isinstance(raised.value.__cause__, OSError)
     assert raised.value.__cause__.errno == errno.ENOSPC
     assert "another task also raised" not in caplog.text
+
+
+async def test_a_position_reset_out_of_range_is_refused_not_landed_twice(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A committed offset past the log's end makes the consumer reset the position
+    (``start_offset``); the lake does not follow: it raises before writing or
+    committing anything, and the committed offset stays where it was (following
+    the reset landed the offsets below it again and committed backwards)."""
+    await produce(cluster.bootstrap, TOPIC, range(400))
+    config = LakeConfig(str(tmp_path), file_max_bytes=5_000, file_max_age=0.3, progress_interval=0)
+    await _land_all(cluster.bootstrap, "reset", LakeSink(config))
+    before = read_lake(tmp_path, TOPIC)
+    tp = TopicPartition(TOPIC, 0)
+    async with Admin(cluster.bootstrap) as admin:
+        end = (await admin.list_offsets([tp], "latest"))[tp]
+        # An offset past the end of the log, as a truncated log leaves it (the
+        # admin's reset_offsets keeps offsets within the log).
+        async with ConsumerGroup("reset", [TOPIC], cluster.bootstrap, **FAST) as group:
+            await (await group.next()).commit({tp: end + 100})
+        with anyio.fail_after(60), pytest.raises(LakeError, match=r"position was reset"):
+            await _run_sink(cluster.bootstrap, "reset", LakeSink(config), anyio.Event())
+        assert (await admin.fetch_offsets("reset"))[tp] == end + 100
+    after = read_lake(tmp_path, TOPIC)
+    assert after.copies == before.copies and after.files == before.files
