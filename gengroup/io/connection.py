@@ -294,6 +294,7 @@ class BrokerConnection:
                 f"cannot connect to {self.host}:{self.port}: {describe_connect_failure(exc)}"
             ) from exc
         failure: BaseException | None = None
+        phase = "version negotiation"
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._read_loop)
@@ -301,6 +302,7 @@ class BrokerConnection:
                     with anyio.fail_after(self.connect_timeout):
                         await self._negotiate()
                         if self.security.uses_sasl:
+                            phase = f"{self.security.sasl_mechanism} authentication"
                             self.session_lifetime = await sasl.authenticate(
                                 self, self.security, self.address
                             )
@@ -311,7 +313,7 @@ class BrokerConnection:
                     await self._close_stream()
                 except (TimeoutError, KafkaConnectionError, ProtocolError) as exc:
                     failure = self._tls_read_failure() or exc
-                    self._fail(BrokenConnection(f"{self}: version negotiation failed: {exc!r}"))
+                    self._fail(BrokenConnection(f"{self}: {phase} failed: {exc!r}"))
                     await self._close_stream()
                 except BaseException:
                     # Cancelled while negotiating: the shielded reader only
@@ -343,9 +345,9 @@ class BrokerConnection:
             hint = ""
             if self._tls is None and isinstance(self._read_error, anyio.EndOfStream):
                 hint = " (does the broker speak TLS on this port? check security_protocol)"
-            raise BrokenConnection(
-                f"{self}: version negotiation failed: {failure!r}{hint}"
-            ) from failure
+            if isinstance(failure, TimeoutError):
+                failure = TimeoutError(f"no answer within connect_timeout={self.connect_timeout} s")
+            raise BrokenConnection(f"{self}: {phase} failed: {failure!r}{hint}") from failure
 
     @property
     def has_answered(self) -> bool:

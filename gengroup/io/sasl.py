@@ -50,7 +50,7 @@ from kio.schema.sasl_authenticate.v2.request import (
 )
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from .._errors import AuthenticationError
+from .._errors import AuthenticationError, BrokenConnection
 from .security import Security
 
 __all__ = ["Mechanism", "SaslPeer", "authenticate", "mechanism_for"]
@@ -162,7 +162,11 @@ async def mechanism_for(security: Security, broker: str) -> Mechanism:
     """The conversation of ``security``'s mechanism (OAUTHBEARER asks the provider for a token).
 
     Raises:
-        AuthenticationError: the token provider failed or returned no token.
+        AuthenticationError: the token provider returned no token.
+        BrokenConnection: the token provider raised: a failure to fetch a token
+            (an identity provider briefly down) is retried as a connection's,
+            within the client's ``unreachable_timeout``, not taken as a
+            rejection of the credentials.
     """
     name = security.sasl_mechanism
     if name == "OAUTHBEARER":
@@ -171,11 +175,8 @@ async def mechanism_for(security: Security, broker: str) -> Mechanism:
         try:
             token = await provider()
         except Exception as exc:
-            raise AuthenticationError(
-                f"OAUTHBEARER authentication with {broker} failed: "
-                f"the token provider raised {exc!r}",
-                broker=broker,
-                mechanism="OAUTHBEARER",
+            raise BrokenConnection(
+                f"OAUTHBEARER authentication with {broker}: the token provider raised {exc!r}"
             ) from exc
         if not isinstance(token, str) or not token:
             raise AuthenticationError(
