@@ -70,13 +70,19 @@ def generation(
     )
 
 
-async def test_a_commit_between_generations_waits_and_goes_under_the_next_holder() -> None:
+def ended_holder(mark: int) -> tuple[Recorder, dict[TopicPartition, Span], Generation, Span]:
+    """A span whose holder marked ``mark`` and ended: a commit of it waits for a holder."""
     recorder = Recorder()
     spans: dict[TopicPartition, Span] = {}
     first = generation(1, spans, recorder)
     span = spans[TP] = Span(TP, first, position=0)
-    first.mark(TP, 5)
+    first.mark(TP, mark)
     first.set_ended()
+    return recorder, spans, first, span
+
+
+async def test_a_commit_between_generations_waits_and_goes_under_the_next_holder() -> None:
+    recorder, spans, first, span = ended_holder(5)
     done = anyio.Event()
 
     async def commit() -> None:
@@ -100,12 +106,7 @@ async def test_a_commit_between_generations_waits_and_goes_under_the_next_holder
 async def test_a_commit_waiting_for_a_holder_goes_on_once_the_next_generation_formed() -> None:
     """The next generation formed and is revoking other spans before it adopts this one:
     the commit goes under it then (a revoked task's cleanup may be waiting for it)."""
-    recorder = Recorder()
-    spans: dict[TopicPartition, Span] = {}
-    first = generation(1, spans, recorder)
-    span = spans[TP] = Span(TP, first, position=0)
-    first.mark(TP, 3)
-    first.set_ended()
+    recorder, spans, first, span = ended_holder(3)
     second = generation(2, spans, recorder, retained=frozenset({TP}))
     async with anyio.create_task_group() as tg:
         tg.start_soon(first.commit)
