@@ -55,13 +55,14 @@ COORDINATOR_LOAD_IN_PROGRESS) is ridden out.
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Self, Unpack
+from typing import Any, Final, Self, Unpack
 from uuid import UUID
 
 import anyio
@@ -69,6 +70,7 @@ import anyio.abc
 from kio.schema.errors import ErrorCode
 
 from .._errors import (
+    AuthenticationError,
     BrokenConnection,
     ClusterUnreachable,
     ConfigError,
@@ -85,6 +87,14 @@ from . import request as _request
 from .connection import BrokerConnection
 from .retry import retry
 from .security import PLAINTEXT, Security, SecuritySettings
+
+#: Seconds for which a broker's refusal of the client's login (TLS or SASL)
+#: is the answer to another connection to it, without logging in again: the
+#: final commit and LeaveGroup of a group ended by the refusal, and the other
+#: channels' connections, would each be refused again (a failed login each,
+#: which brokers count and may lock a principal out for), as the Java
+#: client keeps a node's authentication failure for its reconnect backoff.
+AUTH_REFUSAL_MEMORY: Final = 10.0
 
 __all__ = [
     "LONG_UNAVAILABLE",
@@ -222,6 +232,8 @@ class Cluster:
         #: Addresses whose connections the broker closed on their first request
         #: after the set-up, with no answer since: when, and what to say of it.
         self._unanswered: dict[tuple[str, int], tuple[float, str]] = {}
+        #: Addresses that refused this client's login (TLS or SASL): when, and the error.
+        self._refused: dict[tuple[str, int], tuple[float, AuthenticationError]] = {}
         #: By (key, key type): FindCoordinator answering COORDINATOR_NOT_AVAILABLE,
         #: with no coordinator found for that key since.
         self.coordinator_outages: dict[tuple[str, int], CoordinatorOutage] = {}
@@ -288,6 +300,9 @@ class Cluster:
                 node_id = key
             else:
                 (host, port), node_id = key, -1
+            refused = self._refused.get((host, port))
+            if refused is not None and anyio.current_time() < refused[0] + AUTH_REFUSAL_MEMORY:
+                raise copy.copy(refused[1])  # the same credentials: not a login again
             new = BrokerConnection(
                 host,
                 port,
@@ -300,7 +315,12 @@ class Cluster:
             )
             new.on_answer = partial(self._answered, (host, port))
             new.on_unanswered_close = partial(self._closed_unanswered, (host, port))
-            await self._tg.start(new.serve)
+            new.on_refused = partial(self._refused_login, (host, port))
+            try:
+                await self._tg.start(new.serve)
+            except AuthenticationError as exc:
+                self._refused_login((host, port), exc)
+                raise
             if self._closed:  # aclose() ran while this one was connecting
                 await new.aclose()
                 raise ConnectionClosed("the Cluster is closed")
@@ -372,6 +392,9 @@ class Cluster:
         down = now - self.unreachable_since
         limit = self.unreachable_timeout
         return ClusterUnreachable(causes, down, exhausted=limit is not None and down >= limit)
+
+    def _refused_login(self, address: tuple[str, int], exc: AuthenticationError) -> None:
+        self._refused[address] = (anyio.current_time(), exc)
 
     def _answered(self, address: tuple[str, int]) -> None:
         if self._unanswered:

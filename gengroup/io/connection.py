@@ -227,6 +227,8 @@ class BrokerConnection:
         #: restart is not that.
         self.on_unanswered_close: Callable[[str], None] | None = None
         self._first_sent_at: float | None = None
+        #: Called when a re-authentication is refused, with the refusal.
+        self.on_refused: Callable[[AuthenticationError], None] | None = None
         self._read_error: BaseException | None = None
         #: api key -> negotiated version (filled in during :meth:`serve`).
         self.versions: dict[ApiKey, int] = {}
@@ -379,6 +381,8 @@ class BrokerConnection:
             except Exception as exc:  # the serve task never raises once started
                 if isinstance(exc, ConnectionClosed) or self._failure is not None:
                     return  # closed (or broken) meanwhile: nothing left to re-authenticate
+                if isinstance(exc, AuthenticationError) and self.on_refused is not None:
+                    self.on_refused(exc)
                 log.warning("%s: re-authentication failed, closing the connection: %s", self, exc)
                 self._fail(BrokenConnection(f"{self}: re-authentication failed: {exc}"))
                 await self._close_stream()

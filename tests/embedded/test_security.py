@@ -51,6 +51,7 @@ from gengroup import (
     TopicPartition,
 )
 from gengroup.broker import BrokerSettings, Fail, FakeCluster, ServerSecurity
+from gengroup.io.cluster import AUTH_REFUSAL_MEMORY
 from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import Certificates, make_certificates
 
@@ -256,6 +257,27 @@ async def test_wrong_password_is_one_authentication_error(
     broker_lines = [r for r in caplog.records if r.name == "gengroup.broker"]
     assert len([r for r in client_lines if "authentication with" in r.getMessage()]) == 1
     assert len([r for r in broker_lines if "failed authentication" in r.getMessage()]) == 1
+
+
+async def test_a_refused_login_is_the_answer_for_a_while_without_logging_in_again(
+    autojump_clock: trio.testing.MockClock, certs: Certificates
+) -> None:
+    """After a refusal, the same client's next connections (a group's final commit
+    and LeaveGroup, other channels) are answered with it instead of another
+    failed login, for AUTH_REFUSAL_MEMORY; then it logs in again."""
+    settings = client(certs, mechanism="PLAIN", password="wrong")
+    async with (
+        FakeCluster(security=server(certs), topics={"t": 1}) as cluster,
+        Cluster(cluster.bootstrap, **settings) as pool,
+    ):
+        for _ in range(3):
+            with anyio.fail_after(HANG_GUARD), pytest.raises(AuthenticationError, match="PLAIN"):
+                await pool.any_connection()
+        assert cluster.failed_authentications == 1
+        await anyio.sleep(AUTH_REFUSAL_MEMORY)
+        with anyio.fail_after(HANG_GUARD), pytest.raises(AuthenticationError):
+            await pool.any_connection()
+        assert cluster.failed_authentications == 2
 
 
 async def test_unsupported_mechanism(
