@@ -19,6 +19,7 @@ The modules: :mod:`~gengroup.broker.fake_cluster` (``FakeCluster``),
 :mod:`~gengroup.broker.coordinator` (the group coordinator).
 """
 
+from ..protocol.versions import ApiKey as ApiKey
 from .fake_cluster import (
     EmbeddedBroker as EmbeddedBroker,
     FakeCluster as FakeCluster,
@@ -46,6 +47,7 @@ from .state import BrokerSettings as BrokerSettings
 __all__ = [
     "PASS",
     "Action",
+    "ApiKey",
     "BrokerServer",
     "BrokerSettings",
     "Control",

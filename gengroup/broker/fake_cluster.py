@@ -61,12 +61,13 @@ from typing import Any, Self
 import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from kio.schema.errors import ErrorCode
 
 from .._types import TopicPartition
 from ..protocol.records import Compression, NewRecord, Record, decode_batches, encode_batch
 from .coordinator import DescribedGroup, DescribeGroupsInput, OffsetFetchGroup, OffsetFetchInput
 from .faults import Control, ControlHandler
-from .log import LogError, Partition, Topic
+from .log import LogError, Partition, Topic, topic_name_error
 from .security import ServerSecurity
 from .server import BrokerServer
 from .state import BrokerSettings, ClusterState
@@ -201,6 +202,7 @@ class FakeCluster:
         }
         items = topics.items() if isinstance(topics, Mapping) else (topics or ())
         self._seed_topics = [(name, int(count)) for name, count in items]
+        _check_seed_topics(self._seed_topics)
         self._tg: anyio.abc.TaskGroup | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._entered = False
@@ -211,18 +213,25 @@ class FakeCluster:
         if self._entered:
             raise RuntimeError("a FakeCluster can be entered only once; create a new one")
         self._entered = True
-        async with contextlib.AsyncExitStack() as stack:
-            tg = await stack.enter_async_context(anyio.create_task_group())
-            # Runs before the task group exits: the servers serve until cancelled.
-            stack.callback(tg.cancel_scope.cancel)
-            self.state.start()
-            for server in self.servers.values():
-                await tg.start(server.serve)
-            tg.start_soon(self.state.run_group_timer)
-            for name, count in self._seed_topics:
-                self.create_topic(name, count)
-            self._tg = tg
-            self._stack = stack.pop_all()
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                tg = await stack.enter_async_context(anyio.create_task_group())
+                # Runs before the task group exits: the servers serve until cancelled.
+                stack.callback(tg.cancel_scope.cancel)
+                self.state.start()
+                for server in self.servers.values():
+                    await tg.start(server.serve)
+                tg.start_soon(self.state.run_group_timer)
+                for name, count in self._seed_topics:
+                    self.create_topic(name, count)
+                self._tg = tg
+                self._stack = stack.pop_all()
+        except BaseExceptionGroup as group:
+            # What failed the start (a port in use), as itself: the task group
+            # only wraps it.
+            if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
+                raise group.exceptions[0] from None
+            raise
         return self
 
     async def __aexit__(
@@ -255,7 +264,13 @@ class FakeCluster:
 
     @property
     def bootstrap(self) -> str:
-        """Every broker's address, ``"127.0.0.1:P1,127.0.0.1:P2,..."``."""
+        """Every broker's address, ``"127.0.0.1:P1,127.0.0.1:P2,..."``.
+
+        Raises:
+            RuntimeError: the cluster was not entered yet (no port is bound).
+        """
+        if not self._entered:
+            raise RuntimeError("the FakeCluster is not running: use `async with FakeCluster(...)`")
         return ",".join(f"{self.settings.host}:{s.port}" for s in self.servers.values())
 
     @property
@@ -513,3 +528,24 @@ class EmbeddedBroker(FakeCluster):
     def port(self) -> int:
         """The port the broker listens on."""
         return self.servers[0].port
+
+
+def _check_seed_topics(topics: list[tuple[str, int]]) -> None:
+    """Refuse a seed topic that cannot be created, before anything listens.
+
+    Raises:
+        LogError: a name Kafka does not allow, a name given twice, or fewer
+            than one partition (``.code`` holds the Kafka error code).
+    """
+    seen: set[str] = set()
+    for name, count in topics:
+        why = topic_name_error(name) if isinstance(name, str) else f"{name!r} is not a name"
+        if why is not None:
+            raise LogError(ErrorCode.invalid_topic_exception, why)
+        if name in seen:
+            raise LogError(ErrorCode.topic_already_exists, f"topic {name!r} is given twice")
+        if count < 1:
+            raise LogError(
+                ErrorCode.invalid_partitions, f"topic {name!r}: partitions must be at least 1"
+            )
+        seen.add(name)

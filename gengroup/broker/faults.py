@@ -135,6 +135,21 @@ Action: TypeAlias = Pass | Delay | Drop | Fail | Respond | Disconnect
 ControlHandler: TypeAlias = Callable[[Intercepted], Action | None]
 
 
+def _check_action(action: object) -> None:
+    """Refuse a handler's answer that is not an action (the class ``Fail`` itself,
+    an error code, True): served as if nothing were injected, a fault test would
+    pass for the wrong reason."""
+    seen = action
+    while isinstance(seen, Delay):
+        seen = seen.then
+    if seen is not None and not isinstance(seen, Pass | Drop | Fail | Respond | Disconnect):
+        raise TypeError(
+            f"a control's handler returned {action!r}: return an action instance "
+            "(Fail(code), Drop(), Delay(seconds), Respond(response), Disconnect()), "
+            "Pass() or None"
+        )
+
+
 @dataclass(eq=False)
 class Control:
     """A control, installed with :meth:`Faults.install`.
@@ -178,6 +193,11 @@ class Faults:
         Returns:
             ``control``; call :meth:`Control.remove` to uninstall it.
         """
+        if not callable(control.handler):
+            raise TypeError(
+                f"a control's handler is a function of the intercepted request returning "
+                f"an action or None, not {control.handler!r}"
+            )
         if control.api_key is not None:
             control.api_key = int(control.api_key)
         control._owner = self
@@ -205,6 +225,7 @@ class Faults:
             action = control.handler(call)
             if action is None or isinstance(action, Pass):
                 continue
+            _check_action(action)
             control.handled += 1
             if control.once:
                 control.remove()

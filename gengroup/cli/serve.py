@@ -29,6 +29,7 @@ import anyio
 
 from .._errors import ConfigError
 from ..broker import BrokerSettings, FakeCluster, ServerSecurity
+from ..broker.log import topic_name_error
 from ._common import bounded, command
 
 __all__ = ["add_parser", "parse_topic", "parse_user", "run", "server_security"]
@@ -48,6 +49,9 @@ def parse_topic(text: str) -> tuple[str, int]:
         name, count = text, "1"
     if not name or not count.isdigit() or int(count) < 1:
         raise argparse.ArgumentTypeError(f"expected NAME:PARTITIONS, got {text!r}")
+    why = topic_name_error(name)
+    if why is not None:
+        raise argparse.ArgumentTypeError(f"{why}: {name!r}")
     return name, int(count)
 
 
@@ -186,6 +190,10 @@ def run(args: argparse.Namespace) -> int:
             f"most {_MAX_PORT - args.brokers + 1}, or 0 for any free ports",
             file=sys.stderr,
         )
+        return 2
+    names = [name for name, _ in args.topics or ()]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        print(f"gengroup serve: --topic {', '.join(twice)} given twice", file=sys.stderr)
         return 2
     try:
         security = server_security(args)

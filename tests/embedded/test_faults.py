@@ -19,6 +19,7 @@ from gengroup.broker import (
     Fail,
     FakeCluster,
     Intercepted,
+    LogError,
     Respond,
 )
 from gengroup.protocol.framing import build, response_module
@@ -67,6 +68,42 @@ async def test_injected_error_is_seen_once(autojump_clock: trio.testing.MockCloc
         assert (call.api_key, call.api_version, call.broker_id) == (12, 4, 0)
         assert call.client_id == "embedded-test"
         assert call.request.member_id == member
+
+
+@pytest.mark.parametrize("answer", [Fail, Drop, 27, True, Delay(1.0, then=Fail)])  # type: ignore[arg-type]
+async def test_a_handler_answering_no_action_is_an_error_not_a_pass(
+    autojump_clock: trio.testing.MockClock, answer: Any
+) -> None:
+    """The class ``Fail`` instead of ``Fail(27)`` (or an error code) was counted as
+    handled and the request served as if nothing were injected: a fault test then
+    passed for the wrong reason."""
+    async with (
+        FakeCluster(initial_rebalance_delay_ms=0) as cluster,
+        connect(cluster) as conn,
+    ):
+        member, generation = await _member(conn, "g")
+        control = cluster.control(ApiKey.HEARTBEAT, lambda call: answer, once=True)
+        resp = await conn.request(heartbeat(4, "g", generation, member))
+        assert resp.error_code == ErrorCode.unknown_server_error
+        assert control.active and control.handled == 0
+        assert any("return an action instance" in str(e) for e in cluster.errors)
+        with pytest.raises(TypeError, match="handler is a function"):
+            cluster.control(ApiKey.HEARTBEAT, Fail(27))  # type: ignore[arg-type]
+
+
+async def test_starting_errors_come_out_as_themselves_before_anything_listens(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    for topics, match in [({"bad/name": 1}, "outside"), ({"t": 0}, "at least 1")]:
+        with pytest.raises(LogError, match=match):
+            FakeCluster(topics=topics)
+    with pytest.raises(RuntimeError, match="not running"):
+        _ = FakeCluster().bootstrap
+    async with FakeCluster() as taken:
+        port = int(taken.bootstrap.rsplit(":", 1)[1])
+        with pytest.raises(OSError, match="in use"):  # not an ExceptionGroup of it
+            async with FakeCluster(ports=[port]):
+                pass
 
 
 async def test_persistent_control_with_a_predicate(autojump_clock: trio.testing.MockClock) -> None:
