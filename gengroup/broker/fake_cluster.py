@@ -206,6 +206,7 @@ class FakeCluster:
         self._tg: anyio.abc.TaskGroup | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._entered = False
+        self._started = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -225,12 +226,14 @@ class FakeCluster:
                 for name, count in self._seed_topics:
                     self.create_topic(name, count)
                 self._tg = tg
+                self._started = True
                 self._stack = stack.pop_all()
         except BaseExceptionGroup as group:
             # What failed the start (a port in use), as itself: the task group
             # only wraps it.
             if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
-                raise group.exceptions[0] from None
+                failure = group.exceptions[0]
+                raise failure from failure.__cause__
             raise
         return self
 
@@ -267,9 +270,9 @@ class FakeCluster:
         """Every broker's address, ``"127.0.0.1:P1,127.0.0.1:P2,..."``.
 
         Raises:
-            RuntimeError: the cluster was not entered yet (no port is bound).
+            RuntimeError: the cluster has not started (not entered yet, or its start failed).
         """
-        if not self._entered:
+        if not self._started:
             raise RuntimeError("the FakeCluster is not running: use `async with FakeCluster(...)`")
         return ",".join(f"{self.settings.host}:{s.port}" for s in self.servers.values())
 

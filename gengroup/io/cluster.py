@@ -88,7 +88,8 @@ from .connection import BrokerConnection
 from .retry import retry
 from .security import PLAINTEXT, Security, SecuritySettings
 
-#: Seconds for which a broker's refusal of the client's login (TLS or SASL)
+#: Seconds for which a broker's refusal of the client's login (TLS or SASL;
+#: not OAUTHBEARER, whose provider may hand out a better token next time)
 #: is the answer to another connection to it, without logging in again: the
 #: final commit and LeaveGroup of a group ended by the refusal, and the other
 #: channels' connections, would each be refused again (a failed login each,
@@ -303,6 +304,7 @@ class Cluster:
             refused = self._refused.get((host, port))
             if refused is not None and anyio.current_time() < refused[0] + AUTH_REFUSAL_MEMORY:
                 raise copy.copy(refused[1])  # the same credentials: not a login again
+            self._refused.pop((host, port), None)
             new = BrokerConnection(
                 host,
                 port,
@@ -394,7 +396,9 @@ class Cluster:
         return ClusterUnreachable(causes, down, exhausted=limit is not None and down >= limit)
 
     def _refused_login(self, address: tuple[str, int], exc: AuthenticationError) -> None:
-        self._refused[address] = (anyio.current_time(), exc)
+        # An OAUTHBEARER login asks the token provider anew: the next may succeed.
+        if self.security.sasl_mechanism != "OAUTHBEARER":
+            self._refused[address] = (anyio.current_time(), exc)
 
     def _answered(self, address: tuple[str, int]) -> None:
         if self._unanswered:

@@ -50,7 +50,7 @@ from kio.schema.sasl_authenticate.v2.request import (
 )
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from .._errors import AuthenticationError, BrokenConnection
+from .._errors import AuthenticationError, BrokenConnection, ConfigError
 from .security import Security
 
 __all__ = ["Mechanism", "SaslPeer", "authenticate", "mechanism_for"]
@@ -163,7 +163,8 @@ async def mechanism_for(security: Security, broker: str) -> Mechanism:
 
     Raises:
         AuthenticationError: the token provider returned no token.
-        BrokenConnection: the token provider raised: a failure to fetch a token
+        AuthenticationError, ConfigError: raised by the token provider itself.
+        BrokenConnection: the token provider raised anything else: a failure to fetch a token
             (an identity provider briefly down) is retried as a connection's,
             within the client's ``unreachable_timeout``, not taken as a
             rejection of the credentials.
@@ -174,6 +175,8 @@ async def mechanism_for(security: Security, broker: str) -> Mechanism:
         assert provider is not None
         try:
             token = await provider()
+        except (AuthenticationError, ConfigError):
+            raise  # the provider's own verdict (its identity provider refused it)
         except Exception as exc:
             raise BrokenConnection(
                 f"OAUTHBEARER authentication with {broker}: the token provider raised {exc!r}"

@@ -217,10 +217,10 @@ def test_oauthbearer_from_a_token_command_and_a_static_token(
     listed = gengroup("topics", "list", "--json", *static)
     assert listed.returncode == 0, listed.stderr
     assert {"topic": topic, "partitions": 2} in json.loads(listed.stdout)
-    # A failing command is an authentication error naming what it said.
+    # A failing command fails every attempt until --timeout; the error names what it said.
     failing = shlex.join([sys.executable, "-c", "import sys; sys.exit('no token today')"])
     by_failing = [*common, "--sasl-oauth-token-command", failing]
-    line = one_line_error(gengroup("groups", "list", *by_failing))
+    line = one_line_error(gengroup("groups", "list", "--timeout", "5", *by_failing))
     assert "OAUTHBEARER" in line and "exited with status 1: no token today" in line, line
 
 

@@ -101,9 +101,12 @@ async def test_starting_errors_come_out_as_themselves_before_anything_listens(
         _ = FakeCluster().bootstrap
     async with FakeCluster() as taken:
         port = int(taken.bootstrap.rsplit(":", 1)[1])
+        failed = FakeCluster(ports=[port])
         with pytest.raises(OSError, match="in use"):  # not an ExceptionGroup of it
-            async with FakeCluster(ports=[port]):
+            async with failed:
                 pass
+        with pytest.raises(RuntimeError, match="not running"):
+            _ = failed.bootstrap
 
 
 async def test_persistent_control_with_a_predicate(autojump_clock: trio.testing.MockClock) -> None:

@@ -272,3 +272,16 @@ async def test_oauthbearer_message_and_a_failing_provider() -> None:
             "h:1",
         )
     assert is_retriable(info.value) and not isinstance(info.value, AuthenticationError)
+
+    async def refusing() -> str:  # the provider's own verdict passes through as itself
+        raise AuthenticationError("invalid_client", broker="idp", mechanism="OAUTHBEARER")
+
+    with pytest.raises(AuthenticationError, match="invalid_client"):
+        await sasl.mechanism_for(
+            Security(
+                security_protocol="SASL_SSL",
+                sasl_mechanism="OAUTHBEARER",
+                sasl_oauth_token_provider=refusing,
+            ),
+            "h:1",
+        )
