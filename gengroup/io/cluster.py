@@ -22,7 +22,11 @@ each address and its cause, and logs one WARNING when the cluster goes from
 reachable to unreachable (and one INFO when it comes back), never one per
 attempt. Once the cluster has been unreachable for ``unreachable_timeout``
 seconds the error is marked exhausted, which the error table does not retry:
-every retry loop above stops and the error reaches the caller.
+every retry loop above stops and the error reaches the caller. A broker that
+accepts connections and closes each one at once on its first request after
+ApiVersions (a listener that requires SASL, to a client without it) counts
+the same way once every known address does it (:meth:`Cluster.call` raises
+the exhausted error); any answer on any connection ends an outage.
 
 Every request goes out through :meth:`Cluster.call` (version negotiated on
 the connection that carries it, see :mod:`gengroup.io.request`); every retry
@@ -33,7 +37,9 @@ Every connection is secured alike: the cluster's :class:`~gengroup.io.security.S
 go to each :class:`~gengroup.io.connection.BrokerConnection` it opens. An
 :class:`~gengroup._errors.AuthenticationError` (TLS or SASL) is not a
 connection failure to try the next address with: it comes out of
-:meth:`Cluster.any_connection` at once, and nothing retries it.
+:meth:`Cluster.any_connection` at once, and nothing retries it; for
+:data:`AUTH_REFUSAL_MEMORY` it answers the next connections to that broker
+without another login.
 
 FindCoordinator retries what the error table retries (NOT_COORDINATOR,
 COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, connection failures
