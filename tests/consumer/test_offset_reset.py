@@ -3,9 +3,10 @@
 A committed offset past the log end (a topic deleted and created again, a
 log truncated) makes the member reset the partition as ``start_offset``
 says. The old committed offset no longer points into the log, so the reset
-lowers the generation's committed baseline: the reset position and the
-marks after it are committed, and a restart resumes there instead of
-resetting and processing the same records again. The reset is logged once.
+lowers the generation's committed baseline: the marks of the records
+processed from the reset position are committed, and a restart resumes
+there instead of resetting and processing the same records again. A reset
+alone commits nothing. The reset is logged once.
 """
 
 from __future__ import annotations
@@ -67,6 +68,24 @@ async def test_a_reset_partition_commits_its_new_position(
                     if batch.next_offset == 60:
                         break
         assert again == list(range(50, 60))  # resumed, nothing processed twice
+
+
+async def test_a_reset_alone_commits_nothing(autojump_clock: trio.testing.MockClock) -> None:
+    """An application that refuses to follow a reset (the lake sink) marks nothing:
+    the committed offset stays where it was, not moved back to the reset position."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.produce("t", [NewRecord(None, b"x", (), 0)] * 50)
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            gen = await group.next()
+            await gen.commit({TP: 150})
+        seen: list[int] = []
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            gen = await group.next()
+            async for batch in gen.fetch(TP):
+                seen.extend(r.offset for r in batch)  # handed out from the reset position
+                break
+        assert seen[0] == 0
+        assert cluster.committed_offsets("g") == {TP: 150}
 
 
 async def test_a_reset_between_generations_lowers_the_next_holders_baseline() -> None:
