@@ -216,9 +216,10 @@ class BrokerConnection:
         self.session_lifetime: float | None = None
         #: How many times the connection re-authenticated (KIP-368).
         self.reauthentications = 0
-        #: Responses read, and how many of them the set-up took (ApiVersions, SASL).
-        self.answered = 0
-        self._setup_answers: int | None = None
+        #: Whether the set-up (ApiVersions, SASL) is done, and whether the broker
+        #: answered a request after it.
+        self._set_up = False
+        self.has_answered = False
         #: Called at every answer to a request after the set-up.
         self.on_answer: Callable[[], None] | None = None
         #: Called if the broker closes the connection at once (within
@@ -324,7 +325,7 @@ class BrokerConnection:
                     await self._close_stream()
                     raise
                 else:
-                    self._setup_answers = self.answered
+                    self._set_up = True
                     if self.session_lifetime is not None:
                         tg.start_soon(self._reauthenticate_loop)
                     task_status.started(self)
@@ -350,11 +351,6 @@ class BrokerConnection:
             if isinstance(failure, TimeoutError):
                 failure = TimeoutError(f"no answer within connect_timeout={self.connect_timeout} s")
             raise BrokenConnection(f"{self}: {phase} failed: {failure!r}{hint}") from failure
-
-    @property
-    def has_answered(self) -> bool:
-        """Whether the broker answered a request after the set-up (ApiVersions, SASL)."""
-        return self._setup_answers is not None and self.answered > self._setup_answers
 
     def _tls_read_failure(self) -> TLSError | None:
         """A TLS alert read after the handshake (how TLS 1.3 refuses a client certificate)."""
@@ -454,9 +450,10 @@ class BrokerConnection:
                         raise ProtocolError(f"response with unknown correlation id {cid}")
                     waiter.frame = frame
                     waiter.event.set()
-                    self.answered += 1
-                    if self.on_answer is not None and self.has_answered:
-                        self.on_answer()
+                    if self._set_up:
+                        self.has_answered = True
+                        if self.on_answer is not None:
+                            self.on_answer()
         except (anyio.EndOfStream, anyio.BrokenResourceError, OSError) as exc:
             self._read_error = exc
             sent = self._first_sent_at
@@ -521,7 +518,7 @@ class BrokerConnection:
         frame = encode_request(request, correlation_id=cid, client_id=self.client_id)
         if expect_response:
             self._waiters[cid] = waiter
-            if self._first_sent_at is None and self._setup_answers is not None:
+            if self._first_sent_at is None and self._set_up:
                 self._first_sent_at = anyio.current_time()
         lock = None if _lock_held else self._send_lock
         try:
