@@ -68,8 +68,8 @@ from ..io.retry import Backoff
 from ..membership import requests
 from ..membership.member import Joined, JoinParams, Member, Outcome, Retry, outcome_for
 from ..membership.pattern import describe_change, matching_topics
-from ..protocol.consumer_protocol import PROTOCOL_TYPE
 from ..protocol.versions import ApiKey
+from . import diagnosis
 from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
 from .metrics import GroupMetrics
 from .prefetch import FIRST_FETCH_CHANNELS, Prefetcher
@@ -341,90 +341,6 @@ class GroupClient:
                 await fetch.done.wait()
         return SyncAnswer(code, raw, at, fetch.result)
 
-    async def describe_group(
-        self, node: int, timeout: float | None = None
-    ) -> requests.GroupView | None:
-        """DescribeGroups of this group at ``node``, for messages: None if it cannot say.
-
-        Bounded by ``timeout`` (default: the request timeout); a connection
-        failure, a broker error, a malformed answer or no answer in time is
-        None, never raised.
-        """
-        cfg = self.config
-        limit = cfg.request_timeout if timeout is None else timeout
-        view: requests.GroupView | None = None
-        with anyio.move_on_after(limit):
-            try:
-                resp = await self.cluster.call(
-                    node,
-                    ApiKey.DESCRIBE_GROUPS,
-                    partial(requests.describe_request, group_id=cfg.group_id),
-                    timeout=limit,
-                )
-                view = requests.parse_describe(resp, cfg.group_id)
-            except (KafkaConnectionError, ProtocolError, BrokerError, TimeoutError) as exc:
-                log.debug("group %s: DescribeGroups failed: %s", cfg.group_id, exc)
-        return view
-
-    async def report_unreadable(self, node: int, joined: Joined) -> None:
-        """Log (ERROR) once each member whose subscription the leader could not read."""
-        if not joined.unreadable:
-            return
-        # The group waits for this leader's SyncGroup: ask briefly.
-        view = await self.describe_group(node, timeout=self.config.heartbeat_interval)
-        clients = view.clients if view is not None else {}
-        for bad in joined.unreadable:
-            client = clients.get(bad.member_id, "unknown (DescribeGroups did not say)")
-            log.error(
-                "group %s generation %d: member %s%s, client %s, sent a subscription this "
-                "leader cannot read (%s); it is assigned no partitions",
-                self.config.group_id,
-                joined.generation_id,
-                bad.member_id,
-                f" (instance {bad.group_instance_id})" if bad.group_instance_id else "",
-                client,
-                bad.error,
-            )
-
-    async def explain_inconsistent(
-        self, node: int, error: BrokerError, offered: Sequence[str]
-    ) -> BrokerError:
-        """INCONSISTENT_GROUP_PROTOCOL, saying what this member offered and what the group runs.
-
-        DescribeGroups tells which protocol the group runs once a generation
-        chose one; otherwise (or if it cannot be asked) the message says so.
-        """
-        cfg = self.config
-        view = await self.describe_group(node)
-        said = (
-            f"JoinGroup {cfg.group_id}: this member offered protocol type "
-            f"{PROTOCOL_TYPE!r} with the balancers [{', '.join(offered)}], and the group's "
-            "members have none of them in common"
-        )
-        if view is None:
-            said += "; the group runs another protocol (DescribeGroups could not tell which)"
-        elif view.protocol_type not in ("", PROTOCOL_TYPE):
-            said += (
-                f"; the group runs protocol type {view.protocol_type!r}"
-                + (f" ({view.protocol!r})" if view.protocol else "")
-                + ": it is not a consumer group, or another application uses this group id"
-            )
-        elif not view.protocol:
-            said += (
-                "; the group runs another protocol (DescribeGroups could not tell which: "
-                f"the group is {view.state or 'in an unknown state'} and names none)"
-            )
-        else:
-            said += (
-                f"; the group runs the protocol {view.protocol!r}, which this member does not "
-                f"offer: add a balancer named {view.protocol!r} or use another group id"
-            )
-        if view is not None and view.clients:
-            shown = sorted(view.clients.values())
-            more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
-            said += f" (members: {', '.join(shown[:5])}{more})"
-        return error_for_code(error.code, said)
-
     @property
     def _rebalance_wait(self) -> float:
         """How long JoinGroup and SyncGroup may wait: the coordinator holds them."""
@@ -694,14 +610,16 @@ async def form_generation(
             if isinstance(joined, Retry):
                 if joined.error.code == ErrorCode.inconsistent_group_protocol:
                     offered = [b.name for b in member.config.balancers]
-                    raise await client.explain_inconsistent(node, joined.error, offered)
+                    raise await diagnosis.explain_inconsistent(
+                        client.cluster, cfg, node, joined.error, offered
+                    )
                 await _retry_pause(member, client, joined, backoff)
                 continue
             t0 = anyio.current_time()
             counts: dict[str, int] = {}
             assignments: dict[str, bytes] = {}
             if joined.is_leader:
-                await client.report_unreadable(node, joined)
+                await diagnosis.report_unreadable(client.cluster, cfg, node, joined)
                 counts = await client.partition_counts(member.subscribed_topics(), metadata)
                 assignments = member.assign(counts)
             identity = generation_identity(cfg, joined.generation_id, joined.member_id, sequence)
