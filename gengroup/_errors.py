@@ -298,7 +298,10 @@ class CoordinatorUnavailable(CoordinatorNotAvailable):
     that leadership moves, and for good when the topic cannot be created (fewer
     live brokers than ``offsets.topic.replication.factor``). The lookup retries
     it, with backoff, like any coordinator error, until it has lasted the
-    client's ``unreachable_timeout``.
+    client's ``unreachable_timeout``. A consumer group also raises it when the
+    coordinator FindCoordinator found answered the group's requests
+    NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE for that long; the message
+    names the broker and the request.
 
     Attributes:
         key: the coordinator key (the group id).

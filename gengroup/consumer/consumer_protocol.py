@@ -79,6 +79,7 @@ from .._errors import (
     exhausted_unreachable,
 )
 from .._types import GenerationIdentity, TopicPartition
+from ..io.coordinator import REFUSALS
 from ..io.retry import Backoff
 from ..membership import requests
 from ..membership.member import Outcome, outcome_for
@@ -286,11 +287,15 @@ class ConsumerProtocolMember:
                     isinstance(exc, BrokerError) and outcome_for(exc.code) is Outcome.FATAL
                 ):
                     raise
-                log.info("group %s: fetching start offsets failed (%s); again", cfg.group_id, exc)
+                if not (isinstance(exc, BrokerError) and self.client.refused(exc, "OffsetFetch")):
+                    log.info(
+                        "group %s: fetching start offsets failed (%s); again", cfg.group_id, exc
+                    )
                 self.client.forget_coordinator()
                 await backoff.sleep()
                 continue
             timings.offset_fetch = anyio.current_time() - t1
+            self.client.coordinator.accepted("OffsetFetch")
             if incarnation != self.incarnation or target != self._target:
                 continue  # fenced or reassigned meanwhile
             if own is not None:
@@ -473,6 +478,7 @@ class ConsumerProtocolMember:
                 await self._heartbeat_refused(code, resp.error_message, backoff)
                 continue
             backoff.reset()
+            self.client.coordinator.accepted("ConsumerGroupHeartbeat")
             if self._failing:
                 self._failing = False
                 log.info("group %s member %s: heartbeat works again", cfg.group_id, self.member_id)
@@ -537,9 +543,14 @@ class ConsumerProtocolMember:
         if outcome is Outcome.FATAL:
             self._fail(error_for_code(code, self._explain(code, said)))
             return
-        if outcome is Outcome.FIND_COORDINATOR:
-            self.client.forget_coordinator()
-        if not self._failing:
+        if code in REFUSALS:
+            unavailable = self.client.coordinator.refused(
+                error_for_code(code, message), "ConsumerGroupHeartbeat"
+            )
+            if unavailable.exhausted:
+                self._fail(unavailable)
+                return
+        elif not self._failing:
             self._failing = True
             log.info(
                 "group %s: heartbeat refused (%s); retrying", cfg.group_id, error_for_code(code)

@@ -52,9 +52,9 @@ from kio.schema.errors import ErrorCode
 from .._config import GroupConfig
 from .._errors import (
     BrokerError,
+    CoordinatorUnavailable,
     GengroupError,
     KafkaConnectionError,
-    NotCoordinator,
     ProtocolError,
     error_for_code,
     exhausted_unreachable,
@@ -62,7 +62,7 @@ from .._errors import (
 from .._types import GenerationIdentity, TopicPartition
 from ..io import offsets
 from ..io.cluster import Cluster, TopicInfo
-from ..io.coordinator import CoordinatorClient
+from ..io.coordinator import REFUSALS, CoordinatorClient
 from ..io.request import preload
 from ..io.retry import Backoff
 from ..membership import requests
@@ -222,6 +222,18 @@ class GroupClient:
     def forget_coordinator(self) -> None:
         """The coordinator moved or is unreachable: look it up again before the next request."""
         self.coordinator.forget()
+
+    def refused(self, error: BrokerError, request: str) -> bool:
+        """Count ``error`` if the coordinator refused ``request`` (False if it is
+        another error); raise :class:`CoordinatorUnavailable` once the refusals
+        have lasted ``unreachable_timeout``. FindCoordinator's own refusals are
+        the cluster's to count."""
+        if error.code not in REFUSALS or isinstance(error, CoordinatorUnavailable):
+            return False
+        unavailable = self.coordinator.refused(error, request)
+        if unavailable.exhausted:
+            raise unavailable from error
+        return True
 
     async def find_coordinator(self, timings: RebalanceTimings) -> int:
         """The coordinator's node id, looked up (and timed) if unknown."""
@@ -613,8 +625,9 @@ async def form_generation(
                     raise await diagnosis.explain_inconsistent(
                         client.cluster, cfg, node, joined.error, offered
                     )
-                await _retry_pause(member, client, joined, backoff)
+                await _retry_pause(member, client, joined, backoff, "JoinGroup")
                 continue
+            client.coordinator.accepted("JoinGroup")
             t0 = anyio.current_time()
             counts: dict[str, int] = {}
             assignments: dict[str, bytes] = {}
@@ -634,13 +647,15 @@ async def form_generation(
             synced = member.on_sync(error_code=answer.error_code, assignment=answer.assignment)
             timings.sync += anyio.current_time() - t0
             if isinstance(synced, Retry):
-                await _retry_pause(member, client, synced, backoff)
+                await _retry_pause(member, client, synced, backoff, "SyncGroup")
                 continue
+            client.coordinator.accepted("SyncGroup")
             t0 = anyio.current_time()
             partitions = synced.partitions()
             positions, committed = await client.start_positions(node, partitions, answer.committed)
             timings.offset_fetch += anyio.current_time() - t0
-        except (KafkaConnectionError, NotCoordinator, TimeoutError) as exc:
+            client.coordinator.accepted("OffsetFetch")
+        except (KafkaConnectionError, TimeoutError) as exc:
             unreachable = exhausted_unreachable(exc)
             if unreachable is not None:
                 raise unreachable from None
@@ -656,9 +671,10 @@ async def form_generation(
             if outcome is Outcome.FATAL or exhausted_unreachable(exc) is not None:
                 raise
             member.abandon(outcome, str(exc))
-            if outcome is Outcome.FIND_COORDINATOR:
-                client.forget_coordinator()
-            log.info("group %s: %s; rejoining", cfg.group_id, exc)
+            if not client.refused(exc, "OffsetFetch"):
+                if outcome is Outcome.FIND_COORDINATOR:
+                    client.forget_coordinator()
+                log.info("group %s: %s; rejoining", cfg.group_id, exc)
             await backoff.sleep()
             continue
         rebalance = member.rebalance_protocol(joined.protocol)
@@ -736,16 +752,20 @@ def _join_backoff(cfg: GroupConfig) -> Backoff:
     return Backoff(cfg.join_backoff, cap=min(cfg.join_backoff * 2**5, _JOIN_BACKOFF_CAP))
 
 
-async def _retry_pause(member: Member, client: GroupClient, retry: Retry, backoff: Backoff) -> None:
-    """Act on a failed join or sync; back off if due."""
-    if _handle_retry(member, client, retry):
+async def _retry_pause(
+    member: Member, client: GroupClient, retry: Retry, backoff: Backoff, request: str
+) -> None:
+    """Act on a failed ``request`` (JoinGroup or SyncGroup); back off if due."""
+    if _handle_retry(member, client, retry, request):
         await backoff.sleep()
 
 
-def _handle_retry(member: Member, client: GroupClient, retry: Retry) -> bool:
+def _handle_retry(member: Member, client: GroupClient, retry: Retry, request: str) -> bool:
     """Act on a failed step; True if the next attempt should wait a backoff."""
     if retry.outcome is Outcome.FATAL:
         raise retry.error
+    if client.refused(retry.error, request):
+        return True
     if retry.outcome is Outcome.FIND_COORDINATOR:
         client.forget_coordinator()
         return True

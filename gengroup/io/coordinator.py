@@ -18,21 +18,65 @@ looks it up first).
 Nothing else is retried here: the callers' own deadlines (Admin's timeout, the
 consumer's session) bound how long they keep trying, with
 :func:`gengroup.io.retry.retry`.
+
+A coordinator that FindCoordinator finds but that refuses the group's
+requests (JoinGroup, SyncGroup, OffsetFetch or ConsumerGroupHeartbeat
+answered NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE: a broker whose view
+of the offsets topic's leadership is stale or whose coordinator failed) is
+as unavailable as one FindCoordinator cannot find, but every lookup
+succeeds, so the cluster's count of FindCoordinator's refusals never grows.
+A group counts those refusals here (:meth:`CoordinatorClient.refused`,
+ended by :meth:`CoordinatorClient.accepted`), logged as the cluster logs its
+own: one INFO when they start, one WARNING :data:`LONG_UNAVAILABLE` later,
+one INFO when they end; once they have lasted ``unreachable_timeout`` the
+error it returns is exhausted, for the group to raise.
+COORDINATOR_LOAD_IN_PROGRESS is logged alike but never exhausted (a large
+group's state can take minutes to load), and restarts the count.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
 
-from .._errors import CoordinatorError, KafkaConnectionError
+import anyio
+from kio.schema.errors import ErrorCode
+
+from .._errors import BrokerError, CoordinatorError, CoordinatorUnavailable, KafkaConnectionError
 from ..protocol.versions import ApiKey
-from .cluster import Cluster
+from .cluster import LONG_UNAVAILABLE, Cluster
 from .request import MakeRequest
 
-__all__ = ["CoordinatorClient"]
+__all__ = ["REFUSALS", "CoordinatorClient"]
 
 T = TypeVar("T")
+
+#: The answers of a coordinator that FindCoordinator found but that does not
+#: serve the group (yet), which :meth:`CoordinatorClient.refused` counts.
+REFUSALS: Final = frozenset(
+    {
+        ErrorCode.not_coordinator,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.coordinator_load_in_progress,
+    }
+)
+
+log = logging.getLogger("gengroup")
+
+
+@dataclass(slots=True)
+class _Refusals:
+    """A request's refusals since the coordinator last served it."""
+
+    #: When the first came.
+    since: float
+    #: The first since which no COORDINATOR_LOAD_IN_PROGRESS came (None: the
+    #: latest was one); the exhausted count runs from it.
+    not_loading_since: float | None = None
+    #: Whether the WARNING was said.
+    warned: bool = False
 
 
 def _identity(resp: Any) -> Any:
@@ -66,6 +110,7 @@ class CoordinatorClient:
         self.timeout = timeout
         #: The coordinator's node id, once found (None: look it up on next use).
         self.node: int | None = None
+        self._refusing: dict[str, _Refusals] = {}
 
     async def find(self, *, refresh: bool = False) -> int:
         """The coordinator's node id, looked up if not known yet or if ``refresh``.
@@ -87,6 +132,64 @@ class CoordinatorClient:
     def forget(self) -> None:
         """Forget the coordinator: the next call looks it up again."""
         self.node = None
+
+    def refused(self, error: BrokerError, request: str) -> CoordinatorUnavailable:
+        """Count a coordinator error the found coordinator answered a group request with.
+
+        Forgets the coordinator (the next request looks it up again) and logs
+        a change of state once (see the module's theory of operation).
+        COORDINATOR_LOAD_IN_PROGRESS is said and waited for, never exhausted:
+        the coordinator is there, loading a large group may take minutes.
+
+        Args:
+            error: the answer (one of :data:`REFUSALS`, with the broker's message).
+            request: the refused request's name, for messages.
+
+        Returns:
+            The error saying for how long the coordinator has not served the
+            group; its ``exhausted`` is True once it has answered
+            NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, with no load in
+            progress between, for the cluster's ``unreachable_timeout`` or
+            more (the caller raises it then).
+        """
+        node, self.node = self.node, None
+        now = anyio.current_time()
+        said = f"node {node} answered {request}: {error}" if node is not None else str(error)
+        refusals = self._refusing.get(request)
+        if refusals is None:
+            refusals = self._refusing[request] = _Refusals(now)
+            log.info(
+                "coordinator of %r does not serve the group (%s); looking it up again",
+                self.key,
+                said,
+            )
+        if error.code == ErrorCode.coordinator_load_in_progress:
+            refusals.not_loading_since = None
+        elif refusals.not_loading_since is None:
+            refusals.not_loading_since = now
+        down = now - refusals.since
+        if down >= LONG_UNAVAILABLE and not refusals.warned:
+            refusals.warned = True
+            log.warning(
+                "coordinator of %r has not served the group for %.0f s (%s)",
+                self.key,
+                down,
+                said,
+            )
+        limit = self.cluster.unreachable_timeout
+        since = refusals.not_loading_since
+        exhausted = limit is not None and since is not None and now - since >= limit
+        return CoordinatorUnavailable(self.key, down, exhausted=exhausted, message=said)
+
+    def accepted(self, request: str) -> None:
+        """The coordinator served ``request``: the refusals counted for it end."""
+        refusals = self._refusing.pop(request, None)
+        if refusals is not None:
+            log.info(
+                "coordinator of %r serves the group again after %.1f s",
+                self.key,
+                anyio.current_time() - refusals.since,
+            )
 
     async def call(
         self,

@@ -307,3 +307,101 @@ async def test_a_coordinator_unavailable_long_ago_is_counted_anew(
                 await client.find_coordinator("g", timeout=30.0)
             assert caught.value.exhausted
             assert trio.current_time() - started >= 10.0
+
+
+def refusal_logs(caplog: pytest.LogCaptureFixture) -> tuple[int, int, int]:
+    """(INFO that the coordinator found does not serve the group, WARNING that
+    it has not for long, INFO that it serves it again)."""
+    return (
+        count(caplog, logging.INFO, "does not serve the group"),
+        count(caplog, logging.WARNING, "has not served the group for"),
+        count(caplog, logging.INFO, "serves the group again"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("protocol", "api", "code"),
+    [
+        ("classic", ApiKey.JOIN_GROUP, 15),
+        ("classic", ApiKey.JOIN_GROUP, 16),
+        ("classic", ApiKey.SYNC_GROUP, 16),
+        ("classic", ApiKey.OFFSET_FETCH, 16),
+        ("consumer", ApiKey.CONSUMER_GROUP_HEARTBEAT, 15),
+        ("consumer", ApiKey.CONSUMER_GROUP_HEARTBEAT, 16),
+        ("consumer", ApiKey.OFFSET_FETCH, 15),
+    ],
+    ids=lambda v: v if isinstance(v, str) else getattr(v, "name", str(v)),
+)
+async def test_a_coordinator_found_that_never_serves_the_group_ends_it(
+    protocol: str,
+    api: ApiKey,
+    code: int,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """FindCoordinator names a broker, and that broker answers the group's
+    requests NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE for good (its view
+    of the offsets topic is stale, its coordinator failed): the lookups all
+    succeed, yet the group is as stuck as with no coordinator. It reaches
+    ``async for`` once it has lasted ``unreachable_timeout`` (defaults: 60 s),
+    typed, with one INFO and one WARNING; it used to retry forever, silently."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        refused = cluster.control(api, lambda call: Fail(code))
+        started = trio.current_time()
+        # fail_after: a hang guard in virtual time, not a timing assertion.
+        with trio.fail_after(600.0), pytest.raises(CoordinatorUnavailable) as caught:
+            async with ConsumerGroup(
+                "g", ["t"], cluster.bootstrap, group_protocol=protocol
+            ) as group:
+                await iterate(group)
+        waited = trio.current_time() - started
+    exc = caught.value
+    assert exc.exhausted and exc.key == "g"
+    assert f"answered {REQUEST_NAMES[api]}" in str(exc)
+    assert error_name(code) in str(exc)
+    # Bounded: unreachable_timeout, then at most one join backoff (capped at
+    # 30 s, jittered up to 20 % more) and a round trip.
+    assert 60.0 <= exc.unavailable_for <= waited <= 60.0 + 1.2 * 30.0 + 1.0
+    # Backed off between attempts.
+    assert 3 <= refused.handled <= 20
+    assert refusal_logs(caplog) == (1, 1, 0)
+    assert count(caplog, logging.INFO, "rejoining") == 0
+
+
+async def test_a_coordinator_loading_for_long_is_waited_for_and_said_once(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """COORDINATOR_LOAD_IN_PROGRESS from JoinGroup for three times
+    ``unreachable_timeout`` (a large group's state loading): the group waits
+    and forms; the wait is said once when it starts, once when it is long and
+    once when it ends, not at every attempt."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        loaded_at = trio.current_time() + 30.0
+
+        def loading(call: Intercepted) -> Fail | None:
+            return Fail(14) if trio.current_time() < loaded_at else None
+
+        cluster.control(ApiKey.JOIN_GROUP, loading)
+        async with ConsumerGroup(
+            "g", ["t"], cluster.bootstrap, **{**FAST, "unreachable_timeout": 10.0}
+        ) as group:
+            async for gen in group:
+                assert set(gen.assignments) == {TopicPartition("t", 0)}
+                break
+    assert trio.current_time() >= loaded_at
+    assert refusal_logs(caplog) == (1, 1, 1)
+    assert count(caplog, logging.INFO, "rejoining") == 0
+
+
+REQUEST_NAMES = {
+    ApiKey.JOIN_GROUP: "JoinGroup",
+    ApiKey.SYNC_GROUP: "SyncGroup",
+    ApiKey.OFFSET_FETCH: "OffsetFetch",
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: "ConsumerGroupHeartbeat",
+}
+
+
+def error_name(code: int) -> str:
+    return {15: "COORDINATOR_NOT_AVAILABLE", 16: "NOT_COORDINATOR"}[code]
