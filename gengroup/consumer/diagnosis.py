@@ -37,20 +37,19 @@ async def describe_group(
     failure, a broker error, a malformed answer or no answer in time is
     None, never raised.
     """
-    cfg = config
-    limit = cfg.request_timeout if timeout is None else timeout
+    limit = config.request_timeout if timeout is None else timeout
     view: requests.GroupView | None = None
     with anyio.move_on_after(limit):
         try:
             resp = await cluster.call(
                 node,
                 ApiKey.DESCRIBE_GROUPS,
-                partial(requests.describe_request, group_id=cfg.group_id),
+                partial(requests.describe_request, group_id=config.group_id),
                 timeout=limit,
             )
-            view = requests.parse_describe(resp, cfg.group_id)
+            view = requests.parse_describe(resp, config.group_id)
         except (KafkaConnectionError, ProtocolError, BrokerError, TimeoutError) as exc:
-            log.debug("group %s: DescribeGroups failed: %s", cfg.group_id, exc)
+            log.debug("group %s: DescribeGroups failed: %s", config.group_id, exc)
     return view
 
 
@@ -85,10 +84,9 @@ async def explain_inconsistent(
     DescribeGroups tells which protocol the group runs once a generation
     chose one; otherwise (or if it cannot be asked) the message says so.
     """
-    cfg = config
     view = await describe_group(cluster, config, node)
     said = (
-        f"JoinGroup {cfg.group_id}: this member offered protocol type "
+        f"JoinGroup {config.group_id}: this member offered protocol type "
         f"{PROTOCOL_TYPE!r} with the balancers [{', '.join(offered)}], and the group's "
         "members have none of them in common"
     )
