@@ -4,19 +4,33 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
+import io
 import json
 import os
 import signal
+import struct
 import subprocess
 from collections.abc import Iterator
 
 import anyio
 import pytest
+import trio
+import trio.testing
+from crc32c import crc32c
+from kio.schema.errors import ErrorCode
 
-from gengroup import Admin, Cluster, Producer, TopicPartition
+from gengroup import Admin, Cluster, CorruptRecordError, Producer, TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Intercepted, Respond
+from gengroup.cli import build_parser, consume
+from gengroup.cli._common import leaf
+from gengroup.cli._progress import View
 from gengroup.io.fetch import read_partition
 from gengroup.producer import ProducerRecord
-from gengroup.protocol.records import Record
+from gengroup.protocol.framing import response_module
+from gengroup.protocol.records import Record, encode_batch, with_base_offset
+from gengroup.protocol.versions import ApiKey
 from tests.cli.conftest import Target, gengroup
 from tests.embedded.test_cli import command
 
@@ -298,3 +312,66 @@ def test_a_broker_gone_ends_the_command_after_its_timeout(group: list[str]) -> N
         broker.wait(timeout=30)
         assert broker.stdout is not None
         broker.stdout.close()
+
+
+def _fetch_answer(call: Intercepted, records: bytes, high_watermark: int) -> Respond:
+    """A Fetch response whose partition 0 of topic ``t`` holds ``records``."""
+    mod = response_module(ApiKey.FETCH, call.api_version)
+    part = mod.PartitionData(
+        partition_index=0,
+        error_code=ErrorCode.none,
+        high_watermark=high_watermark,
+        last_stable_offset=high_watermark,
+        log_start_offset=0,
+        aborted_transactions=None,
+        records=records,
+    )
+    return Respond(
+        mod.FetchResponse(
+            throttle_time=datetime.timedelta(0),
+            error_code=ErrorCode.none,
+            session_id=0,
+            responses=(mod.FetchableTopicResponse(topic="t", partitions=(part,)),),
+        )
+    )
+
+
+@pytest.mark.parametrize("until_end", [False, True])
+async def test_a_direct_reader_prints_the_records_before_damaged_contents_then_fails(
+    autojump_clock: trio.testing.MockClock, until_end: bool
+) -> None:
+    """Offsets 0-2 sound, 3-5 with a malformed record under a correct CRC, 6-8
+    sound, in one answer: reading without a group (records decoded as they
+    are fetched) prints 0-2, then ends with the damage, naming the partition
+    and the offset, at once (not retried until --timeout). The damage used to
+    hide 0-2."""
+    sound = with_base_offset(encode_batch([(None, b"x%d" % i, (), 0) for i in range(3)]), 0)
+    damaged = bytearray(with_base_offset(encode_batch([(None, b"y", (), 0)] * 3), 3))
+    damaged[61] = 0x03  # the first record's length: -2
+    struct.pack_into(">I", damaged, 17, crc32c(bytes(damaged[21:])))  # a correct CRC
+    after = with_base_offset(encode_batch([(None, b"z", (), 0)] * 3), 6)
+
+    def answer(call: Intercepted) -> Respond:
+        position = call.request.topics[0].partitions[0].fetch_offset
+        data = (sound if position < 3 else b"") + bytes(damaged) + after
+        return _fetch_answer(call, data, 9)
+
+    async with FakeCluster(topics={"t": 1}) as broker:
+        async with Producer(broker.bootstrap) as producer:  # the end offset --until-end reads
+            await producer.send_many("t", [b"r"] * 9)
+        broker.control(ApiKey.FETCH, answer)
+        argv = ["consume", "t", "--from-beginning", "--format", "json", "--timeout", "60"]
+        args = build_parser().parse_args(argv + (["--until-end"] if until_end else []))
+        out = io.BytesIO()
+        printer = consume.Printer("json", None, None, out=out)
+        positions = consume._Positions(View("partitions", enabled=False))
+        started = trio.current_time()
+        async with Cluster(broker.bootstrap, unreachable_timeout=60) as cluster:
+            with pytest.raises(BaseException) as raised:
+                await consume._read_directly(args, printer, anyio.Event(), cluster, positions)
+        assert trio.current_time() - started < 10
+    said = leaf(raised.value)  # what the command's error line says
+    assert isinstance(said, CorruptRecordError), raised.value
+    assert str(said).startswith("Fetch t[0]: record batch at offset 3: negative"), said
+    printed = as_json(out.getvalue().decode())
+    assert [(r["offset"], r["value"]) for r in printed] == [(i, f"x{i}") for i in range(3)]
