@@ -23,9 +23,10 @@ not available) and connection failures are retried with backoff until the
 operation's timeout (on a :class:`~gengroup.io.cluster.Cluster` given to the
 admin with an ``unreachable_timeout``, a coordinator unavailable that long
 already, counted across calls, is
-:class:`~gengroup._errors.CoordinatorUnavailable` sooner). ListOffsets and
-OffsetFetch are :mod:`gengroup.io.offsets`' (ListOffsets to each partition's
-leader; stale leadership refreshes metadata).
+:class:`~gengroup._errors.CoordinatorUnavailable` sooner). ListOffsets,
+DeleteRecords and OffsetFetch are :mod:`gengroup.io.offsets`' (ListOffsets and
+DeleteRecords to each partition's leader, one request per leader; stale
+leadership refreshes metadata).
 
 Every request goes out through :meth:`Cluster.call
 <gengroup.io.cluster.Cluster.call>`, every retry loop is
@@ -496,6 +497,47 @@ class Admin:
             timeout=self._limit(timeout)[0],
             missing_partitions=True,
         )
+
+    async def delete_records(
+        self, before: Mapping[TopicPartition, int], *, timeout: float | None = None
+    ) -> dict[TopicPartition, int]:
+        """Delete the records below an offset of each partition, as retention does (DeleteRecords).
+
+        Each partition's log start offset moves up to the offset given (never
+        back): consumers can no longer fetch the records below it. The
+        requests go to the partitions' leaders, one per leader, and follow
+        leadership that moved (metadata refreshed, retried with backoff) until
+        ``timeout``. Calling it again with the same offsets changes nothing,
+        so a call that failed part-way can simply be repeated.
+
+        Args:
+            before: per partition, the new log start offset; ``-1`` deletes
+                every record up to the high watermark.
+            timeout: seconds for the whole operation (default: the admin's timeout).
+
+        Returns:
+            Each partition's low watermark (log start offset) after the
+            deletion: the offset asked for, or more if it already was higher.
+
+        Raises:
+            TypeError: an offset that is not an int.
+            UnknownTopicOrPartition: a topic or partition that does not exist.
+            OffsetOutOfRange: an offset above the partition's high watermark
+                (or below -1).
+            BrokerError: another refusal, naming the partition: POLICY_VIOLATION
+                for a compacted topic (``cleanup.policy`` without ``delete``),
+                INVALID_TOPIC_EXCEPTION for an internal topic,
+                TOPIC_AUTHORIZATION_FAILED. Partitions of other leaders may
+                have been deleted already.
+            TimeoutError: leadership stayed stale (or followers did not catch
+                up) until the deadline.
+
+        Example::
+
+            low = await admin.delete_records({TopicPartition("payments", 0): 1000})
+            assert low[TopicPartition("payments", 0)] >= 1000
+        """
+        return await offsets.delete_records(self.cluster, before, timeout=self._limit(timeout)[0])
 
     # ------------------------------------------------------------------ groups
 

@@ -473,7 +473,8 @@ class Topic:
         topic_id: its UUID (Metadata v10+, CreateTopics v7+).
         partitions: its partitions, by index.
         configs: topic configs set at creation (``message.timestamp.type``
-            and ``max.message.bytes`` are honoured; others are stored only).
+            and ``max.message.bytes`` are honoured, ``cleanup.policy`` by
+            DeleteRecords; others are stored only).
         internal: True for ``__consumer_offsets``.
     """
 

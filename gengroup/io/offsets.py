@@ -1,15 +1,16 @@
-"""Offsets of partitions and of groups: ListOffsets and OffsetFetch.
+"""Offsets of partitions and of groups: ListOffsets, DeleteRecords and OffsetFetch.
 
 Theory of operation:
 
-:func:`list_offsets` looks offsets up by position or time. ListOffsets must go
-to each partition's leader, so the partitions are grouped by their cached
-leader and one request per leader goes out concurrently. Partitions whose
-leader is unknown, and partitions answered with stale leadership
-(NOT_LEADER_OR_FOLLOWER ...), make the attempt fail with a
-:class:`~gengroup._errors.StaleMetadataError`: the retry helper refreshes the
-metadata and tries again for the partitions still missing, until the deadline.
-A topic the metadata does not know at all fails at once with
+:func:`list_offsets` looks offsets up by position or time, and
+:func:`delete_records` moves partitions' log start offsets forward. Both
+requests must go to each partition's leader, so the partitions are grouped by
+their cached leader and one request per leader goes out concurrently
+(:func:`_per_leader`). Partitions whose leader is unknown, and partitions
+answered with stale leadership (NOT_LEADER_OR_FOLLOWER ...), make the attempt
+fail with a :class:`~gengroup._errors.StaleMetadataError`: the retry helper
+refreshes the metadata and tries again for the partitions still missing, until
+the deadline. A topic the metadata does not know at all fails at once with
 UNKNOWN_TOPIC_OR_PARTITION.
 
 :func:`fetch_committed` reads a group's committed offsets with OffsetFetch
@@ -22,23 +23,30 @@ from the node given (the group's coordinator: finding and following it is
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 import anyio
 from kio.schema.errors import ErrorCode
 
-from .._errors import BrokerError, KafkaConnectionError, error_for_code, is_retriable
+from .._errors import (
+    BrokerError,
+    KafkaConnectionError,
+    ProtocolError,
+    error_for_code,
+    is_retriable,
+)
 from .._types import TopicPartition
-from ..protocol.framing import build
+from ..protocol.framing import build, ms
 from ..protocol.versions import ApiKey
 from .cluster import Cluster
-from .retry import retry
+from .retry import retry, seconds_left
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "OffsetSpec",
+    "delete_records",
     "fetch_committed",
     "list_offsets",
     "offset_fetch_request",
@@ -122,8 +130,38 @@ async def list_offsets(
     ts = timestamp_for(spec)
     wanted = set(tps)
     result: dict[TopicPartition, int] = {}
-    if not wanted:
-        return result
+    if wanted:
+
+        async def on_leader(node: int, parts: list[TopicPartition]) -> None:
+            await _list_offsets_on(cluster, node, parts, ts, read_committed, result)
+
+        await _per_leader(
+            cluster, "ListOffsets", wanted, result, on_leader, timeout, missing_partitions
+        )
+    return {tp: result[tp] for tp in wanted}
+
+
+async def _per_leader(
+    cluster: Cluster,
+    what: str,
+    wanted: set[TopicPartition],
+    done: Mapping[TopicPartition, object],
+    on_leader: Callable[[int, list[TopicPartition]], Awaitable[None]],
+    timeout: float,
+    missing_partitions: bool,
+) -> None:
+    """Send a leader-routed request until every partition of ``wanted`` is in ``done``.
+
+    Each attempt groups the partitions not yet done by their cached leader and
+    runs ``on_leader(node, partitions)`` for every leader concurrently (it
+    puts its answers in ``done`` and raises the first error of its
+    partitions). A non-retriable error is raised at once; stale leadership
+    (an unknown leader, NOT_LEADER_OR_FOLLOWER ...) refreshes the metadata
+    and the partitions still missing are sent again, with backoff, until
+    ``timeout``. A topic the metadata does not know (and, with
+    ``missing_partitions``, a partition it does not list) is
+    UnknownTopicOrPartition at once.
+    """
     topics = sorted({tp.topic for tp in wanted})
 
     async def refresh() -> None:
@@ -147,7 +185,7 @@ async def list_offsets(
     async def attempt() -> None:
         by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
         stale: BrokerError | None = None
-        for tp in wanted - result.keys():
+        for tp in sorted(wanted - done.keys()):
             leader = cluster.leader_for(tp)
             if leader < 0:
                 stale = error_for_code(_LEADER_NOT_AVAILABLE, f"no leader known for {tp}")
@@ -157,8 +195,8 @@ async def list_offsets(
 
         async def one(node: int, parts: list[TopicPartition]) -> None:
             try:
-                await _list_offsets_on(cluster, node, parts, ts, read_committed, result)
-            except (BrokerError, KafkaConnectionError) as exc:
+                await on_leader(node, parts)
+            except (BrokerError, KafkaConnectionError, ProtocolError) as exc:
                 errors.append(exc)
 
         async with anyio.create_task_group() as tg:
@@ -171,13 +209,12 @@ async def list_offsets(
             raise stale
 
     await retry(
-        "ListOffsets",
+        what,
         attempt,
         timeout=timeout,
         backoff=cluster.retry_backoff,
         refresh_metadata=refresh,
     )
-    return {tp: result[tp] for tp in wanted}
 
 
 async def _list_offsets_on(
@@ -221,6 +258,121 @@ async def _list_offsets_on(
             out[tp] = int(p.offset)
     if first is not None:
         raise first
+
+
+# ------------------------------------------------------------------ DeleteRecords
+
+
+async def delete_records(
+    cluster: Cluster,
+    before: Mapping[TopicPartition, int],
+    *,
+    timeout: float,
+) -> dict[TopicPartition, int]:
+    """Delete the records below an offset of each partition (DeleteRecords), on its leader.
+
+    The partitions are grouped by leader, one request per leader, sent
+    concurrently (as the Java client's ``Admin.deleteRecords``); stale
+    leadership refreshes the metadata and the partitions not done yet are
+    sent again, with backoff, until ``timeout``. Deleting is idempotent: a
+    partition's log start offset never moves back, so a partition sent twice
+    (or an offset below its log start) leaves it where it is.
+
+    Args:
+        cluster: an open cluster.
+        before: per partition, the offset that becomes its log start offset
+            (records below it are deleted); -1 deletes up to the high watermark.
+        timeout: seconds for the whole operation (also how long each leader
+            may wait for its followers to delete the records too).
+
+    Returns:
+        Each partition's low watermark after the deletion: its log start
+        offset (at least the offset asked for; higher if it already was).
+
+    Raises:
+        TypeError: an offset that is not an int.
+        UnknownTopicOrPartition: metadata does not know a topic or partition.
+        OffsetOutOfRange: an offset above the partition's high watermark, or
+            below -1.
+        BrokerError: another non-retriable error of a partition (e.g.
+            POLICY_VIOLATION for a topic whose ``cleanup.policy`` lacks
+            ``delete``, INVALID_TOPIC_EXCEPTION for an internal topic),
+            naming it; the partitions answered before it are deleted.
+        TimeoutError: leadership stayed stale (or the followers did not
+            follow) until the deadline.
+    """
+    wanted: dict[TopicPartition, int] = {}
+    for tp, offset in before.items():
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise TypeError(f"{tp}: the offset to delete before must be an int, got {offset!r}")
+        wanted[tp] = offset
+    result: dict[TopicPartition, int] = {}
+    if not wanted:
+        return result
+    left = seconds_left(timeout)
+
+    async def on_leader(node: int, parts: list[TopicPartition]) -> None:
+        wait = max(left(), 0.001)
+
+        def make(mod: Any) -> Any:
+            return build(
+                mod.DeleteRecordsRequest,
+                topics=tuple(
+                    build(
+                        mod.DeleteRecordsTopic,
+                        name=topic,
+                        partitions=tuple(
+                            build(
+                                mod.DeleteRecordsPartition,
+                                partition_index=p,
+                                offset=wanted[TopicPartition(topic, p)],
+                            )
+                            for p in ps
+                        ),
+                    )
+                    for topic, ps in _by_topic(parts).items()
+                ),
+                timeout=ms(wait),
+            )
+
+        resp: Any = await cluster.call(
+            node, ApiKey.DELETE_RECORDS, make, timeout=wait + cluster.request_timeout
+        )
+        _partition_results(
+            resp.topics, "low_watermark", f"DeleteRecords on broker {node}", set(parts), result
+        )
+
+    await _per_leader(cluster, "DeleteRecords", set(wanted), result, on_leader, timeout, True)
+    return {tp: result[tp] for tp in sorted(wanted)}
+
+
+def _partition_results(
+    topics: Iterable[Any],
+    field: str,
+    what: str,
+    asked: set[TopicPartition],
+    out: dict[TopicPartition, int],
+) -> None:
+    """A leader's per-partition answers: each value of ``field`` goes to ``out``, then the
+    first error is raised (a non-retriable one at once); a partition asked about and not
+    answered is a ProtocolError."""
+    first: BrokerError | None = None
+    answered: set[TopicPartition] = set()
+    for t in topics:
+        for p in t.partitions:
+            tp = TopicPartition(t.name, int(p.partition_index))
+            answered.add(tp)
+            if p.error_code:
+                err = error_for_code(int(p.error_code), f"{what}: {tp}")
+                if not is_retriable(err):
+                    raise err
+                first = first or err
+                continue
+            out[tp] = int(getattr(p, field))
+    if first is not None:
+        raise first
+    if asked - answered:
+        raise ProtocolError(f"{what}: no answer for {sorted(asked - answered)}")
 
 
 # ------------------------------------------------------------------ OffsetFetch

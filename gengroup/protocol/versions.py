@@ -48,6 +48,7 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
@@ -74,6 +75,7 @@ CLIENT_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
     ApiKey.LIST_GROUPS: (3, 4),
     ApiKey.CREATE_TOPICS: (5, 7),
     ApiKey.DELETE_TOPICS: (4, 5),
+    ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.CREATE_PARTITIONS: (2, 3),
     ApiKey.DELETE_GROUPS: (1, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
