@@ -11,8 +11,10 @@ Usage::
 variables and config file keys: :mod:`gengroup.cli._common`).
 
 Also runnable as ``python -m gengroup.lake``. Exit status: 0 ok, 1 error (or,
-for ``verify``, any missing, duplicated or differing record), 2 usage (a bad
-option or setting, e.g. ``--file-max-age nan``).
+for ``verify``, any missing, extra, duplicated or differing record; records
+below a partition's log start, which retention removed from the topic, are
+reported as archived and are fine), 2 usage (a bad option or setting, e.g.
+``--file-max-age nan``).
 """
 
 from __future__ import annotations
@@ -221,9 +223,7 @@ def _verify(args: argparse.Namespace) -> int:
     args.security = security_settings(sec)
     # Before Spark starts: the cluster answers and the topics exist (Spark's reader would
     # retry an absent broker for minutes, then fail deep in a Java stack trace).
-    ends: dict[Any, int] | None = anyio.run(_committed, args)
-    if not args.group:
-        ends = None
+    ends, starts = anyio.run(_offsets, args)
     spark.check_files(args.lake)
     with tempfile.TemporaryDirectory(prefix="gengroup-verify-") as private:
         token_file = None
@@ -235,21 +235,24 @@ def _verify(args: argparse.Namespace) -> int:
         options = spark.kafka_options(sec, oauth_token_file=token_file)
         with spark.session(args.master, "gengroup lake verify") as session:
             report = spark.verify(
-                session, args.lake, args.bootstrap, args.topic, ends, options=options
+                session, args.lake, args.bootstrap, args.topic, ends, options=options, starts=starts
             )
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
     return 0 if report.ok else 1
 
 
-async def _committed(args: argparse.Namespace) -> dict[Any, int]:
-    """The group's committed offsets (or, without ``--group``, the topics' ends), which
-    also checks the cluster answers (``ClusterUnreachable`` after 30 s) and the topics exist."""
+async def _offsets(args: argparse.Namespace) -> tuple[dict[Any, int] | None, dict[Any, int]]:
+    """Where the range verify compares ends and starts, per partition: the group's
+    committed offsets (None without ``--group``: the topics' ends, Spark's "latest") and
+    each partition's log start offset now (below it, the lake's records are archived).
+    Also checks the cluster answers (``ClusterUnreachable`` after 30 s) and the topics
+    exist."""
     async with Admin(args.bootstrap, timeout=30.0, **args.security) as admin:
         # A group that never committed reports every partition of the topics with its end.
         lags = await admin.group_lag(args.group or "gengroup-lake-verify", args.topic)
-        if not args.group:
-            return {tp: p.end for tp, p in lags.items()}
-    return {tp: p.committed or 0 for tp, p in lags.items()}
+        starts = await admin.list_offsets(lags, "earliest")
+    ends = {tp: p.committed or 0 for tp, p in lags.items()} if args.group else None
+    return ends, starts
 
 
 def _analytics(args: argparse.Namespace) -> int:

@@ -12,7 +12,11 @@ topic's range, records in the lake, offsets missing from the lake, offsets
 in the lake but not in the range, extra copies, and records whose key,
 value, headers or timestamp differ. The range is the whole topic, or, given
 a group's committed offsets, each partition up to its committed offset --
-what the sink claims to have landed.
+what the sink claims to have landed. Records that retention (or
+DeleteRecords) removed from the topic stay in the lake, which is what a lake
+is for: given each partition's log start offset, the lake's records below it
+that the topic no longer holds are counted as archived, not extra, and do
+not fail the check (their extra copies still count as duplicates).
 
 ``analytics`` aggregates what landed: records and bytes per key and per
 minute, landing delay percentiles (``landed_at - timestamp``), per-partition
@@ -186,7 +190,23 @@ def read_lake(spark: Any, lake: str) -> Any:
 
 @dataclass
 class PartitionCheck:
-    """What ``verify`` found in one partition."""
+    """What ``verify`` found in one partition.
+
+    Attributes:
+        topic: the topic.
+        partition: the partition.
+        topic_records: records in the topic's range.
+        lake_records: records in the lake, every copy counted.
+        missing: offsets of the range the lake does not hold.
+        extra: offsets the lake holds outside the range, at or above the
+            partition's log start.
+        archived: offsets the lake holds below the partition's log start,
+            which the topic no longer has (retention or DeleteRecords
+            removed them): expected, not a failure.
+        duplicates: copies beyond the first of an offset, archived or not.
+        mismatched: records whose key, value, headers or timestamp differ.
+        first_missing: the first five missing offsets.
+    """
 
     topic: str
     partition: int
@@ -194,13 +214,14 @@ class PartitionCheck:
     lake_records: int = 0
     missing: int = 0
     extra: int = 0
+    archived: int = 0
     duplicates: int = 0
     mismatched: int = 0
     first_missing: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """No missing, extra, duplicated or differing record."""
+        """No missing, extra, duplicated or differing record (archived ones are fine)."""
         return not (self.missing or self.extra or self.duplicates or self.mismatched)
 
 
@@ -217,7 +238,15 @@ class VerifyReport:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: ``ok``, totals and partitions."""
-        keys = ("topic_records", "lake_records", "missing", "extra", "duplicates", "mismatched")
+        keys = (
+            "topic_records",
+            "lake_records",
+            "missing",
+            "extra",
+            "archived",
+            "duplicates",
+            "mismatched",
+        )
         return {
             "ok": self.ok,
             "totals": {k: sum(getattr(p, k) for p in self.partitions) for k in keys},
@@ -227,15 +256,24 @@ class VerifyReport:
     def text(self) -> str:
         """A table, one line per partition, then a verdict."""
         head = f"{'partition':<24} {'topic':>9} {'lake':>9} {'missing':>8} {'extra':>6} "
-        head += f"{'dups':>6} {'differ':>6}"
+        head += f"{'archived':>9} {'dups':>6} {'differ':>6}"
         lines = [head]
         for p in self.partitions:
             lines.append(
                 f"{p.topic + '-' + str(p.partition):<24} {p.topic_records:>9} {p.lake_records:>9} "
-                f"{p.missing:>8} {p.extra:>6} {p.duplicates:>6} {p.mismatched:>6}"
+                f"{p.missing:>8} {p.extra:>6} {p.archived:>9} {p.duplicates:>6} {p.mismatched:>6}"
                 + (f"  first missing: {p.first_missing}" if p.first_missing else "")
             )
-        lines.append("OK: the lake holds the topic's range exactly once" if self.ok else "FAILED")
+        archived = sum(p.archived for p in self.partitions)
+        if not self.ok:
+            lines.append("FAILED")
+        elif archived:
+            lines.append(
+                "OK: the lake holds the topic's range exactly once, and "
+                f"{archived} archived record(s) the topic no longer has"
+            )
+        else:
+            lines.append("OK: the lake holds the topic's range exactly once")
         return "\n".join(lines)
 
 
@@ -359,6 +397,7 @@ def verify(
     ends: Mapping[TopicPartition, int] | None = None,
     *,
     options: Mapping[str, str] | None = None,
+    starts: Mapping[TopicPartition, int] | None = None,
 ) -> VerifyReport:
     """Compare the lake with the topics, read by Spark's Kafka source.
 
@@ -368,13 +407,30 @@ def verify(
         bootstrap: the Kafka cluster.
         topics: the topics the lake should hold.
         ends: per partition, the offset the range ends at (exclusive), e.g.
-            a group's committed offsets; default: each partition's end.
+            a group's committed offsets; default: each partition's end. An
+            end below the partition's start (a group that committed less than
+            retention has since deleted) is taken as the start: an empty range.
         options: more options of Spark's Kafka source, e.g. a secured
             cluster's (:func:`kafka_options`).
+        starts: per partition, its log start offset, looked up just before
+            (``Admin.list_offsets(tps, "earliest")``): the lake's records
+            below it that the topic no longer holds are archived, not extra.
+            A partition left out starts at 0 (every record the topic lacks
+            is extra). ``gengroup lake verify`` passes them.
+
+    Returns:
+        The report, one :class:`PartitionCheck` per partition found in the
+        topic or the lake.
+
+    Raises:
+        LakeError: no lake, or corrupt files in it (see :func:`check_files`).
     """
     from pyspark.sql import functions as F
 
     check_files(lake)
+    starts = dict(starts or {})
+    if ends is not None:
+        ends = {tp: max(off, starts.get(tp, 0)) for tp, off in ends.items()}
     reader = spark.read.format("kafka").options(**(options or {}))
     reader = (
         reader.option("kafka.bootstrap.servers", bootstrap)
@@ -409,9 +465,16 @@ def verify(
         F.first(F.coalesce(F.col("headers"), F.array().cast(header_type))).alias("l_headers"),
         F.first("timestamp").alias("l_ts"),
     )
-    joined = kafka.join(landed, ["topic", "partition", "offset"], "full_outer")
+    log_starts = spark.createDataFrame(
+        [(tp.topic, tp.partition, off) for tp, off in sorted(starts.items())],
+        "topic string, partition int, log_start long",
+    )
+    joined = kafka.join(landed, ["topic", "partition", "offset"], "full_outer").join(
+        F.broadcast(log_starts), ["topic", "partition"], "left"
+    )
     in_topic = F.col("in_topic").isNotNull()
     in_lake = F.col("copies").isNotNull()
+    archived = in_lake & ~in_topic & (F.col("offset") < F.coalesce("log_start", F.lit(0)))
     same = (
         F.col("k_key").eqNullSafe(F.col("l_key"))
         & F.col("k_value").eqNullSafe(F.col("l_value"))
@@ -424,7 +487,8 @@ def verify(
             F.sum(in_topic.cast("long")).alias("topic_records"),
             F.sum(F.coalesce(F.col("copies"), F.lit(0))).alias("lake_records"),
             F.sum((in_topic & ~in_lake).cast("long")).alias("missing"),
-            F.sum((in_lake & ~in_topic).cast("long")).alias("extra"),
+            F.sum((in_lake & ~in_topic & ~archived).cast("long")).alias("extra"),
+            F.sum(archived.cast("long")).alias("archived"),
             F.sum(F.greatest(F.coalesce(F.col("copies"), F.lit(0)) - 1, F.lit(0))).alias(
                 "duplicates"
             ),
@@ -444,6 +508,7 @@ def verify(
             lake_records=int(r["lake_records"]),
             missing=int(r["missing"]),
             extra=int(r["extra"]),
+            archived=int(r["archived"]),
             duplicates=int(r["duplicates"]),
             mismatched=int(r["mismatched"]),
             first_missing=[int(o) for o in r["first_missing"]],

@@ -14,7 +14,7 @@ import anyio
 import pyarrow.parquet as pq
 import pytest
 
-from gengroup import Admin, ConsumerGroup
+from gengroup import Admin, ConsumerGroup, TopicPartition
 from gengroup.lake import LakeConfig, LakeSink
 from gengroup.lake.spark import analytics, verify
 from gengroup.testing.kafka import KafkaBroker
@@ -75,6 +75,7 @@ async def test_verify_passes_on_the_landed_lake_and_catches_every_kind_of_damage
         "lake_records": COUNT,
         "missing": 0,
         "extra": 0,
+        "archived": 0,
         "duplicates": 0,
         "mismatched": 0,
     }
@@ -108,6 +109,70 @@ async def test_verify_passes_on_the_landed_lake_and_catches_every_kind_of_damage
     assert done.returncode == 1, done.stderr.decode()[-2000:]
     report = json.loads(done.stdout)
     assert report["ok"] is False and report["totals"]["mismatched"] == 1
+
+
+async def test_records_deleted_from_the_topic_are_archived_not_extra(
+    kafka: KafkaBroker, spark: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    topic, ends = await _land(kafka.bootstrap, lake)
+    tp0, tp1, tp2 = (TopicPartition(topic, p) for p in range(3))
+    # As retention would: all of partition 0, the first 100 records of partition 1.
+    async with Admin(kafka.bootstrap) as admin:
+        starts = await admin.delete_records({tp0: -1, tp1: 100})
+        assert starts == {tp0: ends[tp0], tp1: 100}
+        starts = await admin.list_offsets([tp0, tp1, tp2], "earliest")
+    archived = ends[tp0] + 100
+
+    def check() -> dict[str, Any]:
+        report = verify(spark, str(lake), kafka.bootstrap, [topic], ends, starts=starts)
+        return report.as_dict()
+
+    report = await anyio.to_thread.run_sync(check)
+    assert report["ok"] is True
+    assert report["totals"] == {
+        "topic_records": COUNT - archived,
+        "lake_records": COUNT,
+        "missing": 0,
+        "extra": 0,
+        "archived": archived,
+        "duplicates": 0,
+        "mismatched": 0,
+    }
+    by_partition = {p["partition"]: p["archived"] for p in report["partitions"]}
+    assert by_partition == {0: ends[tp0], 1: 100, 2: 0}
+
+    # A group's committed offset below the log start (as --group passes them; 0: it never
+    # committed there): the range is empty, what the lake holds there is archived.
+    def behind() -> dict[str, Any]:
+        committed = {tp0: 0, tp1: ends[tp1], tp2: ends[tp2]}
+        return verify(
+            spark, str(lake), kafka.bootstrap, [topic], committed, starts=starts
+        ).as_dict()
+
+    late = await anyio.to_thread.run_sync(behind)
+    assert late["ok"] is True
+    assert (late["totals"]["archived"], late["totals"]["extra"]) == (archived, 0)
+    assert late["totals"]["topic_records"] == COUNT - archived
+
+    # An archived range landed twice is still a duplicate.
+    first = sorted(lake.glob("topic=*/partition=1/*.parquet"))[0]
+    copy = first.with_name("0" + first.name[1:].replace("-", "-9", 1))
+    shutil.copy(first, copy)
+    twice = await anyio.to_thread.run_sync(check)
+    assert twice["ok"] is False
+    assert twice["totals"]["duplicates"] == pq.read_table(first).num_rows
+    assert twice["totals"]["archived"] == archived
+    copy.unlink()
+
+    # The command looks the log starts up itself and exits 0 (a separate Spark, as a
+    # user runs it); the table has the archived column.
+    cmd = [sys.executable, "-m", "gengroup.lake", "verify", "--bootstrap", kafka.bootstrap]
+    cmd += ["--topic", topic, "--lake", str(lake)]
+    done = await anyio.run_process([*cmd, "--json"], cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    totals = json.loads(done.stdout)["totals"]
+    assert (totals["archived"], totals["extra"]) == (archived, 0)
 
 
 async def test_analytics_counts_records_and_bytes_per_key_and_partition(
