@@ -17,7 +17,7 @@ from ._config import GroupConfig as GroupConfig, GroupSettings as GroupSettings
 from ._types import GenerationIdentity as GenerationIdentity, TopicPartition as TopicPartition
 from .consumer.generation import Generation as Generation, RebalanceTimings as RebalanceTimings
 from .consumer.group import ConsumerGroup as ConsumerGroup
-from .consumer.prefetch import FetchedBatch as FetchedBatch
+from .consumer.fetched import FetchedBatch as FetchedBatch
 from .consumer.columnar import fetched_to_arrow as fetched_to_arrow
 from .consumer.workers import run_workers as run_workers
 from .protocol.records import Compression as Compression, Record as Record

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..protocol.arrow import arrow_schema, require_pyarrow
-from .prefetch import FetchedBatch
+from .fetched import FetchedBatch
 
 __all__ = ["fetched_schema", "fetched_to_arrow"]
 

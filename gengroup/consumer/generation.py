@@ -49,7 +49,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.abc
@@ -57,11 +57,13 @@ import anyio.abc
 from .._errors import GenerationEnded, error_for_code
 from .._types import GenerationIdentity, IdentityNames, TopicPartition, checked_offset
 from ..membership.member import Outcome
+from .commits import CommitCodes, Committer, OffsetMetadata, Offsets
 from .detached import HeldStatus, Started, UserTask, awaitable, describe_stack, host
 from .timings import RebalanceTimings
 
 if TYPE_CHECKING:
-    from .prefetch import FetchedBatch, Prefetcher
+    from .fetched import FetchedBatch
+    from .prefetch import Prefetcher
 
 __all__ = [
     "CommitCodes",
@@ -75,23 +77,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("gengroup")
-
-#: The offsets of a commit: the next offset to read, per partition.
-Offsets: TypeAlias = Mapping[TopicPartition, int]
-#: The metadata string stored with each committed offset.
-OffsetMetadata: TypeAlias = Mapping[TopicPartition, str]
-#: What OffsetCommit answered: each partition's error code (0 = stored).
-CommitCodes: TypeAlias = dict[TopicPartition, int]
-
-
-class Committer(Protocol):
-    """Sends OffsetCommit for a generation (the group's coordinator client)."""
-
-    async def commit_offsets(
-        self, identity: GenerationIdentity, offsets: Offsets, metadata: OffsetMetadata | None = None
-    ) -> CommitCodes:
-        """Commit ``offsets`` under ``identity``; the error code of each partition (0 = stored)."""
-        ...
 
 
 class SpanHost(Protocol):

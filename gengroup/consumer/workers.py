@@ -24,9 +24,9 @@ from typing import Literal, TypeAlias
 from .._errors import ConfigError
 from .._types import TopicPartition
 from ..io.retry import Backoff
+from .fetched import FetchedBatch
 from .generation import Generation
 from .group import ConsumerGroup
-from .prefetch import FetchedBatch
 
 __all__ = ["DeadLetter", "ErrorPolicy", "Handler", "run_workers"]
 

@@ -69,9 +69,9 @@ from .._errors import (
 )
 from .._types import TopicPartition
 from ..admin import Admin
+from ..consumer.fetched import FetchedBatch
 from ..consumer.generation import Generation
 from ..consumer.group import ConsumerGroup
-from ..consumer.prefetch import FetchedBatch
 from ..io.cluster import Cluster
 from ..protocol.arrow import arrow_schema as records_schema
 from .gaps import empty_until
