@@ -65,7 +65,7 @@ _timestamp_of: Final = attrgetter("timestamp")
 # the CPU caches' reach, large enough that wrapping a chunk costs nothing.
 _CHUNK_BYTES: Final = 8 << 20
 
-Segment = tuple[bytes | bytearray, int, int, int, int, int, int, int, int]
+Segment = tuple[bytes | bytearray | memoryview, int, int, int, int, int, int, int, int]
 
 _pyarrow: Any = None  # imported on first use: importing gengroup must stay cheap
 _arrow_columns: Callable[[Sequence[Segment]], tuple[Any, ...]] | None = None
@@ -265,15 +265,16 @@ def _segment(raw: RawBatch, min_offset: int | None, max_decompressed_size: int) 
     Mirrors ``records._records_of``: the same empty-batch rule and the same
     translation of codec errors.
     """
-    buf: bytes | bytearray = raw.buf
     pos, end, base_offset, count = raw.start, raw.end, raw.base_offset, raw.count
     codec = raw.attributes & _ATTR_COMPRESSION
     if count == 0 and end == pos + _HEADER_SIZE:
         return None
-    pos += _HEADER_SIZE
+    # The batch alone: the bytes an error names count from its (or its records') start.
+    buf: Any = memoryview(raw.buf)[pos:end]
+    pos, end = _HEADER_SIZE, end - pos
     if codec:
         with batch_errors(base_offset):
-            buf = decompress(codec, memoryview(buf)[pos:end], max_decompressed_size)
+            buf = decompress(codec, buf[pos:], max_decompressed_size)
         pos, end = 0, len(buf)
     trim = min_offset if min_offset is not None and base_offset < min_offset else _INT64_MIN
     return (

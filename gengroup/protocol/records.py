@@ -480,22 +480,19 @@ def batch_errors(base_offset: int) -> Iterator[None]:
 def _records_of(raw: RawBatch, max_decompressed_size: int) -> list[Record]:
     """Decode the records of one scanned batch (the GC is paused by the caller)."""
     buf, pos, end, base_offset = raw.buf, raw.start, raw.end, raw.base_offset
-    attributes, count = raw.attributes, raw.count
+    attributes, count, stamp = raw.attributes, raw.count, raw.base_timestamp
     codec = attributes & _ATTR_COMPRESSION
     with batch_errors(base_offset):
         if count == 0 and end == pos + _HEADER_SIZE:
             records = []  # an empty batch (e.g. kept by compaction), any codec
-        elif codec == 0:
-            records = _decode_records(
-                buf, pos + _HEADER_SIZE, end, count, base_offset, raw.base_timestamp
-            )
-        else:
-            blob = decompress(
-                codec, memoryview(buf)[pos + _HEADER_SIZE : end], max_decompressed_size
-            )
+        else:  # the bytes an error names count from the batch's (or its records') start
+            blob: Any = memoryview(buf)[pos:end]
+            first = _HEADER_SIZE
+            if codec:
+                blob, first = decompress(codec, blob[first:], max_decompressed_size), 0
             if _decode_records is _decode_records_py:  # it slices values: they must be bytes
                 blob = bytes(blob)  # (the compiled loop reads any buffer)
-            records = _decode_records(blob, 0, len(blob), count, base_offset, raw.base_timestamp)
+            records = _decode_records(blob, first, len(blob), count, base_offset, stamp)
     if attributes & _ATTR_TIMESTAMP_TYPE:
         max_timestamp = raw.max_timestamp
         for record in records:

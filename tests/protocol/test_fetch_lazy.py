@@ -219,3 +219,32 @@ def test_sound_batches_before_a_damaged_transaction_marker_are_handed_out() -> N
         assert isinstance(parsed.error, CorruptRecordError)
         assert str(parsed.error).startswith("Fetch t[0]: record batch at offset 3")
         assert parsed.records == []
+
+
+def test_a_decoding_error_counts_its_bytes_from_the_batch(record_loop: str) -> None:
+    """The byte a decoding error names counts from the damaged batch's start,
+    wherever the batch lies in the answer: behind a sound batch it is the
+    same byte as alone, in the record loop and in the Arrow columns alike.
+    It used to count from the start of the whole answer."""
+    from gengroup.protocol import arrow
+
+    damaged = bytearray(_data(-1, 3, 3, txn=False))
+    damaged[61] = 0x03  # the first record's length: negative
+    alone = _recrc(damaged)
+    behind = _data(-1, 0, 3, txn=False) + alone
+    messages = set()
+    for data, skip in ((alone, 0), (behind, 1)):
+        raws = scan_batches(data)[0][skip:]
+        with pytest.raises(CorruptRecordError) as caught:
+            decode_raw(raws)
+        messages.add(str(caught.value))
+        saved = arrow._arrow_columns
+        if record_loop == "python":
+            arrow._arrow_columns = None
+        try:
+            with pytest.raises(CorruptRecordError) as caught:
+                arrow.batches_to_arrow(raws)
+        finally:
+            arrow._arrow_columns = saved
+        messages.add(str(caught.value))
+    assert messages == {"record batch at offset 3: negative record length at byte 62"}
