@@ -365,6 +365,7 @@ class ConsumerProtocolMember:
             _classic=False,
         )
         prefetcher.on_reset = gen.offset_reset
+        prefetcher.on_damage = gen.records_damaged
         gen.renew_lease(self._last_ok if self._last_ok is not None else t_ready)
         self._current, self._current_incarnation = gen, incarnation
         log.info(

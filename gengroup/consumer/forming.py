@@ -815,6 +815,7 @@ def _formed(
         _session_timeout=client.config.session_timeout,
     )
     prefetcher.on_reset = gen.offset_reset
+    prefetcher.on_damage = gen.records_damaged
     log.info(
         "group %s generation %s formed: member %s%s, %d partition(s), protocol %s; "
         "previous teardown %.3f s, coordinator %.3f s, join %.3f s, sync %.3f s, offsets %.3f s",

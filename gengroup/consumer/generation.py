@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 import anyio.abc
 
-from .._errors import GenerationEnded, error_for_code
+from .._errors import GenerationEnded, ProtocolError, error_for_code
 from .._types import GenerationIdentity, IdentityNames, TopicPartition, checked_offset
 from ..membership.member import Outcome
 from .commits import CommitCodes, Committer, OffsetMetadata, Offsets
@@ -440,6 +440,16 @@ class Generation(IdentityNames):
             span.reset, span.pending = offset, -1
         gen._marks.pop(tp, None)
         gen._committed[tp] = min(gen._committed.get(tp, -1), offset - 1)
+
+    def records_damaged(self, tp: TopicPartition, offset: int, error: ProtocolError) -> None:
+        """A worker found ``tp``'s records at ``offset`` damaged, and this generation's
+        prefetcher stopped there: a span goes on from there too, and so does its
+        holder's prefetcher if a later generation holds it."""
+        span = self._span(tp)
+        if span is not None:
+            span.position = min(span.position, offset)
+            if span.gen is not self:
+                span.gen._prefetcher.damaged(tp, offset, error)
 
     def keeps_spans(self) -> bool:
         """Whether the partitions' spans outlive this generation's end.

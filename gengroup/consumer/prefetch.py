@@ -60,9 +60,16 @@ checked there (lengths, magic, CRC-32C, codec, count -- damage is the
 partition's error, raised from the worker's ``async for`` after the sound
 batches before it), and
 each :class:`FetchedBatch` keeps the raw batches until the worker first reads
-``batch.records`` (or iterates it, or asks its length). Decoding then happens
-in the worker's task; records that do not add up under a correct CRC raise
-:class:`~gengroup.CorruptRecordError` from that access. A partition's part of
+``batch.records`` (or iterates it, or asks its length, or ``to_arrow()``).
+Decoding then happens in the worker's task. A record batch whose records do
+not add up under a correct CRC ends the FetchedBatch there (its sound records
+are handed out, its ``next_offset`` drops to the damaged offset) and is told
+to the prefetcher through the partition's :class:`Damage`: the partition stops
+at that offset, its buffered batches dropped (and batches already handed out
+past it end there too), and the worker's next step raises the
+:class:`~gengroup.CorruptRecordError`, naming the partition and the offset,
+as does every step until a seek; the generation is told (a span goes on from
+the damaged offset). A partition's part of
 an answer is one FetchedBatch, or, with ``max_batch_records``, several cut
 between record batches (``split_batches``), so that a backlog is handed out
 in steps and the member's other workers run between them.
@@ -96,6 +103,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Final, NamedTuple
 
 import anyio
@@ -116,7 +124,7 @@ from ..io.fetch import fetch_once
 from ..io.retry import Backoff
 from ..protocol.fetch import PartitionFetch, split_batches
 from .fetch_sessions import FetchSessions
-from .fetched import FetchedBatch
+from .fetched import Damage, FetchedBatch
 from .metrics import GroupMetrics
 
 __all__ = ["Prefetcher"]
@@ -168,6 +176,8 @@ class _Partition:
     in_flight: bool = False
     #: The largest batch of the last answer, in bytes (a Fetch asks for at least that).
     largest: int = 0
+    #: Where the records of its batches turned out damaged (the prefetcher's own, until a seek).
+    damage: Damage = field(default_factory=Damage)
 
 
 def _lagging(part: _Partition) -> bool:
@@ -211,6 +221,8 @@ class Prefetcher:
         self._parts = {
             tp: _Partition(tp, off, cluster.leader_for(tp)) for tp, off in positions.items()
         }
+        for part in self._parts.values():
+            part.damage = Damage(partial(self._damaged, part))
         budget, bound = config.fetch_buffer_bytes, config.partition_buffer_bytes
         if budget is not None and bound * len(self._parts) <= budget:
             # The partitions' own bounds keep the member within the budget.
@@ -246,6 +258,8 @@ class Prefetcher:
         self._reset_offset = reset_offset
         #: Told of each OFFSET_OUT_OF_RANGE reset (partition, new position): the generation.
         self.on_reset: Callable[[TopicPartition, int], None] = lambda tp, offset: None
+        #: Told of records a worker found damaged (partition, offset, error): the generation.
+        self.on_damage: Callable[[TopicPartition, int, ProtocolError], None] = lambda *_: None
         self._on_first_batch = on_first_batch
         self._loops: set[int] = set()
         self._space = anyio.Event()
@@ -282,8 +296,44 @@ class Prefetcher:
         arrives (answers are kept only for the position they were asked for).
         """
         part = self._parts[tp]
+        self._stop(part, offset, None)
+        part.damage = Damage(partial(self._damaged, part))
+
+    def damaged(self, tp: TopicPartition, offset: int, error: ProtocolError) -> None:
+        """Stop ``tp`` at ``offset`` with ``error``: a batch an earlier
+        generation's prefetcher handed out found its records damaged there.
+
+        The iterator raises ``error`` at its next step and every one after,
+        until a seek; batches of ``tp`` handed out past ``offset`` end there.
+        """
+        part = self._parts.get(tp)
+        if part is not None:
+            if part.damage.error is None or offset < part.damage.offset:
+                part.damage.offset, part.damage.error = offset, error
+            self._stop(part, offset, error)
+
+    def _damaged(self, part: _Partition, damage: Damage) -> None:
+        """A worker found the records of ``part`` at ``damage.offset`` damaged:
+        the partition stops there (see :meth:`damaged`); the generation is told."""
+        if damage is not part.damage or damage.error is None:
+            return  # found by a batch handed out before a seek
+        log.warning(
+            "group %s: %s: the records at offset %d cannot be decoded; "
+            "the partition stops there until a seek: %s",
+            self._config.group_id,
+            part.tp,
+            damage.offset,
+            damage.error,
+        )
+        self._stop(part, damage.offset, damage.error)
+        self.on_damage(part.tp, damage.offset, damage.error)
+
+    def _stop(self, part: _Partition, offset: int, error: BaseException | None) -> None:
+        """``part`` goes on from ``offset`` (an answer to a request made before
+        is dropped when it arrives), its buffered batches dropped; ``error``:
+        what its iterator raises from its next step on (None: it fetches)."""
         part.position = offset
-        part.error = None
+        part.error = error
         dropped = sum(batch.size for batch in part.queue)
         part.buffered -= dropped
         self._buffered -= dropped
@@ -678,6 +728,7 @@ class Prefetcher:
                     piece.size,
                     deserializers,
                     piece.raw,
+                    part.damage,
                 )
             )
         part.buffered += size

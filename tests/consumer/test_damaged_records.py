@@ -1,0 +1,151 @@
+"""A group worker meets records damaged under a correct CRC as the Java consumer does.
+
+Every Fetch answer for ``t[0]`` holds, from the offset asked for on, a sound
+batch (offsets 0-2), a batch whose header and CRC are correct but whose
+records are malformed (3-5), and a sound batch (6-8). The prefetcher checks
+only the headers; the records are decoded by the worker, after the batch was
+handed out. The worker must still get 0-2, the batch ending there
+(``next_offset`` 3), then the damage from its next step, naming the partition
+and the offset, and from every step after, until it seeks past it: nothing
+after the damage is handed out, and nothing is committed past it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from crc32c import crc32c
+from kio.schema.errors import ErrorCode
+
+from gengroup import ConsumerGroup, CorruptRecordError, FetchedBatch, TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Intercepted, Respond
+from gengroup.consumer.columnar import fetched_to_arrow
+from gengroup.protocol.framing import response_module
+from gengroup.protocol.records import encode_batch, with_base_offset
+from gengroup.protocol.versions import ApiKey
+
+from .helpers import EMBEDDED_SETTINGS
+
+TP = TopicPartition("t", 0)
+SETTINGS = {**EMBEDDED_SETTINGS, "commit_interval": 0.0}
+DAMAGE = r"^Fetch t\[0\]: record batch at offset 3: negative record length at byte 62$"
+
+
+def _batch(first: int, value: bytes) -> bytes:
+    return with_base_offset(encode_batch([(None, value, (), 0)] * 3), first)
+
+
+def _damaged() -> bytes:
+    batch = bytearray(_batch(3, b"y"))
+    batch[61] = 0x03  # the first record's length: -2
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))  # a correct CRC
+    return bytes(batch)
+
+
+LOG = [_batch(0, b"x"), _damaged(), _batch(6, b"z")]
+
+
+def _answer(req: Intercepted) -> Respond:
+    """The batches of LOG from the one holding the offset asked for on."""
+    mod = response_module(ApiKey.FETCH, req.api_version)
+    offset = req.request.topics[0].partitions[0].fetch_offset
+    part = mod.PartitionData(
+        partition_index=0,
+        error_code=ErrorCode.none,
+        high_watermark=9,
+        last_stable_offset=9,
+        log_start_offset=0,
+        aborted_transactions=None,
+        records=b"".join(LOG[offset // 3 :]),
+    )
+    return Respond(
+        mod.FetchResponse(
+            throttle_time=datetime.timedelta(0),
+            error_code=ErrorCode.none,
+            session_id=0,
+            responses=(mod.FetchableTopicResponse(topic="t", partitions=(part,)),),
+        )
+    )
+
+
+def _offsets(batch: FetchedBatch, read: str) -> list[int]:
+    if read == "records":
+        return [r.offset for r in batch]
+    table = batch.to_arrow()
+    return [int(o) for o in table.column("offset").to_pylist()]
+
+
+@pytest.mark.parametrize("read", ["records", "arrow"])
+async def test_records_before_damage_are_handed_out_then_the_damage_at_every_step(
+    autojump_clock: trio.testing.MockClock, read: str
+) -> None:
+    """The worker gets 0-2 in a batch ending at 3, marks and commits 3; its
+    next step raises the damage, naming partition, offset and the byte within
+    the batch, and so does every step after (none hands out 6-8) until it
+    seeks past the damage. The batch's first read used to raise, hiding 0-2
+    (and the byte counted from the start of the answer)."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.control(ApiKey.FETCH, _answer)
+        seen: list[int] = []
+        ends: list[int] = []
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            gen = await group.next()
+            batches = gen.fetch(TP)
+            with pytest.raises(CorruptRecordError, match=DAMAGE):
+                async for batch in batches:
+                    seen += _offsets(batch, read)
+                    ends.append(batch.next_offset)
+                    gen.mark(TP, batch.next_offset)
+            assert (seen, ends) == ([0, 1, 2], [3])
+            for _ in range(3):  # later steps, however long the worker waits
+                await trio.sleep(5)
+                with pytest.raises(CorruptRecordError, match=DAMAGE):
+                    await anext(batches)
+            await gen.commit()
+            assert cluster.committed_offsets("g") == {TP: 3}
+            gen.seek(TP, 6)  # past the damage: the worker goes on from there
+            batch = await anext(batches)
+            assert (_offsets(batch, read), batch.next_offset) == ([6, 7, 8], 9)
+            gen.cancel("test over")
+
+
+async def test_batches_handed_out_past_the_damage_hold_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Cut into pieces of at most 3 records (one record batch each), the answer
+    is three batches; a worker takes them all before reading any, then reads
+    them into one table batch by batch. The damaged one has nothing to read
+    and ends at 3; so does the one after it, handed out before the damage was
+    known: its records (6-8) used to be read, and a mark of its
+    ``next_offset`` (9) committed past the damage."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.control(ApiKey.FETCH, _answer)
+        async with ConsumerGroup(
+            "g", ["t"], cluster.bootstrap, max_batch_records=3, **SETTINGS
+        ) as group:
+            gen = await group.next()
+            batches = gen.fetch(TP)
+            pending = [await anext(batches) for _ in range(3)]
+            assert [b.next_offset for b in pending] == [3, 6, 9]
+            assert fetched_to_arrow(pending[:1]).column("offset").to_pylist() == [0, 1, 2]
+            outcomes: list[Any] = []
+            for batch in pending[1:]:
+                with pytest.raises(CorruptRecordError, match=DAMAGE):
+                    fetched_to_arrow([batch])
+                with pytest.raises(CorruptRecordError, match=DAMAGE):
+                    _ = batch.records
+                outcomes.append(batch.next_offset)
+            assert outcomes == [3, 3]
+            for batch in pending:
+                gen.mark(TP, batch.next_offset)
+            with pytest.raises(CorruptRecordError, match=DAMAGE):
+                await anext(batches)
+            await gen.commit()
+            assert cluster.committed_offsets("g") == {TP: 3}
+            gen.cancel("test over")
