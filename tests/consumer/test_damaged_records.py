@@ -22,10 +22,15 @@ import trio.testing
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
-from gengroup import ConsumerGroup, CorruptRecordError, FetchedBatch, TopicPartition
+from gengroup import ConsumerGroup, CorruptRecordError, FetchedBatch, Generation, TopicPartition
+from gengroup._config import GroupConfig
+from gengroup._types import GenerationIdentity
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Intercepted, Respond
 from gengroup.consumer.columnar import fetched_to_arrow
+from gengroup.consumer.generation import RebalanceTimings
+from gengroup.consumer.running import Ownership
+from gengroup.membership.member import Outcome
 from gengroup.protocol.framing import response_module
 from gengroup.protocol.records import encode_batch, with_base_offset
 from gengroup.protocol.versions import ApiKey
@@ -149,3 +154,59 @@ async def test_batches_handed_out_past_the_damage_hold_nothing(
             await gen.commit()
             assert cluster.committed_offsets("g") == {TP: 3}
             gen.cancel("test over")
+
+
+class _Stopped:
+    """A later generation's prefetcher, as far as damage goes: what it was told."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[TopicPartition, int, Exception]] = []
+
+    def damaged(self, tp: TopicPartition, offset: int, error: Exception) -> None:
+        self.told.append((tp, offset, error))
+
+
+async def test_a_retained_span_goes_on_from_the_damage_found_after_its_batch_was_handed_out() -> (
+    None
+):
+    """Under cooperative rebalancing a partition's span outlives its generation and
+    records where its next batch starts (the next generation fetches a retained
+    partition from there) as each batch is handed out: 9 here. A worker that
+    reads the batch only after the next generation formed finds damage at 3:
+    the span goes back to 3 and the holder's prefetcher stops there, or the
+    worker would go on at 9, past the damage, silently."""
+    prefetchers = [_Stopped(), _Stopped()]
+    own = Ownership(GroupConfig.create("g", ["t"], "127.0.0.1:9092"))
+
+    def generation(sequence: int, added: frozenset[TopicPartition]) -> Generation:
+        gen = Generation(
+            identity=GenerationIdentity("g", 3, "m", None, sequence),
+            is_leader=False,
+            protocol="cooperative-sticky",
+            assignments={TP: 0},
+            timings=RebalanceTimings(),
+            _committer=None,  # type: ignore[arg-type]
+            _prefetcher=prefetchers[sequence - 1],  # type: ignore[arg-type]
+            added=added,
+            retained=frozenset({TP}) - added,
+            rebalance_protocol="cooperative",
+        )
+        gen._spans, gen._span_host = own.spans, own
+        return gen
+
+    error = CorruptRecordError("Fetch t[0]: record batch at offset 3: ...")
+    async with own.hosting():
+        first = generation(1, frozenset({TP}))
+        own.adopt(first)
+        first.start_soon(trio.sleep_forever, partition=TP)
+        own.spans[TP].position = 9  # a batch ending at 9 was handed out
+        first.end(Outcome.REJOIN, "assignment changed")
+        first.set_ended()
+        second = generation(2, frozenset())
+        own.adopt(second)
+        assert own.spans[TP].gen is second
+        first.records_damaged(TP, 3, error)  # the first generation's prefetcher stopped
+        assert own.spans[TP].position == 3
+        assert prefetchers[1].told == [(TP, 3, error)]
+        assert prefetchers[0].told == []
+        second.end(Outcome.REJOIN, "the group is closing", release=True)
