@@ -55,6 +55,7 @@ __all__ = [
     "UserTask",
     "awaitable",
     "describe_stack",
+    "first_failure",
     "host",
 ]
 
@@ -226,3 +227,26 @@ def describe_stack(coro: Any) -> str:
         for f in _innermost_frames(coro)
     ]
     return "\n".join(lines) if lines else "  (no Python frame: not started or finished)"
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions in ``exc``, groups flattened, in the order they were raised."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
+def first_failure(exc: BaseException, where: str) -> BaseException:
+    """What a generation's failure comes out of ``async for`` as: the first exception itself.
+
+    Tasks that fail together (one raises, another raises while being
+    cancelled) reach the generation's task group as an exception group; the
+    application gets the first one as itself, so ``except ValueError`` works.
+    Each later one is logged once, with its traceback, and named in a note
+    on the first (``add_note``), so nothing is lost.
+    """
+    first, *later = _leaves(exc)
+    for other in later:
+        log.error("%s: another task also raised %r", where, other, exc_info=other)
+        first.add_note(f"{where}: another task also raised {type(other).__name__}: {other}")
+    return first

@@ -26,7 +26,7 @@ A partition's *ownership span* can outlive a generation (cooperative
 rebalancing, see ``docs/incremental-rebalancing.md``). Tasks started with
 ``start_soon(..., partition=tp)`` belong to ``tp``'s :class:`Span`, hosted by
 a :class:`SpanHost` that lives across generations (the run loop's
-:class:`~gengroup.consumer.running.Ownership`). A span is *held* by the newest
+:class:`~gengroup.consumer.ownership.Ownership`). A span is *held* by the newest
 generation that assigns its partition; ``fetch``, ``mark``, ``seek``,
 ``commit`` and ``lag`` of that partition on any generation object act on the
 holder, so a retained partition's worker goes on fetching across generations

@@ -48,7 +48,8 @@ from .consumer_protocol import ConsumerProtocolMember
 from .forming import Formed, GroupClient, form_generation
 from .generation import Generation, RebalanceTimings
 from .metrics import GroupMetrics
-from .running import Ownership, run_generation
+from .ownership import Ownership
+from .running import run_generation
 
 __all__ = ["ConsumerGroup", "GenerationRecord"]
 

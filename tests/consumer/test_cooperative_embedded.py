@@ -29,7 +29,7 @@ from gengroup._types import GenerationIdentity
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Intercepted
 from gengroup.consumer.generation import RebalanceTimings
-from gengroup.consumer.running import Ownership
+from gengroup.consumer.ownership import Ownership
 from gengroup.membership.member import Outcome
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey

@@ -29,7 +29,7 @@ from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Intercepted, Respond
 from gengroup.consumer.columnar import fetched_to_arrow
 from gengroup.consumer.generation import RebalanceTimings
-from gengroup.consumer.running import Ownership
+from gengroup.consumer.ownership import Ownership
 from gengroup.membership.member import Outcome
 from gengroup.protocol.framing import response_module
 from gengroup.protocol.records import encode_batch, with_base_offset

@@ -1,0 +1,286 @@
+"""The member's ownership of partitions across generations: spans and their tasks.
+
+Theory of operation:
+
+Partition-scoped tasks (``gen.start_soon(..., partition=tp)``) do not run in
+the generation's task group but in the :class:`Ownership`'s, which lives as
+long as the group's run loop; :mod:`gengroup.consumer.running` runs each
+generation against it. Under a cooperative protocol a generation that ends
+for a rebalance keeps its spans; the next generation first revokes the spans
+of the partitions it no longer assigns (cancels their tasks, waits for them
+under the same watchdog, commits their marks with its own id), adopts the
+retained ones, then is handed out; if it revoked anything it ends at once so
+that the member rejoins without those partitions. Every other end (an eager
+protocol, a lost membership, closing, a task's exception) revokes every span
+before the final commit's second pass.
+
+Under a cooperative protocol the generation's prefetcher runs in the
+:class:`Ownership`'s task group too (:meth:`Ownership.host_prefetcher`), so
+that retained partitions are served while the member rejoins: an end that
+keeps the spans leaves it running; the next generation's forming stops it
+(:meth:`Ownership.stop_prefetcher`) just before it takes the spans'
+positions, so no batch is handed out twice; it also stops once the local
+lease ran out, and with every end that revokes the spans.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from .._config import GroupConfig
+from .._errors import GenerationEnded
+from .._types import TopicPartition
+from ..membership.member import Outcome
+from .detached import UserTask, first_failure, host
+from .generation import Generation, Span
+from .prefetch import Prefetcher
+
+__all__ = ["Ownership"]
+
+log = logging.getLogger("gengroup")
+
+
+class Ownership:
+    """The partitions a member owns across generations, and their spans' tasks.
+
+    Implements :class:`~gengroup.consumer.generation.SpanHost`; open it with
+    :meth:`hosting` around the run loop.
+
+    Attributes:
+        spans: each partition's open or closing span.
+        owned: the partitions the member owns now.
+        current: the newest generation handed out (None once it released everything).
+        lease_from: when the newest request the coordinator accepted was sent.
+    """
+
+    def __init__(self, config: GroupConfig) -> None:
+        self.config = config
+        self.spans: dict[TopicPartition, Span] = {}
+        self.owned: set[TopicPartition] = set()
+        self.current: Generation | None = None
+        self.lease_from = 0.0
+        self.failures: list[BaseException] = []
+        #: Called when a span task raised while no generation was live.
+        self.on_failure: Callable[[], None] = lambda: None
+        self._tg: anyio.abc.TaskGroup | None = None
+        #: The prefetcher running here (it outlives its generation) and its scope.
+        self._prefetching: tuple[Prefetcher, anyio.CancelScope] | None = None
+
+    @asynccontextmanager
+    async def hosting(self) -> AsyncIterator[None]:
+        """The task group of span tasks; on exit every span left is revoked (bounded)."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                yield
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.drop_all("the group stopped")
+                self._tg = None
+
+    def start_span_task(
+        self, gen: Generation, tp: TopicPartition, task: UserTask, coro: Awaitable[Any]
+    ) -> None:
+        """Start ``coro`` in ``tp``'s span, opening it (held by ``gen``) if there is none."""
+        span = self.spans.get(tp)
+        refused = None
+        if self._tg is None:
+            refused = "the group is not running"
+        elif span is not None and span.closed:
+            refused = f"{tp} is being revoked"
+        elif span is None and (gen is not self.current or tp not in self.owned):
+            refused = f"{tp} is no longer owned by generation {gen.label}"
+        if refused is not None:
+            if hasattr(coro, "close"):
+                coro.close()
+            raise GenerationEnded(f"start_soon: {refused}")
+        assert self._tg is not None
+        if span is None:
+            span = self.spans[tp] = Span(tp, gen, position=gen.assignments[tp])
+        span.running += 1
+        span.tasks.append(task)
+        self._tg.start_soon(self._run_span_task, span, task, coro, name=task.name)
+
+    async def _run_span_task(self, span: Span, task: UserTask, coro: Awaitable[Any]) -> None:
+        task.coro = coro
+        returned = False
+        try:
+            with anyio.CancelScope() as scope:
+                span.scopes.append(scope)
+                if span.closed:
+                    scope.cancel()
+                try:
+                    await host(task.hosted, coro)
+                    returned = True
+                except Exception as exc:
+                    self._failed(span, exc)
+        finally:
+            task.done = True
+            span.running -= 1
+            if returned and not span.closed:
+                # The first task of a span to exit gives the partition up and
+                # ends the generation, so that the member rejoins without it.
+                self.release([span.tp])
+                if not span.gen.ending:
+                    span.gen.end(Outcome.REJOIN, f"task {task.name!r} exited")
+            if span.closed and not span.running:
+                span.idle.set()
+
+    def _failed(self, span: Span, exc: Exception) -> None:
+        self.failures.append(exc)
+        self.release([span.tp])
+        holder = self.current
+        if holder is not None and not holder.ending:
+            holder.end(Outcome.FATAL, f"task raised {exc!r}")
+        else:  # between generations: stop forming the next one
+            self.on_failure()
+
+    def take_failure(self, where: str) -> BaseException | None:
+        """The first span task's exception (the later ones in notes), once."""
+        if not self.failures:
+            return None
+        failure = first_failure(BaseExceptionGroup("span tasks", self.failures), where)
+        self.failures = []
+        return failure
+
+    def release(self, partitions: list[TopicPartition], by: Generation | None = None) -> list[Span]:
+        """Close the spans of ``partitions`` (cancelling their tasks); no longer owned.
+
+        ``by``: the generation revoking them; it holds them while their tasks finish.
+        """
+        closed = []
+        for tp in partitions:
+            self.owned.discard(tp)
+            span = self.spans.get(tp)
+            if span is not None and not span.closed:
+                span.hand_to(None, by)
+                closed.append(span)
+        return closed
+
+    async def wait_released(self) -> None:
+        """Wait until every closed span's tasks all returned (or were abandoned)."""
+        while closing := [s for s in self.spans.values() if s.closed]:
+            for span in closing:
+                await span.idle.wait()
+                if self.spans.get(span.tp) is span:
+                    del self.spans[span.tp]
+
+    def closing_tasks(self) -> list[UserTask]:
+        """The tasks of closed spans that have not returned yet."""
+        return [t for s in self.spans.values() if s.closed for t in s.tasks if not t.done]
+
+    def adopt(self, gen: Generation) -> None:
+        """``gen`` holds the spans of the partitions it retained; it owns its assignment.
+
+        A span whose tasks all returned while no generation was live (closed,
+        never awaited by a revocation) is forgotten here, so that its
+        partition, added again, can open a new span; a mark its task made
+        then is carried into ``gen`` if ``gen`` assigns the partition.
+        """
+        for tp, done in list(self.spans.items()):
+            if done.closed and not done.running:
+                del self.spans[tp]
+                if tp in gen.assignments and done.pending > gen._marks.get(tp, -1):
+                    gen._marks[tp] = done.pending
+        for tp in gen.retained:
+            span = self.spans.get(tp)
+            if span is not None and not span.closed:
+                span.hand_to(gen)
+        self.owned = set(gen.assignments)
+        self.current = gen
+
+    def host_prefetcher(self, gen: Generation, prefetcher: Prefetcher) -> None:
+        """Run ``gen``'s prefetcher here, so that it outlives ``gen``'s end.
+
+        A cooperative rebalance keeps the spans, and their partitions go on
+        being fetched and handed out while the next generation forms; the
+        next generation's forming stops the prefetcher
+        (:meth:`stop_prefetcher`) once it knows the retained positions. It
+        also stops once the local lease ran out (``lease_from`` or ``gen``'s,
+        whichever is newer, plus ``session_timeout``): the member may have
+        been evicted. A failing prefetcher fails the holding generation, or,
+        between generations, the next one's forming.
+        """
+        self.stop_prefetcher()
+        assert self._tg is not None
+        scope = anyio.CancelScope()
+        self._prefetching = (prefetcher, scope)
+        self._tg.start_soon(self._prefetch, gen, prefetcher, scope, name="gengroup-prefetcher")
+
+    async def _prefetch(
+        self, gen: Generation, prefetcher: Prefetcher, scope: anyio.CancelScope
+    ) -> None:
+        timeout = self.config.session_timeout
+
+        async def lease_watch() -> None:
+            # A sleep, not an event: every renewal moves the deadline further.
+            while (deadline := max(self.lease_from, gen._lease_from) + timeout) > (  # noqa: ASYNC110
+                anyio.current_time()
+            ):
+                await anyio.sleep_until(deadline)
+            log.info(
+                "group %s: no request accepted for session_timeout=%s s; stopped fetching",
+                self.config.group_id,
+                timeout,
+            )
+            self.stop_prefetcher(prefetcher)
+
+        try:
+            with scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(lease_watch)
+                    await prefetcher.run()
+        except Exception as exc:
+            self.failures.append(exc)
+            if not gen.ending:
+                gen.end(Outcome.FATAL, f"the prefetcher raised {exc!r}")
+            else:  # between generations: stop forming the next one
+                self.on_failure()
+        finally:
+            prefetcher.close()
+
+    def stop_prefetcher(self, prefetcher: Prefetcher | None = None) -> None:
+        """Stop the hosted prefetcher (only if it is ``prefetcher``, when given).
+
+        Synchronous: from its return no batch is handed out, so each span's
+        ``position`` is where the next generation fetches from.
+        """
+        if self._prefetching is None:
+            return
+        running, scope = self._prefetching
+        if prefetcher is not None and running is not prefetcher:
+            return
+        self._prefetching = None
+        running.close()
+        scope.cancel()
+
+    async def drop_all(self, reason: str) -> None:
+        """Revoke every span between generations, waiting ``rebalance_timeout`` at most.
+
+        Their marks made since the last commit are not committed (the member
+        may no longer be in the group): the next owner processes them again.
+        """
+        self.current = None
+        self.stop_prefetcher()
+        if not self.release(list(self.spans)) and not self.closing_tasks():
+            self.owned.clear()
+            return
+        log.info("group %s: revoking every partition's tasks: %s", self.config.group_id, reason)
+        self.owned.clear()
+        with anyio.move_on_after(self.config.rebalance_timeout):
+            await self.wait_released()
+        for task in self.closing_tasks():
+            log.warning(
+                "group %s: abandoned task %r, which did not return within rebalance_timeout "
+                "after its partition was revoked",
+                self.config.group_id,
+                task.name,
+            )
+            task.hosted.abandon()
+        await self.wait_released()
