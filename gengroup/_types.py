@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
@@ -15,6 +16,7 @@ __all__ = [
     "TopicPartition",
     "checked_offset",
     "parse_address",
+    "show_partitions",
 ]
 
 #: The largest offset Kafka stores (a signed 64-bit integer).
@@ -29,6 +31,27 @@ class TopicPartition(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.topic}[{self.partition}]"
+
+
+def show_partitions(tps: Iterable[TopicPartition]) -> str:
+    """Partitions for a log line, per topic with runs folded: ``t[0-3,7], u[1]`` (``none``).
+
+    A member's assignment of hundreds of partitions stays one short line.
+    """
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in tps:
+        by_topic.setdefault(topic, []).append(partition)
+    shown = []
+    for topic in sorted(by_topic):
+        runs: list[list[int]] = []
+        for p in sorted(set(by_topic[topic])):
+            if runs and p == runs[-1][1] + 1:
+                runs[-1][1] = p
+            else:
+                runs.append([p, p])
+        spans = ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+        shown.append(f"{topic}[{spans}]")
+    return ", ".join(shown) or "none"
 
 
 def parse_address(addr: str) -> tuple[str, int]:

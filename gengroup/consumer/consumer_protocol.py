@@ -19,7 +19,7 @@ rebalancing (``docs/incremental-rebalancing.md``). When a heartbeat answer
 changes the assignment, the running generation ends with ``REJOIN``: its
 generation-scoped tasks are cancelled and joined and its marks committed,
 but the partitions' ownership spans (``start_soon(..., partition=tp)``,
-hosted by the run loop's :class:`~gengroup.consumer.running.Ownership`)
+hosted by the run loop's :class:`~gengroup.consumer.ownership.Ownership`)
 run on. The next :meth:`~ConsumerProtocolMember.form_generation` forms a
 generation for the new assignment, whose id is the member epoch, with
 ``added``, ``retained`` and ``revoked`` against what the member owned. Before
@@ -78,7 +78,7 @@ from .._errors import (
     error_for_code,
     exhausted_unreachable,
 )
-from .._types import GenerationIdentity, TopicPartition
+from .._types import GenerationIdentity, TopicPartition, show_partitions
 from ..io.coordinator import REFUSALS
 from ..io.retry import Backoff
 from ..membership import requests
@@ -107,10 +107,6 @@ def _as_sets(
 ) -> dict[uuid.UUID, frozenset[int]] | None:
     """An assignment as the coordinator meant it: the order of partitions aside."""
     return None if assigned is None else {t: frozenset(p) for t, p in assigned.items()}
-
-
-def _show(tps: frozenset[TopicPartition]) -> str:
-    return ", ".join(str(tp) for tp in sorted(tps)) or "none"
 
 
 class _EpochCommitter:
@@ -329,7 +325,7 @@ class ConsumerProtocolMember:
                 "group %s member %s: revoked [%s] at epoch %d; acknowledging",
                 self.config.group_id,
                 self.member_id,
-                _show(gen.revoked),
+                show_partitions(gen.revoked),
                 self.epoch,
             )
             self._wake.set()
@@ -375,7 +371,7 @@ class ConsumerProtocolMember:
             identity.label,
             self.member_id,
             len(positions),
-            _show(frozenset(positions)),
+            show_partitions(frozenset(positions)),
             timings.previous_teardown,
             timings.join,
             timings.offset_fetch,
@@ -642,15 +638,15 @@ class ConsumerProtocolMember:
             gen.end(
                 Outcome.REJOIN,
                 f"assignment changed at member epoch {self.epoch}: revoked "
-                f"[{_show(kept - target)}], added [{_show(target - kept)}]",
+                f"[{show_partitions(kept - target)}], added [{show_partitions(target - kept)}]",
             )
         log.info(
             "group %s member %s: assignment at epoch %d: [%s] (was [%s])",
             cfg.group_id,
             self.member_id,
             self.epoch,
-            _show(target),
-            _show(old or frozenset()),
+            show_partitions(target),
+            show_partitions(old or frozenset()),
         )
 
     def _names(self) -> dict[uuid.UUID, str]:

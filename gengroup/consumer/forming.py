@@ -59,7 +59,7 @@ from .._errors import (
     error_for_code,
     exhausted_unreachable,
 )
-from .._types import GenerationIdentity, TopicPartition
+from .._types import GenerationIdentity, TopicPartition, show_partitions
 from ..io import offsets
 from ..io.cluster import Cluster, TopicInfo
 from ..io.coordinator import REFUSALS, CoordinatorClient
@@ -696,10 +696,39 @@ async def form_generation(
         if ownership is not None:
             gen._spans = ownership.spans
             gen._span_host = ownership
+        _say_formed(gen, timings, cooperative=ownership is not None and rebalance == "cooperative")
         formed.generation.renew_lease(sync_sent)
         formed.synced_at = synced_at
         return formed
     return None
+
+
+def _say_formed(gen: Generation, timings: RebalanceTimings, *, cooperative: bool) -> None:
+    """Log a classic generation's forming once: its partitions (under a
+    cooperative balancer, those added and revoked too) and its timings."""
+    change = ""
+    if cooperative:
+        change = (
+            f" (added [{show_partitions(gen.added)}], revoked [{show_partitions(gen.revoked)}])"
+        )
+    log.info(
+        "group %s generation %s formed: member %s%s, %d partition(s) [%s]%s, protocol %s; "
+        "previous teardown %.3f s, coordinator %.3f s, join %.3f s, sync %.3f s, "
+        "offsets %.3f s",
+        gen.group_id,
+        gen.label,
+        gen.member_id,
+        " (leader)" if gen.is_leader else "",
+        len(gen.assignments),
+        show_partitions(gen.assignments),
+        change,
+        gen.protocol,
+        timings.previous_teardown,
+        timings.find_coordinator,
+        timings.join,
+        timings.sync,
+        timings.offset_fetch,
+    )
 
 
 def _assignable(
@@ -816,19 +845,4 @@ def _formed(
     )
     prefetcher.on_reset = gen.offset_reset
     prefetcher.on_damage = gen.records_damaged
-    log.info(
-        "group %s generation %s formed: member %s%s, %d partition(s), protocol %s; "
-        "previous teardown %.3f s, coordinator %.3f s, join %.3f s, sync %.3f s, offsets %.3f s",
-        gen.group_id,
-        gen.label,
-        gen.member_id,
-        " (leader)" if gen.is_leader else "",
-        len(positions),
-        gen.protocol,
-        timings.previous_teardown,
-        timings.find_coordinator,
-        timings.join,
-        timings.sync,
-        timings.offset_fetch,
-    )
     return Formed(gen, prefetcher, counts)

@@ -77,6 +77,7 @@ from .._errors import (
     error_for_code,
     is_retriable,
 )
+from ..io.cluster import LONG_UNAVAILABLE
 from ..io.retry import retry
 from ..membership.member import Member, Outcome, outcome_for
 from ..membership.pattern import describe_change
@@ -136,30 +137,48 @@ class _Run:
         self.client = client
         self.own = ownership
         self.config: GroupConfig = client.config
-        #: The internal tasks whose requests are failing (each logged once).
-        self.failing: set[str] = set()
+        #: The internal tasks whose requests are failing, with when they
+        #: started to (each logged once), and those said to fail for long.
+        self.failing: dict[str, float] = {}
+        self.warned: set[str] = set()
         #: Why the final commit's first pass (at the end, beside the
         #: teardown) failed, if it did: reported unless the second succeeds.
         self.first_pass_failure: BaseException | None = None
         #: The refusals the final commit's passes at the end retried.
         self.end_refusals: list[BaseException] = []
 
-    def _log_retry(self, what: str, exc: BaseException, then: str) -> None:
-        """Log that ``what`` started failing: once, until :meth:`_log_recovered`."""
-        if what not in self.failing:
-            self.failing.add(what)
+    def _log_retry(
+        self, what: str, exc: BaseException, then: str, long: tuple[float, str] | None = None
+    ) -> None:
+        """Log that ``what`` started failing: once, until :meth:`_log_recovered`;
+        with ``long`` (seconds, consequence), a WARNING too, once, when it has
+        failed for that long."""
+        now = anyio.current_time()
+        since = self.failing.get(what)
+        if since is None:
+            self.failing[what] = now
             self._log(f"{what} failed ({exc}); {then}")
+        elif long is not None and what not in self.warned and now - since >= long[0]:
+            self.warned.add(what)
+            lasted = f"{what} has failed for {now - since:.0f} s ({exc}): {long[1]}; {then}"
+            self._log(lasted, logging.WARNING)
 
     def _log_recovered(self, what: str) -> None:
         """Log that ``what`` works again, if it was failing."""
-        if what in self.failing:
-            self.failing.discard(what)
-            self._log(f"{what} works again")
+        since = self.failing.pop(what, None)
+        if since is not None:
+            self.warned.discard(what)
+            self._log(f"{what} works again after {anyio.current_time() - since:.1f} s")
 
-    def _log(self, message: str) -> None:
+    def _log(self, message: str, level: int = logging.INFO) -> None:
         gen = self.gen
-        log.info(
-            "group %s generation %s member %s: %s", gen.group_id, gen.label, gen.member_id, message
+        log.log(
+            level,
+            "group %s generation %s member %s: %s",
+            gen.group_id,
+            gen.label,
+            gen.member_id,
+            message,
         )
 
     async def run(
@@ -605,6 +624,14 @@ class _Run:
 
     async def _commit_loop(self) -> None:
         gen = self.gen
+        # Commits failing for three intervals (10 s at least) are said once
+        # more, as a WARNING: what is processed meanwhile would be handed out
+        # again after a restart or a rebalance.
+        long = (
+            max(LONG_UNAVAILABLE, 3 * self.config.commit_interval),
+            "the offsets processed since are not committed (a restart or a rebalance would "
+            "hand their records out again)",
+        )
         while True:
             await anyio.sleep(self.config.commit_interval)
             try:
@@ -614,11 +641,11 @@ class _Run:
                 if outcome is Outcome.FATAL:
                     raise
                 if outcome is Outcome.RETRY:  # e.g. a new coordinator still loading the group
-                    self._log_retry("periodic commit", exc, "will retry")
+                    self._log_retry("periodic commit", exc, "will retry", long)
                     continue
                 gen.end(outcome, f"commit refused: {exc}")
                 return
             except (KafkaConnectionError, ProtocolError, TimeoutError) as exc:
-                self._log_retry("periodic commit", exc, "will retry")
+                self._log_retry("periodic commit", exc, "will retry", long)
             else:
                 self._log_recovered("periodic commit")
