@@ -275,15 +275,22 @@ class ConsumerProtocolMember:
             self._wake.set()
             timings.join = anyio.current_time() - t0
             t1 = anyio.current_time()
+            node: int | None = None
+            fetch_sent = t1
             try:
                 node = await self.client.find_coordinator(timings)
+                fetch_sent = anyio.current_time()
                 positions, committed = await self.client.start_positions(node, sorted(target))
             except (KafkaConnectionError, BrokerError, TimeoutError) as exc:
                 if exhausted_unreachable(exc) is not None or (
                     isinstance(exc, BrokerError) and outcome_for(exc.code) is Outcome.FATAL
                 ):
                     raise
-                if not (isinstance(exc, BrokerError) and self.client.refused(exc, "OffsetFetch")):
+                if not (
+                    isinstance(exc, BrokerError)
+                    and node is not None
+                    and self.client.refused(exc, "OffsetFetch", node, fetch_sent)
+                ):
                     log.info(
                         "group %s: fetching start offsets failed (%s); again", cfg.group_id, exc
                     )
@@ -291,7 +298,7 @@ class ConsumerProtocolMember:
                 await backoff.sleep()
                 continue
             timings.offset_fetch = anyio.current_time() - t1
-            self.client.coordinator.accepted("OffsetFetch")
+            self.client.coordinator.accepted()
             if incarnation != self.incarnation or target != self._target:
                 continue  # fenced or reassigned meanwhile
             if own is not None:
@@ -455,6 +462,7 @@ class ConsumerProtocolMember:
             epoch = self.epoch
             try:
                 node = await self.client.coordinator.find()
+                beat_sent = anyio.current_time()
                 resp = await self._send(node, self._beat(epoch))
             except GroupProtocolUnsupported as exc:
                 self._fail(exc)
@@ -472,10 +480,10 @@ class ConsumerProtocolMember:
                 continue
             code = int(resp.error_code)
             if code:
-                await self._heartbeat_refused(code, resp.error_message, backoff)
+                await self._heartbeat_refused(code, resp.error_message, backoff, node, beat_sent)
                 continue
             backoff.reset()
-            self.client.coordinator.accepted("ConsumerGroupHeartbeat")
+            self.client.coordinator.accepted()
             if self._failing:
                 self._failing = False
                 log.info("group %s member %s: heartbeat works again", cfg.group_id, self.member_id)
@@ -521,7 +529,9 @@ class ConsumerProtocolMember:
         if self.epoch > 0 and anyio.current_time() >= since + cfg.session_timeout:
             self._fence(f"no successful heartbeat for a session timeout ({exc})")
 
-    async def _heartbeat_refused(self, code: int, message: str | None, backoff: Backoff) -> None:
+    async def _heartbeat_refused(
+        self, code: int, message: str | None, backoff: Backoff, node: int, sent_at: float
+    ) -> None:
         cfg = self.config
         said = f"ConsumerGroupHeartbeat of {cfg.group_id} member {self.member_id}"
         if message:
@@ -542,7 +552,7 @@ class ConsumerProtocolMember:
             return
         if code in REFUSALS:
             unavailable = self.client.coordinator.refused(
-                error_for_code(code, message), "ConsumerGroupHeartbeat"
+                error_for_code(code, message), "ConsumerGroupHeartbeat", node, sent_at
             )
             if unavailable.exhausted:
                 self._fail(unavailable)

@@ -223,14 +223,15 @@ class GroupClient:
         """The coordinator moved or is unreachable: look it up again before the next request."""
         self.coordinator.forget()
 
-    def refused(self, error: BrokerError, request: str) -> bool:
-        """Count ``error`` if the coordinator refused ``request`` (False if it is
-        another error); raise :class:`CoordinatorUnavailable` once the refusals
-        have lasted ``unreachable_timeout``. FindCoordinator's own refusals are
-        the cluster's to count."""
+    def refused(self, error: BrokerError, request: str, node: int, sent_at: float) -> bool:
+        """Count ``error`` if coordinator ``node`` refused ``request``, sent at
+        ``sent_at`` (False if it is another error); raise
+        :class:`CoordinatorUnavailable` once the refusals have lasted
+        ``unreachable_timeout`` with no generation formed between.
+        FindCoordinator's own refusals are the cluster's to count."""
         if error.code not in REFUSALS or isinstance(error, CoordinatorUnavailable):
             return False
-        unavailable = self.coordinator.refused(error, request)
+        unavailable = self.coordinator.refused(error, request, node, sent_at)
         if unavailable.exhausted:
             raise unavailable from error
         return True
@@ -603,11 +604,13 @@ async def form_generation(
                     await ownership.drop_all("the member lost its member id")
                 elif anyio.current_time() >= ownership.lease_from + cfg.session_timeout:
                     await ownership.drop_all("no request accepted for a session timeout")
+            offsets_sent: float | None = None
             node = await client.find_coordinator(timings)
             t0 = anyio.current_time()
             if cfg.topic_pattern is not None:
                 await _match(member, client)
             params = member.join_params()
+            join_sent = anyio.current_time()
             try:
                 res, metadata = await client.join(node, params, member.subscribed_topics())
             except BaseException:
@@ -625,9 +628,8 @@ async def form_generation(
                     raise await diagnosis.explain_inconsistent(
                         client.cluster, cfg, node, joined.error, offered
                     )
-                await _retry_pause(member, client, joined, backoff, "JoinGroup")
+                await _retry_pause(member, client, joined, backoff, ("JoinGroup", node, join_sent))
                 continue
-            client.coordinator.accepted("JoinGroup")
             t0 = anyio.current_time()
             counts: dict[str, int] = {}
             assignments: dict[str, bytes] = {}
@@ -647,14 +649,13 @@ async def form_generation(
             synced = member.on_sync(error_code=answer.error_code, assignment=answer.assignment)
             timings.sync += anyio.current_time() - t0
             if isinstance(synced, Retry):
-                await _retry_pause(member, client, synced, backoff, "SyncGroup")
+                await _retry_pause(member, client, synced, backoff, ("SyncGroup", node, sync_sent))
                 continue
-            client.coordinator.accepted("SyncGroup")
-            t0 = anyio.current_time()
+            t0 = offsets_sent = anyio.current_time()
             partitions = synced.partitions()
             positions, committed = await client.start_positions(node, partitions, answer.committed)
             timings.offset_fetch += anyio.current_time() - t0
-            client.coordinator.accepted("OffsetFetch")
+            client.coordinator.accepted()
         except (KafkaConnectionError, TimeoutError) as exc:
             unreachable = exhausted_unreachable(exc)
             if unreachable is not None:
@@ -671,7 +672,7 @@ async def form_generation(
             if outcome is Outcome.FATAL or exhausted_unreachable(exc) is not None:
                 raise
             member.abandon(outcome, str(exc))
-            if not client.refused(exc, "OffsetFetch"):
+            if offsets_sent is None or not client.refused(exc, "OffsetFetch", node, offsets_sent):
                 if outcome is Outcome.FIND_COORDINATOR:
                     client.forget_coordinator()
                 log.info("group %s: %s; rejoining", cfg.group_id, exc)
@@ -781,19 +782,23 @@ def _join_backoff(cfg: GroupConfig) -> Backoff:
     return Backoff(cfg.join_backoff, cap=min(cfg.join_backoff * 2**5, _JOIN_BACKOFF_CAP))
 
 
+#: A refused request: its name, the node it went to, when it was sent.
+_Sent = tuple[str, int, float]
+
+
 async def _retry_pause(
-    member: Member, client: GroupClient, retry: Retry, backoff: Backoff, request: str
+    member: Member, client: GroupClient, retry: Retry, backoff: Backoff, sent: _Sent
 ) -> None:
-    """Act on a failed ``request`` (JoinGroup or SyncGroup); back off if due."""
-    if _handle_retry(member, client, retry, request):
+    """Act on a failed JoinGroup or SyncGroup (``sent``); back off if due."""
+    if _handle_retry(member, client, retry, sent):
         await backoff.sleep()
 
 
-def _handle_retry(member: Member, client: GroupClient, retry: Retry, request: str) -> bool:
+def _handle_retry(member: Member, client: GroupClient, retry: Retry, sent: _Sent) -> bool:
     """Act on a failed step; True if the next attempt should wait a backoff."""
     if retry.outcome is Outcome.FATAL:
         raise retry.error
-    if client.refused(retry.error, request):
+    if client.refused(retry.error, *sent):
         return True
     if retry.outcome is Outcome.FIND_COORDINATOR:
         client.forget_coordinator()

@@ -25,11 +25,16 @@ answered NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE: a broker whose view
 of the offsets topic's leadership is stale or whose coordinator failed) is
 as unavailable as one FindCoordinator cannot find, but every lookup
 succeeds, so the cluster's count of FindCoordinator's refusals never grows.
-A group counts those refusals here (:meth:`CoordinatorClient.refused`,
-ended by :meth:`CoordinatorClient.accepted`), logged as the cluster logs its
-own: one INFO when they start, one WARNING :data:`LONG_UNAVAILABLE` later,
-one INFO when they end; once they have lasted ``unreachable_timeout`` the
-error it returns is exhausted, for the group to raise.
+A group counts those refusals here, one count per coordinator whichever
+request was refused (:meth:`CoordinatorClient.refused`, ended by
+:meth:`CoordinatorClient.accepted` once a generation forms or a heartbeat is
+answered), logged as the cluster logs its own: one INFO when they start, one
+WARNING :data:`LONG_UNAVAILABLE` later, one INFO when they end; once they
+have lasted ``unreachable_timeout`` the error it returns is exhausted, for
+the group to raise. A refusal that comes ``unreachable_timeout`` after the
+previous one, or after the coordinator held the request a while (a JoinGroup
+waiting for the members), starts a new count: the coordinator served the
+group in between.
 COORDINATOR_LOAD_IN_PROGRESS is logged alike but never exhausted (a large
 group's state can take minutes to load), and restarts the count.
 """
@@ -66,12 +71,20 @@ REFUSALS: Final = frozenset(
 log = logging.getLogger("gengroup")
 
 
+#: A refused request answered this many seconds or more after it was sent
+#: was held by the coordinator first (a JoinGroup waiting for the members):
+#: it served the group until then, and the refusal starts a new count.
+HELD: Final = 1.0
+
+
 @dataclass(slots=True)
 class _Refusals:
-    """A request's refusals since the coordinator last served it."""
+    """The coordinator's refusals of the group's requests since it last served one."""
 
     #: When the first came.
     since: float
+    #: When the latest came.
+    last: float
     #: The first since which no COORDINATOR_LOAD_IN_PROGRESS came (None: the
     #: latest was one); the exhausted count runs from it.
     not_loading_since: float | None = None
@@ -110,7 +123,7 @@ class CoordinatorClient:
         self.timeout = timeout
         #: The coordinator's node id, once found (None: look it up on next use).
         self.node: int | None = None
-        self._refusing: dict[str, _Refusals] = {}
+        self._refusing: _Refusals | None = None
 
     async def find(self, *, refresh: bool = False) -> int:
         """The coordinator's node id, looked up if not known yet or if ``refresh``.
@@ -133,17 +146,26 @@ class CoordinatorClient:
         """Forget the coordinator: the next call looks it up again."""
         self.node = None
 
-    def refused(self, error: BrokerError, request: str) -> CoordinatorUnavailable:
-        """Count a coordinator error the found coordinator answered a group request with.
+    def refused(
+        self, error: BrokerError, request: str, node: int, sent_at: float
+    ) -> CoordinatorUnavailable:
+        """Count a coordinator error the coordinator found answered a group request with.
 
-        Forgets the coordinator (the next request looks it up again) and logs
-        a change of state once (see the module's theory of operation).
-        COORDINATOR_LOAD_IN_PROGRESS is said and waited for, never exhausted:
-        the coordinator is there, loading a large group may take minutes.
+        NOT_COORDINATOR and COORDINATOR_NOT_AVAILABLE forget the coordinator
+        (the next request looks it up again); each change of state is logged
+        once (see the module's theory of operation). COORDINATOR_LOAD_IN_PROGRESS
+        is said and waited for, never exhausted: the coordinator is the
+        right one, and loading a large group may take minutes. The count
+        starts anew when the previous refusal is ``unreachable_timeout`` old
+        (nobody knows what happened in between) and when the refused request
+        was held :data:`HELD` seconds or more first (the coordinator served it
+        until then).
 
         Args:
             error: the answer (one of :data:`REFUSALS`, with the broker's message).
             request: the refused request's name, for messages.
+            node: the broker that answered.
+            sent_at: when the request was sent (``anyio.current_time()``).
 
         Returns:
             The error saying for how long the coordinator has not served the
@@ -152,18 +174,27 @@ class CoordinatorClient:
             progress between, for the cluster's ``unreachable_timeout`` or
             more (the caller raises it then).
         """
-        node, self.node = self.node, None
+        loading = error.code == ErrorCode.coordinator_load_in_progress
+        if not loading and self.node == node:
+            self.node = None
         now = anyio.current_time()
-        said = f"node {node} answered {request}: {error}" if node is not None else str(error)
-        refusals = self._refusing.get(request)
+        limit = self.cluster.unreachable_timeout
+        said = f"node {node} answered {request}: {error}"
+        refusals = self._refusing
+        if refusals is not None and (
+            now - sent_at >= HELD or (limit is not None and now - refusals.last > limit)
+        ):
+            refusals = None  # served (or not known) since the previous refusals
         if refusals is None:
-            refusals = self._refusing[request] = _Refusals(now)
             log.info(
-                "coordinator of %r does not serve the group (%s); looking it up again",
+                "coordinator of %r does not serve the group (%s); %s",
                 self.key,
                 said,
+                "waiting" if loading else "looking it up again",
             )
-        if error.code == ErrorCode.coordinator_load_in_progress:
+            refusals = self._refusing = _Refusals(now, now)
+        refusals.last = now
+        if loading:
             refusals.not_loading_since = None
         elif refusals.not_loading_since is None:
             refusals.not_loading_since = now
@@ -176,14 +207,14 @@ class CoordinatorClient:
                 down,
                 said,
             )
-        limit = self.cluster.unreachable_timeout
         since = refusals.not_loading_since
         exhausted = limit is not None and since is not None and now - since >= limit
         return CoordinatorUnavailable(self.key, down, exhausted=exhausted, message=said)
 
-    def accepted(self, request: str) -> None:
-        """The coordinator served ``request``: the refusals counted for it end."""
-        refusals = self._refusing.pop(request, None)
+    def accepted(self) -> None:
+        """The coordinator served the group (a generation formed, a
+        ConsumerGroupHeartbeat was answered): the refusals counted so far end."""
+        refusals, self._refusing = self._refusing, None
         if refusals is not None:
             log.info(
                 "coordinator of %r serves the group again after %.1f s",

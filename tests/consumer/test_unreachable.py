@@ -38,7 +38,7 @@ from gengroup import (
 )
 from gengroup._errors import is_retriable
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Drop, Fail, Intercepted
+from gengroup.broker.faults import Delay, Drop, Fail, Intercepted
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -328,7 +328,6 @@ def refusal_logs(caplog: pytest.LogCaptureFixture) -> tuple[int, int, int]:
         ("classic", ApiKey.OFFSET_FETCH, 16),
         ("consumer", ApiKey.CONSUMER_GROUP_HEARTBEAT, 15),
         ("consumer", ApiKey.CONSUMER_GROUP_HEARTBEAT, 16),
-        ("consumer", ApiKey.OFFSET_FETCH, 15),
     ],
     ids=lambda v: v if isinstance(v, str) else getattr(v, "name", str(v)),
 )
@@ -374,8 +373,8 @@ async def test_a_coordinator_loading_for_long_is_waited_for_and_said_once(
 ) -> None:
     """COORDINATOR_LOAD_IN_PROGRESS from JoinGroup for three times
     ``unreachable_timeout`` (a large group's state loading): the group waits
-    and forms; the wait is said once when it starts, once when it is long and
-    once when it ends, not at every attempt."""
+    for the same coordinator and forms; the wait is said once when it starts,
+    once when it is long and once when it ends, not at every attempt."""
     caplog.set_level(logging.INFO, logger="gengroup")
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
         loaded_at = trio.current_time() + 30.0
@@ -383,7 +382,9 @@ async def test_a_coordinator_loading_for_long_is_waited_for_and_said_once(
         def loading(call: Intercepted) -> Fail | None:
             return Fail(14) if trio.current_time() < loaded_at else None
 
+        lookups: list[float] = []
         cluster.control(ApiKey.JOIN_GROUP, loading)
+        cluster.control(ApiKey.FIND_COORDINATOR, lambda call: lookups.append(0.0))
         async with ConsumerGroup(
             "g", ["t"], cluster.bootstrap, **{**FAST, "unreachable_timeout": 10.0}
         ) as group:
@@ -392,6 +393,7 @@ async def test_a_coordinator_loading_for_long_is_waited_for_and_said_once(
                 break
     assert trio.current_time() >= loaded_at
     assert refusal_logs(caplog) == (1, 1, 1)
+    assert len(lookups) == 1  # the coordinator is the right one: not looked up again
     assert count(caplog, logging.INFO, "rejoining") == 0
 
 
@@ -401,6 +403,75 @@ REQUEST_NAMES = {
     ApiKey.OFFSET_FETCH: "OffsetFetch",
     ApiKey.CONSUMER_GROUP_HEARTBEAT: "ConsumerGroupHeartbeat",
 }
+
+
+@pytest.mark.parametrize(("hold", "holds"), [(60.0, 1), (35.0, 2)])
+async def test_a_coordinator_that_holds_the_join_before_refusing_it_served_the_group(
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+    hold: float,
+    holds: int,
+) -> None:
+    """JoinGroup refused NOT_COORDINATOR (a move), then held ``hold`` seconds
+    by the next coordinator (a rebalance waiting for members) before it too
+    moved and refused it, ``holds`` times: the coordinators served the group
+    while they held it, so however long that took the refusals are not an
+    outage of ``unreachable_timeout`` (defaults: 60 s), and the group forms."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    answered = 0
+
+    def join(call: Intercepted) -> Fail | Delay | None:
+        nonlocal answered
+        answered += 1
+        if answered == 1:
+            return Fail(16)
+        return Delay(hold, Fail(16)) if answered <= 1 + holds else None
+
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.control(ApiKey.JOIN_GROUP, join)
+        with trio.fail_after(600.0):  # a hang guard in virtual time
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap) as group:
+                async for gen in group:
+                    assert set(gen.assignments) == {TopicPartition("t", 0)}
+                    break
+    assert answered > 1 + holds  # every refusal was answered before it formed
+    assert refusal_logs(caplog)[1] == 0  # never refused for 10 s running
+
+
+async def test_a_consumer_protocol_outage_is_said_once_with_the_broker_and_request(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A KIP-848 member whose heartbeat and start offsets are both refused
+    NOT_COORDINATOR for 40 s, then served: one INFO naming the broker and the
+    request, one WARNING, one INFO when it is served again, not one of each
+    per refused request."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        moved_at: float | None = None
+
+        def moved(call: Intercepted) -> Fail | None:
+            # The first heartbeat (the join) is served; then the coordinator moves.
+            nonlocal moved_at
+            now = trio.current_time()
+            if moved_at is None and call.api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT:
+                moved_at = now
+                return None
+            return Fail(16) if moved_at is not None and now < moved_at + 40.0 else None
+
+        cluster.control(ApiKey.CONSUMER_GROUP_HEARTBEAT, moved)
+        cluster.control(ApiKey.OFFSET_FETCH, moved)
+        with trio.fail_after(600.0):  # a hang guard in virtual time
+            async with ConsumerGroup(
+                "g", ["t"], cluster.bootstrap, group_protocol="consumer"
+            ) as group:
+                async for gen in group:
+                    assert len(gen.assignments) == 2
+                    break
+    assert refusal_logs(caplog) == (1, 1, 1)
+    [said] = [
+        r.getMessage() for r in caplog.records if "does not serve the group" in r.getMessage()
+    ]
+    assert "node 0 answered " in said and "NOT_COORDINATOR" in said
 
 
 def error_name(code: int) -> str:
