@@ -34,7 +34,7 @@ class GroupMetrics:
 
     Attributes:
         fetches: Fetch answers received.
-        fetch_errors: Fetch requests that failed (the broker loop retried).
+        fetch_errors: Fetch requests that failed, and partitions Fetch answers gave an error.
         fetch_requests_full: Fetch requests that named every partition they
             fetched (the first of a fetch session, or sessionless).
         fetch_requests_incremental: Fetch requests of an incremental fetch

@@ -77,16 +77,24 @@ in steps and the member's other workers run between them.
 Each partition starts at the leader the cluster's metadata cache names (a
 partition the cache lacks is looked up first), so a new generation's first
 Fetch waits for no Metadata round trip. Errors are handled where they are
-understood, as the client's error table (:mod:`gengroup._error_table`) says:
-stale leadership (action ``refresh_metadata``, which a leader that moved since
-it was cached answers) refreshes metadata and moves the partition to its new
-leader's loop, as does a Fetch that fails as a whole with such an error, a
-broken connection or an undecodable answer (after one backoff of
-:mod:`gengroup.io.retry`); a transient error (``retry``) is fetched again;
+understood, as :mod:`gengroup.consumer.fetch_errors` says from the client's
+error table (:mod:`gengroup._error_table`): stale leadership (action
+``refresh_metadata``, which a leader that moved since it was cached answers)
+refreshes metadata (no more often than the cluster's retry backoff) and moves
+the partition to its new leader's loop, as does a Fetch that fails as a whole
+with such an error, a broken connection or an undecodable answer; a
+transient error (``retry``, and UNKNOWN_SERVER_ERROR) is fetched again. Each
+waits a backoff of :mod:`gengroup.io.retry` first: the broker's for a request
+that failed as a whole, the partition's own for a partition's error (its
+broker's other partitions are fetched meanwhile); every one is counted in
+``fetch_errors`` and logged once per change of state.
 OFFSET_OUT_OF_RANGE resets the position per ``start_offset`` or, with ``"error"``, is delivered to
-the partition's worker, like any other non-retriable error: the worker's
-``async for`` raises it, the worker exits, and the generation ends with that
-exception. Nothing is swallowed.
+the partition's worker, like any other non-retriable error, and like
+CORRUPT_MESSAGE (the broker's log is damaged there), which the worker gets as
+a :class:`~gengroup.CorruptRecordError` naming the partition and the offset,
+as the Java consumer does: the worker's ``async for`` raises it after the
+batches buffered before it, and at every step after until a seek; the worker
+exits, and the generation ends with that exception. Nothing is swallowed.
 
 Workers read through :meth:`Prefetcher.iterate`, an async iterator (not an async
 generator, so there is nothing to finalise). Every step is a cancellation
@@ -111,18 +119,13 @@ import anyio.abc
 import anyio.lowlevel
 
 from .._config import GroupConfig
-from .._error_table import Action
-from .._errors import (
-    BrokerError,
-    KafkaConnectionError,
-    OffsetOutOfRange,
-    ProtocolError,
-)
+from .._errors import BrokerError, KafkaConnectionError, ProtocolError
 from .._types import TopicPartition
 from ..io.cluster import Cluster
 from ..io.fetch import fetch_once
-from ..io.retry import Backoff
+from ..io.retry import Backoff, backoff_delay
 from ..protocol.fetch import PartitionFetch, split_batches
+from .fetch_errors import FetchErrors, corrupt_message, partition_action, request_action
 from .fetch_sessions import FetchSessions
 from .fetched import Damage, FetchedBatch
 from .metrics import GroupMetrics
@@ -178,24 +181,14 @@ class _Partition:
     largest: int = 0
     #: Where the records of its batches turned out damaged (the prefetcher's own, until a seek).
     damage: Damage = field(default_factory=Damage)
+    #: When it may be fetched again, after an error (event-loop time; 0: now).
+    not_before: float = 0.0
 
 
 def _lagging(part: _Partition) -> bool:
     """Whether ``part`` is known to have readable records past its position
     (or where they end is not known yet)."""
     return part.end < 0 or part.position < part.end
-
-
-def _request_action(exc: BaseException) -> Action:
-    """What a broker loop does about its Fetch request failing with ``exc``: the
-    error table's action for a broker error; a broken connection or an
-    undecodable answer counts as stale leadership (look the leader up again);
-    anything else fails."""
-    if isinstance(exc, BrokerError):
-        return exc.action
-    if isinstance(exc, KafkaConnectionError | ProtocolError):
-        return "refresh_metadata"
-    return "fail"
 
 
 class Prefetcher:
@@ -266,13 +259,11 @@ class Prefetcher:
         self._reroute = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
-        # One backoff per broker, kept across the loop restarts that a failed
-        # fetch causes, so a broker that stays down is retried less and less
-        # often; reset by the broker's next successful fetch. The failing set
-        # lets each broker's failure and recovery be logged once.
-        self._backoffs: dict[int, Backoff] = {}
-        self._failing: set[int] = set()
+        #: The failures of requests and partitions: backoffs, counts, logs.
+        self._errors = FetchErrors(config.group_id, cluster.retry_backoff, self._metrics)
         self._metadata_failing = False
+        #: When metadata was last refreshed for a leader (event-loop time).
+        self._refreshed = -float("inf")
         #: The fetch session of each (broker, connection), kept across the
         #: broker loop's restarts; each connection sends one request at a time.
         self._sessions = FetchSessions(
@@ -387,11 +378,18 @@ class Prefetcher:
         self.wake()
 
     async def _assign_leaders(self) -> None:
-        backoff = Backoff(self._cluster.retry_backoff)
-        while True:
+        """Look up the leaders of the partitions without one (metadata is
+        refreshed no more often than the cluster's retry backoff: partitions
+        answered with stale leadership, one after the other, share a refresh),
+        and start the loops of brokers that lead partitions now."""
+        base = self._cluster.retry_backoff
+        backoff = Backoff(base)
+        while any(p.leader < 0 for p in self._parts.values()):
+            wait = self._refreshed + backoff_delay(0, base) - anyio.current_time()
+            if wait > 0:
+                await anyio.sleep(wait)
             missing = [p for p in self._parts.values() if p.leader < 0]
-            if not missing:
-                break
+            self._refreshed = anyio.current_time()
             try:
                 await self._cluster.refresh_metadata({p.tp.topic for p in missing})
             except (KafkaConnectionError, BrokerError, ProtocolError) as exc:
@@ -417,12 +415,13 @@ class Prefetcher:
         part.leader = -1
         self._reroute.set()
 
-    def _ready(self, part: _Partition, node: int) -> bool:
-        """Whether ``part`` goes into the next Fetch to ``node``."""
+    def _ready(self, part: _Partition, node: int, now: float) -> bool:
+        """Whether ``part`` goes into the next Fetch to ``node`` at ``now``."""
         return (
             part.leader == node
             and not part.in_flight
             and part.error is None
+            and part.not_before <= now
             and self._has_room(part)
         )
 
@@ -517,7 +516,8 @@ class Prefetcher:
             order = list(self._parts.values())
             turn += 1
             order = order[turn % len(order) :] + order[: turn % len(order)]
-            parts = [p for p in order if self._ready(p, node)]
+            now = anyio.current_time()
+            parts = [p for p in order if self._ready(p, node, now)]
             lagging = [p for p in parts if _lagging(p)]
             asks = self._asks(lagging)
             # With data on its way in the other request, partitions without
@@ -583,7 +583,18 @@ class Prefetcher:
                         tg.start_soon(fetch, job)
                         continue
                     space = self._space
-                    await space.wait()
+                    # Until a partition waiting out its backoff after an error is due.
+                    now = anyio.current_time()
+                    due = min(
+                        (
+                            p.not_before
+                            for p in self._parts.values()
+                            if p.leader == node and p.not_before > now
+                        ),
+                        default=float("inf"),
+                    )
+                    with anyio.move_on_after(due - now):
+                        await space.wait()
         except BaseException:
             self._loops.discard(node)
             raise
@@ -625,14 +636,9 @@ class Prefetcher:
             )
         except Exception as exc:
             self._sessions.counted(node, session, resets)
-            if _request_action(exc) != "refresh_metadata":
+            if request_action(exc) != "refresh_metadata":
                 raise
-            self._metrics.fetch_errors += 1
-            if node not in self._failing:
-                self._failing.add(node)
-                log.info("group %s: fetch from broker %d failed: %s", cfg.group_id, node, exc)
-            backoff = self._backoffs.setdefault(node, Backoff(self._cluster.retry_backoff))
-            await backoff.sleep()
+            await self._errors.broker_failed(node, exc).sleep()
             # Every partition of the broker looks its leader up again (the
             # loop picks them up if the broker still leads them).
             for p in self._parts.values():
@@ -641,10 +647,7 @@ class Prefetcher:
             return
         self._sessions.counted(node, session, resets)
         self._metrics.fetches += 1
-        if node in self._failing:
-            self._failing.discard(node)
-            log.info("group %s: fetching from broker %d again", cfg.group_id, node)
-        self._backoffs.pop(node, None)
+        self._errors.broker_ok(node)
         # What the answer left of its limit: a partition that got nothing
         # although it has data was held back by its own limit only if its
         # ask would have fitted in that.
@@ -653,13 +656,15 @@ class Prefetcher:
             part = self._parts.get(tp)
             if part is None or part.position != ready.get(tp):
                 continue
-            await self._deliver(part, pf, left >= asks[tp])
+            await self._deliver(node, part, pf, left >= asks[tp])
         if len(result) < len(ready) and session.last_answer_used:
             # An incremental answer leaves out the partitions with nothing new.
             for tp, position in ready.items():
                 part = self._parts[tp]
                 if tp not in result and part.position == position:
+                    self._errors.partition_ok(tp)
                     self._grow_if_held_back(part, part.position, left >= asks[tp])
+        self._errors.flush(node)
 
     def _grow_if_held_back(self, part: _Partition, next_offset: int, room: bool) -> None:
         if room and next_offset <= part.position < part.end:
@@ -669,13 +674,23 @@ class Prefetcher:
             # exceed its limit), so ask for more next time.
             part.largest = min(self._ceiling, 2 * self._want(part))
 
-    async def _deliver(self, part: _Partition, pf: PartitionFetch, room: bool = True) -> None:
+    async def _deliver(
+        self, node: int, part: _Partition, pf: PartitionFetch, room: bool = True
+    ) -> None:
+        """Buffer ``part``'s share of an answer from ``node`` (or act on its error)."""
         error = pf.error
         if error is not None:
-            action = error.action if isinstance(error, BrokerError) else "fail"
-            if action == "refresh_metadata":
-                self._stale(part)
-            elif isinstance(error, OffsetOutOfRange) and self._config.start_offset != "error":
+            action = partition_action(error, self._config.start_offset)
+            if action in ("refresh_metadata", "retry"):
+                # Fetched again once its backoff has passed (stale leadership:
+                # once its leader was looked up again, too).
+                delay = self._errors.partition_failed(node, part.tp, error)
+                part.not_before = anyio.current_time() + delay
+                if action == "refresh_metadata":
+                    self._stale(part)
+                return
+            self._errors.partition_stopped(part.tp)
+            if action == "reset":
                 new = await self._reset_offset(part.tp)
                 log.warning(
                     "group %s: %s offset %d out of range, reset to %d (start_offset=%s)",
@@ -687,14 +702,22 @@ class Prefetcher:
                 )
                 part.position = new
                 self.on_reset(part.tp, new)
-            elif action == "retry":
-                log.info(
-                    "group %s: %s fetch error %s, retrying", self._config.group_id, part.tp, error
-                )
             else:
-                part.error = error
+                # Its worker gets the error once the batches before it are
+                # handed out, and at every step after, until a seek.
+                part.error = corrupt_message(part.tp, part.position, error)
+                if part.error is not error:
+                    log.warning(
+                        "group %s: %s: the broker found its log damaged at offset %d; "
+                        "the partition stops there until a seek: %s",
+                        self._config.group_id,
+                        part.tp,
+                        part.position,
+                        error,
+                    )
                 part.wake.set()
             return
+        self._errors.partition_ok(part.tp)
         part.high_watermark = max(part.high_watermark, pf.high_watermark)
         stable = pf.last_stable_offset
         committed = self._config.isolation_level == "read_committed"
