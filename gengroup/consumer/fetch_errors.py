@@ -9,11 +9,16 @@ for one prefetcher (:mod:`gengroup.consumer.prefetch`):
   top-level error code. :func:`request_action` says what the broker loop
   does, from the client's error table (:mod:`gengroup._error_table`): stale
   leadership (a broken connection and an undecodable answer count as such)
-  looks the broker's partitions' leaders up again, after the broker's
-  :class:`~gengroup.io.retry.Backoff` (:meth:`broker_failed`), which grows
-  while the broker keeps failing and starts again once it answers
-  (:meth:`broker_ok`); anything else fails the prefetcher, and with it the
-  generation.
+  looks the broker's partitions' leaders up again; a transient code
+  (REQUEST_TIMED_OUT and the others Kafka marks retriable) and
+  UNKNOWN_SERVER_ERROR, which Kafka's ``KafkaApis`` answers for any
+  unexpected exception while it handles a Fetch, are fetched again, as the
+  Java consumer does (the answer already dropped the connection's fetch
+  session: its next request is full); only the rest (authorization ...)
+  fails the prefetcher, and with it the generation. Either retry waits the
+  broker's :class:`~gengroup.io.retry.Backoff` first (:meth:`broker_failed`),
+  which grows while the broker keeps failing and starts again once it answers
+  (:meth:`broker_ok`).
 * *One partition of an answer*: its error code. :func:`partition_action`
   says what happens: the same, per partition (stale leadership, a transient
   code, UNKNOWN_SERVER_ERROR: fetched again; OFFSET_OUT_OF_RANGE resets the
@@ -93,14 +98,12 @@ def request_action(exc: BaseException) -> PartitionAction:
     """What a broker loop does about its Fetch request failing with ``exc``.
 
     A broken connection or an undecodable answer counts as stale leadership
-    (look the leader up again), as does a broker error saying so; anything
-    else fails.
+    (look the leader up again); a broker error follows the error table, with
+    UNKNOWN_SERVER_ERROR retried; anything else fails.
     """
     if isinstance(exc, KafkaConnectionError | ProtocolError):
         return "refresh_metadata"
-    if isinstance(exc, BrokerError) and exc.action == "refresh_metadata":
-        return "refresh_metadata"
-    return "fail"
+    return _broker_action(exc)
 
 
 def partition_action(error: BaseException, start_offset: str) -> PartitionAction:

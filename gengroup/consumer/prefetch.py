@@ -635,15 +635,19 @@ class Prefetcher:
                 session=session,
             )
         except Exception as exc:
+            # A top-level error code already dropped the connection's fetch
+            # session (the next request is full).
             self._sessions.counted(node, session, resets)
-            if request_action(exc) != "refresh_metadata":
+            action = request_action(exc)
+            if action not in ("refresh_metadata", "retry"):
                 raise
             await self._errors.broker_failed(node, exc).sleep()
-            # Every partition of the broker looks its leader up again (the
-            # loop picks them up if the broker still leads them).
-            for p in self._parts.values():
-                if p.leader == node:
-                    self._stale(p)
+            if action == "refresh_metadata":
+                # Every partition of the broker looks its leader up again (the
+                # loop picks them up if the broker still leads them).
+                for p in self._parts.values():
+                    if p.leader == node:
+                        self._stale(p)
             return
         self._sessions.counted(node, session, resets)
         self._metrics.fetches += 1

@@ -6,7 +6,10 @@ error lasts (not once per round trip, which made thousands of requests a
 second), with the error counted and logged once, and once more when it is
 fetched again; CORRUPT_MESSAGE (the broker's log damaged) reaches the
 partition's worker as a ``CorruptRecordError`` at its next step and every
-one after, until a seek.
+one after, until a seek. A Fetch answered with a top-level
+UNKNOWN_SERVER_ERROR or REQUEST_TIMED_OUT is fetched again after the
+broker's backoff (it used to end the generation and close the group);
+an authorization failure still ends it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from gengroup import BrokerError, ConsumerGroup, CorruptRecordError, Generation, TopicPartition
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Intercepted, Respond
+from gengroup.broker.faults import Fail, Intercepted, Respond
 from gengroup.protocol.framing import build, response_module
 from gengroup.protocol.versions import ApiKey
 
@@ -193,3 +196,75 @@ async def test_corrupt_message_reaches_the_worker_at_every_step_until_a_seek(
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "offset 3" in warnings[0].getMessage()
     assert not _messages(caplog, "retrying")
+
+
+@pytest.mark.parametrize(
+    "code", [ErrorCode.unknown_server_error, ErrorCode.request_timed_out], ids=str
+)
+async def test_a_fetch_failing_as_a_whole_is_retried_after_the_brokers_backoff(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture, code: ErrorCode
+) -> None:
+    """Fetch is answered with a top-level error, first once, then for 10 s: the
+    generation goes on (the fetch session dropped, the next request full),
+    each failure counted, the requests backed off (a few dozen in 10 s), one
+    line when the broker starts failing and one when it answers again, and
+    every record produced is handed out. One such answer used to end the
+    generation and close the group."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
+            gen = await group.next()
+            got: list[bytes] = []
+            gen.start_soon(_collect, gen, T0, got)
+            await trio.sleep(1)
+            before = group.metrics()
+            cluster.control(ApiKey.FETCH, lambda req: Fail(code), once=True)
+            await trio.sleep(2)
+            cluster.produce("t", [b"a"] * 5, partition=0)
+            with trio.fail_after(5):
+                while len(got) < 5:
+                    await trio.sleep(0.1)
+            after = group.metrics()
+            assert after.fetch_errors - before.fetch_errors == 1
+            assert after.fetch_session_resets - before.fetch_session_resets == 1
+
+            counts = {ApiKey.FETCH: 0}
+            answered = 0
+
+            def failing(req: Intercepted) -> Fail | None:
+                nonlocal answered
+                answered += 1
+                return Fail(code) if answered <= GUARD else None
+
+            controls = [
+                cluster.control(ApiKey.FETCH, _counter(counts, ApiKey.FETCH)),
+                cluster.control(ApiKey.FETCH, failing),
+            ]
+            await trio.sleep(10)
+            for control in controls:
+                control.remove()
+            cluster.produce("t", [b"b"] * 5, partition=0)
+            with trio.fail_after(5):
+                while len(got) < 10:
+                    await trio.sleep(0.1)
+            assert got == [b"a"] * 5 + [b"b"] * 5
+            assert not gen.ended
+            assert group.metrics().fetch_errors - after.fetch_errors == counts[ApiKey.FETCH]
+            gen.cancel("test over")
+    assert 10 <= counts[ApiKey.FETCH] <= 40, counts
+    assert len(_messages(caplog, "fetch from broker 0 failed")) == 2  # once per run of failures
+    assert len(_messages(caplog, "fetching from broker 0 again")) == 2
+
+
+async def test_a_fetch_refused_for_authorization_still_ends_the_generation(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A fatal top-level error (CLUSTER_AUTHORIZATION_FAILED) is not retried: it
+    ends the generation and comes out of the group."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
+            gen = await group.next()
+            cluster.control(ApiKey.FETCH, lambda req: Fail(ErrorCode.cluster_authorization_failed))
+            with trio.fail_after(30), pytest.raises(BrokerError, match="CLUSTER_AUTHORIZATION"):
+                await gen.wait_ended()
+                await group.next()
