@@ -74,7 +74,7 @@ from .io.request import MakeRequest, raise_item_errors
 from .io.retry import GiveUp, retry, seconds_left
 from .io.security import Security, SecuritySettings
 from .membership import requests
-from .protocol.framing import build, ms
+from .protocol.framing import build, wait_ms
 from .protocol.versions import ApiKey
 
 __all__ = [
@@ -330,7 +330,7 @@ class Admin:
                     )
                     for name in batch
                 ),
-                timeout=ms(limit),
+                timeout=wait_ms(limit),
                 validate_only=False,
             )
 
@@ -404,7 +404,7 @@ class Admin:
                 topics=tuple(build(mod.DeleteTopicState, name=n, topic_id=None) for n in batch)
                 if hasattr(mod, "DeleteTopicState")
                 else (),
-                timeout=ms(limit),
+                timeout=wait_ms(limit),
             )
 
         def accept(err: BrokerError) -> bool:
@@ -445,7 +445,7 @@ class Admin:
                     build(mod.CreatePartitionsTopic, name=n, count=total_count, assignments=None)
                     for n in batch
                 ),
-                timeout=ms(limit),
+                timeout=wait_ms(limit),
                 validate_only=False,
             )
 

@@ -37,7 +37,7 @@ from .._errors import (
     is_retriable,
 )
 from .._types import TopicPartition
-from ..protocol.framing import build, ms
+from ..protocol.framing import build, wait_ms
 from ..protocol.versions import ApiKey
 from .cluster import Cluster
 from .retry import retry, seconds_left
@@ -332,7 +332,7 @@ async def delete_records(
                     )
                     for topic, ps in _by_topic(parts).items()
                 ),
-                timeout=ms(wait),
+                timeout=wait_ms(wait),
             )
 
         resp: Any = await cluster.call(

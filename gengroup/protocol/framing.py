@@ -494,3 +494,9 @@ def build(cls: type[T], /, **values: Any) -> T:
 def ms(seconds: float) -> datetime.timedelta:
     """A kio duration field (whole milliseconds) from float seconds."""
     return datetime.timedelta(milliseconds=round(seconds * 1000))
+
+
+def wait_ms(seconds: float) -> datetime.timedelta:
+    """How long a broker may wait (a request's int32 ``timeout``), from float
+    seconds: whole milliseconds, at most 2**31 - 1 (24.8 days)."""
+    return datetime.timedelta(milliseconds=min(round(seconds * 1000), 2**31 - 1))

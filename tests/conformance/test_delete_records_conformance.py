@@ -43,6 +43,14 @@ Part = tuple[str, int, int]
 
 async def delete(s: Session, *parts: Part, version: int = DELETE_V) -> dict[str, str]:
     """One DeleteRecords request for ``parts``; each partition's answer by name."""
+    return dict(await delete_answers(s, *parts, version=version))
+
+
+async def delete_answers(
+    s: Session, *parts: Part, version: int = DELETE_V
+) -> list[tuple[str, str]]:
+    """One DeleteRecords request for ``parts`` (a partition may come twice):
+    every partition answer, in order."""
     mod = request_module(ApiKey.DELETE_RECORDS, version)
     topics: dict[str, list[tuple[int, int]]] = {}
     for topic, partition, offset in parts:
@@ -64,13 +72,14 @@ async def delete(s: Session, *parts: Part, version: int = DELETE_V) -> dict[str,
             timeout=datetime.timedelta(seconds=10),
         )
     )
-    return {
-        f"{s.names.label(t.name)}[{p.partition_index}]": (
-            f"{error_name(p.error_code)} low={p.low_watermark}"
+    return [
+        (
+            f"{s.names.label(t.name)}[{p.partition_index}]",
+            f"{error_name(p.error_code)} low={p.low_watermark}",
         )
         for t in resp.topics
         for p in t.partitions
-    }
+    ]
 
 
 async def produce(s: Session, topic: str, partition: int, *values: bytes) -> None:
@@ -129,6 +138,10 @@ async def log_start_moves(s: Session) -> None:
     s.record("t[0] offsets after a produce", await offsets(s, t, 0))
     s.record("delete t[0] below 7, v0", await delete(s, (t, 0, 7), version=0))
     s.record("delete t[0] below 8, v1", await delete(s, (t, 0, 8), version=1))
+    # A partition named twice is answered once, at its last offset.
+    s.record("delete t[1] below 2, then 1", await delete_answers(s, (t, 1, 2), (t, 1, 1)))
+    s.record("t[1] offsets after", await offsets(s, t, 1))
+    s.record("delete t[1] below 9, then 2", await delete_answers(s, (t, 1, 9), (t, 1, 2)))
 
 
 async def refusals(s: Session) -> None:
@@ -203,6 +216,9 @@ EXPECTED: Final[dict[str, Transcript]] = {
         ("t[0] offsets after a produce", "6..8"),
         ("delete t[0] below 7, v0", answered(t0="NONE low=7")),
         ("delete t[0] below 8, v1", answered(t0="NONE low=8")),
+        ("delete t[1] below 2, then 1", [("t[1]", "NONE low=1")]),
+        ("t[1] offsets after", "1..2"),
+        ("delete t[1] below 9, then 2", [("t[1]", "NONE low=2")]),
     ],
     "refusals": [
         ("delete t[0] below 3 (above the high watermark)", answered(t0=_out_of_range())),

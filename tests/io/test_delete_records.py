@@ -114,3 +114,16 @@ async def test_one_request_per_leader_and_a_moved_leader_is_followed() -> None:
             assert await admin.delete_records({tp0: 2}) == {tp0: 2}
             assert sent == [(leaders[tp0], [tp0]), (new, [tp0])]
         assert cluster.records("t", 0)[0].offset == 2
+
+
+async def test_a_timeout_longer_than_kafka_can_carry_is_capped() -> None:
+    """An Admin timeout of 35 days: the broker's wait (for its followers, for a
+    topic's creation) is an int32 of milliseconds, 24.8 days at most: capped,
+    not an encoding error."""
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        tp = TopicPartition("t", 0)
+        async with Admin(cluster.bootstrap, timeout=3_000_000.0) as admin:
+            async with Producer(admin.cluster) as producer:
+                await producer.send("t", b"v", partition=0)
+            assert await admin.delete_records({tp: 1}) == {tp: 1}
+            await admin.create_topics({"u": 1})  # the same int32 wait

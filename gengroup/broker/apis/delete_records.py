@@ -10,13 +10,16 @@ this broker does not lead NOT_LEADER_OR_FOLLOWER; a topic whose
 the high watermark, and an offset above the high watermark or below -1 is
 OFFSET_OUT_OF_RANGE. Otherwise the log start moves up to the offset (never
 back) and the answer's low watermark is the log start offset after it; an
-error's low watermark is -1. Every replica shares the one log, so the request's
-``timeout`` (Kafka's wait for followers to delete too) is never needed.
+error's low watermark is -1. A partition named more than once is answered
+once, with its last offset, as Kafka reads the request into a map. Every
+replica shares the one log, so the request's ``timeout`` (Kafka's wait for
+followers to delete too) is never needed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
@@ -34,8 +37,25 @@ _Answer = tuple[int, int]
 """A partition's answer: error code and low watermark (-1 with an error)."""
 
 
+def _collapsed(req: Any) -> list[Any]:
+    """The request's topics with each partition once, at its last offset (Kafka
+    reads them into a map), in the order they first appear."""
+    offsets: dict[str, dict[int, int]] = {}
+    for t in req.topics:
+        for p in t.partitions:
+            offsets.setdefault(t.name, {})[int(p.partition_index)] = int(p.offset)
+    return [
+        SimpleNamespace(
+            name=name,
+            partitions=[SimpleNamespace(partition_index=i, offset=o) for i, o in parts.items()],
+        )
+        for name, parts in offsets.items()
+    ]
+
+
 def _response(mod: Any, req: Any, answer: Callable[[Any, Any], _Answer]) -> Any:
-    """The response, from ``answer(topic, partition)`` for each requested partition."""
+    """The response, from ``answer(topic, partition)`` for each requested partition
+    (each once: see :func:`_collapsed`)."""
 
     def partition(t: Any, p: Any) -> Any:
         code, low = answer(t, p)
@@ -46,7 +66,7 @@ def _response(mod: Any, req: Any, answer: Callable[[Any, Any], _Answer]) -> Any:
             error_code=ec(code),
         )
 
-    topics = per_partition(mod.DeleteRecordsTopicResult, req.topics, partition)
+    topics = per_partition(mod.DeleteRecordsTopicResult, _collapsed(req), partition)
     return build(mod.DeleteRecordsResponse, throttle_time=ZERO, topics=topics)
 
 
