@@ -73,6 +73,7 @@ from .._errors import (
     MemberResetError,
     ProtocolError,
     RebalanceInProgress,
+    RequestTimedOut,
     TaskStuckError,
     error_for_code,
     is_retriable,
@@ -522,24 +523,38 @@ class _Run:
             sent_at = anyio.current_time()
             due = next_due(sent_at, sent_at + until_grid(period, period / 2, group_id))
             gen._next_beat = due  # while this beat is in flight, the next is the one due
+            # After a failed beat the coordinator is looked up again (a commit
+            # may have found it moved already): the broker that was coordinator
+            # may be gone or shutting down (NOT_COORDINATOR), and the new one
+            # loads the group with its members and generation, which go on, as
+            # the Java consumer's do; the local lease bounds the wait.
+            failure: BaseException | None = None
             try:
                 with anyio.fail_after(limit):
-                    # After a failed beat the coordinator is looked up again (a
-                    # commit may have found it moved already): the broker that
-                    # was coordinator may be gone, and the new one loads the
-                    # group with its members and generation, which go on.
                     if found is None:
                         found = await coordinator.find()
+                    asked = found
                     code = await self.client.heartbeat(found, gen.identity)
-            except (KafkaConnectionError, ProtocolError, TimeoutError) as exc:
+            except TimeoutError:
+                failure = RequestTimedOut(
+                    f"coordinator node {found if found is not None else '(looking it up)'} "
+                    f"did not answer the heartbeat within {limit:g} s"
+                )
+            except (KafkaConnectionError, ProtocolError) as exc:
+                failure = exc
+            else:
+                outcome = member.on_heartbeat(error_code=code, now=anyio.current_time())
+                if outcome is Outcome.FIND_COORDINATOR:
+                    failure = error_for_code(code, f"Heartbeat answered by node {asked}")
+            if failure is not None:
                 if found is not None and coordinator.node == found:
                     coordinator.forget()
                 found = None
                 outcome = member.on_heartbeat_failure(now=anyio.current_time(), started=started)
                 if outcome is not None:
-                    gen.end(outcome, f"no successful heartbeat for a session timeout ({exc})")
+                    gen.end(outcome, f"no successful heartbeat for a session timeout ({failure})")
                     return
-                self._log_retry("heartbeat", exc, "looking the coordinator up again")
+                self._log_retry("heartbeat", failure, "looking the coordinator up again")
                 # The next try at the first grid point at least half a period
                 # after this failure (so that a handover meanwhile times its
                 # leave to the others' beat).
@@ -548,7 +563,6 @@ class _Run:
             self._log_recovered("heartbeat")
             if code == 0:
                 gen.renew_lease(sent_at)
-            outcome = member.on_heartbeat(error_code=code, now=anyio.current_time())
             if outcome is None or outcome is Outcome.RETRY:
                 continue
             if outcome is Outcome.FATAL:
@@ -640,7 +654,10 @@ class _Run:
                 outcome = outcome_for(exc.code)
                 if outcome is Outcome.FATAL:
                     raise
-                if outcome is Outcome.RETRY:  # e.g. a new coordinator still loading the group
+                if outcome in (Outcome.RETRY, Outcome.FIND_COORDINATOR):
+                    # A new coordinator still loading the group, or one that
+                    # moved again (its broker shutting down): the commit
+                    # follows it at the next interval; the generation goes on.
                     self._log_retry("periodic commit", exc, "will retry", long)
                     continue
                 gen.end(outcome, f"commit refused: {exc}")

@@ -9,6 +9,7 @@ leader, a restarting broker.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -115,17 +116,30 @@ async def test_lost_heartbeats_end_the_generation_after_one_session_timeout(
             assert second.id > first.id
 
 
-async def test_coordinator_move_is_followed(autojump_clock: trio.testing.MockClock) -> None:
-    async with FakeCluster(brokers=3, topics={"t": 3}, initial_rebalance_delay_ms=0) as cluster:
+async def test_coordinator_move_is_followed_and_the_generation_goes_on(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The coordinator moves (its broker shutting down, as in a rolling
+    restart): the old one answers NOT_COORDINATOR; the member looks the new one
+    up and beats and commits there, in the same generation (the new
+    coordinator loaded the group), as the Java consumer does. Moving used to
+    end the generation: a rebalance of the whole group at every step of a
+    rolling restart."""
+    tp = TopicPartition("t", 0)
+    async with FakeCluster(brokers=3, topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
-            first = await group.next()
+            gen = await group.next()
             old = cluster.coordinator_of("g")
             new = (old + 1) % 3
+            beats: list[int] = []
+            cluster.control(ApiKey.HEARTBEAT, lambda call: beats.append(call.broker_id))
             cluster.move_coordinator("g", new)
-            second = await group.next()
-            assert first.end_reason is not None and "NOT_COORDINATOR" in first.end_reason
-            assert second.member_id == first.member_id
+            gen.mark(tp, 5)
+            await trio.sleep(4 * EMBEDDED_SETTINGS["session_timeout"])
+            assert not gen.ending, gen.end_reason
             assert group._client.coordinator.node == new
+            assert old in beats and beats[-1] == new
+            assert cluster.committed_offsets("g")[tp] == 5
 
 
 async def test_partition_leader_change_is_followed_without_losing_records(
@@ -440,3 +454,45 @@ async def test_a_leader_that_moved_since_it_was_cached_is_followed_at_a_generati
             watch.remove()
         assert stale_fetches, "no Fetch went to a leader that had moved"
         assert all(n == 1 for n in ledger.processed.values())
+
+
+async def test_periodic_commits_refused_not_coordinator_keep_the_generation(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """OffsetCommit answered NOT_COORDINATOR for 5 s (a coordinator moving
+    while its broker shuts down: the commit follows it once, then is refused
+    again): the periodic commit is retried at its next interval, the
+    generation goes on, and the marks are committed once it is served. A
+    refused periodic commit used to end the generation."""
+    tp = TopicPartition("t", 0)
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
+            gen = await group.next()
+            moving_until = trio.current_time() + 5.0
+
+            def moving(call: Intercepted) -> Fail | None:
+                return Fail(16) if trio.current_time() < moving_until else None
+
+            refused = cluster.control(ApiKey.OFFSET_COMMIT, moving)
+            gen.mark(tp, 7)
+            await trio.sleep(10.0)
+            assert refused.handled >= 2
+            assert not gen.ending, gen.end_reason
+            assert cluster.committed_offsets("g")[tp] == 7
+
+
+async def test_a_heartbeat_without_answer_is_logged_naming_the_coordinator(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A coordinator that stops answering heartbeats: the one line saying so
+    names the node and how long the beat waited (it used to read ``heartbeat
+    failed ()``)."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    settings = {**EMBEDDED_SETTINGS, "request_timeout": 3.0}
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+            await group.next()
+            cluster.control(ApiKey.HEARTBEAT, lambda call: Drop())
+            await trio.sleep(8.0)
+    [said] = [r.getMessage() for r in caplog.records if "heartbeat failed" in r.getMessage()]
+    assert "coordinator node 0 did not answer the heartbeat within 3 s" in said, said
