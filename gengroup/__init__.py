@@ -37,6 +37,7 @@ from .admin import (
     Admin as Admin,
     AdminConfig as AdminConfig,
     AdminSettings as AdminSettings,
+    GroupLag as GroupLag,
     PartitionLag as PartitionLag,
 )
 from .io.cluster import Cluster as Cluster
@@ -112,6 +113,7 @@ __all__ = [
     "Admin",
     "AdminConfig",
     "AdminSettings",
+    "GroupLag",
     "PartitionLag",
     "Cluster",
     "Producer",

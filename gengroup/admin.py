@@ -59,6 +59,7 @@ from ._errors import (
 from ._types import GenerationIdentity, TopicPartition
 from .admin_types import (
     GroupDescription,
+    GroupLag,
     GroupListing,
     MemberDescription,
     NewTopic,
@@ -81,6 +82,7 @@ __all__ = [
     "Admin",
     "AdminSettings",
     "GroupDescription",
+    "GroupLag",
     "GroupListing",
     "PartitionLag",
     "AdminConfig",
@@ -714,22 +716,34 @@ class Admin:
 
     async def group_lag(
         self, group_id: str, topics: Iterable[str] | None = None, *, timeout: float | None = None
-    ) -> dict[TopicPartition, PartitionLag]:
+    ) -> GroupLag:
         """A group's lag per partition: end offset minus committed offset.
+
+        As ``kafka-consumer-groups --describe``: every partition the group
+        committed for, and every partition assigned to a live member (named,
+        committed or not: a member still on its first batch owns partitions
+        with lag None), from OffsetFetch and DescribeGroups.
 
         Args:
             group_id: the group.
             topics: also report these topics' partitions the group has not
-                committed for (lag None); default: only committed partitions.
+                committed for (lag None).
             timeout: seconds for the whole operation (default: the admin's timeout).
 
         Returns:
-            Each partition's committed offset, end offset and lag, sorted
-            (the group's total is the sum of the lags that are not None).
+            Each partition's :class:`PartitionLag`, sorted, and the group's
+            state; its ``total`` is the sum of the lags above 0, ``partial``
+            when some lag is not known or the group is rebalancing.
+
+        Raises:
+            BrokerError: a non-retriable error (e.g. authorization, an unknown topic).
+            ProtocolError: a member's assignment is not a consumer-protocol one.
+            TimeoutError: the cluster could not be asked in time.
         """
         left = self._limit(timeout)[1]  # one deadline for every step
         committed = await self.fetch_offsets(group_id, timeout=left())
-        tps = set(committed)
+        group = (await self.describe_groups([group_id], timeout=max(left(), 0.001)))[group_id]
+        tps = set(committed) | set(group.owners)
         if topics is not None:
             names = names_of(topics, "group_lag")
             md = await self._retrying(
@@ -744,12 +758,7 @@ class Admin:
                     )
                 tps.update(TopicPartition(name, p) for p in info.partitions)
         ends = await self.list_offsets(tps, "latest", timeout=max(left(), 0.001)) if tps else {}
-        result: dict[TopicPartition, PartitionLag] = {}
-        for tp in sorted(tps):
-            mine = committed.get(tp)
-            lag = None if mine is None else max(0, ends[tp] - mine)
-            result[tp] = PartitionLag(mine, ends[tp], lag)
-        return result
+        return GroupLag.of(committed, ends, group)
 
     async def reset_offsets(
         self,

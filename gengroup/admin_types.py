@@ -12,6 +12,7 @@ from .protocol.consumer_protocol import PROTOCOL_TYPE, Assignment, decode_assign
 
 __all__ = [
     "GroupDescription",
+    "GroupLag",
     "GroupListing",
     "MemberDescription",
     "NewTopic",
@@ -55,17 +56,103 @@ class NewTopic:
 
 @dataclass(frozen=True, slots=True)
 class PartitionLag:
-    """A group's position in one partition.
+    """A group's position in one partition, as ``kafka-consumer-groups --describe`` shows it.
 
     Attributes:
         committed: the group's committed offset (None: nothing committed).
         end: the partition's end offset (the high watermark).
-        lag: records between the two (None when nothing is committed).
+        lag: ``end - committed``. None when nothing is committed: the lag is
+            not known (the owner reads from its ``start_offset``, which the
+            coordinator does not know). Negative when the committed offset is
+            past the end: the log was truncated below it (an unclean leader
+            election, a topic deleted and created again), so the group's next
+            fetch there is out of range. Kafka's tool shows it so too.
+        member_id: the live member the partition is assigned to (None: no
+            member owns it, or the group is rebalancing).
+        client_id: that member's client id (None without a member).
+        host: the address that member connected from (None without a member).
     """
 
     committed: int | None
     end: int
     lag: int | None
+    member_id: str | None = None
+    client_id: str | None = None
+    host: str | None = None
+
+
+#: Group states in which the coordinator describes its members' assignments
+#: (or there are no members); in the others (``PreparingRebalance``,
+#: ``CompletingRebalance``, ``Assigning``, ``Reconciling``) who owns what is not known.
+_SETTLED = frozenset({"Stable", "Empty", "Dead"})
+
+
+class GroupLag(dict[TopicPartition, PartitionLag]):
+    """What :meth:`~gengroup.admin.Admin.group_lag` returns: a dict of each
+    partition's :class:`PartitionLag`, sorted by partition, and the group's state.
+
+    It lists, as ``kafka-consumer-groups --describe`` does, every partition
+    the group committed for and every partition assigned to a live member,
+    committed or not (with the member), plus the partitions of the topics asked for.
+
+    Attributes:
+        state: the group's state when it was described (``Stable``,
+            ``Empty``, ``PreparingRebalance`` ...; ``Dead``: the coordinator
+            knows no members of it).
+    """
+
+    __slots__ = ("state",)
+
+    def __init__(self, rows: Mapping[TopicPartition, PartitionLag], state: str) -> None:
+        super().__init__(sorted(rows.items()))
+        self.state = state
+
+    @classmethod
+    def of(
+        cls,
+        committed: Mapping[TopicPartition, int],
+        ends: Mapping[TopicPartition, int],
+        group: GroupDescription,
+    ) -> GroupLag:
+        """The lag of each partition of ``ends`` from the group's committed
+        offsets and its description (which member owns which partition).
+
+        Raises:
+            ProtocolError: a member's assignment is not a consumer-protocol one.
+        """
+        owners = group.owners
+        rows: dict[TopicPartition, PartitionLag] = {}
+        for tp, end in ends.items():
+            mine = committed.get(tp)
+            lag = None if mine is None else end - mine  # not clamped: see PartitionLag.lag
+            owner = owners.get(tp)
+            if owner is None:
+                rows[tp] = PartitionLag(mine, end, lag)
+            else:
+                who = (owner.member_id, owner.client_id, owner.client_host)
+                rows[tp] = PartitionLag(mine, end, lag, *who)
+        return cls(rows, group.state)
+
+    @property
+    def rebalancing(self) -> bool:
+        """The group is between generations: which member owns which partition
+        is not known (the coordinator describes assignments of a stable group only)."""
+        return self.state not in _SETTLED
+
+    @property
+    def total(self) -> int:
+        """Records the group has still to read where that is known: the sum of
+        the lags above 0 (a negative lag is no record to read). A lower bound
+        when :attr:`partial`."""
+        return sum(p.lag for p in self.values() if p.lag is not None and p.lag > 0)
+
+    @property
+    def partial(self) -> bool:
+        """:attr:`total` leaves something out: a partition's lag is not known
+        (assigned to a member that has not committed yet, or of a topic asked
+        for that the group never committed for), or the group is rebalancing
+        (its members' partitions are not known, so some may be missing)."""
+        return self.rebalancing or any(p.lag is None for p in self.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +237,19 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: tuple[MemberDescription, ...]
+
+    @property
+    def owners(self) -> dict[TopicPartition, MemberDescription]:
+        """The member each partition is assigned to; empty while the group is
+        rebalancing (Kafka then describes members without their assignments,
+        and an older assignment would not say who owns what now).
+
+        Raises:
+            ProtocolError: a member's assignment is not a consumer-protocol one.
+        """
+        if self.state not in _SETTLED:
+            return {}
+        return {tp: m for m in self.members for tp in m.partitions}
 
 
 def names_of(given: Iterable[str], what: str) -> list[str]:

@@ -84,7 +84,16 @@ async def _lag(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def lag_report(admin: Admin, group: str, topics: list[str] | None) -> dict[str, Any]:
-    """``group``'s lag: ``{"group", "total_lag", "partitions": [{"partition", ...}]}``.
+    """``group``'s lag: ``{"group", "state", "total_lag", "partial", "rebalancing",
+    "partitions": [...]}``.
+
+    Each partition row has ``partition``, ``committed``, ``end`` and ``lag``
+    (null where nothing is committed; negative where the committed offset is
+    past the end) and the live member it is assigned to: ``member_id``,
+    ``client_id``, ``host`` (null when no member owns it). ``total_lag`` is
+    the sum of the lags above 0; ``partial`` is true when it leaves something
+    out: a lag that is not known, or a group that is ``rebalancing`` (then
+    which member owns which partition is not known).
 
     Raises:
         GroupIdNotFound: the group has no committed offsets and does not exist.
@@ -92,15 +101,28 @@ async def lag_report(admin: Admin, group: str, topics: list[str] | None) -> dict
     lags = await admin.group_lag(group, topics)
     # With topics given, lags has their partitions whether or not the group
     # committed to them: a mistyped group is one that committed nothing.
-    nothing = all(p.committed is None for p in lags.values())
-    if nothing and (await admin.describe_groups([group]))[group].state == "Dead":
+    if lags.state == "Dead" and all(p.committed is None for p in lags.values()):
         raise GroupIdNotFound(ErrorCode.group_id_not_found, f"group {group!r} does not exist")
     rows = [
-        {"partition": str(tp), "committed": p.committed, "end": p.end, "lag": p.lag}
+        {
+            "partition": str(tp),
+            "committed": p.committed,
+            "end": p.end,
+            "lag": p.lag,
+            "member_id": p.member_id,
+            "client_id": p.client_id,
+            "host": p.host,
+        }
         for tp, p in lags.items()
     ]
-    total = sum(p.lag or 0 for p in lags.values())
-    return {"group": group, "total_lag": total, "partitions": rows}
+    return {
+        "group": group,
+        "state": lags.state,
+        "total_lag": lags.total,
+        "partial": lags.partial,
+        "rebalancing": lags.rebalancing,
+        "partitions": rows,
+    }
 
 
 async def _delete(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:

@@ -45,21 +45,37 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def render(report: dict[str, Any], when: datetime.datetime | None = None) -> Any:
-    """The rich table of a lag report (:func:`~gengroup.cli.groups.lag_report`)."""
+    """The rich table of a lag report (:func:`~gengroup.cli.groups.lag_report`).
+
+    The title says the total, and why it is partial when it is: a group that is
+    rebalancing, or partitions whose lag is not known (shown ``-``). The
+    ``member`` and ``host`` columns, shown when a live member owns a
+    partition, name its owner.
+    """
     from rich.table import Table
 
     title = f"group {report['group']}: total lag {report['total_lag']}"
+    if report.get("partial"):
+        unknown = sum(row["lag"] is None for row in report["partitions"])
+        why = [f"lag unknown for {unknown} partition(s)"] if unknown else []
+        if report.get("rebalancing"):
+            why.append(f"group rebalancing ({report.get('state')}): owners unknown")
+        title += f" (partial: {'; '.join(why)})"
     if when is not None:
         title += f" at {when.strftime('%H:%M:%S')}"
     table = Table(title=title, title_justify="left")
     table.add_column("partition")
     for name in ("committed", "end", "lag"):
         table.add_column(name, justify="right")
+    owners = any(row.get("member_id") for row in report["partitions"])
+    if owners:
+        table.add_column("member", overflow="fold")
+        table.add_column("host")
     for row in report["partitions"]:
-        table.add_row(
-            row["partition"],
-            *("-" if row[k] is None else str(row[k]) for k in ("committed", "end", "lag")),
-        )
+        cells = ["-" if row[k] is None else str(row[k]) for k in ("committed", "end", "lag")]
+        if owners:
+            cells += [row.get("member_id") or "-", row.get("host") or "-"]
+        table.add_row(row["partition"], *cells)
     return table
 
 

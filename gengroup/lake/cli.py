@@ -178,7 +178,8 @@ async def _stop_when_caught_up(args: argparse.Namespace, stop: anyio.Event) -> N
     async with Admin(args.bootstrap, **args.security) as admin:
         while True:
             lags = await admin.group_lag(args.group, args.topic)
-            if all(p.end == 0 or p.lag == 0 for p in lags.values()):
+            # A lag below 0 (a commit past a truncated end) has nothing left to read either.
+            if all(p.end == 0 or (p.lag is not None and p.lag <= 0) for p in lags.values()):
                 log.info("lake sink %s: caught up with %s", args.group, ", ".join(args.topic))
                 stop.set()
                 return

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 
 import anyio
+from rich.console import Console
 
-from gengroup import Admin, TopicPartition
+from gengroup import Admin, ConsumerGroup, TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.cli.groups import lag_report
+from gengroup.cli.lag import render
 from tests.cli.conftest import gengroup
 from tests.cli.test_consume import running, seed
 from tests.embedded.test_cli import command
@@ -32,10 +37,53 @@ def test_lag_once_as_a_table_and_as_json(served: str) -> None:
     assert rows == [["lagging[0]", "3", "10", "7"], ["lagging[1]", "10", "10", "0"]]
     report = json.loads(gengroup("lag", "slow", "--json", bootstrap=served).stdout)
     assert report["total_lag"] == 7
+    assert (report["state"], report["partial"], report["rebalancing"]) == ("Empty", False, False)
+    assert {p["member_id"] for p in report["partitions"]} == {None}  # no live member
     assert [p["lag"] for p in report["partitions"]] == [7, 0]
     missing = gengroup("lag", "nobody", bootstrap=served)
     assert missing.returncode == 3 and "does not exist" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def _text(table: object) -> str:
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(table)
+    return console.export_text()
+
+
+async def test_lag_lists_what_a_live_member_owns_before_it_commits() -> None:
+    """A member still on its first batch: its partitions with lag unknown and the
+    member named, and a total that says it is partial; a commit past the end
+    (the log truncated) is a negative lag, as Kafka's tool shows it."""
+    async with (
+        FakeCluster(topics={"t": 3}, initial_rebalance_delay_ms=0) as cluster,
+        Admin(cluster.bootstrap) as admin,
+    ):
+        for p in range(3):
+            cluster.produce("t", [b"x"] * 5, partition=p)
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap) as group:
+            gen = await group.next()
+            report = await lag_report(admin, "g", None)
+            assert (report["total_lag"], report["partial"], report["state"]) == (0, True, "Stable")
+            rows = report["partitions"]
+            assert [(r["partition"], r["committed"], r["end"], r["lag"]) for r in rows] == [
+                (f"t[{p}]", None, 5, None) for p in range(3)
+            ]
+            assert {(r["member_id"], r["client_id"]) for r in rows} == {
+                (gen.member_id, group.config.client_id)
+            }
+            text = _text(render(report))
+            assert "group g: total lag 0 (partial: lag unknown for 3 partition(s))" in text
+            assert "member" in text and gen.member_id in text
+
+            await gen.commit({TopicPartition("t", 0): 2, TopicPartition("t", 1): 9})
+            report = await lag_report(admin, "g", None)
+            assert [r["lag"] for r in report["partitions"]] == [3, -4, None]
+            assert (report["total_lag"], report["partial"]) == (3, True)
+            text = _text(render(report))
+            assert "total lag 3 (partial: lag unknown for 1 partition(s))" in text
+            assert " -4 " in text
+            gen.cancel()
 
 
 def test_lag_watch_refreshes_until_a_signal(served: str) -> None:

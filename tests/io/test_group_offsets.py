@@ -1,16 +1,28 @@
-"""Admin's group offset operations: lag, and resetting offsets (refused while
-the group has members), on the embedded broker and on real Kafka."""
+"""Admin's group offset operations: lag (with the partitions live members own,
+committed or not), and resetting offsets (refused while the group has
+members), on the embedded broker and on real Kafka."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import pytest
 from kio.schema.errors import ErrorCode
 
-from gengroup import Admin, BrokerError, ConsumerGroup, PartitionLag, Producer, TopicPartition
+from gengroup import (
+    Admin,
+    BrokerError,
+    ConsumerGroup,
+    GroupLag,
+    PartitionLag,
+    Producer,
+    TopicPartition,
+)
+from gengroup.admin_types import GroupDescription, MemberDescription
 from gengroup.broker import FakeCluster
+from gengroup.protocol.consumer_protocol import Assignment, encode_assignment
 from gengroup.testing.kafka import KafkaBroker
 
 
@@ -31,7 +43,21 @@ async def scenario(bootstrap: str, topic: str, group_id: str) -> None:
                 await producer.send(topic, str(i).encode(), partition=p)
         async with ConsumerGroup(group_id, [topic], bootstrap, **settings) as group:
             gen = await group.next()
+            # Nothing committed yet: the member's partitions are listed, lag unknown.
+            live = await admin.group_lag(group_id)
+            assert list(live) == [tp0, tp1]
+            assert all((p.committed, p.end, p.lag) == (None, 10, None) for p in live.values())
+            assert {(p.member_id, p.client_id) for p in live.values()} == {
+                (gen.member_id, group.config.client_id)
+            }
+            assert (live.state, live.total, live.partial) == ("Stable", 0, True)
             await gen.commit({tp0: 4, tp1: 7})
+            live = await admin.group_lag(group_id)
+            assert [(p.lag, p.member_id) for p in live.values()] == [
+                (6, gen.member_id),
+                (3, gen.member_id),
+            ]
+            assert (live.total, live.partial) == (9, False)
             # A live member: resetting is refused.
             with pytest.raises(BrokerError) as refused:
                 await admin.reset_offsets(group_id, [tp0], to="earliest")
@@ -41,6 +67,7 @@ async def scenario(bootstrap: str, topic: str, group_id: str) -> None:
 
         lag = await admin.group_lag(group_id)
         assert lag == {tp0: PartitionLag(4, 10, 6), tp1: PartitionLag(7, 10, 3)}
+        assert (lag.state, lag.total, lag.partial) == ("Empty", 9, False)
 
         plan = await admin.reset_offsets(group_id, [tp0, tp1], to="earliest", dry_run=True)
         assert plan == {tp0: 0, tp1: 0}
@@ -56,6 +83,10 @@ async def scenario(bootstrap: str, topic: str, group_id: str) -> None:
         assert (await admin.fetch_offsets(group_id, [tp1], require_stable=True)) == {tp1: 2}
         lag = await admin.group_lag(group_id, topics=[topic])
         assert [p.lag for p in lag.values()] == [0, 8]
+        await admin.delete_offsets(group_id, [tp1])
+        lag = await admin.group_lag(group_id, topics=[topic])  # tp1: of the topic, uncommitted
+        assert (lag[tp1], lag.total, lag.partial) == (PartitionLag(None, 10, None), 0, True)
+        await admin.reset_offsets(group_id, [tp1], offset=2)
         with pytest.raises(ValueError):
             await admin.reset_offsets(group_id, [tp0])
 
@@ -77,6 +108,45 @@ async def scenario(bootstrap: str, topic: str, group_id: str) -> None:
 async def test_group_offsets_on_the_embedded_broker() -> None:
     async with embedded() as bootstrap:
         await scenario(bootstrap, "t", "g")
+
+
+async def test_group_lag_is_negative_for_a_committed_offset_past_the_end() -> None:
+    """As Kafka's tool: not clamped to 0 (the log was truncated below the commit)."""
+    tp = TopicPartition("t", 0)
+    async with embedded() as bootstrap, Admin(bootstrap) as admin:
+        await admin.create_topics({"t": 1})
+        async with Producer(admin.cluster) as producer:
+            for i in range(3):
+                await producer.send("t", b"%d" % i, partition=0)
+        async with ConsumerGroup("g", ["t"], bootstrap, join_backoff=0.1) as group:
+            gen = await group.next()
+            await gen.commit({tp: 8})
+            gen.cancel()
+        lag = await admin.group_lag("g")
+        assert lag == {tp: PartitionLag(8, 3, -5)}
+        assert (lag.total, lag.partial) == (0, False)
+
+
+def test_a_rebalancing_group_has_no_owners_and_a_partial_total() -> None:
+    """Between generations Kafka describes members without assignments: who owns
+    what is not known, so the total may leave partitions out."""
+    tp = TopicPartition("t", 0)
+    assignment = encode_assignment(Assignment(partitions=(("t", (0,)),)))
+    member = MemberDescription("m-1", "c", "/h", None, "consumer", b"", assignment)
+    stable = GroupDescription("g", "Stable", "consumer", "range", (member,))
+    lag = GroupLag.of({tp: 3}, {tp: 5}, stable)
+    assert lag == {tp: PartitionLag(3, 5, 2, "m-1", "c", "/h")}
+    assert (lag.rebalancing, lag.partial, lag.total) == (False, False, 2)
+    moving = replace(stable, state="PreparingRebalance")
+    assert moving.owners == {}
+    lag = GroupLag.of({tp: 3}, {tp: 5}, moving)
+    assert lag == {tp: PartitionLag(3, 5, 2)}
+    assert (lag.state, lag.rebalancing, lag.partial, lag.total) == (
+        "PreparingRebalance",
+        True,
+        True,
+        2,
+    )
 
 
 @pytest.mark.kafka
