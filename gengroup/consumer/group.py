@@ -47,7 +47,7 @@ from .cadence import handover_lead
 from .consumer_protocol import ConsumerProtocolMember
 from .forming import Formed, GroupClient, form_generation
 from .generation import Generation, RebalanceTimings
-from .metrics import GroupMetrics
+from .metrics import GroupMetrics, export as export_metrics, unexport as unexport_metrics
 from .ownership import Ownership
 from .running import run_generation
 
@@ -201,6 +201,7 @@ class ConsumerGroup:
             tg.start_soon(self._run, name=f"gengroup-run-{self.config.group_id}")
             tg.start_soon(self._warm_up, name=f"gengroup-warm-up-{self.config.group_id}")
             self._stack = stack.pop_all()
+        export_metrics(self, self.config.group_id, self.config.client_id, self._client.metrics)
         return self
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
@@ -209,6 +210,7 @@ class ConsumerGroup:
             # Leaving on an exception (or a cancellation): at once.
             await self.aclose(handover=exc_info[0] is None)
         finally:
+            unexport_metrics(self)
             # aclose() ended the run loop; the stack is closed without the
             # body's exception, so that exception propagates as itself instead
             # of being wrapped by the group's task group.
@@ -218,8 +220,10 @@ class ConsumerGroup:
     def metrics(self) -> GroupMetrics:
         """This member's counters now: fetches, records, bytes, commits, generations.
 
-        Cheap (a copy of a few integers): log it periodically, or export it
-        with :func:`gengroup.consumer.metrics.prometheus_collector`.
+        Cheap (a copy of a few integers): log it periodically. While the
+        group is open its counters are exported to Prometheus by the
+        process-wide collector, once registered with
+        :func:`gengroup.consumer.metrics.register_prometheus`.
         """
         return self._client.metrics.snapshot()
 
@@ -265,6 +269,7 @@ class ConsumerGroup:
             elif not handover:
                 self._close_now()  # a handover under way included
         await self._done.wait()
+        unexport_metrics(self)
 
     def _close_now(self) -> None:
         if self._closing:
