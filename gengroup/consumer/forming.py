@@ -373,14 +373,22 @@ class GroupClient:
     ) -> dict[str, int]:
         """Topic -> partition count, for the topics that exist.
 
-        From ``metadata`` if given (a refresh of ``topics`` made while this
-        member's JoinGroup waited), else from a new refresh. A subscribed
-        topic the metadata lacks gets one WARNING when it goes missing (and
-        one INFO when it appears), not one per check: its partitions are
-        assigned to nobody until it exists, when the leader's partition
-        watcher starts a rebalance.
+        From ``metadata`` if given (a refresh made while this member's
+        JoinGroup waited), with the topics it does not cover refreshed now (a
+        leader learns the other members' subscriptions from JoinGroup's
+        answer: topics only they subscribe to are assigned in this round, as
+        the Java and librdkafka leaders do), else from a new refresh. A
+        subscribed topic that does not exist gets one WARNING when it goes
+        missing (and one INFO when it appears), not one per check: its
+        partitions are assigned to nobody until it exists, when the leader's
+        partition watcher starts a rebalance.
         """
-        md = await self.cluster.refresh_metadata(topics) if metadata is None else metadata
+        if metadata is None:
+            md: Mapping[str, TopicInfo] = await self.cluster.refresh_metadata(topics)
+        elif unasked := topics - set(metadata):
+            md = {**metadata, **await self.cluster.refresh_metadata(unasked)}
+        else:
+            md = metadata
         counts = {t: len(info.partitions) for t, info in md.items() if info.error_code == 0}
         missing = topics - set(counts)
         gone, back = sorted(missing - self._missing_topics), sorted(self._missing_topics - missing)
