@@ -64,6 +64,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import anyio
 import anyio.abc
+from kio.schema.errors import ErrorCode
 
 from .._config import GroupConfig
 from .._errors import (
@@ -170,6 +171,17 @@ class _Run:
         if since is not None:
             self.warned.discard(what)
             self._log(f"{what} works again after {anyio.current_time() - since:.1f} s")
+
+    def _fatal_said(self, code: int, request: str) -> str:
+        """What a fatal answer to ``request`` of this generation means, for its error."""
+        gen, cfg = self.gen, self.config
+        said = f"{request} of {gen.group_id} generation {gen.label}"
+        if code == ErrorCode.fenced_instance_id:
+            said += (
+                f": another member with group_instance_id={cfg.group_instance_id!r} joined "
+                "the group and replaced this one (two processes share that id?)"
+            )
+        return said
 
     def _log(self, message: str, level: int = logging.INFO) -> None:
         gen = self.gen
@@ -566,7 +578,9 @@ class _Run:
             if outcome is None or outcome is Outcome.RETRY:
                 continue
             if outcome is Outcome.FATAL:
-                raise error_for_code(code, f"Heartbeat of {gen.group_id} generation {gen.label}")
+                error = error_for_code(code, self._fatal_said(code, "Heartbeat"))
+                gen.end(outcome, f"heartbeat answered {error}")
+                raise error
             gen.end(outcome, f"heartbeat answered {error_for_code(code).name}")
             return
 
@@ -653,6 +667,7 @@ class _Run:
             except BrokerError as exc:
                 outcome = outcome_for(exc.code)
                 if outcome is Outcome.FATAL:
+                    gen.end(outcome, f"commit refused: {exc}")
                     raise
                 if outcome in (Outcome.RETRY, Outcome.FIND_COORDINATOR):
                     # A new coordinator still loading the group, or one that

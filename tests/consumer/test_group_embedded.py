@@ -20,7 +20,7 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from gengroup import ConsumerGroup, Generation, TaskStuckError, TopicPartition
+from gengroup import ConsumerGroup, FencedInstanceId, Generation, TaskStuckError, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Drop, Fail, Intercepted
 from gengroup.consumer.cadence import beat_period
@@ -496,3 +496,54 @@ async def test_a_heartbeat_without_answer_is_logged_naming_the_coordinator(
             await trio.sleep(8.0)
     [said] = [r.getMessage() for r in caplog.records if "heartbeat failed" in r.getMessage()]
     assert "coordinator node 0 did not answer the heartbeat within 3 s" in said, said
+
+
+async def test_a_leader_assigns_topics_only_other_members_subscribe_to(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Member a (the leader) subscribes to [a]; member b to [a, b]: the
+    generation with both assigns every partition of a and of b at once (the
+    leader refreshes the metadata of the topics it learnt from JoinGroup's
+    answer), with the partition watcher off and no WARNING that b is missing.
+    The leader used to assign only the topics it knew of before JoinGroup."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    settings = {**EMBEDDED_SETTINGS, "watch_partition_changes": False}
+    async with FakeCluster(topics={"a": 2, "b": 3}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["a"], cluster.bootstrap, **settings) as leader:
+            first = await leader.next()
+            assert first.is_leader
+            async with ConsumerGroup("g", ["a", "b"], cluster.bootstrap, **settings) as other:
+                async with trio.open_nursery() as nursery:
+                    seen: dict[str, Generation] = {}
+
+                    async def take(name: str, group: ConsumerGroup) -> None:
+                        seen[name] = await group.next()
+
+                    nursery.start_soon(take, "leader", leader)
+                    nursery.start_soon(take, "other", other)
+                assigned = set(seen["leader"].assignments) | set(seen["other"].assignments)
+    everything = {TopicPartition("a", p) for p in range(2)} | {
+        TopicPartition("b", p) for p in range(3)
+    }
+    assert assigned == everything
+    assert not [r for r in caplog.records if "not available" in r.getMessage()]
+
+
+async def test_a_static_member_replaced_by_another_says_why_it_ended(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Two processes share group_instance_id "pod-1": the second replaces the
+    first, whose next heartbeat is answered FENCED_INSTANCE_ID. The error out
+    of its ``async for`` and its generation's end reason both say so (the end
+    reason used to blame its task: "task ... exited")."""
+    settings = dict(EMBEDDED_SETTINGS, group_instance_id="pod-1")
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        with pytest.raises(FencedInstanceId) as fenced:
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as first:
+                gen = await first.next()
+                async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as second:
+                    await second.next()
+                    await first.next()
+    assert "another member with group_instance_id='pod-1' joined" in str(fenced.value)
+    assert gen.end_reason is not None
+    assert gen.end_reason.startswith("heartbeat answered FENCED_INSTANCE_ID"), gen.end_reason
