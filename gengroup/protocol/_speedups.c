@@ -165,16 +165,10 @@ read_headers(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t record_end)
             corrupt("header key at byte %zd overruns its record", *pos);
             goto error;
         }
-        PyObject *name = PyUnicode_DecodeUTF8((const char *)buf + *pos, n, "strict");
+        /* Bytes that are not UTF-8 become U+FFFD, as Java's new String(bytes, UTF_8)
+           reads them: Kafka does not check header names. */
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)buf + *pos, n, "replace");
         if (name == NULL) {
-            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
-                PyObject *type, *value, *tb;
-                PyErr_Fetch(&type, &value, &tb);
-                Py_XDECREF(type);
-                Py_XDECREF(value);
-                Py_XDECREF(tb);
-                corrupt("header key at byte %zd is not UTF-8", *pos);
-            }
             goto error;
         }
         *pos += n;
@@ -390,9 +384,10 @@ configure(PyObject *self, PyObject *args)
  * rejected, plus one rule of its own: an offset or timestamp outside int64
  * (which the Record path keeps as a Python int) cannot be stored in an Arrow
  * int64 column and is rejected too (arrow.py applies the same rule to the
- * Record path's output). Header keys are validated as strict UTF-8, as
- * Python's decoder does (no overlong forms, no surrogates, nothing above
- * U+10FFFF).
+ * Record path's output). A header key that is not strict UTF-8 as Python's
+ * decoder reads it (overlong forms, surrogates, anything above U+10FFFF) is
+ * stored as decode_records makes it: decoded with U+FFFD replacing the bad
+ * bytes, then encoded back to UTF-8 (Arrow strings must be valid UTF-8).
  *
  * The result is a tuple of bytes objects holding the Arrow buffers (int64
  * values, int32 offsets starting at 0, LSB-first validity bitmaps, or None
@@ -601,6 +596,26 @@ valid_utf8(const unsigned char *s, Py_ssize_t n)
     return 1;
 }
 
+/* Append a header key as decode_records reads it: its bytes when they are
+   UTF-8 (the common case, no Python object), else the UTF-8 of the text with
+   U+FFFD for the bytes that are not. */
+static int
+append_header_key(varcol *c, Py_ssize_t row, const unsigned char *s, Py_ssize_t n)
+{
+    if (valid_utf8(s, n)) {
+        return vc_append(c, row, s, n);
+    }
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)s, n, "replace");
+    if (text == NULL) {
+        return -1;
+    }
+    Py_ssize_t size;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &size);
+    int rc = utf8 == NULL ? -1 : vc_append(c, row, (const unsigned char *)utf8, size);
+    Py_DECREF(text);
+    return rc;
+}
+
 typedef struct {
     growbuf offsets, timestamps, header_offsets;
     varcol keys, values, header_keys, header_values;
@@ -723,10 +738,6 @@ fill_segment(columns *c, const unsigned char *buf, Py_ssize_t buf_len, Py_ssize_
                     corrupt("header key at byte %zd overruns its record", pos);
                     return -1;
                 }
-                if (!valid_utf8(buf + pos, n)) {
-                    corrupt("header key at byte %zd is not UTF-8", pos);
-                    return -1;
-                }
                 Py_ssize_t name_at = pos;
                 pos += n;
                 Py_ssize_t hv_at = 0, hv_n;
@@ -734,7 +745,7 @@ fill_segment(columns *c, const unsigned char *buf, Py_ssize_t buf_len, Py_ssize_
                     return -1;
                 }
                 if (keep) {
-                    if (vc_append(&c->header_keys, c->headers, buf + name_at, n) < 0 ||
+                    if (append_header_key(&c->header_keys, c->headers, buf + name_at, n) < 0 ||
                         vc_append(&c->header_values, c->headers, buf + hv_at, hv_n) < 0) {
                         return -1;
                     }

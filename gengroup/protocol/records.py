@@ -147,6 +147,7 @@ class Record:
         key: the key, or ``None`` for a null key.
         value: the value, or ``None`` for a null value (a tombstone).
         headers: ``(key, value)`` pairs in wire order; values may be ``None``.
+            Key bytes that are not UTF-8 read as U+FFFD, as in the Java consumer.
     """
 
     offset: int
@@ -655,7 +656,7 @@ def _decode_headers(buf: bytes, pos: int, record_end: int) -> tuple[tuple[Header
         stop = pos + (raw >> 1)
         if stop > record_end:
             raise CorruptRecordError(f"header key at byte {pos} overruns its record")
-        name = buf[pos:stop].decode("utf-8")
+        name = buf[pos:stop].decode("utf-8", "replace")  # as Java: Kafka does not check names
         pos = stop
         raw, pos = _varint_slow(buf, pos, 5)
         value: bytes | None

@@ -21,7 +21,14 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup import ConsumerGroup, FetchedBatch, Generation, TopicPartition, fetched_to_arrow
+from gengroup import (
+    ConsumerGroup,
+    FetchedBatch,
+    Generation,
+    Producer,
+    TopicPartition,
+    fetched_to_arrow,
+)
 from gengroup.broker import FakeCluster
 from gengroup.consumer.columnar import fetched_schema
 from gengroup.protocol import arrow, records
@@ -35,6 +42,8 @@ from gengroup.protocol.records import (
     scan_batches,
 )
 
+from ..embedded import connect, produce as produce_request
+from ..protocol.test_records import GO_HEADER_NAME, batch_with_header_name
 from .helpers import EMBEDDED_SETTINGS
 
 SETTINGS = {**EMBEDDED_SETTINGS, "commit_interval": 0.0}
@@ -192,3 +201,40 @@ async def test_workers_reading_arrow_tables_see_every_record_exactly_once(
         assert tables >= partitions
         committed = cluster.committed_offsets("g")
         assert committed == {TopicPartition("t", p): BATCHES * PER_BATCH for p in range(partitions)}
+
+
+async def test_a_header_name_that_is_not_utf8_is_read_and_can_be_sent_again(
+    autojump_clock: trio.testing.MockClock, arrow_path: str
+) -> None:
+    """A Go producer's record whose header name is not UTF-8, between two
+    ordinary records of its batch (Kafka takes it: it does not check header
+    names): the worker reads all three, as records and as a table, the name's
+    bad bytes as U+FFFD (the Java consumer's reading), and a producer can send
+    them on unchanged. The batch used to be CorruptRecordError for the group
+    at every restart, the good records lost with it."""
+    sent = batch_with_header_name(GO_HEADER_NAME, Compression.LZ4)
+    name = "\ufffd\ufffd-trace"
+    expected = [
+        (b"before", (("ok", b"1"),)),
+        (b"binary-header-name", ((name, b"x"),)),
+        (b"after", ()),
+    ]
+    async with FakeCluster(topics={"t": 1, "copy": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with connect(cluster) as conn:
+            answer = await conn.request(produce_request(9, "t", 0, sent))
+        assert answer.responses[0].partition_responses[0].error_code == 0
+        async with (
+            ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group,
+            Producer(cluster.bootstrap) as producer,
+        ):
+            gen = await group.next()
+            with trio.fail_after(30):
+                batch = await anext(gen.fetch(TopicPartition("t", 0)))
+            assert [(r.value, r.headers) for r in batch.records] == expected
+            assert rows(batch.to_arrow()) == as_rows(batch.records)
+            for record in batch.records:
+                await producer.send("copy", record.value, headers=record.headers)
+            with pytest.raises(ValueError, match="header name"):  # not a name Kafka can hold
+                await producer.send("copy", b"v", headers=[("\udcff\udcfe-trace", b"x")])
+            gen.cancel("test over")
+        assert [(r.value, r.headers) for r in cluster.records("copy")] == expected
