@@ -31,6 +31,7 @@ from gengroup.protocol.versions import ApiKey
 from .client import Session, by_name, error_name, open_session
 from .conftest import Target
 from .test_conformance import (
+    CLIENT_HOST,
     SCENARIO_TIMEOUT,
     Divergence,
     join_error,
@@ -219,6 +220,34 @@ async def describe(s: Session, group_id: str) -> dict[str, Any]:
     }
 
 
+async def describe_for_admin(s: Session, group_id: str) -> dict[str, Any]:
+    """ConsumerGroupDescribe v1 (the admin's version) of one group: what
+    ``Admin.describe_groups`` reads besides :func:`describe`'s: the error and
+    its message (the group id shown as ``G``), each member's client and type."""
+    mod = request_module(ApiKey.CONSUMER_GROUP_DESCRIBE, 1)
+    resp = await s.admin.send(
+        build(
+            mod.ConsumerGroupDescribeRequest,
+            group_ids=(group_id,),
+            include_authorized_operations=False,
+        )
+    )
+    (g,) = resp.groups
+    return {
+        "error": error_name(g.error_code),
+        "message": None if g.error_message is None else g.error_message.replace(group_id, "G"),
+        "members": sorted(
+            s.names.member(
+                m.member_id,
+                m.instance_id,
+                f"{m.client_id}@{m.client_host}",
+                f"type={m.member_type}",
+            )
+            for m in g.members
+        ),
+    }
+
+
 async def list_groups(s: Session, group_id: str) -> list[tuple[str, str, str]]:
     """ListGroups v5: this scenario's group as ``(protocol type, state, type)``."""
     mod = request_module(ApiKey.LIST_GROUPS, 5)
@@ -362,6 +391,20 @@ async def mixed_protocols(s: Session) -> None:
     s.record("consumer member joins the classic group", upgraded)
 
 
+async def describe_by_group_type(s: Session) -> None:
+    group_id, (a,) = await setup(s, 2, "A")
+    topic = next(iter(a.topic_ids))
+    s.record("A joins", await a.heartbeat(0))
+    s.record("describe the consumer group", await describe_for_admin(s, group_id))
+    classic_id = f"{group_id}-classic"
+    await s.admin.wait_coordinator(classic_id)
+    c = await s.member("C", classic_id, topics=[topic])
+    s.record("C gets an id", await c.join())
+    s.record("C joins", await c.join())
+    s.record("describe the classic group", await describe_for_admin(s, classic_id))
+    s.record("describe an unknown group", await describe_for_admin(s, f"{group_id}-nope"))
+
+
 Scenario = Callable[[Session], Awaitable[None]]
 
 SCENARIOS: Final[Mapping[str, Scenario]] = by_name(
@@ -372,6 +415,7 @@ SCENARIOS: Final[Mapping[str, Scenario]] = by_name(
     commit_epochs,
     range_assignor,
     mixed_protocols,
+    describe_by_group_type,
 )
 
 # --------------------------------------------------------------------------- expected answers
@@ -558,6 +602,29 @@ EXPECTED["mixed_protocols"] = [
             embedded=refused("GROUP_ID_NOT_FOUND"),
             reason=_CONVERSION,
         ),
+    ),
+]
+
+
+EXPECTED["describe_by_group_type"] = [
+    ("A joins", hb("NONE", "A", 2, "t:0,1")),
+    (
+        "describe the consumer group",
+        {"error": "NONE", "message": None, "members": [f"A conf-A@{CLIENT_HOST} type=1"]},
+    ),
+    ("C gets an id", join_error("MEMBER_ID_REQUIRED", "C")),
+    ("C joins", joined("C", 1, "C", ["C:t"])),
+    (
+        "describe the classic group",
+        {
+            "error": "GROUP_ID_NOT_FOUND",
+            "message": "Group G is not a consumer group.",
+            "members": [],
+        },
+    ),
+    (
+        "describe an unknown group",
+        {"error": "GROUP_ID_NOT_FOUND", "message": "Group G not found.", "members": []},
     ),
 ]
 
