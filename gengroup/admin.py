@@ -42,16 +42,18 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Final, Self, TypeVar, Unpack
+from typing import Any, Self, TypeVar, Unpack
 
 from kio.schema.errors import ErrorCode
 
+from . import admin_groups as describing
 from ._config import check_seconds
 from ._errors import (
     BrokerError,
     KafkaConnectionError,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
+    UnsupportedVersion,
     error_for_code,
     is_retriable,
     raise_for_code,
@@ -92,8 +94,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-_GROUP_ID_NOT_FOUND: Final = int(ErrorCode.group_id_not_found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -590,59 +590,50 @@ class Admin:
         """Describe groups (state, protocol and members), all within ``timeout``
         (default: the admin's).
 
-        A group that does not exist is described with state ``Dead`` and no
-        members, as the broker reports it.
+        As Java's AdminClient: a group of the consumer group protocol
+        (KIP-848) is described by ConsumerGroupDescribe (its members with
+        their epochs and the partitions they hold, the group and assignment
+        epochs, the assignor as ``protocol``), a classic group by
+        DescribeGroups (see :mod:`gengroup.admin_groups`). A group that does
+        not exist is described with state ``Dead`` and no members, as the
+        broker reports it.
 
         Raises:
             TypeError: ``group_ids`` is one string, not a list of them.
             BrokerError: a non-retriable error for a group (e.g. authorization).
             TimeoutError: the coordinator could not be reached in time.
         """
-        out: dict[str, GroupDescription] = {}
         left = self._limit(timeout)[1]
-        for group_id in names_of(group_ids, "describe_groups"):
+        return {
+            group_id: await self._describe_group(group_id, left)
+            for group_id in names_of(group_ids, "describe_groups")
+        }
 
-            def describe(mod: Any, group_id: str = group_id) -> Any:
-                return build(
-                    mod.DescribeGroupsRequest,
-                    groups=(group_id,),
-                    include_authorized_operations=False,
-                )
-
-            def parse(resp: Any, group_id: str = group_id) -> GroupDescription:
-                for g in resp.groups:
-                    if g.group_id != group_id:
-                        continue
-                    raise_item_errors([g], lambda _g: f"group {group_id!r}")
-                    members = tuple(
-                        MemberDescription(
-                            m.member_id,
-                            m.client_id,
-                            m.client_host,
-                            m.group_instance_id,
-                            g.protocol_type,
-                            bytes(m.member_metadata),
-                            bytes(m.member_assignment),
-                        )
-                        for m in g.members
-                    )
-                    return GroupDescription(
-                        group_id, g.group_state, g.protocol_type, g.protocol_data, members
-                    )
-                raise error_for_code(
-                    _GROUP_ID_NOT_FOUND,
-                    f"DescribeGroups response did not mention group {group_id!r}",
-                )
-
-            out[group_id] = await self._group_call(
+    async def _describe_group(self, group_id: str, left: Callable[[], float]) -> GroupDescription:
+        """ConsumerGroupDescribe of ``group_id``; DescribeGroups if not a consumer group."""
+        try:
+            found = await self._group_call(
                 group_id,
-                "DescribeGroups",
-                ApiKey.DESCRIBE_GROUPS,
-                describe,
-                parse,
+                "ConsumerGroupDescribe",
+                ApiKey.CONSUMER_GROUP_DESCRIBE,
+                partial(describing.consumer_group_request, group_id=group_id),
+                partial(describing.read_consumer_group, group_id=group_id),
                 max(left(), 0.001),
             )
-        return out
+        except UnsupportedVersion:  # the coordinator does not serve the consumer protocol
+            found = None
+        if found is not None:
+            ids = describing.unnamed_topics(found)
+            names = await describing.topic_names(self.cluster, ids, max(left(), 0.001))
+            return describing.consumer_group_description(found, names)
+        return await self._group_call(
+            group_id,
+            "DescribeGroups",
+            ApiKey.DESCRIBE_GROUPS,
+            partial(describing.describe_groups_request, group_id=group_id),
+            partial(describing.read_described_group, group_id=group_id),
+            max(left(), 0.001),
+        )
 
     async def delete_groups(self, group_ids: Iterable[str]) -> None:
         """Delete groups and their committed offsets.
@@ -722,7 +713,8 @@ class Admin:
         As ``kafka-consumer-groups --describe``: every partition the group
         committed for, and every partition assigned to a live member (named,
         committed or not: a member still on its first batch owns partitions
-        with lag None), from OffsetFetch and DescribeGroups.
+        with lag None), from OffsetFetch and :meth:`describe_groups` (a
+        consumer-protocol group's members name their partitions in every state).
 
         Args:
             group_id: the group.
@@ -772,8 +764,9 @@ class Admin:
     ) -> dict[TopicPartition, int]:
         """Move a group's committed offsets, as Kafka's ``kafka-consumer-groups --reset-offsets``.
 
-        Refused while the group has members (a live member would overwrite
-        the new offsets with its next commit), as Kafka's tool does.
+        Refused while the group has members, classic or consumer-protocol
+        (a live member would overwrite the new offsets with its next commit),
+        as Kafka's tool does.
 
         Args:
             group_id: the group (with no live members).

@@ -6,11 +6,14 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from ._types import TopicPartition
 from .protocol.consumer_protocol import PROTOCOL_TYPE, Assignment, decode_assignment
 
 __all__ = [
+    "CLASSIC_GROUP",
+    "CONSUMER_GROUP",
     "GroupDescription",
     "GroupLag",
     "GroupListing",
@@ -83,8 +86,16 @@ class PartitionLag:
 
 #: Group states in which the coordinator describes its members' assignments
 #: (or there are no members); in the others (``PreparingRebalance``,
-#: ``CompletingRebalance``, ``Assigning``, ``Reconciling``) who owns what is not known.
+#: ``CompletingRebalance``, ``Assigning``, ``Reconciling``) the group is between
+#: generations (of a classic group, who owns what is not known then).
 _SETTLED = frozenset({"Stable", "Empty", "Dead"})
+
+#: :attr:`GroupDescription.group_protocol` of a group of the consumer group
+#: protocol (KIP-848), described by ConsumerGroupDescribe.
+CONSUMER_GROUP: Final = "consumer"
+#: :attr:`GroupDescription.group_protocol` of a classic group (or of a group
+#: the broker does not know), described by DescribeGroups.
+CLASSIC_GROUP: Final = "classic"
 
 
 class GroupLag(dict[TopicPartition, PartitionLag]):
@@ -135,8 +146,10 @@ class GroupLag(dict[TopicPartition, PartitionLag]):
 
     @property
     def rebalancing(self) -> bool:
-        """The group is between generations: which member owns which partition
-        is not known (the coordinator describes assignments of a stable group only)."""
+        """The group is between generations. Which member owns which partition
+        is then not known for a classic group (the coordinator describes the
+        assignments of a stable group only); a consumer-protocol group (KIP-848)
+        names them, but partitions are moving between members."""
         return self.state not in _SETTLED
 
     @property
@@ -151,7 +164,8 @@ class GroupLag(dict[TopicPartition, PartitionLag]):
         """:attr:`total` leaves something out: a partition's lag is not known
         (assigned to a member that has not committed yet, or of a topic asked
         for that the group never committed for), or the group is rebalancing
-        (its members' partitions are not known, so some may be missing)."""
+        (a classic group's members' partitions are not known then, so some may
+        be missing)."""
         return self.rebalancing or any(p.lag is None for p in self.values())
 
 
@@ -174,14 +188,26 @@ class GroupListing:
 class MemberDescription:
     """One member of a described group.
 
+    A member of a classic group is described by its JoinGroup and SyncGroup
+    bytes; a member of a consumer-protocol group (KIP-848) by the partitions
+    ConsumerGroupDescribe names (``held``, ``target``) and its epoch.
+
     Attributes:
-        member_id: the coordinator-assigned member id.
+        member_id: the member id.
         client_id: the member's client id.
         client_host: the address the member connected from.
         group_instance_id: the static membership id, or None.
         protocol_type: the group's protocol type (tells how to read the bytes).
-        raw_metadata: the member's JoinGroup metadata for the chosen protocol.
-        raw_assignment: the member's SyncGroup assignment bytes.
+        raw_metadata: the member's JoinGroup metadata for the chosen protocol
+            (empty for a consumer-protocol member).
+        raw_assignment: the member's SyncGroup assignment bytes (empty for a
+            consumer-protocol member).
+        member_epoch: a consumer-protocol member's epoch (None for a classic member).
+        held: the partitions a consumer-protocol member holds: assigned to it,
+            and those it has still to revoke (None for a classic member, whose
+            ``raw_assignment`` says).
+        target: the partitions the coordinator means a consumer-protocol
+            member to hold once reconciled (None for a classic member).
     """
 
     member_id: str
@@ -191,26 +217,38 @@ class MemberDescription:
     protocol_type: str
     raw_metadata: bytes
     raw_assignment: bytes
+    member_epoch: int | None = None
+    held: frozenset[TopicPartition] | None = None
+    target: frozenset[TopicPartition] | None = None
 
     @property
     def assignment(self) -> Assignment | None:
-        """The decoded assignment for ``consumer`` groups, None for other protocol types.
+        """The assignment for ``consumer`` groups (a consumer-protocol member's:
+        its ``held`` partitions), None for other protocol types.
 
         Raises:
             ProtocolError: the group claims the ``consumer`` protocol type but
                 the bytes are not a consumer-protocol assignment.
         """
+        if self.held is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in self.held:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            return Assignment.from_mapping(by_topic)
         if self.protocol_type != PROTOCOL_TYPE:
             return None
         return decode_assignment(self.raw_assignment)
 
     @property
     def partitions(self) -> frozenset[TopicPartition]:
-        """The assigned partitions (empty for non-consumer groups).
+        """The assigned partitions (a consumer-protocol member's: those it
+        holds; empty for non-consumer groups).
 
         Raises:
             ProtocolError: as :attr:`assignment`.
         """
+        if self.held is not None:
+            return self.held
         assignment = self.assignment
         if assignment is None:
             return frozenset()
@@ -221,15 +259,23 @@ class MemberDescription:
 
 @dataclass(frozen=True, slots=True)
 class GroupDescription:
-    """A group as described by DescribeGroups.
+    """A group as described by ConsumerGroupDescribe (a group of the consumer
+    group protocol, KIP-848) or DescribeGroups (a classic group).
 
     Attributes:
         group_id: the group id.
-        state: ``Empty``, ``PreparingRebalance``, ``CompletingRebalance``,
-            ``Stable`` or ``Dead``.
+        state: a classic group's ``Empty``, ``PreparingRebalance``,
+            ``CompletingRebalance``, ``Stable`` or ``Dead`` (Dead: the
+            coordinator knows no such group); a consumer-protocol group's
+            ``Empty``, ``Assigning``, ``Reconciling`` or ``Stable``.
         protocol_type: e.g. ``"consumer"``.
         protocol: the chosen protocol (for consumers: the assignor name).
         members: the members, in the coordinator's order.
+        group_protocol: :data:`CONSUMER_GROUP` (``"consumer"``) for a group of
+            the consumer group protocol, :data:`CLASSIC_GROUP` (``"classic"``) otherwise.
+        group_epoch: a consumer-protocol group's epoch (None for a classic group).
+        assignment_epoch: the epoch of a consumer-protocol group's target
+            assignment (None for a classic group).
     """
 
     group_id: str
@@ -237,17 +283,22 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: tuple[MemberDescription, ...]
+    group_protocol: str = CLASSIC_GROUP
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
 
     @property
     def owners(self) -> dict[TopicPartition, MemberDescription]:
-        """The member each partition is assigned to; empty while the group is
-        rebalancing (Kafka then describes members without their assignments,
-        and an older assignment would not say who owns what now).
+        """The member each partition is assigned to. Empty while a classic
+        group is rebalancing (Kafka then describes members without their
+        assignments, and an older assignment would not say who owns what now);
+        a consumer-protocol group names the partitions each member holds in
+        every state.
 
         Raises:
             ProtocolError: a member's assignment is not a consumer-protocol one.
         """
-        if self.state not in _SETTLED:
+        if self.state not in _SETTLED and self.group_protocol != CONSUMER_GROUP:
             return {}
         return {tp: m for m in self.members for tp in m.partitions}
 

@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from .._errors import BrokerError, GroupIdNotFound, UnknownTopicOrPartition
 from .._types import TopicPartition
 from ..admin import Admin
+from ..admin_types import CONSUMER_GROUP
 from ._admin import AdminCommand, PartlyFailed
 from ._common import UsageError
 from ._progress import View, wanted
@@ -59,23 +60,35 @@ async def _list(admin: Admin, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 async def _describe(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
+    """The group: ``group``, ``state``, ``group_protocol`` (``classic`` or
+    ``consumer``), ``protocol_type``, ``protocol`` (the assignor), ``members``;
+    a consumer-protocol group adds its ``group_epoch`` and ``assignment_epoch``,
+    and each member its ``member_epoch`` and ``target_assignment``."""
     d = (await admin.describe_groups([args.group]))[args.group]
     if d.state == "Dead":
         raise GroupIdNotFound(ErrorCode.group_id_not_found, f"group {args.group!r} does not exist")
+    consumer = d.group_protocol == CONSUMER_GROUP
+    members = []
+    for m in d.members:
+        row: dict[str, Any] = {
+            "member_id": m.member_id,
+            "client_id": m.client_id,
+            "host": m.client_host,
+            "assignment": sorted(str(tp) for tp in m.partitions),
+        }
+        if consumer:
+            row["member_epoch"] = m.member_epoch
+            row["target_assignment"] = sorted(str(tp) for tp in m.target or ())
+        members.append(row)
+    epochs = {"group_epoch": d.group_epoch, "assignment_epoch": d.assignment_epoch}
     return {
         "group": d.group_id,
         "state": d.state,
+        "group_protocol": d.group_protocol,
+        **(epochs if consumer else {}),
         "protocol_type": d.protocol_type,
         "protocol": d.protocol,
-        "members": [
-            {
-                "member_id": m.member_id,
-                "client_id": m.client_id,
-                "host": m.client_host,
-                "assignment": sorted(str(tp) for tp in m.partitions),
-            }
-            for m in d.members
-        ],
+        "members": members,
     }
 
 

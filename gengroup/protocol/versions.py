@@ -82,12 +82,14 @@ CLIENT_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
 }
 
 #: (min, max) versions of the consumer group protocol's APIs (KIP-848), which
-#: only ``group_protocol="consumer"`` uses, kept apart from
-#: :data:`CLIENT_VERSIONS` so a broker without them still serves every other
-#: API. The embedded broker serves them unless its
-#: ``group_coordinator_rebalance_protocols`` leaves out ``"consumer"``.
+#: ``group_protocol="consumer"`` (the heartbeat) and the admin's
+#: ``describe_groups`` (ConsumerGroupDescribe, falling back to DescribeGroups
+#: without it) use, kept apart from :data:`CLIENT_VERSIONS` so a broker
+#: without them still serves every other API. The embedded broker serves them
+#: unless its ``group_coordinator_rebalance_protocols`` leaves out ``"consumer"``.
 CONSUMER_PROTOCOL_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 #: Every API the client negotiates: both tables.

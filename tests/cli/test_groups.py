@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from functools import partial
 
 import anyio
 import pytest
 
-from gengroup import Admin, Producer, TopicPartition
+from gengroup import Admin, ConsumerGroup, Producer, TopicPartition
 from tests.cli.conftest import Target, gengroup
 
 
@@ -66,6 +68,50 @@ def scenario(bootstrap: str, topic: str, group_id: str) -> None:
 
 def test_groups_commands(target: Target) -> None:
     scenario(target.bootstrap, target.name("t"), target.name("g"))
+
+
+def test_a_live_consumer_protocol_group(target: Target) -> None:
+    """A group of the consumer protocol (KIP-848), live, nothing committed:
+    ``describe`` shows its member and partitions, ``lag`` lists them, and
+    ``reset-offsets`` is refused NON_EMPTY_GROUP."""
+    topic, group_id = target.name("k848"), target.name("k848-g")
+    settings = {"group_protocol": "consumer", "heartbeat_interval": 0.5, "commit_interval": 0}
+
+    async def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return await anyio.to_thread.run_sync(partial(gengroup, *args, bootstrap=target.bootstrap))
+
+    async def main() -> None:
+        async with Admin(target.bootstrap) as admin:
+            await admin.create_topics({topic: 2})
+        async with ConsumerGroup(group_id, [topic], target.bootstrap, **settings) as group:
+            gen = await group.next()
+            described = await run("groups", "describe", group_id, "--json")
+            assert described.returncode == 0, described.stderr
+            d = json.loads(described.stdout)
+            assert (d["state"], d["group_protocol"], d["protocol"]) == (
+                "Stable",
+                "consumer",
+                "uniform",
+            )
+            (m,) = d["members"]
+            assert m["member_id"] == gen.member_id
+            assert m["assignment"] == m["target_assignment"] == [f"{topic}[0]", f"{topic}[1]"]
+            assert m["member_epoch"] == d["group_epoch"] == d["assignment_epoch"]
+
+            lag = await run("lag", group_id, "--json")
+            assert lag.returncode == 0, lag.stderr
+            rows = json.loads(lag.stdout)["partitions"]
+            assert [(r["partition"], r["lag"], r["member_id"]) for r in rows] == [
+                (f"{topic}[0]", None, gen.member_id),
+                (f"{topic}[1]", None, gen.member_id),
+            ]
+
+            reset = await run("groups", "reset-offsets", group_id, "--topic", topic, "--to", "0")
+            assert reset.returncode == 1, reset
+            assert "NON_EMPTY_GROUP" in reset.stderr and "1 live member(s)" in reset.stderr
+            gen.cancel()
+
+    anyio.run(main)
 
 
 def test_usage_errors_and_an_unreachable_broker_say_so_in_one_line(

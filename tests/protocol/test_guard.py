@@ -213,6 +213,7 @@ _APIS = (
     "describe_groups",
     "list_groups",
     "consumer_group_heartbeat",
+    "consumer_group_describe",
     "create_topics",
     "delete_topics",
     "describe_configs",

@@ -1,0 +1,203 @@
+"""How :class:`~gengroup.admin.Admin` describes a group: the requests, and
+their answers read into :class:`~gengroup.admin_types.GroupDescription`.
+
+Theory of operation:
+
+Kafka describes a group of the consumer group protocol (KIP-848) only with
+ConsumerGroupDescribe (API 69): DescribeGroups answers for one as if it were
+``Dead``, with no members. So, as Java's AdminClient does
+(``DescribeConsumerGroupsHandler``), a group is asked for with
+ConsumerGroupDescribe first, and with DescribeGroups when that answers
+GROUP_ID_NOT_FOUND (a classic group, or a group the coordinator does not
+know) or UNSUPPORTED_VERSION, or when the coordinator does not serve the API
+at all (the consumer protocol is not enabled there; :func:`read_consumer_group`
+returns None, or the request raises
+:class:`~gengroup._errors.UnsupportedVersion`). DescribeGroups describes a
+classic group, and a group nobody knows as ``Dead`` with no members.
+
+ConsumerGroupDescribe names each member's partitions by topic id and name. A
+name the broker left empty is looked up by id in the cluster's metadata
+(:func:`topic_names`, which refreshes it when an id is not known); the
+partitions of a topic that is gone are left out, as Kafka leaves them out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+from functools import partial
+from typing import Any, Final
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from ._errors import error_for_code, raise_for_code
+from ._types import TopicPartition
+from .admin_types import CONSUMER_GROUP, GroupDescription, MemberDescription
+from .io.cluster import Cluster
+from .io.request import raise_item_errors
+from .io.retry import retry
+from .protocol.consumer_protocol import PROTOCOL_TYPE
+from .protocol.framing import build
+
+__all__ = [
+    "consumer_group_description",
+    "consumer_group_request",
+    "describe_groups_request",
+    "read_consumer_group",
+    "read_described_group",
+    "topic_names",
+    "unnamed_topics",
+]
+
+_GROUP_ID_NOT_FOUND: Final = int(ErrorCode.group_id_not_found)
+
+#: ConsumerGroupDescribe's answers for a group it does not describe, which
+#: DescribeGroups is asked about then (as Java's AdminClient does).
+_ASK_DESCRIBE_GROUPS: Final = frozenset({_GROUP_ID_NOT_FOUND, int(ErrorCode.unsupported_version)})
+
+
+def _missing(api: str, group_id: str) -> Exception:
+    return error_for_code(_GROUP_ID_NOT_FOUND, f"{api} response did not mention group {group_id!r}")
+
+
+# --------------------------------------------------------------------------- DescribeGroups
+
+
+def describe_groups_request(mod: Any, group_id: str) -> Any:
+    """DescribeGroups of one group."""
+    return build(mod.DescribeGroupsRequest, groups=(group_id,), include_authorized_operations=False)
+
+
+def read_described_group(resp: Any, group_id: str) -> GroupDescription:
+    """The group as DescribeGroups describes it (a classic group; ``Dead`` if unknown).
+
+    Raises:
+        BrokerError: the group's error (a coordinator error, authorization ...).
+    """
+    for g in resp.groups:
+        if g.group_id != group_id:
+            continue
+        raise_item_errors([g], lambda _g: f"group {group_id!r}")
+        members = tuple(
+            MemberDescription(
+                m.member_id,
+                m.client_id,
+                m.client_host,
+                m.group_instance_id,
+                g.protocol_type,
+                bytes(m.member_metadata),
+                bytes(m.member_assignment),
+            )
+            for m in g.members
+        )
+        return GroupDescription(group_id, g.group_state, g.protocol_type, g.protocol_data, members)
+    raise _missing("DescribeGroups", group_id)
+
+
+# --------------------------------------------------------------------------- ConsumerGroupDescribe
+
+
+def consumer_group_request(mod: Any, group_id: str) -> Any:
+    """ConsumerGroupDescribe of one group."""
+    return build(
+        mod.ConsumerGroupDescribeRequest, group_ids=(group_id,), include_authorized_operations=False
+    )
+
+
+def read_consumer_group(resp: Any, group_id: str) -> Any | None:
+    """The group's entry of a ConsumerGroupDescribe response, or None when the
+    group is DescribeGroups' to describe (a classic or unknown group, or the
+    consumer protocol not enabled).
+
+    Raises:
+        BrokerError: any other error of the group (a coordinator error,
+            authorization ...), with the broker's message.
+    """
+    for g in resp.groups:
+        if g.group_id != group_id:
+            continue
+        code = int(g.error_code)
+        if code in _ASK_DESCRIBE_GROUPS:
+            return None
+        message = f"group {group_id!r}" + (f": {g.error_message}" if g.error_message else "")
+        raise_for_code(code, message)
+        return g
+    raise _missing("ConsumerGroupDescribe", group_id)
+
+
+def unnamed_topics(group: Any) -> set[UUID]:
+    """The topic ids ConsumerGroupDescribe's ``group`` gives without a name."""
+    return {
+        tp.topic_id
+        for m in group.members
+        for assignment in (m.assignment, m.target_assignment)
+        for tp in assignment.topic_partitions
+        if not tp.topic_name
+    }
+
+
+async def topic_names(cluster: Cluster, ids: Set[UUID], timeout: float) -> dict[UUID, str]:
+    """The names of topic ids, from the cluster's metadata (refreshed when
+    one of ``ids`` is not in it; a topic that is gone stays unnamed).
+
+    Raises:
+        TimeoutError: the metadata could not be fetched in time.
+    """
+
+    def known() -> dict[UUID, str]:
+        return {i.topic_id: n for n, i in cluster.topics.items() if i.topic_id is not None}
+
+    names = known()
+    if ids - names.keys():
+        await retry(
+            "metadata",
+            partial(cluster.refresh_metadata, None),
+            timeout=timeout,
+            backoff=cluster.retry_backoff,
+        )
+        names = known()
+    return names
+
+
+def _partitions(assignment: Any, names: Mapping[UUID, str]) -> frozenset[TopicPartition]:
+    out: set[TopicPartition] = set()
+    for tp in assignment.topic_partitions:
+        name = tp.topic_name or names.get(tp.topic_id)
+        if name:  # else the topic is gone: left out, as Kafka does
+            out.update(TopicPartition(name, p) for p in tp.partitions)
+    return frozenset(out)
+
+
+def consumer_group_description(group: Any, names: Mapping[UUID, str]) -> GroupDescription:
+    """ConsumerGroupDescribe's ``group`` as a :class:`GroupDescription`
+    (protocol type ``consumer``, the protocol its assignor).
+
+    Args:
+        group: the group's entry (see :func:`read_consumer_group`).
+        names: names of the topic ids the entry leaves unnamed (:func:`topic_names`).
+    """
+    members = tuple(
+        MemberDescription(
+            m.member_id,
+            m.client_id,
+            m.client_host,
+            m.instance_id,
+            PROTOCOL_TYPE,
+            b"",
+            b"",
+            member_epoch=int(m.member_epoch),
+            held=_partitions(m.assignment, names),
+            target=_partitions(m.target_assignment, names),
+        )
+        for m in group.members
+    )
+    return GroupDescription(
+        group.group_id,
+        group.group_state,
+        PROTOCOL_TYPE,
+        group.assignor_name,
+        members,
+        group_protocol=CONSUMER_GROUP,
+        group_epoch=int(group.group_epoch),
+        assignment_epoch=int(group.assignment_epoch),
+    )
