@@ -16,7 +16,16 @@ waiter, writes its frame under a send lock and waits. Responses are decoded in
 the caller's task, so a malformed response fails only that request (with
 :class:`ProtocolError`) while the framing, and so the connection, stays intact.
 A request that outlives its timeout closes the connection, as the Java client
-does: its response would otherwise arrive late into an unknown state.
+does: its response would otherwise arrive late into an unknown state. Each
+request's deadline is its send plus its own timeout (which covers any wait
+the broker is asked to make, a Fetch's ``max_wait``, a JoinGroup's rebalance
+timeout); a task beside the reader, :meth:`BrokerConnection._watch_deadlines`,
+enforces it whether or not the request's caller still waits. A caller that
+gave up first (cancelled, or bounded by its own shorter deadline) leaves its
+request in flight, and Kafka answers a connection's requests in order: a
+request that outlived its deadline unanswered means every later one is stuck
+behind it, so the connection fails then, its other requests with it, and the
+next request opens a new one.
 
 Security (:mod:`gengroup.io.security`): with ``SSL``/``SASL_SSL`` the TCP
 stream is wrapped in TLS (anyio's ``TLSStream``, server name = the broker's
@@ -111,9 +120,16 @@ _SOFTWARE_VERSION = "0.1.0"
 @dataclass(eq=False)
 class _Waiter:
     response_cls: type[Any]
+    #: The request's name and timeout, for the message when it times out.
+    name: str = ""
+    limit: float = math.inf
     event: anyio.Event = field(default_factory=anyio.Event)
     frame: bytes | bytearray | None = None
     error: BaseException | None = None
+    #: When the request times out (None: not sent yet).
+    deadline: float | None = None
+    #: Whether its caller stopped waiting (cancelled) before it was answered.
+    abandoned: bool = False
 
 
 def describe_connect_failure(exc: BaseException) -> str:
@@ -228,6 +244,9 @@ class BrokerConnection:
         #: restart is not that.
         self.on_unanswered_close: Callable[[str], None] | None = None
         self._first_sent_at: float | None = None
+        #: Called when a request went unanswered for its whole timeout (the
+        #: connection is then closed).
+        self.on_timed_out: Callable[[], None] | None = None
         #: Called when a re-authentication is refused, with the refusal.
         self.on_refused: Callable[[AuthenticationError], None] | None = None
         self._read_error: BaseException | None = None
@@ -241,6 +260,11 @@ class BrokerConnection:
         self._send_lock = anyio.Lock()
         self._failure: KafkaConnectionError | None = None
         self._closed = anyio.Event()
+        #: Set to wake :meth:`_watch_deadlines`: an earlier deadline, or the
+        #: watched request answered, or the connection closed.
+        self._wake = anyio.Event()
+        #: The deadline :meth:`_watch_deadlines` sleeps until (inf: none).
+        self._watching = math.inf
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -301,6 +325,7 @@ class BrokerConnection:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._read_loop)
+                tg.start_soon(self._watch_deadlines)
                 try:
                     with anyio.fail_after(self.connect_timeout):
                         await self._negotiate()
@@ -412,6 +437,7 @@ class BrokerConnection:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
         self._closed.set()
+        self._wake.set()
 
     async def wait_closed(self) -> None:
         """Wait until the connection is closed or broken."""
@@ -434,6 +460,41 @@ class BrokerConnection:
         with anyio.CancelScope(shield=True):
             await self._read_frames()
 
+    async def _watch_deadlines(self) -> None:
+        """Fail the connection once a request in flight outlives its deadline.
+
+        The waiting caller times its own request too; this covers the
+        requests whose caller stopped waiting (cancelled by the end of a
+        generation, by an admin call's deadline, or by a heartbeat's own
+        bound), which would otherwise leave a connection that no longer
+        answers open, and every later request queued on it. Shielded and
+        ended by the close, as the reader is.
+        """
+        with anyio.CancelScope(shield=True):
+            while not self._closed.is_set():
+                self._wake = anyio.Event()
+                first: _Waiter | None = None
+                self._watching = math.inf
+                for waiter in self._waiters.values():
+                    if waiter.deadline is not None and waiter.deadline < self._watching:
+                        first, self._watching = waiter, waiter.deadline
+                with anyio.CancelScope(deadline=self._watching):
+                    await self._wake.wait()
+                if first is None or first.event.is_set() or self._closed.is_set():
+                    continue  # answered, or closed
+                if anyio.current_time() < self._watching:
+                    continue  # woken by an earlier deadline: watch that one
+                err = RequestTimedOut(f"{self}: no response to {first.name} within {first.limit} s")
+                if first.abandoned:  # nobody else says why the connection closed
+                    log.info("%s; closing the connection", err)
+                self._timed_out(err)
+                await self._close_stream()
+
+    def _timed_out(self, error: RequestTimedOut) -> None:
+        self._fail(error)
+        if self.on_timed_out is not None:
+            self.on_timed_out()
+
     async def _read_frames(self) -> None:
         buf = FrameBuffer()
         stream = self._stream
@@ -450,6 +511,8 @@ class BrokerConnection:
                         raise ProtocolError(f"response with unknown correlation id {cid}")
                     waiter.frame = frame
                     waiter.event.set()
+                    if waiter.deadline == self._watching:
+                        self._wake.set()  # the watched request answered: watch the next
                     if self._set_up:
                         self.has_answered = True
                         if self.on_answer is not None:
@@ -514,7 +577,8 @@ class BrokerConnection:
             raise ConnectionClosed(f"{self} is not connected")
         cid = next(self._cids)
         api_key, version, name = framing.request_identity(request)
-        waiter = _Waiter(framing.response_schema(api_key, version))
+        limit = self.request_timeout if timeout is None else timeout
+        waiter = _Waiter(framing.response_schema(api_key, version), name, limit)
         frame = encode_request(request, correlation_id=cid, client_id=self.client_id)
         if expect_response:
             self._waiters[cid] = waiter
@@ -554,14 +618,21 @@ class BrokerConnection:
             raise
         if not expect_response:
             return None
-        limit = self.request_timeout if timeout is None else timeout
+        waiter.deadline = anyio.current_time() + limit
+        if waiter.deadline < self._watching:
+            self._wake.set()
         # If the caller is cancelled, the waiter stays registered so that the
-        # late response is recognised and dropped by the reader.
-        with anyio.move_on_after(limit if limit is not None else math.inf) as scope:
-            await waiter.event.wait()
+        # late response is recognised and dropped by the reader, and
+        # _watch_deadlines times it.
+        try:
+            with anyio.move_on_after(limit) as scope:
+                await waiter.event.wait()
+        except BaseException:
+            waiter.abandoned = True
+            raise
         if scope.cancelled_caught and not waiter.event.is_set():
             err = RequestTimedOut(f"{self}: no response to {name} within {limit} s")
-            self._fail(err)
+            self._timed_out(err)
             await self._close_stream()
             raise err
         if waiter.error is not None:

@@ -1,0 +1,77 @@
+"""A request's timeout holds whether or not its caller still waits for it."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import pytest
+import trio
+import trio.testing
+
+from gengroup._errors import RequestTimedOut
+from gengroup.broker import Delay, Drop, FakeCluster
+from gengroup.protocol.versions import ApiKey
+
+from ..embedded import connect, metadata
+
+
+async def test_a_request_whose_caller_gave_up_fails_its_connection_at_its_deadline(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hung broker leaves the request of a caller that stopped waiting (an
+    admin call's deadline, a heartbeat's own bound) in flight; the connection
+    fails when that request's timeout passes, as if its caller still waited,
+    instead of staying open for every later request to queue on."""
+    caplog.set_level(logging.INFO, logger="gengroup.connection")
+    async with FakeCluster(topics={"t": 1}) as cluster, connect(cluster, request_timeout=5) as conn:
+        cluster.control(ApiKey.METADATA, lambda call: Drop(), once=True)
+        start = trio.current_time()
+        with anyio.move_on_after(1) as scope:
+            await conn.request(metadata(12, ["t"]))
+        assert scope.cancelled_caught
+        assert conn.is_usable  # its deadline has not passed yet
+        with anyio.fail_after(10):
+            await conn.wait_closed()
+        assert trio.current_time() - start == pytest.approx(5)
+        assert not conn.is_usable
+        with pytest.raises(
+            RequestTimedOut, match=r"node=-1 .*no response to MetadataRequest within 5"
+        ):
+            await conn.request(metadata(12, ["t"]))
+        said = [r.getMessage() for r in caplog.records if r.name == "gengroup.connection"]
+        assert len(said) == 1
+        assert "no response to MetadataRequest within 5" in said[0]
+        assert "closing the connection" in said[0]
+
+
+async def test_a_request_queued_behind_an_abandoned_one_fails_at_its_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Kafka answers a connection's requests in order: a request sent after one
+    that never gets answered fails when the first one's timeout passes, not
+    its own (later) one."""
+    async with FakeCluster(topics={"t": 1}) as cluster, connect(cluster, request_timeout=5) as conn:
+        cluster.control(ApiKey.METADATA, lambda call: Drop(), once=True)
+        start = trio.current_time()
+        with anyio.move_on_after(1):
+            await conn.request(metadata(12, ["t"]))
+        with pytest.raises(RequestTimedOut, match="no response to MetadataRequest within 5"):
+            await conn.request(metadata(12, ["t"]), timeout=60)
+        assert trio.current_time() - start == pytest.approx(5)
+
+
+async def test_an_abandoned_request_is_timed_by_its_own_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A request the broker is asked to hold (a long poll) gets its own
+    timeout, longer than ``request_timeout``, whether or not its caller
+    waits: its late answer is dropped and the connection stays open."""
+    async with FakeCluster(topics={"t": 1}) as cluster, connect(cluster, request_timeout=5) as conn:
+        cluster.control(ApiKey.METADATA, lambda call: Delay(20.0), once=True)
+        with anyio.move_on_after(1):
+            await conn.request(metadata(12, ["t"]), timeout=25)
+        await anyio.sleep(29)  # past request_timeout and past the answer
+        assert conn.is_usable
+        resp = await conn.request(metadata(12, ["t"]))
+        assert resp.topics[0].error_code == 0
