@@ -13,7 +13,13 @@ and per topic its id and each partition's leader and epoch. Callers that get
 NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION (any
 :class:`~gengroup._errors.StaleMetadataError`) call :meth:`Cluster.refresh_metadata`
 and retry. Requests that may go to any broker use the least-loaded usable
-connection, falling back to the bootstrap addresses in turn.
+connection, falling back to the bootstrap addresses in turn. A broker that
+left a request unanswered for its whole timeout (a hung broker: a long GC
+pause, a network black hole; reported by its connection, or by
+:meth:`Cluster.unanswered` when a caller's own deadline cut the wait) is
+*silent* until it answers again: those requests go to the other brokers
+first, opening a connection if need be, as the Java client disconnects such
+a node and picks another.
 
 Reachability is tracked where "no broker at all" is decided,
 :meth:`Cluster.any_connection`: when every known broker and bootstrap
@@ -239,6 +245,9 @@ class Cluster:
         #: Addresses whose connections the broker closed on their first request
         #: after the set-up, with no answer since: when, and what to say of it.
         self._unanswered: dict[tuple[str, int], tuple[float, str]] = {}
+        #: Addresses that left a request unanswered for its whole timeout, with
+        #: no answer since (see :meth:`unanswered`).
+        self._silent: set[tuple[str, int]] = set()
         #: Addresses that refused this client's login (TLS or SASL): when, and the error.
         self._refused: dict[tuple[str, int], tuple[float, AuthenticationError]] = {}
         #: By (key, key type): FindCoordinator answering COORDINATOR_NOT_AVAILABLE,
@@ -324,6 +333,7 @@ class Cluster:
             new.on_answer = partial(self._answered, (host, port))
             new.on_unanswered_close = partial(self._closed_unanswered, (host, port))
             new.on_refused = partial(self._refused_login, (host, port))
+            new.on_timed_out = partial(self._silent.add, (host, port))
             try:
                 await self._tg.start(new.serve)
             except AuthenticationError as exc:
@@ -359,16 +369,25 @@ class Cluster:
 
     async def any_connection(self) -> BrokerConnection:
         """A connection to any reachable broker, preferring the least loaded."""
-        usable = [c for (_, ch), c in self._conns.items() if ch == "default" and c.is_usable]
+        usable = [
+            c
+            for (_, ch), c in self._conns.items()
+            if ch == "default" and c.is_usable and (c.host, c.port) not in self._silent
+        ]
         if usable:
             if any(c.has_answered for c in usable):
                 self._reachable_again()
-            return min(usable, key=lambda c: self._inflight.get(c, 0))
+            # Requests whose callers gave up count too: the answer comes after theirs.
+            return min(usable, key=lambda c: (self._inflight.get(c, 0), c.awaiting))
         causes: dict[str, str] = {}
         tried_from = anyio.current_time()
         candidates: list[int | tuple[str, int]] = list(self.brokers)
         random.shuffle(candidates)
         candidates += [a for a in self.bootstrap if a not in self._broker_addresses()]
+        # Silent brokers last (a stable sort keeps the shuffle).
+        candidates.sort(
+            key=lambda k: (k if isinstance(k, tuple) else self._address(k)) in self._silent
+        )
         for key in candidates:
             try:
                 return await self._open(key)
@@ -406,7 +425,16 @@ class Cluster:
         if self.security.sasl_mechanism != "OAUTHBEARER":
             self._refused[address] = (anyio.current_time(), exc)
 
+    def unanswered(self, node_id: int) -> None:
+        """Broker ``node_id`` left a request unanswered as long as it could wait
+        (its caller's deadline cut the wait): requests to any broker go to the
+        others first until it answers again."""
+        info = self.brokers.get(node_id)
+        if info is not None:
+            self._silent.add((info.host, info.port))
+
     def _answered(self, address: tuple[str, int]) -> None:
+        self._silent.discard(address)
         if self._unanswered:
             self._unanswered.pop(address, None)
         if self.unreachable_since is not None:

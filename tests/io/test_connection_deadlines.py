@@ -11,6 +11,7 @@ import trio.testing
 
 from gengroup._errors import RequestTimedOut
 from gengroup.broker import Delay, Drop, FakeCluster
+from gengroup.io.cluster import Cluster
 from gengroup.protocol.versions import ApiKey
 
 from ..embedded import connect, metadata
@@ -75,3 +76,25 @@ async def test_an_abandoned_request_is_timed_by_its_own_timeout(
         assert conn.is_usable
         resp = await conn.request(metadata(12, ["t"]))
         assert resp.topics[0].error_code == 0
+
+
+async def test_requests_to_any_broker_avoid_one_that_left_a_request_unanswered(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A broker that timed a request out (hung) is silent until it answers
+    again: metadata and coordinator lookups go to another broker, even past
+    an idle connection to the silent one, instead of queueing on it."""
+    async with (
+        FakeCluster(brokers=3, topics={"t": 1}) as broker,
+        Cluster(broker.bootstrap.split(",")[0], request_timeout=5) as cluster,
+    ):
+        await cluster.refresh_metadata(["t"])  # on the bootstrap connection to broker 0
+        await cluster.call(0, ApiKey.METADATA, lambda mod: metadata(12, ["t"]))
+        broker.control(None, lambda call: Drop(), broker_id=0)
+        with pytest.raises(RequestTimedOut, match="no response to MetadataRequest within 5"):
+            await cluster.refresh_metadata(["t"])
+        started = trio.current_time()
+        with anyio.fail_after(30):
+            topics = await cluster.refresh_metadata(["t"])
+        assert topics["t"].error_code == 0
+        assert trio.current_time() - started < 1.0
