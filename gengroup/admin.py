@@ -23,7 +23,9 @@ not available) and connection failures are retried with backoff until the
 operation's timeout (on a :class:`~gengroup.io.cluster.Cluster` given to the
 admin with an ``unreachable_timeout``, a coordinator unavailable that long
 already, counted across calls, is
-:class:`~gengroup._errors.CoordinatorUnavailable` sooner). ListOffsets,
+:class:`~gengroup._errors.CoordinatorUnavailable` sooner); an attempt waits
+``request_timeout`` at most (or the time left), and one that timed out looks
+the coordinator up again (a hung coordinator's group moves). ListOffsets,
 DeleteRecords and OffsetFetch are :mod:`gengroup.io.offsets`' (ListOffsets and
 DeleteRecords to each partition's leader, one request per leader; stale
 leadership refreshes metadata).
@@ -552,10 +554,10 @@ class Admin:
         parse: Callable[[Any], T],
         timeout: float | None = None,
     ) -> T:
-        """A request to ``group_id``'s coordinator, retried until ``timeout`` (the admin's)."""
-        coordinator = self.coordinator(group_id)
-        return await self._retrying(
-            f"{what} {group_id!r}", lambda: coordinator.call(key, make, parse), timeout
+        """A request to ``group_id``'s coordinator, retried until ``timeout`` (the admin's);
+        see :meth:`CoordinatorClient.call_until`."""
+        return await self.coordinator(group_id).call_until(
+            f"{what} {group_id!r}", key, make, parse, timeout=self._limit(timeout)[0]
         )
 
     async def list_groups(self) -> list[GroupListing]:

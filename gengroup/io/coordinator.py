@@ -15,9 +15,18 @@ is looked up again and the request is sent once more; a second failure is
 the caller's to retry (the coordinator stays forgotten, so the next call
 looks it up first).
 
-Nothing else is retried here: the callers' own deadlines (Admin's timeout, the
-consumer's session) bound how long they keep trying, with
-:func:`gengroup.io.retry.retry`.
+Nothing else is retried by :meth:`CoordinatorClient.call`: the callers' own
+deadlines (Admin's timeout, the consumer's session) bound how long they keep
+trying, with :func:`gengroup.io.retry.retry`. :meth:`CoordinatorClient.call_until`
+is that loop for a one-off operation (the Admin's): each attempt waits for
+its answer the cluster's request timeout at most, or the time left if less,
+and an attempt that timed out or that the deadline cut forgets the
+coordinator. A coordinator whose broker hangs (a long GC pause, a network
+black hole) is fenced by the cluster within seconds and the group moves; the
+next attempt, or the next call, asks FindCoordinator and follows it, as the
+Java AdminClient does, instead of queueing on the hung broker again. The
+deadline's :class:`TimeoutError` names the coordinator an attempt still
+waited for.
 
 A coordinator that FindCoordinator finds but that refuses the group's
 requests (JoinGroup, SyncGroup, OffsetFetch or ConsumerGroupHeartbeat
@@ -53,6 +62,7 @@ from .._errors import BrokerError, CoordinatorError, CoordinatorUnavailable, Kaf
 from ..protocol.versions import ApiKey
 from .cluster import LONG_UNAVAILABLE, Cluster
 from .request import MakeRequest
+from .retry import retry, seconds_left
 
 __all__ = ["REFUSALS", "CoordinatorClient"]
 
@@ -261,3 +271,68 @@ class CoordinatorClient:
                 if not again:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def call_until(
+        self,
+        what: str,
+        key: ApiKey,
+        make: MakeRequest,
+        parse: Callable[[Any], T] = _identity,
+        *,
+        timeout: float,
+    ) -> T:
+        """:meth:`call`, retried with backoff until ``timeout`` (one-off operations).
+
+        Each attempt waits for its answer at most the cluster's request
+        timeout, or the seconds left if fewer. An attempt that times out, or
+        that the deadline cuts, forgets the coordinator: the next attempt,
+        and the next call, look it up again (its broker may hang while the
+        group moved on to another).
+
+        Args:
+            what: the operation, for the timeout message (``"DescribeGroups 'g'"``).
+            key: the API.
+            make: builds the request from the negotiated version's kio module.
+            parse: reads the response, raising its errors typed.
+            timeout: seconds for the whole operation, lookups included.
+
+        Returns:
+            What ``parse`` returned.
+
+        Raises:
+            BrokerError: a non-retriable error ``parse`` raised.
+            TimeoutError: the deadline passed; the message names the
+                coordinator (node and address) that an attempt was still
+                waiting for, and the last error seen.
+        """
+        left = seconds_left(timeout)
+        waited: int | None = None
+
+        async def attempt() -> T:
+            nonlocal waited
+            bound = max(min(self.cluster.request_timeout, left()), 0.001)
+            try:
+                return await self.call(key, make, parse, timeout=bound)
+            except anyio.get_cancelled_exc_class():
+                if not left() and self.node is not None:  # the deadline cut the wait
+                    waited = self.node
+                    self.cluster.unanswered(waited)
+                self.forget()
+                raise
+
+        def timed_out(last: BaseException | None) -> TimeoutError:
+            said = []
+            if waited is not None:
+                broker = self.cluster.brokers.get(waited)
+                at = "" if broker is None else f" at {broker.host}:{broker.port}"
+                said.append(f"coordinator node {waited}{at} did not answer")
+            if last is not None:
+                said.append(f"last error: {last}")
+            detail = "; ".join(said) or "no attempt was answered"
+            return TimeoutError(
+                f"{what} did not complete within {round(timeout, 3):g} s ({detail})"
+            )
+
+        return await retry(
+            what, attempt, timeout=timeout, backoff=self.cluster.retry_backoff, on_timeout=timed_out
+        )

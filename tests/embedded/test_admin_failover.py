@@ -1,0 +1,53 @@
+"""A long-lived admin follows a group whose coordinator hangs (embedded broker, virtual time)."""
+
+from __future__ import annotations
+
+import re
+
+import anyio
+import pytest
+import trio
+import trio.testing
+
+from gengroup import Admin
+from gengroup.broker import Drop, FakeCluster
+
+GROUP = "g"
+
+
+@pytest.mark.parametrize("timeout", [10.0, 30.0])
+async def test_a_call_after_the_hung_coordinator_moved_follows_it(
+    autojump_clock: trio.testing.MockClock, timeout: float
+) -> None:
+    """The coordinator's broker hangs (a GC pause, a network black hole) and the
+    group moves to another broker within seconds. The call waiting on the
+    hung one fails at the admin's deadline, naming the broker that did not
+    answer; the next call looks the coordinator up again and is answered at
+    once. It used to queue on the hung connection again, call after call,
+    with an admin timeout at or below the request timeout (30 s)."""
+    async with FakeCluster(brokers=3, initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap, timeout=timeout) as admin:
+            await admin.describe_groups([GROUP])  # warm: the coordinator is known
+            hung = cluster.coordinator_of(GROUP)
+            moved_to = (hung + 1) % 3
+            cluster.control(None, lambda call: Drop(), broker_id=hung)
+            host, port = cluster.address(hung)
+            async with anyio.create_task_group() as tg:
+
+                async def fence() -> None:
+                    await anyio.sleep(3)
+                    cluster.move_coordinator(GROUP, moved_to)
+
+                tg.start_soon(fence)
+                started = trio.current_time()
+                said = f"coordinator node {hung} at {host}:{port} did not answer"
+                with pytest.raises(TimeoutError, match=re.escape(said)):
+                    await admin.describe_groups([GROUP])
+                assert trio.current_time() - started == pytest.approx(timeout)
+            started = trio.current_time()
+            for _ in range(3):
+                described = await admin.describe_groups([GROUP])
+                assert described[GROUP].state == "Dead"  # no member ever joined
+                assert await admin.fetch_offsets(GROUP) == {}
+            assert trio.current_time() - started < 1.0
+            assert admin.coordinator(GROUP).node == moved_to
