@@ -18,7 +18,6 @@ client's retry helper (:mod:`gengroup.io.retry`).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from functools import partial
 from typing import Any, Final
@@ -26,7 +25,7 @@ from typing import Any, Final
 import anyio
 from kio.schema.errors import ErrorCode
 
-from .._errors import KafkaConnectionError, ProtocolError, error_for_code
+from .._errors import ProtocolError, error_for_code
 from .._types import TopicPartition
 from ..protocol.fetch import (
     READ_COMMITTED,
@@ -277,17 +276,12 @@ async def read_partition(
     deadline = anyio.current_time() + time_limit
 
     async def refresh() -> None:
-        with contextlib.suppress(KafkaConnectionError):  # the next attempt fails with it
-            await cluster.refresh_metadata([tp.topic])
+        await cluster.refresh_metadata([tp.topic])
 
     async def step() -> PartitionFetch:
-        try:
-            return await fetch_partition(
-                cluster, tp, position, max_wait=max_wait, isolation_level=isolation_level
-            )
-        except KafkaConnectionError:
-            await refresh()
-            raise
+        return await fetch_partition(
+            cluster, tp, position, max_wait=max_wait, isolation_level=isolation_level
+        )
 
     def timed_out(last: BaseException | None) -> TimeoutError:
         return TimeoutError(

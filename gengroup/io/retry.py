@@ -13,7 +13,12 @@ connection failures, and broker errors that Kafka marks retriable or whose
 action comes before a retry); anything else propagates at once. Before the
 backoff the table's action runs: a :class:`~gengroup._errors.StaleMetadataError`
 calls ``refresh_metadata``, a :class:`~gengroup._errors.CoordinatorError` calls
-``find_coordinator``, when given. An attempt that must stop on an error the
+``find_coordinator``, when given. A connection failure calls
+``refresh_metadata`` too: only the callers of requests routed to a partition's
+leader pass it, and a leader that cannot be reached has most likely died, its
+partitions led elsewhere once the controller has noticed (as the Java client
+asks for a metadata update on every disconnect). A refresh that fails to
+connect is that attempt's failure, retried like it; an attempt that must stop on an error the
 table would retry raises :class:`GiveUp` wrapping it. When the deadline passes,
 :class:`TimeoutError` names the operation and the last error seen (or the
 caller's ``on_timeout`` builds the exception to raise). Retries nest (an
@@ -32,7 +37,7 @@ from typing import Final, TypeVar
 
 import anyio
 
-from .._errors import BrokerError, is_retriable
+from .._errors import BrokerError, KafkaConnectionError, is_retriable
 
 __all__ = ["DEFAULT_CAP", "Backoff", "GiveUp", "backoff_delay", "retry", "seconds_left"]
 
@@ -106,6 +111,16 @@ class GiveUp(Exception):
         self.error = error
 
 
+def _action(failed: BaseException) -> str | None:
+    """What runs before retrying ``failed``: the error table's action, and for
+    a connection failure a metadata refresh (the leader asked may be gone)."""
+    if isinstance(failed, BrokerError):
+        return failed.action
+    if isinstance(failed, KafkaConnectionError):
+        return "refresh_metadata"
+    return None
+
+
 async def retry(
     what: str,
     attempt: Callable[[], Awaitable[T]],
@@ -126,7 +141,9 @@ async def retry(
         backoff: the loop's :class:`Backoff`, or the base delay of a new one.
         retriable: which exceptions are retried (default: the error table's).
         refresh_metadata: run before retrying an error whose action is
-            ``refresh_metadata``.
+            ``refresh_metadata``, and a connection failure (pass it for a
+            request routed to a partition's leader, whose leader may have
+            moved).
         find_coordinator: run before retrying an error whose action is
             ``find_coordinator``.
         on_timeout: builds the exception to raise at the deadline from the
@@ -157,11 +174,19 @@ async def retry(
                     failed: BaseException = exc
                     for enclosing in _LAST_ERRORS.get():
                         enclosing[0] = failed
-                action = failed.action if isinstance(failed, BrokerError) else None
-                if action == "refresh_metadata" and refresh_metadata is not None:
-                    await refresh_metadata()
-                elif action == "find_coordinator" and find_coordinator is not None:
-                    await find_coordinator()
+                action = _action(failed)
+                try:
+                    if action == "refresh_metadata" and refresh_metadata is not None:
+                        await refresh_metadata()
+                    elif action == "find_coordinator" and find_coordinator is not None:
+                        await find_coordinator()
+                except KafkaConnectionError as exc:
+                    # No broker answered the refresh: the next attempt is
+                    # made on what is known, and this is its last error.
+                    if not retriable(exc):
+                        raise
+                    for enclosing in _LAST_ERRORS.get():
+                        enclosing[0] = exc
                 await backoff.sleep()
     finally:
         _LAST_ERRORS.reset(token)

@@ -18,7 +18,8 @@ invariants on everything that happened:
 
 Each test prints how long the fault took to heal, from the kill to the first
 record consumed again or to the group being stable again. They are measured,
-not asserted (``anyio.fail_after`` only guards against hangs).
+not asserted (``anyio.fail_after`` only guards against hangs), except where a
+stall of ``request_timeout`` is the bug a test guards against.
 """
 
 from __future__ import annotations
@@ -380,3 +381,37 @@ async def test_rolling_restart_of_all_three_brokers(healed_cluster: KafkaCluster
         f"processed again: {again} of {len(run.traffic.acked)} acknowledged; "
         f"sends failed: {len(run.traffic.failed)}; generations: {len(run.tracker.formed)}"
     )
+
+
+async def test_a_new_group_and_an_admin_follow_a_crashed_partition_leader(
+    healed_cluster: KafkaCluster,
+) -> None:
+    """A partition leader's node is SIGKILLed. A group started at once (nothing
+    committed: its start offsets come from ListOffsets, while its metadata may
+    still name the dead leader) and an Admin that looked the leaders up before
+    the kill each ask the new leader once it is elected (seconds), not the dead
+    node until ``request_timeout`` (30 s)."""
+    topic = make_unique_name("leader-crash")
+    tps = sorted(all_partitions(topic, 3))
+    async with Admin(healed_cluster.bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, 3, replication_factor=3)])
+        await admin.list_offsets(tps, "latest")  # the admin's metadata names the leaders
+        victim = await anyio.to_thread.run_sync(healed_cluster.node_of_leader, topic, 0)
+        group_id = make_unique_name("g-leader-crash")
+        while await anyio.to_thread.run_sync(healed_cluster.coordinator_of, group_id) == victim:
+            group_id = make_unique_name("g-leader-crash")  # only the leader dies
+        await anyio.to_thread.run_sync(healed_cluster.kill, victim)
+        killed = anyio.current_time()
+        with anyio.fail_after(HANG_GUARD):
+            async with ConsumerGroup(group_id, [topic], healed_cluster.bootstrap, **SETTINGS) as g:
+                async for gen in g:
+                    formed = anyio.current_time() - killed
+                    assert set(gen.assignments) == set(tps)
+                    break
+            asked = anyio.current_time()
+            assert set(await admin.list_offsets(tps, "latest")) == set(tps)
+            listed = anyio.current_time() - asked
+    report(f"leader node {victim} SIGKILLed", first_generation=formed, admin_list_offsets=listed)
+    # Generous for a loaded machine, far below the 30 s request timeout.
+    assert formed < 15.0
+    assert listed < 10.0

@@ -73,7 +73,47 @@ async def test_retry_runs_the_tables_action_before_retrying() -> None:
         "op", attempt, timeout=5, backoff=0.001, refresh_metadata=refresh, find_coordinator=find
     )
     assert got == "done"
-    assert calls == ["refresh", "find"]
+    # A connection failure refreshes the metadata too: the leader asked may be gone.
+    assert calls == ["refresh", "find", "refresh"]
+
+
+async def test_a_refresh_that_cannot_connect_is_retried_as_the_attempts_failure(
+    autojump_clock: object,
+) -> None:
+    """A leader's broker died and the metadata refresh after it finds no broker
+    either: the loop goes on (the refresh's error is the last one), and stops
+    on an exhausted outage."""
+    refreshes: list[BaseException] = [BrokenConnection("cannot connect to 127.0.0.1:2: refused")]
+    attempts = 0
+
+    async def attempt() -> str:
+        nonlocal attempts
+        attempts += 1
+        if attempts < 3:
+            raise BrokenConnection("cannot connect to 127.0.0.1:1: connection refused")
+        return "done"
+
+    async def refresh() -> None:
+        if refreshes:
+            raise refreshes.pop(0)
+
+    assert await retry("op", attempt, timeout=5, backoff=0.1, refresh_metadata=refresh) == "done"
+    assert attempts == 3
+
+    async def refused() -> None:
+        raise BrokenConnection("cannot connect to 127.0.0.1:1: connection refused")
+
+    async def nothing_answers() -> None:
+        raise BrokenConnection("cannot connect to 127.0.0.1:2: connection refused")
+
+    with pytest.raises(TimeoutError, match=re.escape("last error: cannot connect to 127.0.0.1:2")):
+        await retry("op", refused, timeout=5, backoff=0.1, refresh_metadata=nothing_answers)
+
+    async def exhausted() -> None:
+        raise ClusterUnreachable({"127.0.0.1:2": "connection refused"}, 61.0, exhausted=True)
+
+    with pytest.raises(ClusterUnreachable):
+        await retry("op", refused, timeout=5, backoff=0.1, refresh_metadata=exhausted)
 
 
 async def test_retry_stops_on_non_retriable_and_give_up_errors() -> None:
