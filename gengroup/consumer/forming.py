@@ -668,11 +668,17 @@ async def form_generation(
             unreachable = exhausted_unreachable(exc)
             if unreachable is not None:
                 raise unreachable from None
-            said = (cfg.group_id, 0) in client.cluster.coordinator_outages  # it said so
-            text = "group %s: coordinator unreachable (%s); looking it up again"
-            log.log(logging.DEBUG if said else logging.INFO, text, cfg.group_id, exc)
-            client.forget_coordinator()
-            member.abandon(Outcome.REJOIN, "coordinator lost")
+            if offsets_sent is not None and not isinstance(exc, KafkaConnectionError):
+                # ListOffsets to the partitions' leaders ran out of time (the
+                # coordinator's OffsetFetch fails with a connection error).
+                log.info("group %s: start offsets: %s; rejoining", cfg.group_id, exc)
+                member.abandon(Outcome.REJOIN, "start offsets not found")
+            else:
+                said = (cfg.group_id, 0) in client.cluster.coordinator_outages  # it said so
+                text = "group %s: coordinator unreachable (%s); looking it up again"
+                log.log(logging.DEBUG if said else logging.INFO, text, cfg.group_id, exc)
+                client.forget_coordinator()
+                member.abandon(Outcome.REJOIN, "coordinator lost")
             await backoff.sleep()
             continue
         except BrokerError as exc:
