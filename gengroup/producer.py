@@ -525,9 +525,10 @@ class Producer:
 
             def timed_out(last: BaseException | None) -> BaseException:
                 if last is None:  # not a missing topic: no broker answered at all
+                    said = "; ".join(f"{a}: {c}" for a, c in self.cluster.waiting_on().items())
                     return KafkaConnectionError(
-                        f"no metadata for topic {topic!r} within max_block "
-                        f"({self.config.max_block} s): no broker answered the request"
+                        f"no metadata for topic {topic!r} within max_block ({self.config.max_block}"
+                        f" s): no broker answered ({said or 'no attempt under way'})"
                     )
                 if isinstance(last, BrokerError):
                     error: BaseException = error_for_code(

@@ -8,18 +8,29 @@ most one connection per broker is kept; a broken one is dropped from the pool
 and replaced on next use. Connection attempts to one node are serialised by a
 per-node lock so that a burst of callers opens one socket, not many.
 
+A request that may go to any broker (metadata, FindCoordinator) uses the
+least-loaded usable connection. With none open, :meth:`Cluster.any_connection`
+tries the known brokers, then the bootstrap addresses they do not cover, each
+group in random order (as the Java client and librdkafka do: a list that
+every service configures alike would otherwise send them all to its first
+address). An attempt that has not finished after :data:`CONNECT_STAGGER`
+seconds does not hold the next one up: the next address is tried beside it
+(RFC 8305's "happy eyeballs"), and the first connection made wins, the
+others are cancelled. A broker that accepts connections and never answers
+therefore costs a fraction of a second, not ``connect_timeout``.
+
 Metadata is fetched on demand and cached: the broker map (node id -> address),
 and per topic its id and each partition's leader and epoch. Callers that get
 NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION (any
-:class:`~gengroup._errors.StaleMetadataError`) call :meth:`Cluster.refresh_metadata`
-and retry. Requests that may go to any broker use the least-loaded usable
-connection, falling back to the bootstrap addresses in turn. A broker that
-left a request unanswered for its whole timeout (a hung broker: a long GC
-pause, a network black hole; reported by its connection, or by
-:meth:`Cluster.unanswered` when a caller's own deadline cut the wait) is
-*silent* until it answers again: those requests go to the other brokers
-first, opening a connection if need be, as the Java client disconnects such
-a node and picks another.
+:class:`~gengroup._errors.StaleMetadataError`), or cannot reach a partition's
+leader, call :meth:`Cluster.refresh_metadata` and retry. Requests that may go
+to any broker use the least-loaded usable connection, falling back to the
+known brokers and the bootstrap addresses. A broker that left a request
+unanswered for its whole timeout (a hung broker: a long GC pause, a network
+black hole; reported by its connection, or by :meth:`Cluster.unanswered`
+when a caller's own deadline cut the wait) is *silent* until it answers
+again: those requests go to the other brokers first, opening a connection if
+need be, as the Java client disconnects such a node and picks another.
 
 Reachability is tracked where "no broker at all" is decided,
 :meth:`Cluster.any_connection`: when every known broker and bootstrap
@@ -110,6 +121,7 @@ from .security import PLAINTEXT, Security, SecuritySettings
 AUTH_REFUSAL_MEMORY: Final = 10.0
 
 __all__ = [
+    "CONNECT_STAGGER",
     "LONG_UNAVAILABLE",
     "BrokerInfo",
     "Cluster",
@@ -121,6 +133,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("gengroup.cluster")
+
+#: Seconds a connection attempt of :meth:`Cluster.any_connection` runs alone
+#: before the next address is tried beside it.
+CONNECT_STAGGER: Final = 0.5
 
 #: Seconds FindCoordinator may answer COORDINATOR_NOT_AVAILABLE for a key
 #: before it is a WARNING (before, an INFO: a coordinator moving is
@@ -146,6 +162,28 @@ class CoordinatorOutage:
     since: float
     last: float
     warned: bool = False
+
+
+@dataclass(slots=True)
+class _Round:
+    """One round of :meth:`Cluster.any_connection`'s connection attempts.
+
+    Attributes:
+        attempts: by address, when its attempt started and why it failed
+            (None: not finished).
+        cancelled: when the round was cancelled (None: it goes on).
+    """
+
+    attempts: dict[str, tuple[float, str | None]] = field(default_factory=dict)
+    cancelled: float | None = None
+
+    def said(self, now: float) -> dict[str, str]:
+        """Each address and its state: why it failed, or how long it went unanswered."""
+        end = now if self.cancelled is None else self.cancelled
+        return {
+            name: cause or f"connecting, no answer for {end - started:.1f} s"
+            for name, (started, cause) in self.attempts.items()
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +299,10 @@ class Cluster:
         self._conns: dict[tuple[int | tuple[str, int], str], BrokerConnection] = {}
         self._locks: dict[tuple[int | tuple[str, int], str], anyio.Lock] = {}
         self._inflight: dict[BrokerConnection, int] = {}
+        #: The attempts of the latest :meth:`any_connection` round that did not
+        #: end with a connection or with every attempt failed: still going, or
+        #: cancelled (until the next request to any broker).
+        self._round: _Round | None = None
         self._metadata_lock = anyio.Lock()
         self._closed = False
 
@@ -368,7 +410,20 @@ class Cluster:
         return conn.awaiting if conn is not None and conn.is_usable else 0
 
     async def any_connection(self) -> BrokerConnection:
-        """A connection to any reachable broker, preferring the least loaded."""
+        """A connection to any reachable broker, preferring the least loaded.
+
+        With none open, the known brokers and then the other bootstrap
+        addresses are tried, each in random order (silent brokers last), the
+        next one beside an attempt still unanswered after
+        :data:`CONNECT_STAGGER` seconds; the first connection made is returned.
+
+        Raises:
+            ClusterUnreachable: every address failed (each with its cause).
+            AuthenticationError: a broker refused the client's login.
+            ConnectionClosed: the cluster is closed.
+        """
+        if self._round is not None and self._round.cancelled is not None:
+            self._round = None  # what it waited on was said, if anyone asked
         usable = [
             c
             for (_, ch), c in self._conns.items()
@@ -379,24 +434,101 @@ class Cluster:
                 self._reachable_again()
             # Requests whose callers gave up count too: the answer comes after theirs.
             return min(usable, key=lambda c: (self._inflight.get(c, 0), c.awaiting))
-        causes: dict[str, str] = {}
         tried_from = anyio.current_time()
-        candidates: list[int | tuple[str, int]] = list(self.brokers)
-        random.shuffle(candidates)
-        candidates += [a for a in self.bootstrap if a not in self._broker_addresses()]
+        brokers: list[int | tuple[str, int]] = list(self.brokers)
+        random.shuffle(brokers)
+        known = self._broker_addresses()
+        bootstrap = [a for a in self.bootstrap if a not in known]
+        random.shuffle(bootstrap)
+        candidates = [*brokers, *bootstrap]
         # Silent brokers last (a stable sort keeps the shuffle).
         candidates.sort(
             key=lambda k: (k if isinstance(k, tuple) else self._address(k)) in self._silent
         )
-        for key in candidates:
-            try:
-                return await self._open(key)
-            except ConnectionClosed:
-                raise
-            except KafkaConnectionError as exc:
-                host, port = key if isinstance(key, tuple) else self._address(key)
-                causes[_format_address(host, port)] = _cause(exc)
+        conn, causes = await self._first_to_connect(candidates)
+        if conn is not None:
+            return conn
         raise self._unreachable(causes, tried_from)
+
+    async def _first_to_connect(
+        self, candidates: list[int | tuple[str, int]]
+    ) -> tuple[BrokerConnection | None, dict[str, str]]:
+        """The first connection made to one of ``candidates`` (None if every
+        attempt failed), and the cause of each failure by address.
+
+        The attempts start in order, each one as soon as the one before it
+        failed or after :data:`CONNECT_STAGGER` seconds, whichever comes
+        first; the first connection made cancels the attempts still going.
+        A :class:`~gengroup._errors.ConnectionClosed` (the cluster closed)
+        or an error that is not a connection failure (an
+        :class:`~gengroup._errors.AuthenticationError`) is raised at once.
+        """
+        names = [self._name(key) for key in candidates]
+        attempts: dict[str, tuple[float, str | None]] = {}
+        self._round = this = _Round(attempts)
+        won: list[BrokerConnection] = []
+        fatal: list[Exception] = []
+
+        async def attempt(key: int | tuple[str, int], name: str, done: anyio.Event) -> None:
+            attempts[name] = (anyio.current_time(), None)
+            try:
+                conn = await self._open(key)
+            except ConnectionClosed as exc:
+                fatal.append(exc)
+            except KafkaConnectionError as exc:
+                attempts[name] = (attempts[name][0], _cause(exc))
+            except Exception as exc:
+                fatal.append(exc)
+            else:
+                won.append(conn)
+            finally:
+                done.set()
+            if won or fatal:
+                tg.cancel_scope.cancel()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for key, name in zip(candidates, names, strict=True):
+                    done = anyio.Event()
+                    tg.start_soon(attempt, key, name, done)
+                    with anyio.move_on_after(CONNECT_STAGGER):
+                        await done.wait()
+        except BaseException:
+            this.cancelled = anyio.current_time()  # kept for waiting_on()
+            raise
+        if self._round is this:
+            self._round = None
+        if fatal:
+            raise fatal[0]
+        causes = {n: cause for n in names if (cause := attempts.get(n, (0.0, None))[1])}
+        return (won[0] if won else None), causes
+
+    def _name(self, key: int | tuple[str, int]) -> str:
+        """``host:port`` of a broker or bootstrap address."""
+        if isinstance(key, tuple):
+            return _format_address(*key)
+        info = self.brokers.get(key)
+        return f"broker {key}" if info is None else _format_address(info.host, info.port)
+
+    def waiting_on(self) -> dict[str, str]:
+        """What reaching any broker waits on now, by address: the attempts of a
+        connection round still going or just cancelled (how long each went
+        unanswered, or why it failed), and the open connections with requests
+        unanswered.
+
+        For a caller whose deadline passed with no error to name (say, a
+        producer waiting for a topic's metadata), to say what it waited on.
+
+        Returns:
+            ``host:port`` -> its state, e.g. ``"connecting, no answer for 3.0 s"``,
+            ``"connection refused"`` or ``"connected, 1 request(s) unanswered"``.
+        """
+        out = {} if self._round is None else self._round.said(anyio.current_time())
+        for (_, channel), conn in self._conns.items():
+            if channel == "default" and conn.is_usable and conn.awaiting:
+                said = f"connected, {conn.awaiting} request(s) unanswered"
+                out.setdefault(_format_address(conn.host, conn.port), said)
+        return out
 
     def _broker_addresses(self) -> set[tuple[str, int]]:
         return {(b.host, b.port) for b in self.brokers.values()}

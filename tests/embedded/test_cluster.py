@@ -134,4 +134,6 @@ async def test_a_producer_told_no_metadata_says_no_broker_answered_not_that_the_
             with pytest.raises(KafkaConnectionError, match="no broker answered") as caught:
                 await producer.send("payments", b"x")
             assert not isinstance(caught.value, UnknownTopicOrPartition)
+            # What it waited on: the broker it asked, connected, not answering.
+            assert f"{cluster.bootstrap}: connected, 1 request(s) unanswered" in str(caught.value)
             assert trio.current_time() - started == pytest.approx(3.0, abs=0.5)
