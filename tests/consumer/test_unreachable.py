@@ -38,7 +38,7 @@ from gengroup import (
 )
 from gengroup._errors import is_retriable
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Delay, Drop, Fail, Intercepted
+from gengroup.broker.faults import Control, Delay, Drop, Fail, Intercepted
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -196,6 +196,24 @@ def coordinator_infos(caplog: pytest.LogCaptureFixture) -> int:
     return count(caplog, logging.INFO, "not available;", logger="gengroup.cluster")
 
 
+async def until_unavailable(
+    api: ApiKey, code: int, protocol: str
+) -> tuple[CoordinatorUnavailable, float, Control]:
+    """A group (defaults throughout) on an embedded cluster whose ``api``
+    answers ``code`` for good: the CoordinatorUnavailable it ends with, how
+    long that took, and the refusing control."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        refusing = cluster.control(api, lambda call: Fail(code))
+        started = trio.current_time()
+        # fail_after: a hang guard in virtual time, not a timing assertion.
+        with trio.fail_after(600.0), pytest.raises(CoordinatorUnavailable) as caught:
+            async with ConsumerGroup(
+                "g", ["t"], cluster.bootstrap, group_protocol=protocol
+            ) as group:
+                await iterate(group)
+        return caught.value, trio.current_time() - started, refusing
+
+
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 async def test_a_coordinator_never_available_ends_the_group_with_coordinator_unavailable(
     protocol: str, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
@@ -205,17 +223,7 @@ async def test_a_coordinator_never_available_ends_the_group_with_coordinator_una
     ``unreachable_timeout`` (defaults throughout: 60 s), typed, logged once;
     the lookups meanwhile back off. It used to be looked up forever."""
     caplog.set_level(logging.INFO, logger="gengroup")
-    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
-        lookups = cluster.control(ApiKey.FIND_COORDINATOR, lambda call: Fail(15))
-        started = trio.current_time()
-        # fail_after: a hang guard in virtual time, not a timing assertion.
-        with trio.fail_after(600.0), pytest.raises(CoordinatorUnavailable) as caught:
-            async with ConsumerGroup(
-                "g", ["t"], cluster.bootstrap, group_protocol=protocol
-            ) as group:
-                await iterate(group)
-        waited = trio.current_time() - started
-    exc = caught.value
+    exc, waited, lookups = await until_unavailable(ApiKey.FIND_COORDINATOR, 15, protocol)
     assert exc.exhausted and exc.key == "g" and exc.code == 15
     assert isinstance(exc, BrokerError) and not is_retriable(exc)
     assert 60.0 <= exc.unavailable_for <= waited
@@ -345,17 +353,7 @@ async def test_a_coordinator_found_that_never_serves_the_group_ends_it(
     ``async for`` once it has lasted ``unreachable_timeout`` (defaults: 60 s),
     typed, with one INFO and one WARNING; it used to retry forever, silently."""
     caplog.set_level(logging.INFO, logger="gengroup")
-    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
-        refused = cluster.control(api, lambda call: Fail(code))
-        started = trio.current_time()
-        # fail_after: a hang guard in virtual time, not a timing assertion.
-        with trio.fail_after(600.0), pytest.raises(CoordinatorUnavailable) as caught:
-            async with ConsumerGroup(
-                "g", ["t"], cluster.bootstrap, group_protocol=protocol
-            ) as group:
-                await iterate(group)
-        waited = trio.current_time() - started
-    exc = caught.value
+    exc, waited, refused = await until_unavailable(api, code, protocol)
     assert exc.exhausted and exc.key == "g"
     assert f"answered {REQUEST_NAMES[api]}" in str(exc)
     assert error_name(code) in str(exc)
