@@ -27,10 +27,12 @@ leader, call :meth:`Cluster.refresh_metadata` and retry. Requests that may go
 to any broker use the least-loaded usable connection, falling back to the
 known brokers and the bootstrap addresses. A broker that left a request
 unanswered for its whole timeout (a hung broker: a long GC pause, a network
-black hole; reported by its connection, or by :meth:`Cluster.unanswered`
-when a caller's own deadline cut the wait) is *silent* until it answers
-again: those requests go to the other brokers first, opening a connection if
-need be, as the Java client disconnects such a node and picks another.
+black hole; reported by its connection, whether or not the caller still
+waited, or by :meth:`Cluster.unanswered` when a caller's own deadline cut
+its wait first) is *silent* until it answers again: those requests go to the other
+brokers first, opening a connection if need be (a silent broker is tried
+only once every other address failed), as the Java client disconnects such
+a node and picks another.
 
 Reachability is tracked where "no broker at all" is decided,
 :meth:`Cluster.any_connection`: when every known broker and bootstrap
@@ -413,9 +415,11 @@ class Cluster:
         """A connection to any reachable broker, preferring the least loaded.
 
         With none open, the known brokers and then the other bootstrap
-        addresses are tried, each in random order (silent brokers last), the
-        next one beside an attempt still unanswered after
-        :data:`CONNECT_STAGGER` seconds; the first connection made is returned.
+        addresses are tried, each in random order, the next one beside an
+        attempt still unanswered after :data:`CONNECT_STAGGER` seconds; the
+        first connection made is returned. Silent brokers are tried only once
+        every other address failed (a pooled connection to one would win any
+        race at once).
 
         Raises:
             ClusterUnreachable: every address failed (each with its cause).
@@ -441,13 +445,17 @@ class Cluster:
         bootstrap = [a for a in self.bootstrap if a not in known]
         random.shuffle(bootstrap)
         candidates = [*brokers, *bootstrap]
-        # Silent brokers last (a stable sort keeps the shuffle).
-        candidates.sort(
-            key=lambda k: (k if isinstance(k, tuple) else self._address(k)) in self._silent
-        )
-        conn, causes = await self._first_to_connect(candidates)
-        if conn is not None:
-            return conn
+
+        def silent(key: int | tuple[str, int]) -> bool:
+            return (key if isinstance(key, tuple) else self._address(key)) in self._silent
+
+        causes: dict[str, str] = {}
+        for round_ in ([k for k in candidates if not silent(k)], list(filter(silent, candidates))):
+            if round_:
+                conn, failed = await self._first_to_connect(round_)
+                if conn is not None:
+                    return conn
+                causes |= failed
         raise self._unreachable(causes, tried_from)
 
     async def _first_to_connect(
@@ -558,9 +566,10 @@ class Cluster:
             self._refused[address] = (anyio.current_time(), exc)
 
     def unanswered(self, node_id: int) -> None:
-        """Broker ``node_id`` left a request unanswered as long as it could wait
-        (its caller's deadline cut the wait): requests to any broker go to the
-        others first until it answers again."""
+        """Broker ``node_id`` did not answer a caller for as long as it could
+        wait (its deadline cut the wait; the connection stays open for the
+        other callers): requests to any broker go to the others first until
+        it answers again (any answer on any connection to it ends that)."""
         info = self.brokers.get(node_id)
         if info is not None:
             self._silent.add((info.host, info.port))

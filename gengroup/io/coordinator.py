@@ -58,7 +58,13 @@ from typing import Any, Final, TypeVar
 import anyio
 from kio.schema.errors import ErrorCode
 
-from .._errors import BrokerError, CoordinatorError, CoordinatorUnavailable, KafkaConnectionError
+from .._errors import (
+    BrokerError,
+    CoordinatorError,
+    CoordinatorUnavailable,
+    KafkaConnectionError,
+    RequestTimedOut,
+)
 from ..protocol.versions import ApiKey
 from .cluster import LONG_UNAVAILABLE, Cluster
 from .request import MakeRequest
@@ -284,10 +290,14 @@ class CoordinatorClient:
         """:meth:`call`, retried with backoff until ``timeout`` (one-off operations).
 
         Each attempt waits for its answer at most the cluster's request
-        timeout, or the seconds left if fewer. An attempt that times out, or
-        that the deadline cuts, forgets the coordinator: the next attempt,
-        and the next call, look it up again (its broker may hang while the
-        group moved on to another).
+        timeout, or the seconds left if fewer; the request itself keeps the
+        connection's request timeout (a connection shared with other callers
+        is not failed because this caller stopped waiting: its own watch
+        fails it if the broker never answers). An attempt that times out, or
+        that the deadline cuts, forgets the coordinator and makes its broker
+        silent (:meth:`Cluster.unanswered`): the next attempt, and the next
+        call, look it up again on another broker (its broker may hang while
+        the group moved on to another).
 
         Args:
             what: the operation, for the timeout message (``"DescribeGroups 'g'"``).
@@ -312,13 +322,21 @@ class CoordinatorClient:
             nonlocal waited
             bound = max(min(self.cluster.request_timeout, left()), 0.001)
             try:
-                return await self.call(key, make, parse, timeout=bound)
-            except anyio.get_cancelled_exc_class():
-                if not left() and self.node is not None:  # the deadline cut the wait
+                with anyio.move_on_after(bound):
+                    return await self.call(key, make, parse)
+            except anyio.get_cancelled_exc_class():  # the deadline cut the wait
+                if self.node is not None:
                     waited = self.node
                     self.cluster.unanswered(waited)
                 self.forget()
                 raise
+            node = self.node
+            if node is not None:
+                waited = node
+                self.cluster.unanswered(node)
+            self.forget()
+            who = "the coordinator lookup" if node is None else f"coordinator node {node}"
+            raise RequestTimedOut(f"{what}: {who} did not answer within {bound:g} s")
 
         def timed_out(last: BaseException | None) -> TimeoutError:
             said = []

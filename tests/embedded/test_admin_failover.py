@@ -5,12 +5,17 @@ from __future__ import annotations
 import re
 
 import anyio
+import anyio.lowlevel
 import pytest
 import trio
 import trio.testing
 
 from gengroup import Admin
-from gengroup.broker import Drop, FakeCluster
+from gengroup.broker import Delay, Drop, FakeCluster
+from gengroup.io.cluster import Cluster
+from gengroup.protocol.versions import ApiKey
+
+from . import metadata
 
 GROUP = "g"
 
@@ -51,3 +56,40 @@ async def test_a_call_after_the_hung_coordinator_moved_follows_it(
                 assert await admin.fetch_offsets(GROUP) == {}
             assert trio.current_time() - started < 1.0
             assert admin.coordinator(GROUP).node == moved_to
+
+
+async def test_an_admin_deadline_does_not_fail_a_shared_connection(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An Admin sharing its Cluster with other users (a consumer's commits and
+    heartbeats, say) gives up on a healthy coordinator that answers in 2 s
+    after its own 1 s: the connection stays open, and another caller's
+    request on it, answered in 1.5 s, is answered, not failed with it."""
+    async with (
+        FakeCluster(brokers=1, topics={"t": 1}) as broker,
+        Cluster(broker.bootstrap, request_timeout=30) as cluster,
+        Admin(cluster) as admin,
+    ):
+        await cluster.refresh_metadata(["t"])
+        node = broker.coordinator_of(GROUP)
+        conn = await cluster.connection(node)
+        for key in (ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.DESCRIBE_GROUPS):
+            broker.control(key, lambda call: Delay(2.0), broker_id=node)
+        broker.control(ApiKey.METADATA, lambda call: Delay(1.5), broker_id=node, once=True)
+        other: list[object] = []
+
+        async def other_caller() -> None:
+            try:
+                other.append(
+                    await cluster.call(node, ApiKey.METADATA, lambda m: metadata(12, ["t"]))
+                )
+            except Exception as exc:
+                other.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other_caller)
+            await anyio.lowlevel.checkpoint()
+            with pytest.raises(TimeoutError):
+                await admin.describe_groups([GROUP], timeout=1.0)
+        assert not isinstance(other[0], Exception), other[0]
+        assert conn.is_usable

@@ -98,3 +98,31 @@ async def test_requests_to_any_broker_avoid_one_that_left_a_request_unanswered(
             topics = await cluster.refresh_metadata(["t"])
         assert topics["t"].error_code == 0
         assert trio.current_time() - started < 1.0
+
+
+async def test_a_silent_broker_is_tried_only_once_every_other_one_failed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Broker 0 hangs and is silent; brokers 1 and 2 are healthy but take 2 s
+    to set a connection up (TLS and SASL over a slow link): the next request
+    to any broker waits for them rather than take broker 0's idle pooled
+    connection, which would win any race at once and leave the request
+    unanswered for its whole timeout."""
+    async with (
+        FakeCluster(brokers=3, topics={"t": 1}) as broker,
+        Cluster(broker.bootstrap.split(",")[0], request_timeout=5) as cluster,
+    ):
+        await cluster.refresh_metadata(["t"])  # the bootstrap connection to broker 0
+        await cluster.call(0, ApiKey.METADATA, lambda mod: metadata(12, ["t"]))  # by node id
+        broker.control(None, lambda call: Drop(), broker_id=0)
+        for b in (1, 2):
+            broker.control(ApiKey.API_VERSIONS, lambda call: Delay(2.0), broker_id=b)
+        with pytest.raises(RequestTimedOut):
+            await cluster.refresh_metadata(["t"])  # broker 0 is silent from here
+        conn = await cluster.any_connection()
+        assert conn.node_id != 0 and (conn.host, conn.port) != cluster._address(0)
+        started = trio.current_time()
+        with anyio.fail_after(30):  # a hang guard in virtual time
+            topics = await cluster.refresh_metadata(["t"])
+        assert topics["t"].error_code == 0
+        assert trio.current_time() - started < 5.0
