@@ -29,8 +29,10 @@ task that no longer exists (TrioInternalError). The hosted task itself runs
 as a trio system task, which trio protects.
 
 The generation's records of its user tasks live here too: :class:`UserTask`,
-the ``task_status`` that ``Generation.start`` holds back (:class:`HeldStatus`)
-and :func:`describe_stack`, which says where a stuck task is suspended.
+how ``Generation.start`` starts one and waits for its ``task_status``
+(:func:`start_and_wait`, holding ``started()`` back: :class:`HeldStatus`),
+and :func:`describe_stack`, which says where a stuck task is suspended
+(:func:`stuck`), and :func:`abandon`.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -53,10 +55,14 @@ __all__ = [
     "Hosted",
     "Started",
     "UserTask",
+    "abandon",
     "awaitable",
     "describe_stack",
     "first_failure",
     "host",
+    "start_and_wait",
+    "start_or_drop",
+    "stuck",
 ]
 
 log = logging.getLogger("gengroup")
@@ -202,6 +208,83 @@ class HeldStatus:
         self._released = True
         if self._held is not None:
             self._status.started(self._held[0])
+
+
+async def start_and_wait(
+    tg: anyio.abc.TaskGroup,
+    task: UserTask,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    run: Callable[[UserTask, Awaitable[Any]], Awaitable[None]],
+) -> Any:
+    """Start ``fn(*args, task_status=...)`` as ``task`` in ``tg``, run by ``run``
+    (which hosts it), and wait until it calls ``task_status.started(value)``.
+
+    ``started()`` is held back until ``fn`` proved to be async, so that a plain
+    function fails the start (a TypeError) without ending the generation; the
+    hosted task's ``started()`` is passed on from the task in ``tg``.
+
+    Returns:
+        The value passed to ``task_status.started``.
+    """
+
+    async def runner(*, task_status: anyio.abc.TaskStatus[Any]) -> None:
+        started = Started()
+        status = HeldStatus(started)
+        coro = awaitable(fn, fn(*args, task_status=status))
+        status.release()
+
+        async def pass_on_started() -> None:
+            await started.event.wait()
+            task_status.started(started.value)
+
+        async with anyio.create_task_group() as inner:
+            inner.start_soon(pass_on_started)
+            await run(task, coro)
+            inner.cancel_scope.cancel()
+
+    return await tg.start(runner, name=task.name)
+
+
+def start_or_drop(
+    tg: anyio.abc.TaskGroup | None,
+    task: UserTask,
+    coro: Awaitable[Any],
+    run: Callable[[UserTask, Awaitable[Any]], Coroutine[Any, Any, None]],
+    ending: bool,
+) -> bool:
+    """Start ``run(task, coro)`` in ``tg``; False if ``tg`` is closed (or None)
+    while its generation is ``ending`` (a cooperative phase one ends as handed
+    out): ``coro`` is then closed, never awaited (no warning).
+
+    Raises:
+        RuntimeError: ``tg`` refused the task although its generation is not ending.
+    """
+    try:
+        # (anyio's TaskGroup over a trio nursery that closed still says it is active)
+        if tg is not None and not getattr(getattr(tg, "_nursery", None), "_closed", False):
+            tg.start_soon(run, task, coro, name=task.name)
+            return True
+    except RuntimeError:
+        if not ending:
+            raise
+    getattr(coro, "close", lambda: None)()
+    return False
+
+
+def abandon(tasks: list[UserTask]) -> list[str]:
+    """Stop waiting for those of ``tasks`` whose hosted task has not finished; their names."""
+    names = []
+    for task in tasks:
+        if not task.hosted.finished:
+            task.hosted.abandon()
+            names.append(task.name)
+    return names
+
+
+def stuck(tasks: list[UserTask]) -> list[tuple[str, str]]:
+    """(name, stack) of each of ``tasks`` that has not returned yet."""
+    return [(t.name, describe_stack(t.coro)) for t in tasks if not t.done]
 
 
 def _innermost_frames(coro: Any) -> list[FrameType]:

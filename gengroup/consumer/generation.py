@@ -58,7 +58,15 @@ from .._errors import GenerationEnded, ProtocolError, error_for_code
 from .._types import GenerationIdentity, IdentityNames, TopicPartition, checked_offset
 from ..membership.member import Outcome
 from .commits import CommitCodes, Committer, OffsetMetadata, Offsets
-from .detached import HeldStatus, Started, UserTask, awaitable, describe_stack, host
+from .detached import (
+    UserTask,
+    abandon,
+    awaitable,
+    host,
+    start_and_wait,
+    start_or_drop,
+    stuck,
+)
 from .timings import RebalanceTimings
 
 if TYPE_CHECKING:
@@ -553,18 +561,8 @@ class Generation(IdentityNames):
             raise GenerationEnded(
                 f"start_soon: generation {self.label} of {self.group_id} has ended"
             )
-        coro = awaitable(fn, fn(*args))
-        try:
-            # (anyio's TaskGroup over a trio nursery that closed still says it is active)
-            if tg is not None and not getattr(getattr(tg, "_nursery", None), "_closed", False):
-                tg.start_soon(self._run_task, task, coro, name=task.name)
-                return
-        except RuntimeError:
-            if not self.ending:
-                raise
-        # Ending, its task group closed (a cooperative phase one ends as handed out).
-        getattr(coro, "close", lambda: None)()  # never awaited: no warning
-        log.debug("generation %s: task %r not started (ending)", self.label, task.name)
+        if not start_or_drop(tg, task, awaitable(fn, fn(*args)), self._run_task, self.ending):
+            log.debug("generation %s: task %r not started (ending)", self.label, task.name)
 
     async def start(
         self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None
@@ -580,26 +578,7 @@ class Generation(IdentityNames):
         if self.ending:
             raise GenerationEnded(f"start: generation {self.label} of {self.group_id} is ending")
         task = UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
-
-        async def runner(*, task_status: anyio.abc.TaskStatus[Any]) -> None:
-            # started() is held back until fn proved to be async, so that a plain
-            # function fails start() without ending the generation. The task runs
-            # hosted (consumer/detached.py): its started() is passed on from here.
-            started = Started()
-            status = HeldStatus(started)
-            coro = awaitable(fn, fn(*args, task_status=status))
-            status.release()
-
-            async def pass_on_started() -> None:
-                await started.event.wait()
-                task_status.started(started.value)
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(pass_on_started)
-                await self._run_task(task, coro)
-                tg.cancel_scope.cancel()
-
-        return await tg.start(runner, name=task.name)
+        return await start_and_wait(tg, task, fn, args, self._run_task)
 
     async def _run_task(self, task: UserTask, coro: Awaitable[Any]) -> None:
         self._tasks.append(task)
@@ -621,18 +600,13 @@ class Generation(IdentityNames):
         Returns:
             The names of the tasks abandoned.
         """
-        names = []
         closing = self._span_host.closing_tasks() if self._span_host is not None else []
-        for task in [*self._tasks, *closing]:
-            if not task.hosted.finished:
-                task.hosted.abandon()
-                names.append(task.name)
-        return names
+        return abandon([*self._tasks, *closing])
 
     def stuck_tasks(self) -> list[tuple[str, str]]:
         """(name, stack) of each user task that has not returned yet."""
         closing = self._span_host.closing_tasks() if self._span_host is not None else []
-        return [(t.name, describe_stack(t.coro)) for t in [*self._tasks, *closing] if not t.done]
+        return stuck([*self._tasks, *closing])
 
     # ------------------------------------------------------------------ records
 
