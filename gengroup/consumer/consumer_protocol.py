@@ -369,6 +369,7 @@ class ConsumerProtocolMember:
         )
         prefetcher.on_reset = gen.offset_reset
         prefetcher.on_damage = gen.records_damaged
+        prefetcher.on_gap = gen.gaps_found
         gen.renew_lease(self._last_ok if self._last_ok is not None else t_ready)
         self._current, self._current_incarnation = gen, incarnation
         log.info(

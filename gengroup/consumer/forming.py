@@ -864,4 +864,5 @@ def _formed(
     )
     prefetcher.on_reset = gen.offset_reset
     prefetcher.on_damage = gen.records_damaged
+    prefetcher.on_gap = gen.gaps_found
     return Formed(gen, prefetcher, counts)

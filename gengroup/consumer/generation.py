@@ -37,9 +37,11 @@ revoking it holds it.
 
 Marks only move forward; commits never send an offset lower than one this
 member already committed for the partition, so a late commit cannot move a
-committed offset backwards. A generation sends its commits through a
-:class:`Committer` under its :class:`~gengroup._types.GenerationIdentity`; it
-knows nothing of the group that formed it.
+committed offset backwards. A mark that reaches offsets the prefetcher found
+without a record to hand out moves past them (:mod:`.recordless`). A
+generation sends its commits through a :class:`Committer` under its
+:class:`~gengroup._types.GenerationIdentity`; it knows nothing of the group
+that formed it.
 """
 
 from __future__ import annotations
@@ -197,6 +199,7 @@ class Span:
         return None
 
     def mark(self, offset: int) -> None:
+        offset = self.gen._prefetcher.past_gaps(self.tp, offset)  # (consumer/recordless.py)
         if self.gen.ended:
             self.pending = max(self.pending, offset)
         elif offset > self.gen._marks.get(self.tp, -1):
@@ -543,9 +546,7 @@ class Generation(IdentityNames):
                 f"start_soon: generation {self.label} of {self.group_id} has ended"
             )
         if partition not in self.assignments:
-            raise KeyError(
-                f"{partition} is not assigned to member {self.member_id} in generation {self.label}"
-            )
+            raise self._unassigned(partition)
         if self._span_host is None:
             # No span outlives a generation formed without a host: the task is
             # the generation's, which under the eager protocol is the same.
@@ -631,9 +632,7 @@ class Generation(IdentityNames):
             return _SpanBatches(span)
         self._check_live("fetch")
         if tp not in self.assignments:
-            raise KeyError(
-                f"{tp} is not assigned to member {self.member_id} in generation {self.label}"
-            )
+            raise self._unassigned(tp)
         return self._prefetcher.iterate(tp, lambda: self.ending or self.lease_expired())
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
@@ -661,9 +660,7 @@ class Generation(IdentityNames):
             return
         self._check_live("seek")
         if tp not in self.assignments:
-            raise KeyError(
-                f"{tp} is not assigned to member {self.member_id} in generation {self.label}"
-            )
+            raise self._unassigned(tp)
         self._prefetcher.seek(tp, offset)
 
     def lag(self) -> dict[TopicPartition, int]:
@@ -695,6 +692,8 @@ class Generation(IdentityNames):
         The mark is committed with this generation's id by the periodic
         committer, by :meth:`commit` and when the generation ends. Marks only
         move forward (but for a reset of an out-of-range position: :meth:`offset_reset`).
+        A mark that reaches offsets with no record to hand out (transaction
+        markers, aborted transactions) moves past them once they were fetched.
         A partition with an open ownership span is marked in the generation
         holding it now (between generations: in the next one).
 
@@ -710,16 +709,47 @@ class Generation(IdentityNames):
             span.mark(offset)
             return
         if tp not in self.assignments:
-            raise KeyError(
-                f"{tp} is not assigned to member {self.member_id} in generation {self.label}"
-            )
+            raise self._unassigned(tp)
         if self.ended:
             raise GenerationEnded(
                 f"mark: generation {self.label} of {self.group_id} has ended; "
                 "its marks were already committed"
             )
         if offset > self._marks.get(tp, -1):
-            self._marks[tp] = offset
+            self._marks[tp] = self._prefetcher.past_gaps(tp, offset)
+
+    def gaps_found(self, tp: TopicPartition) -> None:
+        """The prefetcher moved past offsets of ``tp`` that hold no record to
+        hand out: a mark that reached them passes them (consumer/recordless.py)."""
+        span = self._span(tp)
+        if span is not None:
+            if span.gen is self:  # (else a newer holder's prefetcher fetches it)
+                span.mark(max(span.pending, self._marks.get(tp, -1)))
+        elif not self.ended and (mark := self._marks.get(tp, -1)) >= 0:
+            self._marks[tp] = self._prefetcher.past_gaps(tp, mark)
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset ``fetch(tp)`` hands out from next (the Java consumer's ``position()``).
+
+        It lies past every batch handed out, and past the offsets after them
+        that hold no record to hand out (transaction markers, aborted
+        transactions under ``read_committed``), where no batch comes from: a
+        worker that marked every batch it got has read up to here. A partition
+        whose ownership span outlived this generation is reported as the
+        generation holding it now fetches it.
+
+        Raises:
+            KeyError: ``tp`` is not assigned to this member in this generation.
+        """
+        if tp not in self.assignments:
+            raise self._unassigned(tp)
+        span = self._span(tp)
+        return (self if span is None else span.gen)._prefetcher.position(tp)
+
+    def _unassigned(self, tp: TopicPartition) -> KeyError:
+        return KeyError(
+            f"{tp} is not assigned to member {self.member_id} in generation {self.label}"
+        )
 
     def _stops_fetching(self) -> bool:
         return self.ending or self.lease_expired()

@@ -72,7 +72,11 @@ as does every step until a seek; the generation is told (a span goes on from
 the damaged offset). A partition's part of
 an answer is one FetchedBatch, or, with ``max_batch_records``, several cut
 between record batches (``split_batches``), so that a backlog is handed out
-in steps and the member's other workers run between them.
+in steps and the member's other workers run between them. An answer that
+moves a partition's position with no record to hand out (only transaction
+markers, aborted or compacted records) is noted as a range without records
+(:mod:`~gengroup.consumer.recordless`) and the generation told
+(``on_gap``): a mark that reaches it passes it.
 
 Each partition starts at the leader the cluster's metadata cache names (a
 partition the cache lacks is looked up first), so a new generation's first
@@ -129,6 +133,7 @@ from .fetch_errors import FetchErrors, corrupt_message, partition_action, reques
 from .fetch_sessions import FetchSessions
 from .fetched import Damage, FetchedBatch
 from .metrics import GroupMetrics
+from .recordless import Gaps
 
 __all__ = ["Prefetcher"]
 
@@ -183,6 +188,10 @@ class _Partition:
     damage: Damage = field(default_factory=Damage)
     #: When it may be fetched again, after an error (event-loop time; 0: now).
     not_before: float = 0.0
+    #: Where the batches handed out so far end (the fetch's start before the first).
+    handed: int = -1
+    #: The ranges the position moved past with no record to hand out.
+    gaps: Gaps = field(default_factory=Gaps)
 
 
 def _lagging(part: _Partition) -> bool:
@@ -216,6 +225,7 @@ class Prefetcher:
         }
         for part in self._parts.values():
             part.damage = Damage(partial(self._damaged, part))
+            part.handed = part.position
         budget, bound = config.fetch_buffer_bytes, config.partition_buffer_bytes
         if budget is not None and bound * len(self._parts) <= budget:
             # The partitions' own bounds keep the member within the budget.
@@ -253,6 +263,8 @@ class Prefetcher:
         self.on_reset: Callable[[TopicPartition, int], None] = lambda tp, offset: None
         #: Told of records a worker found damaged (partition, offset, error): the generation.
         self.on_damage: Callable[[TopicPartition, int, ProtocolError], None] = lambda *_: None
+        #: Told of a partition's offsets moved past with no record to hand out: the generation.
+        self.on_gap: Callable[[TopicPartition], None] = lambda tp: None
         self._on_first_batch = on_first_batch
         self._loops: set[int] = set()
         self._space = anyio.Event()
@@ -279,6 +291,22 @@ class Prefetcher:
     def high_watermark(self, tp: TopicPartition) -> int:
         """``tp``'s high watermark in the newest fetch answer (-1: none yet)."""
         return self._parts[tp].high_watermark
+
+    def position(self, tp: TopicPartition) -> int:
+        """Where ``tp``'s next batch for the worker starts: past the batches
+        handed out, and past the offsets without records after them."""
+        part = self._parts[tp]
+        return part.gaps.past(part.handed) if part.queue else part.position
+
+    def past_gaps(self, tp: TopicPartition, mark: int) -> int:
+        """``mark`` moved past ``tp``'s offsets without records that it reaches
+        (:mod:`~gengroup.consumer.recordless`); the ranges below it are forgotten."""
+        part = self._parts.get(tp)
+        if part is None:
+            return mark
+        mark = part.gaps.past(mark)
+        part.gaps.forget_below(mark)
+        return mark
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Fetch ``tp`` from ``offset`` next: its buffered batches are dropped.
@@ -323,8 +351,9 @@ class Prefetcher:
         """``part`` goes on from ``offset`` (an answer to a request made before
         is dropped when it arrives), its buffered batches dropped; ``error``:
         what its iterator raises from its next step on (None: it fetches)."""
-        part.position = offset
+        part.position = part.handed = offset
         part.error = error
+        part.gaps.clear()
         dropped = sum(batch.size for batch in part.queue)
         part.buffered -= dropped
         self._buffered -= dropped
@@ -339,6 +368,7 @@ class Prefetcher:
         self._space = anyio.Event()
 
     def _consumed(self, part: _Partition, batch: FetchedBatch) -> None:
+        part.handed = batch.next_offset
         part.buffered -= batch.size
         self._buffered -= batch.size
         if (not part.in_flight and self._has_room(part)) or (
@@ -705,6 +735,7 @@ class Prefetcher:
                     self._config.start_offset,
                 )
                 part.position = new
+                part.gaps.clear()
                 self.on_reset(part.tp, new)
             else:
                 # Its worker gets the error once the batches before it are
@@ -730,9 +761,14 @@ class Prefetcher:
         # and the records below the requested offset; the raw batches are
         # decoded by the worker.
         self._grow_if_held_back(part, pf.next_offset, room)
-        part.position = max(part.position, pf.next_offset)
+        before, part.position = part.position, max(part.position, pf.next_offset)
         batches, raw = pf.batches, pf.raw
         if not batches and not raw:
+            if part.position > before:
+                # Only markers, aborted or removed records: a mark that
+                # reaches them passes them (consumer/recordless.py).
+                part.gaps.add(before, part.position)
+                self.on_gap(part.tp)
             return
         records = [r for b in batches for r in b.records]
         count = len(records) + sum(b.count for b in raw)

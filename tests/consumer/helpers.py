@@ -16,7 +16,10 @@ import anyio.abc
 import pytest
 
 from gengroup import Admin, ConsumerGroup, FetchedBatch, Generation, Producer, TopicPartition
+from gengroup._config import GroupConfig
 from gengroup.broker import BrokerSettings, FakeCluster
+from gengroup.consumer.prefetch import Prefetcher
+from gengroup.io.cluster import Cluster
 from gengroup.producer import ProducerRecord
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
@@ -42,6 +45,19 @@ EMBEDDED_SETTINGS: dict[str, Any] = {
     "fetch_max_wait": 0.5,
     "request_timeout": 30.0,
 }
+
+
+def unstarted_prefetcher(positions: Mapping[TopicPartition, int]) -> Prefetcher:
+    """The prefetcher of a generation made by hand: never run, it fetches
+    nothing (so it knows of no offsets without records)."""
+
+    async def no_reset(tp: TopicPartition) -> int:
+        raise AssertionError(f"an unstarted prefetcher reset {tp}")
+
+    address = "127.0.0.1:9092"
+    return Prefetcher(
+        Cluster(address), GroupConfig.create("g", ["t"], address), positions, no_reset
+    )
 
 
 async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

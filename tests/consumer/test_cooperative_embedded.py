@@ -42,7 +42,7 @@ from .cooperative import (
     three_four_three,
     wait_until,
 )
-from .helpers import EMBEDDED_SETTINGS, all_partitions
+from .helpers import EMBEDDED_SETTINGS, all_partitions, unstarted_prefetcher
 
 PARTITIONS = 12
 PER_STEP = 10
@@ -202,7 +202,7 @@ def unhosted_generation(
         assignments={tp: 0},
         timings=RebalanceTimings(),
         _committer=None,  # type: ignore[arg-type]
-        _prefetcher=None,  # type: ignore[arg-type]
+        _prefetcher=unstarted_prefetcher({tp: 0}),
         **fields,
     )
 

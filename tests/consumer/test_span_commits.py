@@ -31,7 +31,7 @@ from gengroup.broker import FakeCluster
 from gengroup.consumer.generation import OffsetMetadata, Offsets, RebalanceTimings, Span
 from gengroup.protocol.records import NewRecord
 
-from .helpers import EMBEDDED_SETTINGS, all_partitions, wait_until
+from .helpers import EMBEDDED_SETTINGS, all_partitions, unstarted_prefetcher, wait_until
 from .kip848 import EMBEDDED_SETTINGS as KIP848_BROKER, KIP848
 
 TP = TopicPartition("t", 0)
@@ -64,7 +64,7 @@ def generation(
         assignments={TP: 0},
         timings=RebalanceTimings(),
         _committer=committer,
-        _prefetcher=None,  # type: ignore[arg-type]
+        _prefetcher=unstarted_prefetcher({TP: 0}),
         _spans=spans,
         **fields,
     )
@@ -128,7 +128,7 @@ async def test_a_revoked_spans_commit_goes_under_the_revoking_generation() -> No
         assignments={},
         timings=RebalanceTimings(),
         _committer=recorder,
-        _prefetcher=None,  # type: ignore[arg-type]
+        _prefetcher=unstarted_prefetcher({TP: 0}),
         _spans=spans,
         revoked=frozenset({TP}),
     )
