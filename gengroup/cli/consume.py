@@ -8,7 +8,8 @@ Two ways to read:
   offsets (where there is none: the beginning with ``--from-beginning``, else
   the end), and only printed records are marked, so the committed offsets
   (periodic, and a final commit when the command ends) cover exactly what was
-  printed.
+  printed (and the offsets without records right after it: transaction
+  markers, aborted transactions).
 * without a group: the partitions given by ``--partition`` (default: all) of
   each topic are read directly, from the beginning with ``--from-beginning``,
   else from the end. Nothing is committed.
@@ -38,6 +39,7 @@ import argparse
 import base64
 import datetime
 import json
+import math
 import os
 import select
 import signal
@@ -64,6 +66,8 @@ from ._progress import View, wanted
 __all__ = ["Printer", "add_parser", "json_bytes"]
 
 _UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
+#: How often a member waiting for a batch with --until-end looks at its position, seconds.
+_END_CHECK = 0.5
 
 
 @command("consume", help="print records of topics, as a group member or read directly")
@@ -415,19 +419,32 @@ async def _read_as_member(
             owned = list(gen.assignments)
             end = ends.end(tp)
             positions.track(tp, gen.assignments[tp], end)
-            if not ends.check(tp, gen.assignments[tp], owned):
-                async for batch in gen.fetch(tp):
-                    for record in batch:
-                        if end is not None and record.offset >= end:
-                            break
-                        if not printer.take():
-                            await anyio.sleep_forever()
-                        printer.record(tp, record)
-                        gen.mark(tp, record.offset + 1)
-                    printer.flush()
-                    positions.at(tp, batch.next_offset)
-                    if ends.check(tp, batch.next_offset, owned):
+            batches = aiter(gen.fetch(tp))
+            # The position passes offsets without records (transaction markers,
+            # aborted transactions) with no batch handed out: with an end to
+            # reach, it is looked at between waits for a batch too.
+            wait = math.inf if end is None else _END_CHECK
+            while not ends.check(tp, gen.position(tp), owned):
+                batch = None
+                with anyio.move_on_after(wait):
+                    try:
+                        batch = await anext(batches)
+                    except StopAsyncIteration:
                         break
+                if batch is None:
+                    positions.at(tp, gen.position(tp))
+                    continue
+                for record in batch:
+                    if end is not None and record.offset >= end:
+                        break
+                    if not printer.take():
+                        await anyio.sleep_forever()
+                    printer.record(tp, record)
+                    gen.mark(tp, record.offset + 1)
+                else:  # all printed: past the offsets without records after them too
+                    gen.mark(tp, batch.next_offset)
+                printer.flush()
+                positions.at(tp, batch.next_offset)
             # Returning would end the generation: a finished partition waits.
             await anyio.sleep_forever()
 

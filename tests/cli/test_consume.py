@@ -32,6 +32,8 @@ from gengroup.protocol.framing import response_module
 from gengroup.protocol.records import Record, encode_batch, with_base_offset
 from gengroup.protocol.versions import ApiKey
 from tests.cli.conftest import Target, gengroup
+from tests.consumer import test_recordless_offsets as recordless
+from tests.consumer.helpers import EMBEDDED_SETTINGS
 from tests.embedded.test_cli import command
 
 
@@ -375,3 +377,27 @@ async def test_a_direct_reader_prints_the_records_before_damaged_contents_then_f
     assert str(said).startswith("Fetch t[0]: record batch at offset 3: negative"), said
     printed = as_json(out.getvalue().decode())
     assert [(r["offset"], r["value"]) for r in printed] == [(i, f"x{i}") for i in range(3)]
+
+
+async def test_a_group_member_reaches_the_end_past_markers_and_aborted_records(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """`consume --group G --from-beginning --until-end` on a partition whose
+    last offsets hold a transaction marker, an aborted transaction and its
+    marker (offsets 3-7 of 8): it prints 0-2, ends, and commits 8. It used to
+    wait for a batch that never came (and to commit 3)."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as broker:
+        async with Producer(broker.bootstrap) as producer:  # the end offset --until-end reads
+            await producer.send_many("t", [b"r"] * recordless.END)
+        broker.control(ApiKey.FETCH, recordless.fetch_answer)
+        argv = ["consume", "t", "--group", "g", "--from-beginning", "--until-end"]
+        args = build_parser().parse_args([*argv, "--format", "json", "--timeout", "60"])
+        out = io.BytesIO()
+        printer = consume.Printer("json", None, None, out=out)
+        positions = consume._Positions(View("partitions", enabled=False))
+        with trio.fail_after(30):
+            await consume._read_as_member(
+                args, printer, anyio.Event(), broker.bootstrap, EMBEDDED_SETTINGS, positions
+            )
+        assert broker.committed_offsets("g") == {TopicPartition("t", 0): recordless.END}
+    assert [r["offset"] for r in as_json(out.getvalue().decode())] == [0, 1, 2]
