@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime
 import io
 import json
 import os
 import signal
-import struct
 import subprocess
 from collections.abc import Iterator
 
@@ -17,8 +15,6 @@ import anyio
 import pytest
 import trio
 import trio.testing
-from crc32c import crc32c
-from kio.schema.errors import ErrorCode
 
 from gengroup import Admin, Cluster, CorruptRecordError, Producer, TopicPartition
 from gengroup.broker import FakeCluster
@@ -28,12 +24,12 @@ from gengroup.cli._common import leaf
 from gengroup.cli._progress import View
 from gengroup.io.fetch import read_partition
 from gengroup.producer import ProducerRecord
-from gengroup.protocol.framing import response_module
 from gengroup.protocol.records import Record, encode_batch, with_base_offset
 from gengroup.protocol.versions import ApiKey
 from tests.cli.conftest import Target, gengroup
 from tests.consumer import test_recordless_offsets as recordless
 from tests.consumer.helpers import EMBEDDED_SETTINGS
+from tests.embedded import damaged_batch, fetch_answer
 from tests.embedded.test_cli import command
 
 
@@ -316,28 +312,6 @@ def test_a_broker_gone_ends_the_command_after_its_timeout(group: list[str]) -> N
         broker.stdout.close()
 
 
-def _fetch_answer(call: Intercepted, records: bytes, high_watermark: int) -> Respond:
-    """A Fetch response whose partition 0 of topic ``t`` holds ``records``."""
-    mod = response_module(ApiKey.FETCH, call.api_version)
-    part = mod.PartitionData(
-        partition_index=0,
-        error_code=ErrorCode.none,
-        high_watermark=high_watermark,
-        last_stable_offset=high_watermark,
-        log_start_offset=0,
-        aborted_transactions=None,
-        records=records,
-    )
-    return Respond(
-        mod.FetchResponse(
-            throttle_time=datetime.timedelta(0),
-            error_code=ErrorCode.none,
-            session_id=0,
-            responses=(mod.FetchableTopicResponse(topic="t", partitions=(part,)),),
-        )
-    )
-
-
 @pytest.mark.parametrize("until_end", [False, True])
 async def test_a_direct_reader_prints_the_records_before_damaged_contents_then_fails(
     autojump_clock: trio.testing.MockClock, until_end: bool
@@ -348,15 +322,13 @@ async def test_a_direct_reader_prints_the_records_before_damaged_contents_then_f
     and the offset, at once (not retried until --timeout). The damage used to
     hide 0-2."""
     sound = with_base_offset(encode_batch([(None, b"x%d" % i, (), 0) for i in range(3)]), 0)
-    damaged = bytearray(with_base_offset(encode_batch([(None, b"y", (), 0)] * 3), 3))
-    damaged[61] = 0x03  # the first record's length: -2
-    struct.pack_into(">I", damaged, 17, crc32c(bytes(damaged[21:])))  # a correct CRC
+    damaged = damaged_batch(3)
     after = with_base_offset(encode_batch([(None, b"z", (), 0)] * 3), 6)
 
     def answer(call: Intercepted) -> Respond:
         position = call.request.topics[0].partitions[0].fetch_offset
         data = (sound if position < 3 else b"") + bytes(damaged) + after
-        return _fetch_answer(call, data, 9)
+        return fetch_answer(call, data, 9)
 
     async with FakeCluster(topics={"t": 1}) as broker:
         async with Producer(broker.bootstrap) as producer:  # the end offset --until-end reads

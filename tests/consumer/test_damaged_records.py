@@ -12,15 +12,11 @@ after the damage is handed out, and nothing is committed past it.
 
 from __future__ import annotations
 
-import datetime
-import struct
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
-from crc32c import crc32c
-from kio.schema.errors import ErrorCode
 
 from gengroup import ConsumerGroup, CorruptRecordError, FetchedBatch, Generation, TopicPartition
 from gengroup._config import GroupConfig
@@ -31,10 +27,9 @@ from gengroup.consumer.columnar import fetched_to_arrow
 from gengroup.consumer.generation import RebalanceTimings
 from gengroup.consumer.ownership import Ownership
 from gengroup.membership.member import Outcome
-from gengroup.protocol.framing import response_module
-from gengroup.protocol.records import encode_batch, with_base_offset
 from gengroup.protocol.versions import ApiKey
 
+from ..embedded import damaged_batch, fetch_answer, sound_batch
 from .helpers import EMBEDDED_SETTINGS
 
 TP = TopicPartition("t", 0)
@@ -42,41 +37,13 @@ SETTINGS = {**EMBEDDED_SETTINGS, "commit_interval": 0.0}
 DAMAGE = r"^Fetch t\[0\]: record batch at offset 3: negative record length at byte 62$"
 
 
-def _batch(first: int, value: bytes) -> bytes:
-    return with_base_offset(encode_batch([(None, value, (), 0)] * 3), first)
-
-
-def _damaged() -> bytes:
-    batch = bytearray(_batch(3, b"y"))
-    batch[61] = 0x03  # the first record's length: -2
-    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))  # a correct CRC
-    return bytes(batch)
-
-
-LOG = [_batch(0, b"x"), _damaged(), _batch(6, b"z")]
+LOG = [sound_batch(0, b"x"), damaged_batch(3), sound_batch(6, b"z")]
 
 
 def _answer(req: Intercepted) -> Respond:
     """The batches of LOG from the one holding the offset asked for on."""
-    mod = response_module(ApiKey.FETCH, req.api_version)
     offset = req.request.topics[0].partitions[0].fetch_offset
-    part = mod.PartitionData(
-        partition_index=0,
-        error_code=ErrorCode.none,
-        high_watermark=9,
-        last_stable_offset=9,
-        log_start_offset=0,
-        aborted_transactions=None,
-        records=b"".join(LOG[offset // 3 :]),
-    )
-    return Respond(
-        mod.FetchResponse(
-            throttle_time=datetime.timedelta(0),
-            error_code=ErrorCode.none,
-            session_id=0,
-            responses=(mod.FetchableTopicResponse(topic="t", partitions=(part,)),),
-        )
-    )
+    return fetch_answer(req, b"".join(LOG[offset // 3 :]), 9)
 
 
 def _offsets(batch: FetchedBatch, read: str) -> list[int]:

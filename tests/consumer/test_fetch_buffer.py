@@ -12,23 +12,18 @@ decoded on its first access, with the same typed errors for damaged data.
 
 from __future__ import annotations
 
-import datetime
-import struct
-
 import pytest
 import trio
 import trio.testing
-from crc32c import crc32c
-from kio.schema.errors import ErrorCode
 
 from gengroup import Cluster, ConsumerGroup, CorruptRecordError, Generation, TopicPartition
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Intercepted, Respond
+from gengroup.broker.faults import Intercepted
 from gengroup.io.fetch import fetch_partition
-from gengroup.protocol.framing import response_module
 from gengroup.protocol.records import NewRecord, encode_batch, with_base_offset
 from gengroup.protocol.versions import ApiKey
 
+from ..embedded import damaged_batch, fetch_answer
 from .helpers import EMBEDDED_SETTINGS
 
 SETTINGS = {**EMBEDDED_SETTINGS, "commit_interval": 0.0}
@@ -259,43 +254,15 @@ async def test_many_partitions_under_a_small_budget_are_fetched_in_few_requests(
         assert len(fetches.requests) <= least * 5 // 4 + 4, (len(fetches.requests), least)
 
 
-def _corrupt_response(req: Intercepted, records: bytes) -> Respond:
-    mod = response_module(ApiKey.FETCH, req.api_version)
-    part = mod.PartitionData(
-        partition_index=0,
-        error_code=ErrorCode.none,
-        high_watermark=3,
-        last_stable_offset=3,
-        log_start_offset=0,
-        aborted_transactions=None,
-        records=records,
-    )
-    return Respond(
-        mod.FetchResponse(
-            throttle_time=datetime.timedelta(0),
-            error_code=ErrorCode.none,
-            session_id=0,
-            responses=(mod.FetchableTopicResponse(topic="t", partitions=(part,)),),
-        )
-    )
-
-
-def _batch_with_negative_record_length() -> bytes:
-    batch = bytearray(with_base_offset(encode_batch([(None, b"x", (), 0)] * 3), 0))
-    batch[61] = 0x03  # the first record's length: -2
-    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))  # a correct CRC
-    return bytes(batch)
-
-
 @pytest.mark.parametrize("damage", ["crc", "contents"])
 async def test_damaged_records_raise_typed_errors_in_the_worker(
     autojump_clock: trio.testing.MockClock, damage: str
 ) -> None:
-    data = _batch_with_negative_record_length()
+    data = damaged_batch(0)
     if damage == "crc":
         data = data[:-1] + bytes([data[-1] ^ 0xFF])
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
-        cluster.control(ApiKey.FETCH, lambda req: _corrupt_response(req, data))
+        cluster.control(ApiKey.FETCH, lambda req: fetch_answer(req, data, 3))
         where: list[str] = []
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
             gen = await group.next()
@@ -321,7 +288,7 @@ async def test_records_before_a_damaged_batch_are_handed_out_first(
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
         # Every Fetch gets both batches, whatever its offset (the second one
         # too: the sound batch below its position must not hide the damage).
-        cluster.control(ApiKey.FETCH, lambda req: _corrupt_response(req, sound + damaged))
+        cluster.control(ApiKey.FETCH, lambda req: fetch_answer(req, bytes(sound + damaged), 3))
         seen: list[int] = []
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
             gen = await group.next()
@@ -346,12 +313,10 @@ async def test_fetch_partition_hands_out_records_before_damaged_contents_then_th
     and nothing past them; the next, from 3, raises the damage naming the
     partition and the offset. (The first used to raise, hiding 0-2.)"""
     sound = with_base_offset(encode_batch([(None, b"x", (), 0)] * 3), 0)
-    damaged = bytearray(with_base_offset(encode_batch([(None, b"y", (), 0)] * 3), 3))
-    damaged[61] = 0x03  # the first record's length: -2
-    struct.pack_into(">I", damaged, 17, crc32c(bytes(damaged[21:])))  # a correct CRC
+    damaged = damaged_batch(3)
     after = with_base_offset(encode_batch([(None, b"z", (), 0)] * 3), 6)
     async with FakeCluster(topics={"t": 1}) as broker:
-        broker.control(ApiKey.FETCH, lambda req: _corrupt_response(req, sound + damaged + after))
+        broker.control(ApiKey.FETCH, lambda req: fetch_answer(req, sound + damaged + after, 3))
         async with Cluster(broker.bootstrap) as cluster:
             first = await fetch_partition(cluster, TP, 0)
             assert [r.offset for r in first.records] == [0, 1, 2]

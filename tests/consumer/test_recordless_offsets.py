@@ -17,21 +17,19 @@ good, with a lag of 5 (or 1) that never cleared.
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
-from kio.schema.errors import ErrorCode
 
 from gengroup import ConsumerGroup, CooperativeStickyBalancer, Generation, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Intercepted, Respond
-from gengroup.protocol.framing import response_module
 from gengroup.protocol.records import ControlType, encode_batch, encode_control_batch
 from gengroup.protocol.versions import ApiKey
 
+from ..embedded import fetch_answer as answer_with
 from .helpers import EMBEDDED_SETTINGS, wait_until
 
 TP = TopicPartition("t", 0)
@@ -66,30 +64,12 @@ LOG = {
 
 def fetch_answer(req: Intercepted) -> Delay | Respond:
     """The batch holding the offset asked for; nothing (after a long poll's wait) at the end."""
-    mod = response_module(ApiKey.FETCH, req.api_version)
     offset = req.request.topics[0].partitions[0].fetch_offset
     first = max((o for o in LOG if o <= offset), default=0)
     batch, count = LOG[first]
     held = offset < END and offset < first + count
-    part = mod.PartitionData(
-        partition_index=0,
-        error_code=ErrorCode.none,
-        high_watermark=END,
-        last_stable_offset=END,
-        log_start_offset=0,
-        aborted_transactions=(mod.AbortedTransaction(producer_id=8, first_offset=4),)
-        if first == 4
-        else (),
-        records=batch if held else b"",
-    )
-    response = Respond(
-        mod.FetchResponse(
-            throttle_time=datetime.timedelta(0),
-            error_code=ErrorCode.none,
-            session_id=0,
-            responses=(mod.FetchableTopicResponse(topic="t", partitions=(part,)),),
-        )
-    )
+    aborted = [(8, 4)] if first == 4 else []
+    response = answer_with(req, batch if held else b"", END, aborted=aborted)
     return response if held else Delay(0.5, response)
 
 

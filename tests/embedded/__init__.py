@@ -16,10 +16,13 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
+from crc32c import crc32c
 from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
 
 from gengroup import GenerationIdentity
 from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Intercepted, Respond
 from gengroup.io.connection import BrokerConnection, open_connection
 from gengroup.membership.member import JoinParams
 from gengroup.membership.requests import (
@@ -34,8 +37,9 @@ from gengroup.protocol.framing import (
     decode_response,
     encode_request,
     request_module,
+    response_module,
 )
-from gengroup.protocol.records import encode_batch
+from gengroup.protocol.records import encode_batch, with_base_offset
 from gengroup.protocol.versions import ApiKey
 
 NIL = uuid.UUID(int=0)
@@ -376,3 +380,50 @@ def create_partitions(v: int, topic: str, count: int) -> Any:
         timeout=ms(5000),
         validate_only=False,
     )
+
+
+def fetch_answer(
+    call: Intercepted,
+    records: bytes,
+    high_watermark: int,
+    *,
+    topic: str = "t",
+    aborted: Sequence[tuple[int, int]] = (),
+) -> Respond:
+    """A Fetch answer, in the version of ``call``, whose partition 0 of
+    ``topic`` holds ``records`` (and the aborted transactions ``aborted``,
+    as (producer id, first offset))."""
+    mod = response_module(ApiKey.FETCH, call.api_version)
+    part = mod.PartitionData(
+        partition_index=0,
+        error_code=ErrorCode.none,
+        high_watermark=high_watermark,
+        last_stable_offset=high_watermark,
+        log_start_offset=0,
+        aborted_transactions=tuple(
+            mod.AbortedTransaction(producer_id=p, first_offset=o) for p, o in aborted
+        ),
+        records=records,
+    )
+    return Respond(
+        mod.FetchResponse(
+            throttle_time=datetime.timedelta(0),
+            error_code=ErrorCode.none,
+            session_id=0,
+            responses=(mod.FetchableTopicResponse(topic=topic, partitions=(part,)),),
+        )
+    )
+
+
+def sound_batch(first: int, value: bytes, count: int = 3) -> bytes:
+    """A batch of ``count`` records of ``value`` from offset ``first``."""
+    return with_base_offset(encode_batch([(None, value, (), 0)] * count), first)
+
+
+def damaged_batch(first: int) -> bytes:
+    """Three records from offset ``first`` whose first record's length is
+    malformed (-2) under a correct CRC: damage only decoding finds."""
+    batch = bytearray(sound_batch(first, b"y"))
+    batch[61] = 0x03  # the first record's length: -2
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    return bytes(batch)
