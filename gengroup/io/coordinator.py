@@ -324,11 +324,11 @@ class CoordinatorClient:
             try:
                 with anyio.move_on_after(bound):
                     return await self.call(key, make, parse)
-            except anyio.get_cancelled_exc_class():  # the deadline cut the wait
-                if self.node is not None:
+            except anyio.get_cancelled_exc_class():
+                if not left() and self.node is not None:  # the call's deadline cut the wait
                     waited = self.node
                     self.cluster.unanswered(waited)
-                self.forget()
+                    self.forget()
                 raise
             node = self.node
             if node is not None:

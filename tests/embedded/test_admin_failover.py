@@ -93,3 +93,23 @@ async def test_an_admin_deadline_does_not_fail_a_shared_connection(
                 await admin.describe_groups([GROUP], timeout=1.0)
         assert not isinstance(other[0], Exception), other[0]
         assert conn.is_usable
+
+
+async def test_a_caller_that_gives_up_leaves_a_healthy_coordinator_alone(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The caller gives up on an Admin call after 0.5 s for reasons of its own
+    (a deadline around it, a task group shutting down, Ctrl-C) while the
+    coordinator takes 2 s: the coordinator is neither forgotten nor made
+    silent, only the call's own deadline does that."""
+    async with FakeCluster(brokers=3, topics={"t": 1}) as broker:
+        async with Admin(broker.bootstrap, timeout=60) as admin:
+            await admin.describe_groups([GROUP])
+            coordinator = admin.coordinator(GROUP)
+            node = coordinator.node
+            assert node is not None
+            broker.control(ApiKey.DESCRIBE_GROUPS, lambda call: Delay(2.0), once=True)
+            with anyio.move_on_after(0.5):
+                await admin.describe_groups([GROUP])
+            assert coordinator.node == node
+            assert not admin.cluster._silent
