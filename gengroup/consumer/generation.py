@@ -732,11 +732,10 @@ class Generation(IdentityNames):
         """The offset ``fetch(tp)`` hands out from next (the Java consumer's ``position()``).
 
         It lies past every batch handed out, and past the offsets after them
-        that hold no record to hand out (transaction markers, aborted
-        transactions under ``read_committed``), where no batch comes from: a
-        worker that marked every batch it got has read up to here. A partition
-        whose ownership span outlived this generation is reported as the
-        generation holding it now fetches it.
+        that hold no record (transaction markers, aborted transactions under
+        ``read_committed``): a worker that marked every batch it got has read
+        up to here. A span that outlived this generation is reported as the
+        generation holding it now fetches it; one being revoked, where it ends.
 
         Raises:
             KeyError: ``tp`` is not assigned to this member in this generation.
@@ -744,6 +743,8 @@ class Generation(IdentityNames):
         if tp not in self.assignments:
             raise self._unassigned(tp)
         span = self._span(tp)
+        if span is not None and span.closed:  # being revoked: no batch comes any more
+            return span.position
         return (self if span is None else span.gen)._prefetcher.position(tp)
 
     def _unassigned(self, tp: TopicPartition) -> KeyError:

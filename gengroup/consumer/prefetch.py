@@ -735,6 +735,8 @@ class Prefetcher:
                     self._config.start_offset,
                 )
                 part.position = new
+                if not part.queue:  # the next batch handed out starts there
+                    part.handed = new
                 part.gaps.clear()
                 self.on_reset(part.tp, new)
             else:

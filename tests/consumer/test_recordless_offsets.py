@@ -22,11 +22,23 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from kio.schema.errors import ErrorCode
 
 from gengroup import ConsumerGroup, CooperativeStickyBalancer, Generation, TopicPartition
+from gengroup._config import GroupConfig
+from gengroup._errors import OffsetOutOfRange
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Intercepted, Respond
-from gengroup.protocol.records import ControlType, encode_batch, encode_control_batch
+from gengroup.consumer.prefetch import Prefetcher
+from gengroup.io.cluster import Cluster
+from gengroup.protocol.fetch import PartitionFetch
+from gengroup.protocol.records import (
+    ControlType,
+    encode_batch,
+    encode_control_batch,
+    scan_batches,
+    with_base_offset,
+)
 from gengroup.protocol.versions import ApiKey
 
 from ..embedded import fetch_answer as answer_with
@@ -158,11 +170,18 @@ async def test_offsets_without_records_wait_for_the_mark_of_the_batch_before_the
 async def test_a_seek_forgets_the_offsets_without_records_it_moves_from(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """After a seek back to 0 the position is 0 again, and the batch at 0 is
-    handed out again; its mark (3) passes the offsets without records once
-    they are fetched again."""
+    """After a seek back to 0 the position is 0 again, the batch at 0 is
+    handed out again, and the offsets without records found before the seek
+    are forgotten: its mark (3) stays at 3 until they are fetched again (held
+    for 5 s here), then passes them."""
+    held = False
+
+    def answer(call: Intercepted) -> Delay | Respond:
+        first = fetch_answer(call)
+        return Delay(5.0, first) if held and not isinstance(first, Delay) else first
+
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
-        cluster.control(ApiKey.FETCH, fetch_answer)
+        cluster.control(ApiKey.FETCH, answer)
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
             gen = await group.next()
             batches = gen.fetch(TP)
@@ -172,6 +191,32 @@ async def test_a_seek_forgets_the_offsets_without_records_it_moves_from(
             assert gen.position(TP) == 0
             batch = await anext(batches)
             assert batch.next_offset == 3
+            held = True  # the offsets from 3 on are not fetched again for 5 s
             gen.mark(TP, batch.next_offset)
-            await wait_until(lambda: gen.marks == {TP: END}, "the mark at the end", 10)
+            await trio.sleep(2.0)
+            assert gen.marks == {TP: 3}
+            await wait_until(lambda: gen.marks == {TP: END}, "the mark at the end", 60)
             gen.cancel("test over")
+
+
+async def test_the_position_after_an_offset_reset_is_the_reset_offset() -> None:
+    """Fetching from 100 is answered OFFSET_OUT_OF_RANGE and the position is
+    reset to 500; once the batch at 500 is buffered, ``position()`` still says
+    500, where the next batch handed out starts (it went back to 100)."""
+
+    async def reset(tp: TopicPartition) -> int:
+        return 500
+
+    address = "127.0.0.1:9092"
+    prefetcher = Prefetcher(
+        Cluster(address), GroupConfig.create("g", ["t"], address), {TP: 100}, reset
+    )
+    part = prefetcher._parts[TP]
+    out_of_range = OffsetOutOfRange(int(ErrorCode.offset_out_of_range), "t[0]")
+    await prefetcher._deliver(0, part, PartitionFetch(error=out_of_range))
+    assert prefetcher.position(TP) == 500
+    raws, _ = scan_batches(with_base_offset(encode_batch([(None, b"v", (), 0)] * 3), 500))
+    await prefetcher._deliver(
+        0, part, PartitionFetch(error=None, high_watermark=503, next_offset=503, raw=raws, size=100)
+    )
+    assert prefetcher.position(TP) == 500

@@ -309,3 +309,28 @@ async def test_a_revoked_worker_commits_in_its_cleanup(
         assert len(cleanups) == 2 and all(exc is None for exc in cleanups.values()), cleanups
         assert first_offset == dict.fromkeys(first_offset, 30)
         tg.cancel_scope.cancel()
+
+
+async def test_the_position_of_a_partition_being_revoked_is_where_its_span_ends() -> None:
+    """A span task's clean-up asks ``gen.position(tp)`` while the next
+    generation revokes the partition: the answer is where the span ends (its
+    next batch would have started there), not a bare KeyError from the
+    revoking generation's prefetcher, which never had the partition."""
+    recorder = Recorder()
+    spans: dict[TopicPartition, Span] = {}
+    first = generation(1, spans, recorder)
+    span = spans[TP] = Span(TP, first, position=7)
+    first.set_ended()
+    revoking = Generation(
+        identity=GenerationIdentity("g", 2, "m", None, 2),
+        is_leader=False,
+        protocol="cooperative-sticky",
+        assignments={},
+        timings=RebalanceTimings(),
+        _committer=recorder,
+        _prefetcher=unstarted_prefetcher({}),  # built from its own assignments, as formed
+        _spans=spans,
+        revoked=frozenset({TP}),
+    )
+    span.hand_to(None, revoking)
+    assert first.position(TP) == 7
