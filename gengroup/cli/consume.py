@@ -445,6 +445,12 @@ async def _read_as_member(
                     gen.mark(tp, batch.next_offset)
                 printer.flush()
                 positions.at(tp, batch.next_offset)
+            here = gen.position(tp)
+            if end is not None and here <= end:
+                # Every batch handed out was printed whole (one cut at the end
+                # ends past it): the offsets without records up to here are
+                # committed too, also when the generation started before them.
+                gen.mark(tp, here)
             # Returning would end the generation: a finished partition waits.
             await anyio.sleep_forever()
 

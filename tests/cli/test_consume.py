@@ -373,3 +373,32 @@ async def test_a_group_member_reaches_the_end_past_markers_and_aborted_records(
             )
         assert broker.committed_offsets("g") == {TopicPartition("t", 0): recordless.END}
     assert [r["offset"] for r in as_json(out.getvalue().decode())] == [0, 1, 2]
+
+
+async def test_a_group_member_starting_right_before_markers_commits_past_them(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The group committed 3 before (offsets 3-7 hold a transaction marker, an
+    aborted transaction and its marker): `consume --group G --until-end`
+    prints nothing, ends, and commits 8, so the next run does not fetch them
+    again. Nothing was handed out, so nothing was marked, and it committed 3
+    again."""
+    tp = TopicPartition("t", 0)
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as broker:
+        async with Producer(broker.bootstrap) as producer:  # the end offset --until-end reads
+            await producer.send_many("t", [b"r"] * recordless.END)
+        broker.control(ApiKey.FETCH, recordless.fetch_answer)
+        async with Admin(broker.bootstrap) as admin:
+            await admin.reset_offsets("g", [tp], offset=3)
+        args = build_parser().parse_args(
+            ["consume", "t", "--group", "g", "--until-end", "--format", "json", "--timeout", "60"]
+        )
+        out = io.BytesIO()
+        printer = consume.Printer("json", None, None, out=out)
+        positions = consume._Positions(View("partitions", enabled=False))
+        with trio.fail_after(30):
+            await consume._read_as_member(
+                args, printer, anyio.Event(), broker.bootstrap, EMBEDDED_SETTINGS, positions
+            )
+        assert broker.committed_offsets("g") == {tp: recordless.END}
+    assert out.getvalue() == b""
