@@ -86,14 +86,16 @@ class GroupMetrics:
     last_generation: str = ""
 
     def snapshot(self) -> GroupMetrics:
-        """A copy of the counters as they are now."""
-        return replace(self)
+        """A copy of the counters as they are now (the timings copied too: the
+        newest generation's go on changing, its first record's time for one)."""
+        timings = self.last_timings
+        return replace(self, last_timings=None if timings is None else replace(timings))
 
 
 #: (name, help) of each counter exported to Prometheus, after ``gengroup_``.
 _COUNTERS = (
     ("fetches", "Fetch answers received"),
-    ("fetch_errors", "Fetch requests that failed"),
+    ("fetch_errors", "Fetch requests that failed, and partition errors in Fetch answers"),
     ("fetch_requests_full", "Fetch requests naming every partition they fetched"),
     ("fetch_requests_incremental", "Incremental Fetch requests of a fetch session"),
     ("fetch_partitions_sent", "Partitions named in Fetch requests"),

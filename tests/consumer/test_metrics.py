@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gengroup import ConsumerGroup, KafkaConnectionError, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Disconnect
+from gengroup.consumer.generation import RebalanceTimings
 from gengroup.consumer.metrics import GroupMetrics, prometheus_collector, register_prometheus
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
@@ -46,7 +47,7 @@ async def test_counters_follow_fetches_commits_and_generations(
             now = group.metrics()
             assert now.records == 5 and now.bytes > 50 and now.fetches >= 1
             assert (now.commits_ok, now.commits_failed) == (1, 1)
-            assert now.generations == 1 and now.last_timings is gen.timings
+            assert now.generations == 1 and now.last_timings == gen.timings
             # The embedded broker declines fetch sessions: every request is full.
             assert now.fetch_requests_full >= now.fetches and not now.fetch_requests_incremental
             assert now.fetch_partitions_sent >= now.fetch_requests_full
@@ -150,3 +151,13 @@ async def test_one_process_exports_every_open_group_once_through_one_collector(
             assert _records(registry) == {("billing", "gengroup", "0"): 3.0}
             gen.cancel()
         assert _records(registry) == {}
+
+
+def test_a_snapshot_does_not_change_with_the_newest_generation() -> None:
+    """A snapshot's rebalance timings are a copy: the newest generation's go on
+    changing (its first record's time comes later), the snapshot's do not."""
+    counters = GroupMetrics(last_timings=RebalanceTimings(join=0.25))
+    taken = counters.snapshot()
+    assert counters.last_timings is not None
+    counters.last_timings.first_record = 1.5
+    assert taken.last_timings == RebalanceTimings(join=0.25)
