@@ -176,6 +176,8 @@ class GroupClient:
             security=config,
         )
         self._missing_topics: set[str] = set()
+        #: Whether forming logged the coordinator unreachable since a generation formed.
+        self.coordinator_lost = False
         #: The member's counters (``ConsumerGroup.metrics()``).
         self.metrics = GroupMetrics()
         #: Fetch sessions of ended prefetchers, closed by the next ones.
@@ -664,6 +666,7 @@ async def form_generation(
             positions, committed = await client.start_positions(node, partitions, answer.committed)
             timings.offset_fetch += anyio.current_time() - t0
             client.coordinator.accepted()
+            client.coordinator_lost = False
         except (KafkaConnectionError, TimeoutError) as exc:
             unreachable = exhausted_unreachable(exc)
             if unreachable is not None:
@@ -674,7 +677,14 @@ async def form_generation(
                 log.info("group %s: start offsets: %s; rejoining", cfg.group_id, exc)
                 member.abandon(Outcome.REJOIN, "start offsets not found")
             else:
-                said = (cfg.group_id, 0) in client.cluster.coordinator_outages  # it said so
+                # Said once until a generation forms (the coordinator's node may
+                # stay named by FindCoordinator for seconds after it died), and
+                # not at all if the cluster said the coordinator is unavailable.
+                said = (
+                    client.coordinator_lost
+                    or (cfg.group_id, 0) in client.cluster.coordinator_outages
+                )
+                client.coordinator_lost = True
                 text = "group %s: coordinator unreachable (%s); looking it up again"
                 log.log(logging.DEBUG if said else logging.INFO, text, cfg.group_id, exc)
                 client.forget_coordinator()

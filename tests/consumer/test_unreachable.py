@@ -38,7 +38,7 @@ from gengroup import (
 )
 from gengroup._errors import is_retriable
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Control, Delay, Drop, Fail, Intercepted
+from gengroup.broker.faults import Control, Delay, Disconnect, Drop, Fail, Intercepted
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -474,3 +474,28 @@ async def test_a_consumer_protocol_outage_is_said_once_with_the_broker_and_reque
 
 def error_name(code: int) -> str:
     return {15: "COORDINATOR_NOT_AVAILABLE", 16: "NOT_COORDINATOR"}[code]
+
+
+async def test_a_coordinator_lost_while_forming_is_said_once(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The coordinator's connection breaks at every JoinGroup for 5 s (its node
+    died, and FindCoordinator names it until the cluster notices): the group
+    forms once it is back, and "coordinator unreachable" is one INFO line,
+    the attempts after it DEBUG, not one INFO line per attempt."""
+    caplog.set_level(logging.DEBUG, logger="gengroup")
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        back_at = trio.current_time() + 5.0
+
+        def breaking(call: Intercepted) -> Disconnect | None:
+            return Disconnect() if trio.current_time() < back_at else None
+
+        broken = cluster.control(ApiKey.JOIN_GROUP, breaking)
+        with trio.fail_after(600.0):  # a hang guard in virtual time
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **FAST) as group:
+                async for gen in group:
+                    assert set(gen.assignments) == {TopicPartition("t", 0)}
+                    break
+    assert broken.handled >= 3
+    assert count(caplog, logging.INFO, "coordinator unreachable") == 1
+    assert count(caplog, logging.DEBUG, "coordinator unreachable") >= 2
