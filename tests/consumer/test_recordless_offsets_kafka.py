@@ -68,9 +68,12 @@ async def test_a_member_commits_past_markers_and_aborted_transactions(
             gen.start_soon(work, gen)
             await anyio.to_thread.run_sync(_transaction, producer, topic, "c", True)
             await anyio.to_thread.run_sync(_transaction, producer, topic, "a", False)
+            # 5 records, a marker, 5 records, a marker. The transaction
+            # coordinator writes a marker after its EndTxn answered: wait for it.
             async with Admin(kafka.bootstrap) as admin:
-                end = (await admin.list_offsets([tp], "latest"))[tp]
-            assert end == 12  # 5 records, a marker, 5 records, a marker
+                while (end := (await admin.list_offsets([tp], "latest"))[tp]) < 12:
+                    await anyio.sleep(0.05)
+            assert end == 12
             await wait_until(lambda: gen.marks == {tp: end}, "the mark at the end", 30)
             assert (gen.lag(), gen.position(tp)) == ({tp: 0}, end)
             await gen.commit()
