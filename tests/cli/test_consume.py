@@ -351,6 +351,21 @@ async def test_a_direct_reader_prints_the_records_before_damaged_contents_then_f
     assert [(r["offset"], r["value"]) for r in printed] == [(i, f"x{i}") for i in range(3)]
 
 
+async def member_until_end(broker: FakeCluster, *more: str) -> io.BytesIO:
+    """`gengroup consume t --group g --until-end --format json` (and ``more``)
+    read as a group member on ``broker``: what it printed."""
+    argv = ["consume", "t", "--group", "g", "--until-end", *more]
+    args = build_parser().parse_args([*argv, "--format", "json", "--timeout", "60"])
+    out = io.BytesIO()
+    printer = consume.Printer("json", None, None, out=out)
+    positions = consume._Positions(View("partitions", enabled=False))
+    with trio.fail_after(30):
+        await consume._read_as_member(
+            args, printer, anyio.Event(), broker.bootstrap, EMBEDDED_SETTINGS, positions
+        )
+    return out
+
+
 async def test_a_group_member_reaches_the_end_past_markers_and_aborted_records(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -362,15 +377,7 @@ async def test_a_group_member_reaches_the_end_past_markers_and_aborted_records(
         async with Producer(broker.bootstrap) as producer:  # the end offset --until-end reads
             await producer.send_many("t", [b"r"] * recordless.END)
         broker.control(ApiKey.FETCH, recordless.fetch_answer)
-        argv = ["consume", "t", "--group", "g", "--from-beginning", "--until-end"]
-        args = build_parser().parse_args([*argv, "--format", "json", "--timeout", "60"])
-        out = io.BytesIO()
-        printer = consume.Printer("json", None, None, out=out)
-        positions = consume._Positions(View("partitions", enabled=False))
-        with trio.fail_after(30):
-            await consume._read_as_member(
-                args, printer, anyio.Event(), broker.bootstrap, EMBEDDED_SETTINGS, positions
-            )
+        out = await member_until_end(broker, "--from-beginning")
         assert broker.committed_offsets("g") == {TopicPartition("t", 0): recordless.END}
     assert [r["offset"] for r in as_json(out.getvalue().decode())] == [0, 1, 2]
 
@@ -390,15 +397,6 @@ async def test_a_group_member_starting_right_before_markers_commits_past_them(
         broker.control(ApiKey.FETCH, recordless.fetch_answer)
         async with Admin(broker.bootstrap) as admin:
             await admin.reset_offsets("g", [tp], offset=3)
-        args = build_parser().parse_args(
-            ["consume", "t", "--group", "g", "--until-end", "--format", "json", "--timeout", "60"]
-        )
-        out = io.BytesIO()
-        printer = consume.Printer("json", None, None, out=out)
-        positions = consume._Positions(View("partitions", enabled=False))
-        with trio.fail_after(30):
-            await consume._read_as_member(
-                args, printer, anyio.Event(), broker.bootstrap, EMBEDDED_SETTINGS, positions
-            )
+        out = await member_until_end(broker)
         assert broker.committed_offsets("g") == {tp: recordless.END}
     assert out.getvalue() == b""

@@ -115,11 +115,14 @@ async def test_a_commit_waiting_for_a_holder_goes_on_once_the_next_generation_fo
     assert recorder.commits == [(second.identity, {TP: 3})]
 
 
-async def test_a_revoked_spans_commit_goes_under_the_revoking_generation() -> None:
-    recorder = Recorder()
+def being_revoked(
+    recorder: Recorder, position: int, prefetcher: Any
+) -> tuple[Generation, Generation]:
+    """Generation 1, ended, whose span of TP (at ``position``) generation 2
+    revokes: (the first, the revoking one)."""
     spans: dict[TopicPartition, Span] = {}
     first = generation(1, spans, recorder)
-    span = spans[TP] = Span(TP, first, position=0)
+    span = spans[TP] = Span(TP, first, position=position)
     first.set_ended()
     revoking = Generation(
         identity=GenerationIdentity("g", 2, "m", None, 2),
@@ -128,11 +131,17 @@ async def test_a_revoked_spans_commit_goes_under_the_revoking_generation() -> No
         assignments={},
         timings=RebalanceTimings(),
         _committer=recorder,
-        _prefetcher=unstarted_prefetcher({TP: 0}),
+        _prefetcher=prefetcher,
         _spans=spans,
         revoked=frozenset({TP}),
     )
     span.hand_to(None, revoking)
+    return first, revoking
+
+
+async def test_a_revoked_spans_commit_goes_under_the_revoking_generation() -> None:
+    recorder = Recorder()
+    first, revoking = being_revoked(recorder, 0, unstarted_prefetcher({TP: 0}))
     first.mark(TP, 4)  # in the task's cleanup
     await first.commit()
     assert recorder.commits == [(revoking.identity, {TP: 4})]
@@ -316,21 +325,6 @@ async def test_the_position_of_a_partition_being_revoked_is_where_its_span_ends(
     generation revokes the partition: the answer is where the span ends (its
     next batch would have started there), not a bare KeyError from the
     revoking generation's prefetcher, which never had the partition."""
-    recorder = Recorder()
-    spans: dict[TopicPartition, Span] = {}
-    first = generation(1, spans, recorder)
-    span = spans[TP] = Span(TP, first, position=7)
-    first.set_ended()
-    revoking = Generation(
-        identity=GenerationIdentity("g", 2, "m", None, 2),
-        is_leader=False,
-        protocol="cooperative-sticky",
-        assignments={},
-        timings=RebalanceTimings(),
-        _committer=recorder,
-        _prefetcher=unstarted_prefetcher({}),  # built from its own assignments, as formed
-        _spans=spans,
-        revoked=frozenset({TP}),
-    )
-    span.hand_to(None, revoking)
+    # The revoking generation's prefetcher is built from its own assignments, as formed.
+    first, _ = being_revoked(Recorder(), 7, unstarted_prefetcher({}))
     assert first.position(TP) == 7
