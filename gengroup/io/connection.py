@@ -261,7 +261,8 @@ class BrokerConnection:
         self._failure: KafkaConnectionError | None = None
         self._closed = anyio.Event()
         #: Set to wake :meth:`_watch_deadlines`: an earlier deadline, or the
-        #: watched request answered, or the connection closed.
+        #: connection closed. (An answer does not wake it: it wakes at the
+        #: watched deadline, no later than any other, and watches the next.)
         self._wake = anyio.Event()
         #: The deadline :meth:`_watch_deadlines` sleeps until (inf: none).
         self._watching = math.inf
@@ -511,8 +512,6 @@ class BrokerConnection:
                         raise ProtocolError(f"response with unknown correlation id {cid}")
                     waiter.frame = frame
                     waiter.event.set()
-                    if waiter.deadline == self._watching:
-                        self._wake.set()  # the watched request answered: watch the next
                     if self._set_up:
                         self.has_answered = True
                         if self.on_answer is not None:
