@@ -14,7 +14,7 @@ import pytest
 
 from gengroup import Admin, Cluster, TopicPartition
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Delay
+from gengroup.broker.faults import Delay, Intercepted
 from gengroup.cli import build_parser, produce
 from gengroup.io.fetch import read_partition
 from gengroup.partitioner import partition_for_key
@@ -209,18 +209,25 @@ async def test_stopping_the_input_while_sends_wait_loses_no_line_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The signal ends the reading, not the sending: 8,000 lines read in one go
-    while the broker takes 1 s per Produce, the input stopped half a second in
-    -- every line read is sent (cancelling the sends with the reading lost
-    3,000 of them)."""
+    while the broker takes 1 s per Produce, the input stopped as the first
+    Produce waits at the broker -- every line read is sent (cancelling the
+    sends with the reading lost 3,000 of them)."""
     monkeypatch.setenv("GENGROUP_PROGRESS", "never")
+    produce_arrived = anyio.Event()
 
     async def stop_soon(given: produce._Input) -> None:
-        await anyio.sleep(0.5)
+        # The one read of the pipe returned every line before the first
+        # Produce was sent, however slowly a loaded machine runs.
+        await produce_arrived.wait()
         given.stop()
+
+    def slow(call: Intercepted) -> Delay:
+        produce_arrived.set()
+        return Delay(1.0)
 
     monkeypatch.setattr(produce, "_stop_on_signal", stop_soon)
     async with FakeCluster(topics={"t": 1}) as cluster:
-        cluster.control(ApiKey.PRODUCE, lambda call: Delay(1.0))
+        cluster.control(ApiKey.PRODUCE, slow)
         args = build_parser().parse_args(["produce", "t", "--bootstrap", cluster.bootstrap])
         r, w = os.pipe()
         os.write(w, b"x\n" * 8000)
