@@ -363,7 +363,11 @@ async def test_leaving_with_an_exception_fails_queued_records(bootstrap: str, to
         with pytest.raises(Boom):
             async with producer:
                 outer.start_soon(waiter)
-                await anyio.sleep(0.5)
+                # Its record queued (a loaded machine may take a while to
+                # connect and look the topic up), then the exception.
+                with anyio.fail_after(HANG_GUARD):
+                    while not producer._outstanding:
+                        await anyio.sleep(0.01)
                 raise Boom
     assert len(outcomes) == 1
     with pytest.raises(ConnectionClosed):
