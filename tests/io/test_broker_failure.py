@@ -42,10 +42,8 @@ async def test_kill_during_long_poll_fetch_raises_broken_connection(topic: str) 
         async with open_connection(host, int(port)) as conn:
             version = conn.versions[ApiKey.FETCH]
             errors: dict[str, BaseException] = {}
-            in_flight = anyio.Event()
 
             async def long_poll_cluster() -> None:
-                in_flight.set()
                 try:
                     await fetch_once(cluster, leader, {tp: 0}, max_wait=20.0)
                 except BaseException as exc:
@@ -61,8 +59,10 @@ async def test_kill_during_long_poll_fetch_raises_broken_connection(topic: str) 
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(long_poll_cluster)
                     tg.start_soon(long_poll_connection)
-                    await in_flight.wait()
-                    await anyio.sleep(1.0)  # both requests are parked in the broker
+                    # Both requests sent (a loaded machine may take a while to
+                    # open the cluster's fetch connection) before the kill.
+                    while not (cluster.awaiting(leader, "fetch") and conn.awaiting):
+                        await anyio.sleep(0.01)
                     await anyio.to_thread.run_sync(broker.kill)
             assert isinstance(errors.get("cluster"), BrokenConnection), errors
             assert isinstance(errors.get("connection"), BrokenConnection), errors
