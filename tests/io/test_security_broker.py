@@ -265,9 +265,10 @@ async def test_acls_reach_the_user_as_typed_errors(
     with anyio.fail_after(HANG_GUARD):
         async with Admin(bootstrap, **alice) as admin:
             await admin.create_topics({topic: 1})
-            await allow_only(secure_kafka, "User:bob", RESOURCE_TOPIC, topic)
             await allow_only(secure_kafka, "User:bob", RESOURCE_GROUP, group_id)
-            # The ACLs reach the broker's authorizer through the metadata log.
+            await allow_only(secure_kafka, "User:bob", RESOURCE_TOPIC, topic)
+            # The ACLs reach the broker's authorizer through the metadata log,
+            # in its order: once the topic's is in force, the group's is too.
             while (await admin.cluster.refresh_metadata([topic]))[topic].error_code == 0:
                 await anyio.sleep(0.05)
         with pytest.raises(TopicAuthorizationFailed, match=topic):
