@@ -69,6 +69,7 @@ from .detached import (
     start_or_drop,
     stuck,
 )
+from .span_commits import commit_in_spans
 from .timings import RebalanceTimings
 
 if TYPE_CHECKING:
@@ -821,7 +822,8 @@ class Generation(IdentityNames):
                 not retried); KafkaConnectionError: the connection broke. Marks stay.
         """
         if self.ended:
-            await self._commit_in_spans(offsets, metadata)
+            where = f"generation {self.label} of {self.group_id}"
+            await commit_in_spans(where, self.assignments, self._span, offsets, metadata)
             return
         async with self._commit_lock:
             checked = ((tp, checked_offset(tp, o)) for tp, o in (offsets or {}).items())
@@ -864,37 +866,3 @@ class Generation(IdentityNames):
                 self.commit_error = refused
                 self.commits_failed += 1
                 raise refused
-
-    async def _commit_in_spans(
-        self, offsets: Offsets | None, metadata: OffsetMetadata | None
-    ) -> None:
-        """:meth:`commit` once this generation ended: under the generations holding its spans."""
-        ended = GenerationEnded(
-            f"commit: generation {self.label} of {self.group_id} has ended; nothing was sent"
-        )
-        wanted = (
-            None if offsets is None else {tp: checked_offset(tp, o) for tp, o in offsets.items()}
-        )
-        spans: dict[TopicPartition, Span] = {}
-        for tp in self.assignments if wanted is None else wanted:
-            span = self._span(tp)
-            if span is not None:
-                spans[tp] = span
-            elif wanted is not None:
-                raise ended
-        if not spans:
-            raise ended
-        # Between generations: until the next one is formed (or the span is given up).
-        while waiting := [s for s in spans.values() if s.holder() is None and not s.closed]:
-            await waiting[0].moved.wait()
-        holders: dict[Generation, dict[TopicPartition, int]] = {}
-        for tp, span in spans.items():
-            holder = span.holder()
-            if holder is None:  # given up with every other span (the membership may be lost)
-                raise ended
-            marked = max(span.pending, span.gen._marks.get(tp, -1))
-            offset = marked if wanted is None else wanted[tp]
-            if offset >= 0:
-                holders.setdefault(holder, {})[tp] = offset
-        for holder, due in holders.items():
-            await holder.commit(due, metadata=metadata)

@@ -1,0 +1,99 @@
+"""Commits asked of a generation that ended: under the generations holding its spans.
+
+Theory of operation:
+
+A partition's ownership span can outlive the generation that started its
+tasks (``docs/incremental-rebalancing.md``): a span task may keep calling
+``commit()`` on the generation it started in after that one ended. Such a
+commit is sent under the identity of the generation holding the span now
+(:meth:`~gengroup.consumer.generation.Span.holder`), as ``mark`` and
+``fetch`` follow the span; between generations it waits until the next one
+is formed; a partition without a span that outlived the generation (or one
+given up with the membership) raises :class:`~gengroup.GenerationEnded`
+without sending anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
+
+import anyio
+
+from .._errors import GenerationEnded
+from .._types import TopicPartition, checked_offset
+from .commits import OffsetMetadata, Offsets
+
+__all__ = ["commit_in_spans"]
+
+
+class _Holder(Protocol):
+    """What of a generation holding a span a commit uses (a Generation)."""
+
+    @property
+    def marks(self) -> Mapping[TopicPartition, int]: ...
+
+    async def commit(
+        self, offsets: Offsets | None = None, *, metadata: OffsetMetadata | None = None
+    ) -> None: ...
+
+
+class _Span(Protocol):
+    """What of an ownership span a commit uses (a generation's Span)."""
+
+    @property
+    def gen(self) -> _Holder: ...
+    @property
+    def pending(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def moved(self) -> anyio.Event: ...
+    def holder(self) -> _Holder | None: ...
+
+
+async def commit_in_spans(
+    where: str,
+    assigned: Iterable[TopicPartition],
+    span_of: Callable[[TopicPartition], _Span | None],
+    offsets: Offsets | None,
+    metadata: OffsetMetadata | None,
+) -> None:
+    """A generation's ``commit(offsets, metadata=metadata)`` once it ended.
+
+    Args:
+        where: the generation, for the error (``generation 3 of g``).
+        assigned: the partitions it assigned.
+        span_of: a partition's span, if one outlived the generation.
+        offsets, metadata: what the commit was asked for (None: the spans' marks).
+
+    Raises:
+        GenerationEnded: a partition to commit has no span that outlived
+            ``gen``, or none has; nothing was sent.
+        BrokerError, KafkaConnectionError: what the holder's commit raises.
+    """
+    ended = GenerationEnded(f"commit: {where} has ended; nothing was sent")
+    wanted = None if offsets is None else {tp: checked_offset(tp, o) for tp, o in offsets.items()}
+    spans: dict[TopicPartition, _Span] = {}
+    for tp in assigned if wanted is None else wanted:
+        span = span_of(tp)
+        if span is not None:
+            spans[tp] = span
+        elif wanted is not None:
+            raise ended
+    if not spans:
+        raise ended
+    # Between generations: until the next one is formed (or the span is given up).
+    while waiting := [s for s in spans.values() if s.holder() is None and not s.closed]:
+        await waiting[0].moved.wait()
+    holders: dict[_Holder, dict[TopicPartition, int]] = {}
+    for tp, span in spans.items():
+        holder = span.holder()
+        if holder is None:  # given up with every other span (the membership may be lost)
+            raise ended
+        marked = max(span.pending, span.gen.marks.get(tp, -1))
+        offset = marked if wanted is None else wanted[tp]
+        if offset >= 0:
+            holders.setdefault(holder, {})[tp] = offset
+    for holder, due in holders.items():
+        await holder.commit(due, metadata=metadata)
