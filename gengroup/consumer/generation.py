@@ -38,7 +38,9 @@ revoking it holds it.
 Marks only move forward; commits never send an offset lower than one this
 member already committed for the partition, so a late commit cannot move a
 committed offset backwards. A mark that reaches offsets the prefetcher found
-without a record to hand out moves past them (:mod:`.recordless`). A
+without a record to hand out moves past them, and so does the committed offset
+a partition started from, once its worker asks for a batch (a *start mark*,
+committed with the metadata committed with it: :mod:`.recordless`). A
 generation sends its commits through a :class:`Committer` under its
 :class:`~gengroup._types.GenerationIdentity`; it knows nothing of the group
 that formed it.
@@ -69,6 +71,7 @@ from .detached import (
     start_or_drop,
     stuck,
 )
+from .recordless import with_start_marks
 from .span_commits import commit_in_spans
 from .timings import RebalanceTimings
 
@@ -306,6 +309,9 @@ class Generation(IdentityNames):
     _scope: anyio.CancelScope = field(default_factory=anyio.CancelScope, repr=False)
     _tg: anyio.abc.TaskGroup | None = field(default=None, repr=False)
     _marks: dict[TopicPartition, int] = field(default_factory=dict, repr=False)
+    #: Start marks: where a range without records that starts at the committed
+    #: offset a partition started from ends (consumer/recordless.py).
+    _start_marks: dict[TopicPartition, int] = field(default_factory=dict, repr=False)
     _tasks: list[UserTask] = field(default_factory=list, repr=False)
     _ended: anyio.Event = field(default_factory=anyio.Event, repr=False)
     _commit_lock: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
@@ -451,6 +457,7 @@ class Generation(IdentityNames):
         if span is not None:
             span.reset, span.pending = offset, -1
         gen._marks.pop(tp, None)
+        gen._start_marks.pop(tp, None)
         gen._committed[tp] = min(gen._committed.get(tp, -1), offset - 1)
 
     def records_damaged(self, tp: TopicPartition, offset: int, error: ProtocolError) -> None:
@@ -670,7 +677,8 @@ class Generation(IdentityNames):
         The high watermark is the one in the newest fetch answer for the
         partition, so this costs no request; a partition not fetched yet
         is left out. The position is the partition's mark (or its start offset
-        while unmarked). ``sum(gen.lag().values())`` is the member's total.
+        while unmarked, past the offsets without records there once its worker
+        asked: consumer/recordless.py). ``sum(gen.lag().values())`` is the total.
         A partition whose ownership span outlived this generation is reported
         as the generation holding it now sees it (as ``mark`` and ``fetch``
         follow the span); one being revoked is left out.
@@ -683,7 +691,11 @@ class Generation(IdentityNames):
             gen = self if span is None else span.gen
             hw = gen._prefetcher.high_watermark(tp)
             if hw >= 0:
-                mark = max(gen._marks.get(tp, -1), span.pending if span is not None else -1)
+                mark = max(
+                    gen._marks.get(tp, -1),
+                    gen._start_marks.get(tp, -1),
+                    span.pending if span is not None else -1,
+                )
                 lag[tp] = max(0, hw - max(mark, gen.assignments.get(tp, start)))
         return lag
 
@@ -721,8 +733,13 @@ class Generation(IdentityNames):
 
     def gaps_found(self, tp: TopicPartition) -> None:
         """The prefetcher moved past offsets of ``tp`` that hold no record to
-        hand out: a mark that reached them passes them (consumer/recordless.py)."""
+        hand out: a mark that reached them passes them, and so may the start
+        mark (consumer/recordless.py)."""
         span = self._span(tp)
+        start = self._prefetcher.start_passed(tp)
+        holder = span is None or span.gen is self
+        if start > self._start_marks.get(tp, -1) and holder and not self.ended:
+            self._start_marks[tp] = start
         if span is not None:
             if span.gen is self:  # (else a newer holder's prefetcher fetches it)
                 span.mark(max(span.pending, self._marks.get(tp, -1)))
@@ -827,16 +844,24 @@ class Generation(IdentityNames):
             return
         async with self._commit_lock:
             checked = ((tp, checked_offset(tp, o)) for tp, o in (offsets or {}).items())
-            wanted = dict(self._marks) if offsets is None else dict(checked)  # marks: at mark()
+            carried: dict[TopicPartition, str] = {}
+            if offsets is None:  # the marks (checked at mark()), start marks included
+                wanted, carried = with_start_marks(
+                    self._marks, self._start_marks, self._committed_metadata
+                )
+            else:
+                wanted = dict(checked)
             for tp in wanted:
                 if tp not in self.assignments and tp not in self.revoked:
                     raise KeyError(f"{tp} is not assigned in generation {self.label}")
+                if offsets is not None:  # the application decides alone
+                    self._start_marks.pop(tp, None)
             due = {tp: o for tp, o in wanted.items() if o > self._committed.get(tp, -1)}
             if not due:
                 return
             sent_at = anyio.current_time()
             try:
-                notes = {tp: m for tp, m in (metadata or {}).items() if tp in due}
+                notes = {tp: m for tp, m in {**carried, **(metadata or {})}.items() if tp in due}
                 results = await self._committer.commit_offsets(self.identity, due, notes or None)
             except BaseException as exc:
                 self.commit_error = exc

@@ -76,7 +76,9 @@ in steps and the member's other workers run between them. An answer that
 moves a partition's position with no record to hand out (only transaction
 markers, aborted or compacted records) is noted as a range without records
 (:mod:`~gengroup.consumer.recordless`) and the generation told
-(``on_gap``): a mark that reaches it passes it.
+(``on_gap``): a mark that reaches it passes it, and so does the start mark
+of a partition started from its committed offset, once its worker asked
+for a batch (told ``on_gap`` then too).
 
 Each partition starts at the leader the cluster's metadata cache names (a
 partition the cache lacks is looked up first), so a new generation's first
@@ -308,6 +310,20 @@ class Prefetcher:
         part.gaps.forget_below(mark)
         return mark
 
+    def start_from(self, committed: Mapping[TopicPartition, int]) -> None:
+        """The partitions whose position is their ``committed`` offset: a worker
+        that asks for a batch there passes the range without records that
+        starts there (:mod:`~gengroup.consumer.recordless`, start marks)."""
+        for tp, offset in committed.items():
+            part = self._parts.get(tp)
+            if part is not None and part.position == part.handed == offset:
+                part.gaps.start = offset
+
+    def start_passed(self, tp: TopicPartition) -> int:
+        """Where ``tp``'s start mark reaches (-1: nowhere yet; see :meth:`start_from`)."""
+        part = self._parts.get(tp)
+        return -1 if part is None else part.gaps.from_start()
+
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Fetch ``tp`` from ``offset`` next: its buffered batches are dropped.
 
@@ -369,6 +385,7 @@ class Prefetcher:
 
     def _consumed(self, part: _Partition, batch: FetchedBatch) -> None:
         part.handed = batch.next_offset
+        part.gaps.start = -1  # the worker marks what it processes now
         part.buffered -= batch.size
         self._buffered -= batch.size
         if (not part.in_flight and self._has_room(part)) or (
@@ -828,6 +845,10 @@ class _PartitionIterator:
 
     async def __anext__(self) -> FetchedBatch:
         part = self._part
+        if not part.gaps.asked:
+            part.gaps.asked = True
+            if part.gaps.from_start() >= 0:  # found before the worker asked
+                self._prefetcher.on_gap(part.tp)
         if part.queue:
             await anyio.lowlevel.checkpoint()  # a batch buffered: let the others run first
         else:

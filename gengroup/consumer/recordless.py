@@ -20,23 +20,51 @@ is made or when the range is found, whichever comes last: everything before
 the mark was processed and the range holds nothing to process, so the
 committed offset never passes a record that was not processed, and a range
 found while the worker is still busy with batches before it waits until
-their marks reach it. Only marks move: a partition the application never
-marked is left alone (an application that commits by itself, as the lake
-sink does with its own probe, ``gengroup.lake.gaps``, decides alone; a
-commit from a mark would also drop the metadata it commits with).
+their marks reach it.
+
+The offset a partition started from in the generation counts as marked when
+it is the group's committed offset: everything before it was processed. A
+generation that starts right before such a range (its group committed just
+before a transaction's marker, or an aborted transaction was written while
+it was down) hands nothing out before it, so no mark of the application
+would ever reach it. Its *start mark* (:attr:`Gaps.start`) passes the range
+that begins exactly there (:meth:`Gaps.from_start`), on two conditions: no
+batch was handed out and the position was not moved (a seek, a reset)
+since the generation started, and the partition's worker asked for a batch
+(``gen.fetch(tp)``), as the Java consumer's position moves in ``poll()``. A
+worker asks once it is ready to process from there: an application that
+commits by itself first settles what its committed offset names (the lake
+sink, :mod:`gengroup.lake.sink`, publishes the file its commit metadata
+names, or seeks back before it). The generation keeps the range's end apart
+from the application's marks (:func:`with_start_marks`) and commits it like
+a mark, periodically and when it ends, with the metadata committed with the
+offset it passes, so an application's commit metadata is not dropped; a
+mark of the application at or past it wins (committed as marks are, with no
+metadata), and an explicit commit of the partition drops it (the
+application decides alone). A partition started from ``start_offset`` (no
+committed offset) has no start mark: gengroup commits nothing for a
+position it only reset to, until the application marks.
+
+Otherwise only marks move: a partition the application never marked is
+left alone (an application that commits by itself, as the lake sink does
+with its own probe, ``gengroup.lake.gaps``, decides alone; a commit from a
+mark would also drop the metadata it commits with).
 
 Contiguous ranges merge; ranges below the mark are forgotten, and only the
 newest :data:`MAX_RANGES` are kept: a range further back lies before
 batches handed out since, whose marks pass it anyway. A seek or a reset of
-the position forgets them all.
+the position forgets them all, and the start mark with them.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Final
+from collections.abc import Mapping
+from typing import Final, TypeVar
 
-__all__ = ["MAX_RANGES", "Gaps"]
+__all__ = ["MAX_RANGES", "Gaps", "with_start_marks"]
+
+_K = TypeVar("_K")
 
 #: The ranges a partition keeps at most (the newest).
 MAX_RANGES: Final = 16
@@ -47,9 +75,22 @@ class Gaps:
 
     def __init__(self) -> None:
         self._ranges: deque[tuple[int, int]] = deque()
+        #: The committed offset the partition started from, until a batch is
+        #: handed out or the position is moved (-1: none).
+        self.start = -1
+        #: The partition's worker asked for a batch.
+        self.asked = False
 
     def __repr__(self) -> str:
-        return f"<Gaps {list(self._ranges)}>"
+        return f"<Gaps {list(self._ranges)} start={self.start}>"
+
+    def from_start(self) -> int:
+        """The end of the range that begins at the start offset, once the
+        worker asked for a batch (-1: none, or not asked yet)."""
+        if self.start < 0 or not self.asked:
+            return -1
+        end = self.past(self.start)
+        return end if end > self.start else -1
 
     def add(self, start: int, end: int) -> None:
         """Offsets ``start`` to ``end - 1`` hold no record to hand out."""
@@ -76,5 +117,21 @@ class Gaps:
             self._ranges.popleft()
 
     def clear(self) -> None:
-        """Forget every range (the position was moved: a seek, a reset)."""
+        """Forget every range and the start (the position was moved: a seek, a reset)."""
         self._ranges.clear()
+        self.start = -1
+
+
+def with_start_marks(
+    marks: Mapping[_K, int], starts: Mapping[_K, int], metadata: Mapping[_K, str]
+) -> tuple[dict[_K, int], dict[_K, str]]:
+    """What a commit of the marks sends: each partition's mark, or its start
+    mark where that is higher; and the metadata those start marks carry
+    (``metadata``: what is committed with each partition's offset now)."""
+    wanted, notes = dict(marks), {}
+    for tp, end in starts.items():
+        if end > wanted.get(tp, -1):
+            wanted[tp] = end
+            if tp in metadata:
+                notes[tp] = metadata[tp]
+    return wanted, notes

@@ -230,7 +230,9 @@ class _Run:
             # With nothing left (no mark since the first pass) there is no
             # second pass: its shielded retry loop would send nothing.
             elif first is not None or any(
-                offset > gen._committed.get(tp, -1) for tp, offset in gen._marks.items()
+                offset > gen._committed.get(tp, -1)
+                for marks in (gen._marks, gen._start_marks)
+                for tp, offset in marks.items()
             ):
                 await self._final_commit(left, refused=self.end_refusals)
             gen.set_ended()

@@ -20,7 +20,7 @@ from crc32c import crc32c
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from gengroup import GenerationIdentity
+from gengroup import GenerationIdentity, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Intercepted, Respond
 from gengroup.io.connection import BrokerConnection, open_connection
@@ -427,3 +427,21 @@ def damaged_batch(first: int) -> bytes:
     batch[61] = 0x03  # the first record's length: -2
     struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
     return bytes(batch)
+
+
+def append_commit_marker(cluster: FakeCluster, tp: TopicPartition) -> None:
+    """Append a transaction's commit marker (a control batch) to ``tp`` on the embedded
+    broker, which has no transactions and refuses control batches from clients: the last
+    offset then holds no record, as after a transactional producer's commit."""
+    from gengroup.broker.log import StoredBatch
+    from gengroup.protocol.records import ControlType, encode_control_batch
+
+    log = cluster._partition(tp.topic, tp.partition).log
+    offset = log.high_watermark
+    data = encode_control_batch(
+        ControlType.COMMIT, producer_id=1, producer_epoch=0, timestamp=0, base_offset=offset
+    )
+    log.batches.append(StoredBatch(offset, offset, data, 0, 0))
+    log._last_offsets.append(offset)
+    log.high_watermark = offset + 1
+    log.size_bytes += len(data)

@@ -112,21 +112,3 @@ def write_garbage(folder: Path, name: str) -> Path:
 def expire(cluster: FakeCluster, tp: TopicPartition, before: int) -> None:
     """Move ``tp``'s log start to ``before`` on the embedded broker, as retention does."""
     cluster._partition(tp.topic, tp.partition).log.delete_records(before)
-
-
-def append_commit_marker(cluster: FakeCluster, tp: TopicPartition) -> None:
-    """Append a transaction's commit marker (a control batch) to ``tp`` on the embedded
-    broker, which has no transactions and refuses control batches from clients: the last
-    offset then holds no record, as after a transactional producer's commit."""
-    from gengroup.broker.log import StoredBatch
-    from gengroup.protocol.records import ControlType, encode_control_batch
-
-    log = cluster._partition(tp.topic, tp.partition).log
-    offset = log.high_watermark
-    data = encode_control_batch(
-        ControlType.COMMIT, producer_id=1, producer_epoch=0, timestamp=0, base_offset=offset
-    )
-    log.batches.append(StoredBatch(offset, offset, data, 0, 0))
-    log._last_offsets.append(offset)
-    log.high_watermark = offset + 1
-    log.size_bytes += len(data)

@@ -24,8 +24,8 @@ from gengroup.lake.spark import check_files
 from gengroup.producer import ProducerRecord
 from gengroup.protocol.versions import ApiKey
 
+from ..embedded import append_commit_marker
 from .helpers import (
-    append_commit_marker,
     end_offsets,
     expire,
     produce,
