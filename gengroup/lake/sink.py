@@ -330,6 +330,10 @@ class LakeSink:
             LakeError: the lake is inconsistent, or storage failed (from the ``OSError``).
         """
         try:
+            # Before the first fetch: the consumer carries the note committed with
+            # the start offset past offsets without records only once the worker
+            # asks for a batch (consumer/recordless.py), so the file it names is
+            # published, or the worker seeks back, first.
             start = await self._acquire(gen, tp)
             prog = self._progress.setdefault(tp, PartitionProgress(tp, start))
             prog.landed_offset, prog.buffered = start, 0

@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -531,6 +532,50 @@ async def test_offsets_without_records_are_committed_past(
             while await admin.fetch_offsets("gaps", [ended, expired]) != {ended: 51, expired: 50}:
                 await anyio.sleep(0.05)
             done.set()
+    lake = read_lake(tmp_path, TOPIC)
+    assert sorted(lake.copies) == [(0, o) for o in range(50)]
+    assert set(lake.copies.values()) == {1}
+    assert staged_files(tmp_path) == []
+
+
+class _SlowFailingPublish(LakeStore):
+    """A store whose publish takes a while, then fails (a disk going away)."""
+
+    def publish(self, tp: TopicPartition, landed: Landed) -> bool:
+        time.sleep(0.5)
+        raise OSError("disk went away (publish)")
+
+
+async def test_a_file_committed_before_a_transaction_marker_is_published_before_passing_it(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """The sink committed offset 50 naming a file it did not publish (it crashed), then a
+    transaction's marker took offset 50. The consumer commits past such offsets at a
+    committed start offset, carrying its metadata, but only once the worker asks for a
+    batch: the sink publishes the named file first. A member whose publish fails before
+    that commits nothing (carrying the note past the file's end would make the next owner
+    take the note as not the committed offset's, and delete the file as stale); the next
+    owner publishes the file and passes the marker, and the lake holds every record once."""
+    tp = TopicPartition(TOPIC, 0)
+    async with Producer(cluster.bootstrap) as producer:
+        await producer.send_many(
+            TOPIC, [ProducerRecord(value=b"r%d" % i, partition=0) for i in range(50)]
+        )
+    config = LakeConfig(str(tmp_path), file_max_age=0.3, progress_interval=0)
+    with pytest.raises(LakeError, match="disk went away"):
+        store = _Crashing(str(tmp_path), "publish")
+        await _run_sink(cluster.bootstrap, "marker", LakeSink(config, store=store), anyio.Event())
+    append_commit_marker(cluster, tp)
+    with pytest.raises(LakeError, match="disk went away"):
+        store = _SlowFailingPublish(str(tmp_path))
+        sink = LakeSink(config, store=store)
+        await _run_sink(cluster.bootstrap, "marker", sink, anyio.Event(), commit_interval=0.05)
+    async with Admin(cluster.bootstrap) as admin:
+        assert await admin.fetch_offsets("marker", [tp]) == {tp: 50}
+    assert len(staged_files(tmp_path)) == 1
+    await _land_all(cluster.bootstrap, "marker", LakeSink(config))
+    async with Admin(cluster.bootstrap) as admin:
+        assert await admin.fetch_offsets("marker", [tp]) == {tp: 51}
     lake = read_lake(tmp_path, TOPIC)
     assert sorted(lake.copies) == [(0, o) for o in range(50)]
     assert set(lake.copies.values()) == {1}
