@@ -59,6 +59,16 @@ def check_seconds(
         )
 
 
+def check_flag(name: str, value: object) -> None:
+    """A setting that is True or False, else a ConfigError naming it and the value.
+
+    Only a bool: ``"no"``, ``"false"`` or ``0`` read from a file or the
+    environment must not turn into a truthy or falsy surprise.
+    """
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be True or False, got {value!r}")
+
+
 def _default_balancers() -> tuple[Balancer, ...]:
     return (RangeBalancer(), RoundRobinBalancer())
 
@@ -363,7 +373,7 @@ class GroupConfig(Security):
                 raise ConfigError(f"{name} must be a callable or None, got {fn!r}")
         for name in ("fetch_min_bytes", "fetch_max_bytes", "partition_buffer_bytes"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         for name in ("fetch_buffer_bytes", "max_batch_records"):
             value = getattr(self, name)
@@ -371,8 +381,8 @@ class GroupConfig(Security):
                 isinstance(value, bool) or not isinstance(value, int) or value <= 0
             ):
                 raise ConfigError(f"{name} must be None or a positive integer, got {value!r}")
-        if not isinstance(self.fetch_sessions, bool):
-            raise ConfigError(f"fetch_sessions must be True or False, got {self.fetch_sessions!r}")
+        check_flag("watch_partition_changes", self.watch_partition_changes)
+        check_flag("fetch_sessions", self.fetch_sessions)
         self._check_group_protocol()
 
     def _check_subscription(self) -> None:

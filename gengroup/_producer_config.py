@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._config import check_seconds
+from ._config import check_flag, check_seconds
 from ._errors import ConfigError
 from .io.security import Security, SecuritySettings
 from .partitioner import Partitioner
+from .protocol.framing import check_client_id
 from .protocol.records import Compression
 
 __all__ = ["Acks", "ProducerConfig", "ProducerSettings"]
@@ -23,17 +24,17 @@ Acks = Literal[-1, 0, 1, "all"]
 
 
 def _codec(value: Any) -> Compression:
-    """A :class:`Compression`, its value, or its name in any case (``"lz4"``, as
-    Java's ``compression.type``)."""
+    """A :class:`Compression`, its value (an int), or its name in any case
+    (``"lz4"``, as Java's ``compression.type``); a bool or a float is none of them."""
     try:
         if isinstance(value, str):
             return Compression[value.upper()]
-        return Compression(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return Compression(value)
     except (KeyError, ValueError):
-        names = ", ".join(repr(c.name.lower()) for c in Compression)
-        raise ConfigError(
-            f"compression must be a Compression or one of {names}, not {value!r}"
-        ) from None
+        pass
+    names = ", ".join(repr(c.name.lower()) for c in Compression)
+    raise ConfigError(f"compression must be a Compression or one of {names}, not {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +55,8 @@ class ProducerConfig(Security):
         delivery_timeout: seconds from the start of a ``send`` call until a
             record that could not be delivered (retries included) fails; a
             Produce request still unanswered then fails its records with
-            ``RequestTimedOut`` (they may yet be written).
+            ``RequestTimedOut`` (they may yet be written). Must be above
+            ``linger``.
         request_timeout: seconds the broker may take to replicate (the
             Produce ``timeout`` field) and, plus 5 s, the client waits for it.
         max_block: seconds ``send`` may block before its record is queued:
@@ -70,7 +72,9 @@ class ProducerConfig(Security):
         security_protocol, ssl_*, sasl_*: :class:`~gengroup.io.security.Security`'s, inherited.
 
     Raises:
-        ConfigError: an invalid value.
+        ConfigError: an invalid value (a bool where a number is expected, a
+            non-bool ``allow_auto_create_topics``), or ``delivery_timeout``
+            not above ``linger``.
     """
 
     acks: Acks = -1
@@ -90,10 +94,13 @@ class ProducerConfig(Security):
     def __post_init__(self) -> None:
         Security.__post_init__(self)
         acks = -1 if self.acks == "all" else self.acks
-        if acks not in (-1, 0, 1):
+        # True == 1 and 1.0 == 1: only an int (not a bool) is a number of acks.
+        if isinstance(acks, bool) or not isinstance(acks, int) or acks not in (-1, 0, 1):
             raise ConfigError(f"acks must be -1, 'all', 0 or 1, not {self.acks!r}")
         object.__setattr__(self, "acks", int(acks))
         object.__setattr__(self, "compression", _codec(self.compression))
+        check_flag("allow_auto_create_topics", self.allow_auto_create_topics)
+        check_client_id(self.client_id)
         if self.partitioner not in ("sticky", "round_robin"):
             raise ConfigError(
                 f"partitioner must be 'sticky' or 'round_robin', not {self.partitioner!r}"
@@ -105,6 +112,12 @@ class ProducerConfig(Security):
         check_seconds("retry_backoff", self.retry_backoff)
         # The Produce request carries it (its ``timeout``, int32 milliseconds).
         check_seconds("request_timeout", self.request_timeout, sent=True)
+        if self.delivery_timeout <= self.linger:
+            # Every record would expire while it lingers (Java's ConfigException).
+            raise ConfigError(
+                f"delivery_timeout ({self.delivery_timeout!r} s) must be above "
+                f"linger ({self.linger!r} s): every record would expire before it is sent"
+            )
         for name in ("max_batch_bytes", "buffer_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

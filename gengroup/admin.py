@@ -79,7 +79,7 @@ from .io.request import MakeRequest, raise_item_errors
 from .io.retry import GiveUp, retry, seconds_left
 from .io.security import Security, SecuritySettings
 from .membership import requests
-from .protocol.framing import build, wait_ms
+from .protocol.framing import build, check_client_id, wait_ms
 from .protocol.versions import ApiKey
 
 __all__ = [
@@ -108,7 +108,8 @@ class AdminConfig(Security):
         security_protocol, ssl_*, sasl_*: :class:`~gengroup.io.security.Security`'s, inherited.
 
     Raises:
-        ConfigError: ``timeout`` is not positive.
+        ConfigError: ``timeout`` is not a positive number of seconds, or
+            ``client_id`` is not a string a request header holds.
     """
 
     client_id: str = "gengroup-admin"
@@ -117,6 +118,7 @@ class AdminConfig(Security):
     def __post_init__(self) -> None:
         Security.__post_init__(self)
         check_seconds("timeout", self.timeout)
+        check_client_id(self.client_id)
 
 
 class AdminSettings(SecuritySettings, total=False):

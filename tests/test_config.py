@@ -63,6 +63,13 @@ def make(**kw: Any) -> ConsumerGroup:
         ({"partition_buffer_bytes": 0}, "partition_buffer_bytes must be a positive integer"),
         ({"client_id": "c" * 32768}, "client_id of 32768 bytes: a request header holds 32767"),
         ({"client_id": None}, "client_id must be a string"),
+        # A bool is an int, and "no" is truthy: neither is taken for what it is not.
+        ({"fetch_min_bytes": True}, "fetch_min_bytes must be a positive integer, got True"),
+        ({"fetch_max_bytes": True}, "fetch_max_bytes must be a positive integer"),
+        ({"partition_buffer_bytes": True}, "partition_buffer_bytes must be a positive"),
+        ({"watch_partition_changes": "no"}, "watch_partition_changes must be True or False"),
+        ({"watch_partition_changes": 0}, "watch_partition_changes must be True or False"),
+        ({"fetch_sessions": "false"}, "fetch_sessions must be True or False, got 'false'"),
     ],
 )
 def test_bad_settings_raise_config_error(kw: dict[str, Any], message: str) -> None:
@@ -142,6 +149,13 @@ def test_commit_interval_zero_disables_periodic_commits() -> None:
 def test_admin_timeout_must_be_positive(value: Any) -> None:
     with pytest.raises(ConfigError, match="timeout"):
         Admin("127.0.0.1:9", timeout=value)
+
+
+@pytest.mark.parametrize("value", [None, 5, "c" * 32768])
+def test_admin_client_id_must_be_a_string_a_header_holds(value: Any) -> None:
+    """It was not checked when the admin was given an open cluster."""
+    with pytest.raises(ConfigError, match="client_id"):
+        AdminConfig(client_id=value)
 
 
 def test_bootstrap_addresses_are_trimmed() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from math import inf
 from typing import Any
 
 import anyio
@@ -271,7 +272,7 @@ async def test_small_batches_keep_order(bootstrap: str, topic: str) -> None:
 
 async def test_flush_sends_lingering_records_now(bootstrap: str, topic: str) -> None:
     async with cluster_with_topic(bootstrap, topic, 2) as cluster:
-        async with Producer(cluster, linger=3600.0) as producer:
+        async with Producer(cluster, linger=3600.0, delivery_timeout=inf) as producer:
             done: list[int] = []
 
             async def one(i: int) -> None:
@@ -350,7 +351,7 @@ async def test_leaving_with_an_exception_fails_queued_records(bootstrap: str, to
     class Boom(Exception):
         pass
 
-    producer = Producer(bootstrap, linger=3600.0)
+    producer = Producer(bootstrap, linger=3600.0, delivery_timeout=inf)
 
     async def waiter() -> None:
         try:

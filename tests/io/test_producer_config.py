@@ -40,6 +40,16 @@ def test_compression_takes_the_codec_or_its_name(given: object, stored: Compress
         {"retry_backoff": 0},
         {"metadata_max_age": 0},
         {"metadata_max_age": -5},
+        # A bool is an int and 2.0 == 2: neither is a number of acks or a codec.
+        {"acks": True},
+        {"acks": 1.0},
+        {"compression": True},
+        {"compression": 2.0},
+        # "no" is truthy: it used to leave auto-creation on.
+        {"allow_auto_create_topics": "no"},
+        {"allow_auto_create_topics": None},
+        {"allow_auto_create_topics": 0},
+        {"client_id": None},
     ],
 )
 def test_a_bad_value_is_a_config_error_naming_the_setting_and_value(
@@ -62,3 +72,19 @@ def test_durations_meaning_never_may_be_infinite() -> None:
         ProducerConfig(request_timeout=inf)
     with pytest.raises(ConfigError, match="linger"):
         ProducerConfig(linger=inf)
+
+
+@pytest.mark.parametrize(("linger", "delivery_timeout"), [(2.0, 1.0), (1.0, 1.0)])
+def test_delivery_timeout_must_be_above_linger(linger: float, delivery_timeout: float) -> None:
+    """Every record would expire while it lingers: refused at construction, as Java does."""
+    with pytest.raises(ConfigError, match=r"delivery_timeout \(1.0 s\) must be above linger"):
+        ProducerConfig(linger=linger, delivery_timeout=delivery_timeout)
+    assert ProducerConfig(linger=1.0, delivery_timeout=1.5).delivery_timeout == 1.5
+    assert ProducerConfig(linger=60.0, delivery_timeout=float("inf")).linger == 60.0
+
+
+def test_the_flag_and_the_counts_keep_their_valid_values() -> None:
+    config = ProducerConfig(acks="all", allow_auto_create_topics=False, compression=0)
+    assert (config.acks, config.allow_auto_create_topics) == (-1, False)
+    assert config.compression is Compression.NONE
+    assert ProducerConfig(acks=0).acks == 0
