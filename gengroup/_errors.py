@@ -24,7 +24,8 @@ httpcore's ``map_exceptions``. Two families matter most:
 
 from __future__ import annotations
 
-from typing import ClassVar, Final
+import copy
+from typing import Any, ClassVar, Final
 
 from kio.schema.errors import ErrorCode
 
@@ -34,7 +35,54 @@ from ._error_table import RETRY_ACTIONS, Action, policy_for
 
 
 class GengroupError(Exception):
-    """Base class of every exception gengroup raises on purpose."""
+    """Base class of every exception gengroup raises on purpose.
+
+    Every one can be copied (``copy.copy``) and pickled, whatever its
+    constructor takes: the copy has the same class, message and attributes.
+    """
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_error, (type(self), self.args, self.__dict__))
+
+
+def _rebuild_error(
+    cls: type[BaseException], args: tuple[object, ...], state: dict[str, Any]
+) -> BaseException:
+    """An error of ``cls`` holding ``args`` and ``state``, built without its
+    constructor, whose parameters need not be ``args``."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
+def copy_error(exc: BaseException) -> BaseException:
+    """A distinct error like ``exc``, to raise in one more task.
+
+    One exception object raised in several tasks would mix their tracebacks,
+    and ``raise exc from exc`` makes a cause chain without an end. The copy has
+    ``exc``'s class, message and attributes, and a traceback, cause, context
+    and notes of its own. A foreign error that cannot be rebuilt (a
+    constructor and a ``__new__`` that refuse its ``args``) comes as a
+    :class:`GengroupError` naming it; ``raise copy_error(exc) from exc`` chains
+    it to ``exc`` either way.
+    """
+    twin: BaseException | None
+    try:
+        twin = copy.copy(exc)  # a builtin's constructor fills its C fields
+    except Exception:
+        twin = None
+    if twin is None or twin is exc or type(twin) is not type(exc):
+        try:
+            twin = _rebuild_error(type(exc), exc.args, getattr(exc, "__dict__", {}))
+        except Exception:
+            return GengroupError(f"{type(exc).__name__}: {exc}")
+    twin.__traceback__ = twin.__cause__ = twin.__context__ = None
+    twin.__suppress_context__ = False
+    notes = getattr(twin, "__notes__", None)
+    if isinstance(notes, list):
+        twin.__notes__ = list(notes)
+    return twin
 
 
 class ConfigError(GengroupError, ValueError):
@@ -155,9 +203,6 @@ class AuthenticationError(GengroupError):
         self.broker = broker
         self.mechanism = mechanism
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_auth_error, (type(self), str(self), self.__dict__))
-
 
 class TLSError(AuthenticationError):
     """A TLS connection to a broker could not be established with a verified peer.
@@ -177,15 +222,6 @@ class TLSError(AuthenticationError):
     def __init__(self, message: str, *, broker: str, reason: str) -> None:
         super().__init__(message, broker=broker, mechanism="TLS")
         self.reason = reason
-
-
-def _rebuild_auth_error(
-    cls: type[AuthenticationError], message: str, state: dict[str, object]
-) -> AuthenticationError:
-    error = cls.__new__(cls)
-    Exception.__init__(error, message)
-    error.__dict__.update(state)
-    return error
 
 
 class DeserializationError(GengroupError):
@@ -231,9 +267,6 @@ class BrokerError(GengroupError):
         if message:
             text += f": {message}"
         super().__init__(text)
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.code,))
 
 
 class RetriableBrokerError(BrokerError):
@@ -330,13 +363,6 @@ class CoordinatorUnavailable(CoordinatorNotAvailable):
         self.unavailable_for = unavailable_for
         self.exhausted = exhausted
         self.broker_message = message
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (
-            type(self),
-            (self.key, self.unavailable_for),
-            {"exhausted": self.exhausted, "broker_message": self.broker_message},
-        )
 
 
 class IllegalGeneration(MemberResetError):

@@ -13,22 +13,12 @@ from itertools import pairwise
 import anyio
 import anyio.lowlevel
 
-from ._errors import BrokerError
+from ._errors import copy_error
 from ._producer_records import RecordMetadata
 from ._types import TopicPartition
 from .protocol.records import Header
 
 __all__ = ["Batch", "Pending", "Queue", "Waiter", "copy_error", "wait_for"]
-
-
-def copy_error(exc: BaseException) -> BaseException:
-    """A fresh instance of ``exc``'s type for one more waiter (tracebacks stay separate)."""
-    if isinstance(exc, BrokerError):
-        return type(exc)(exc.code, str(exc).partition(": ")[2] or None)
-    try:
-        return type(exc)(str(exc))
-    except Exception:  # a constructor with another signature: re-raise the original
-        return exc
 
 
 class Waiter:

@@ -280,6 +280,43 @@ async def test_a_refused_login_is_the_answer_for_a_while_without_logging_in_agai
         assert cluster.failed_authentications == 2
 
 
+async def test_senders_waiting_when_a_login_is_refused_each_get_their_own_error(
+    autojump_clock: trio.testing.MockClock, certs: Certificates
+) -> None:
+    """The password changes on the broker while records are queued: each waiting
+    send raises an AuthenticationError of its own, caused by the batch's. It
+    used to be the same object in every task, caused by itself, so that a
+    ``while e: e = e.__cause__`` loop never ended."""
+    users = dict(USERS)
+    security = server(certs, "SASL_PLAINTEXT", sasl_mechanisms=["PLAIN"], users=users)
+    settings = client(certs, "SASL_PLAINTEXT", "PLAIN")
+    errors: list[BaseException] = []
+
+    async def send(producer: Producer) -> None:
+        with pytest.raises(AuthenticationError) as info:
+            await producer.send("t", b"x", partition=0)
+        errors.append(info.value)
+
+    async with FakeCluster(security=security, topics={"t": 1}) as cluster:
+        with anyio.fail_after(HANG_GUARD):
+            async with Producer(cluster.bootstrap, **settings, linger=1.0) as producer:
+                assert (await producer.send("t", b"warm")).offset == 0
+                users["alice"] = "rotated"
+                cluster.cut_connections()
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(send, producer)
+                    tg.start_soon(send, producer)
+    first, second = errors
+    assert first is not second
+    for error in errors:
+        chain = [error]
+        while chain[-1].__cause__ is not None and len(chain) < 10:
+            chain.append(chain[-1].__cause__)
+        assert len(chain) == 2 and chain[1] is not error
+        assert type(chain[1]) is AuthenticationError and str(chain[1]) == str(error)
+    assert first.__cause__ is second.__cause__
+
+
 async def test_unsupported_mechanism(
     autojump_clock: trio.testing.MockClock, certs: Certificates
 ) -> None:
