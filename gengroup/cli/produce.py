@@ -97,11 +97,22 @@ def parse_raw_line(line: bytes, separator: bytes | None, number: int) -> Produce
     return ProducerRecord(value, key=key)
 
 
+def _utf8(text: str, number: int, field: str) -> bytes:
+    """``text`` as UTF-8; JSON's ``\\ud800`` (a lone surrogate) has no UTF-8 form."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"line {number}: {field}: not UTF-8 text ({exc.reason}: "
+            f"{text[exc.start : exc.end]!r} at character {exc.start})"
+        ) from None
+
+
 def _field_bytes(value: Any, number: int, field: str) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return value.encode()
+        return _utf8(value, number, field)
     if isinstance(value, dict) and value.keys() == {"base64"}:
         encoded = value["base64"]
         try:
@@ -110,6 +121,7 @@ def _field_bytes(value: Any, number: int, field: str) -> bytes | None:
             return base64.b64decode(encoded, validate=True)
         except ValueError as exc:  # binascii.Error is one
             raise ValueError(f"line {number}: {field}: base64 expected ({exc})") from None
+    # ensure_ascii: a lone surrogate inside a list or object is escaped.
     return json.dumps(value, separators=(",", ":")).encode()
 
 
@@ -133,7 +145,11 @@ def parse_json_line(line: bytes, number: int) -> ProducerRecord | None:
     as its compact JSON text).
 
     Raises:
-        ValueError: the line is not a JSON object of the documented fields.
+        ValueError: the line is not a JSON object of the documented fields
+            (the message starts with ``line N:``), for instance a
+            ``partition`` that is not a non-negative integer (``true``
+            included) or a string with no UTF-8 form (a lone surrogate such
+            as ``"\\ud800"``).
     """
     if not line.strip():
         return None
@@ -145,8 +161,15 @@ def parse_json_line(line: bytes, number: int) -> ProducerRecord | None:
         raise ValueError(f"line {number}: expected a JSON object")
     headers = _header_pairs(obj.get("headers") or [], number)
     partition = obj.get("partition")
-    if partition is not None and (not isinstance(partition, int) or partition < 0):
-        raise ValueError(f"line {number}: partition must be a non-negative integer")
+    # true is a Python bool, an int: not a partition.
+    if partition is not None and (
+        isinstance(partition, bool) or not isinstance(partition, int) or partition < 0
+    ):
+        raise ValueError(
+            f"line {number}: partition must be a non-negative integer, got {json.dumps(partition)}"
+        )
+    for name, _ in headers:
+        _utf8(name, number, f"header name {name!r}")
     return ProducerRecord(
         _field_bytes(obj.get("value"), number, "value"),
         key=_field_bytes(obj.get("key"), number, "key"),

@@ -137,12 +137,53 @@ def test_bad_input_and_bad_usage_say_so_in_one_line(served: str, tmp_path: Path)
     assert bad_base64.returncode == 1
     assert bad_base64.stderr.startswith("gengroup produce: line 2: key: base64 expected (")
     assert "Traceback" not in not_json.stderr
+    # true is a bool, an int in Python: it used to reach the producer, whose
+    # TypeError came out as a traceback.
+    flag = gengroup("produce", "t", "--format", "json", bootstrap=served,
+                    input='{"value": "a", "partition": true}\n')  # fmt: skip
+    assert (flag.returncode, flag.stderr) == (
+        1,
+        "gengroup produce: line 1: partition must be a non-negative integer, got true\n",
+    )
+    # A lone surrogate has no UTF-8 form: the error used to name no line.
+    lines = '{"value": "ok"}\n{"value": "\\ud800"}\n'
+    surrogate = gengroup("produce", "t", "--format", "json", bootstrap=served, input=lines)
+    assert (surrogate.returncode, surrogate.stderr) == (
+        1,
+        "gengroup produce: line 2: value: not UTF-8 text "
+        "(surrogates not allowed: '\\ud800' at character 0)\n",
+    )
     missing = gengroup("produce", "t", "--file", str(tmp_path / "none"), bootstrap=served)
     assert missing.returncode == 2 and "cannot read" in missing.stderr
     both = gengroup("produce", "t", "--format", "json", "--key-separator", ":", bootstrap=served)
     assert both.returncode == 2
     codec = gengroup("produce", "t", "--compression", "brotli", bootstrap=served)
     assert codec.returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"partition": true}', "line 7: partition must be a non-negative integer, got true"),
+        ('{"partition": 1.0}', "line 7: partition must be a non-negative integer, got 1.0"),
+        ('{"partition": -1}', "line 7: partition must be a non-negative integer, got -1"),
+        ('{"key": "\\udc80"}', "line 7: key: not UTF-8 text (surrogates not allowed: "),
+        ('{"headers": {"h": "\\ud800"}}', "line 7: header 'h': not UTF-8 text"),
+        ('{"headers": [["\\ud800", "v"]]}', "line 7: header name '\\ud800': not UTF-8 text"),
+    ],
+)
+def test_a_json_line_the_producer_would_refuse_is_an_error_naming_the_line(
+    line: str, message: str
+) -> None:
+    with pytest.raises(ValueError) as raised:
+        produce.parse_json_line(line.encode(), 7)
+    assert str(raised.value).startswith(message)
+
+
+def test_a_lone_surrogate_inside_a_json_value_is_sent_escaped() -> None:
+    record = produce.parse_json_line(b'{"value": {"a": "\\ud800"}, "partition": 0}', 1)
+    assert record is not None
+    assert (record.value, record.partition) == (b'{"a":"\\ud800"}', 0)
 
 
 def test_an_unreachable_broker_is_one_line() -> None:
