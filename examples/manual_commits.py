@@ -17,7 +17,7 @@ import anyio
 from _common import bootstrap_or_embedded, command, consuming, until
 
 import gengroup
-from gengroup.producer import ProducerRecord
+from gengroup import ProducerRecord
 
 TOPIC = "invoices"
 GROUP = "manual-commits"

@@ -26,9 +26,9 @@ from contextlib import AsyncExitStack
 import anyio
 
 import gengroup
+from gengroup import ProducerRecord
 from gengroup.broker import FakeCluster
 from gengroup.lake import LakeConfig, LakeSink, spark as lake_spark
-from gengroup.producer import ProducerRecord
 
 TOPIC = "clicks"
 GROUP = "lake-pipeline"

@@ -12,7 +12,7 @@ import anyio
 from _common import bootstrap_or_embedded, command
 
 import gengroup
-from gengroup.producer import ProducerRecord
+from gengroup import ProducerRecord
 
 TOPIC = "orders"
 

@@ -25,9 +25,8 @@ import anyio
 from _common import bootstrap_or_embedded, command, consuming, until
 
 import gengroup
-from gengroup.admin import NewTopic
+from gengroup import NewTopic, ProducerRecord
 from gengroup.io.fetch import read_partition
-from gengroup.producer import ProducerRecord
 
 INPUT = "deposits"
 STATE = "deposit-totals"

@@ -23,7 +23,7 @@ import anyio
 from _common import bootstrap_or_embedded, command, consuming, until as wait_until
 
 import gengroup
-from gengroup.producer import ProducerRecord
+from gengroup import ProducerRecord
 
 TOPIC = "readings"
 GROUP = "sqlite-sink"

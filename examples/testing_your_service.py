@@ -31,8 +31,8 @@ import anyio.abc
 from _common import bootstrap_or_embedded, command
 
 import gengroup
+from gengroup import ProducerRecord
 from gengroup.io.fetch import read_partition
-from gengroup.producer import ProducerRecord
 
 LIMIT = 1000
 

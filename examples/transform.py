@@ -19,7 +19,7 @@ import anyio
 from _common import bootstrap_or_embedded, command, consuming, until
 
 import gengroup
-from gengroup.producer import ProducerRecord
+from gengroup import ProducerRecord
 
 SOURCE = "label-orders"
 TARGET = "shipping-labels"

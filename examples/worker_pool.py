@@ -22,7 +22,7 @@ from _common import bootstrap_or_embedded, command, consuming, until
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 import gengroup
-from gengroup.producer import ProducerRecord
+from gengroup import ProducerRecord
 
 TOPIC = "events"
 

@@ -37,7 +37,12 @@ from .admin import (
     Admin as Admin,
     AdminConfig as AdminConfig,
     AdminSettings as AdminSettings,
+    GroupDescription as GroupDescription,
     GroupLag as GroupLag,
+    GroupListing as GroupListing,
+    MemberDescription as MemberDescription,
+    NewTopic as NewTopic,
+    OffsetSpec as OffsetSpec,
     PartitionLag as PartitionLag,
 )
 from .io.cluster import Cluster as Cluster
@@ -45,6 +50,7 @@ from .io.security import Security as Security, SecuritySettings as SecuritySetti
 from .producer import (
     Producer as Producer,
     ProducerConfig as ProducerConfig,
+    ProducerRecord as ProducerRecord,
     ProducerSettings as ProducerSettings,
     RecordMetadata as RecordMetadata,
 )
@@ -113,11 +119,17 @@ __all__ = [
     "Admin",
     "AdminConfig",
     "AdminSettings",
+    "GroupDescription",
     "GroupLag",
+    "GroupListing",
+    "MemberDescription",
+    "NewTopic",
+    "OffsetSpec",
     "PartitionLag",
     "Cluster",
     "Producer",
     "ProducerConfig",
+    "ProducerRecord",
     "ProducerSettings",
     "RecordMetadata",
     # securing connections
