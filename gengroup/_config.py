@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Unpack
 
 from ._errors import ConfigError
-from ._types import parse_address
+from ._types import parse_address, topic_name_error
 from .io.security import Security, SecuritySettings
 from .membership.balancers import Balancer, RangeBalancer, RoundRobinBalancer
 from .membership.member import MemberConfig
@@ -395,6 +395,10 @@ class GroupConfig(Security):
                     "subscribe by pattern, pass a compiled re.Pattern in place of the list, "
                     "or topic_pattern=)"
                 )
+            for topic in self.topics:
+                why = topic_name_error(topic)
+                if why is not None:  # its partitions could never be assigned
+                    raise ConfigError(f"topics: {why}")
             return
         if not isinstance(pattern, re.Pattern) or not isinstance(pattern.pattern, str):
             raise ConfigError(

@@ -17,10 +17,31 @@ __all__ = [
     "checked_offset",
     "parse_address",
     "show_partitions",
+    "topic_name_error",
 ]
 
 #: The largest offset Kafka stores (a signed 64-bit integer).
 MAX_OFFSET = 2**63 - 1
+
+_LEGAL_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+_MAX_TOPIC_NAME = 249
+
+
+def topic_name_error(name: str) -> str | None:
+    """Why ``name`` is not a legal Kafka topic name, or ``None`` if it is.
+
+    Kafka's rule: 1 to 249 characters from ``[a-zA-Z0-9._-]``, and not ``.``
+    or ``..``.
+    """
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name cannot be {name!r}"
+    if len(name) > _MAX_TOPIC_NAME:
+        return f"topic name is longer than {_MAX_TOPIC_NAME} characters"
+    if not set(name) <= _LEGAL_TOPIC_CHARS:
+        return f"topic name {name!r} has characters outside [a-zA-Z0-9._-]"
+    return None
 
 
 class TopicPartition(NamedTuple):

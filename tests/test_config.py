@@ -202,6 +202,21 @@ def test_exactly_one_of_topics_and_pattern(kw: dict[str, Any], message: str) -> 
 
 
 @pytest.mark.parametrize(
+    ("topic", "message"),
+    [
+        ("a b", r"topics: topic name 'a b' has characters outside \[a-zA-Z0-9._-\]"),
+        ("..", "topics: topic name cannot be '..'"),
+        ("t" * 250, "topics: topic name is longer than 249 characters"),
+    ],
+)
+def test_a_topic_name_kafka_refuses_is_refused_at_construction(topic: str, message: str) -> None:
+    """Its partitions could never be assigned: no waiting for them to exist."""
+    with pytest.raises(ConfigError, match=message):
+        make(topics=["orders", topic])
+    assert make(topics=["orders.eu-1_x", "t" * 249]).config.topics[1] == "t" * 249
+
+
+@pytest.mark.parametrize(
     ("pattern", "named"),
     [
         (r"orders\.(?!test).*", "negative lookahead"),

@@ -54,6 +54,7 @@ from uuid import UUID
 from crc32c import crc32c
 
 from .._errors import CorruptRecordError, ProtocolError
+from .._types import topic_name_error
 from ..protocol.records import decode_batches
 
 __all__ = [
@@ -415,31 +416,10 @@ _INVALID_CONFIG: Final = 40
 _INVALID_REQUEST: Final = 42
 _INVALID_TOPIC: Final = 17
 _UNKNOWN_TOPIC_OR_PARTITION: Final = 3
-_LEGAL_TOPIC_CHARS: Final = frozenset(
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
-)
-_MAX_TOPIC_NAME: Final = 249
 _TIMESTAMP_TYPES: Final = ("CreateTime", "LogAppendTime")
 _INT_CONFIGS: Final = frozenset(
     {"max.message.bytes", "retention.ms", "retention.bytes", "segment.bytes", "segment.ms"}
 )
-
-
-def topic_name_error(name: str) -> str | None:
-    """Why ``name`` is not a legal Kafka topic name, or ``None`` if it is.
-
-    Kafka's rule: 1 to 249 characters from ``[a-zA-Z0-9._-]``, and not ``.``
-    or ``..``.
-    """
-    if not name:
-        return "topic name is empty"
-    if name in (".", ".."):
-        return f"topic name cannot be {name!r}"
-    if len(name) > _MAX_TOPIC_NAME:
-        return f"topic name is longer than {_MAX_TOPIC_NAME} characters"
-    if not set(name) <= _LEGAL_TOPIC_CHARS:
-        return f"topic name {name!r} has characters outside [a-zA-Z0-9._-]"
-    return None
 
 
 @dataclass(eq=False)
