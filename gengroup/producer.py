@@ -36,10 +36,10 @@ typed error. ``delivery_timeout`` counts from the start of a record's ``send``
 call and is a bound: the drain fails a batch, or queued records, whose time
 is up with the last error seen, and a batch whose Produce request is still
 unanswered then fails with ``RequestTimedOut`` (its answer, if it comes, is
-ignored). Records whose leader is unknown wait for the metadata task, which
-refreshes the producer's topics on demand and every ``metadata_max_age``, at
-least a ``retry_backoff`` apart, growing with jitter while a refresh leaves a
-partition without a leader.
+ignored). Records whose leader is unknown wait for the metadata task
+(``_producer_metadata.py``), which refreshes the producer's topics on demand
+and every ``metadata_max_age``, at least a ``retry_backoff`` apart, growing
+with jitter while a refresh leaves a partition without a leader.
 
 Null-key records use the *sticky* strategy by default (KIP-480): every null-key
 record of a topic goes to one randomly chosen partition with a leader until a
@@ -74,18 +74,16 @@ import anyio.lowlevel
 
 from ._errors import (
     BrokenConnection,
-    BrokerError,
     BufferExhausted,
-    ClusterUnreachable,
     ConnectionClosed,
     GengroupError,
-    KafkaConnectionError,
     ProtocolError,
     RequestTimedOut,
     error_for_code,
     is_retriable,
 )
 from ._producer_config import ProducerConfig, ProducerSettings
+from ._producer_metadata import ProducerMetadata
 from ._producer_queue import Batch, Pending, Queue, copy_error, wait_for
 from ._producer_records import (
     Checked,
@@ -95,8 +93,8 @@ from ._producer_records import (
     check_topic,
 )
 from ._types import TopicPartition
-from .io.cluster import Cluster, TopicInfo, shared_or_own
-from .io.retry import Backoff, backoff_delay, retry
+from .io.cluster import Cluster, shared_or_own
+from .io.retry import backoff_delay
 from .partitioner import KeylessPartitioner, murmur2, partition_for_key
 from .protocol.framing import build, ms
 from .protocol.records import Compression, Header, encode_batch
@@ -120,8 +118,6 @@ _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _ONE_MS: Final = datetime.timedelta(milliseconds=1)
 _BATCH_OVERHEAD: Final = 61
 _INT32_MAX: Final = (1 << 31) - 1
-_UNKNOWN_TOPIC: Final = 3  # UNKNOWN_TOPIC_OR_PARTITION
-_LEADER_NOT_AVAILABLE: Final = 5
 _MESSAGE_TOO_LARGE: Final = 10
 
 
@@ -167,15 +163,10 @@ class Producer:
         )
         self._queues: dict[TopicPartition, Queue] = {}
         self._outstanding: set[Pending] = set()
-        self._led_cache: dict[str, tuple[TopicInfo, list[int]]] = {}
         self._buffered = 0
         self._space = anyio.Event()
         self._wakeup = anyio.Event()
-        self._metadata_wanted = anyio.Event()
-        self._metadata_error: BaseException | None = None
-        self._topic_errors: dict[str, BrokerError] = {}
-        self._topics: set[str] = set()
-        self._topic_locks: dict[str, anyio.Lock] = {}
+        self._metadata = ProducerMetadata(self.cluster, cfg, self._wake)
         self._keyless = KeylessPartitioner(cfg.partitioner)
         self._flushing = 0
         self._closed = False
@@ -194,7 +185,7 @@ class Producer:
                 await stack.enter_async_context(self.cluster)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg.start_soon(self._guarded, self._sender_loop, name="producer sender")
-            self._tg.start_soon(self._guarded, self._metadata_loop, name="producer metadata")
+            self._tg.start_soon(self._guarded, self._metadata.loop, name="producer metadata")
             self._stack = stack.pop_all()
         return self
 
@@ -370,10 +361,10 @@ class Producer:
             raise ConnectionClosed("the Producer is not open")
         if not checked:
             return []
-        count = await self._partition_count(topic)
+        count = await self._metadata.partition_count(topic)
         for c in checked:
             if c.partition is not None:
-                count = await self._check_partition(topic, c.partition, count)
+                count = await self._metadata.check_partition(topic, c.partition, count)
         pendings: list[Pending] = []
         unqueued: BaseException | None = None
         room = self.config.buffer_bytes
@@ -440,16 +431,16 @@ class Producer:
         if self._closed or self._tg is None:
             raise ConnectionClosed("the Producer is not open")
         key, value, headers = rec.key, rec.value, rec.headers
-        count = await self._partition_count(topic)
+        count = await self._metadata.partition_count(topic)
         partition = rec.partition
         if partition is None:
             partition = (
                 partition_for_key(key, count)
                 if key is not None
-                else self._keyless.choose(topic, count, self._led(topic) or ())
+                else self._keyless.choose(topic, count, self._metadata.led(topic) or ())
             )
         else:
-            await self._check_partition(topic, partition, count)
+            await self._metadata.check_partition(topic, partition, count)
         if self._buffered and self._buffered + rec.size > self.config.buffer_bytes:
             await self._wait_for_room(rec.size, start)
         if self._closed:
@@ -474,16 +465,6 @@ class Producer:
             self._wake()
         return pending
 
-    async def _check_partition(self, topic: str, partition: int, count: int) -> int:
-        """The partition count, once ``partition`` is known to be one of the topic's."""
-        if not 0 <= partition < count:
-            count = await self._partition_count(topic, refresh=True)
-            if not 0 <= partition < count:
-                raise error_for_code(
-                    _UNKNOWN_TOPIC, f"topic {topic!r} has {count} partitions, not {partition}"
-                )
-        return count
-
     async def _wait_for_room(self, size: int, start: float) -> None:
         """Wait until ``size`` more bytes fit the buffer, up to ``max_block`` from ``start``.
 
@@ -499,68 +480,6 @@ class Producer:
                 )
             with anyio.move_on_after(left):
                 await self._space.wait()
-
-    async def _partition_count(self, topic: str, *, refresh: bool = False) -> int:
-        if not refresh:
-            info = self.cluster.topics.get(topic)
-            if info is not None and info.partitions:
-                self._topics.add(topic)
-                return len(info.partitions)
-        lock = self._topic_locks.setdefault(topic, anyio.Lock())
-        async with lock:
-            info = self.cluster.topics.get(topic)
-            if not refresh and info is not None and info.partitions:
-                return len(info.partitions)
-
-            async def attempt() -> int:
-                md = await self.cluster.refresh_metadata(
-                    [topic], allow_auto_create=self.config.allow_auto_create_topics
-                )
-                got = md.get(topic)
-                if got is not None and not got.error_code and got.partitions:
-                    self._topics.add(topic)
-                    return len(got.partitions)
-                code = (got.error_code if got is not None else 0) or _UNKNOWN_TOPIC
-                raise error_for_code(code, f"metadata for topic {topic!r}")
-
-            def timed_out(last: BaseException | None) -> BaseException:
-                if last is None:  # not a missing topic: no broker answered at all
-                    said = "; ".join(f"{a}: {c}" for a, c in self.cluster.waiting_on().items())
-                    return KafkaConnectionError(
-                        f"no metadata for topic {topic!r} within max_block ({self.config.max_block}"
-                        f" s): no broker answered ({said or 'no attempt under way'})"
-                    )
-                if isinstance(last, BrokerError):
-                    error: BaseException = error_for_code(
-                        last.code, f"topic {topic!r}: still failing after {self.config.max_block} s"
-                    )
-                elif isinstance(last, ClusterUnreachable):
-                    error = ClusterUnreachable(last.causes, last.unreachable_for)
-                else:
-                    error = type(last)(f"no metadata for topic {topic!r}: {last}")
-                error.__cause__ = last
-                return error
-
-            return await retry(
-                f"metadata for topic {topic!r}",
-                attempt,
-                timeout=self.config.max_block,
-                backoff=self.config.retry_backoff,
-                on_timeout=timed_out,
-            )
-
-    def _led(self, topic: str) -> list[int] | None:
-        """The partitions of ``topic`` with a known leader (None: topic not in metadata)."""
-        info = self.cluster.topics.get(topic)
-        if info is None:
-            return None
-        # Each metadata refresh makes new TopicInfo objects: the cache holds
-        # as long as the one it was computed from.
-        cached = self._led_cache.get(topic)
-        if cached is None or cached[0] is not info:
-            led = sorted(p for p, part in info.partitions.items() if part.leader >= 0)
-            cached = self._led_cache[topic] = (info, led)
-        return cached[1]
 
     # ------------------------------------------------------------------ sender
 
@@ -602,7 +521,9 @@ class Producer:
                     wake_at = min(wake_at, due)
                     continue
                 batch = self._take_batch(queue, now)
-                self._keyless.drained(queue.tp.topic, queue.tp.partition, self._led(queue.tp.topic))
+                self._keyless.drained(
+                    queue.tp.topic, queue.tp.partition, self._metadata.led(queue.tp.topic)
+                )
             else:
                 continue
             # As computed, not rearranged: rounding would make the sender spin.
@@ -612,17 +533,14 @@ class Producer:
                 continue
             leader = self.cluster.leader_for(batch.tp)
             if leader < 0:
-                batch.last_error = self._topic_errors.get(batch.tp.topic) or (
-                    self._metadata_error
-                    or error_for_code(_LEADER_NOT_AVAILABLE, f"no leader known for {batch.tp}")
-                )
+                batch.last_error = self._metadata.leader_error(batch.tp)
                 delay = backoff_delay(batch.attempts, self.config.retry_backoff)
                 # Not past its deadline: then it fails here, on time.
                 batch.not_before = min(now + delay, batch.created + self.config.delivery_timeout)
                 batch.attempts += 1
                 queue.retry = batch
                 wake_at = min(wake_at, batch.not_before)
-                self._want_metadata()
+                self._metadata.want()
                 continue
             queue.in_flight = True
             queue.sending = batch
@@ -746,7 +664,7 @@ class Producer:
                 expect_response=self.config.acks != 0,
             )
         except (BrokenConnection, RequestTimedOut) as exc:
-            self._want_metadata()
+            self._metadata.want()
             for batch, _ in sendable.values():
                 self._retry_or_fail(batch, exc)
             return
@@ -778,7 +696,7 @@ class Producer:
                 )
                 err = error_for_code(code, f"Produce to {tp} on broker {node}: {detail}")
                 if err.action == "refresh_metadata":
-                    self._want_metadata()
+                    self._metadata.want()
                 if is_retriable(err):
                     self._retry_or_fail(batch, err)
                 else:
@@ -855,44 +773,3 @@ class Producer:
         batch.not_before = now + delay
         queue = self._queues[batch.tp]
         queue.retry = batch
-
-    # ------------------------------------------------------------------ metadata
-
-    def _want_metadata(self) -> None:
-        self._metadata_wanted.set()
-
-    async def _metadata_loop(self) -> None:
-        backoff = Backoff(self.config.retry_backoff)  # reset by a complete refresh
-        while True:
-            with anyio.move_on_after(self.config.metadata_max_age):
-                await self._metadata_wanted.wait()
-            self._metadata_wanted = anyio.Event()
-            topics = sorted(self._topics)
-            complete = True
-            if topics:
-                try:
-                    md = await self.cluster.refresh_metadata(topics)
-                except (KafkaConnectionError, ProtocolError) as exc:
-                    # Kept for the records waiting on a leader: they fail with it
-                    # if it persists until their delivery timeout.
-                    self._metadata_error = exc
-                    complete = False
-                else:
-                    self._metadata_error = None
-                    for name in topics:
-                        info = md.get(name)
-                        if info is not None and info.error_code:
-                            self._topic_errors[name] = error_for_code(
-                                info.error_code, f"metadata for topic {name!r}"
-                            )
-                            complete = False
-                        else:
-                            self._topic_errors.pop(name, None)
-                            complete = complete and (
-                                info is not None
-                                and all(p.leader >= 0 for p in info.partitions.values())
-                            )
-                self._wake()
-            if complete:
-                backoff.reset()
-            await backoff.sleep()
