@@ -284,7 +284,9 @@ class Producer:
                 request was still unanswered: the record may have been
                 written), or no broker answered the topic's metadata request
                 within ``max_block``.
-            ConnectionClosed: the producer was closed before delivery.
+            ConnectionClosed: the producer (or the :class:`Cluster` it was
+                given) was closed before delivery; a connection the broker
+                dropped is retried instead.
         """
         start = anyio.current_time()
         rec = check_record(key, value, headers, partition, timestamp_ms)

@@ -259,6 +259,8 @@ class BrokerConnection:
         self._cids = itertools.count(1)
         self._send_lock = anyio.Lock()
         self._failure: KafkaConnectionError | None = None
+        #: Whether this process closed the connection (:meth:`aclose`).
+        self._closed_here = False
         self._closed = anyio.Event()
         #: Set to wake :meth:`_watch_deadlines`: an earlier deadline, or the
         #: connection closed. (An answer does not wake it: it wakes at the
@@ -429,6 +431,7 @@ class BrokerConnection:
 
     async def aclose(self) -> None:
         """Close the connection; requests in flight fail with :class:`ConnectionClosed`."""
+        self._closed_here = True
         self._fail(ConnectionClosed(f"{self} was closed"))
         await self._close_stream()
 
@@ -443,6 +446,20 @@ class BrokerConnection:
     async def wait_closed(self) -> None:
         """Wait until the connection is closed or broken."""
         await self._closed.wait()
+
+    def _unusable(self) -> KafkaConnectionError:
+        """The error for a request the connection can no longer carry.
+
+        What ended the connection, as it was recorded (a copy): a
+        :class:`BrokenConnection` when the broker dropped it, even if the
+        reader has cleared the stream since; :class:`ConnectionClosed` only
+        when this process closed it.
+        """
+        if self._failure is not None:
+            return type(self._failure)(str(self._failure))
+        if self._closed_here:
+            return ConnectionClosed(f"{self} was closed")
+        return BrokenConnection(f"{self} is not connected")
 
     def _fail(self, error: KafkaConnectionError) -> None:
         if self._failure is None:
@@ -535,7 +552,9 @@ class BrokerConnection:
                     self.on_unanswered_close(said)
             self._fail(BrokenConnection(f"{self} broke: {exc!r}"))
         except anyio.ClosedResourceError:
-            self._fail(ConnectionClosed(f"{self} was closed"))
+            # The stream was closed under the reader: what closed it has
+            # recorded why (the broker's drop, a timeout, this process).
+            self._fail(self._unusable())
         except ProtocolError as exc:
             self._fail(BrokenConnection(f"{self}: malformed frame: {exc}"))
         finally:
@@ -565,15 +584,17 @@ class BrokerConnection:
             The decoded kio response.
 
         Raises:
-            ConnectionClosed: the connection was closed by this process.
-            BrokenConnection: the connection broke before the response arrived.
-            RequestTimedOut: no response in time (the connection is then closed).
+            ConnectionClosed: the connection was closed by this process
+                (:meth:`aclose`), before or while the request was sent.
+            BrokenConnection: the connection broke (the broker dropped it)
+                before the response arrived, or before the request could be
+                sent: worth retrying on a new connection.
+            RequestTimedOut: no response in time (the connection is then
+                closed); or a request on a connection that ended so.
             ProtocolError: the response could not be decoded.
         """
-        if self._failure is not None:
-            raise type(self._failure)(str(self._failure))
-        if self._stream is None:
-            raise ConnectionClosed(f"{self} is not connected")
+        if self._failure is not None or self._stream is None:
+            raise self._unusable()
         cid = next(self._cids)
         api_key, version, name = framing.request_identity(request)
         limit = self.request_timeout if timeout is None else timeout
@@ -588,9 +609,12 @@ class BrokerConnection:
             if lock is not None:
                 await lock.acquire()
             try:
+                # The connection may have ended while this request waited for
+                # the lock: the broker dropped it (a restart, a reaped idle
+                # connection) or this process closed it; say which.
                 stream = self._stream
                 if stream is None or self._failure is not None:
-                    raise ConnectionClosed(f"{self} is not connected")
+                    raise self._unusable()
                 # A frame is written whole or the connection is dropped: a
                 # cancellation half-way through would corrupt the stream. The
                 # shield keeps the caller's cancellation out; the scope's own
@@ -611,7 +635,9 @@ class BrokerConnection:
             self._fail(BrokenConnection(f"{self} broke while sending: {exc!r}"))
             raise BrokenConnection(f"{self} broke while sending: {exc!r}") from exc
         except anyio.ClosedResourceError as exc:
-            raise ConnectionClosed(f"{self} was closed") from exc
+            # Closed while sending: by the reader, after the broker dropped
+            # the connection, or by this process.
+            raise self._unusable() from exc
         except BaseException:
             self._waiters.pop(cid, None)
             raise

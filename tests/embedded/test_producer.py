@@ -283,3 +283,40 @@ async def test_waiting_for_a_leader_backs_off_with_jitter(
         assert 3 <= len(seen) <= 12, gaps
         assert max(gaps) > 4 * min(gaps), gaps  # it grows
         assert len({round(gap, 6) for gap in gaps}) == len(gaps), gaps  # jittered
+
+
+# ---------------------------------------------------------------------------- failures
+
+
+async def test_a_produce_request_whose_connection_the_broker_dropped_is_retried(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The broker drops the connection while a Produce request waits to be
+    written (another request holds the connection's send lock): the request
+    fails with BrokenConnection and its records are retried on a new
+    connection. They failed at once with ConnectionClosed, the error of a
+    closed producer."""
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, delivery_timeout=20) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        conn = await producer.cluster.connection(0)
+        async with anyio.create_task_group() as tg:
+            await conn._send_lock.acquire()  # as a request being written holds it
+            outcome: list[object] = []
+
+            async def send() -> None:
+                try:
+                    outcome.append(await producer.send("t", b"x"))
+                except Exception as exc:
+                    outcome.append(exc)
+
+            tg.start_soon(send)
+            while not conn._send_lock.statistics().tasks_waiting:
+                await trio.sleep(0.001)
+            assert cluster.cut_connections()
+            await conn.wait_closed()
+            conn._send_lock.release()
+        assert [type(o).__name__ for o in outcome] == ["RecordMetadata"], outcome
+        assert [r.value for r in cluster.records("t")] == [b"warm-up", b"x"]

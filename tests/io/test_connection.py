@@ -284,6 +284,66 @@ async def test_eof_mid_response_is_broken_connection() -> None:
             await conn.request(metadata_request())
 
 
+async def test_a_request_waiting_to_send_when_the_broker_drops_the_connection_is_broken() -> None:
+    # A request waits for the send lock while another is written; the broker
+    # drops the connection meanwhile (a restart, an idle-connection reaper)
+    # and the reader clears the stream. The waiting request must fail with
+    # what happened, BrokenConnection (retried by every client), not with
+    # ConnectionClosed, which says this process closed the connection.
+    drop = anyio.Event()
+
+    async def serve_one(stream: anyio.abc.ByteStream) -> None:
+        async with stream:
+            buf = FrameBuffer()
+            while (frame := buf.next_frame()) is None:
+                buf.feed(await stream.receive())
+            header, _ = decode_request(frame)
+            answer = encode_response(api_versions_response(), correlation_id=header.correlation_id)
+            await stream.send(answer)
+            await drop.wait()
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as server:
+        server.start_soon(listener.serve, serve_one)
+        async with open_connection("127.0.0.1", port) as conn:
+            outcome: list[BaseException] = []
+
+            async def blocked() -> None:
+                try:
+                    await conn.request(metadata_request())
+                except KafkaConnectionError as exc:
+                    outcome.append(exc)
+
+            with anyio.fail_after(HANG_GUARD):
+                async with anyio.create_task_group() as tg:
+                    await conn._send_lock.acquire()  # as a request being written holds it
+                    tg.start_soon(blocked)
+                    while not conn._send_lock.statistics().tasks_waiting:
+                        await anyio.sleep(0.001)
+                    drop.set()  # the broker hangs up
+                    await conn.wait_closed()
+                    conn._send_lock.release()
+            assert len(outcome) == 1
+            assert type(outcome[0]) is BrokenConnection, repr(outcome[0])
+            with pytest.raises(BrokenConnection):  # and so does the next request
+                await conn.request(metadata_request())
+        server.cancel_scope.cancel()
+
+
+async def test_a_request_after_aclose_is_connection_closed() -> None:
+    async def on_request(stream: anyio.abc.ByteStream, header: Any, request: Any) -> None:
+        await stream.send(
+            encode_response(metadata_response("x"), correlation_id=header.correlation_id)
+        )
+
+    async with fake_broker(on_request) as port, open_connection("127.0.0.1", port) as conn:
+        await conn.request(metadata_request())
+        await conn.aclose()
+        with pytest.raises(ConnectionClosed):
+            await conn.request(metadata_request())
+
+
 async def test_garbage_during_version_negotiation_fails_the_open() -> None:
     async def serve_one(stream: anyio.abc.ByteStream) -> None:
         async with stream:
