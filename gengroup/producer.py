@@ -33,13 +33,15 @@ metadata task for a refresh; MESSAGE_TOO_LARGE for a batch of several records
 puts them back at the head of the queue, to go in batches of half as many (as
 the Java producer splits); anything else fails the batch's records with the
 typed error. ``delivery_timeout`` counts from the start of a record's ``send``
-call and is a bound: the drain fails a batch, or queued records, whose time
-is up with the last error seen, and a batch whose Produce request is still
-unanswered then fails with ``RequestTimedOut`` (its answer, if it comes, is
-ignored). Records whose leader is unknown wait for the metadata task
-(``_producer_metadata.py``), which refreshes the producer's topics on demand
-and every ``metadata_max_age``, at least a ``retry_backoff`` apart, growing
-with jitter while a refresh leaves a partition without a leader.
+call and is a bound, neither crossed nor cut short: a backoff that would end
+past it ends at it, and the drain then fails a batch, or queued records,
+whose time is up with ``RequestTimedOut`` (the last error seen as its
+cause); a batch whose Produce request is still unanswered then fails with
+``RequestTimedOut`` too (its answer, if it comes, is ignored). Records
+whose leader is unknown wait for the metadata task (``_producer_metadata.py``),
+which refreshes the producer's topics on demand and every
+``metadata_max_age``, at least a ``retry_backoff`` apart, growing with jitter
+while a refresh leaves a partition without a leader.
 
 Null-key records use the *sticky* strategy by default (KIP-480): every null-key
 record of a topic goes to one randomly chosen partition with a leader until a
@@ -276,14 +278,16 @@ class Producer:
                 not exist within ``max_block``.
             BufferExhausted: no room in the buffer (``buffer_bytes``) within
                 ``max_block`` of the call; the record was not queued.
-            BrokerError: the broker refused the record (e.g. MESSAGE_TOO_LARGE
-                for a record larger than the topic allows), or the last
-                retriable error once ``delivery_timeout`` passed.
-            KafkaConnectionError: the last connection error once
-                ``delivery_timeout`` passed (``RequestTimedOut`` if a Produce
-                request was still unanswered: the record may have been
-                written), or no broker answered the topic's metadata request
-                within ``max_block``.
+            BrokerError: the broker refused the record with an error that is
+                not retried (e.g. MESSAGE_TOO_LARGE for a record larger than
+                the topic allows).
+            RequestTimedOut: the record was not delivered within
+                ``delivery_timeout``, whatever kept it (retried broker errors,
+                broken connections, no leader): the last error is on its cause
+                chain (``__cause__``). If a Produce request was still
+                unanswered, the record may have been written.
+            KafkaConnectionError: no broker answered the topic's metadata
+                request within ``max_block``.
             ConnectionClosed: the producer (or the :class:`Cluster` it was
                 given) was closed before delivery; a connection the broker
                 dropped is retried instead.
@@ -559,6 +563,8 @@ class Producer:
                 f"{queue.tp}: {len(expired)} record(s) not sent within "
                 f"delivery_timeout={self.config.delivery_timeout} s{why}"
             )
+            ahead = queue.retry or queue.sending  # what held them up, if known
+            error.__cause__ = None if ahead is None else ahead.last_error
             for pending in expired:
                 self._settle(pending, None, error)
             self._freed()
@@ -619,13 +625,17 @@ class Producer:
         queue.first_arrival = batch.created
         queue.expire_at = min(queue.expire_at, batch.created + self.config.delivery_timeout)
 
-    def _timeout_error(self, batch: Batch) -> BaseException:
-        if batch.last_error is not None:
-            return batch.last_error
-        return RequestTimedOut(
+    def _timeout_error(self, batch: Batch) -> RequestTimedOut:
+        """The error of a batch whose delivery timeout passed: always
+        :class:`RequestTimedOut`, whatever its last attempt failed with (its cause)."""
+        last = batch.last_error
+        error = RequestTimedOut(
             f"{batch.tp}: {len(batch.records)} record(s) not delivered within "
             f"delivery_timeout={self.config.delivery_timeout} s"
+            + ("" if last is None else f" (last error: {type(last).__name__}: {last})")
         )
+        error.__cause__ = last
+        return error
 
     def _encode(self, batch: Batch) -> bytes:
         if batch.encoded is None:
@@ -768,10 +778,16 @@ class Producer:
         now = anyio.current_time()
         batch.last_error = error
         batch.attempts += 1
-        delay = backoff_delay(batch.attempts - 1, self.config.retry_backoff)
-        if now + delay >= batch.created + self.config.delivery_timeout or self._closed:
+        if self._closed:
             self._fail_batch(batch, error)
             return
-        batch.not_before = now + delay
+        deadline = batch.created + self.config.delivery_timeout
+        if now >= deadline:
+            self._fail_batch(batch, self._timeout_error(batch))
+            return
+        # A backoff that would end past the deadline ends at it: the drain then
+        # fails the batch, on time and not before.
+        delay = backoff_delay(batch.attempts - 1, self.config.retry_backoff)
+        batch.not_before = min(now + delay, deadline)
         queue = self._queues[batch.tp]
         queue.retry = batch

@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup._errors import BrokerError, BufferExhausted, RequestTimedOut
+from gengroup._errors import BrokerError, BufferExhausted, KafkaConnectionError, RequestTimedOut
 from gengroup._producer_queue import Pending, Queue
 from gengroup._types import TopicPartition
 from gengroup.broker import Delay, Drop, Fail, FakeCluster, Intercepted
@@ -158,6 +158,45 @@ async def test_delivery_timeout_bounds_a_produce_request_never_answered(
         assert failed_at["queued behind it"] == pytest.approx(4.0, abs=0.1)
 
 
+def causes(error: BaseException) -> list[BaseException]:
+    """``error``'s cause chain, itself excluded."""
+    chain: list[BaseException] = []
+    seen = error.__cause__
+    while seen is not None and seen not in chain and len(chain) < 10:
+        chain.append(seen)
+        seen = seen.__cause__
+    return chain
+
+
+@pytest.mark.parametrize("fault", ["NOT_ENOUGH_REPLICAS", "broker down"])
+async def test_a_record_retried_until_delivery_timeout_fails_with_request_timed_out_on_time(
+    autojump_clock: trio.testing.MockClock, fault: str
+) -> None:
+    """Whatever its retries failed with, a record not delivered within
+    ``delivery_timeout`` fails with RequestTimedOut saying so, the last error
+    as its cause, at the deadline: not a backoff early (the last error came
+    out, as soon as the next backoff would have crossed the deadline)."""
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, delivery_timeout=3, retry_backoff=0.4) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        last: type[Exception]
+        if fault == "broker down":
+            await cluster.stop_broker(0)
+            last = KafkaConnectionError
+        else:
+            cluster.control(ApiKey.PRODUCE, lambda call: Fail(19))
+            last = BrokerError
+        started = trio.current_time()
+        with pytest.raises(
+            RequestTimedOut, match="not delivered within delivery_timeout=3"
+        ) as caught:
+            await producer.send("t", b"x")
+        assert trio.current_time() - started == pytest.approx(3.0, abs=0.01)
+        assert any(isinstance(e, last) for e in causes(caught.value)), causes(caught.value)
+
+
 async def test_waiting_for_buffer_room_is_bounded_by_max_block_and_counts_toward_delivery(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -276,8 +315,9 @@ async def test_waiting_for_a_leader_backs_off_with_jitter(
         cluster.control(ApiKey.METADATA, no_leader)
         cluster.control(ApiKey.PRODUCE, lambda call: Fail(6), once=True)
         started = trio.current_time()
-        with pytest.raises(BrokerError, match="LEADER_NOT_AVAILABLE"):
+        with pytest.raises(RequestTimedOut, match="LEADER_NOT_AVAILABLE") as caught:
             await producer.send("t", b"x", partition=0)
+        assert any(isinstance(e, BrokerError) for e in causes(caught.value))
         assert trio.current_time() - started == pytest.approx(4.0, abs=0.05)
         gaps = [b - a for a, b in itertools.pairwise(seen)]
         assert 3 <= len(seen) <= 12, gaps
