@@ -50,6 +50,10 @@ class ProducerConfig(Security):
         linger: seconds a partition's first queued record waits for company.
         max_batch_bytes: estimated uncompressed bytes per batch (a larger
             single record is sent alone).
+        max_request_bytes: estimated bytes of the batches one Produce request
+            carries (a single larger batch goes alone); keep it below the
+            brokers' ``socket.request.max.bytes``, which close the connection
+            of a larger request.
         buffer_bytes: estimated bytes queued before ``send`` waits for room
             (for ``max_block`` at most, then ``BufferExhausted``).
         delivery_timeout: seconds from the start of a ``send`` call until a
@@ -81,6 +85,7 @@ class ProducerConfig(Security):
     compression: Compression = Compression.NONE
     linger: float = 0.005
     max_batch_bytes: int = 1_000_000
+    max_request_bytes: int = 1_048_576
     buffer_bytes: int = 64 * 1024 * 1024
     delivery_timeout: float = 120.0
     request_timeout: float = 30.0
@@ -118,7 +123,7 @@ class ProducerConfig(Security):
                 f"delivery_timeout ({self.delivery_timeout!r} s) must be above "
                 f"linger ({self.linger!r} s): every record would expire before it is sent"
             )
-        for name in ("max_batch_bytes", "buffer_bytes"):
+        for name in ("max_batch_bytes", "max_request_bytes", "buffer_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
@@ -134,6 +139,7 @@ class ProducerSettings(SecuritySettings, total=False):
     compression: Compression
     linger: float
     max_batch_bytes: int
+    max_request_bytes: int
     buffer_bytes: int
     delivery_timeout: float
     request_timeout: float

@@ -16,9 +16,11 @@ finishes, metadata changes, or a linger/backoff deadline passes. Each wake it
 takes either the batch due for a retry (once its backoff passed) or up to
 ``max_batch_bytes`` of queued records, once ``linger`` has passed since the
 oldest queued record arrived, the batch is full, or a flush is in progress.
-The drained batches are grouped by their leader's node id and each group goes
-out as one Produce request in a task of its own, so one request per broker
-carries every ready partition and a slow broker never delays another.
+The drained batches are grouped by their leader's node id, and each group goes
+out in Produce requests of at most ``max_request_bytes`` (a larger batch goes
+alone), each in a task of its own: one request per broker carries every ready
+partition as long as they fit, no request grows past what a broker accepts,
+and a slow broker never delays another.
 
 At most one batch per partition is in flight. That keeps records of a
 partition in ``send`` order across retries without idempotence (which this
@@ -497,14 +499,18 @@ class Producer:
         while True:
             self._wakeup = anyio.Event()
             now = anyio.current_time()
-            ready, wake_at = self._drain(now)
-            for node, batches in ready.items():
+            requests, wake_at = self._drain(now)
+            for node, batches in requests:
                 self._tg.start_soon(self._send_batches, node, batches)
             with anyio.move_on_after(max(0.0, wake_at - now)):
                 await self._wakeup.wait()
 
-    def _drain(self, now: float) -> tuple[dict[int, list[Batch]], float]:
-        ready: dict[int, list[Batch]] = defaultdict(list)
+    def _drain(self, now: float) -> tuple[list[tuple[int, list[Batch]]], float]:
+        """The Produce requests to send now, each a node and its batches, and
+        when the sender must look again at the latest."""
+        requests: list[tuple[int, list[Batch]]] = []
+        filling: dict[int, list[Batch]] = {}  # node -> the batches of its last request
+        used: dict[int, int] = {}  # node -> the bytes of its last request
         wake_at = now + 3600.0
         urgent = self._flushing > 0 or self._closed
         for queue in self._queues.values():
@@ -551,8 +557,18 @@ class Producer:
             queue.in_flight = True
             queue.sending = batch
             wake_at = min(wake_at, batch.created + self.config.delivery_timeout)
-            ready[leader].append(batch)
-        return ready, wake_at
+            # At most max_request_bytes a request (a larger batch goes alone):
+            # a broker closes the connection of a request past its
+            # socket.request.max.bytes. The rest go in requests beside it.
+            size = _BATCH_OVERHEAD + sum(p.size for p in batch.records)
+            batches = filling.get(leader)
+            if batches is None or used[leader] + size > self.config.max_request_bytes:
+                batches = filling[leader] = []
+                used[leader] = 0
+                requests.append((leader, batches))
+            batches.append(batch)
+            used[leader] += size
+        return requests, wake_at
 
     def _expire_queued(self, queue: Queue, now: float) -> None:
         """Fail the queued records of ``queue`` whose delivery timeout has passed."""

@@ -13,7 +13,7 @@ import trio.testing
 from gengroup._errors import BrokerError, BufferExhausted, KafkaConnectionError, RequestTimedOut
 from gengroup._producer_queue import Pending, Queue
 from gengroup._types import TopicPartition
-from gengroup.broker import Delay, Drop, Fail, FakeCluster, Intercepted
+from gengroup.broker import BrokerSettings, Delay, Drop, Fail, FakeCluster, Intercepted
 from gengroup.producer import Producer, ProducerRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -125,6 +125,40 @@ async def test_a_batch_too_large_for_the_topic_is_split_in_order(
             with pytest.raises(BrokerError, match="MESSAGE_TOO_LARGE"):
                 await producer.send("small", b"z" * 20_000)
             assert (await producer.send("small", b"after")).offset == 20
+
+
+async def test_produce_requests_stay_within_max_request_bytes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Eight partitions' batches of 400 KB are ready at once for one broker that
+    accepts requests of 2 MB (``socket.request.max.bytes``): they go in
+    requests of at most ``max_request_bytes``, two batches each, all at once.
+    They went in one request of 3.2 MB, which the broker refused by closing
+    the connection."""
+    settings = BrokerSettings(socket_request_max_bytes=2_000_000)
+    async with (
+        FakeCluster(topics={"t": 8}, settings=settings) as cluster,
+        Producer(cluster.bootstrap, linger=1.0, max_request_bytes=1_000_000) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        sizes: list[int] = []
+
+        def measure(call: Intercepted) -> None:
+            sizes.append(
+                sum(
+                    len(part.records)
+                    for topic in call.request.topic_data
+                    for part in topic.partition_data
+                )
+            )
+
+        cluster.control(ApiKey.PRODUCE, measure)
+        records = [ProducerRecord(b"v" * 100_000, partition=p) for p in range(8) for _ in range(4)]
+        started = trio.current_time()
+        metas = await producer.send_many("t", records)
+        assert trio.current_time() - started == pytest.approx(1.0, abs=0.01)  # no retry
+        assert len(metas) == 32
+        assert len(sizes) == 4 and all(700_000 < size <= 1_000_000 for size in sizes), sizes
 
 
 # ---------------------------------------------------------------------------- time bounds

@@ -32,6 +32,8 @@ def test_compression_takes_the_codec_or_its_name(given: object, stored: Compress
         {"linger": "5"},
         {"max_batch_bytes": 0},
         {"buffer_bytes": 1.5},
+        {"max_request_bytes": 0},
+        {"max_request_bytes": True},
         {"delivery_timeout": 0.0},
         {"delivery_timeout": float("nan")},
         {"request_timeout": 1e7},
