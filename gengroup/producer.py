@@ -51,7 +51,8 @@ batch for that partition is drained, then another partition is chosen; this
 fills batches quickly. ``partitioner="round_robin"`` spreads them one by one.
 
 ``send`` blocks for at most ``max_block`` (the topic's metadata, then room in
-the buffer: :class:`~gengroup._errors.BufferExhausted`). Cancelling a ``send``
+the buffer: :class:`~gengroup._errors.BufferExhausted`); the sends waiting for
+room are served in arrival order (``_producer_buffer.py``). Cancelling a ``send``
 once its record is queued only stops waiting: the record is still delivered,
 like a Java ``Future`` that nobody reads. ``flush()`` makes every
 queued record ready at once and waits until each has an outcome. Leaving the
@@ -86,6 +87,7 @@ from ._errors import (
     error_for_code,
     is_retriable,
 )
+from ._producer_buffer import BufferPool
 from ._producer_config import ProducerConfig, ProducerSettings
 from ._producer_metadata import ProducerMetadata
 from ._producer_queue import Batch, Pending, Queue, copy_error, wait_for
@@ -167,8 +169,7 @@ class Producer:
         )
         self._queues: dict[TopicPartition, Queue] = {}
         self._outstanding: set[Pending] = set()
-        self._buffered = 0
-        self._space = anyio.Event()
+        self._buffer = BufferPool(cfg.buffer_bytes)
         self._wakeup = anyio.Event()
         self._metadata = ProducerMetadata(self.cluster, cfg, self._wake)
         self._keyless = KeylessPartitioner(cfg.partitioner)
@@ -213,6 +214,7 @@ class Producer:
 
     def _shutdown(self, error: BaseException) -> None:
         self._closed = True
+        self._buffer.close()  # the sends waiting for room raise ConnectionClosed
         self._fail_outstanding(error)
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
@@ -279,7 +281,10 @@ class Producer:
             UnknownTopicOrPartition: the topic (or the explicit partition) does
                 not exist within ``max_block``.
             BufferExhausted: no room in the buffer (``buffer_bytes``) within
-                ``max_block`` of the call; the record was not queued.
+                ``max_block`` of the call; the record was not queued. Sends
+                waiting for room are served in arrival order: a record that
+                would fit still waits behind an earlier one waiting for room
+                (up to its own ``max_block``).
             BrokerError: the broker refused the record with an error that is
                 not retried (e.g. MESSAGE_TOO_LARGE for a record larger than
                 the topic allows).
@@ -375,9 +380,8 @@ class Producer:
                 count = await self._metadata.check_partition(topic, c.partition, count)
         pendings: list[Pending] = []
         unqueued: BaseException | None = None
-        room = self.config.buffer_bytes
         for c in checked:
-            if self._buffered and self._buffered + c.size > room:
+            if self._buffer.must_wait(c.size):
                 # Each record waits for room as a send of its own would: its
                 # max_block (and delivery_timeout) count from here.
                 start = anyio.current_time()
@@ -449,10 +453,7 @@ class Producer:
             )
         else:
             await self._metadata.check_partition(topic, partition, count)
-        if self._buffered and self._buffered + rec.size > self.config.buffer_bytes:
-            await self._wait_for_room(rec.size, start)
-        if self._closed:
-            raise ConnectionClosed("the Producer was closed")
+        await self._reserve(rec.size, start)
         now = anyio.current_time()
         timestamp = _now_ms() if rec.timestamp_ms is None else rec.timestamp_ms
         pending = Pending(key, value, headers, timestamp, rec.size, start)
@@ -467,27 +468,28 @@ class Producer:
         if expire_at < queue.expire_at:
             queue.expire_at = expire_at
         queue.append(pending)
-        self._buffered += rec.size
         self._outstanding.add(pending)
         if len(queue.records) == 1 or queue.bytes >= self.config.max_batch_bytes:
             self._wake()
         return pending
 
-    async def _wait_for_room(self, size: int, start: float) -> None:
-        """Wait until ``size`` more bytes fit the buffer, up to ``max_block`` from ``start``.
+    async def _reserve(self, size: int, start: float) -> None:
+        """Count ``size`` bytes in the buffer, waiting for room (behind the sends
+        that wait already) up to ``max_block`` from ``start``.
 
         (Or ``delivery_timeout``, if shorter: a record queued later would fail at once.)
         """
         limit = min(self.config.max_block, self.config.delivery_timeout)
-        while self._buffered and self._buffered + size > self.config.buffer_bytes:
-            left = start + limit - anyio.current_time()
-            if left <= 0:
-                raise BufferExhausted(
-                    f"no room for a record of {size} bytes in the buffer "
-                    f"(buffer_bytes={self.config.buffer_bytes}) within {limit} s"
-                )
-            with anyio.move_on_after(left):
-                await self._space.wait()
+        reserved = await self._buffer.reserve(size, start + limit)
+        if self._closed:
+            if reserved:
+                self._buffer.release(size)
+            raise ConnectionClosed("the Producer was closed")
+        if not reserved:
+            raise BufferExhausted(
+                f"no room for a record of {size} bytes in the buffer "
+                f"(buffer_bytes={self.config.buffer_bytes}) within {limit} s"
+            )
 
     # ------------------------------------------------------------------ sender
 
@@ -766,12 +768,11 @@ class Producer:
             for waiter in pending.waiters:
                 waiter.one_done()
         self._outstanding.discard(pending)
-        self._buffered -= pending.size
+        self._buffer.release(pending.size)
 
     def _freed(self) -> None:
         """Wake the ``send`` calls waiting for room in the buffer (once per batch)."""
-        self._space.set()
-        self._space = anyio.Event()
+        self._buffer.serve()
 
     def _complete(self, batch: Batch, base_offset: int, append_time: Any) -> None:
         append_ms: int | None = None

@@ -273,6 +273,69 @@ async def test_waiting_for_buffer_room_is_bounded_by_max_block_and_counts_toward
             tg.cancel_scope.cancel()
 
 
+async def test_sends_waiting_for_buffer_room_are_served_in_arrival_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A large record waits for room; a small one that comes later and would
+    fit at once waits behind it, and is queued after it (as Java's BufferPool
+    serves its waiters). It went first, as every small record after it could:
+    under steady load the large record found no room until ``max_block``."""
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, buffer_bytes=10_000, max_block=5) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        cluster.control(ApiKey.PRODUCE, lambda call: Delay(1.0))
+        offsets: dict[str, int] = {}
+
+        async def send(name: str, size: int, delay: float) -> None:
+            await trio.sleep(delay)
+            offsets[name] = (await producer.send("t", name.encode().ljust(size, b"."))).offset
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, "first", 4000, 0.0)  # answered at 1 s
+            tg.start_soon(send, "second", 4000, 0.05)  # sent after it, answered at 2 s
+            tg.start_soon(send, "large", 5000, 0.1)  # room at 1 s, when "first" is answered
+            tg.start_soon(send, "small", 1000, 0.2)  # would fit at once: 9 KB of 10 KB
+        assert offsets["large"] < offsets["small"], offsets
+
+
+async def test_a_send_behind_one_that_gives_up_waiting_for_room_is_served_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Arrival order never makes a send wait past its own ``max_block``: when
+    the large record ahead of it gives up, a small record that fits is queued
+    at once."""
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, buffer_bytes=10_000, max_block=2) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        cluster.control(ApiKey.PRODUCE, lambda call: Delay(30.0), once=True)
+        outcomes: dict[str, object] = {}
+        at: dict[str, float] = {}
+
+        async def send(name: str, size: int, delay: float) -> None:
+            await trio.sleep(delay)
+            try:
+                outcomes[name] = await producer.send("t", name.encode().ljust(size, b"."))
+            except Exception as exc:
+                outcomes[name] = exc
+            at[name] = trio.current_time() - started
+
+        started = trio.current_time()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, "in flight", 9000, 0.0)  # answered after 30 s
+            tg.start_soon(send, "large", 5000, 0.5)  # gives up at 2.5 s
+            tg.start_soon(send, "small", 900, 1.0)  # fits, waits behind "large"
+        assert isinstance(outcomes["large"], BufferExhausted)
+        assert at["large"] == pytest.approx(2.5, abs=0.01)
+        # Queued at 2.5 s, before its own max_block (3 s) passed, and sent
+        # once the partition's request in flight was answered, at 30 s.
+        assert outcomes["small"].offset == 2  # type: ignore[attr-defined]
+        assert at["small"] == pytest.approx(30.0, abs=0.1)
+
+
 async def test_send_many_reports_records_that_found_no_buffer_room(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
