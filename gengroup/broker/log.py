@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 from uuid import UUID
@@ -56,6 +56,7 @@ from crc32c import crc32c
 from .._errors import CorruptRecordError, ProtocolError
 from .._types import topic_name_error
 from ..protocol.records import decode_batches
+from .topic_configs import topic_config_error
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -416,10 +417,6 @@ _INVALID_CONFIG: Final = 40
 _INVALID_REQUEST: Final = 42
 _INVALID_TOPIC: Final = 17
 _UNKNOWN_TOPIC_OR_PARTITION: Final = 3
-_TIMESTAMP_TYPES: Final = ("CreateTime", "LogAppendTime")
-_INT_CONFIGS: Final = frozenset(
-    {"max.message.bytes", "retention.ms", "retention.bytes", "segment.bytes", "segment.ms"}
-)
 
 
 @dataclass(eq=False)
@@ -452,7 +449,8 @@ class Topic:
         name: the topic name.
         topic_id: its UUID (Metadata v10+, CreateTopics v7+).
         partitions: its partitions, by index.
-        configs: topic configs set at creation (``message.timestamp.type``
+        configs: topic configs set at creation, valid for Kafka
+            (:mod:`gengroup.broker.topic_configs`; ``message.timestamp.type``
             and ``max.message.bytes`` are honoured, ``cleanup.policy`` by
             DeleteRecords; others are stored only).
         internal: True for ``__consumer_offsets``.
@@ -472,7 +470,7 @@ class Topic:
     @property
     def log_append_time(self) -> bool:
         """Whether appends are stamped with log-append time."""
-        return self.configs.get("message.timestamp.type") == "LogAppendTime"
+        return self.configs.get("message.timestamp.type", "").strip() == "LogAppendTime"
 
     def max_message_bytes(self, default: int) -> int:
         """The topic's ``max.message.bytes``, or ``default``."""
@@ -535,19 +533,6 @@ class Topics:
             if unknown:
                 raise LogError(_INVALID_REPLICA_ASSIGNMENT, f"unknown broker ids {unknown}")
 
-    @staticmethod
-    def _check_configs(configs: dict[str, str]) -> None:
-        for key, value in configs.items():
-            if not key or not set(key) <= set("abcdefghijklmnopqrstuvwxyz0123456789."):
-                raise LogError(_INVALID_CONFIG, f"unknown topic config {key!r}")
-            if key == "message.timestamp.type" and value not in _TIMESTAMP_TYPES:
-                raise LogError(_INVALID_CONFIG, f"invalid value {value!r} for {key}")
-            if key in _INT_CONFIGS:
-                try:
-                    int(value)
-                except ValueError:
-                    raise LogError(_INVALID_CONFIG, f"invalid value {value!r} for {key}") from None
-
     def create(
         self,
         name: str,
@@ -556,7 +541,7 @@ class Topics:
         *,
         brokers: Sequence[int],
         online: Collection[int],
-        configs: dict[str, str] | None = None,
+        configs: Mapping[str, str | None] | None = None,
         assignments: Sequence[Sequence[int]] | None = None,
         internal: bool = False,
         validate_only: bool = False,
@@ -569,7 +554,8 @@ class Topics:
             replication_factor: replicas per partition (ignored with ``assignments``).
             brokers: every broker id of the cluster, sorted.
             online: the ids of the brokers that are up.
-            configs: topic configs.
+            configs: topic configs (checked as Kafka checks them, see
+                :mod:`gengroup.broker.topic_configs`; a ``None`` value is refused).
             assignments: explicit replica lists, one per partition.
             internal: mark the topic internal.
             validate_only: check everything but create nothing.
@@ -591,8 +577,10 @@ class Topics:
         for other in self.by_name:
             if other.replace(".", "_") == folded:
                 raise LogError(_INVALID_TOPIC, f"topic {name!r} collides with existing {other!r}")
-        configs = dict(configs or {})
-        self._check_configs(configs)
+        problem = topic_config_error(configs or {})
+        if problem is not None:
+            raise LogError(_INVALID_CONFIG, problem)
+        stored = {k: v for k, v in (configs or {}).items() if v is not None}
         if assignments:
             self._check_assignments(assignments, brokers, len(assignments[0]))
             placement = [list(r) for r in assignments]
@@ -615,7 +603,7 @@ class Topics:
             Partition(i, PartitionLog(), replicas, _first_online(replicas, online))
             for i, replicas in enumerate(placement)
         ]
-        topic = Topic(name, self._uuid(), partitions, configs, internal)
+        topic = Topic(name, self._uuid(), partitions, stored, internal)
         if not validate_only:
             self._next_start += 1
             self.by_name[name] = topic

@@ -310,7 +310,7 @@ class ClusterState:
         num_partitions: int = -1,
         replication_factor: int = -1,
         *,
-        configs: Mapping[str, str] | None = None,
+        configs: Mapping[str, str | None] | None = None,
         assignments: Sequence[Sequence[int]] | None = None,
         validate_only: bool = False,
     ) -> Topic:
@@ -323,7 +323,9 @@ class ClusterState:
             if name in self.topics:
                 raise LogError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
             return self.offsets_topic()  # internal topics get their own settings
-        merged = {"message.timestamp.type": self.settings.log_message_timestamp_type}
+        merged: dict[str, str | None] = {
+            "message.timestamp.type": self.settings.log_message_timestamp_type
+        }
         merged.update(configs or {})
         topic = self.topics.create(
             name,

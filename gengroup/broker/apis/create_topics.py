@@ -4,6 +4,8 @@ Version notes: v2-v7 served. ``num_partitions`` / ``replication_factor``
 of -1 (v4+) take the broker defaults; explicit assignments exclude both
 counts. A topic named twice is refused (INVALID_REQUEST). v5 answers the
 topic's configs, partition count and replication factor; v7 adds the topic id.
+Configs are checked as Kafka checks them (INVALID_CONFIG with its message:
+a null value, an unknown name, an invalid value), before the counts.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def _create(ctx: Context, t: Any, validate_only: bool) -> tuple[int, str | None,
             t.name,
             int(t.num_partitions),
             int(t.replication_factor),
-            configs={c.name: c.value for c in t.configs if c.value is not None},
+            configs={c.name: c.value for c in t.configs},
             assignments=assignments,
             validate_only=validate_only,
         )
