@@ -313,8 +313,9 @@ class ConsumerProtocolMember:
             if own is not None:
                 gen = formed.generation
                 gen.rebalance_protocol = "cooperative"
-                gen.added = target - owned
-                gen.retained = target & owned
+                kept = owned - own.unseen  # added in a generation the application never took
+                gen.added = target - kept
+                gen.retained = target & kept
                 gen.revoked = owned - target
                 gen._spans = own.spans
                 gen._span_host = own

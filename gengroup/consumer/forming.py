@@ -708,6 +708,8 @@ async def form_generation(
             # spans' batches until now; from here their positions are final.
             ownership.stop_prefetcher()
         owned = ownership.owned if ownership is not None and rebalance == "cooperative" else set()
+        # Added in a generation the application never took: added again.
+        kept = owned - ownership.unseen if ownership is not None else owned
         for tp in set(positions) & owned:
             span = ownership.spans.get(tp) if ownership is not None else None
             if span is not None and not span.closed:
@@ -715,8 +717,8 @@ async def form_generation(
         formed = _formed(client, identity, joined, positions, committed, counts, timings)
         gen = formed.generation
         gen.rebalance_protocol = rebalance
-        gen.added = frozenset(set(positions) - owned)
-        gen.retained = frozenset(set(positions) & owned)
+        gen.added = frozenset(set(positions) - kept)
+        gen.retained = frozenset(set(positions) & kept)
         gen.revoked = frozenset(owned - set(positions))
         if ownership is not None:
             gen._spans = ownership.spans

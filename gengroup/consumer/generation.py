@@ -99,11 +99,13 @@ class SpanHost(Protocol):
     Attributes:
         spans: each partition's open (or closing) span.
         owned: the partitions the member owns now.
+        unseen: those of them a generation the application never took added.
         lease_from: when the newest request the coordinator accepted was sent.
     """
 
     spans: dict[TopicPartition, Span]
     owned: set[TopicPartition]
+    unseen: set[TopicPartition]
     lease_from: float
 
     async def drop_all(self, reason: str) -> None:

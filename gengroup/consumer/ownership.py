@@ -55,6 +55,10 @@ class Ownership:
     Attributes:
         spans: each partition's open or closing span.
         owned: the partitions the member owns now.
+        unseen: the owned partitions no generation handed to the application
+            assigned yet: a generation added them and ended before the
+            application took it. The next generation has them as added, not
+            retained, so code that starts workers for ``gen.added`` starts them.
         current: the newest generation handed out (None once it released everything).
         lease_from: when the newest request the coordinator accepted was sent.
     """
@@ -63,6 +67,7 @@ class Ownership:
         self.config = config
         self.spans: dict[TopicPartition, Span] = {}
         self.owned: set[TopicPartition] = set()
+        self.unseen: set[TopicPartition] = set()
         self.current: Generation | None = None
         self.lease_from = 0.0
         self.failures: list[BaseException] = []
@@ -193,6 +198,7 @@ class Ownership:
             if span is not None and not span.closed:
                 span.hand_to(gen)
         self.owned = set(gen.assignments)
+        self.unseen = (self.unseen | gen.added) & self.owned  # until gen is handed out
         self.current = gen
 
     def host_prefetcher(self, gen: Generation, prefetcher: Prefetcher) -> None:

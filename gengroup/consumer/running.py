@@ -290,6 +290,7 @@ class _Run:
                 # partitions: it is never handed out.
                 elif not gen.lease_expired():
                     await hand_over(gen)
+                    self.own.unseen.clear()  # the application has them now
                 if self.formed.classic and gen.revoked and gen.rebalance_protocol == "cooperative":
                     gen.end(
                         Outcome.REJOIN,

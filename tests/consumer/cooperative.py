@@ -137,6 +137,17 @@ class StubbornTasks:
                 join()
 
 
+def revoked_unseen(gens: Sequence[Generation]) -> bool:
+    """A partition left the member in generations it never saw: between two it
+    saw whose sequences are not consecutive (the ones between ended before its
+    loop took them, as on a busy machine), the later lacks one of the earlier's."""
+    return any(
+        set(a.assignments) - set(b.assignments)
+        for a, b in itertools.pairwise(gens)
+        if b.sequence > a.sequence + 1
+    )
+
+
 async def three_four_three(
     open_group: Callable[[str], ConsumerGroup],
     every: set[TopicPartition],

@@ -42,7 +42,12 @@ from .cooperative import (
     three_four_three,
     wait_until,
 )
-from .helpers import EMBEDDED_SETTINGS, all_partitions, unstarted_prefetcher
+from .helpers import (
+    EMBEDDED_SETTINGS,
+    all_partitions,
+    embedded_broker_settings,
+    unstarted_prefetcher,
+)
 
 PARTITIONS = 12
 PER_STEP = 10
@@ -586,3 +591,39 @@ async def test_a_task_started_in_an_ending_generation_starts_cancelled() -> None
         with pytest.raises(GenerationEnded, match="is ending"):
             await gen.start(reporting)
     assert ran == ["ending"]
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+async def test_partitions_a_generation_added_before_it_ended_unseen_are_added_in_the_next(
+    autojump_clock: trio.testing.MockClock, protocol: str
+) -> None:
+    """A generation that ends before the application takes it (its loop was busy)
+    was never seen: the partitions it added are added in the next one, not
+    retained, so a loop starting workers for ``gen.added`` (as ``run_workers``
+    does) processes them. Under the cooperative-sticky balancer and KIP-848."""
+    extra: dict[str, Any] = {"group_protocol": "consumer"} if protocol == "consumer" else {}
+    balancers = [CooperativeStickyBalancer()] if protocol == "classic" else []
+    async with FakeCluster(topics={"t": 2}, settings=embedded_broker_settings()) as cluster:
+        m1 = group_on(cluster, "m1", balancers, **extra)
+        m2 = group_on(cluster, "m2", balancers, **extra)
+        async with m1:
+            async with m2:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(m2.next)
+                    first = await m1.next()
+                    while len(first.assignments) != 1:  # until the two share
+                        first = await m1.next()
+                    tg.cancel_scope.cancel()
+            # m2 left: m1's next generation adds its partition, and waits to be
+            # taken; a third partition makes a new assignment before it is.
+            await anyio.sleep(10)
+            cluster.create_partitions("t", 3)
+            await anyio.sleep(30)
+            seen = [await m1.next()]
+            while len(seen[-1].assignments) != 3:
+                seen.append(await m1.next())
+            assert seen[0].sequence > first.sequence + 1  # one was never taken
+            added = set(first.added).union(*(g.added for g in seen))
+            assert added == all_partitions("t", 3), [
+                (g.label, sorted(g.added), sorted(g.retained)) for g in [first, *seen]
+            ]

@@ -9,7 +9,7 @@ from gengroup import Admin, ConsumerGroup, CooperativeStickyBalancer, TopicParti
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
-from .cooperative import three_four_three
+from .cooperative import revoked_unseen, three_four_three
 from .helpers import FAST, all_partitions, create_topic, produce_ids
 
 pytestmark = pytest.mark.kafka
@@ -50,9 +50,12 @@ async def scenario(kafka: KafkaBroker) -> None:
     for name in ("m1", "m2", "m3"):
         gens = ledger.generations[name]
         assert all(g.rebalance_protocol == "cooperative" for g in gens)
-        # Compact, so that a failure's message is not cut: per generation, the
-        # partition numbers added, retained and revoked, and why it ended.
-        assert any(g.revoked for g in gens), (
+        # A partition was revoked: in a generation the member saw, or in one
+        # that ended before its loop took it (a busy machine), between two
+        # it saw. Compact, so that a failure's message is not cut: per
+        # generation, the partition numbers added, retained and revoked, and
+        # why it ended.
+        assert any(g.revoked for g in gens) or revoked_unseen(gens), (
             name,
             [
                 (

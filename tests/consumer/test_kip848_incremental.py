@@ -33,6 +33,7 @@ from .cooperative import (
     FirstTaskReturns,
     SpanLedger,
     StubbornTasks,
+    revoked_unseen,
     three_four_three,
     wait_until,
 )
@@ -95,10 +96,13 @@ async def three_four_three_members(target: Kip848Broker) -> None:
     for name in ("m1", "m2", "m3"):
         gens = ledger.generations[name]
         assert all(g.rebalance_protocol == "cooperative" for g in gens)
-        assert any(g.revoked for g in gens), name
+        assert any(g.revoked for g in gens) or revoked_unseen(gens), name
         assert any(g.retained for g in gens), name
     for name, gens in ledger.generations.items():
-        assert [g.sequence for g in gens] == list(range(1, len(gens) + 1)), name
+        # Increasing; not always consecutive: a generation that ended before
+        # the member's loop took it was never handed out.
+        sequences = [g.sequence for g in gens]
+        assert sequences[0] >= 1 and sequences == sorted(set(sequences)), (name, sequences)
         assert len({g.identity for g in gens}) == len(gens), name
         assert len({g.label for g in gens}) == len(gens), name
         ids = [g.id for g in gens]
