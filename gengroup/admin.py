@@ -14,7 +14,8 @@ so the call polls Metadata until each topic shows the requested partitions,
 each with a leader, and then until every leader answers ListOffsets for its
 partitions without error (a leader named in metadata may not have opened the
 partition's log yet). Callers can therefore produce and fetch right after
-``create_topics`` returns.
+``create_topics`` returns. Sending those requests and waiting for the metadata is
+:mod:`gengroup.admin_topics`'.
 
 Group operations go to the group's coordinator through a
 :class:`~gengroup.io.coordinator.CoordinatorClient` per group, which finds the
@@ -48,16 +49,14 @@ from typing import Any, Self, TypeVar, Unpack
 
 from kio.schema.errors import ErrorCode
 
-from . import admin_groups as describing
+from . import admin_groups as describing, admin_topics as topic_ops
 from ._config import check_seconds
 from ._errors import (
     BrokerError,
-    KafkaConnectionError,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
     UnsupportedVersion,
     error_for_code,
-    is_retriable,
     raise_for_code,
 )
 from ._types import GenerationIdentity, TopicPartition
@@ -126,10 +125,6 @@ class AdminSettings(SecuritySettings, total=False):
 
     client_id: str
     timeout: float
-
-
-class _NotYet(Exception):
-    """The metadata does not show what is awaited yet (retried until the deadline)."""
 
 
 class Admin:
@@ -213,85 +208,6 @@ class Admin:
             client = self._coordinators[group_id] = CoordinatorClient(self.cluster, group_id)
         return client
 
-    async def _wait_for_metadata(
-        self,
-        what: str,
-        topics: Sequence[str],
-        ready: Callable[[dict[str, Any]], bool],
-        timeout: float,
-    ) -> None:
-        """Poll Metadata for ``topics`` until ``ready`` says yes; retry connection failures."""
-
-        async def attempt() -> None:
-            if not ready(await self.cluster.refresh_metadata(topics)):
-                raise _NotYet
-
-        def timed_out(last: BaseException | None) -> TimeoutError:
-            suffix = "" if last is None or isinstance(last, _NotYet) else f" (last error: {last})"
-            return TimeoutError(
-                f"metadata did not show {what} within {round(timeout, 3):g} s{suffix}"
-            )
-
-        await retry(
-            what,
-            attempt,
-            timeout=timeout,
-            backoff=self.cluster.retry_backoff,
-            retriable=lambda exc: isinstance(exc, _NotYet | KafkaConnectionError),
-            on_timeout=timed_out,
-        )
-
-    async def _topic_requests(
-        self,
-        api: ApiKey,
-        names: Sequence[str],
-        make: Callable[[Any, list[str], float], Any],
-        results: str,
-        accept: Callable[[BrokerError], bool],
-        timeout: float | None,
-    ) -> Callable[[], float]:
-        """Send a per-topic request until every topic succeeded, was accepted or failed.
-
-        ``make(module, names, limit)`` builds the request for the topics still
-        pending, ``limit`` being the operation's time limit; the response's
-        ``results`` field lists the per-topic results (``name``,
-        ``error_code``, ``error_message``). A topic whose error ``accept``
-        approves counts as done; a retriable error keeps it pending for the
-        next attempt; any other error is raised.
-
-        Returns:
-            The seconds left of the operation's time limit, for what follows.
-        """
-        limit, remaining = self._limit(timeout)
-        pending = list(names)
-
-        async def attempt() -> None:
-            nonlocal pending
-            if not pending:
-                return
-            retry_names: list[str] = []
-            first_error: BrokerError | None = None
-            batch = pending
-            resp = await self.cluster.call(None, api, lambda mod: make(mod, batch, limit))
-            for result in getattr(resp, results):
-                code = int(result.error_code)
-                if not code:
-                    continue
-                err = error_for_code(code, f"topic {result.name!r}: {result.error_message}")
-                if accept(err):
-                    continue
-                if not is_retriable(err):
-                    raise GiveUp(err)
-                retry_names.append(result.name)
-                first_error = first_error or err
-            pending = retry_names
-            if first_error is not None:
-                raise first_error
-
-        what = "".join(word.capitalize() for word in api.name.split("_"))  # "CreateTopics"
-        await self._retrying(what, attempt, limit)
-        return remaining
-
     # ------------------------------------------------------------------ topics
 
     async def create_topics(
@@ -340,13 +256,14 @@ class Admin:
                 validate_only=False,
             )
 
-        remaining = await self._topic_requests(
+        remaining = await topic_ops.topic_requests(
+            self.cluster,
             ApiKey.CREATE_TOPICS,
             list(new),
             make,
             "topics",
             lambda err: exist_ok and isinstance(err, TopicAlreadyExists),
-            timeout,
+            self._limit(timeout)[0],
         )
         counts = {name: t.partitions for name, t in new.items()}
 
@@ -361,24 +278,10 @@ class Admin:
                     return False
             return True
 
-        await self._wait_for_metadata(
-            f"topics {sorted(counts)}", sorted(counts), ready, remaining()
+        await topic_ops.wait_for_metadata(
+            self.cluster, f"topics {sorted(counts)}", sorted(counts), ready, remaining()
         )
-        await self._wait_until_served(sorted(counts), remaining())
-
-    async def _wait_until_served(self, topics: Sequence[str], timeout: float) -> None:
-        """Wait until each partition's leader serves it (answers ListOffsets without error).
-
-        Metadata names a leader slightly before that broker has opened the
-        partition's log; requests in that window get NOT_LEADER_OR_FOLLOWER.
-        """
-        tps = {
-            TopicPartition(name, p)
-            for name in topics
-            if name in self.cluster.topics
-            for p in self.cluster.topics[name].partitions
-        }
-        await offsets.list_offsets(self.cluster, tps, "latest", timeout=timeout)
+        await topic_ops.wait_until_served(self.cluster, sorted(counts), remaining())
 
     async def delete_topics(
         self,
@@ -420,14 +323,22 @@ class Admin:
                 raise GiveUp(err)
             return False
 
-        remaining = await self._topic_requests(
-            ApiKey.DELETE_TOPICS, topics, make, "responses", accept, timeout
+        remaining = await topic_ops.topic_requests(
+            self.cluster,
+            ApiKey.DELETE_TOPICS,
+            topics,
+            make,
+            "responses",
+            accept,
+            self._limit(timeout)[0],
         )
 
         def gone(md: dict[str, Any]) -> bool:
             return all(md.get(n) is None or md[n].error_code for n in topics)
 
-        await self._wait_for_metadata(f"deletion of {topics}", topics, gone, remaining())
+        await topic_ops.wait_for_metadata(
+            self.cluster, f"deletion of {topics}", topics, gone, remaining()
+        )
 
     async def create_partitions(
         self,
@@ -460,8 +371,14 @@ class Admin:
                 raise GiveUp(err)
             return False
 
-        remaining = await self._topic_requests(
-            ApiKey.CREATE_PARTITIONS, [topic], make, "results", accept, timeout
+        remaining = await topic_ops.topic_requests(
+            self.cluster,
+            ApiKey.CREATE_PARTITIONS,
+            [topic],
+            make,
+            "results",
+            accept,
+            self._limit(timeout)[0],
         )
 
         def ready(md: dict[str, Any]) -> bool:
@@ -473,10 +390,10 @@ class Admin:
                 and all(p.leader >= 0 for p in info.partitions.values())
             )
 
-        await self._wait_for_metadata(
-            f"{total_count} partitions of {topic!r}", [topic], ready, remaining()
+        await topic_ops.wait_for_metadata(
+            self.cluster, f"{total_count} partitions of {topic!r}", [topic], ready, remaining()
         )
-        await self._wait_until_served([topic], remaining())
+        await topic_ops.wait_until_served(self.cluster, [topic], remaining())
 
     # ------------------------------------------------------------------ offsets
 
