@@ -127,6 +127,12 @@ class AdminSettings(SecuritySettings, total=False):
     timeout: float
 
 
+def _listed(md: Mapping[str, Any], tp: TopicPartition) -> bool:
+    """Whether metadata ``md`` lists the topic of ``tp`` and that partition."""
+    info = md.get(tp.topic)
+    return info is not None and not info.error_code and tp.partition in info.partitions
+
+
 class Admin:
     """Administrative operations on a Kafka cluster.
 
@@ -643,26 +649,39 @@ class Admin:
                 committed for (lag None).
             timeout: seconds for the whole operation (default: the admin's timeout).
 
+        A commit left for a partition that no longer exists (its topic was
+        deleted, or has fewer partitions now; the coordinator keeps such
+        offsets until offsets retention removes them, or
+        :meth:`delete_offsets`) is listed with ``end`` and ``lag`` None, as
+        Kafka's tool shows it (``-``) since KAFKA-17218: the other partitions'
+        lag is reported all the same.
+
         Returns:
             Each partition's :class:`PartitionLag`, sorted, and the group's
             state; its ``total`` is the sum of the lags above 0, ``partial``
             when some lag is not known or the group is rebalancing.
 
         Raises:
-            BrokerError: a non-retriable error (e.g. authorization, an unknown topic).
+            BrokerError: a non-retriable error (e.g. authorization; a topic of
+                ``topics`` that does not exist is UnknownTopicOrPartition).
             ProtocolError: a member's assignment is not a consumer-protocol one.
             TimeoutError: the cluster could not be asked in time.
         """
         left = self._limit(timeout)[1]  # one deadline for every step
-        committed = await self.fetch_offsets(group_id, timeout=left())
-        group = (await self.describe_groups([group_id], timeout=max(left(), 0.001)))[group_id]
+
+        def rest() -> float:
+            return max(left(), 0.001)
+
+        committed = await self.fetch_offsets(group_id, timeout=rest())
+        group = (await self.describe_groups([group_id], timeout=rest()))[group_id]
+        asked = [] if topics is None else names_of(topics, "group_lag")
         tps = set(committed) | set(group.owners)
-        if topics is not None:
-            names = names_of(topics, "group_lag")
+        for attempt in range(2):  # a topic deleted after the metadata: once more without it
+            names = sorted({tp.topic for tp in tps} | set(asked))
             md = await self._retrying(
-                "metadata", partial(self.cluster.refresh_metadata, names), max(left(), 0.001)
+                "metadata", partial(self.cluster.refresh_metadata, names), rest()
             )
-            for name in names:
+            for name in asked:
                 info = md.get(name)
                 if info is None or info.error_code:
                     raise error_for_code(
@@ -670,8 +689,18 @@ class Admin:
                         f"topic {name!r}",
                     )
                 tps.update(TopicPartition(name, p) for p in info.partitions)
-        ends = await self.list_offsets(tps, "latest", timeout=max(left(), 0.001)) if tps else {}
-        return GroupLag.of(committed, ends, group)
+            # Commits left for a deleted topic or a partition it no longer has
+            # (kept until offsets retention): shown with end and lag unknown.
+            gone = {tp for tp in tps if not _listed(md, tp)}
+            try:
+                live = sorted(tps - gone)
+                ends = await self.list_offsets(live, "latest", timeout=rest()) if live else {}
+            except UnknownTopicOrPartition:
+                if attempt:
+                    raise
+                continue
+            return GroupLag.of(committed, ends, group, gone)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def reset_offsets(
         self,

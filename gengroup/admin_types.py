@@ -63,7 +63,10 @@ class PartitionLag:
 
     Attributes:
         committed: the group's committed offset (None: nothing committed).
-        end: the partition's end offset (the high watermark).
+        end: the partition's end offset (the high watermark). None: the
+            partition no longer exists (its topic was deleted, or has fewer
+            partitions now) and the group's commit for it is a leftover; its
+            lag is None too.
         lag: ``end - committed``. None when nothing is committed: the lag is
             not known (the owner reads from its ``start_offset``, which the
             coordinator does not know). Negative when the committed offset is
@@ -77,7 +80,7 @@ class PartitionLag:
     """
 
     committed: int | None
-    end: int
+    end: int | None
     lag: int | None
     member_id: str | None = None
     client_id: str | None = None
@@ -124,18 +127,23 @@ class GroupLag(dict[TopicPartition, PartitionLag]):
         committed: Mapping[TopicPartition, int],
         ends: Mapping[TopicPartition, int],
         group: GroupDescription,
+        gone: Iterable[TopicPartition] = (),
     ) -> GroupLag:
         """The lag of each partition of ``ends`` from the group's committed
-        offsets and its description (which member owns which partition).
+        offsets and its description (which member owns which partition);
+        the partitions of ``gone`` no longer exist (end and lag None).
 
         Raises:
             ProtocolError: a member's assignment is not a consumer-protocol one.
         """
         owners = group.owners
         rows: dict[TopicPartition, PartitionLag] = {}
-        for tp, end in ends.items():
+        found: dict[TopicPartition, int | None] = {tp: None for tp in gone}
+        found.update(ends)
+        for tp, end in found.items():
             mine = committed.get(tp)
-            lag = None if mine is None else end - mine  # not clamped: see PartitionLag.lag
+            # not clamped: see PartitionLag.lag
+            lag = None if mine is None or end is None else end - mine
             owner = owners.get(tp)
             if owner is None:
                 rows[tp] = PartitionLag(mine, end, lag)
@@ -162,8 +170,9 @@ class GroupLag(dict[TopicPartition, PartitionLag]):
     @property
     def partial(self) -> bool:
         """:attr:`total` leaves something out: a partition's lag is not known
-        (assigned to a member that has not committed yet, or of a topic asked
-        for that the group never committed for), or the group is rebalancing
+        (assigned to a member that has not committed yet, of a topic asked
+        for that the group never committed for, or no longer existing: a
+        commit left for a deleted topic), or the group is rebalancing
         (a classic group's members' partitions are not known then, so some may
         be missing)."""
         return self.rebalancing or any(p.lag is None for p in self.values())

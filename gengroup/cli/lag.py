@@ -48,7 +48,8 @@ def render(report: dict[str, Any], when: datetime.datetime | None = None) -> Any
     """The rich table of a lag report (:func:`~gengroup.cli.groups.lag_report`).
 
     The title says the total, and why it is partial when it is: a group that is
-    rebalancing, or partitions whose lag is not known (shown ``-``). The
+    rebalancing, or partitions whose lag is not known (shown ``-``; end ``-``
+    too for a commit left for a partition that no longer exists). The
     ``member`` and ``host`` columns, shown when a live member owns a
     partition, name its owner.
     """
@@ -57,7 +58,9 @@ def render(report: dict[str, Any], when: datetime.datetime | None = None) -> Any
     title = f"group {report['group']}: total lag {report['total_lag']}"
     if report.get("partial"):
         unknown = sum(row["lag"] is None for row in report["partitions"])
-        why = [f"lag unknown for {unknown} partition(s)"] if unknown else []
+        gone = sum(row["end"] is None for row in report["partitions"])
+        left = f", {gone} of them no longer existing" if gone else ""
+        why = [f"lag unknown for {unknown} partition(s){left}"] if unknown else []
         if report.get("rebalancing"):
             why.append(f"group rebalancing ({report.get('state')}): owners unknown")
         title += f" (partial: {'; '.join(why)})"

@@ -146,3 +146,24 @@ def test_groups_delete_refuses_a_group_with_a_live_member(served: str) -> None:
         assert member.wait(timeout=60) == 0
     done = gengroup("groups", "delete", "busy-g", bootstrap=served)
     assert done.returncode == 0 and done.stdout == "deleted:\n  busy-g\n", done
+
+
+async def test_lag_report_lists_a_commit_of_a_deleted_topic_as_unknown(
+    autojump_clock: object,
+) -> None:
+    """``gengroup lag`` failed with exit 3 ("not found") once the group had a commit
+    for a deleted topic; the live topic's lag is reported, the other shown as `-`."""
+    async with (
+        FakeCluster(topics={"orders": 1, "old": 1}, initial_rebalance_delay_ms=0) as cluster,
+        Admin(cluster.bootstrap) as admin,
+    ):
+        cluster.produce("orders", [b"x"] * 5, partition=0)
+        await admin.reset_offsets("g", [TopicPartition("orders", 0)], offset=1)
+        await admin.reset_offsets("g", [TopicPartition("old", 0)], offset=0)
+        await admin.delete_topics(["old"])
+        report = await lag_report(admin, "g", None)
+        rows = [(r["partition"], r["committed"], r["end"], r["lag"]) for r in report["partitions"]]
+        assert rows == [("old[0]", 0, None, None), ("orders[0]", 1, 5, 4)]
+        assert (report["total_lag"], report["partial"]) == (4, True)
+        text = " ".join(_text(render(report)).split())  # the title wraps
+        assert "(partial: lag unknown for 1 partition(s), 1 of them no longer existing)" in text

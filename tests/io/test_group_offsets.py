@@ -154,3 +154,38 @@ async def test_group_offsets_on_real_kafka(
     kafka: KafkaBroker, unique_name: Callable[[str], str]
 ) -> None:
     await scenario(kafka.bootstrap, unique_name("lag"), unique_name("lag-group"))
+
+
+async def test_group_lag_shows_commits_left_for_deleted_topics_and_partitions(
+    autojump_clock: object,
+) -> None:
+    """A commit for a deleted topic, or a partition the topic no longer has, failed
+    the whole report (UnknownTopicOrPartition); it is listed with end and lag None,
+    as Kafka's tool shows it, and the live partitions' lag is reported."""
+    async with (
+        FakeCluster(
+            topics={"orders": 2, "old": 1, "shrunk": 3}, initial_rebalance_delay_ms=0
+        ) as cluster,
+        Admin(cluster.bootstrap) as admin,
+    ):
+        for p in range(2):
+            cluster.produce("orders", [b"x"] * 5, partition=p)
+        cluster.produce("shrunk", [b"x"] * 4, partition=2)
+        tps = [TopicPartition("orders", 0), TopicPartition("orders", 1)]
+        await admin.reset_offsets("g", tps, offset=2)
+        await admin.reset_offsets("g", [TopicPartition("old", 0)], offset=0)
+        await admin.reset_offsets("g", [TopicPartition("shrunk", 2)], offset=3)
+        await admin.delete_topics(["old", "shrunk"])
+        await admin.create_topics({"shrunk": 1})
+
+        lag = await admin.group_lag("g")
+        assert lag == {
+            TopicPartition("old", 0): PartitionLag(0, None, None),
+            TopicPartition("orders", 0): PartitionLag(2, 5, 3),
+            TopicPartition("orders", 1): PartitionLag(2, 5, 3),
+            TopicPartition("shrunk", 2): PartitionLag(3, None, None),
+        }
+        assert (lag.total, lag.partial) == (6, True)
+        # A topic asked for by name must still exist.
+        with pytest.raises(BrokerError, match="topic 'old'"):
+            await admin.group_lag("g", ["old"])
