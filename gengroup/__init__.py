@@ -46,6 +46,8 @@ from .admin import (
     PartitionLag as PartitionLag,
 )
 from .io.cluster import Cluster as Cluster
+from .io.cluster import PartitionInfo as PartitionInfo
+from .io.cluster import TopicInfo as TopicInfo
 from .io.security import Security as Security, SecuritySettings as SecuritySettings
 from .producer import (
     Producer as Producer,
@@ -127,6 +129,8 @@ __all__ = [
     "OffsetSpec",
     "PartitionLag",
     "Cluster",
+    "PartitionInfo",
+    "TopicInfo",
     "Producer",
     "ProducerConfig",
     "ProducerRecord",

@@ -71,7 +71,7 @@ from .admin_types import (
     new_topics,
 )
 from .io import offsets
-from .io.cluster import Cluster, shared_or_own
+from .io.cluster import Cluster, TopicInfo, shared_or_own
 from .io.coordinator import CoordinatorClient
 from .io.offsets import OffsetSpec
 from .io.request import MakeRequest, raise_item_errors
@@ -215,6 +215,28 @@ class Admin:
         return client
 
     # ------------------------------------------------------------------ topics
+
+    async def metadata(
+        self, topics: Iterable[str] | None = None, *, timeout: float | None = None
+    ) -> dict[str, TopicInfo]:
+        """The cluster's metadata of ``topics`` (None: every topic), by name.
+
+        Connection failures are retried with backoff until ``timeout``
+        (default: the admin's), so a call made while the brokers restart
+        waits for them. The admin's cluster caches the answer.
+
+        Returns:
+            Each topic in the answer (its partitions, leaders, ``is_internal``),
+            a topic that does not exist with error code UNKNOWN_TOPIC_OR_PARTITION.
+
+        Raises:
+            TypeError: ``topics`` is one string, not a list of them.
+            TimeoutError: no broker answered within ``timeout`` (naming the last error).
+        """
+        names = None if topics is None else names_of(topics, "metadata")
+        return await self._retrying(
+            "metadata", partial(self.cluster.refresh_metadata, names), timeout
+        )
 
     async def create_topics(
         self,

@@ -163,7 +163,7 @@ async def _reset(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
         to = int(to)
     if args.offset is not None and args.offset < 0:
         raise UsageError(f"--offset must be >= 0, not {args.offset}")
-    md = await admin.cluster.refresh_metadata([args.topic])
+    md = await admin.metadata([args.topic])
     info = md.get(args.topic)
     known = sorted(info.partitions) if info is not None and not info.error_code else []
     if not known:

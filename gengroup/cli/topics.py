@@ -40,7 +40,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 async def _list(admin: Admin, args: argparse.Namespace) -> list[dict[str, Any]]:
-    md = await admin.cluster.refresh_metadata(None)
+    md = await admin.metadata(None)
     return [
         {"topic": name, "partitions": len(info.partitions)}
         for name, info in sorted(md.items())
@@ -61,7 +61,7 @@ def _missing(topic: str) -> UnknownTopicOrPartition:
 
 
 async def _describe(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
-    info = (await admin.cluster.refresh_metadata([args.topic])).get(args.topic)
+    info = (await admin.metadata([args.topic])).get(args.topic)
     if info is None or info.error_code:
         raise _missing(args.topic)
     parts = [info.partitions[i] for i in sorted(info.partitions)]

@@ -211,7 +211,16 @@ class PartitionInfo:
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
-    """One topic as last seen in metadata."""
+    """One topic as last seen in metadata (what :meth:`Admin.metadata
+    <gengroup.admin.Admin.metadata>` returns).
+
+    Attributes:
+        name: the topic name.
+        topic_id: the topic's id (None if the broker did not say).
+        partitions: each partition's :class:`PartitionInfo` (leader, replicas), by index.
+        error_code: 0, or the topic's error (3: UNKNOWN_TOPIC_OR_PARTITION).
+        is_internal: an internal topic (``__consumer_offsets`` ...).
+    """
 
     name: str
     topic_id: UUID | None

@@ -160,12 +160,18 @@ async def _per_leader(
     and the partitions still missing are sent again, with backoff, until
     ``timeout``. A topic the metadata does not know (and, with
     ``missing_partitions``, a partition it does not list) is
-    UnknownTopicOrPartition at once.
+    UnknownTopicOrPartition at once. Connection failures, the first metadata
+    refresh's too, are retried until ``timeout``.
     """
     topics = sorted({tp.topic for tp in wanted})
+    # Without a leader cached, the first attempt starts with a refresh: inside
+    # the retry loop, so that a cluster not reachable yet is waited for.
+    cold = any(cluster.leader_for(tp) < 0 for tp in wanted)
 
     async def refresh() -> None:
+        nonlocal cold
         md = await cluster.refresh_metadata(topics)
+        cold = False
         for name in topics:
             info = md.get(name)
             if info is not None and info.error_code == _UNKNOWN_TOPIC:
@@ -179,10 +185,9 @@ async def _per_leader(
                         f"{tp}: topic {tp.topic!r} has {len(info.partitions)} partitions",
                     )
 
-    if any(cluster.leader_for(tp) < 0 for tp in wanted):
-        await refresh()
-
     async def attempt() -> None:
+        if cold:
+            await refresh()
         by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
         stale: BrokerError | None = None
         for tp in sorted(wanted - done.keys()):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 
 import anyio
@@ -10,8 +11,9 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup import Admin
+from gengroup import Admin, TopicPartition
 from gengroup.broker import Delay, Drop, FakeCluster
+from gengroup.cli import topics as topics_cli
 from gengroup.io.cluster import Cluster
 from gengroup.protocol.versions import ApiKey
 
@@ -113,3 +115,47 @@ async def test_a_caller_that_gives_up_leaves_a_healthy_coordinator_alone(
                 await admin.describe_groups([GROUP])
             assert coordinator.node == node
             assert not admin.cluster._silent
+
+
+@pytest.mark.parametrize("call", ["list_offsets", "delete_records", "metadata", "topics list"])
+async def test_a_fresh_admin_waits_for_a_restarting_broker_within_its_timeout(
+    autojump_clock: trio.testing.MockClock, call: str
+) -> None:
+    """With nothing cached, the first metadata refresh of list_offsets and
+    delete_records (and the CLI's bare refreshes) ran outside the retry loop:
+    the first refused connection was ClusterUnreachable at once, whatever the
+    timeout. They wait for the broker, as the other Admin calls do."""
+    tp = TopicPartition("t", 0)
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.produce("t", [b"x"] * 5, partition=0)
+        await cluster.stop_broker(0)
+        async with Admin(cluster.bootstrap, timeout=10) as admin, anyio.create_task_group() as tg:
+
+            async def back() -> None:
+                await anyio.sleep(2.0)
+                await cluster.start_broker(0)
+
+            tg.start_soon(back)
+            started = trio.current_time()
+            if call == "list_offsets":
+                assert await admin.list_offsets([tp], "latest") == {tp: 5}
+            elif call == "delete_records":
+                assert await admin.delete_records({tp: 1}) == {tp: 1}
+            elif call == "metadata":
+                assert len((await admin.metadata(["t"]))["t"].partitions) == 1
+            else:
+                listed = await topics_cli._list(admin, argparse.Namespace())
+                assert listed == [{"topic": "t", "partitions": 1}]
+            assert 2.0 <= trio.current_time() - started < 10.0
+
+
+async def test_list_offsets_still_times_out_naming_the_unreachable_cluster(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        await cluster.stop_broker(0)
+        async with Admin(cluster.bootstrap, timeout=3) as admin:
+            started = trio.current_time()
+            with pytest.raises(TimeoutError, match=r"within 3 s \(last error: cluster unreachable"):
+                await admin.list_offsets([TopicPartition("t", 0)], "latest")
+            assert trio.current_time() - started == pytest.approx(3.0, abs=0.01)
