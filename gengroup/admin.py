@@ -61,12 +61,16 @@ from ._errors import (
 )
 from ._types import GenerationIdentity, TopicPartition
 from .admin_types import (
+    INT32_MAX,
+    INT64_MAX,
     GroupDescription,
     GroupLag,
     GroupListing,
     MemberDescription,
     NewTopic,
     PartitionLag,
+    check_int,
+    check_partitions,
     names_of,
     new_topics,
 )
@@ -378,10 +382,12 @@ class Admin:
         """Grow ``topic`` to ``total_count`` partitions and wait until metadata shows them.
 
         Raises:
+            ValueError: ``total_count`` is not from 1 to 2**31 - 1.
             BrokerError: e.g. INVALID_PARTITIONS when ``total_count`` is not
                 larger than the current count, UNKNOWN_TOPIC_OR_PARTITION.
             TimeoutError: the new partitions did not get leaders in time.
         """
+        total_count = check_int("total_count", total_count, 1, INT32_MAX)
 
         def make(mod: Any, batch: list[str], limit: float) -> Any:
             return build(
@@ -436,13 +442,14 @@ class Admin:
         """Look up offsets by position or time, within ``timeout`` (default: the admin's).
 
         Args, returns and raises: see :func:`gengroup.io.offsets.list_offsets`
-        (``spec`` is ``"earliest"``, ``"latest"`` or a timestamp in ms); a
-        partition that the topic does not have is UnknownTopicOrPartition at
-        once, as a topic that does not exist.
+        (``spec`` is ``"earliest"``, ``"latest"`` or a timestamp in ms; a
+        ``spec`` or a partition index the wire cannot carry is a ValueError);
+        a partition that the topic does not have is UnknownTopicOrPartition
+        at once, as a topic that does not exist.
         """
         return await offsets.list_offsets(
             self.cluster,
-            tps,
+            check_partitions(tps, "list_offsets"),
             spec,
             read_committed=read_committed,
             timeout=self._limit(timeout)[0],
@@ -472,6 +479,7 @@ class Admin:
 
         Raises:
             TypeError: an offset that is not an int.
+            ValueError: an offset beyond an int64, a partition index beyond an int32.
             UnknownTopicOrPartition: a topic or partition that does not exist.
             OffsetOutOfRange: an offset above the partition's high watermark
                 (or below -1).
@@ -636,10 +644,11 @@ class Admin:
             without a committed offset are left out.
 
         Raises:
+            ValueError: a partition index beyond an int32.
             BrokerError: a non-retriable error (group-level or per partition).
             TimeoutError: the coordinator could not be reached in time.
         """
-        wanted = None if tps is None else set(tps)
+        wanted = None if tps is None else set(check_partitions(tps, "fetch_offsets"))
         committed = await self._group_call(
             group_id,
             "OffsetFetch",
@@ -754,15 +763,19 @@ class Admin:
             The new offset of each partition.
 
         Raises:
-            ValueError: neither or both of ``to`` and ``offset``.
+            ValueError: neither or both of ``to`` and ``offset``; an offset,
+                timestamp or partition index beyond what the wire carries
+                (int64, int64, int32).
             BrokerError: NON_EMPTY_GROUP when the group has members; an
                 unknown topic or partition; a refused commit.
         """
-        wanted = sorted(set(tps))
+        wanted = sorted(set(check_partitions(tps, "reset_offsets")))
         if (to is None) == (offset is None):
             raise ValueError("give exactly one of to= ('earliest', 'latest', ms) or offset=")
-        if offset is not None and (isinstance(offset, bool) or offset < 0):
-            raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
+        if offset is not None:
+            offset = check_int("offset", offset, 0, INT64_MAX)
+        if to is not None:
+            offsets.timestamp_for(to)  # a bad spec before any request
         left = self._limit(timeout)[1]  # one deadline for every step
 
         def rest() -> float:
@@ -810,12 +823,13 @@ class Admin:
         the group starts them from its ``start_offset`` next time.
 
         Raises:
+            ValueError: a partition index beyond an int32.
             GroupIdNotFound: the group does not exist.
             BrokerError: GROUP_SUBSCRIBED_TO_TOPIC for a partition of a topic
                 the group's live members subscribe to (its offsets are kept).
         """
         by_topic: dict[str, list[int]] = {}
-        for tp in sorted(set(tps)):
+        for tp in sorted(set(check_partitions(tps, "delete_offsets"))):
             by_topic.setdefault(tp.topic, []).append(tp.partition)
 
         def make(mod: Any) -> Any:

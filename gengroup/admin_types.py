@@ -6,7 +6,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, SupportsIndex
 
 from ._types import TopicPartition
 from .protocol.consumer_protocol import PROTOCOL_TYPE, Assignment, decode_assignment
@@ -20,14 +20,58 @@ __all__ = [
     "MemberDescription",
     "NewTopic",
     "PartitionLag",
+    "INT16_MAX",
+    "INT32_MAX",
+    "INT64_MAX",
+    "check_int",
+    "check_partitions",
     "names_of",
     "new_topics",
 ]
+
+#: The largest values the wire format's signed integers hold: a replication
+#: factor is an int16, a partition count or index an int32, an offset or a
+#: timestamp an int64.
+INT16_MAX: Final = 2**15 - 1
+INT32_MAX: Final = 2**31 - 1
+INT64_MAX: Final = 2**63 - 1
+
+
+def check_int(what: str, value: object, low: int, high: int) -> int:
+    """``value`` as an int from ``low`` to ``high``, which a request can carry.
+
+    Raises:
+        TypeError: ``value`` is not an integer (a bool is not one).
+        ValueError: out of range, naming ``what``.
+    """
+    if isinstance(value, bool) or not isinstance(value, SupportsIndex):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    number = operator.index(value)
+    if not low <= number <= high:
+        raise ValueError(f"{what} must be from {low} to {high}, got {number}")
+    return number
+
+
+def check_partitions(tps: Iterable[TopicPartition], what: str) -> list[TopicPartition]:
+    """``tps`` as a list, each partition index from 0 to :data:`INT32_MAX`.
+
+    Raises:
+        TypeError, ValueError: an index that is not one, naming the topic.
+    """
+    given = list(tps)
+    for tp in given:
+        check_int(f"{what}: the partition index of topic {tp.topic!r}", tp.partition, 0, INT32_MAX)
+    return given
 
 
 @dataclass(frozen=True, slots=True)
 class NewTopic:
     """A topic to create.
+
+    Raises:
+        TypeError: a field of the wrong type.
+        ValueError: ``partitions`` beyond an int32, ``replication_factor``
+            beyond an int16 (what a request can carry).
 
     Attributes:
         name: the topic name.
@@ -42,15 +86,18 @@ class NewTopic:
     configs: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        # Types only: the values (a name's characters, a count below 1 but
-        # -1, the broker's default) are the broker's to judge, in its words.
+        # Types and the wire's ranges only: the values (a name's characters,
+        # a count below 1 but -1, the broker's default) are the broker's to
+        # judge, in its words.
         if not isinstance(self.name, str):
             raise TypeError(f"a topic name is a str, got {self.name!r}")
-        for what in ("partitions", "replication_factor"):
+        # What the wire format cannot carry is refused here, naming the field.
+        for what, high in (("partitions", INT32_MAX), ("replication_factor", INT16_MAX)):
             value = getattr(self, what)
             if isinstance(value, bool) or not hasattr(type(value), "__index__"):
                 raise TypeError(f"topic {self.name!r}: {what} must be an int, got {value!r}")
-            object.__setattr__(self, what, operator.index(value))  # numpy's ints too
+            number = check_int(f"topic {self.name!r}: {what}", value, -high - 1, high)
+            object.__setattr__(self, what, number)  # numpy's ints too
         if not isinstance(self.configs, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.configs.items()
         ):

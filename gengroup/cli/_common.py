@@ -480,8 +480,10 @@ def bounded(
             what = "an integer" if kind is int else "a number"
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
         if not ((low < value) if above else (low <= value)) or not value <= high:
-            least = f"above {low:g}" if above else f"at least {low:g}"
-            most = "" if high == math.inf else f" and at most {high:g}"
+            shown = f"{low}" if kind is int else f"{low:g}"
+            least = f"above {shown}" if above else f"at least {shown}"
+            top = f"{high}" if kind is int else f"{high:g}"
+            most = "" if high == math.inf else f" and at most {top}"
             raise argparse.ArgumentTypeError(f"must be {least}{most}, got {text}")
         return value
 

@@ -16,9 +16,9 @@ from kio.schema.errors import ErrorCode
 from .._errors import BrokerError, GroupIdNotFound, UnknownTopicOrPartition
 from .._types import TopicPartition
 from ..admin import Admin
-from ..admin_types import CONSUMER_GROUP
+from ..admin_types import CONSUMER_GROUP, INT32_MAX, INT64_MAX
 from ._admin import AdminCommand, PartlyFailed
-from ._common import UsageError
+from ._common import UsageError, bounded
 from ._progress import View, wanted
 
 __all__ = ["add_parser", "lag_report"]
@@ -41,10 +41,19 @@ def add_parser(subparsers: Any) -> None:
     )
     reset.add_argument("group")
     reset.add_argument("--topic", required=True)
-    reset.add_argument("--partition", type=int, action="append", help="default: every partition")
+    reset.add_argument(
+        "--partition",
+        type=bounded(int, 0, INT32_MAX),
+        action="append",
+        help="default: every partition",
+    )
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--to", help="earliest, latest, or a timestamp in ms")
-    target.add_argument("--offset", type=int, help="an explicit offset (clamped to the log)")
+    target.add_argument(
+        "--offset",
+        type=bounded(int, 0, INT64_MAX),
+        help="an explicit offset (clamped to the log)",
+    )
     reset.add_argument("--dry-run", action="store_true", help="show the plan, commit nothing")
     delete = command.action(
         "delete", "delete groups and their committed offsets (no live members)", _delete
@@ -158,11 +167,12 @@ async def _delete(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
 async def _reset(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
     to: Any = args.to
     if to is not None and to not in ("earliest", "latest"):
-        if not to.isdigit():
-            raise UsageError(f"--to must be earliest, latest or a timestamp in ms, not {to!r}")
+        if not to.isdigit() or int(to) > INT64_MAX:
+            raise UsageError(
+                f"--to must be earliest, latest or a timestamp in ms (at most {INT64_MAX}), "
+                f"not {to!r}"
+            )
         to = int(to)
-    if args.offset is not None and args.offset < 0:
-        raise UsageError(f"--offset must be >= 0, not {args.offset}")
     md = await admin.metadata([args.topic])
     info = md.get(args.topic)
     known = sorted(info.partitions) if info is not None and not info.error_code else []

@@ -18,7 +18,9 @@ from kio.schema.errors import ErrorCode
 from .._errors import UnknownTopicOrPartition
 from .._types import TopicPartition
 from ..admin import Admin
+from ..admin_types import INT32_MAX
 from ._admin import AdminCommand
+from ._common import bounded
 from ._progress import View, wanted
 
 __all__ = ["add_parser"]
@@ -30,13 +32,29 @@ def add_parser(subparsers: Any) -> None:
     command.action("list", "list the topics", _list)
     command.action("describe", "partitions, leaders and end offsets of a topic", _describe)
     create = command.action("create", "create a topic", _create)
-    create.add_argument("--partitions", type=int, default=1, help="default 1")
+    create.add_argument(
+        "--partitions",
+        type=_partition_count,
+        default=1,
+        help="default 1; -1: the broker's default (num.partitions)",
+    )
     command.action("delete", "delete a topic", _delete)
     grow = command.action("add-partitions", "grow a topic to a number of partitions", _grow)
-    grow.add_argument("--partitions", type=int, required=True, help="the new total")
+    grow.add_argument(
+        "--partitions", type=bounded(int, 1, INT32_MAX), required=True, help="the new total"
+    )
     for parser in command.actions.values():
         if parser is not command.actions["list"]:
             parser.add_argument("topic")
+
+
+def _partition_count(text: str) -> int:
+    """``--partitions`` of ``create``: 1 to 2**31 - 1, or -1 (CreateTopics' "the broker's
+    default", as its ``num.partitions``)."""
+    if text.strip() == "-1":
+        return -1
+    value: int = bounded(int, 1, INT32_MAX)(text)
+    return value
 
 
 async def _list(admin: Admin, args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -63,21 +63,25 @@ LATEST_TIMESTAMP: Final = -1
 
 _UNKNOWN_TOPIC: Final = int(ErrorCode.unknown_topic_or_partition)
 _LEADER_NOT_AVAILABLE: Final = int(ErrorCode.leader_not_available)
+_INT64_MAX: Final = 2**63 - 1
 
 
 def timestamp_for(spec: OffsetSpec) -> int:
     """ListOffsets' timestamp for an offset spec.
 
     Raises:
-        ValueError: ``spec`` is not ``"earliest"``, ``"latest"`` or ms >= 0.
+        ValueError: ``spec`` is not ``"earliest"``, ``"latest"`` or ms >= 0
+            (that an int64 holds: a timestamp in µs or ns is far beyond).
     """
     if spec == "earliest":
         return EARLIEST_TIMESTAMP
     if spec == "latest":
         return LATEST_TIMESTAMP
-    if isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
+    if isinstance(spec, int) and not isinstance(spec, bool) and 0 <= spec <= _INT64_MAX:
         return spec
-    raise ValueError(f"offset spec must be 'earliest', 'latest' or ms >= 0, not {spec!r}")
+    raise ValueError(
+        f"offset spec must be 'earliest', 'latest' or ms from 0 to {_INT64_MAX}, not {spec!r}"
+    )
 
 
 def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
@@ -296,6 +300,7 @@ async def delete_records(
 
     Raises:
         TypeError: an offset that is not an int.
+        ValueError: an offset beyond an int64, or a partition index beyond an int32.
         UnknownTopicOrPartition: metadata does not know a topic or partition.
         OffsetOutOfRange: an offset above the partition's high watermark, or
             below -1.
@@ -310,6 +315,10 @@ async def delete_records(
     for tp, offset in before.items():
         if isinstance(offset, bool) or not isinstance(offset, int):
             raise TypeError(f"{tp}: the offset to delete before must be an int, got {offset!r}")
+        if not -(2**63) <= offset <= _INT64_MAX:
+            raise ValueError(f"{tp}: the offset to delete before must be an int64, got {offset}")
+        if not 0 <= tp.partition < 2**31:
+            raise ValueError(f"{tp}: a partition index is from 0 to {2**31 - 1}")
         wanted[tp] = offset
     result: dict[TopicPartition, int] = {}
     if not wanted:

@@ -173,7 +173,8 @@ def test_reset_offsets_and_lag_say_what_is_wrong_with_the_right_exit_code(served
     reset = ["groups", "reset-offsets", "books"]
     cases = [
         ([*reset, "--topic", "ledger", "--to", "bogus"], 2, "--to must be earliest, latest"),
-        ([*reset, "--topic", "ledger", "--offset", "-5"], 2, "--offset must be >= 0, not -5"),
+        ([*reset, "--topic", "ledger", "--to", "99999999999999999999", "--dry-run"], 2,
+         "(at most 9223372036854775807), not '99999999999999999999'"),
         ([*reset, "--topic", "nosuch", "--to", "earliest"], 3, "topic 'nosuch' does not exist"),
         ([*reset, "--topic", "ledger", "--partition", "9", "--to", "earliest"], 3,
          "topic 'ledger' has no partition 9"),
@@ -185,3 +186,20 @@ def test_reset_offsets_and_lag_say_what_is_wrong_with_the_right_exit_code(served
         assert done.returncode == code, (args, done.stderr)
         assert said in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    # Numbers out of range (or beyond what the wire carries) are argparse's
+    # usage errors: the usage, then one line naming the option; no traceback.
+    out_of_range = [
+        ([*reset, "--topic", "ledger", "--offset", "-5"], "--offset: must be at least 0"),
+        ([*reset, "--topic", "ledger", "--offset", str(2**63)], "at most 9223372036854775807"),
+        ([*reset, "--topic", "ledger", "--partition", str(2**31), "--to", "earliest"],
+         "--partition: must be at least 0 and at most 2147483647, got 2147483648"),
+        (["topics", "create", "big", "--partitions", "99999999999"],
+         "--partitions: must be at least 1 and at most 2147483647, got 99999999999"),
+        (["topics", "create", "zero", "--partitions", "0"], "--partitions: must be at least 1"),
+        (["topics", "add-partitions", "ledger", "--partitions", "99999999999"],
+         "--partitions: must be at least 1 and at most 2147483647"),
+    ]  # fmt: skip
+    for args, said in out_of_range:
+        done = gengroup(*args, bootstrap=served)
+        assert done.returncode == 2, (args, done.stderr)
+        assert said in done.stderr.splitlines()[-1] and "Traceback" not in done.stderr, done.stderr

@@ -91,3 +91,33 @@ async def test_a_partition_the_topic_does_not_have_is_unknown_at_once(
             assert await admin.list_offsets([TopicPartition("t", 1)], "latest") == {
                 TopicPartition("t", 1): 1
             }
+
+
+async def test_numbers_the_wire_cannot_carry_are_refused_naming_the_argument(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Out-of-range numbers reached the encoder: struct.error, or an ExceptionGroup
+    from inside list_offsets; each is a ValueError naming the argument, before any
+    request."""
+    big = TopicPartition("t", 2**31)
+    t0 = TopicPartition("t", 0)
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap) as admin:
+            cases = {
+                "partitions": lambda: admin.create_topics({"big": 2**31}),
+                "replication_factor": lambda: admin.create_topics([NewTopic("x", 1, 2**15)]),
+                "total_count": lambda: admin.create_partitions("t", 2**31),
+                "offset spec": lambda: admin.list_offsets([t0], 2**63),
+                "list_offsets: the partition index": lambda: admin.list_offsets([big], "latest"),
+                "spec must": lambda: admin.reset_offsets("g", [t0], to=2**63, dry_run=True),
+                "offset must": lambda: admin.reset_offsets("g", [t0], offset=2**63),
+                "t[0]: the offset to delete": lambda: admin.delete_records({t0: 2**63}),
+                "fetch_offsets: the partition index": lambda: admin.fetch_offsets("g", [big]),
+                "delete_offsets: the partition index": lambda: admin.delete_offsets("g", [big]),
+            }
+            for named, call in cases.items():
+                with pytest.raises(ValueError, match=re.escape(named)) as caught:
+                    await call()
+                assert type(caught.value) is ValueError, named
+            # The connection is fine: the next call works.
+            assert await admin.list_offsets([t0], "latest") == {t0: 0}
