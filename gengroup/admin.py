@@ -726,11 +726,15 @@ class Admin:
             try:
                 live = sorted(tps - gone)
                 ends = await self.list_offsets(live, "latest", timeout=rest()) if live else {}
+                # Nothing committed: a log with records has an unknown lag (the
+                # member starts at its start_offset), an empty one a lag of 0.
+                fresh = [tp for tp, end in ends.items() if end > 0 and tp not in committed]
+                starts = await self.list_offsets(fresh, "earliest", timeout=rest()) if fresh else {}
             except UnknownTopicOrPartition:
                 if attempt:
                     raise
                 continue
-            return GroupLag.of(committed, ends, group, gone)
+            return GroupLag.of(committed, ends, group, gone, starts)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def reset_offsets(

@@ -114,12 +114,14 @@ class PartitionLag:
             partition no longer exists (its topic was deleted, or has fewer
             partitions now) and the group's commit for it is a leftover; its
             lag is None too.
-        lag: ``end - committed``. None when nothing is committed: the lag is
-            not known (the owner reads from its ``start_offset``, which the
-            coordinator does not know). Negative when the committed offset is
-            past the end: the log was truncated below it (an unclean leader
-            election, a topic deleted and created again), so the group's next
-            fetch there is out of range. Kafka's tool shows it so too.
+        lag: ``end - committed``. When nothing is committed: 0 if the log is
+            empty (its log start is its end: nothing to read, wherever the
+            member starts), else None: the lag is not known (the owner reads
+            from its ``start_offset``, which the coordinator does not know).
+            Negative when the committed offset is past the end: the log was
+            truncated below it (an unclean leader election, a topic deleted
+            and created again), so the group's next fetch there is out of
+            range. Kafka's tool shows it so too.
         member_id: the live member the partition is assigned to (None: no
             member owns it, or the group is rebalancing).
         client_id: that member's client id (None without a member).
@@ -175,10 +177,14 @@ class GroupLag(dict[TopicPartition, PartitionLag]):
         ends: Mapping[TopicPartition, int],
         group: GroupDescription,
         gone: Iterable[TopicPartition] = (),
+        starts: Mapping[TopicPartition, int] | None = None,
     ) -> GroupLag:
         """The lag of each partition of ``ends`` from the group's committed
         offsets and its description (which member owns which partition);
         the partitions of ``gone`` no longer exist (end and lag None).
+        A partition without a commit has lag 0 when its log is empty (its end
+        is 0, or its log start in ``starts`` equals its end): there is nothing
+        to read, whatever offset a member starts from.
 
         Raises:
             ProtocolError: a member's assignment is not a consumer-protocol one.
@@ -190,7 +196,12 @@ class GroupLag(dict[TopicPartition, PartitionLag]):
         for tp, end in found.items():
             mine = committed.get(tp)
             # not clamped: see PartitionLag.lag
-            lag = None if mine is None or end is None else end - mine
+            if end is None:
+                lag = None
+            elif mine is not None:
+                lag = end - mine
+            else:
+                lag = 0 if end == 0 or (starts or {}).get(tp) == end else None
             owner = owners.get(tp)
             if owner is None:
                 rows[tp] = PartitionLag(mine, end, lag)
@@ -217,7 +228,7 @@ class GroupLag(dict[TopicPartition, PartitionLag]):
     @property
     def partial(self) -> bool:
         """:attr:`total` leaves something out: a partition's lag is not known
-        (assigned to a member that has not committed yet, of a topic asked
+        (assigned to a member that has not committed yet, its log not empty, of a topic asked
         for that the group never committed for, or no longer existing: a
         commit left for a deleted topic), or the group is rebalancing
         (a classic group's members' partitions are not known then, so some may

@@ -110,9 +110,10 @@ async def lag_report(admin: Admin, group: str, topics: list[str] | None) -> dict
     "partitions": [...]}``.
 
     Each partition row has ``partition``, ``committed``, ``end`` and ``lag``
-    (null where nothing is committed; negative where the committed offset is
-    past the end; ``end`` and ``lag`` null for a commit left for a partition
-    that no longer exists, its topic deleted) and the live member it is assigned to: ``member_id``,
+    (null where nothing is committed and the log is not empty; negative where
+    the committed offset is past the end; ``end`` and ``lag`` null for a
+    commit left for a partition that no longer exists, its topic deleted) and
+    the live member it is assigned to: ``member_id``,
     ``client_id``, ``host`` (null when no member owns it). ``total_lag`` is
     the sum of the lags above 0; ``partial`` is true when it leaves something
     out: a lag that is not known, or a group that is ``rebalancing`` (then

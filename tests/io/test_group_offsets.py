@@ -189,3 +189,34 @@ async def test_group_lag_shows_commits_left_for_deleted_topics_and_partitions(
         # A topic asked for by name must still exist.
         with pytest.raises(BrokerError, match="topic 'old'"):
             await admin.group_lag("g", ["old"])
+
+
+async def test_an_owned_partition_with_an_empty_log_and_no_commit_has_lag_0(
+    autojump_clock: object,
+) -> None:
+    """A member commits only what it read, so a partition without records had no
+    commit and its lag stayed unknown: a caught-up group was partial forever.
+    An empty log (log start == end) has nothing to read: lag 0. A log with
+    records and no commit stays unknown."""
+    async with (
+        FakeCluster(topics={"t": 4}, initial_rebalance_delay_ms=0) as cluster,
+        Admin(cluster.bootstrap) as admin,
+    ):
+        cluster.produce("t", [b"x"] * 10, partition=0)
+        cluster.produce("t", [b"x"] * 4, partition=2)
+        await admin.delete_records({TopicPartition("t", 2): 4})  # empty, starting at 4
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap) as group:
+            gen = await group.next()
+            await gen.commit({TopicPartition("t", 0): 10})
+            lag = await admin.group_lag("g")
+            assert [(p.committed, p.end, p.lag) for p in lag.values()] == [
+                (10, 10, 0),
+                (None, 0, 0),
+                (None, 4, 0),
+                (None, 0, 0),
+            ]
+            assert (lag.total, lag.partial) == (0, False)
+            cluster.produce("t", [b"x"] * 2, partition=3)
+            lag = await admin.group_lag("g")
+            assert lag[TopicPartition("t", 3)].lag is None and lag.partial
+            gen.cancel()
