@@ -148,6 +148,11 @@ class Admin:
         **settings: settings to use instead of ``config``'s, by
             :class:`AdminConfig` field name (``client_id``, ``timeout``).
 
+    Every operation takes ``timeout=``, its seconds (default: the admin's
+    ``timeout``), checked as :class:`AdminConfig`'s: a value that is not a
+    positive finite number is a :class:`ConfigError` (a ValueError) before
+    anything is sent.
+
     Raises:
         ConfigError: an invalid setting (see :class:`AdminConfig`).
 
@@ -207,7 +212,14 @@ class Admin:
         )
 
     def _limit(self, timeout: float | None) -> tuple[float, Callable[[], float]]:
-        """An operation's time limit (``timeout`` or the default) and its seconds left."""
+        """An operation's time limit (``timeout`` or the default) and its seconds left.
+
+        Raises:
+            ConfigError: ``timeout`` is not a positive finite number of seconds
+                (checked as :class:`AdminConfig`'s, before anything is sent).
+        """
+        if timeout is not None:
+            check_seconds("timeout", timeout)
         limit = self.timeout if timeout is None else timeout
         return limit, seconds_left(limit)
 
@@ -515,15 +527,18 @@ class Admin:
             f"{what} {group_id!r}", key, make, parse, timeout=self._limit(timeout)[0]
         )
 
-    async def list_groups(self) -> list[GroupListing]:
-        """List the groups of every broker in the cluster, sorted by id.
+    async def list_groups(self, *, timeout: float | None = None) -> list[GroupListing]:
+        """List the groups of every broker in the cluster, sorted by id, within
+        ``timeout`` (default: the admin's).
 
         Raises:
             BrokerError: a broker answered with a non-retriable error.
             TimeoutError: some broker could not be asked before the deadline.
         """
-        left = self._limit(None)[1]  # one deadline: the metadata, then each broker
-        await self._retrying("metadata", partial(self.cluster.refresh_metadata, []), left())
+        left = self._limit(timeout)[1]  # one deadline: the metadata, then each broker
+        await self._retrying(
+            "metadata", partial(self.cluster.refresh_metadata, []), max(left(), 0.001)
+        )
         found: dict[str, GroupListing] = {}
         for node in sorted(self.cluster.brokers):
 
@@ -592,8 +607,11 @@ class Admin:
             max(left(), 0.001),
         )
 
-    async def delete_groups(self, group_ids: Iterable[str]) -> None:
-        """Delete groups and their committed offsets.
+    async def delete_groups(
+        self, group_ids: Iterable[str], *, timeout: float | None = None
+    ) -> None:
+        """Delete groups and their committed offsets, all within ``timeout``
+        (default: the admin's).
 
         Raises:
             TypeError: ``group_ids`` is one string, not a list of them.
@@ -601,6 +619,7 @@ class Admin:
             BrokerError: e.g. NON_EMPTY_GROUP when the group still has members.
             TimeoutError: the coordinator could not be reached in time.
         """
+        left = self._limit(timeout)[1]
         for group_id in names_of(group_ids, "delete_groups"):
 
             def delete(mod: Any, group_id: str = group_id) -> Any:
@@ -618,6 +637,7 @@ class Admin:
                 ApiKey.DELETE_GROUPS,
                 delete,
                 parse,
+                max(left(), 0.001),
             )
 
     async def fetch_offsets(
@@ -822,9 +842,12 @@ class Admin:
             )
         return plan
 
-    async def delete_offsets(self, group_id: str, tps: Iterable[TopicPartition]) -> None:
-        """Delete a group's committed offsets of some partitions (OffsetDelete);
-        the group starts them from its ``start_offset`` next time.
+    async def delete_offsets(
+        self, group_id: str, tps: Iterable[TopicPartition], *, timeout: float | None = None
+    ) -> None:
+        """Delete a group's committed offsets of some partitions (OffsetDelete),
+        within ``timeout`` (default: the admin's); the group starts them from
+        its ``start_offset`` next time.
 
         Raises:
             ValueError: a partition index beyond an int32.
@@ -832,6 +855,7 @@ class Admin:
             BrokerError: GROUP_SUBSCRIBED_TO_TOPIC for a partition of a topic
                 the group's live members subscribe to (its offsets are kept).
         """
+        limit = self._limit(timeout)[0]
         by_topic: dict[str, list[int]] = {}
         for tp in sorted(set(check_partitions(tps, "delete_offsets"))):
             by_topic.setdefault(tp.topic, []).append(tp.partition)
@@ -861,4 +885,6 @@ class Admin:
                     raise_for_code(int(p.error_code), f"OffsetDelete of {group_id!r} for {where}")
 
         if by_topic:
-            await self._group_call(group_id, "OffsetDelete", ApiKey.OFFSET_DELETE, make, parse)
+            await self._group_call(
+                group_id, "OffsetDelete", ApiKey.OFFSET_DELETE, make, parse, limit
+            )

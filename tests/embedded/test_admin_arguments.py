@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from gengroup import Admin, Producer, TopicPartition
-from gengroup._errors import UnknownTopicOrPartition
+from gengroup._errors import ConfigError, UnknownTopicOrPartition
 from gengroup.admin import NewTopic
 from gengroup.broker import Delay, FakeCluster
 from gengroup.protocol.versions import ApiKey
@@ -121,3 +121,31 @@ async def test_numbers_the_wire_cannot_carry_are_refused_naming_the_argument(
                 assert type(caught.value) is ValueError, named
             # The connection is fine: the next call works.
             assert await admin.list_offsets([t0], "latest") == {t0: 0}
+
+
+async def test_a_per_call_timeout_is_checked_as_the_admins_and_every_call_takes_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A negative timeout read as a cluster problem ("did not complete within
+    -30 s"); list_groups, delete_groups and delete_offsets took none."""
+    t0 = TopicPartition("t", 0)
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap) as admin:
+            calls = [
+                lambda t: admin.list_offsets([t0], "latest", timeout=t),
+                lambda t: admin.fetch_offsets("g", timeout=t),
+                lambda t: admin.reset_offsets("g", [t0], offset=0, timeout=t),
+                lambda t: admin.group_lag("g", timeout=t),
+                lambda t: admin.create_topics({"n": 1}, timeout=t),
+                lambda t: admin.list_groups(timeout=t),
+                lambda t: admin.delete_groups(["g"], timeout=t),
+                lambda t: admin.delete_offsets("g", [t0], timeout=t),
+            ]
+            for call in calls:
+                for bad in (-30, 0, float("nan"), float("inf")):
+                    with pytest.raises(ConfigError, match="timeout must be a positive finite"):
+                        await call(bad)
+            assert await admin.list_groups(timeout=5) == []
+            await admin.reset_offsets("g", [t0], offset=0, timeout=5)
+            await admin.delete_offsets("g", [t0], timeout=5)
+            await admin.delete_groups(["g"], timeout=5)
