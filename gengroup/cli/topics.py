@@ -101,7 +101,8 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
 
 async def _create(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
     await _showing_leaders(admin, args, lambda: admin.create_topics({args.topic: args.partitions}))
-    return {"created": args.topic, "partitions": args.partitions}
+    # The count the topic got (with -1, the broker's default), as the metadata shows it.
+    return {"created": args.topic, "partitions": admin.cluster.partition_count(args.topic)}
 
 
 async def _showing_leaders(

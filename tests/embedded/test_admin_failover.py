@@ -159,3 +159,15 @@ async def test_list_offsets_still_times_out_naming_the_unreachable_cluster(
             with pytest.raises(TimeoutError, match=r"within 3 s \(last error: cluster unreachable"):
                 await admin.list_offsets([TopicPartition("t", 0)], "latest")
             assert trio.current_time() - started == pytest.approx(3.0, abs=0.01)
+
+
+async def test_topics_create_with_the_broker_default_reports_the_count_it_got(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``--partitions -1`` (CreateTopics' "broker default") printed -1 for a topic of 1."""
+    async with (
+        FakeCluster(initial_rebalance_delay_ms=0) as cluster,
+        Admin(cluster.bootstrap) as admin,
+    ):
+        args = argparse.Namespace(topic="neg", partitions=-1, topics_action="create")
+        assert await topics_cli._create(admin, args) == {"created": "neg", "partitions": 1}
