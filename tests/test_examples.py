@@ -10,16 +10,19 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from gengroup import Admin, Cluster, Producer, TopicPartition
+from gengroup import Admin, Cluster, ConsumerGroup, Producer, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.io.fetch import read_partition
 from gengroup.testing.kafka import KafkaBroker
+
+from .lake.helpers import append_commit_marker
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
@@ -44,13 +47,42 @@ async def test_worker_pool_commits_every_processed_record_and_nothing_more() -> 
     assert await ns["main"](None, 4, 1500) == 1500
 
 
-def test_contiguous_tracker_never_skips_a_gap() -> None:
+def test_contiguous_tracker_never_skips_a_record_not_finished() -> None:
     ns = example("worker_pool.py")
-    tracker = ns["ContiguousTracker"](10)
-    assert tracker.finish(12) == 10
-    assert tracker.finish(11) == 10
-    assert tracker.finish(10) == 13
-    assert tracker.finish(14) == 13
+    tracker = ns["ContiguousTracker"]()
+    batch = SimpleNamespace(
+        records=[SimpleNamespace(offset=o) for o in (10, 11, 12)], next_offset=14
+    )
+    jobs = [(start, end) for _, start, end in tracker.hand_out(batch)]
+    assert jobs == [(10, 11), (11, 12), (12, 14)]  # 13 holds no record
+    assert tracker.finish(12, 14) == 10
+    assert tracker.finish(11, 12) == 10
+    assert tracker.finish(10, 11) == 14
+    # The next batch starts past an offset without a record (one whole Fetch answer of them).
+    batch = SimpleNamespace(records=[SimpleNamespace(offset=16)], next_offset=17)
+    assert [(s, e) for _, s, e in tracker.hand_out(batch)] == [(14, 17)]
+    assert tracker.finish(14, 17) == 17
+
+
+async def test_worker_pool_commits_past_offsets_that_hold_no_record() -> None:
+    """Transaction markers (a transactional producer writes one at each commit): the
+    commit passes them, at the start of the partition and between records."""
+    ns = example("worker_pool.py")
+    from _common import consuming, until
+
+    tp = TopicPartition("events", 0)
+    async with FakeCluster(topics={"events": 1}, initial_rebalance_delay_ms=0) as cluster:
+        append_commit_marker(cluster, tp)  # offset 0
+        cluster.produce("events", [(b"k%d" % i, b"%d" % i) for i in range(5)])  # 1-5
+        append_commit_marker(cluster, tp)  # 6
+        append_commit_marker(cluster, tp)  # 7
+        cluster.produce("events", [(b"k%d" % i, b"%d" % i) for i in range(5)])  # 8-12
+        processed: list[int] = []
+        async with ConsumerGroup("pool-gaps", ["events"], cluster.bootstrap) as group:
+            async with consuming(group, ns["partition_worker"], 3, processed):
+                await until(lambda: len(processed) == 10)
+        assert sorted(processed) == [1, 2, 3, 4, 5, 8, 9, 10, 11, 12]
+        assert cluster.committed_offsets("pool-gaps")[tp] == 13
 
 
 # ---------------------------------------------------------------------------- the CLI examples
