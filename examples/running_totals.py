@@ -9,9 +9,31 @@ that state partition from the beginning (the last value of each key wins),
 then continues from the group's committed offset. A new member, or this one
 after a restart, so picks up where the previous owner stopped.
 
-A total is written before its deposit is marked, so a crash in between
-counts that deposit twice after the restart; a service that cannot accept
-that keeps the input offset in the state record and skips what it covers.
+A batch is marked only once the broker acknowledged its new totals. The
+write is shielded from the generation's cancellation: when the generation
+ends (a rebalance, closing), a write under way is waited for -- within the
+teardown deadline -- and its batch then marked, so the generation's final
+commit covers exactly the batches whose totals are in the state topic. The
+partition's next owner starts only once this member's tasks returned and
+that commit was made, so it rebuilds from every total written for the
+committed deposits and from none written after them: each deposit counts
+once, and a late write of the previous owner never lands over the new
+owner's totals. (Cancelling the write instead would only stop waiting for
+it: the records are still delivered, possibly after the next owner rebuilt,
+and compaction would keep that older total.)
+
+What this does not cover, and what it gives then:
+
+* a crash between a write and the commit covering its batch, a write that
+  fails (its error stops the group; some of its totals may have landed),
+  or a final commit that fails (the coordinator gave the partition away
+  already): the next owner counts that batch again, so totals come out
+  too high, never lower. A service that cannot accept that keeps the input
+  offset in the state record and skips what it covers;
+* a write still unacknowledged at the teardown deadline (at most
+  ``rebalance_timeout`` after the generation ended): the group raises
+  ``TaskStuckError``, and the write may land after the next owner rebuilt;
+  the service stops (this example exits with the error).
 
 Run: python examples/running_totals.py [--bootstrap HOST:PORT] [--count 300]
 Without --bootstrap it starts an embedded broker in this process.
@@ -56,13 +78,19 @@ async def keep_totals(
         for record in batch:
             account = (record.key or b"").decode()
             totals[account] = updates[account] = totals.get(account, 0) + int(record.value or 0)
-        await producer.send_many(
-            STATE,
-            [
-                ProducerRecord(str(total).encode(), key=account.encode(), partition=tp.partition)
-                for account, total in updates.items()
-            ],
-        )
+        # Shielded: cancelled, the write would go on without us (its records are
+        # still delivered) and the partition's next owner could rebuild before it
+        # landed. The generation waits for it, and for the mark after it.
+        with anyio.CancelScope(shield=True):
+            await producer.send_many(
+                STATE,
+                [
+                    ProducerRecord(
+                        str(total).encode(), key=account.encode(), partition=tp.partition
+                    )
+                    for account, total in updates.items()
+                ],
+            )
         gen.mark(tp, batch.next_offset)
         progress.append(len(batch))
 

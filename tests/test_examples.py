@@ -15,11 +15,17 @@ from typing import Any
 
 import anyio
 import pytest
+import trio
+import trio.testing
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from gengroup import Admin, Cluster, ConsumerGroup, Producer, TopicPartition
+from gengroup.admin import NewTopic
 from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Delay
 from gengroup.io.fetch import read_partition
+from gengroup.producer import ProducerRecord
+from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import KafkaBroker
 
 from .lake.helpers import append_commit_marker
@@ -197,6 +203,58 @@ async def test_running_totals_are_rebuilt_from_the_state_topic() -> None:
         assert await ns["main"](cluster.bootstrap, 100) == expected
         # A second run is a new member: it knows the totals only from the state topic.
         assert await ns["main"](cluster.bootstrap, 100) == {k: 2 * v for k, v in expected.items()}
+
+
+async def test_running_totals_survive_a_handover_during_a_slow_state_write(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The first owner is closing while the broker is slow to acknowledge its state
+    write: the next owner rebuilds only after that write landed, and counts every
+    deposit once; the stored total never goes back."""
+    ns = example("running_totals.py")
+    keep_totals, consuming, until = ns["keep_totals"], ns["consuming"], ns["until"]
+    state = TopicPartition("deposit-totals", 0)
+    async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap) as admin:
+            await admin.create_topics(
+                [
+                    NewTopic("deposits", 1),
+                    NewTopic("deposit-totals", 1, configs={"cleanup.policy": "compact"}),
+                ]
+            )
+            slow = False
+            cluster.control(
+                ApiKey.PRODUCE,
+                lambda req: Delay(4.0) if slow and req.client_id == "first" else None,
+            )
+            async with (
+                Producer(admin.cluster, client_id="feeder") as feeder,
+                Producer(cluster.bootstrap, client_id="first") as first,
+                Producer(cluster.bootstrap, client_id="second") as second,
+            ):
+
+                async def deposit(n: int) -> None:
+                    await feeder.send_many("deposits", [ProducerRecord(b"1", key=b"acct")] * n)
+
+                await deposit(5)
+                done_first: list[int] = []
+                async with ConsumerGroup("rt", ["deposits"], cluster.bootstrap) as group:
+                    async with consuming(group, keep_totals, first, done_first):
+                        await until(lambda: sum(done_first) >= 5)
+                        slow = True  # the broker is slow to acknowledge the next total
+                        await deposit(5)
+                        await anyio.sleep(0.5)  # the total 10 is being written
+                    # Closing: the generation ends while the write is under way.
+                done_second: list[int] = []
+                async with ConsumerGroup("rt", ["deposits"], cluster.bootstrap) as group:
+                    async with consuming(group, keep_totals, second, done_second):
+                        await deposit(5)
+                        await until(lambda: sum(done_second) >= 5)
+                        await anyio.sleep(10)  # past any write still on its way
+                assert sum(done_first) + sum(done_second) == 15  # each deposit once
+                totals = [int(r.value) for r in cluster.records(state.topic, state.partition)]
+                assert totals == sorted(totals) and totals[-1] == 15
+                assert await ns["rebuild"](admin.cluster, 0) == {"acct": 15}
 
 
 async def test_sqlite_batches_store_every_row_exactly_once_across_a_restart(
