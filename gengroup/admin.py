@@ -156,6 +156,10 @@ class Admin:
     Raises:
         ConfigError: an invalid setting (see :class:`AdminConfig`).
 
+    An operation called after the admin's ``async with`` exited, or after
+    the shared ``cluster`` was closed, raises
+    :class:`~gengroup.ConnectionClosed` at once: nothing is sent or retried.
+
     Example::
 
         async with Admin("127.0.0.1:9092") as admin:

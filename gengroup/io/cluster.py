@@ -110,7 +110,7 @@ from ..protocol.framing import build, check_client_id, ms
 from ..protocol.versions import ApiKey
 from . import request as _request
 from .connection import BrokerConnection
-from .retry import retry
+from .retry import ClientClosed, retry
 from .security import PLAINTEXT, Security, SecuritySettings
 
 #: Seconds for which a broker's refusal of the client's login (TLS or SASL;
@@ -135,6 +135,12 @@ __all__ = [
 ]
 
 log = logging.getLogger("gengroup.cluster")
+
+#: What a request on a closed cluster raises (:class:`ClientClosed`, at once).
+_CLOSED: Final = (
+    "the Cluster is closed (its `async with` exited, or that of the Admin, Producer or "
+    "ConsumerGroup that opened it): nothing is sent"
+)
 
 #: Seconds a connection attempt of :meth:`Cluster.any_connection` runs alone
 #: before the next address is tried beside it.
@@ -363,7 +369,7 @@ class Cluster:
             if self._tg is None:
                 raise GengroupError("the Cluster is not open: use `async with Cluster(...)`")
             if self._closed:
-                raise ConnectionClosed("the Cluster is closed")
+                raise ClientClosed(_CLOSED)
             if isinstance(key, int):
                 host, port = self._address(key)
                 node_id = key
@@ -394,7 +400,7 @@ class Cluster:
                 raise
             if self._closed:  # aclose() ran while this one was connecting
                 await new.aclose()
-                raise ConnectionClosed("the Cluster is closed")
+                raise ClientClosed(_CLOSED)
             self._conns[slot] = new
             if (host, port) not in self._unanswered:
                 self._reachable_again()  # any broker answering means the cluster is reachable

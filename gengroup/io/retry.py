@@ -19,7 +19,8 @@ leader pass it, and a leader that cannot be reached has most likely died, its
 partitions led elsewhere once the controller has noticed (as the Java client
 asks for a metadata update on every disconnect). A refresh that fails to
 connect is that attempt's failure, retried like it; an attempt that must stop on an error the
-table would retry raises :class:`GiveUp` wrapping it. When the deadline passes,
+table would retry raises :class:`GiveUp` wrapping it, and a client closed by
+this process (:class:`ClientClosed`) is never retried. When the deadline passes,
 :class:`TimeoutError` names the operation and the last error seen (or the
 caller's ``on_timeout`` builds the exception to raise). Retries nest (an
 admin call retries a coordinator lookup that retries connections): the last
@@ -37,9 +38,17 @@ from typing import Final, TypeVar
 
 import anyio
 
-from .._errors import BrokerError, KafkaConnectionError, is_retriable
+from .._errors import BrokerError, ConnectionClosed, KafkaConnectionError, is_retriable
 
-__all__ = ["DEFAULT_CAP", "Backoff", "GiveUp", "backoff_delay", "retry", "seconds_left"]
+__all__ = [
+    "DEFAULT_CAP",
+    "Backoff",
+    "ClientClosed",
+    "GiveUp",
+    "backoff_delay",
+    "retry",
+    "seconds_left",
+]
 
 T = TypeVar("T")
 
@@ -101,6 +110,13 @@ def seconds_left(seconds: float) -> Callable[[], float]:
     """The seconds left until ``seconds`` from now, each time it is called (never negative)."""
     end = anyio.current_time() + seconds
     return lambda: max(0.0, end - anyio.current_time())
+
+
+class ClientClosed(ConnectionClosed):
+    """The client a request was made on was closed by this process (a
+    :class:`~gengroup.io.cluster.Cluster` after ``aclose()``, and the clients
+    sharing it). Nothing reopens it, so :func:`retry` never retries it,
+    whatever its caller's ``retriable`` says: it propagates at once."""
 
 
 class GiveUp(Exception):
@@ -168,6 +184,8 @@ async def retry(
                     return await attempt()
                 except GiveUp as give_up:
                     raise give_up.error from None
+                except ClientClosed:
+                    raise
                 except Exception as exc:
                     if not retriable(exc):
                         raise

@@ -1,0 +1,99 @@
+"""A client used after it was closed fails at once, with a typed error.
+
+On the embedded broker in virtual time (trio's MockClock): an error that
+came only after retrying until a timeout would show as virtual time passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from gengroup import Admin, Cluster, ConsumerGroup, GengroupError, GroupClosed, Producer
+from gengroup._errors import ConnectionClosed
+from gengroup._types import TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.io.retry import Backoff, ClientClosed, retry
+
+TP = TopicPartition("t", 0)
+
+#: Every operation of an Admin, called with arguments that would succeed.
+ADMIN_CALLS: dict[str, Callable[[Admin], Awaitable[Any]]] = {
+    "create_topics": lambda a: a.create_topics({"u": 1}),
+    "delete_topics": lambda a: a.delete_topics(["t"]),
+    "create_partitions": lambda a: a.create_partitions("t", 2),
+    "list_offsets": lambda a: a.list_offsets([TP], "latest"),
+    "delete_records": lambda a: a.delete_records({TP: 0}),
+    "list_groups": lambda a: a.list_groups(),
+    "describe_groups": lambda a: a.describe_groups(["g"]),
+    "delete_groups": lambda a: a.delete_groups(["g"]),
+    "fetch_offsets": lambda a: a.fetch_offsets("g"),
+    "group_lag": lambda a: a.group_lag("g"),
+    "reset_offsets": lambda a: a.reset_offsets("g", [TP], to="earliest"),
+    "delete_offsets": lambda a: a.delete_offsets("g", [TP]),
+}
+
+
+async def _fails_at_once(call: Awaitable[Any]) -> ConnectionClosed:
+    t0 = trio.current_time()
+    with pytest.raises(ConnectionClosed, match="closed") as caught:
+        await call
+    assert trio.current_time() == t0  # no retry, no backoff
+    return caught.value
+
+
+@pytest.mark.parametrize("name", sorted(ADMIN_CALLS))
+async def test_an_admin_used_after_its_async_with_fails_at_once(
+    autojump_clock: trio.testing.MockClock, name: str
+) -> None:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap) as admin:
+            await admin.fetch_offsets("g")  # it works while open
+        error = await _fails_at_once(ADMIN_CALLS[name](admin))
+        assert "Admin" in str(error)
+
+
+async def test_clients_on_a_shared_cluster_that_was_closed_fail_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with Cluster(cluster.bootstrap) as shared:
+            admin = Admin(shared)
+            await admin.fetch_offsets("g")
+        await _fails_at_once(admin.fetch_offsets("g"))
+        await _fails_at_once(admin.create_topics({"u": 1}))
+        async with Producer(shared) as producer:
+            await _fails_at_once(producer.send("t", b"x"))
+
+
+async def test_a_consumer_group_is_not_used_again_after_it_closed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        group = ConsumerGroup("g", ["t"], cluster.bootstrap)
+        async with group:
+            await group.next()
+        t0 = trio.current_time()
+        with pytest.raises(GroupClosed):
+            await group.next()
+        with pytest.raises(GengroupError, match="entered only once"):
+            async with group:
+                pass
+        assert trio.current_time() == t0
+
+
+async def test_retry_never_retries_a_closed_client(autojump_clock: trio.testing.MockClock) -> None:
+    """Whatever the caller's predicate says: nothing reopens a closed client."""
+    attempts: list[float] = []
+
+    async def attempt() -> None:
+        attempts.append(trio.current_time())
+        raise ClientClosed("the Cluster is closed")
+
+    with pytest.raises(ClientClosed):
+        await retry("x", attempt, timeout=30.0, backoff=Backoff(0.1), retriable=lambda exc: True)
+    assert len(attempts) == 1
