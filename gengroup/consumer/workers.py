@@ -17,7 +17,10 @@ returns (a hook that raises stops, as ``"stop"`` does).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeAlias
 
@@ -43,6 +46,35 @@ ErrorPolicy: TypeAlias = Literal["stop", "skip"] | DeadLetter
 
 #: The longest pause between two attempts at one batch, in seconds.
 _RETRY_CAP = 30.0
+
+#: What :func:`run_workers` takes as a handler or a hook, for its errors.
+_ASYNC_FORMS = (
+    "an async function (async def, a functools.partial or bound method of one, or an "
+    "object whose __call__ is async def)"
+)
+
+
+def _is_async_callable(fn: object) -> bool:
+    """Whether calling ``fn`` returns a coroutine by its definition (see :data:`_ASYNC_FORMS`).
+
+    Checked at the call of :func:`run_workers`: a plain function would be
+    called only once a batch comes (a hook: once a handler failed), run its
+    side effects and then fail to be awaited.
+    """
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    if inspect.isroutine(fn) or isinstance(fn, type):
+        return False
+    return callable(fn) and inspect.iscoroutinefunction(type(fn).__call__)
+
+
+def _not_async(name: str, fn: object, signature: str) -> ConfigError:
+    return ConfigError(
+        f"{name} must be {_ASYNC_FORMS}, got {fn!r}; a plain function that returns an "
+        f"awaitable goes inside one: `async def {name}({signature}): await f({signature})`"
+    )
 
 
 async def _handle(
@@ -107,14 +139,17 @@ async def run_workers(
 
     Args:
         group: an open consumer group.
-        handler: ``async def handler(gen, tp, batch)``.
+        handler: ``async def handler(gen, tp, batch)`` (or a
+            ``functools.partial`` or bound method of one, or an object whose
+            ``__call__`` is one).
         on_error: what to do with a batch whose handler raised (after the
             retries): ``"stop"`` (the default: the exception ends the
             generation and comes out of ``run_workers`` as itself; the
             group is closed with it -- records after the last processed
             batch are processed again by whoever owns the partition next),
             ``"skip"`` (log it with its traceback at ERROR and move past the
-            batch), or an async dead-letter hook
+            batch), or an async dead-letter hook (in the forms ``handler``
+            may take)
             ``hook(gen, tp, batch, exc)`` (the batch is marked once the hook
             returns; if the hook raises, that exception stops as with
             ``"stop"``).
@@ -124,15 +159,30 @@ async def run_workers(
             jittered, at most 30 s.
 
     Raises:
-        ConfigError: an invalid ``on_error``, ``retries`` or ``retry_backoff``.
+        ConfigError: at the call, before anything runs: a ``handler`` or an
+            ``on_error`` hook that is not an async callable (a plain ``def``),
+            another invalid ``on_error``, or an invalid ``retries`` or
+            ``retry_backoff``.
         Exception: a handler's exception under ``"stop"``, or a hook's.
     """
-    if not (on_error in ("stop", "skip") or callable(on_error)):
-        raise ConfigError(f"on_error must be 'stop', 'skip' or an async callable, got {on_error!r}")
+    if not _is_async_callable(handler):
+        raise _not_async("handler", handler, "gen, tp, batch")
+    if isinstance(on_error, str):
+        if on_error not in ("stop", "skip"):
+            raise ConfigError(
+                f"on_error must be 'stop', 'skip' or an async hook(gen, tp, batch, exc), "
+                f"got {on_error!r}"
+            )
+    elif not _is_async_callable(on_error):
+        raise _not_async("on_error", on_error, "gen, tp, batch, exc")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ConfigError(f"retries must be an integer >= 0, got {retries!r}")
-    if not isinstance(retry_backoff, int | float) or not retry_backoff > 0:
-        raise ConfigError(f"retry_backoff must be a positive number, got {retry_backoff!r}")
+    if (
+        isinstance(retry_backoff, bool)
+        or not isinstance(retry_backoff, int | float)
+        or not 0 < retry_backoff < math.inf
+    ):
+        raise ConfigError(f"retry_backoff must be a positive finite number, got {retry_backoff!r}")
 
     async def worker(gen: Generation, tp: TopicPartition) -> None:
         async for batch in gen.fetch(tp):

@@ -7,6 +7,7 @@ processed, what was handed on, and what was committed.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -121,3 +122,82 @@ async def test_bad_policy_settings_raise_config_error(policy: dict[str, Any]) ->
     group = ConsumerGroup("g", ["t"], "127.0.0.1:1")
     with pytest.raises(ConfigError):
         await run_workers(group, handler, **policy)
+
+
+@pytest.mark.parametrize("policy", [{"retry_backoff": True}, {"retry_backoff": float("inf")}])
+async def test_a_retry_backoff_that_is_a_bool_or_infinite_raises_config_error(
+    policy: dict[str, Any],
+) -> None:
+    async def handler(gen: Generation, tp: TopicPartition, batch: FetchedBatch) -> None:
+        pass
+
+    group = ConsumerGroup("g", ["t"], "127.0.0.1:1")
+    with pytest.raises(ConfigError, match="retry_backoff"):
+        await run_workers(group, handler, **policy)
+
+
+async def test_a_plain_function_as_handler_or_hook_is_refused_at_the_call(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Not once a batch came, after its side effects: nothing runs, nothing is fetched."""
+    calls: list[str] = []
+
+    def sync_handler(gen: Generation, tp: TopicPartition, batch: FetchedBatch) -> None:
+        calls.append("handler")
+
+    async def handler(gen: Generation, tp: TopicPartition, batch: FetchedBatch) -> None:
+        raise ValueError("boom")
+
+    def sync_hook(gen: Generation, tp: TopicPartition, batch: FetchedBatch, exc: Exception) -> None:
+        calls.append("hook")
+
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.produce("t", [NewRecord(None, b"x", (), 0)])
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            with pytest.raises(ConfigError, match="handler must be an async function"):
+                await run_workers(group, sync_handler)  # type: ignore[arg-type]
+            with pytest.raises(ConfigError, match="on_error must be an async function"):
+                await run_workers(group, handler, on_error=sync_hook)  # type: ignore[arg-type]
+            with pytest.raises(ConfigError, match="handler must be"):
+                await run_workers(group, lambda gen, tp, batch: handler(gen, tp, batch))
+    assert calls == []
+
+
+class _AsyncCallable:
+    def __init__(self, seen: list[int]) -> None:
+        self.seen = seen
+
+    async def __call__(self, gen: Generation, tp: TopicPartition, batch: FetchedBatch) -> None:
+        self.seen.append(batch.next_offset)
+
+    async def method(self, gen: Generation, tp: TopicPartition, batch: FetchedBatch) -> None:
+        self.seen.append(batch.next_offset)
+
+
+async def _tagged(
+    seen: list[int], gen: Generation, tp: TopicPartition, batch: FetchedBatch
+) -> None:
+    seen.append(batch.next_offset)
+
+
+@pytest.mark.parametrize("form", ["partial", "async __call__", "bound method"])
+async def test_handlers_that_return_awaitables_are_accepted(
+    autojump_clock: trio.testing.MockClock, form: str
+) -> None:
+    seen: list[int] = []
+    handler: Any = {
+        "partial": functools.partial(_tagged, seen),
+        "async __call__": _AsyncCallable(seen),
+        "bound method": _AsyncCallable(seen).method,
+    }[form]
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        for _ in range(3):  # one batch per record
+            cluster.produce("t", [NewRecord(None, b"x", (), 0)])
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(run_workers, group, handler, on_error=handler))
+                with trio.fail_after(60):
+                    while len(seen) < 3:
+                        await anyio.sleep(0.1)
+                tg.cancel_scope.cancel()
+    assert seen == [1, 2, 3]
