@@ -28,7 +28,7 @@ from gengroup.producer import ProducerRecord
 from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import KafkaBroker
 
-from .lake.helpers import append_commit_marker
+from .embedded import append_commit_marker
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
