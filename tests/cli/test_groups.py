@@ -72,8 +72,9 @@ def test_groups_commands(target: Target) -> None:
 
 def test_a_live_consumer_protocol_group(target: Target) -> None:
     """A group of the consumer protocol (KIP-848), live, nothing committed:
-    ``describe`` shows its member and partitions, ``lag`` lists them, and
-    ``reset-offsets`` is refused NON_EMPTY_GROUP."""
+    ``describe`` shows its member and partitions, ``lag`` lists them (unknown
+    where records wait, 0 where the log is empty), and ``reset-offsets`` is
+    refused NON_EMPTY_GROUP."""
     topic, group_id = target.name("k848"), target.name("k848-g")
     settings = {"group_protocol": "consumer", "heartbeat_interval": 0.5, "commit_interval": 0}
 
@@ -83,6 +84,8 @@ def test_a_live_consumer_protocol_group(target: Target) -> None:
     async def main() -> None:
         async with Admin(target.bootstrap) as admin:
             await admin.create_topics({topic: 2})
+        async with Producer(target.bootstrap) as producer:
+            await producer.send(topic, b"waiting", partition=0)
         async with ConsumerGroup(group_id, [topic], target.bootstrap, **settings) as group:
             gen = await group.next()
             described = await run("groups", "describe", group_id, "--json")
@@ -103,7 +106,7 @@ def test_a_live_consumer_protocol_group(target: Target) -> None:
             rows = json.loads(lag.stdout)["partitions"]
             assert [(r["partition"], r["lag"], r["member_id"]) for r in rows] == [
                 (f"{topic}[0]", None, gen.member_id),
-                (f"{topic}[1]", None, gen.member_id),
+                (f"{topic}[1]", 0, gen.member_id),
             ]
 
             reset = await run("groups", "reset-offsets", group_id, "--topic", topic, "--to", "0")
