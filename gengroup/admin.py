@@ -29,7 +29,8 @@ already, counted across calls, is
 the coordinator up again (a hung coordinator's group moves). ListOffsets,
 DeleteRecords and OffsetFetch are :mod:`gengroup.io.offsets`' (ListOffsets and
 DeleteRecords to each partition's leader, one request per leader; stale
-leadership refreshes metadata).
+leadership refreshes metadata). The requests that describe and delete groups,
+and reading their answers, are :mod:`gengroup.admin_groups`'.
 
 Every request goes out through :meth:`Cluster.call
 <gengroup.io.cluster.Cluster.call>`, every retry loop is
@@ -49,7 +50,7 @@ from typing import Any, Self, TypeVar, Unpack
 
 from kio.schema.errors import ErrorCode
 
-from . import admin_groups as describing, admin_topics as topic_ops
+from . import admin_groups as group_ops, admin_topics as topic_ops
 from ._config import check_seconds
 from ._errors import (
     BrokerError,
@@ -57,7 +58,6 @@ from ._errors import (
     UnknownTopicOrPartition,
     UnsupportedVersion,
     error_for_code,
-    raise_for_code,
 )
 from ._types import GenerationIdentity, TopicPartition
 from .admin_types import (
@@ -78,7 +78,7 @@ from .io import offsets
 from .io.cluster import Cluster, TopicInfo, shared_or_own
 from .io.coordinator import CoordinatorClient
 from .io.offsets import OffsetSpec
-from .io.request import MakeRequest, raise_item_errors
+from .io.request import MakeRequest
 from .io.retry import GiveUp, retry, seconds_left
 from .io.security import Security, SecuritySettings
 from .membership import requests
@@ -592,22 +592,22 @@ class Admin:
                 group_id,
                 "ConsumerGroupDescribe",
                 ApiKey.CONSUMER_GROUP_DESCRIBE,
-                partial(describing.consumer_group_request, group_id=group_id),
-                partial(describing.read_consumer_group, group_id=group_id),
+                partial(group_ops.consumer_group_request, group_id=group_id),
+                partial(group_ops.read_consumer_group, group_id=group_id),
                 max(left(), 0.001),
             )
         except UnsupportedVersion:  # the coordinator does not serve the consumer protocol
             found = None
         if found is not None:
-            ids = describing.unnamed_topics(found)
-            names = await describing.topic_names(self.cluster, ids, max(left(), 0.001))
-            return describing.consumer_group_description(found, names)
+            ids = group_ops.unnamed_topics(found)
+            names = await group_ops.topic_names(self.cluster, ids, max(left(), 0.001))
+            return group_ops.consumer_group_description(found, names)
         return await self._group_call(
             group_id,
             "DescribeGroups",
             ApiKey.DESCRIBE_GROUPS,
-            partial(describing.describe_groups_request, group_id=group_id),
-            partial(describing.read_described_group, group_id=group_id),
+            partial(group_ops.describe_groups_request, group_id=group_id),
+            partial(group_ops.read_described_group, group_id=group_id),
             max(left(), 0.001),
         )
 
@@ -625,22 +625,12 @@ class Admin:
         """
         left = self._limit(timeout)[1]
         for group_id in names_of(group_ids, "delete_groups"):
-
-            def delete(mod: Any, group_id: str = group_id) -> Any:
-                return build(mod.DeleteGroupsRequest, groups_names=(group_id,))
-
-            def parse(resp: Any, group_id: str = group_id) -> None:
-                raise_item_errors(
-                    (r for r in resp.results if r.group_id == group_id),
-                    lambda _r: f"group {group_id!r}",
-                )
-
             await self._group_call(
                 group_id,
                 "DeleteGroups",
                 ApiKey.DELETE_GROUPS,
-                delete,
-                parse,
+                partial(group_ops.delete_groups_request, group_ids=(group_id,)),
+                partial(group_ops.read_deleted_group, group_id=group_id),
                 max(left(), 0.001),
             )
 
@@ -864,31 +854,12 @@ class Admin:
         for tp in sorted(set(check_partitions(tps, "delete_offsets"))):
             by_topic.setdefault(tp.topic, []).append(tp.partition)
 
-        def make(mod: Any) -> Any:
-            return build(
-                mod.OffsetDeleteRequest,
-                group_id=group_id,
-                topics=tuple(
-                    build(
-                        mod.OffsetDeleteRequestTopic,
-                        name=name,
-                        partitions=tuple(
-                            build(mod.OffsetDeleteRequestPartition, partition_index=p)
-                            for p in parts
-                        ),
-                    )
-                    for name, parts in by_topic.items()
-                ),
-            )
-
-        def parse(resp: Any) -> None:
-            raise_for_code(int(resp.error_code), f"OffsetDelete of {group_id!r}")
-            for t in resp.topics:
-                for p in t.partitions:
-                    where = f"{t.name}[{p.partition_index}]"
-                    raise_for_code(int(p.error_code), f"OffsetDelete of {group_id!r} for {where}")
-
         if by_topic:
             await self._group_call(
-                group_id, "OffsetDelete", ApiKey.OFFSET_DELETE, make, parse, limit
+                group_id,
+                "OffsetDelete",
+                ApiKey.OFFSET_DELETE,
+                partial(group_ops.offset_delete_request, group_id=group_id, by_topic=by_topic),
+                partial(group_ops.read_offset_delete, group_id=group_id),
+                limit,
             )

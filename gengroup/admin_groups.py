@@ -1,5 +1,6 @@
-"""How :class:`~gengroup.admin.Admin` describes a group: the requests, and
-their answers read into :class:`~gengroup.admin_types.GroupDescription`.
+"""How :class:`~gengroup.admin.Admin` describes and deletes groups: the
+requests, and their answers read (into
+:class:`~gengroup.admin_types.GroupDescription` for a description).
 
 Theory of operation:
 
@@ -19,11 +20,16 @@ ConsumerGroupDescribe names each member's partitions by topic id and name. A
 name the broker left empty is looked up by id in the cluster's metadata
 (:func:`topic_names`, which refreshes it when an id is not known); the
 partitions of a topic that is gone are left out, as Kafka leaves them out.
+
+DeleteGroups deletes groups with their committed offsets; OffsetDelete
+deletes a group's committed offsets of some partitions. Their answers carry
+an error per group, or per partition, raised as the typed errors of
+:mod:`gengroup._errors`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from functools import partial
 from typing import Any, Final
 from uuid import UUID
@@ -42,9 +48,13 @@ from .protocol.framing import build
 __all__ = [
     "consumer_group_description",
     "consumer_group_request",
+    "delete_groups_request",
     "describe_groups_request",
+    "offset_delete_request",
     "read_consumer_group",
+    "read_deleted_group",
     "read_described_group",
+    "read_offset_delete",
     "topic_names",
     "unnamed_topics",
 ]
@@ -201,3 +211,55 @@ def consumer_group_description(group: Any, names: Mapping[UUID, str]) -> GroupDe
         group_epoch=int(group.group_epoch),
         assignment_epoch=int(group.assignment_epoch),
     )
+
+
+# --------------------------------------------------------------------------- deleting
+
+
+def delete_groups_request(mod: Any, group_ids: Sequence[str]) -> Any:
+    """DeleteGroups of ``group_ids`` (all on one coordinator)."""
+    return build(mod.DeleteGroupsRequest, groups_names=tuple(group_ids))
+
+
+def read_deleted_group(resp: Any, group_id: str) -> None:
+    """Check DeleteGroups' answer for ``group_id``.
+
+    Raises:
+        BrokerError: the group's error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP,
+            a coordinator error ...).
+    """
+    raise_item_errors(
+        (r for r in resp.results if r.group_id == group_id), lambda _r: f"group {group_id!r}"
+    )
+
+
+def offset_delete_request(mod: Any, group_id: str, by_topic: Mapping[str, Sequence[int]]) -> Any:
+    """OffsetDelete of ``group_id``'s offsets of the partitions ``by_topic`` (name: indexes)."""
+    return build(
+        mod.OffsetDeleteRequest,
+        group_id=group_id,
+        topics=tuple(
+            build(
+                mod.OffsetDeleteRequestTopic,
+                name=name,
+                partitions=tuple(
+                    build(mod.OffsetDeleteRequestPartition, partition_index=p) for p in parts
+                ),
+            )
+            for name, parts in by_topic.items()
+        ),
+    )
+
+
+def read_offset_delete(resp: Any, group_id: str) -> None:
+    """Check OffsetDelete's answer: the group's error, then each partition's.
+
+    Raises:
+        BrokerError: e.g. GROUP_ID_NOT_FOUND, or GROUP_SUBSCRIBED_TO_TOPIC for
+            a partition.
+    """
+    raise_for_code(int(resp.error_code), f"OffsetDelete of {group_id!r}")
+    for t in resp.topics:
+        for p in t.partitions:
+            where = f"{t.name}[{p.partition_index}]"
+            raise_for_code(int(p.error_code), f"OffsetDelete of {group_id!r} for {where}")
