@@ -25,7 +25,8 @@ httpcore's ``map_exceptions``. Two families matter most:
 from __future__ import annotations
 
 import copy
-from typing import Any, ClassVar, Final
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Final, Self
 
 from kio.schema.errors import ErrorCode
 
@@ -244,6 +245,40 @@ class GroupClosed(GengroupError):
 
 class TaskStuckError(GengroupError):
     """A generation's task did not return within the teardown deadline after cancellation."""
+
+
+class GroupsNotDeleted(GengroupError, ExceptionGroup[Exception]):
+    """:meth:`Admin.delete_groups <gengroup.Admin.delete_groups>` of several
+    groups could not delete some of them; it tried every one.
+
+    An exception group of each failed group's error (``except*
+    GroupIdNotFound`` works); its message names each failed group and why.
+
+    Attributes:
+        deleted: the groups that were deleted, in the order given.
+        errors: each group that was not deleted, and its error
+            (:class:`GroupIdNotFound`, a NON_EMPTY_GROUP :class:`BrokerError`,
+            a :class:`TimeoutError` ...).
+    """
+
+    deleted: list[str]
+    _failed: list[str]
+
+    def __new__(cls, deleted: Sequence[str], errors: Mapping[str, Exception]) -> Self:
+        failed = "; ".join(f"{g!r} ({type(e).__name__}: {e})" for g, e in errors.items())
+        total = len(deleted) + len(errors)
+        message = f"{len(errors)} of {total} groups not deleted: {failed}"
+        if deleted:
+            message += f"; deleted: {', '.join(map(repr, deleted))}"
+        self = super().__new__(cls, message, list(errors.values()))
+        self.deleted = list(deleted)
+        self._failed = list(errors)
+        return self
+
+    @property
+    def errors(self) -> dict[str, Exception]:
+        """Each group that was not deleted, and its error."""
+        return dict(zip(self._failed, self.exceptions, strict=True))
 
 
 class BrokerError(GengroupError):

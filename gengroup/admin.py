@@ -617,14 +617,24 @@ class Admin:
         """Delete groups and their committed offsets, all within ``timeout``
         (default: the admin's).
 
+        Every group is tried (several at once, each at its coordinator), as
+        Java's ``deleteConsumerGroups`` does: one that fails does not keep the
+        others from being deleted.
+
         Raises:
             TypeError: ``group_ids`` is one string, not a list of them.
-            GroupIdNotFound: a group does not exist.
-            BrokerError: e.g. NON_EMPTY_GROUP when the group still has members.
-            TimeoutError: the coordinator could not be reached in time.
+            GroupsNotDeleted: of several groups, some could not be deleted:
+                its ``deleted`` lists those that were, its ``errors`` holds
+                each other group's error (one of those below).
+            GroupIdNotFound: the one group asked for does not exist.
+            BrokerError: the one group's refusal, e.g. NON_EMPTY_GROUP when it
+                still has members.
+            TimeoutError: the one group's coordinator could not be reached in time.
         """
+        names = names_of(group_ids, "delete_groups")
         left = self._limit(timeout)[1]
-        for group_id in names_of(group_ids, "delete_groups"):
+
+        async def delete(group_id: str) -> None:
             await self._group_call(
                 group_id,
                 "DeleteGroups",
@@ -633,6 +643,8 @@ class Admin:
                 partial(group_ops.read_deleted_group, group_id=group_id),
                 max(left(), 0.001),
             )
+
+        await group_ops.delete_each(names, delete)
 
     async def fetch_offsets(
         self,

@@ -24,19 +24,23 @@ partitions of a topic that is gone are left out, as Kafka leaves them out.
 DeleteGroups deletes groups with their committed offsets; OffsetDelete
 deletes a group's committed offsets of some partitions. Their answers carry
 an error per group, or per partition, raised as the typed errors of
-:mod:`gengroup._errors`.
+:mod:`gengroup._errors`. Several groups are deleted each at its own
+coordinator, a few at once (:func:`delete_each`), and every one is tried, as
+Java's AdminClient does: the failures are reported together, in
+:class:`~gengroup._errors.GroupsNotDeleted`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
 from functools import partial
 from typing import Any, Final
 from uuid import UUID
 
+import anyio
 from kio.schema.errors import ErrorCode
 
-from ._errors import error_for_code, raise_for_code
+from ._errors import GroupsNotDeleted, error_for_code, raise_for_code
 from ._types import TopicPartition
 from .admin_types import CONSUMER_GROUP, GroupDescription, MemberDescription
 from .io.cluster import Cluster
@@ -48,6 +52,7 @@ from .protocol.framing import build
 __all__ = [
     "consumer_group_description",
     "consumer_group_request",
+    "delete_each",
     "delete_groups_request",
     "describe_groups_request",
     "offset_delete_request",
@@ -60,6 +65,9 @@ __all__ = [
 ]
 
 _GROUP_ID_NOT_FOUND: Final = int(ErrorCode.group_id_not_found)
+
+#: How many groups :func:`delete_each` deletes at once.
+_DELETING_AT_ONCE: Final = 16
 
 #: ConsumerGroupDescribe's answers for a group it does not describe, which
 #: DescribeGroups is asked about then (as Java's AdminClient does).
@@ -216,6 +224,34 @@ def consumer_group_description(group: Any, names: Mapping[UUID, str]) -> GroupDe
 # --------------------------------------------------------------------------- deleting
 
 
+async def delete_each(names: Sequence[str], delete: Callable[[str], Awaitable[None]]) -> None:
+    """Delete each group of ``names`` with ``delete`` (a few at once), trying every one.
+
+    Raises:
+        GroupsNotDeleted: of several groups, some were not deleted (each one's
+            error is in it).
+        Exception: the one group's error, when ``names`` holds one.
+    """
+    if len(names) == 1:
+        return await delete(names[0])
+    limiter = anyio.CapacityLimiter(_DELETING_AT_ONCE)
+    errors: dict[str, Exception] = {}
+
+    async def attempt(group_id: str) -> None:
+        try:
+            async with limiter:
+                await delete(group_id)
+        except Exception as exc:  # reported below, with the other groups' outcomes
+            errors[group_id] = exc
+
+    async with anyio.create_task_group() as tg:
+        for group_id in names:
+            tg.start_soon(attempt, group_id)
+    if errors:
+        deleted = [g for g in names if g not in errors]
+        raise GroupsNotDeleted(deleted, {g: errors[g] for g in names if g in errors})
+
+
 def delete_groups_request(mod: Any, group_ids: Sequence[str]) -> Any:
     """DeleteGroups of ``group_ids`` (all on one coordinator)."""
     return build(mod.DeleteGroupsRequest, groups_names=tuple(group_ids))
@@ -226,11 +262,13 @@ def read_deleted_group(resp: Any, group_id: str) -> None:
 
     Raises:
         BrokerError: the group's error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP,
-            a coordinator error ...).
+            a coordinator error ...); GROUP_ID_NOT_FOUND if the answer does
+            not mention the group.
     """
-    raise_item_errors(
-        (r for r in resp.results if r.group_id == group_id), lambda _r: f"group {group_id!r}"
-    )
+    results = [r for r in resp.results if r.group_id == group_id]
+    if not results:
+        raise _missing("DeleteGroups", group_id)
+    raise_item_errors(results, lambda _r: f"group {group_id!r}")
 
 
 def offset_delete_request(mod: Any, group_id: str, by_topic: Mapping[str, Sequence[int]]) -> Any:

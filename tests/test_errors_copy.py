@@ -24,6 +24,7 @@ from gengroup import (
     ClusterUnreachable,
     CoordinatorUnavailable,
     GengroupError,
+    GroupsNotDeleted,
     TLSError,
 )
 from gengroup._errors import error_for_code
@@ -54,6 +55,8 @@ def sample(cls: type[GengroupError]) -> GengroupError:
         return cls({"h:1": "connection refused"}, 60.5, exhausted=True)
     if issubclass(cls, TLSError):
         return cls("h:1: certificate verify failed", broker="h:1", reason="hostname mismatch")
+    if issubclass(cls, GroupsNotDeleted):
+        return cls(["a"], {"b": error_for_code(69, "group 'b'"), "c": TimeoutError("late")})
     if issubclass(cls, AuthenticationError):
         return cls("PLAIN authentication failed", broker="h:1", mechanism="PLAIN")
     return cls(f"{cls.__name__} happened")

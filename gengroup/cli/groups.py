@@ -13,7 +13,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from .._errors import BrokerError, GroupIdNotFound, UnknownTopicOrPartition
+from .._errors import BrokerError, GroupIdNotFound, GroupsNotDeleted, UnknownTopicOrPartition
 from .._types import TopicPartition
 from ..admin import Admin
 from ..admin_types import CONSUMER_GROUP, INT32_MAX, INT64_MAX
@@ -150,19 +150,16 @@ async def lag_report(admin: Admin, group: str, topics: list[str] | None) -> dict
 
 
 async def _delete(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
-    deleted: list[str] = []
-    errors: list[BaseException] = []
-    for group in dict.fromkeys(args.groups):
-        try:
-            await admin.delete_groups([group])
-        except (BrokerError, TimeoutError) as exc:
-            errors.append(exc)
-        else:
-            deleted.append(group)
-    result = {"deleted": deleted}
-    if errors:
-        raise PartlyFailed(result, errors)
-    return result
+    """The groups deleted: ``deleted``. Every group is tried; each one that was
+    not deleted is a :class:`PartlyFailed` error line."""
+    groups = list(dict.fromkeys(args.groups))
+    try:
+        await admin.delete_groups(groups)
+    except GroupsNotDeleted as partly:
+        raise PartlyFailed({"deleted": partly.deleted}, list(partly.errors.values())) from None
+    except (BrokerError, TimeoutError) as exc:  # the one group's error
+        raise PartlyFailed({"deleted": []}, [exc]) from None
+    return {"deleted": groups}
 
 
 async def _reset(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
