@@ -71,7 +71,7 @@ from .detached import (
     start_or_drop,
     stuck,
 )
-from .recordless import with_start_marks
+from .recordless import to_commit
 from .span_commits import commit_in_spans
 from .timings import RebalanceTimings
 
@@ -822,7 +822,8 @@ class Generation(IdentityNames):
 
         Args:
             offsets: what to commit; default: every marked offset (on an
-                ended generation: its spans' marks). Offsets not
+                ended generation: its spans' marks), with start marks
+                (consumer/recordless.py), which explicit offsets drop. Offsets not
                 above what this member already committed are left out, so a
                 committed offset never moves backwards.
             metadata: a string stored with a partition's offset (Kafka's
@@ -844,19 +845,21 @@ class Generation(IdentityNames):
             where = f"generation {self.label} of {self.group_id}"
             await commit_in_spans(where, self.assignments, self._span, offsets, metadata)
             return
+        await self._commit(offsets, metadata, forwarded=False)
+
+    async def _commit(
+        self, offsets: Offsets | None, metadata: OffsetMetadata | None, *, forwarded: bool
+    ) -> None:
+        """:meth:`commit` while live; ``forwarded``: ``offsets`` are marks (span_commits.py)."""
         async with self._commit_lock:
-            checked = ((tp, checked_offset(tp, o)) for tp, o in (offsets or {}).items())
-            carried: dict[TopicPartition, str] = {}
-            if offsets is None:  # the marks (checked at mark()), start marks included
-                wanted, carried = with_start_marks(
-                    self._marks, self._start_marks, self._committed_metadata
-                )
-            else:
-                wanted = dict(checked)
+            explicit = offsets is not None and not forwarded  # the application decides alone
+            wanted, carried = to_commit(
+                offsets, forwarded, self._marks, self._start_marks, self._committed_metadata
+            )
             for tp in wanted:
                 if tp not in self.assignments and tp not in self.revoked:
                     raise KeyError(f"{tp} is not assigned in generation {self.label}")
-                if offsets is not None:  # the application decides alone
+                if explicit:
                     self._start_marks.pop(tp, None)
             due = {tp: o for tp, o in wanted.items() if o > self._committed.get(tp, -1)}
             if not due:

@@ -41,9 +41,13 @@ a mark, periodically and when it ends, with the metadata committed with the
 offset it passes, so an application's commit metadata is not dropped; a
 mark of the application at or past it wins (committed as marks are, with no
 metadata), and an explicit commit of the partition drops it (the
-application decides alone). A partition started from ``start_offset`` (no
-committed offset) has no start mark: gengroup commits nothing for a
-position it only reset to, until the application marks.
+application decides alone). A span task's commit of the marks on the
+generation it started in, ended since, is a commit of the marks in the
+generation holding the span (:mod:`~gengroup.consumer.span_commits`): it
+carries that generation's start mark and does not drop it. A partition
+started from ``start_offset`` (no committed offset) has no start mark:
+gengroup commits nothing for a position it only reset to, until the
+application marks.
 
 Otherwise only marks move: a partition the application never marked is
 left alone (an application that commits by itself, as the lake sink does
@@ -62,7 +66,9 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Final, TypeVar
 
-__all__ = ["MAX_RANGES", "Gaps", "with_start_marks"]
+from .._types import TopicPartition, checked_offset
+
+__all__ = ["MAX_RANGES", "Gaps", "to_commit", "with_start_marks"]
 
 _K = TypeVar("_K")
 
@@ -135,3 +141,30 @@ def with_start_marks(
             if tp in metadata:
                 notes[tp] = metadata[tp]
     return wanted, notes
+
+
+def to_commit(
+    offsets: Mapping[TopicPartition, int] | None,
+    forwarded: bool,
+    marks: Mapping[TopicPartition, int],
+    starts: Mapping[TopicPartition, int],
+    metadata: Mapping[TopicPartition, str],
+) -> tuple[dict[TopicPartition, int], dict[TopicPartition, str]]:
+    """What a generation's commit sends, and the metadata its start marks carry.
+
+    ``offsets`` None: the marks (checked when made) with the start marks
+    (:func:`with_start_marks`). ``forwarded``: ``offsets`` are marks of an
+    ended generation's spans (:mod:`~gengroup.consumer.span_commits`), sent
+    with the start marks of their partitions. Else ``offsets`` are what the
+    application gave, checked here, without start marks (the caller drops them).
+
+    Raises:
+        TypeError, ValueError: an offset the application gave is not an offset.
+    """
+    if offsets is None:
+        return with_start_marks(marks, starts, metadata)
+    if forwarded:
+        return with_start_marks(
+            offsets, {tp: starts[tp] for tp in offsets if tp in starts}, metadata
+        )
+    return {tp: checked_offset(tp, o) for tp, o in offsets.items()}, {}

@@ -10,7 +10,10 @@ commit is sent under the identity of the generation holding the span now
 ``fetch`` follow the span; between generations it waits until the next one
 is formed; a partition without a span that outlived the generation (or one
 given up with the membership) raises :class:`~gengroup.GenerationEnded`
-without sending anything.
+without sending anything. A commit of the marks (no offsets given) stays
+one in the holder: it carries the holder's start marks of those partitions
+(:mod:`~gengroup.consumer.recordless`) and, not being offsets the
+application chose, does not drop them.
 """
 
 from __future__ import annotations
@@ -31,10 +34,13 @@ class _Holder(Protocol):
     """What of a generation holding a span a commit uses (a Generation)."""
 
     @property
+    def ended(self) -> bool: ...
+
+    @property
     def marks(self) -> Mapping[TopicPartition, int]: ...
 
-    async def commit(
-        self, offsets: Offsets | None = None, *, metadata: OffsetMetadata | None = None
+    async def _commit(
+        self, offsets: Offsets | None, metadata: OffsetMetadata | None, *, forwarded: bool
     ) -> None: ...
 
 
@@ -96,4 +102,10 @@ async def commit_in_spans(
         if offset >= 0:
             holders.setdefault(holder, {})[tp] = offset
     for holder, due in holders.items():
-        await holder.commit(due, metadata=metadata)
+        if holder.ended:  # while an earlier holder's commit was sent: under the next one
+            again = None if wanted is None else due
+            await commit_in_spans(where, due, span_of, again, metadata)
+        else:
+            # The spans' marks go as marks: with the holder's start marks of
+            # their partitions, which only offsets the application gave drop.
+            await holder._commit(due, metadata, forwarded=wanted is None)

@@ -12,15 +12,25 @@ the metadata committed with C.
 
 from __future__ import annotations
 
+import anyio
+import anyio.abc
 import pytest
 import trio
 import trio.testing
 
-from gengroup import Admin, ConsumerGroup, Generation, TopicPartition
+from gengroup import (
+    Admin,
+    Balancer,
+    ConsumerGroup,
+    CooperativeStickyBalancer,
+    Generation,
+    TopicPartition,
+)
 from gengroup.broker import FakeCluster
 from gengroup.protocol.versions import ApiKey
 
 from ..embedded import append_commit_marker
+from .cooperative import group_on
 from .helpers import EMBEDDED_SETTINGS, wait_until
 from .test_recordless_offsets import END, fetch_answer
 
@@ -139,3 +149,60 @@ async def test_a_partition_started_from_start_offset_commits_nothing_for_it(
             await trio.sleep(5)
             assert (gen.marks, gen.lag()) == ({}, {TP: 1})
         assert cluster.committed_offsets("g") == {}
+
+
+async def test_a_span_tasks_commit_of_its_marks_keeps_the_start_mark_of_the_holder(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Member a's span workers commit 3 on both partitions explicitly, and
+    mark less (2: an application whose own commits run ahead of its marks).
+    b joins and a retains one partition, whose new generation starts from
+    the committed 3. A commit marker lands at 3: the holder's start mark
+    passes it (the mark 2 does not reach it). The span task's ``commit()``
+    on the generation it started in (ended) is a commit of the marks in the
+    holder: it used to be sent as explicit offsets (2, nothing due) and drop
+    the start mark, so the committed offset stayed at 3 for good; now it
+    carries the start mark, and the holder keeps it."""
+    started: dict[TopicPartition, Generation] = {}
+    current: dict[str, Generation] = {}
+
+    async def worker(gen: Generation, tp: TopicPartition) -> None:
+        started[tp] = gen
+        async for batch in gen.fetch(tp):
+            gen.mark(tp, batch.next_offset - 1)
+            await gen.commit({tp: batch.next_offset})
+
+    async def run(name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        balancers: list[Balancer] = [CooperativeStickyBalancer()]
+        async with group_on(cluster, name, balancers, commit_interval=3600.0) as group:
+            task_status.started()
+            async for gen in group:
+                current[name] = gen
+                for tp in gen.added:
+                    gen.start_soon(worker, gen, tp, name=f"{name} {tp}", partition=tp)
+
+    both = {TP: 3, TopicPartition("t", 1): 3}
+    async with (
+        FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster,
+        anyio.create_task_group() as tg,
+    ):
+        for p in range(2):
+            cluster.produce("t", [b"a", b"b", b"c"], partition=p)
+        await tg.start(run, "a")
+        await wait_until(lambda: cluster.committed_offsets("g") == both, "3 committed", 60)
+        await tg.start(run, "b")
+
+        def settled() -> bool:
+            return "b" in current and all(len(current[n].assignments) == 1 for n in "ab")
+
+        await wait_until(settled, "a partition each", 120)
+        holder = current["a"]
+        (kept,) = holder.retained
+        assert started[kept].ended and (holder.marks, holder.position(kept)) == ({kept: 2}, 3)
+        append_commit_marker(cluster, kept)
+        await wait_until(lambda: holder.lag() == {kept: 0}, "the marker passed", 60)
+        await started[kept].commit()  # the span task commits its marks
+        assert (holder.lag(), cluster.committed_offsets("g")[kept]) == ({kept: 0}, 4)
+        await holder.commit()
+        assert cluster.committed_offsets("g")[kept] == 4
+        tg.cancel_scope.cancel()
