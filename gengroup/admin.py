@@ -132,7 +132,7 @@ class AdminSettings(SecuritySettings, total=False):
 
 
 def _listed(md: Mapping[str, Any], tp: TopicPartition) -> bool:
-    """Whether metadata ``md`` lists the topic of ``tp`` and that partition."""
+    """Whether metadata ``md`` (:func:`~gengroup.admin_topics.lag_metadata`'s) lists ``tp``."""
     info = md.get(tp.topic)
     return info is not None and not info.error_code and tp.partition in info.partitions
 
@@ -719,8 +719,11 @@ class Admin:
             when some lag is not known or the group is rebalancing.
 
         Raises:
-            BrokerError: a non-retriable error (e.g. authorization; a topic of
-                ``topics`` that does not exist is UnknownTopicOrPartition).
+            BrokerError: a non-retriable error (e.g. authorization, such as
+                TopicAuthorizationFailed for a topic the admin may not
+                describe; a topic of ``topics`` that does not exist is
+                UnknownTopicOrPartition). A retriable topic error (a topic
+                still being created) is retried until the timeout.
             ProtocolError: a member's assignment is not a consumer-protocol one.
             TimeoutError: the cluster could not be asked in time.
         """
@@ -736,7 +739,7 @@ class Admin:
         for attempt in range(2):  # a topic deleted after the metadata: once more without it
             names = sorted({tp.topic for tp in tps} | set(asked))
             md = await self._retrying(
-                "metadata", partial(self.cluster.refresh_metadata, names), rest()
+                "metadata", partial(topic_ops.lag_metadata, self.cluster, names), rest()
             )
             for name in asked:
                 info = md.get(name)

@@ -12,6 +12,9 @@ Metadata until it shows it, and :func:`wait_until_served` until each new
 partition's leader answers ListOffsets for it (a leader named in metadata may
 not have opened the partition's log yet). Connection failures are retried
 with backoff until the deadline, which names the last error seen.
+
+:func:`lag_metadata` reads the topics' metadata for ``group_lag``: an
+unknown topic is a deleted one there, and every other topic error is raised.
 """
 
 from __future__ import annotations
@@ -19,14 +22,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ._errors import BrokerError, KafkaConnectionError, error_for_code, is_retriable
 from ._types import TopicPartition
 from .io import offsets
-from .io.cluster import Cluster
+from .io.cluster import Cluster, TopicInfo
 from .io.retry import GiveUp, retry, seconds_left
 from .protocol.versions import ApiKey
 
-__all__ = ["topic_requests", "wait_for_metadata", "wait_until_served"]
+__all__ = ["lag_metadata", "topic_requests", "wait_for_metadata", "wait_until_served"]
 
 
 class _NotYet(Exception):
@@ -134,3 +139,22 @@ async def wait_until_served(cluster: Cluster, topics: Sequence[str], timeout: fl
         for p in cluster.topics[name].partitions
     }
     await offsets.list_offsets(cluster, tps, "latest", timeout=timeout)
+
+
+async def lag_metadata(cluster: Cluster, names: Sequence[str]) -> dict[str, TopicInfo]:
+    """The metadata of topics ``names`` for :meth:`~gengroup.admin.Admin.group_lag`.
+
+    Only an unknown topic's error stays in the answer: a commit left for a
+    deleted topic is listed with end and lag unknown.
+
+    Raises:
+        BrokerError: any other topic error: an authorization failure, or a
+            retriable one (a topic still being created, a leader being
+            elected) for the caller to retry.
+    """
+    md = await cluster.refresh_metadata(names)
+    for name in names:
+        info = md.get(name)
+        if info is not None and info.error_code not in (0, ErrorCode.unknown_topic_or_partition):
+            raise error_for_code(info.error_code, f"metadata of topic {name!r}")
+    return md

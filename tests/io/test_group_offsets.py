@@ -18,11 +18,14 @@ from gengroup import (
     GroupLag,
     PartitionLag,
     Producer,
+    TopicAuthorizationFailed,
     TopicPartition,
 )
 from gengroup.admin_types import GroupDescription, MemberDescription
 from gengroup.broker import FakeCluster
+from gengroup.broker.faults import ControlHandler, Fail, Intercepted
 from gengroup.protocol.consumer_protocol import Assignment, encode_assignment
+from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import KafkaBroker
 
 
@@ -220,3 +223,47 @@ async def test_an_owned_partition_with_an_empty_log_and_no_commit_has_lag_0(
             lag = await admin.group_lag("g")
             assert lag[TopicPartition("t", 3)].lag is None and lag.partial
             gen.cancel()
+
+
+def _refused(code: int, times: int | None = None) -> ControlHandler:
+    """Answer the Metadata requests naming topic ``secret`` with ``code`` for
+    it (the first ``times`` of them; None: all), as a broker does for a topic
+    the client may not describe (29) or one still being created (5)."""
+    left = [times]
+
+    def handler(call: Intercepted) -> Fail | None:
+        if "secret" not in [t.name for t in call.request.topics or ()] or left[0] == 0:
+            return None
+        if left[0] is not None:
+            left[0] -= 1
+        return Fail(code)
+
+    return handler
+
+
+@pytest.mark.parametrize("error", ["not authorized", "being created"])
+async def test_group_lag_raises_or_retries_a_topic_error_other_than_unknown_topic(
+    autojump_clock: object, error: str
+) -> None:
+    """Every topic error in the metadata made a committed partition "no longer
+    existing" (end and lag None): a topic the admin may not describe, or one
+    whose leader is not elected yet. Only an unknown topic is; an authorization
+    failure is raised, typed, and a retriable error retried within the timeout."""
+    async with (
+        FakeCluster(topics={"secret": 1}, initial_rebalance_delay_ms=0) as cluster,
+        Admin(cluster.bootstrap) as admin,
+    ):
+        cluster.produce("secret", [b"x"] * 7, partition=0)
+        secret = TopicPartition("secret", 0)
+        await admin.reset_offsets("g", [secret], offset=2)
+        if error == "not authorized":
+            cluster.control(ApiKey.METADATA, _refused(ErrorCode.topic_authorization_failed))
+            with pytest.raises(TopicAuthorizationFailed, match="topic 'secret'"):
+                await admin.group_lag("g")
+        else:
+            cluster.control(ApiKey.METADATA, _refused(ErrorCode.leader_not_available, 2))
+            lag = await admin.group_lag("g")
+            assert lag == {secret: PartitionLag(2, 7, 5)}
+            cluster.control(ApiKey.METADATA, _refused(ErrorCode.leader_not_available))
+            with pytest.raises(TimeoutError):
+                await admin.group_lag("g", timeout=5)
