@@ -34,7 +34,7 @@ from ._errors import (
 from ._producer_config import ProducerConfig
 from ._types import TopicPartition
 from .io.cluster import Cluster, TopicInfo
-from .io.retry import Backoff, retry
+from .io.retry import Backoff, ClientClosed, retry
 
 __all__ = ["ProducerMetadata"]
 
@@ -70,10 +70,18 @@ class ProducerMetadata:
         """Ask the background task for a refresh (it comes a backoff after the last one)."""
         self._wanted.set()
 
+    @property
+    def closed(self) -> ClientClosed | None:
+        """The error of the last refresh if it found the Cluster closed (nothing reopens it)."""
+        return self._error if isinstance(self._error, ClientClosed) else None
+
     def leader_error(self, tp: TopicPartition) -> BaseException:
-        """Why ``tp`` has no leader known: the last refresh's error, or LEADER_NOT_AVAILABLE."""
-        return self._topic_errors.get(tp.topic) or (
-            self._error or error_for_code(_LEADER_NOT_AVAILABLE, f"no leader known for {tp}")
+        """Why ``tp`` has no leader known: the Cluster is closed, the last
+        refresh's error, or LEADER_NOT_AVAILABLE."""
+        return (
+            self.closed
+            or self._topic_errors.get(tp.topic)
+            or (self._error or error_for_code(_LEADER_NOT_AVAILABLE, f"no leader known for {tp}"))
         )
 
     async def check_partition(self, topic: str, partition: int, count: int) -> int:
@@ -169,7 +177,8 @@ class ProducerMetadata:
                     md = await self.cluster.refresh_metadata(topics)
                 except (KafkaConnectionError, ProtocolError) as exc:
                     # Kept for the records waiting on a leader: they fail with it
-                    # if it persists until their delivery timeout.
+                    # if it persists until their delivery timeout (at once if
+                    # the Cluster was closed: the sender is woken below).
                     self._error = exc
                     complete = False
                 else:

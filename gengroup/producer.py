@@ -514,7 +514,8 @@ class Producer:
         filling: dict[int, list[Batch]] = {}  # node -> the batches of its last request
         used: dict[int, int] = {}  # node -> the bytes of its last request
         wake_at = now + 3600.0
-        urgent = self._flushing > 0 or self._closed
+        closed = self._metadata.closed  # the Cluster: what waits for a leader fails now
+        urgent = self._flushing > 0 or self._closed or closed is not None
         for queue in self._queues.values():
             if queue.records and queue.expire_at <= now:
                 self._expire_queued(queue, now)
@@ -525,7 +526,7 @@ class Producer:
                 continue
             batch = queue.retry
             if batch is not None:
-                if batch.not_before > now:
+                if batch.not_before > now and closed is None:
                     wake_at = min(wake_at, batch.not_before)
                     continue
                 queue.retry = None
@@ -548,6 +549,10 @@ class Producer:
             leader = self.cluster.leader_for(batch.tp)
             if leader < 0:
                 batch.last_error = self._metadata.leader_error(batch.tp)
+                if closed is not None:  # nothing reopens it: no use waiting for a leader
+                    self._fail_batch(batch, closed)
+                    wake_at = now
+                    continue
                 delay = backoff_delay(batch.attempts, self.config.retry_backoff)
                 # Not past its deadline: then it fails here, on time.
                 batch.not_before = min(now + delay, batch.created + self.config.delivery_timeout)

@@ -17,7 +17,9 @@ from gengroup import Admin, Cluster, ConsumerGroup, GengroupError, GroupClosed, 
 from gengroup._errors import ConnectionClosed
 from gengroup._types import TopicPartition
 from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Fail
 from gengroup.io.retry import Backoff, ClientClosed, retry
+from gengroup.protocol.versions import ApiKey
 
 TP = TopicPartition("t", 0)
 
@@ -97,3 +99,35 @@ async def test_retry_never_retries_a_closed_client(autojump_clock: trio.testing.
     with pytest.raises(ClientClosed):
         await retry("x", attempt, timeout=30.0, backoff=Backoff(0.1), retriable=lambda exc: True)
     assert len(attempts) == 1
+
+
+async def test_records_waiting_for_a_leader_fail_at_once_when_the_shared_cluster_closes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Records whose partition has no leader known kept retrying after the
+    Cluster the Producer was given was closed, and failed with RequestTimedOut
+    at their delivery timeout; they fail with ClientClosed once the producer's
+    metadata refresh finds it closed, each sender with its own copy."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with Cluster(cluster.bootstrap) as shared, Producer(shared) as producer:
+            await producer.send("t", b"warm-up")
+            cluster.control(ApiKey.METADATA, lambda call: Fail(5))  # LEADER_NOT_AVAILABLE
+            cluster.control(ApiKey.PRODUCE, lambda call: Fail(6), once=True)  # NOT_LEADER
+            errors: list[BaseException] = []
+
+            async def send(value: bytes) -> None:
+                try:
+                    await producer.send("t", value, partition=0)
+                except ConnectionClosed as exc:
+                    errors.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(send, b"a")
+                nursery.start_soon(send, b"b")
+                await trio.sleep(5)  # retrying, waiting for a leader
+                assert errors == []
+                closed_at = trio.current_time()
+                await shared.aclose()
+            assert trio.current_time() - closed_at < 5  # not delivery_timeout (120 s)
+            assert [type(e) for e in errors] == [ClientClosed, ClientClosed]
+            assert errors[0] is not errors[1]
