@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Unpack
 
@@ -88,7 +88,10 @@ class GroupConfig(Security):
             (default: range, then roundrobin, like the Java client's default list).
         session_timeout: seconds without heartbeat before the coordinator evicts us.
         rebalance_timeout: seconds the coordinator waits for members to rejoin;
-            also how long tasks get to finish after a generation is cancelled.
+            also how long tasks get to finish after a generation is cancelled, at
+            most: under the classic protocol the report of a task still running
+            comes before the coordinator may give its partitions to another
+            member (docs/guarantees.md, #3).
         heartbeat_interval: seconds between heartbeats (must be below session_timeout).
             Beats are at most this far apart (plus a few milliseconds) so that a
             whole number of them spans the session timeout plus 50 ms: see
@@ -173,8 +176,9 @@ class GroupConfig(Security):
     * ``heartbeat_interval=3.0`` -- Kafka's default; well under a third of the
       session timeout, so two heartbeats can be lost without eviction.
     * ``rebalance_timeout=60.0`` -- how long the coordinator waits for members
-      to rejoin, and how long a generation's tasks get to finish after
-      cancellation before gengroup reports the one holding it up.
+      to rejoin, and at most how long a generation's tasks get to finish after
+      cancellation before gengroup reports the one holding it up (sooner when
+      the coordinator may give the partitions away sooner).
     * ``partition_watch_interval=5.0`` -- kafka-go's default; metadata for the
       subscribed topics is a cheap request.
     * ``join_backoff=1.0`` -- pause between failed join attempts (jittered).
@@ -275,6 +279,11 @@ class GroupConfig(Security):
         """
         if isinstance(brokers, str):
             brokers = brokers.split(",")
+        elif not isinstance(brokers, Iterable):
+            raise ConfigError(
+                f"brokers must be bootstrap host:port addresses (a list or a comma-separated "
+                f"string), got {type(brokers).__name__} (a Cluster is for Producer and Admin)"
+            )
         # Spaces around an address are dropped, as the Java client does ("a:1, b:2").
         brokers = [b.strip() if isinstance(b, str) else b for b in brokers]
         brokers = [b for b in brokers if b != ""]

@@ -44,6 +44,8 @@ def make(**kw: Any) -> ConsumerGroup:
         ({"brokers": "h:99999"}, "'h:99999': the port must be from 1 to 65535"),
         ({"brokers": "h:0"}, "the port must be from 1 to 65535"),
         ({"brokers": ["h:1", 9092]}, "broker address 9092 is not a host:port string"),
+        ({"brokers": 9092}, "brokers must be bootstrap host:port addresses .* got int"),
+        ({"brokers": object()}, "brokers must be bootstrap host:port addresses .* got object"),
         ({"brokers": ["a:1, b:2"]}, "'a:1, b:2' is not one host:port"),
         ({"brokers": ["a:1 b:2"]}, "'a:1 b:2' is not one host:port"),
         ({"balancers": ["range"]}, "balancers must be balancer objects .*got 'range'"),
