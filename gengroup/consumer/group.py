@@ -108,14 +108,9 @@ class ConsumerGroup:
             first, as :class:`GenerationRecord` (identity, timings) pairs;
             ``record.label`` names one in logs.
 
-    A task that ignores cancellation past the teardown deadline after its
-    generation ended makes ``async for`` raise
-    :class:`~gengroup.TaskStuckError`, and the group stops. The deadline is
-    ``rebalance_timeout`` at most, and comes before the coordinator can give
-    the partitions to another member (it counts from the newest heartbeat
-    answered without a rebalance, and from the session): nothing can stop
-    work that ignores cancellation (a blocking call in a thread), so it may
-    go on beside the partitions' next owner; the error says so in time. Leaving
+    A task that ignores cancellation for longer than ``rebalance_timeout``
+    after its generation ended makes ``async for`` raise
+    :class:`~gengroup.TaskStuckError`, and the group stops. Leaving
     ``async with`` (or :meth:`aclose`) then abandons the stuck task: the group
     stops waiting for it, its cancel scope stays cancelled and it runs on in
     the background until it returns by itself (what it raises then is logged).

@@ -14,16 +14,9 @@ Then it simply waits for the task group to finish. It finishes when the first
 task exits (a user task returns or raises, the heartbeat sees a rebalance, the
 watcher sees a partition change, the group is closed), because every exit
 cancels the generation's scope. A watchdog started beside the task group
-reports, once the generation is ending, which task held it up and where it
-was suspended (:class:`TaskStuckError`) instead of hanging silently. Nothing
-stops a task that ignores cancellation (blocking work in a thread), so the
-report must come before the coordinator can give the partitions to another
-member (:meth:`_Run._stuck_deadline`): under the classic protocol that is
-``rebalance_timeout`` after the rebalance began at the coordinator -- which
-this member learns of only at its next heartbeat, so it is counted from
-when the newest heartbeat answered without a rebalance was sent -- or a
-session after the newest request the coordinator accepted (no heartbeat is
-sent while a generation ends), whichever comes first, less a margin.
+gives the tasks ``rebalance_timeout`` seconds once the generation is ending;
+past that it reports which task held the generation up and where it was
+suspended (:class:`TaskStuckError`) instead of hanging silently.
 
 The final commit is made in two passes, both shielded, with the ending
 generation's id. When the member rejoins or closes after an end that
@@ -96,7 +89,7 @@ from .forming import Formed, GroupClient
 from .generation import Generation
 from .ownership import Ownership
 
-__all__ = ["STUCK_MARGIN", "run_generation"]
+__all__ = ["run_generation"]
 
 log = logging.getLogger("gengroup")
 
@@ -104,10 +97,6 @@ log = logging.getLogger("gengroup")
 #: generation's partitions (ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID are
 #: MemberResetError), or the group is assigning them anew.
 _FENCED = (MemberResetError, FencedInstanceId, RebalanceInProgress)
-
-#: Stuck tasks are reported this long (a tenth of ``rebalance_timeout`` if that is
-#: less) before the coordinator may give their partitions to another member.
-STUCK_MARGIN = 1.0
 
 
 async def run_generation(
@@ -159,10 +148,6 @@ class _Run:
         self.first_pass_failure: BaseException | None = None
         #: The refusals the final commit's passes at the end retried.
         self.end_refusals: list[BaseException] = []
-        #: When the newest request answered without a rebalance was sent
-        #: (SyncGroup, then each heartbeat answered NONE): the coordinator
-        #: cannot have started a rebalance before it (classic protocol).
-        self.calm_from = self.gen._lease_from
 
     def _log_retry(
         self, what: str, exc: BaseException, then: str, long: tuple[float, str] | None = None
@@ -472,95 +457,28 @@ class _Run:
     async def _watch(
         self, report_stuck: Callable[[TaskStuckError], Awaitable[None]], since: str
     ) -> None:
-        """Report the tasks still running at :meth:`_stuck_deadline` (cancelled now, ``since``)."""
+        """Report the tasks still running ``rebalance_timeout`` from now (after ``since``)."""
         gen = self.gen
-        cfg = self.config
-        started = anyio.current_time()
+        deadline = anyio.current_time() + self.config.rebalance_timeout
         # A teardown longer than a heartbeat interval is said once, with what it waits for.
-        await anyio.sleep_until(
-            min(started + cfg.heartbeat_interval, self._stuck_deadline(started))
-        )
+        await anyio.sleep(min(self.config.heartbeat_interval, self.config.rebalance_timeout))
         waiting = [name for name, _ in gen.stuck_tasks()]
-        if waiting and anyio.current_time() < self._stuck_deadline(started):
+        if waiting:
             self._log(
                 f"waiting for {len(waiting)} task(s) to return after cancellation "
-                f"({', '.join(repr(n) for n in waiting)}); TaskStuckError in "
-                f"{self._stuck_deadline(started) - anyio.current_time():.1f} s at the latest"
+                f"({', '.join(repr(n) for n in waiting)}); TaskStuckError after "
+                f"rebalance_timeout={self.config.rebalance_timeout} s"
             )
-        # The deadline only moves later (a commit accepted meanwhile renews the session).
-        while (deadline := self._stuck_deadline(started)) > anyio.current_time():  # noqa: ASYNC110
-            await anyio.sleep_until(deadline)
+        await anyio.sleep_until(deadline)
         stuck = gen.stuck_tasks()
         detail = "\n".join(f"task {name!r} is suspended at:\n{stack}" for name, stack in stuck)
         err = TaskStuckError(
             f"group {gen.group_id} generation {gen.label}: {len(stuck)} task(s) did not return "
-            f"within {anyio.current_time() - started:.1f} s after {since} "
-            f"(rebalance_timeout={cfg.rebalance_timeout} s{self._deadline_basis(started)}); "
-            "they may run on beside the partitions' next owner; the group stops with this "
-            f"error, and closing it abandons them.\n{detail}"
+            f"within rebalance_timeout={self.config.rebalance_timeout} s after {since}; the "
+            f"group stops with this error, and closing it abandons them.\n{detail}"
         )
         log.error("%s", err)
         await report_stuck(err)
-
-    def _stuck_margin(self) -> float:
-        """How long before the coordinator may hand the partitions over stuck tasks
-        are reported: a tenth of ``rebalance_timeout``, a second at most."""
-        return min(STUCK_MARGIN, self.config.rebalance_timeout / 10)
-
-    def _stuck_deadline(self, started: float) -> float:
-        """When tasks cancelled at ``started`` and still running are reported.
-
-        Under the classic protocol the coordinator may give this member's
-        partitions to another member at the earlier of:
-
-        * ``rebalance_timeout`` after a rebalance began, if this member has
-          not rejoined by then. The coordinator may have begun one (another
-          member joined) at any instant after it answered a heartbeat
-          without one, which it did after that heartbeat was sent
-          (:attr:`calm_from`); this member hears of it only at its next
-          heartbeat, up to a heartbeat interval later. However the
-          generation ended (a heartbeat's answer, a task's exit, closing,
-          a partition change, the lease), that rebalance may be under way.
-        * ``session_timeout`` after the newest request the coordinator
-          accepted was sent (the local lease): no heartbeat is sent while
-          the generation ends, so the coordinator evicts the member then.
-
-        The report comes :meth:`_stuck_margin` before that, and never later
-        than ``rebalance_timeout`` after ``started`` nor sooner than the
-        margin after it (an expired lease: the partitions may have moved
-        already). Under the consumer protocol the membership's heartbeat
-        goes on beside the generations: ``rebalance_timeout`` after
-        ``started``.
-        """
-        cfg = self.config
-        latest = started + cfg.rebalance_timeout
-        if not self.formed.classic:
-            return latest
-        margin = self._stuck_margin()
-        handover = min(
-            self.calm_from + cfg.rebalance_timeout, self.gen._lease_from + cfg.session_timeout
-        )
-        return max(started + margin, min(latest, handover - margin))
-
-    def _deadline_basis(self, started: float) -> str:
-        """What :meth:`_stuck_deadline` counted from, for the error (empty if from ``started``)."""
-        cfg = self.config
-        if not self.formed.classic or self._stuck_deadline(started) >= (
-            started + cfg.rebalance_timeout
-        ):
-            return ""
-        margin = self._stuck_margin()
-        if self.gen._lease_from + cfg.session_timeout < self.calm_from + cfg.rebalance_timeout:
-            basis = (
-                f"session_timeout={cfg.session_timeout} s after the newest request the "
-                "coordinator accepted, when it may evict this member"
-            )
-        else:
-            basis = (
-                "counted from the newest heartbeat answered without a rebalance: one may "
-                "have begun at the coordinator since"
-            )
-        return f", {basis}; reported {margin:g} s before it may give the partitions away"
 
     # ------------------------------------------------------------------ the generation's tasks
 
@@ -660,7 +578,6 @@ class _Run:
             self._log_recovered("heartbeat")
             if code == 0:
                 gen.renew_lease(sent_at)
-                self.calm_from = max(self.calm_from, sent_at)
             if outcome is None or outcome is Outcome.RETRY:
                 continue
             if outcome is Outcome.FATAL:
