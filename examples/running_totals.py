@@ -11,11 +11,12 @@ after a restart, so picks up where the previous owner stopped.
 
 A batch is marked only once the broker acknowledged its new totals. The
 write is shielded from the generation's cancellation: when the generation
-ends (a rebalance, closing), a write under way is waited for -- within the
-teardown deadline -- and its batch then marked, so the generation's final
+ends (a rebalance, closing), a write under way is waited for -- within
+``rebalance_timeout`` -- and its batch then marked, so the generation's final
 commit covers exactly the batches whose totals are in the state topic. The
 partition's next owner starts only once this member's tasks returned and
-that commit was made, so it rebuilds from every total written for the
+that commit was made (while this member is in the group: see the last case
+below), so it rebuilds from every total written for the
 committed deposits and from none written after them: each deposit counts
 once, and a late write of the previous owner never lands over the new
 owner's totals. (Cancelling the write instead would only stop waiting for
@@ -30,10 +31,12 @@ What this does not cover, and what it gives then:
   already): the next owner counts that batch again, so totals come out
   too high, never lower. A service that cannot accept that keeps the input
   offset in the state record and skips what it covers;
-* a write still unacknowledged at the teardown deadline (at most
-  ``rebalance_timeout`` after the generation ended): the group raises
-  ``TaskStuckError``, and the write may land after the next owner rebuilt;
-  the service stops (this example exits with the error).
+* a write still unacknowledged when the coordinator gives the partition
+  away (``rebalance_timeout`` into the rebalance, or the session running out:
+  docs/guarantees.md, section 1) may land after the next owner rebuilt; the
+  group raises ``TaskStuckError`` ``rebalance_timeout`` after the generation
+  ended if the write is still waited for, and the service stops (this
+  example exits with the error).
 
 Run: python examples/running_totals.py [--bootstrap HOST:PORT] [--count 300]
 Without --bootstrap it starts an embedded broker in this process.

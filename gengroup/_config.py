@@ -88,10 +88,8 @@ class GroupConfig(Security):
             (default: range, then roundrobin, like the Java client's default list).
         session_timeout: seconds without heartbeat before the coordinator evicts us.
         rebalance_timeout: seconds the coordinator waits for members to rejoin;
-            also how long tasks get to finish after a generation is cancelled, at
-            most: under the classic protocol the report of a task still running
-            comes before the coordinator may give its partitions to another
-            member (docs/guarantees.md, #3).
+            also how long tasks get to finish after a generation is cancelled
+            (then ``TaskStuckError``; docs/guarantees.md, sections 1 and 3).
         heartbeat_interval: seconds between heartbeats (must be below session_timeout).
             Beats are at most this far apart (plus a few milliseconds) so that a
             whole number of them spans the session timeout plus 50 ms: see
@@ -176,9 +174,8 @@ class GroupConfig(Security):
     * ``heartbeat_interval=3.0`` -- Kafka's default; well under a third of the
       session timeout, so two heartbeats can be lost without eviction.
     * ``rebalance_timeout=60.0`` -- how long the coordinator waits for members
-      to rejoin, and at most how long a generation's tasks get to finish after
-      cancellation before gengroup reports the one holding it up (sooner when
-      the coordinator may give the partitions away sooner).
+      to rejoin, and how long a generation's tasks get to finish after
+      cancellation before gengroup reports the one holding it up.
     * ``partition_watch_interval=5.0`` -- kafka-go's default; metadata for the
       subscribed topics is a cheap request.
     * ``join_backoff=1.0`` -- pause between failed join attempts (jittered).
