@@ -85,7 +85,7 @@ from ..membership import requests
 from ..membership.member import Outcome, outcome_for
 from ..protocol.versions import ApiKey
 from .cadence import FIRST_EARLY_BEAT, beat_period, until_grid
-from .forming import Formed, GroupClient, generation_identity
+from .forming import Formed, GroupClient, generation_identity, kept_partitions
 from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
 
 __all__ = ["ConsumerProtocolMember"]
@@ -313,7 +313,7 @@ class ConsumerProtocolMember:
             if own is not None:
                 gen = formed.generation
                 gen.rebalance_protocol = "cooperative"
-                kept = owned - own.unseen  # added in a generation the application never took
+                kept = kept_partitions(owned, own)
                 gen.added = target - kept
                 gen.retained = target & kept
                 gen.revoked = owned - target

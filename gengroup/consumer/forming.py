@@ -40,7 +40,14 @@ SyncGroup answers.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+    Set as AbstractSet,
+)
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -74,7 +81,7 @@ from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, Rebala
 from .metrics import GroupMetrics
 from .prefetch import FIRST_FETCH_CHANNELS, Prefetcher
 
-__all__ = ["Formed", "GroupClient", "form_generation", "generation_identity"]
+__all__ = ["Formed", "GroupClient", "form_generation", "generation_identity", "kept_partitions"]
 
 log = logging.getLogger("gengroup")
 
@@ -708,8 +715,7 @@ async def form_generation(
             # spans' batches until now; from here their positions are final.
             ownership.stop_prefetcher()
         owned = ownership.owned if ownership is not None and rebalance == "cooperative" else set()
-        # Added in a generation the application never took: added again.
-        kept = owned - ownership.unseen if ownership is not None else owned
+        kept = kept_partitions(owned, ownership) if ownership is not None else owned
         for tp in set(positions) & owned:
             span = ownership.spans.get(tp) if ownership is not None else None
             if span is not None and not span.closed:
@@ -800,6 +806,17 @@ async def _match(member: Member, client: GroupClient) -> None:
 
 #: The longest pause between two failed join attempts, in seconds.
 _JOIN_BACKOFF_CAP = 30.0
+
+
+def kept_partitions(owned: AbstractSet[TopicPartition], host: SpanHost) -> set[TopicPartition]:
+    """The partitions of ``owned`` a new generation retains, not adds: all but
+    those a generation the application never took added (``host.unseen``),
+    unless a span of theirs is open: the application took it after all (the
+    send handing it out was cancelled after it was received) and started
+    their tasks."""
+    spans = host.spans
+    unseen = {tp for tp in host.unseen if tp not in spans or spans[tp].closed}
+    return set(owned) - unseen
 
 
 def _join_backoff(cfg: GroupConfig) -> Backoff:

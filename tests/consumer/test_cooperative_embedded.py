@@ -28,6 +28,7 @@ from gengroup._config import GroupConfig
 from gengroup._types import GenerationIdentity
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Intercepted
+from gengroup.consumer.forming import kept_partitions
 from gengroup.consumer.generation import RebalanceTimings
 from gengroup.consumer.ownership import Ownership
 from gengroup.membership.member import Outcome
@@ -627,3 +628,30 @@ async def test_partitions_a_generation_added_before_it_ended_unseen_are_added_in
             assert added == all_partitions("t", 3), [
                 (g.label, sorted(g.added), sorted(g.retained)) for g in [*taken, *seen]
             ]
+
+
+async def test_a_partition_whose_task_the_application_started_is_kept_though_unseen() -> None:
+    """The send handing a generation out can be cancelled after the application
+    received it (the generation ended in the same step): its partitions stay
+    counted as never seen, but one whose span task the application started is
+    retained by the next generation, not added again (a second worker); one
+    without a task is added again."""
+    tp, other = TopicPartition("t", 0), TopicPartition("t", 1)
+    own = Ownership(GroupConfig.create("g", ["t"], "127.0.0.1:9092"))
+    gen = unhosted_generation(
+        tp,
+        GenerationIdentity("g", 3, "m", None, 1),
+        False,
+        "consumer/uniform",
+        added=frozenset({tp, other}),
+        rebalance_protocol="cooperative",
+    )
+    gen.assignments[other] = 0
+    gen._spans, gen._span_host = own.spans, own
+    async with own.hosting():
+        own.adopt(gen)
+        assert own.unseen == {tp, other}
+        gen.start_soon(anyio.sleep_forever, partition=tp)
+        assert kept_partitions(own.owned, own) == {tp}
+        gen.end(Outcome.REJOIN, "rebalance")
+        await own.drop_all("test over")
