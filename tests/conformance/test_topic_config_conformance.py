@@ -20,9 +20,6 @@ from typing import Final
 import anyio
 import pytest
 
-from gengroup.protocol.framing import build, request_module
-from gengroup.protocol.versions import ApiKey
-
 from .. import embedded as rq
 from .client import Session, Transcript, by_name, error_name, open_session
 from .conftest import Target
@@ -41,24 +38,14 @@ async def create(
     validate_only: bool = False,
 ) -> str:
     """One CreateTopics request for topic ``name``: its error and message."""
-    mod = request_module(ApiKey.CREATE_TOPICS, CREATE_V)
     resp = await s.admin.send(
-        build(
-            mod.CreateTopicsRequest,
-            topics=(
-                build(
-                    mod.CreatableTopic,
-                    name=name,
-                    num_partitions=partitions,
-                    replication_factor=-1,
-                    assignments=(),
-                    configs=tuple(
-                        build(mod.CreatableTopicConfig, name=k, value=v) for k, v in configs.items()
-                    ),
-                ),
-            ),
-            timeout=rq.ms(30_000),
+        rq.create_topics(
+            CREATE_V,
+            (name, partitions),
+            rf=-1,
+            configs=configs,
             validate_only=validate_only,
+            timeout=30_000,
         )
     )
     (result,) = resp.topics

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import struct
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -338,7 +338,7 @@ def create_topics(
     v: int,
     *topics: tuple[str, int],
     rf: int = 1,
-    configs: dict[str, str] | None = None,
+    configs: Mapping[str, str | None] | None = None,
     validate_only: bool = False,
     timeout: float = 5000,
 ) -> Any:

@@ -13,8 +13,6 @@ from gengroup.admin import NewTopic
 from gengroup.broker import FakeCluster
 from gengroup.broker.log import LogError
 from gengroup.broker.topic_configs import TOPIC_CONFIG_NAMES, topic_config_error
-from gengroup.protocol.framing import build, request_module
-from gengroup.protocol.versions import ApiKey
 
 from .. import embedded as rq
 from . import connect
@@ -163,27 +161,6 @@ async def test_fake_cluster_refuses_invalid_configs() -> None:
         assert topic.configs["cleanup.policy"] == "compact"
 
 
-def _create_with(name: str, partitions: int, configs: dict[str, str | None]) -> object:
-    mod = request_module(ApiKey.CREATE_TOPICS, 7)
-    return build(
-        mod.CreateTopicsRequest,
-        topics=(
-            build(
-                mod.CreatableTopic,
-                name=name,
-                num_partitions=partitions,
-                replication_factor=1,
-                assignments=(),
-                configs=tuple(
-                    build(mod.CreatableTopicConfig, name=k, value=v) for k, v in configs.items()
-                ),
-            ),
-        ),
-        timeout=rq.ms(5000),
-        validate_only=False,
-    )
-
-
 async def test_create_topics_answers_invalid_config_with_kafkas_message() -> None:
     async with FakeCluster() as cluster, connect(cluster) as conn:
         cases: list[tuple[str, int, dict[str, str | None], int, str | None]] = [
@@ -208,12 +185,12 @@ async def test_create_topics_answers_invalid_config_with_kafkas_message() -> Non
             ("e", 1, {"cleanup.policy": "compact", "retention.ms": "-1"}, 0, None),
         ]
         for name, partitions, configs, code, message in cases:
-            resp = await conn.request(_create_with(name, partitions, configs))
+            resp = await conn.request(rq.create_topics(7, (name, partitions), configs=configs))
             (result,) = resp.topics
             assert (result.error_code, result.error_message) == (code, message), name
         assert sorted(cluster.state.topics.by_name) == ["e"]
         # An existing topic is reported as such whatever its configs.
-        resp = await conn.request(_create_with("e", 1, {"bogus": "1"}))
+        resp = await conn.request(rq.create_topics(7, ("e", 1), configs={"bogus": "1"}))
         assert resp.topics[0].error_code == 36
         assert not cluster.errors
 
