@@ -32,6 +32,13 @@ pytestmark = pytest.mark.kafka
 HANG_GUARD = 60.0
 
 
+async def until_queued(producer: Producer, count: int) -> None:
+    """Until ``count`` records wait in ``producer`` for their outcome, however
+    slowly a loaded machine queues them (the caller's hang guard bounds it)."""
+    while len(producer._outstanding) < count:
+        await anyio.sleep(0.01)
+
+
 # ---------------------------------------------------------------------------- admin: topics
 
 
@@ -246,8 +253,7 @@ async def test_concurrent_sends_share_one_request_per_broker(
                 async with anyio.create_task_group() as tg:
                     for i in range(400):
                         tg.start_soon(one, i)
-                    while len(producer._outstanding) < 400:
-                        await anyio.sleep(0.01)
+                    await until_queued(producer, 400)
                     assert produce_requests == []
                     await producer.flush()
         assert len(results) == 400
@@ -284,8 +290,7 @@ async def test_flush_sends_lingering_records_now(bootstrap: str, topic: str) -> 
                         tg.start_soon(one, i)
                     # flush() sends what is queued when it is called: all ten
                     # first, however slowly a loaded machine queues them.
-                    while len(producer._outstanding) < 10:
-                        await anyio.sleep(0.01)
+                    await until_queued(producer, 10)
                     await anyio.sleep(0.3)
                     assert done == []  # still lingering
                     await producer.flush()
@@ -367,8 +372,7 @@ async def test_leaving_with_an_exception_fails_queued_records(bootstrap: str, to
                 # Its record queued (a loaded machine may take a while to
                 # connect and look the topic up), then the exception.
                 with anyio.fail_after(HANG_GUARD):
-                    while not producer._outstanding:
-                        await anyio.sleep(0.01)
+                    await until_queued(producer, 1)
                 raise Boom
     assert len(outcomes) == 1
     with pytest.raises(ConnectionClosed):
