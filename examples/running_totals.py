@@ -32,8 +32,8 @@ What this does not cover, and what it gives then:
   too high, never lower. A service that cannot accept that keeps the input
   offset in the state record and skips what it covers;
 * a write still unacknowledged when the coordinator gives the partition
-  away (``rebalance_timeout`` into the rebalance, or the session running out:
-  docs/guarantees.md, section 1) may land after the next owner rebuilt; the
+  away (``rebalance_timeout`` into the rebalance: docs/guarantees.md,
+  section 1) may land after the next owner rebuilt; the
   group raises ``TaskStuckError`` ``rebalance_timeout`` after the generation
   ended if the write is still waited for, and the service stops (this
   example exits with the error).

@@ -16,7 +16,10 @@ watcher sees a partition change, the group is closed), because every exit
 cancels the generation's scope. A watchdog started beside the task group
 gives the tasks ``rebalance_timeout`` seconds once the generation is ending;
 past that it reports which task held the generation up and where it was
-suspended (:class:`TaskStuckError`) instead of hanging silently.
+suspended (:class:`TaskStuckError`) instead of hanging silently. Under the
+classic protocol the member goes on beating meanwhile (beside the task
+group, on the same grid), so that a teardown longer than ``session_timeout``
+does not get it evicted while its tasks still run.
 
 The final commit is made in two passes, both shielded, with the ending
 generation's id. When the member rejoins or closes after an end that
@@ -208,6 +211,8 @@ class _Run:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watchdog, report_stuck, name="gengroup-teardown-watchdog")
                 outer.start_soon(self._commit_at_the_end, name="gengroup-final-commit")
+                if self.formed.classic:
+                    outer.start_soon(self._beat_while_ending, name="gengroup-teardown-heartbeat")
                 try:
                     error = await self._run_tasks(hand_over, report_stuck, where)
                     await self._settle_spans()
@@ -586,6 +591,61 @@ class _Run:
                 raise error
             gen.end(outcome, f"heartbeat answered {error_for_code(code).name}")
             return
+
+    async def _beat_while_ending(self) -> None:
+        """Classic protocol: go on beating while the ended generation's tasks return.
+
+        The coordinator expires a member whose beats stop for
+        ``session_timeout``. A teardown that long (a task flushing on its
+        way out) would get the member evicted, its final commit refused and,
+        in a rebalance, its partitions given to another member while the task
+        still runs. So the beats go on, on the grid, until every task
+        returned (the run cancels this then; a teardown within a period sends
+        none). Answered NONE or REBALANCE_IN_PROGRESS they keep the session,
+        and the coordinator waits up to ``rebalance_timeout`` for the
+        member's JoinGroup, the watchdog's deadline too: the Java consumer's
+        heartbeat thread goes on during its revocation callback alike. Any
+        other answer stops them (the membership is lost or the coordinator
+        moved: the rejoin finds out), as does an end that lost the
+        membership already or a lease run out. A failed beat is tried again
+        at the next grid point, logged once as the heartbeat loop's are.
+        """
+        gen = self.gen
+        await gen.wait_ending()
+        if gen.end_outcome not in (Outcome.REJOIN, Outcome.FATAL):
+            return
+        group_id = self.config.group_id
+        period = beat_period(self.config.heartbeat_interval, self.config.session_timeout)
+        limit = min(self.config.request_timeout, self.config.session_timeout)
+        due = gen._next_beat
+        now = anyio.current_time()
+        if due is None or due <= now:
+            due = now + until_grid(period, 0.0, group_id)
+        while True:
+            await anyio.sleep_until(due)
+            node = self.client.coordinator.node
+            if node is None or gen.lease_expired():
+                return
+            sent_at = anyio.current_time()
+            due = sent_at + until_grid(period, period / 2, group_id)
+            failure: BaseException | None
+            try:
+                with anyio.fail_after(limit):
+                    code = await self.client.heartbeat(node, gen.identity)
+            except TimeoutError:
+                failure = RequestTimedOut(f"coordinator node {node} did not answer in {limit:g} s")
+            except (KafkaConnectionError, ProtocolError) as exc:
+                failure = exc
+            else:
+                failure = None
+            if failure is not None:
+                self._log_retry("heartbeat", failure, "trying again as the tasks return")
+                continue
+            self._log_recovered("heartbeat")
+            if code == 0:
+                gen.renew_lease(sent_at)
+            elif code != ErrorCode.rebalance_in_progress:
+                return
 
     def _early_beats(self, period: float) -> Iterator[float]:
         """When this generation beats early, in seconds after SyncGroup answered

@@ -28,6 +28,7 @@ from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
 from .helpers import EMBEDDED_SETTINGS, Ledger, all_partitions, covers_exactly_once, wait_until
+from .teardown import long_teardown_keeps_the_session
 
 
 def produce(
@@ -547,3 +548,18 @@ async def test_a_static_member_replaced_by_another_says_why_it_ended(
     assert "another member with group_instance_id='pod-1' joined" in str(fenced.value)
     assert gen.end_reason is not None
     assert gen.end_reason.startswith("heartbeat answered FENCED_INSTANCE_ID"), gen.end_reason
+
+
+@pytest.mark.parametrize("cancelled", [False, True], ids=["rebalance", "cancelled"])
+async def test_a_member_beats_while_its_tasks_return_so_a_long_teardown_keeps_its_session(
+    autojump_clock: trio.testing.MockClock, cancelled: bool
+) -> None:
+    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, "t", 2, 10)
+
+        async def committed(tp: TopicPartition) -> int | None:
+            return cluster.committed_offsets("g").get(tp)
+
+        await long_teardown_keeps_the_session(
+            cluster.bootstrap, "g", "t", EMBEDDED_SETTINGS, committed, cancelled=cancelled
+        )

@@ -27,6 +27,7 @@ from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
 from .helpers import FAST, Ledger, all_partitions, create_topic, produce_ids
+from .teardown import long_teardown_keeps_the_session
 
 pytestmark = pytest.mark.kafka
 
@@ -333,3 +334,22 @@ async def test_slow_worker_bounds_its_partition_buffer(kafka: KafkaBroker) -> No
     # sent while the buffer is below it, and asks for at most the bound).
     assert peak <= 2 * limit + 64 * 1024, peak
     assert handled >= 2000
+
+
+@pytest.mark.parametrize("cancelled", [False, True], ids=["rebalance", "cancelled"])
+async def test_a_member_beats_while_its_tasks_return_so_a_long_teardown_keeps_its_session(
+    kafka: KafkaBroker, cancelled: bool
+) -> None:
+    topic, group_id = make_unique_name("teardown"), make_unique_name("g")
+    await create_topic(kafka.bootstrap, topic, 2)
+    await produce_ids(kafka.bootstrap, topic, range(20))
+
+    async def committed(tp: TopicPartition) -> int | None:
+        async with Admin(kafka.bootstrap) as admin:
+            return (await admin.fetch_offsets(group_id, [tp])).get(tp)
+
+    settings = dict(FAST, rebalance_timeout=15.0)
+    with anyio.fail_after(90):
+        await long_teardown_keeps_the_session(
+            kafka.bootstrap, group_id, topic, settings, committed, cancelled=cancelled
+        )
