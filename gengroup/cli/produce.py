@@ -19,7 +19,9 @@ or SIGTERM ends the input there, and the lines read are sent.
 When every record is acknowledged, one line on stderr says how many records
 went to which partitions (``--json``: a JSON object on stdout instead). A
 record the broker refuses, or an input line that cannot be read, ends the
-command with exit code 1 (records before it were sent). Input without a
+command with exit code 1 (records before it were sent: an unreadable line
+ends the input, and the lines before it are sent and acknowledged before it
+is said). Input without a
 record still asks the cluster whether the topic exists (without creating it),
 so that a wrong address or topic is said as with input. On a terminal, stderr
 shows the records sent and acknowledged so far and the rate while it runs
@@ -35,7 +37,8 @@ import os
 import signal
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
+from contextlib import aclosing
 from functools import partial
 from typing import Any, BinaryIO
 
@@ -200,11 +203,11 @@ class _Input:
         if self._reading is not None:
             self._reading.cancel()
 
-    def chunks(self) -> AsyncIterator[list[bytes]]:
+    def chunks(self) -> AsyncGenerator[list[bytes], None]:
         """The complete lines (and a last one without its newline), a list per read."""
         return _lines(self._reads())
 
-    async def _reads(self) -> AsyncIterator[bytes]:
+    async def _reads(self) -> AsyncGenerator[bytes, None]:
         while not self._stopped:
             data = b""
             with anyio.CancelScope() as self._reading:
@@ -216,36 +219,51 @@ class _Input:
                 return
 
 
-async def _lines(reads: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
+async def _lines(reads: AsyncGenerator[bytes, None]) -> AsyncGenerator[list[bytes], None]:
     """Lines (without their newline and a carriage return before it) of the data read."""
     rest = b""
-    async for data in reads:
-        lines = (rest + data).split(b"\n")
-        rest = lines.pop()
-        if lines:
-            yield [ln.removesuffix(b"\r") for ln in lines]
+    async with aclosing(reads):
+        async for data in reads:
+            lines = (rest + data).split(b"\n")
+            rest = lines.pop()
+            if lines:
+                yield [ln.removesuffix(b"\r") for ln in lines]
     if rest:
         yield [rest.removesuffix(b"\r")]
 
 
-def _records(lines: Iterable[bytes], args: argparse.Namespace, first: int) -> list[ProducerRecord]:
+def _records(
+    lines: Iterable[bytes], args: argparse.Namespace, first: int
+) -> tuple[list[ProducerRecord], ValueError | None]:
+    """The records of ``lines`` (numbered from ``first``) up to the first unreadable
+    one, and that line's error (None: every line was read)."""
     separator = args.key_separator.encode() if args.key_separator else None
     out: list[ProducerRecord] = []
     for number, line in enumerate(lines, first):
-        rec = (
-            parse_json_line(line, number)
-            if args.format == "json"
-            else parse_raw_line(line, separator, number)
-        )
+        try:
+            rec = (
+                parse_json_line(line, number)
+                if args.format == "json"
+                else parse_raw_line(line, separator, number)
+            )
+        except ValueError as exc:
+            return out, exc
         if rec is None:
             continue
         if rec.partition is None and args.partition is not None:
             rec = ProducerRecord(rec.value, rec.key, rec.headers, args.partition)
         out.append(rec)
-    return out
+    return out, None
 
 
 async def _produce(args: argparse.Namespace, stream: BinaryIO) -> Counter[int]:
+    """Send the records of ``stream``; how many went to each partition.
+
+    Raises:
+        ValueError: an unreadable line (the message names it), once every
+            record of the lines before it was sent and acknowledged.
+        OSError: reading the input failed, once what was read before was sent.
+    """
     conn = connection(args)
     settings: dict[str, Any] = {
         "acks": "all" if args.acks == "all" else int(args.acks),
@@ -256,6 +274,11 @@ async def _produce(args: argparse.Namespace, stream: BinaryIO) -> Counter[int]:
     }
     per_partition: Counter[int] = Counter()
     send, receive = anyio.create_memory_object_stream[list[ProducerRecord]](4)
+    # An unreadable line (or a failed read) ends the input, not the sending:
+    # the lines before it are sent and the producer flushed, then it is raised.
+    # Raised inside the producer's block, it would cancel the sends under way
+    # and close the producer without a flush, failing what was queued.
+    failure: ValueError | OSError | None = None
 
     with View("records", enabled=wanted()) as view:
         task = view.add(f"produce {args.topic}")
@@ -281,16 +304,28 @@ async def _produce(args: argparse.Namespace, stream: BinaryIO) -> Counter[int]:
                     given = _Input(stream)
                     watch.start_soon(_stop_on_signal, given)
                     number = 1
-                    async for lines in given.chunks():
-                        for i in range(0, len(lines), _MAX_RECORDS_PER_SEND):
-                            part = lines[i : i + _MAX_RECORDS_PER_SEND]
-                            await send.send(_records(part, args, number))
-                            number += len(part)
+                    try:
+                        async with aclosing(given.chunks()) as chunks:
+                            async for lines in chunks:
+                                for i in range(0, len(lines), _MAX_RECORDS_PER_SEND):
+                                    part = lines[i : i + _MAX_RECORDS_PER_SEND]
+                                    records, failure = _records(part, args, number)
+                                    if records:
+                                        await send.send(records)
+                                    if failure is not None:
+                                        break
+                                    number += len(part)
+                                if failure is not None:
+                                    break
+                    except OSError as exc:
+                        failure = exc
                     watch.cancel_scope.cancel()
-            if not sent:
+            if not sent and failure is None:
                 # Nothing to send made no request: say nothing of a cluster
                 # or topic that was never asked.
                 await _check_topic(producer.cluster, args.topic, args.timeout)
+    if failure is not None:
+        raise failure
     return per_partition
 
 
