@@ -20,9 +20,10 @@ since are not printed), showing each partition's position against that end on
 stderr while it runs when stderr is a terminal and stdout is not
 (:mod:`._progress`). Otherwise the command runs until SIGINT (Ctrl-C) or
 SIGTERM, and then ends cleanly (group mode: final commit, leaving the group)
-with exit code 0. A cluster unreachable for ``--timeout`` seconds (down, or a
-wrong address) ends it with exit code 1, in group mode too, where a member
-would otherwise notice only when its session timed out.
+with exit code 0. A cluster unreachable for ``--timeout`` seconds (not up
+yet at start, down, or a wrong address) ends it with exit code 1, in group
+mode too, where a member would otherwise notice only when its session timed
+out; until then it is asked again (:mod:`._metadata` at start).
 
 Formats: ``raw`` writes each value as it is (``null`` for a null value; with
 ``--key-separator SEP``, ``KEY SEP VALUE``); ``json`` one object per line with
@@ -51,7 +52,7 @@ from typing import IO, Any, Literal, cast
 import anyio
 from kio.schema.errors import ErrorCode
 
-from .._errors import ClusterUnreachable, UnknownTopicOrPartition, error_for_code
+from .._errors import ClusterUnreachable, UnknownTopicOrPartition
 from .._types import TopicPartition
 from ..admin import Admin
 from ..consumer.generation import Generation
@@ -61,6 +62,7 @@ from ..io.fetch import PartitionFetch, fetch_partition
 from ..io.retry import Backoff, retry
 from ..protocol.records import Record
 from ._common import add_connection_options, command, connection, run
+from ._metadata import topic_metadata
 from ._progress import View, wanted
 
 __all__ = ["Printer", "add_parser", "json_bytes"]
@@ -276,16 +278,15 @@ class _TextOut:
 
 
 async def _partitions(
-    cluster: Cluster, topics: Sequence[str], only: Sequence[int] | None
+    cluster: Cluster, topics: Sequence[str], only: Sequence[int] | None, timeout: float
 ) -> list[TopicPartition]:
-    """The partitions to read; a topic or partition that does not exist raises."""
-    md = await cluster.refresh_metadata(topics)
+    """The partitions to read; a topic or partition that does not exist raises.
+
+    A cluster not reachable yet is asked again until ``timeout`` (``--timeout``).
+    """
+    md = await topic_metadata(cluster, topics, timeout)
     tps: list[TopicPartition] = []
-    for name in dict.fromkeys(topics):
-        info = md.get(name)
-        if info is None or info.error_code:
-            code = (info.error_code if info is not None else 0) or _UNKNOWN_TOPIC
-            raise error_for_code(code, f"topic {name!r} does not exist")
+    for name, info in md.items():
         missing = sorted(set(only or ()) - set(info.partitions))
         if missing:
             raise UnknownTopicOrPartition(
@@ -350,7 +351,7 @@ async def _read_directly(
     positions: _Positions,
 ) -> None:
     admin = Admin(cluster, timeout=args.timeout)
-    tps = await _partitions(cluster, args.topics, args.partition)
+    tps = await _partitions(cluster, args.topics, args.partition, args.timeout)
     starts = await admin.list_offsets(tps, "earliest" if args.from_beginning else "latest")
     ends = _Ends(
         await admin.list_offsets(tps, "latest", read_committed=True) if args.until_end else None
@@ -409,7 +410,7 @@ async def _read_as_member(
         **settings,
     )
     async with group:
-        tps = await _partitions(group.cluster, args.topics, None)
+        tps = await _partitions(group.cluster, args.topics, None, args.timeout)
         admin = Admin(group.cluster, timeout=args.timeout)
         ends = _Ends(
             await admin.list_offsets(tps, "latest", read_committed=True) if args.until_end else None

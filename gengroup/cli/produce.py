@@ -43,19 +43,15 @@ from functools import partial
 from typing import Any, BinaryIO
 
 import anyio
-from kio.schema.errors import ErrorCode
 
-from .._errors import KafkaConnectionError, error_for_code, is_retriable
-from ..io.cluster import Cluster
-from ..io.retry import GiveUp, retry
 from ..producer import Compression, Producer, ProducerRecord
 from ._common import add_connection_options, command, connection, run
+from ._metadata import topic_metadata
 from ._progress import View, wanted
 
 __all__ = ["add_parser", "parse_json_line", "parse_raw_line"]
 
 _CHUNK = 64 * 1024
-_UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
 _MAX_RECORDS_PER_SEND = 1000
 
 
@@ -323,45 +319,10 @@ async def _produce(args: argparse.Namespace, stream: BinaryIO) -> Counter[int]:
             if not sent and failure is None:
                 # Nothing to send made no request: say nothing of a cluster
                 # or topic that was never asked.
-                await _check_topic(producer.cluster, args.topic, args.timeout)
+                await topic_metadata(producer.cluster, [args.topic], args.timeout)
     if failure is not None:
         raise failure
     return per_partition
-
-
-async def _check_topic(cluster: Cluster, topic: str, timeout: float) -> None:
-    """Check that ``topic`` exists (without creating it), retrying connection failures.
-
-    Raises:
-        UnknownTopicOrPartition: the topic does not exist.
-        BrokerError: the broker refused the metadata request for the topic.
-        KafkaConnectionError: no broker answered within ``timeout`` (the last failure).
-        TimeoutError: the topic stayed unavailable (no leader) for ``timeout``.
-    """
-
-    async def attempt() -> None:
-        info = (await cluster.refresh_metadata([topic])).get(topic)
-        if info is None or info.error_code:
-            code = (info.error_code if info is not None else 0) or _UNKNOWN_TOPIC
-            said = "does not exist" if code == _UNKNOWN_TOPIC else "is not available"
-            error = error_for_code(code, f"topic {topic!r} {said}")
-            # A topic just created has no leader for a moment: asked again; a
-            # topic that does not exist is said at once (it is not created).
-            raise error if code != _UNKNOWN_TOPIC and is_retriable(error) else GiveUp(error)
-
-    def timed_out(last: BaseException | None) -> BaseException:
-        if isinstance(last, KafkaConnectionError):
-            return last
-        return TimeoutError(f"no metadata for topic {topic!r} within {timeout:g} s")
-
-    await retry(
-        f"metadata for topic {topic!r}",
-        attempt,
-        timeout=timeout,
-        backoff=cluster.retry_backoff,
-        retriable=lambda exc: isinstance(exc, KafkaConnectionError) or is_retriable(exc),
-        on_timeout=timed_out,
-    )
 
 
 async def _stop_on_signal(given: _Input) -> None:

@@ -8,7 +8,9 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
+import time
 from collections.abc import Iterator
 
 import anyio
@@ -68,6 +70,13 @@ def running(cmd: list[str]) -> Iterator[subprocess.Popen[str]]:
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def as_json(stdout: str) -> list[dict[str, object]]:
@@ -310,6 +319,53 @@ def test_a_broker_gone_ends_the_command_after_its_timeout(group: list[str]) -> N
         broker.wait(timeout=30)
         assert broker.stdout is not None
         broker.stdout.close()
+
+
+@pytest.mark.parametrize("group", [["--group", "late"], []], ids=["member", "direct"])
+def test_a_cluster_coming_up_after_the_command_started_is_waited_for(group: list[str]) -> None:
+    """Started with (or just before) its broker: the first metadata request
+    was not retried, and the command ended at once ("cluster unreachable for
+    0.0 s") whatever --timeout said. It now waits, as produce and topics do."""
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    cmd = command("consume", "late-data", *group, "--from-beginning", "-n", "1",
+                  "--timeout", "60", "--bootstrap", bootstrap, "--config", os.devnull)  # fmt: skip
+    with running(cmd) as proc:
+        time.sleep(2)  # a few failed attempts
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        broker = subprocess.Popen(
+            command("serve", "--port", str(port), "--topic", "late-data:1",
+                    "--initial-rebalance-delay-ms", "0"),
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        try:
+            assert broker.stdout is not None
+            assert broker.stdout.readline().strip() == f"bootstrap {bootstrap}"
+            sent = gengroup("produce", "late-data", bootstrap=bootstrap, input="hello\n")
+            assert sent.returncode == 0, sent.stderr
+            assert proc.stdout is not None and proc.stderr is not None
+            assert proc.wait(timeout=60) == 0, proc.stderr.read()
+            assert proc.stdout.read() == "hello\n"
+            assert "Traceback" not in proc.stderr.read()
+        finally:
+            broker.terminate()
+            broker.wait(timeout=30)
+            assert broker.stdout is not None
+            broker.stdout.close()
+
+
+@pytest.mark.parametrize("group", [["--group", "never"], []], ids=["member", "direct"])
+def test_a_cluster_never_reachable_ends_the_command_after_its_timeout(group: list[str]) -> None:
+    """No broker at the address: exit code 1 with one line naming the address and
+    why it failed, once --timeout passed (it used to be at the first attempt)."""
+    started = time.monotonic()
+    down = gengroup("consume", "t", *group, "--timeout", "4", bootstrap="127.0.0.1:1")
+    assert time.monotonic() - started >= 4
+    assert down.returncode == 1, down.stderr
+    assert down.stderr.startswith("gengroup consume: cluster unreachable"), down.stderr
+    assert "127.0.0.1:1: connection refused" in down.stderr
+    assert len(down.stderr.splitlines()) == 1, down.stderr
 
 
 @pytest.mark.parametrize("until_end", [False, True])

@@ -354,10 +354,10 @@ async def test_empty_input_waits_out_a_topic_without_a_leader_and_names_a_missin
     retriable): it was said not to exist, exit 1."""
     from gengroup._errors import UnknownTopicOrPartition
     from gengroup.broker.faults import Fail
-    from gengroup.cli.produce import _check_topic
+    from gengroup.cli._metadata import topic_metadata
 
     async with FakeCluster(topics={"t": 1}) as cluster, Cluster(cluster.bootstrap) as client:
         cluster.control(ApiKey.METADATA, lambda call: Fail(5), once=True)
-        await _check_topic(client, "t", 5.0)
+        await topic_metadata(client, ["t"], 5.0)
         with pytest.raises(UnknownTopicOrPartition, match="'nope' does not exist"):
-            await _check_topic(client, "nope", 5.0)
+            await topic_metadata(client, ["t", "nope"], 5.0)
