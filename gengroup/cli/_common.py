@@ -29,6 +29,8 @@
   code: 0 ok, 1 an error (an authentication or TLS failure among them), 2 a
   usage or configuration error, 3 a group or topic that does not exist. An
   expected failure is one line on stderr, never a traceback.
+* :func:`stream_closed` says a standard stream the command needs that was
+  closed when it started (``<&-``, ``>&-``): a usage error, before any I/O.
 """
 
 from __future__ import annotations
@@ -41,10 +43,10 @@ import math
 import os
 import sys
 import tomllib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import anyio
 import trio
@@ -78,6 +80,7 @@ __all__ = [
     "run",
     "security",
     "security_settings",
+    "stream_closed",
 ]
 
 EXIT_OK = 0
@@ -508,11 +511,31 @@ def exit_code(exc: BaseException) -> int | None:
     return None
 
 
+def stream_closed(where: str, *names: Literal["stdin", "stdout"]) -> bool:
+    """Whether one of the standard streams ``names`` was closed when the command started.
+
+    A descriptor closed at start (``<&-``, ``>&-``, a supervisor that closes
+    them) leaves Python without the stream (``sys.stdin`` or ``sys.stdout``
+    is None). The first one closed is said in one line on stderr,
+    ``WHERE: stdin is closed``.
+
+    Args:
+        where: the command's name, the prefix of the line.
+        names: the streams the command reads or writes.
+    """
+    for name in names:
+        if getattr(sys, name) is None:
+            print(f"{where}: {name} is closed", file=sys.stderr)
+            return True
+    return False
+
+
 def run(
     where: str,
     main: Callable[[], Awaitable[int]],
     *,
     backend: str = "trio",
+    streams: Sequence[Literal["stdin", "stdout"]] = ("stdout",),
 ) -> int:
     """Run ``main`` (returning the exit code); say an expected failure in one line.
 
@@ -520,10 +543,15 @@ def run(
         where: the command's name, the prefix of its error line.
         main: the command's coroutine function.
         backend: the anyio backend.
+        streams: the standard streams the command reads or writes: one
+            closed at start is a usage error (:func:`stream_closed`), said
+            before ``main`` runs.
 
     Returns:
         The exit code.
     """
+    if stream_closed(where, *streams):
+        return EXIT_USAGE
     # The command says what failed itself, once; the client's own warnings
     # (e.g. "cluster unreachable") would say it twice.
     logging.getLogger("gengroup").setLevel(logging.ERROR)

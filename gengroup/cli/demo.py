@@ -33,7 +33,14 @@ from ..broker import FakeCluster
 from ..consumer.generation import Generation
 from ..consumer.group import ConsumerGroup
 from ..producer import Producer, ProducerRecord
-from ._common import EXIT_INTERRUPTED, add_command, bounded, interrupted
+from ._common import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    add_command,
+    bounded,
+    interrupted,
+    stream_closed,
+)
 
 __all__ = ["DemoConfig", "Scoreboard", "add_parser", "run_demo", "summarise"]
 
@@ -353,6 +360,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo from parsed options; the exit code is 1 if a record was lost."""
+    if stream_closed("gengroup demo", "stdout"):
+        return EXIT_USAGE
     scale = args.duration / 30.0
     cfg = DemoConfig(
         partitions=args.partitions,

@@ -45,7 +45,14 @@ from typing import Any, BinaryIO
 import anyio
 
 from ..producer import Compression, Producer, ProducerRecord
-from ._common import add_connection_options, command, connection, run
+from ._common import (
+    EXIT_USAGE,
+    add_connection_options,
+    command,
+    connection,
+    run,
+    stream_closed,
+)
 from ._metadata import topic_metadata
 from ._progress import View, wanted
 
@@ -341,6 +348,8 @@ def _run(args: argparse.Namespace) -> int:
         return 2
 
     if args.file is None:
+        if stream_closed("gengroup produce", "stdin"):
+            return EXIT_USAGE
         return _run_on(args, sys.stdin.buffer)
     try:
         with open(args.file, "rb") as stream:
@@ -368,4 +377,5 @@ def _run_on(args: argparse.Namespace, stream: BinaryIO) -> int:
             print(f"produced {records} to {args.topic} ({partitions}; {spread})", file=sys.stderr)
         return 0
 
-    return run("gengroup produce", main)
+    # The summary goes to stderr, unless --json: a closed stdout is fine then.
+    return run("gengroup produce", main, streams=("stdout",) if args.json else ())
