@@ -125,16 +125,20 @@ class GroupConfig(Security):
         fetch_max_wait: seconds a Fetch may wait on the broker for data.
         fetch_min_bytes: bytes a Fetch waits for.
         fetch_max_bytes: bytes one Fetch response may carry.
-        partition_buffer_bytes: fetched-but-unprocessed bytes held per
-            partition at most; under ``fetch_buffer_bytes``, a partition's
-            share is this or its part of the budget, whichever is less.
-        fetch_buffer_bytes: fetched-but-unprocessed bytes held by the whole
-            member, plus what its Fetch requests in flight may bring (None:
-            no member-wide bound, ``partition_buffer_bytes`` per partition).
-            Each assigned partition's part is this divided by the number of
-            partitions the member is assigned in the generation; fetch sizes
-            follow (see below). It takes effect once the partitions' own
-            bounds (``partition_buffer_bytes`` each) add up to more.
+        partition_buffer_bytes: fetched bytes held per partition at most:
+            its buffered batches plus the batch its worker was handed last,
+            until the worker's next step (one batch more if a single batch
+            is larger); under ``fetch_buffer_bytes``, a partition's share is
+            this or its part of the budget, whichever is less.
+        fetch_buffer_bytes: fetched bytes held by the whole member: the sum
+            of the partitions' shares (None: no member-wide bound,
+            ``partition_buffer_bytes`` per partition). Each assigned
+            partition's share is this divided by the number of partitions
+            the member is assigned in the generation, so the member holds at
+            most this plus one batch per partition (a batch larger than a
+            share comes whole); fetch sizes follow (see below). It takes
+            effect once the partitions' own bounds
+            (``partition_buffer_bytes`` each) add up to more.
         max_batch_records: the most records a worker is handed in one
             ``FetchedBatch``: a partition's part of a Fetch answer holding more
             is handed out in several, split between Kafka record batches (a
@@ -190,32 +194,37 @@ class GroupConfig(Security):
       typed error naming every address and why it failed), while a broker
       restart of a few seconds goes unnoticed; services that would rather
       wait out any outage pass None.
-    * ``fetch_buffer_bytes=32 MiB`` -- the member's memory stays flat however
-      many partitions it is assigned: buffered bytes plus the response-wide
-      limits of the Fetch requests in flight never exceed it, except that
-      Kafka sends the first partition of an answer one batch whole even when
-      it is larger than asked (otherwise a batch larger than every limit
-      could never be consumed). With many partitions each one's share of the
-      budget is small, yet each Fetch asks for whole producer batches of many
-      partitions (at least half of ``partition_buffer_bytes`` per partition)
-      and the response-wide limit keeps the total within the budget, so
-      throughput does not fall as partitions are added. 32 MiB keeps one
-      member below the peers' peak memory with 200 partitions at equal
-      throughput (``benchmarks/bench_memory.py``). A batch handed to a
-      worker no longer counts: a worker that keeps references to the batches
-      it handled keeps their memory.
-    * ``partition_buffer_bytes=4 MiB`` -- fetched-but-unprocessed data held per
-      partition at most (its share, or less under the budget); a slow worker
-      stops its partition's fetching at its share, so it holds the buffer
-      without growing it while the other partitions go on. A partition is
-      fetched in steps of half its share (under the budget at least half of
-      this setting; or its largest recent batch, if larger), so that one step
-      is buffered while the next is on its way. Batches of about half the
-      share or more leave no room for a second step, so the default makes
-      room for two of librdkafka's default 1 MB batches per step: with 1 MiB
-      a worker waited for every Fetch round trip (``benchmarks/run_all.py``
-      ran 1 KB values 20 to 40% faster with 4 MiB). The member-wide budget
-      still bounds the total: eight partitions fill it.
+    * ``fetch_buffer_bytes=32 MiB`` -- the member's fetched memory stays
+      flat however many partitions it is assigned: each partition's share is
+      an equal part of it, and what a partition holds -- its buffered batches
+      and the batch its worker was handed last, until the worker's next step
+      -- stays within its share, or one batch more (a batch larger than the
+      share comes whole, so that it can be consumed at all). So the member
+      holds at most this plus one batch per partition, however slow its
+      workers. A slow worker stops only its own partition's fetching; a
+      partition whose worker waits with nothing buffered is always fetched.
+      With many partitions each share is small: a partition is fetched in
+      steps of half its share (or of its largest recent batch), yet each
+      Fetch asks for many partitions at once, so throughput does not fall as
+      partitions are added. 32 MiB keeps one member below the peers' peak
+      memory with 200 partitions at equal throughput
+      (``benchmarks/bench_memory.py``). What a worker keeps of batches it
+      is done with (references to them) is its own memory, and decoded
+      records take more than the bytes fetched (by the compression ratio
+      with compressed batches): ``max_batch_records`` bounds what a worker
+      is handed at once.
+    * ``partition_buffer_bytes=4 MiB`` -- the most a partition holds (or its
+      share of the budget, if less); a slow worker stops its partition's
+      fetching at its share, so it holds the buffer without growing it
+      while the other partitions go on. A partition is fetched in steps of
+      half its share (or its largest recent batch, if larger), so that one
+      step is on its way or buffered while the worker processes the other.
+      Batches of about half the share or more leave no room for a second
+      step, so the default makes room for two of librdkafka's default 1 MB
+      batches per step: with 1 MiB a worker waited for every Fetch round
+      trip (``benchmarks/run_all.py`` ran 1 KB values 20 to 40% faster with
+      4 MiB). The member-wide budget still bounds the total: eight
+      partitions fill it.
     """
 
     group_id: str

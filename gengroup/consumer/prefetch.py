@@ -16,36 +16,36 @@ task and a pass through the loop less per round trip); the loop starts a task
 for a request that falls due otherwise (room freed by a worker, a partition
 added).
 
-Memory is bounded at two levels. The member's *budget* (``fetch_buffer_bytes``,
-32 MiB by default) bounds the bytes buffered plus the bytes the Fetch requests
-in flight may bring, across all partitions (it takes effect once the
-partitions' own bounds add up to more; below that they keep the member within
-it): a request's response-wide ``max_bytes`` is the room left in the budget
-(half of it at most, so that two requests fit), so the broker itself stops
-filling an answer when the budget is reached. While one request is in flight,
-another goes out only once it is worth a channel (a quarter of the budget, or
-of what all partitions ask if that is less): a trickle of room freed by one
-consumed batch does not become a trickle of one-partition round trips. Each
-partition has a bounded buffer too, its *share*: ``partition_buffer_bytes``, or
-its part of the budget (the budget divided among the assigned partitions) if
-that is less, so a slow worker holds its share and applies backpressure to its
-own partition only. A partition is fetched in steps of half its share -- but
-under a budget of at least half of ``partition_buffer_bytes``, and at least its
-largest recent batch, because Kafka answers a partition whose next batch
-exceeds its limit with nothing (unless it comes first in the request, which
-rotates): with many partitions the shares are small, but each Fetch still asks
-for whole producer batches of many partitions, and the response-wide limit
-keeps the total within the budget. A partition goes into a request when nothing
-is in flight for it and it is empty or has room for one more step; while
-another request brings data, only partitions known to have data do (a long poll
-would take the channel from the next request with data; they wait for that
-answer). The one excess: Kafka sends the first partition of an answer one batch
-whole even when it is larger than asked (so that a batch larger than the limits
-can be consumed at all). Requests in flight together use separate connections,
-as the broker answers one connection in order and a long poll must not hold up
-an answer with data. Nor may the long poll of an ended prefetcher, which stays
-in flight until the broker answers it: a new prefetcher fetches on connections
-with no answer still to come (four per broker to choose from, two in use).
+Memory is bounded per partition, and so for the member
+(:mod:`gengroup.consumer.fetch_budget`). Each partition has a *share*:
+``partition_buffer_bytes``, or its equal part of the member's budget
+(``fetch_buffer_bytes``, 32 MiB by default, in effect once the partitions' own
+bounds add up to more) if that is less. Counted against it: its buffered
+batches, and the batch its worker was handed last, until the worker's next
+step asks for another. A partition goes into a request when nothing is in
+flight for it and it holds nothing or has room for one more step (half its
+share, or its largest recent batch if larger, because Kafka answers a
+partition whose next batch exceeds its limit with nothing unless it comes
+first in the answer: the order rotates). So a slow worker holds its share
+and applies backpressure to its own partition only, a partition whose
+worker waits with nothing buffered can always be fetched, and the member
+holds at most the budget plus one batch per partition (Kafka sends the first
+partition of an answer one batch whole even when it is larger than asked,
+so that a batch larger than the limits can be consumed at all), however many
+partitions it has. A request's response-wide ``max_bytes`` is at most half
+the budget (so that two requests fit) and the room left in it (1 byte at
+least for a partition holding nothing, which comes first in the request).
+While one request is in flight, another goes out only once it is
+worth a channel (a quarter of the budget, or of what all partitions ask if
+that is less): a trickle of room freed by one consumed batch does not become
+a trickle of one-partition round trips; and while another request brings
+data, only partitions known to have data go (a long poll would take the
+channel from the next request with data; they wait for that answer).
+Requests in flight together use separate connections, as the broker answers
+one connection in order and a long poll must not hold up an answer with data.
+Nor may the long poll of an ended prefetcher, which stays in flight until the
+broker answers it: a new prefetcher fetches on connections with no answer
+still to come (four per broker to choose from, two in use).
 
 Each of those connections carries its own incremental fetch session (KIP-227,
 :mod:`gengroup.consumer.fetch_sessions`), so a request names only the
@@ -115,7 +115,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Final, NamedTuple
@@ -131,6 +131,7 @@ from ..io.cluster import Cluster
 from ..io.fetch import fetch_once
 from ..io.retry import Backoff, backoff_delay
 from ..protocol.fetch import PartitionFetch, split_batches
+from .fetch_budget import FetchBudget
 from .fetch_errors import FetchErrors, corrupt_message, partition_action, request_action
 from .fetch_sessions import FetchSessions
 from .fetched import Damage, FetchedBatch
@@ -174,6 +175,8 @@ class _Partition:
     leader: int = -1
     queue: deque[FetchedBatch] = field(default_factory=deque)
     buffered: int = 0
+    #: The bytes of the batch last handed to the worker, until its next step.
+    held: int = 0
     error: BaseException | None = None
     wake: anyio.Event = field(default_factory=anyio.Event)
     #: The high watermark in the newest fetch answer for the partition (-1: none yet).
@@ -228,38 +231,8 @@ class Prefetcher:
         for part in self._parts.values():
             part.damage = Damage(partial(self._damaged, part))
             part.handed = part.position
-        budget, bound = config.fetch_buffer_bytes, config.partition_buffer_bytes
-        if budget is not None and bound * len(self._parts) <= budget:
-            # The partitions' own bounds keep the member within the budget.
-            budget = None
-        #: The member's bound on buffered plus requested bytes (None: per partition only).
-        self._budget = budget
-        #: Each partition's buffer bound (its share): ``partition_buffer_bytes``,
-        #: or its part of the budget if that is less; a fetch step is half of it.
-        self._share = (
-            bound if budget is None else max(1, min(bound, budget // max(1, len(self._parts))))
-        )
-        self._step = max(1, self._share // 2)
-        #: The least and the most one Fetch asks for a partition. Under a budget
-        #: at least half of ``partition_buffer_bytes`` however small the share
-        #: (whole producer batches), within half the budget.
-        self._floor = (
-            self._step if budget is None else max(self._step, min(bound // 2, budget // 2))
-        )
-        self._ceiling = self._share if budget is None else max(self._floor, budget // 2)
-        #: Under a budget, the least a request sent while another is in flight
-        #: asks for: a quarter of the budget, or of what all partitions ask.
-        self._worth = max(
-            1,
-            min(
-                (budget or 0) // 4,
-                config.fetch_max_bytes,
-                len(self._parts) * self._floor // 4,
-            ),
-        )
-        #: Bytes buffered in all partitions, and the ``max_bytes`` of the requests in flight.
-        self._buffered = 0
-        self._reserved = 0
+        #: The shares, asks and byte counts of the partitions (consumer/fetch_budget.py).
+        self._budget = FetchBudget(config, len(self._parts))
         self._reset_offset = reset_offset
         #: Told of each OFFSET_OUT_OF_RANGE reset (partition, new position): the generation.
         self.on_reset: Callable[[TopicPartition, int], None] = lambda tp, offset: None
@@ -370,9 +343,7 @@ class Prefetcher:
         part.position = part.handed = offset
         part.error = error
         part.gaps.clear()
-        dropped = sum(batch.size for batch in part.queue)
-        part.buffered -= dropped
-        self._buffered -= dropped
+        self._budget.drop(part, sum(batch.size for batch in part.queue))
         part.queue.clear()
         part.wake.set()
         # A broker loop idle for lack of ready partitions fetches this one now.
@@ -386,15 +357,16 @@ class Prefetcher:
     def _consumed(self, part: _Partition, batch: FetchedBatch) -> None:
         part.handed = batch.next_offset
         part.gaps.start = -1  # the worker marks what it processes now
-        part.buffered -= batch.size
-        self._buffered -= batch.size
-        if (not part.in_flight and self._has_room(part)) or (
-            self._budget is not None and self._room() >= self._worth
-        ):
-            self._changed()  # the partition is ready again, or the member has room
+        # Held until the worker's next step (see _release).
+        self._budget.hand_out(part, batch.size)
         if self._on_first_batch is not None:
             callback, self._on_first_batch = self._on_first_batch, None
             callback()
+
+    def _release(self, part: _Partition) -> None:
+        """``part``'s worker asks for its next batch: the one it held no longer counts."""
+        if self._budget.release(part):
+            self._changed()  # the partition is ready again, or the member has room
 
     # ------------------------------------------------------------------ loops
 
@@ -469,69 +441,8 @@ class Prefetcher:
             and not part.in_flight
             and part.error is None
             and part.not_before <= now
-            and self._has_room(part)
+            and self._budget.has_room(part)
         )
-
-    def _has_room(self, part: _Partition) -> bool:
-        """Whether ``part``'s buffer takes one more fetch: it is empty, or the
-        step fits in its share."""
-        return part.buffered <= 0 or self._share - part.buffered >= self._want(part)
-
-    def _want(self, part: _Partition) -> int:
-        """The bytes one Fetch asks for ``part``: a step (half the share; under
-        a budget at least ``partition_buffer_bytes``), or the largest batch
-        seen if that is larger; without a budget within the share, under one
-        within half the budget."""
-        return min(self._ceiling, max(self._floor, part.largest))
-
-    def _asks(self, parts: Sequence[_Partition]) -> dict[TopicPartition, int]:
-        """What one request asks for each of ``parts`` (partitions with data),
-        in order. Under a budget, only the first partitions whose asks add up
-        to the budget (the response-wide limit is at most half of it, and the
-        broker fills an answer in the request's order): the others are left to
-        a request on the other channel."""
-        asks: dict[TopicPartition, int] = {}
-        total = 0
-        for p in parts:
-            if self._budget is not None and total >= self._budget:
-                break
-            want = self._want(p)
-            asks[p.tp] = want
-            total += want
-        return asks
-
-    def _room(self) -> int:
-        """The bytes the member's budget leaves for new requests."""
-        assert self._budget is not None
-        return self._budget - self._buffered - self._reserved
-
-    def _request_limit(
-        self, asks: Mapping[TopicPartition, int], calm: bool, polling: bool = False
-    ) -> int:
-        """The response-wide ``max_bytes`` of a request asking ``asks``; 0: not now.
-
-        Without a budget: ``fetch_max_bytes`` or the sum of the asks. Under a
-        budget, also at most the room left in it and half of it (so that two
-        requests may be in flight); and while another request brings data
-        (not ``calm``), only a request worth a channel goes: one of a quarter of the budget
-        at least, or of what all partitions ask if that is less (the room and
-        the ready partitions grow as workers consume; a request per consumed
-        batch would be a round trip per partition). A long poll (``polling``:
-        no partition known to have data) holds no more of the budget than
-        that while it waits.
-        """
-        cfg = self._config
-        asked = sum(asks.values())
-        limit = min(cfg.fetch_max_bytes, asked)
-        budget = self._budget
-        if budget is None:
-            return limit
-        room = self._room()
-        worth = self._worth
-        limit = min(limit, worth if polling else budget // 2, room)
-        if calm:
-            return max(1, limit) if room >= min(asked, worth) else 0
-        return limit if limit >= worth else 0
 
     async def _broker_loop(self, node: int) -> None:
         """Send Fetch requests to ``node`` for its ready partitions, two at most at a time.
@@ -548,6 +459,7 @@ class Prefetcher:
         free = ordered[:_MAX_IN_FLIGHT]
         self._sessions.take_over(node, free, ordered[_MAX_IN_FLIGHT:])
         turn = 0
+        budget = self._budget
         # Requests in flight that asked for data known to be there (the others
         # are long polls).
         productive = 0
@@ -564,9 +476,14 @@ class Prefetcher:
             turn += 1
             order = order[turn % len(order) :] + order[: turn % len(order)]
             now = anyio.current_time()
-            parts = [p for p in order if self._ready(p, node, now)]
+            # Partitions holding nothing first: what the broker puts in the
+            # answer first is theirs, the ones whose workers are waiting.
+            parts = sorted(
+                (p for p in order if self._ready(p, node, now)),
+                key=budget.holds,
+            )
             lagging = [p for p in parts if _lagging(p)]
-            asks = self._asks(lagging)
+            asks = budget.asks(lagging)
             # With data on its way in the other request, partitions without
             # data wait for it to end (a long poll would take the channel
             # from the next productive request); otherwise they wait in a
@@ -574,15 +491,17 @@ class Prefetcher:
             # polled).
             calm = not productive
             if calm:
-                asks.update({p.tp: self._want(p) for p in parts if not _lagging(p)})
+                asks.update({p.tp: budget.want(p) for p in parts if not _lagging(p)})
             polling = not lagging
-            limit = self._request_limit(asks, calm, polling) if asks else 0
+            # A partition holding nothing is fetched whatever the others hold.
+            spare = any(not budget.holds(p) for p in parts if p.tp in asks)
+            limit = budget.request_limit(asks, spare, calm, polling) if asks else 0
             if not limit:
                 return None
             ready = {tp: self._parts[tp].position for tp in asks}
             for tp in asks:
                 self._parts[tp].in_flight = True
-            self._reserved += limit
+            budget.reserved += limit
             productive += not polling
             channel = self._channel(node, free, asks)
             free.remove(channel)
@@ -592,7 +511,7 @@ class Prefetcher:
             nonlocal productive
             free.append(job.channel)
             productive -= not job.polling
-            self._reserved -= job.limit
+            budget.reserved -= job.limit
             for tp in job.ready:
                 self._parts[tp].in_flight = False
 
@@ -723,7 +642,7 @@ class Prefetcher:
             # for the partition's ask: the next batch is larger than what was
             # asked for (Kafka lets only the first partition of an answer
             # exceed its limit), so ask for more next time.
-            part.largest = min(self._ceiling, 2 * self._want(part))
+            part.largest = self._budget.grown(part)
 
     async def _deliver(
         self, node: int, part: _Partition, pf: PartitionFetch, room: bool = True
@@ -813,8 +732,7 @@ class Prefetcher:
                     part.damage,
                 )
             )
-        part.buffered += size
-        self._buffered += size
+        self._budget.add(part, size)
         self._metrics.records += count
         self._metrics.bytes += size
         part.wake.set()
@@ -845,6 +763,7 @@ class _PartitionIterator:
 
     async def __anext__(self) -> FetchedBatch:
         part = self._part
+        self._prefetcher._release(part)  # done with the batch it was handed last
         if not part.gaps.asked:
             part.gaps.asked = True
             if part.gaps.from_start() >= 0:  # found before the worker asked
