@@ -35,6 +35,8 @@ Deserializer = Callable[[bytes | None], Any]
 MAX_SECONDS = (2**31 - 1) // 1000
 #: The group's durations that requests carry (JoinGroup's timeouts, Fetch's wait).
 _SENT = frozenset({"session_timeout", "rebalance_timeout", "fetch_max_wait"})
+#: The most a byte count a request carries as an int32 may be.
+_INT32_MAX = 2**31 - 1
 
 
 def check_seconds(
@@ -390,6 +392,12 @@ class GroupConfig(Security):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+            if value > _INT32_MAX:
+                # A Fetch request carries it as an int32 (Java's INT config).
+                raise ConfigError(
+                    f"{name} must be at most {_INT32_MAX} (a Fetch request carries an "
+                    f"int32), got {value!r}"
+                )
         for name in ("fetch_buffer_bytes", "max_batch_records"):
             value = getattr(self, name)
             if value is not None and (
