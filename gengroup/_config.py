@@ -146,6 +146,12 @@ class GroupConfig(Security):
             is handed out in several, split between Kafka record batches (a
             record batch is never split, so one larger than this comes whole).
             None hands out each partition's part whole.
+        max_decompressed_bytes: the most bytes one compressed record batch
+            may decompress to when a worker reads it (a guard against
+            decompression bombs); a larger one raises
+            :class:`~gengroup.DecompressionLimitExceeded` (a
+            ``CorruptRecordError``) from the worker's next step, as damaged
+            records do. The Java consumer has no such limit.
         fetch_sessions: whether Fetch requests use incremental fetch sessions
             (KIP-227: after the first request, only partitions whose position
             changed are named); False sends every partition every time.
@@ -254,6 +260,7 @@ class GroupConfig(Security):
     partition_buffer_bytes: int = 4 * 1024 * 1024
     fetch_buffer_bytes: int | None = 32 * 1024 * 1024
     max_batch_records: int | None = None
+    max_decompressed_bytes: int = 64 * 1024 * 1024
     fetch_sessions: bool = True
     key_deserializer: Deserializer | None = None
     value_deserializer: Deserializer | None = None
@@ -398,6 +405,9 @@ class GroupConfig(Security):
                     f"{name} must be at most {_INT32_MAX} (a Fetch request carries an "
                     f"int32), got {value!r}"
                 )
+        limit = self.max_decompressed_bytes
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+            raise ConfigError(f"max_decompressed_bytes must be a positive integer, got {limit!r}")
         for name in ("fetch_buffer_bytes", "max_batch_records"):
             value = getattr(self, name)
             if value is not None and (
@@ -494,6 +504,7 @@ class GroupSettings(SecuritySettings, total=False):
     partition_buffer_bytes: int
     fetch_buffer_bytes: int | None
     max_batch_records: int | None
+    max_decompressed_bytes: int
     fetch_sessions: bool
     key_deserializer: Deserializer | None
     value_deserializer: Deserializer | None

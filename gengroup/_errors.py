@@ -98,6 +98,17 @@ class CorruptRecordError(ProtocolError):
     """A record batch failed its CRC check or its contents are inconsistent."""
 
 
+class DecompressionLimitExceeded(CorruptRecordError):
+    """A compressed record batch decompresses to more than the reader allows.
+
+    The records are not damaged: the batch holds more data than the limit
+    lets one batch be decompressed into, a guard against decompression bombs
+    (a few KiB on the wire can inflate to gigabytes). A consumer group's
+    limit is its ``max_decompressed_bytes`` setting (64 MiB by default):
+    raise it to read such a batch. The Java consumer has no such limit.
+    """
+
+
 class MissingDependency(GengroupError, ImportError):
     """An optional dependency a feature needs is not installed (the message names the extra)."""
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
-from .._errors import DeserializationError, ProtocolError
+from .._errors import DecompressionLimitExceeded, DeserializationError, ProtocolError
 from .._types import TopicPartition
-from ..protocol.records import Header, RawBatch, Record, decode_raw
+from ..protocol.records import DEFAULT_MAX_DECOMPRESSED_SIZE, Header, RawBatch, Record, decode_raw
 
 __all__ = ["Damage", "DecodedRecord", "Deserializers", "FetchedBatch"]
 
@@ -84,6 +85,7 @@ class FetchedBatch:
     __slots__ = (
         "_damage",
         "_error",
+        "_limit",
         "_raw",
         "_read",
         "_records",
@@ -106,10 +108,13 @@ class FetchedBatch:
         deserializers: Deserializers = (None, None),
         raw: Sequence[RawBatch] = (),
         damage: Damage | None = None,
+        max_decompressed: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
     ) -> None:
         """A batch of ``records`` followed by the still undecoded ``raw`` batches.
 
         ``damage``: the partition's, shared by the batches fetched for it.
+        ``max_decompressed``: the most bytes one record batch may decompress
+        to (the group's ``max_decompressed_bytes``).
         """
         self.topic = topic
         self.partition = partition
@@ -120,6 +125,7 @@ class FetchedBatch:
         self.size = size
         self.deserializers = deserializers
         self._damage = Damage() if damage is None else damage
+        self._limit = max_decompressed
         #: The damage that ended the batch (None: none found).
         self._error: ProtocolError | None = None
         self._read = False
@@ -142,9 +148,11 @@ class FetchedBatch:
             CorruptRecordError: no record comes before the damage: the records
                 are inconsistent or cannot be decompressed (names the
                 partition and the record batch's offset).
-            ProtocolError: they decompress to more than the decoder allows.
+            DecompressionLimitExceeded: a record batch decompresses to more
+                than the group's ``max_decompressed_bytes`` (a
+                ``CorruptRecordError``, handed out as damage is).
         """
-        decoded = self._decode(decode_raw)
+        decoded = self._decode(partial(decode_raw, max_decompressed_size=self._limit))
         if decoded is not None:
             self._records = self._records + decoded if self._records else decoded
         self._raw = ()  # the fetched bytes can go
@@ -167,11 +175,11 @@ class FetchedBatch:
             MissingDependency: pyarrow is not installed (the ``arrow`` extra).
             CorruptRecordError: as :attr:`records`, and for an offset or
                 timestamp beyond int64 (which ends the batch as damage does).
-            ProtocolError: as :attr:`records`.
+            DecompressionLimitExceeded: as :attr:`records`.
         """
         from ..protocol.arrow import batches_to_arrow, records_to_arrow, require_pyarrow
 
-        table = self._decode(batches_to_arrow)
+        table = self._decode(partial(batches_to_arrow, max_decompressed_size=self._limit))
         if self._error is not None and not self._records and not self._raw:
             raise self._error
         if table is None:
@@ -207,7 +215,7 @@ class FetchedBatch:
                 try:
                     decode((raw,))
                 except ProtocolError as exc:
-                    error = type(exc)(f"Fetch {self.tp}: {exc}")
+                    error = type(exc)(f"Fetch {self.tp}: {exc}{_hint(exc)}")
                     error.__cause__ = exc
                     self._end(i, raw.base_offset, error)
                     damage.found(raw.base_offset, error)
@@ -269,6 +277,13 @@ class DecodedRecord:
     key: Any
     value: Any
     headers: tuple[Header, ...]
+
+
+def _hint(exc: ProtocolError) -> str:
+    """What to do about ``exc``, if the group's settings decide it."""
+    if isinstance(exc, DecompressionLimitExceeded):
+        return " (the group's max_decompressed_bytes: raise it to read these records)"
+    return ""
 
 
 def _apply(

@@ -730,6 +730,7 @@ class Prefetcher:
                     deserializers,
                     piece.raw,
                     part.damage,
+                    self._config.max_decompressed_bytes,
                 )
             )
         self._budget.add(part, size)

@@ -20,7 +20,7 @@ from typing import Final
 
 import cramjam
 
-from .._errors import CorruptRecordError, ProtocolError
+from .._errors import CorruptRecordError, DecompressionLimitExceeded, ProtocolError
 
 __all__ = ["Compression", "compress", "decompress"]
 
@@ -93,7 +93,7 @@ def _bounded(
             if "write whole buffer" not in str(exc):
                 raise
             if size >= limit:
-                raise ProtocolError(
+                raise DecompressionLimitExceeded(
                     f"decompressed records exceed max_decompressed_size={limit}"
                 ) from exc
             # Missing or lying size hint: grow geometrically (bounded total work).
@@ -107,7 +107,9 @@ def _snappy_block(src: memoryview, limit: int) -> bytes:
     """Decompress one raw snappy block; its preamble states the exact output size."""
     size = cramjam.snappy.decompress_raw_len(src)
     if size > limit:
-        raise ProtocolError(f"decompressed records exceed max_decompressed_size={limit}")
+        raise DecompressionLimitExceeded(
+            f"decompressed records exceed max_decompressed_size={limit}"
+        )
     return bytes(cramjam.snappy.decompress_raw(src))
 
 

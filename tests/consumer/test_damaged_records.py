@@ -18,7 +18,14 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup import ConsumerGroup, CorruptRecordError, FetchedBatch, Generation, TopicPartition
+from gengroup import (
+    ConsumerGroup,
+    CorruptRecordError,
+    DecompressionLimitExceeded,
+    FetchedBatch,
+    Generation,
+    TopicPartition,
+)
 from gengroup._config import GroupConfig
 from gengroup._types import GenerationIdentity
 from gengroup.broker import FakeCluster
@@ -27,6 +34,7 @@ from gengroup.consumer.columnar import fetched_to_arrow
 from gengroup.consumer.generation import RebalanceTimings
 from gengroup.consumer.ownership import Ownership
 from gengroup.membership.member import Outcome
+from gengroup.protocol.compression import Compression
 from gengroup.protocol.versions import ApiKey
 
 from ..embedded import damaged_batch, fetch_answer, sound_batch
@@ -177,3 +185,36 @@ async def test_a_retained_span_goes_on_from_the_damage_found_after_its_batch_was
         assert prefetchers[1].told == [(TP, 3, error)]
         assert prefetchers[0].told == []
         second.end(Outcome.REJOIN, "the group is closing", release=True)
+
+
+@pytest.mark.parametrize("read", ["records", "arrow"])
+@pytest.mark.parametrize("limit", [65536, 1 << 20])
+async def test_a_batch_decompressing_past_max_decompressed_bytes_is_a_typed_error(
+    autojump_clock: trio.testing.MockClock, read: str, limit: int
+) -> None:
+    """A zstd batch of 200 KiB of records (a few hundred bytes on the wire)
+    is read whole under a limit of 1 MiB; under 64 KiB the records before it
+    are handed out, then every step raises DecompressionLimitExceeded, a
+    CorruptRecordError naming the setting to raise. It used to be a plain
+    ProtocolError with a limit no setting could change."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.produce("t", [b"a", b"b"])
+        cluster.produce("t", [b"v" * 10_240] * 20, compression=Compression.ZSTD)
+        seen: list[int] = []
+        async with ConsumerGroup(
+            "g", ["t"], cluster.bootstrap, max_decompressed_bytes=limit, **SETTINGS
+        ) as group:
+            gen = await group.next()
+            batches = gen.fetch(TP)
+            if limit > 20 * 10_240:
+                while len(seen) < 22:
+                    seen += _offsets(await anext(batches), read)
+                assert seen == list(range(22))
+            else:
+                with pytest.raises(DecompressionLimitExceeded, match="max_decompressed_bytes"):
+                    async for batch in batches:
+                        seen += _offsets(batch, read)
+                assert seen == [0, 1]
+                with pytest.raises(CorruptRecordError, match=r"^Fetch t\[0\]: .*offset 2"):
+                    await anext(batches)
+            gen.cancel("test over")

@@ -26,7 +26,7 @@ import pyarrow.ipc
 import pytest
 from hypothesis import given, strategies as st
 
-from gengroup._errors import CorruptRecordError, ProtocolError
+from gengroup._errors import CorruptRecordError, DecompressionLimitExceeded, ProtocolError
 from gengroup.protocol import arrow, records
 from gengroup.protocol.records import (
     Compression,
@@ -375,7 +375,7 @@ def test_an_earlier_corrupt_batch_is_reported_before_a_later_codec_error() -> No
     assert result == (("error", CorruptRecordError),) * 2
     (raw,) = raws[1:]
     result = both(arrow.batches_to_arrow, [raw], max_decompressed_size=1000)
-    assert result == (("error", ProtocolError),) * 2
+    assert result == (("error", DecompressionLimitExceeded),) * 2
     # an offset beyond int64 counts as an error of the earlier batch too
     beyond = encode_batch([(b"k", b"v", (), 1)] * 2, base_offset=2**63 - 1)
     huge = with_base_offset(huge, 0)
