@@ -480,7 +480,7 @@ class Prefetcher:
             # answer first is theirs, the ones whose workers are waiting.
             parts = sorted(
                 (p for p in order if self._ready(p, node, now)),
-                key=budget.holds,
+                key=lambda p: budget.holds(p) > 0,  # (stable: the rotation stays)
             )
             lagging = [p for p in parts if _lagging(p)]
             asks = budget.asks(lagging)
