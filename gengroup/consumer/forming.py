@@ -51,7 +51,7 @@ from collections.abc import (
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Any, Final, Generic, NamedTuple, TypeVar
+from typing import Final, Generic, NamedTuple, TypeVar
 
 import anyio
 from kio.schema.errors import ErrorCode
@@ -77,6 +77,7 @@ from ..membership.member import Joined, JoinParams, Member, Outcome, Retry, outc
 from ..membership.pattern import describe_change, matching_topics
 from ..protocol.versions import ApiKey
 from . import diagnosis
+from .committing import send_offset_commit
 from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
 from .metrics import GroupMetrics
 from .prefetch import FIRST_FETCH_CHANNELS, Prefetcher
@@ -489,44 +490,11 @@ class GroupClient:
     async def commit_offsets(
         self, identity: GenerationIdentity, offsets: Offsets, metadata: OffsetMetadata | None = None
     ) -> CommitCodes:
-        """OffsetCommit under ``identity`` (with ``metadata`` per partition, if given);
-        the error code of each partition (0 = stored).
+        """OffsetCommit under ``identity``; each partition's error code (0 = stored).
 
-        A broken connection, or every partition answered with a coordinator
-        error, is followed once: the coordinator is looked up again and the
-        commit sent there.
-
-        Raises:
-            CoordinatorError: the coordinator moved again.
-            KafkaConnectionError: the connection failed again.
+        See :func:`~gengroup.consumer.committing.send_offset_commit`.
         """
-
-        def parse(resp: Any) -> CommitCodes:
-            results = requests.parse_offset_commit(resp)
-            codes = set(results.values())
-            if codes and all(outcome_for(code) is Outcome.FIND_COORDINATOR for code in codes):
-                raise error_for_code(min(codes), f"OffsetCommit of {identity.group_id}")
-            return results
-
-        try:
-            results = await self.coordinator.call(
-                ApiKey.OFFSET_COMMIT,
-                partial(
-                    requests.offset_commit_request,
-                    identity=identity,
-                    offsets=offsets,
-                    metadata=metadata,
-                ),
-                parse,
-            )
-        except BaseException:
-            self.metrics.commits_failed += 1
-            raise
-        if any(results.values()):
-            self.metrics.commits_failed += 1
-        else:
-            self.metrics.commits_ok += 1
-        return results
+        return await send_offset_commit(self.coordinator, self.metrics, identity, offsets, metadata)
 
     async def leave(self, member_id: str) -> None:
         """LeaveGroup for a dynamic member, if the coordinator is known (bounded, never raises

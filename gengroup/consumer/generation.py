@@ -58,10 +58,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 import anyio.abc
 
-from .._errors import GenerationEnded, ProtocolError, error_for_code
+from .._errors import GenerationEnded, ProtocolError
 from .._types import GenerationIdentity, IdentityNames, TopicPartition, checked_offset
 from ..membership.member import Outcome
 from .commits import CommitCodes, Committer, OffsetMetadata, Offsets
+from .committing import GenerationCommits
 from .detached import (
     UserTask,
     abandon,
@@ -71,7 +72,6 @@ from .detached import (
     start_or_drop,
     stuck,
 )
-from .recordless import to_commit
 from .span_commits import commit_in_spans
 from .timings import RebalanceTimings
 
@@ -266,7 +266,7 @@ class _SpanBatches:
 
 
 @dataclass(eq=False)
-class Generation(IdentityNames):
+class Generation(IdentityNames, GenerationCommits):
     """One generation of the group, as seen by this member.
 
     Obtained from ``async for gen in group``; never constructed by users.
@@ -782,6 +782,11 @@ class Generation(IdentityNames):
             return None  # (a span opened later, after ``tp`` was revoked and added again)
         return span
 
+    def _offset_stored(self, tp: TopicPartition) -> None:
+        """A commit of ``tp`` was stored: a reset its span carried is over."""
+        if (span := self._spans.get(tp)) is not None and span.gen is self:
+            span.reset = -1  # the coordinator holds an offset of the new log
+
     @property
     def marks(self) -> Mapping[TopicPartition, int]:
         """The offsets marked so far."""
@@ -846,53 +851,3 @@ class Generation(IdentityNames):
             await commit_in_spans(where, self.assignments, self._span, offsets, metadata)
             return
         await self._commit(offsets, metadata, forwarded=False)
-
-    async def _commit(
-        self, offsets: Offsets | None, metadata: OffsetMetadata | None, *, forwarded: bool
-    ) -> None:
-        """:meth:`commit` while live; ``forwarded``: ``offsets`` are marks (span_commits.py)."""
-        async with self._commit_lock:
-            explicit = offsets is not None and not forwarded  # the application decides alone
-            wanted, carried = to_commit(
-                offsets, forwarded, self._marks, self._start_marks, self._committed_metadata
-            )
-            for tp in wanted:
-                if tp not in self.assignments and tp not in self.revoked:
-                    raise KeyError(f"{tp} is not assigned in generation {self.label}")
-                if explicit:
-                    self._start_marks.pop(tp, None)
-            due = {tp: o for tp, o in wanted.items() if o > self._committed.get(tp, -1)}
-            if not due:
-                return
-            sent_at = anyio.current_time()
-            try:
-                notes = {tp: m for tp, m in {**carried, **(metadata or {})}.items() if tp in due}
-                results = await self._committer.commit_offsets(self.identity, due, notes or None)
-            except BaseException as exc:
-                self.commit_error = exc
-                self.commits_failed += 1
-                raise
-            failed = {tp: code for tp, code in results.items() if code}
-            if not failed:
-                self.commit_error = None
-                self.commits_ok += 1
-                self.renew_lease(sent_at)
-            for tp, off in due.items():
-                if tp not in failed:
-                    if (span := self._spans.get(tp)) is not None and span.gen is self:
-                        span.reset = -1  # the coordinator holds an offset of the new log
-                    self._committed[tp] = max(off, self._committed.get(tp, -1))
-                    if tp in notes:
-                        self._committed_metadata[tp] = notes[tp]
-                    else:  # the coordinator stored an empty string with it
-                        self._committed_metadata.pop(tp, None)
-            if failed:
-                tp, code = next(iter(sorted(failed.items())))
-                refused = error_for_code(
-                    code,
-                    f"OffsetCommit of {self.group_id} generation {self.label} member "
-                    f"{self.member_id}: {len(failed)} partition(s) refused, e.g. {tp}",
-                )
-                self.commit_error = refused
-                self.commits_failed += 1
-                raise refused

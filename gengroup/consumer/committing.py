@@ -1,0 +1,167 @@
+"""Sending a generation's commits: one OffsetCommit, and what the generation keeps of it.
+
+Theory of operation:
+
+:func:`send_offset_commit` is the request itself, sent by the group's
+:class:`~gengroup.consumer.forming.GroupClient` (the generation's
+:class:`~gengroup.consumer.commits.Committer`) through the coordinator
+client: a broken connection, or every partition answered with a
+coordinator error, is followed once to the coordinator looked up again.
+It counts the commit in the member's metrics and returns each partition's
+error code.
+
+:class:`GenerationCommits` is the part of
+:class:`~gengroup.consumer.generation.Generation` that makes one commit
+while the generation lives (``Generation._commit``): under the
+generation's commit lock it works out what is due (marks, start marks or
+the offsets given, never below what this member already committed), sends
+it under the generation's identity, records what the coordinator stored
+(offsets and their metadata) and types a refusal. It records the outcome on
+the generation (``commit_error``, ``commits_ok``, ``commits_failed``) and
+renews the local lease with an accepted commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .._errors import error_for_code
+from .._types import GenerationIdentity, TopicPartition
+from ..io.coordinator import CoordinatorClient
+from ..membership import requests
+from ..membership.member import Outcome, outcome_for
+from ..protocol.versions import ApiKey
+from .commits import CommitCodes, Committer, OffsetMetadata, Offsets
+from .metrics import GroupMetrics
+from .recordless import to_commit
+
+__all__ = ["GenerationCommits", "send_offset_commit"]
+
+
+async def send_offset_commit(
+    coordinator: CoordinatorClient,
+    metrics: GroupMetrics,
+    identity: GenerationIdentity,
+    offsets: Offsets,
+    metadata: OffsetMetadata | None = None,
+) -> CommitCodes:
+    """OffsetCommit under ``identity`` (with ``metadata`` per partition, if given);
+    the error code of each partition (0 = stored).
+
+    A broken connection, or every partition answered with a coordinator
+    error, is followed once: the coordinator is looked up again and the
+    commit sent there. The commit is counted in ``metrics``.
+
+    Raises:
+        CoordinatorError: the coordinator moved again.
+        KafkaConnectionError: the connection failed again.
+    """
+
+    def parse(resp: Any) -> CommitCodes:
+        results = requests.parse_offset_commit(resp)
+        codes = set(results.values())
+        if codes and all(outcome_for(code) is Outcome.FIND_COORDINATOR for code in codes):
+            raise error_for_code(min(codes), f"OffsetCommit of {identity.group_id}")
+        return results
+
+    try:
+        results = await coordinator.call(
+            ApiKey.OFFSET_COMMIT,
+            partial(
+                requests.offset_commit_request,
+                identity=identity,
+                offsets=offsets,
+                metadata=metadata,
+            ),
+            parse,
+        )
+    except BaseException:
+        metrics.commits_failed += 1
+        raise
+    if any(results.values()):
+        metrics.commits_failed += 1
+    else:
+        metrics.commits_ok += 1
+    return results
+
+
+class GenerationCommits:
+    """A generation's commits while it lives (mixed into
+    :class:`~gengroup.consumer.generation.Generation`, which holds the state)."""
+
+    if TYPE_CHECKING:
+        identity: GenerationIdentity
+        assignments: Mapping[TopicPartition, int]
+        revoked: frozenset[TopicPartition]
+        commit_error: BaseException | None
+        commits_ok: int
+        commits_failed: int
+        _committer: Committer
+        _commit_lock: anyio.Lock
+        _marks: dict[TopicPartition, int]
+        _start_marks: dict[TopicPartition, int]
+        _committed: dict[TopicPartition, int]
+        _committed_metadata: dict[TopicPartition, str]
+
+        @property
+        def label(self) -> str: ...
+        @property
+        def group_id(self) -> str: ...
+        @property
+        def member_id(self) -> str: ...
+        def renew_lease(self, sent_at: float) -> None: ...
+        def _offset_stored(self, tp: TopicPartition) -> None: ...
+
+    async def _commit(
+        self, offsets: Offsets | None, metadata: OffsetMetadata | None, *, forwarded: bool
+    ) -> None:
+        """One commit of a live generation (``Generation.commit``); ``forwarded``:
+        ``offsets`` are marks (span_commits.py)."""
+        async with self._commit_lock:
+            explicit = offsets is not None and not forwarded  # the application decides alone
+            wanted, carried = to_commit(
+                offsets, forwarded, self._marks, self._start_marks, self._committed_metadata
+            )
+            for tp in wanted:
+                if tp not in self.assignments and tp not in self.revoked:
+                    raise KeyError(f"{tp} is not assigned in generation {self.label}")
+                if explicit:
+                    self._start_marks.pop(tp, None)
+            due = {tp: o for tp, o in wanted.items() if o > self._committed.get(tp, -1)}
+            if not due:
+                return
+            sent_at = anyio.current_time()
+            try:
+                notes = {tp: m for tp, m in {**carried, **(metadata or {})}.items() if tp in due}
+                results = await self._committer.commit_offsets(self.identity, due, notes or None)
+            except BaseException as exc:
+                self.commit_error = exc
+                self.commits_failed += 1
+                raise
+            failed = {tp: code for tp, code in results.items() if code}
+            if not failed:
+                self.commit_error = None
+                self.commits_ok += 1
+                self.renew_lease(sent_at)
+            for tp, off in due.items():
+                if tp not in failed:
+                    self._offset_stored(tp)
+                    self._committed[tp] = max(off, self._committed.get(tp, -1))
+                    if tp in notes:
+                        self._committed_metadata[tp] = notes[tp]
+                    else:  # the coordinator stored an empty string with it
+                        self._committed_metadata.pop(tp, None)
+            if failed:
+                tp, code = next(iter(sorted(failed.items())))
+                refused = error_for_code(
+                    code,
+                    f"OffsetCommit of {self.group_id} generation {self.label} member "
+                    f"{self.member_id}: {len(failed)} partition(s) refused, e.g. {tp}",
+                )
+                self.commit_error = refused
+                self.commits_failed += 1
+                raise refused
