@@ -2,8 +2,8 @@
 
 Periodic commits are turned off (``commit_interval=0``): a batch's offsets are
 committed right after the batch is processed, and a failed commit is seen at
-once (``gen.commit()`` raises). This trades a request per batch for the least
-reprocessing after a crash.
+once (``gen.commit()`` raises once it gave up retrying). This trades a
+request per batch for the least reprocessing after a crash.
 
 Run: python examples/manual_commits.py [--bootstrap HOST:PORT] [--count 1000]
 Without --bootstrap it starts an embedded broker in this process.
@@ -36,7 +36,11 @@ async def handle(gen: gengroup.Generation, tp: gengroup.TopicPartition, progress
         for _record in batch:
             pass  # the real work goes here
         gen.mark(tp, batch.next_offset)
-        await gen.commit()  # raises (and ends the generation) if the coordinator refuses
+        # A refusal worth retrying (coordinator loading or moving, a broken
+        # connection) is retried within request_timeout; a fencing answer, or
+        # one still refused after that, raises and ends the generation (and
+        # the group, as any task's exception does).
+        await gen.commit()
         progress.committed_records += len(batch)
         progress.commits += 1
 

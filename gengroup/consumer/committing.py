@@ -19,19 +19,40 @@ it under the generation's identity, records what the coordinator stored
 (offsets and their metadata) and types a refusal. It records the outcome on
 the generation (``commit_error``, ``commits_ok``, ``commits_failed``) and
 renews the local lease with an accepted commit.
+
+:meth:`GenerationCommits._retried` sends a commit again while it fails
+with an error worth retrying (:func:`retriable_refusal`: a coordinator
+loading, moving or not answering, REQUEST_TIMED_OUT, a broken connection),
+with the client's backoff (:mod:`gengroup.io.retry`), for at most the
+group's ``request_timeout``; a fencing answer or REBALANCE_IN_PROGRESS
+(:data:`FENCED`) ends it at once. Each attempt works out what is due anew,
+so marks made meanwhile go with it and a coordinator that moved is looked
+up again. An explicit ``gen.commit()`` and the final commit of an ending
+generation both run through it; the periodic committer sends one commit
+per interval (the next interval is its retry).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import error_for_code
+from .._errors import (
+    FencedInstanceId,
+    GenerationEnded,
+    MemberResetError,
+    RebalanceInProgress,
+    RequestTimedOut,
+    StaleMemberEpoch,
+    error_for_code,
+    is_retriable,
+)
 from .._types import GenerationIdentity, TopicPartition
 from ..io.coordinator import CoordinatorClient
+from ..io.retry import retry
 from ..membership import requests
 from ..membership.member import Outcome, outcome_for
 from ..protocol.versions import ApiKey
@@ -39,7 +60,26 @@ from .commits import CommitCodes, Committer, OffsetMetadata, Offsets
 from .metrics import GroupMetrics
 from .recordless import to_commit
 
-__all__ = ["GenerationCommits", "send_offset_commit"]
+__all__ = ["FENCED", "GenerationCommits", "retriable_refusal", "send_offset_commit"]
+
+#: Answers that end a commit's retries at once: this member no longer owns the
+#: generation's partitions (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID and
+#: FENCED_MEMBER_EPOCH are MemberResetError; FENCED_INSTANCE_ID), or the group
+#: is assigning them anew (REBALANCE_IN_PROGRESS).
+FENCED = (MemberResetError, FencedInstanceId, RebalanceInProgress)
+
+
+def retriable_refusal(exc: BaseException) -> bool:
+    """Whether a commit that failed with ``exc`` is worth sending again.
+
+    Yes for what the error table retries (COORDINATOR_LOAD_IN_PROGRESS,
+    NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, REQUEST_TIMED_OUT, a broken
+    connection, ...) and for a request that timed out; never for a
+    :data:`FENCED` answer.
+    """
+    if isinstance(exc, FENCED):
+        return False
+    return is_retriable(exc) or isinstance(exc, TimeoutError)
 
 
 async def send_offset_commit(
@@ -106,7 +146,11 @@ class GenerationCommits:
         _start_marks: dict[TopicPartition, int]
         _committed: dict[TopicPartition, int]
         _committed_metadata: dict[TopicPartition, str]
+        _request_timeout: float
+        _retry_backoff: float
 
+        @property
+        def ended(self) -> bool: ...
         @property
         def label(self) -> str: ...
         @property
@@ -165,3 +209,73 @@ class GenerationCommits:
                 self.commit_error = refused
                 self.commits_failed += 1
                 raise refused
+
+    async def _commit_retried(
+        self, offsets: Offsets | None, metadata: OffsetMetadata | None, *, forwarded: bool
+    ) -> None:
+        """:meth:`_commit`, its retriable refusals sent again (``Generation.commit``).
+
+        Retried for the group's ``request_timeout`` (:meth:`_retried`), also while
+        the generation is ending (the coordinator accepts its commits while the
+        group rebalances); once it has ended, the retries stop with
+        :class:`~gengroup.GenerationEnded`. STALE_MEMBER_EPOCH is not retried here:
+        the consumer protocol's committer already sent the commit again under
+        the member's newer epoch if it had one.
+        """
+        what = f"commit of group {self.group_id} generation {self.label}"
+
+        async def attempt() -> None:
+            if self.ended:
+                raise GenerationEnded(
+                    f"commit: generation {self.label} of {self.group_id} ended while its "
+                    "commit was retried; nothing more was sent"
+                )
+            await self._commit(offsets, metadata, forwarded=forwarded)
+
+        def retriable(exc: BaseException) -> bool:
+            return not isinstance(exc, StaleMemberEpoch) and retriable_refusal(exc)
+
+        await self._retried(attempt, what, retriable=retriable)
+
+    async def _retried(
+        self,
+        attempt: Callable[[], Awaitable[None]],
+        what: str,
+        *,
+        timeout: float | None = None,
+        retriable: Callable[[BaseException], bool] = retriable_refusal,
+    ) -> None:
+        """Run ``attempt`` (one commit) until it succeeds, retrying its refusals.
+
+        An error ``retriable`` accepts is retried with the client's backoff
+        for at most ``timeout`` seconds in all; any other comes out as itself.
+
+        Args:
+            attempt: one commit (``Generation._commit_once``).
+            what: the commit, for the timeout's message.
+            timeout: seconds of retries (default: the group's ``request_timeout``).
+            retriable: which errors are retried (default: :func:`retriable_refusal`).
+
+        Raises:
+            RequestTimedOut: the commit did not succeed within ``timeout``; its
+                ``__cause__`` is the last error (also :attr:`commit_error`).
+            Exception: what ``attempt`` raised that is not retried.
+        """
+        limit = self._request_timeout if timeout is None else timeout
+
+        def timed_out(last: BaseException | None) -> BaseException:
+            detail = "no attempt was answered" if last is None else f"last error: {last}"
+            said = f"{what} did not complete within {round(limit, 3):g} s ({detail})"
+            error = RequestTimedOut(said)
+            error.__cause__ = last
+            self.commit_error = error
+            return error
+
+        await retry(
+            what,
+            attempt,
+            timeout=limit,
+            backoff=self._retry_backoff,
+            retriable=retriable,
+            on_timeout=timed_out,
+        )

@@ -366,6 +366,8 @@ class ConsumerProtocolMember:
             _committed={tp: off for tp, (off, _) in committed.items()},
             _committed_metadata={tp: note for tp, (_, note) in committed.items() if note},
             _session_timeout=cfg.session_timeout,
+            _request_timeout=cfg.request_timeout,
+            _retry_backoff=self.client.cluster.retry_backoff,
             _classic=False,
         )
         prefetcher.on_reset = gen.offset_reset

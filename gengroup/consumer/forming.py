@@ -858,6 +858,8 @@ def _formed(
         _committed={tp: off for tp, (off, _) in committed.items()},
         _committed_metadata={tp: note for tp, (_, note) in committed.items() if note},
         _session_timeout=client.config.session_timeout,
+        _request_timeout=client.config.request_timeout,
+        _retry_backoff=client.cluster.retry_backoff,
     )
     prefetcher.on_reset = gen.offset_reset
     prefetcher.on_damage = gen.records_damaged

@@ -328,6 +328,10 @@ class Generation(IdentityNames, GenerationCommits):
     #: The local lease: a member at ``_lease_from`` (the newest accepted request's
     #: sending), it may have been evicted ``_session_timeout`` later.
     _session_timeout: float = field(default=float("inf"), repr=False)
+    #: How long a commit's retriable refusals are retried (``request_timeout``),
+    #: and the base of their backoff (the cluster's ``retry_backoff``).
+    _request_timeout: float = field(default=30.0, repr=False)
+    _retry_backoff: float = field(default=0.1, repr=False)
     _lease_from: float = field(default=0.0, repr=False)
     #: When the next heartbeat is due (``anyio.current_time()``; classic: on the
     #: members' shared grid, early beats aside); None before one is due.
@@ -825,6 +829,17 @@ class Generation(IdentityNames, GenerationCommits):
         could carry meanwhile); while the span is being revoked, it is
         committed under the generation revoking it.
 
+        A refusal worth retrying (COORDINATOR_LOAD_IN_PROGRESS,
+        NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, REQUEST_TIMED_OUT, a
+        broken connection) is retried with the client's jittered backoff
+        for up to ``request_timeout``, the coordinator looked up again after
+        a move; each retry commits what is due then (the marks made
+        meanwhile too). A fencing answer or REBALANCE_IN_PROGRESS is raised
+        at once, and so is STALE_MEMBER_EPOCH (consumer protocol: the commit
+        was already sent again under the member's newer epoch if there was
+        one). Retries go on while the generation is ending; once it has ended
+        they stop with ``GenerationEnded``.
+
         Args:
             offsets: what to commit; default: every marked offset (on an
                 ended generation: its spans' marks), with start marks
@@ -842,12 +857,18 @@ class Generation(IdentityNames, GenerationCommits):
             GenerationEnded: the generation has ended and a partition to
                 commit has no span that outlived it (or that span was given
                 up with the membership); nothing was sent.
-            BrokerError: refused (IllegalGeneration, UnknownMemberId,
-                RebalanceInProgress; a coordinator loading or moving: sent once,
-                not retried); KafkaConnectionError: the connection broke. Marks stay.
+                Also raised when it ended while the commit was being retried.
+            BrokerError: refused, not retried (IllegalGeneration,
+                UnknownMemberId, FencedInstanceId, RebalanceInProgress,
+                StaleMemberEpoch, FencedMemberEpoch, an authorization error).
+            RequestTimedOut: retriable refusals or connection failures went
+                on for ``request_timeout``; its ``__cause__`` is the last one
+                (it is a ``KafkaConnectionError``). ClusterUnreachable,
+                CoordinatorUnavailable: an outage lasted ``unreachable_timeout``.
+                Marks stay in every case.
         """
         if self.ended:
             where = f"generation {self.label} of {self.group_id}"
             await commit_in_spans(where, self.assignments, self._span, offsets, metadata)
             return
-        await self._commit(offsets, metadata, forwarded=False)
+        await self._commit_retried(offsets, metadata, forwarded=False)

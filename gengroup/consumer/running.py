@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 
 import anyio
 import anyio.abc
@@ -72,21 +73,17 @@ from kio.schema.errors import ErrorCode
 from .._config import GroupConfig
 from .._errors import (
     BrokerError,
-    FencedInstanceId,
     KafkaConnectionError,
-    MemberResetError,
     ProtocolError,
-    RebalanceInProgress,
     RequestTimedOut,
     TaskStuckError,
     error_for_code,
-    is_retriable,
 )
 from ..io.cluster import LONG_UNAVAILABLE
-from ..io.retry import retry
 from ..membership.member import Member, Outcome, outcome_for
 from ..membership.pattern import describe_change
 from .cadence import FIRST_EARLY_BEAT, beat_period, shared_time, until_grid
+from .committing import FENCED, retriable_refusal
 from .detached import first_failure
 from .forming import Formed, GroupClient
 from .generation import Generation
@@ -95,11 +92,6 @@ from .ownership import Ownership
 __all__ = ["run_generation"]
 
 log = logging.getLogger("gengroup")
-
-#: Answers that end the final commit at once: this member no longer owns the
-#: generation's partitions (ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID are
-#: MemberResetError), or the group is assigning them anew.
-_FENCED = (MemberResetError, FencedInstanceId, RebalanceInProgress)
 
 
 async def run_generation(
@@ -229,7 +221,7 @@ class _Run:
                 torn_down_at = anyio.current_time()
             left = torn_down_at + cfg.request_timeout - anyio.current_time()
             first = self.first_pass_failure
-            if isinstance(first, _FENCED) or left <= 0:
+            if isinstance(first, FENCED) or left <= 0:
                 if first is not None:
                     self._commit_failed(first)
             # With nothing left (no mark since the first pass) there is no
@@ -410,7 +402,7 @@ class _Run:
             refused = []
 
         def retriable(exc: BaseException) -> bool:
-            if isinstance(exc, _FENCED) or not (is_retriable(exc) or isinstance(exc, TimeoutError)):
+            if not retriable_refusal(exc):
                 return False
             if not refused:
                 log.info(
@@ -431,11 +423,10 @@ class _Run:
                 f"waiting for the coordinator to accept the final commit (up to {limit} s)"
             ):
                 try:
-                    await retry(
+                    await gen._retried(
+                        partial(gen._commit, None, None, forwarded=False),
                         f"final commit of group {gen.group_id} generation {gen.label}",
-                        gen.commit,
                         timeout=limit,
-                        backoff=self.client.cluster.retry_backoff,
                         retriable=retriable,
                     )
                 except (BrokerError, KafkaConnectionError, ProtocolError, TimeoutError) as exc:
@@ -726,7 +717,9 @@ class _Run:
         while True:
             await anyio.sleep(self.config.commit_interval)
             try:
-                await gen.commit()
+                # One commit per interval, not retried within it: the next
+                # interval retries it, with the marks made meanwhile.
+                await gen._commit(None, None, forwarded=False)
             except BrokerError as exc:
                 outcome = outcome_for(exc.code)
                 if outcome is Outcome.FATAL:

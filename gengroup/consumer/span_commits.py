@@ -39,7 +39,7 @@ class _Holder(Protocol):
     @property
     def marks(self) -> Mapping[TopicPartition, int]: ...
 
-    async def _commit(
+    async def _commit_retried(
         self, offsets: Offsets | None, metadata: OffsetMetadata | None, *, forwarded: bool
     ) -> None: ...
 
@@ -76,7 +76,8 @@ async def commit_in_spans(
     Raises:
         GenerationEnded: a partition to commit has no span that outlived
             ``gen``, or none has; nothing was sent.
-        BrokerError, KafkaConnectionError: what the holder's commit raises.
+        BrokerError, KafkaConnectionError: what the holder's commit raises
+            (its retriable refusals retried for ``request_timeout`` first).
     """
     ended = GenerationEnded(f"commit: {where} has ended; nothing was sent")
     wanted = None if offsets is None else {tp: checked_offset(tp, o) for tp, o in offsets.items()}
@@ -108,4 +109,4 @@ async def commit_in_spans(
         else:
             # The spans' marks go as marks: with the holder's start marks of
             # their partitions, which only offsets the application gave drop.
-            await holder._commit(due, metadata, forwarded=wanted is None)
+            await holder._commit_retried(due, metadata, forwarded=wanted is None)

@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +66,11 @@ async def _run_sink(
         await sink.run(g, done)
 
 
-async def _land_all(bootstrap: str, group: str, sink: LakeSink) -> None:
+async def _land_all(bootstrap: str, group: str, sink: LakeSink, **settings: Any) -> None:
     """Run ``sink`` in ``group`` until the group committed every partition's end, then stop it."""
     done = anyio.Event()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_run_sink, bootstrap, group, sink, done)
+        tg.start_soon(partial(_run_sink, bootstrap, group, sink, done, **settings))
         await _caught_up(bootstrap, group, 4)
         done.set()
 
@@ -350,24 +351,25 @@ async def test_verify_names_a_corrupt_file_before_running_spark(
 async def test_a_commit_lost_with_its_connection_ends_the_generation_not_the_sink(
     cluster: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Twice in a row the connection drops under an OffsetCommit (the client follows a
-    broken connection once): the outcome is unknown, the staged file stays, the member
-    rejoins and the lake still holds every offset once."""
+    """The connection drops under every OffsetCommit for longer than ``request_timeout``
+    (the client retries a broken connection within it): the outcome is unknown, the
+    staged file stays, the member rejoins and the lake still holds every offset once."""
     await produce(cluster.bootstrap, TOPIC, range(800))
-    dropped: list[int] = []
+    dropped: list[float] = []
 
-    def drop_two(request: Intercepted) -> Disconnect | None:
-        if len(dropped) < 2:
-            dropped.append(1)
+    def drop_for_a_while(request: Intercepted) -> Disconnect | None:
+        now = anyio.current_time()
+        if not dropped or now - dropped[0] < 1.5:
+            dropped.append(now)
             return Disconnect()
         return None
 
-    cluster.control(ApiKey.OFFSET_COMMIT, drop_two)
+    cluster.control(ApiKey.OFFSET_COMMIT, drop_for_a_while)
     caplog.set_level(logging.WARNING, "gengroup.lake")
     config = LakeConfig(str(tmp_path), file_max_bytes=4_000, file_max_age=0.3, progress_interval=0)
     sink = LakeSink(config)
-    await _land_all(cluster.bootstrap, "lost-commit", sink)
-    assert len(dropped) == 2
+    await _land_all(cluster.bootstrap, "lost-commit", sink, request_timeout=1.0)
+    assert len(dropped) > 2
     assert "failed" in caplog.text and "settles the staged file" in caplog.text
     assert sink.generations >= 2  # the generation ended and the member rejoined
     await _check_lake(cluster.bootstrap, tmp_path)
