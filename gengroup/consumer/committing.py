@@ -183,8 +183,9 @@ class GenerationCommits:
                 notes = {tp: m for tp, m in {**carried, **(metadata or {})}.items() if tp in due}
                 results = await self._committer.commit_offsets(self.identity, due, notes or None)
             except BaseException as exc:
-                self.commit_error = exc
                 self.commits_failed += 1
+                if isinstance(exc, Exception):  # a cancellation is no commit error
+                    self.commit_error = exc
                 raise
             failed = {tp: code for tp, code in results.items() if code}
             if not failed:

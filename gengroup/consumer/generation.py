@@ -289,7 +289,9 @@ class Generation(IdentityNames, GenerationCommits):
         end_outcome: what the member does once the generation ended (None while live).
         end_reason: why the generation ended (None while live).
         commit_error: why the newest commit of this generation failed -- periodic,
-            explicit or final -- or None if it succeeded (or none was sent).
+            explicit or final -- or None if it succeeded (or none was sent):
+            the refusal, the connection failure, or the ``RequestTimedOut``
+            of a commit whose retries ran out of time (never a cancellation).
             A periodic commit's failure is otherwise only logged; code can
             check this, e.g. after ``wait_ended()`` for the final commit.
         commits_ok: commits of this generation the coordinator accepted.

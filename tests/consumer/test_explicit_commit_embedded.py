@@ -12,9 +12,11 @@ comes out as ``RequestTimedOut`` with the last refusal as its cause.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 import pytest
 import trio
 import trio.testing
@@ -31,7 +33,7 @@ from gengroup import (
 )
 from gengroup._errors import CoordinatorLoadInProgress
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Disconnect, Fail, Intercepted
+from gengroup.broker.faults import Disconnect, Drop, Fail, Intercepted
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -210,3 +212,56 @@ async def test_a_generation_that_ends_while_its_commit_is_retried_stops_the_retr
             assert max(explicit) <= ended_at
             assert trio.current_time() - ended_at <= 1.2  # one backoff at most
             assert cluster.committed_offsets("g")[TP] == 5
+
+
+# ------------------------------------------------------------- gen.commit_error
+
+
+async def test_a_cancelled_commit_leaves_commit_error_alone(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A commit the caller gives up on (its scope cancelled) is no commit error:
+    ``commit_error`` never holds the event loop's cancellation exception."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with first_generation(cluster) as gen:
+            control = cluster.control(ApiKey.OFFSET_COMMIT, lambda req: Drop())
+            gen.mark(TP, 7)
+            with trio.move_on_after(1.0):
+                await gen.commit()
+            assert gen.commit_error is None
+            control.remove()
+
+
+async def _hung_final_commit() -> tuple[BaseException | None, float]:
+    """A generation whose final commit meets a coordinator that never answers: its
+    ``commit_error`` once it ended, and how long the commit took."""
+    settings = {**SETTINGS, "request_timeout": 2.0}
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+            gen = await group.next()
+            gen.mark(TP, 7)
+            control = cluster.control(ApiKey.OFFSET_COMMIT, lambda req: Drop())
+            t0 = anyio.current_time()
+            gen.cancel("test")
+            await gen.wait_ended()
+            took = anyio.current_time() - t0
+            control.remove()
+            return gen.commit_error, took
+
+
+def _is_the_final_commits_timeout(error: BaseException | None) -> bool:
+    return isinstance(error, RequestTimedOut) and "did not complete within 2 s" in str(error)
+
+
+async def test_a_timed_out_final_commit_is_the_commit_error(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    error, took = await _hung_final_commit()
+    assert _is_the_final_commits_timeout(error), repr(error)
+    assert math.isclose(took, 2.0, abs_tol=0.01)
+
+
+def test_a_timed_out_final_commit_is_the_commit_error_under_asyncio() -> None:
+    error, took = anyio.run(_hung_final_commit, backend="asyncio")
+    assert _is_the_final_commits_timeout(error), repr(error)
+    assert took < 5.0
