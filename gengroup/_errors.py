@@ -255,7 +255,11 @@ class GroupClosed(GengroupError):
 
 
 class TaskStuckError(GengroupError):
-    """A generation's task did not return within the teardown deadline after cancellation."""
+    """A generation's task did not return within the teardown deadline after cancellation.
+
+    If a task's exception ended the generation, it is this error's
+    ``__cause__`` (it was also logged at ERROR, with its traceback, when raised).
+    """
 
 
 class GroupsNotDeleted(GengroupError, ExceptionGroup[Exception]):

@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -319,17 +319,31 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def first_failure(exc: BaseException, where: str) -> BaseException:
+def task_failed(where: str, name: str, exc: BaseException) -> None:
+    """Log a user task's exception once, at ERROR with its traceback, as it happens.
+
+    It ends the generation and normally comes out of ``async for``; logged
+    here too, it is not lost if something else comes out instead (a
+    :class:`~gengroup.TaskStuckError`, which carries it as ``__cause__``).
+    """
+    log.error("%s: task %r raised %r", where, name, exc, exc_info=exc)
+
+
+def first_failure(
+    exc: BaseException, where: str, logged: Collection[BaseException] = ()
+) -> BaseException:
     """What a generation's failure comes out of ``async for`` as: the first exception itself.
 
     Tasks that fail together (one raises, another raises while being
     cancelled) reach the generation's task group as an exception group; the
     application gets the first one as itself, so ``except ValueError`` works.
-    Each later one is logged once, with its traceback, and named in a note
-    on the first (``add_note``), so nothing is lost.
+    Each later one is logged once, with its traceback (unless it is in
+    ``logged``: :func:`task_failed` logged it), and named in a note on the
+    first (``add_note``), so nothing is lost.
     """
     first, *later = _leaves(exc)
     for other in later:
-        log.error("%s: another task also raised %r", where, other, exc_info=other)
+        if not any(other is seen for seen in logged):
+            log.error("%s: another task also raised %r", where, other, exc_info=other)
         first.add_note(f"{where}: another task also raised {type(other).__name__}: {other}")
     return first

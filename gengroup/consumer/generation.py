@@ -71,6 +71,7 @@ from .detached import (
     start_and_wait,
     start_or_drop,
     stuck,
+    task_failed,
 )
 from .span_commits import commit_in_spans
 from .timings import RebalanceTimings
@@ -317,6 +318,8 @@ class Generation(IdentityNames, GenerationCommits):
     #: offset a partition started from ends (consumer/recordless.py).
     _start_marks: dict[TopicPartition, int] = field(default_factory=dict, repr=False)
     _tasks: list[UserTask] = field(default_factory=list, repr=False)
+    #: What its tasks raised (each logged as it happened), the first first.
+    _failures: list[BaseException] = field(default_factory=list, repr=False)
     _ended: anyio.Event = field(default_factory=anyio.Event, repr=False)
     _commit_lock: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
     _ending: anyio.Event = field(default_factory=anyio.Event, repr=False)
@@ -602,6 +605,11 @@ class Generation(IdentityNames, GenerationCommits):
         task.coro = coro
         try:
             await host(task.hosted, coro)
+        except Exception as exc:
+            self._failures.append(exc)
+            task_failed(f"group {self.group_id} generation {self.label}", task.name, exc)
+            self.end(Outcome.FATAL, f"task {task.name!r} raised {exc!r}")
+            raise
         finally:
             task.done = True
             self.end(Outcome.REJOIN, f"task {task.name!r} exited")

@@ -423,9 +423,29 @@ class ConsumerGroup:
         return self._closing or bool(self._ownership.failures)
 
     def _report(self, exc: BaseException) -> None:
-        """Record a failure; ``next()`` raises it once the run loop closes the channel."""
-        if self._failure is None:
+        """Record a failure; ``next()`` raises it once the run loop closes the channel.
+
+        Only the first is raised: a later one is logged once (at ERROR, with its
+        traceback) unless the first carries it (a TaskStuckError's cause).
+        """
+        first = self._failure
+        if first is None:
             self._failure = exc
+            return
+        carried: BaseException | None = first
+        seen: list[BaseException] = []
+        while carried is not None and not any(carried is s for s in seen):
+            if carried is exc:
+                return
+            seen.append(carried)
+            carried = carried.__cause__ or carried.__context__
+        log.error(
+            "group %s: %r also failed, after %r (which the group raises)",
+            self.config.group_id,
+            exc,
+            first,
+            exc_info=exc,
+        )
 
     async def _report_stuck(self, err: TaskStuckError) -> None:
         """The watchdog's report: ``next()`` raises it at once; closing abandons the tasks."""

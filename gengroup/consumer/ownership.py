@@ -37,7 +37,7 @@ from .._config import GroupConfig
 from .._errors import GenerationEnded
 from .._types import TopicPartition
 from ..membership.member import Outcome
-from .detached import UserTask, first_failure, host
+from .detached import UserTask, first_failure, host, task_failed
 from .generation import Generation, Span
 from .prefetch import Prefetcher
 
@@ -124,7 +124,7 @@ class Ownership:
                     await host(task.hosted, coro)
                     returned = True
                 except Exception as exc:
-                    self._failed(span, exc)
+                    self._failed(span, task, exc)
         finally:
             task.done = True
             span.running -= 1
@@ -137,8 +137,9 @@ class Ownership:
             if span.closed and not span.running:
                 span.idle.set()
 
-    def _failed(self, span: Span, exc: Exception) -> None:
+    def _failed(self, span: Span, task: UserTask, exc: Exception) -> None:
         self.failures.append(exc)
+        task_failed(f"group {span.gen.group_id} partition {span.tp}", task.name, exc)
         self.release([span.tp])
         holder = self.current
         if holder is not None and not holder.ending:
@@ -150,7 +151,8 @@ class Ownership:
         """The first span task's exception (the later ones in notes), once."""
         if not self.failures:
             return None
-        failure = first_failure(BaseExceptionGroup("span tasks", self.failures), where)
+        failures = BaseExceptionGroup("span tasks", self.failures)
+        failure = first_failure(failures, where, logged=self.failures)
         self.failures = []
         return failure
 

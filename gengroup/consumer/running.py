@@ -295,7 +295,7 @@ class _Run:
                         "they are assigned anew",
                     )
         except Exception as exc:
-            error = first_failure(exc, where)
+            error = first_failure(exc, where, logged=gen._failures)
             gen.end(Outcome.FATAL, f"task raised {error!r}")
         return error
 
@@ -473,6 +473,8 @@ class _Run:
             f"within rebalance_timeout={self.config.rebalance_timeout} s after {since}; the "
             f"group stops with this error, and closing it abandons them.\n{detail}"
         )
+        # The task's exception that ended the generation (logged as it happened).
+        err.__cause__ = next(iter([*gen._failures, *self.own.failures]), None)
         log.error("%s", err)
         await report_stuck(err)
 

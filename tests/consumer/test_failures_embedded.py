@@ -35,6 +35,7 @@ from gengroup import (
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Disconnect, Drop, Fail, Intercepted
 from gengroup.consumer.cadence import beat_period
+from gengroup.consumer.workers import run_workers
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -694,3 +695,109 @@ async def test_the_local_lease_runs_out_at_its_deadline_exactly(
     await trio.sleep_until(gen.lease_deadline())
     assert gen.lease_expired()
     assert gen.end_reason is not None and "local lease expired" in gen.end_reason
+
+
+# ------------------------------------------------- a task's exception behind a stuck task
+
+
+async def _raise_beside_a_stuck_task(
+    cluster: FakeCluster, start: Callable[[ConsumerGroup], Awaitable[None]]
+) -> TaskStuckError:
+    """Run ``start`` (which makes one task raise ValueError and another ignore its
+    cancellation for longer than rebalance_timeout); the TaskStuckError that comes out."""
+    with pytest.raises(TaskStuckError) as caught:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **STUCK_SETTINGS) as group:
+            await start(group)
+    return caught.value
+
+
+def _logged_with_traceback(caplog: pytest.LogCaptureFixture, error: BaseException) -> int:
+    return sum(
+        1
+        for r in caplog.records
+        if r.levelno == logging.ERROR and r.exc_info is not None and r.exc_info[1] is error
+    )
+
+
+async def test_a_task_error_behind_a_stuck_task_is_logged_and_carried(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One task raises; another shields a cleanup longer than rebalance_timeout:
+    TaskStuckError comes out, with the ValueError as its cause, logged once at ERROR
+    with its traceback when it was raised."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    raised: list[BaseException] = []
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+
+        async def bad() -> None:
+            await trio.sleep(0.5)
+            error = ValueError("worker failed")
+            raised.append(error)
+            raise error
+
+        async def flushing() -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await trio.sleep(STUCK_SETTINGS["rebalance_timeout"] + 3.0)
+
+        async def start(group: ConsumerGroup) -> None:
+            gen = await group.next()
+            gen.start_soon(bad, name="bad")
+            gen.start_soon(flushing, name="flushing")
+            await trio.sleep(1.0)
+            assert _logged_with_traceback(caplog, raised[0]) == 1  # as it happened
+            await group.next()
+
+        stuck = await _raise_beside_a_stuck_task(cluster, start)
+        await trio.sleep(STUCK_SETTINGS["rebalance_timeout"] + 5.0)  # the task returned
+    assert stuck.__cause__ is raised[0]
+    assert "task 'bad' raised ValueError('worker failed')" in str(stuck)
+    assert _logged_with_traceback(caplog, raised[0]) == 1
+
+
+async def test_a_run_workers_handler_error_behind_a_stuck_handler_is_logged_and_carried(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gengroup")
+    raised: list[BaseException] = []
+    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        for p in range(2):
+            cluster.produce("t", [NewRecord(None, b"x", (), 0)], partition=p)
+
+        async def handler(gen: Generation, tp: TopicPartition, batch: Any) -> None:
+            if tp.partition == 0:
+                await trio.sleep(0.5)
+                error = ValueError(f"handler failed on {tp}")
+                raised.append(error)
+                raise error
+            with anyio.CancelScope(shield=True):
+                await trio.sleep(STUCK_SETTINGS["rebalance_timeout"] + 3.0)
+
+        async def start(group: ConsumerGroup) -> None:
+            await run_workers(group, handler)
+
+        stuck = await _raise_beside_a_stuck_task(cluster, start)
+        await trio.sleep(STUCK_SETTINGS["rebalance_timeout"] + 5.0)
+    assert stuck.__cause__ is raised[0]
+    assert _logged_with_traceback(caplog, raised[0]) == 1
+
+
+def test_a_failure_after_the_first_is_logged_not_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The group raises its first failure; a later one is logged once at ERROR with
+    its traceback, unless the first carries it (a TaskStuckError's cause)."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    group = ConsumerGroup("g", ["t"], "127.0.0.1:9")
+    cause = ValueError("worker failed")
+    first = TaskStuckError("stuck")
+    first.__cause__ = cause
+    later = RuntimeError("later")
+    group._report(first)
+    group._report(cause)  # carried by the first: not said again
+    group._report(later)
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.exc_info[1] if r.exc_info else None for r in errors] == [later]
+    assert group._failure is first
