@@ -35,10 +35,12 @@ moving, a timeout, a broken connection) is retried with backoff, by the
 first pass for up to ``request_timeout`` after the end, by the second until
 ``request_timeout`` after the teardown (as a lone final commit would); a
 fencing answer ends a pass at once, and a fenced first pass is not
-followed by a second. A failure is logged once, by the pass that ended the
-commit. Only then is the member machine told the generation ended, so the
-member rejoins only after all of it (semantic 1: one live generation per
-member).
+followed by a second; nor is one left less than a backoff to try (the
+first pass, retrying, held the teardown up that long). A failure is logged
+once, as a WARNING naming the pass that said most (the first, if the second
+heard no answer), and is the generation's ``commit_error``. Only then is
+the member machine told the generation ended, so the member rejoins only
+after all of it (semantic 1: one live generation per member).
 
 Partition-scoped tasks (``gen.start_soon(..., partition=tp)``) and, under a
 cooperative protocol, the prefetcher run in the member's
@@ -221,17 +223,26 @@ class _Run:
                 torn_down_at = anyio.current_time()
             left = torn_down_at + cfg.request_timeout - anyio.current_time()
             first = self.first_pass_failure
-            if isinstance(first, FENCED) or left <= 0:
-                if first is not None:
-                    self._commit_failed(first)
             # With nothing left (no mark since the first pass) there is no
             # second pass: its shielded retry loop would send nothing.
-            elif first is not None or any(
+            pending = first is not None or any(
                 offset > gen._committed.get(tp, -1)
                 for marks in (gen._marks, gen._start_marks)
                 for tp, offset in marks.items()
-            ):
-                await self._final_commit(left, refused=self.end_refusals)
+            )
+            if isinstance(first, FENCED):
+                self._commit_failed(first)
+            elif pending and left < self.client.cluster.retry_backoff:
+                # Too little time left to try (the first pass, still retrying,
+                # held the teardown up): a second pass could only fail, and
+                # say less than the first did.
+                self._commit_failed(first or self._no_time_left(left))
+            elif pending:
+                second = await self._final_commit(left, refused=self.end_refusals, report=False)
+                if second is not None:
+                    # A second pass that heard no answer says less than the first.
+                    unanswered = isinstance(second, RequestTimedOut) and second.__cause__ is None
+                    self._commit_failed(first if first is not None and unanswered else second)
             gen.set_ended()
             self.member.generation_ended(
                 gen.end_outcome if gen.end_outcome is not Outcome.FATAL else None, gen.end_reason
@@ -435,8 +446,18 @@ class _Run:
             self._commit_failed(failure)
         return failure
 
-    def _commit_failed(self, failure: BaseException) -> None:
+    def _no_time_left(self, left: float) -> RequestTimedOut:
         gen = self.gen
+        return RequestTimedOut(
+            f"final commit of group {gen.group_id} generation {gen.label}: "
+            f"{max(left, 0.0):.3f} s were left of request_timeout={self.config.request_timeout} s "
+            "after the teardown, too little to send the marks made during it"
+        )
+
+    def _commit_failed(self, failure: BaseException) -> None:
+        """Log the final commit's failure (once) and record it as the commit error."""
+        gen = self.gen
+        gen.commit_error = failure
         log.warning(
             "group %s generation %s member %s: final commit failed: %s "
             "(uncommitted records will be processed again)",

@@ -801,3 +801,29 @@ def test_a_failure_after_the_first_is_logged_not_dropped(
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert [r.exc_info[1] if r.exc_info else None for r in errors] == [later]
     assert group._failure is first
+
+
+async def test_no_second_pass_is_made_without_time_to_try_and_the_first_is_reported(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The coordinator keeps refusing; a task returns 0.05 s after the end, so the
+    first pass (retrying for request_timeout from the end) leaves the second 0.05 s:
+    too little to try. No second pass is made, and the one WARNING is the first
+    pass's, which tried for the whole request_timeout."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with refusing_final_commits(ErrorCode.coordinator_load_in_progress) as r:
+        r.first.start_soon(slow_to_return(0.05, then_mark=8), r.first, name="slow")
+        await trio.sleep(0.01)
+        r.first.cancel("test")
+        await r.first.wait_ended()
+        sent_at_the_end = len(r.commits)
+    failed = [m.getMessage() for m in caplog.records if "final commit failed" in m.getMessage()]
+    assert len(failed) == 1, failed
+    assert f"did not complete within {SETTINGS['request_timeout']:g} s" in failed[0]
+    assert "last error: COORDINATOR_LOAD_IN_PROGRESS" in failed[0]
+    assert _is_commit_timeout(r.first.commit_error)
+    assert sent_at_the_end == len(r.commits)
+
+
+def _is_commit_timeout(error: BaseException | None) -> bool:
+    return error is not None and "did not complete within" in str(error)
