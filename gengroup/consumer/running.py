@@ -23,9 +23,9 @@ does not get it evicted while its tasks still run.
 
 The final commit is made in two passes, both shielded, with the ending
 generation's id. When the member rejoins or closes after an end that
-revokes every span (every such end under an eager balancer; closing and an
-expired lease under any), what is marked at that instant is committed at
-once, beside the teardown: the commit's round trip (several milliseconds
+revokes every span (every such end under an eager balancer; closing, a
+task's exception and an expired lease under any), what is marked at that
+instant is committed at once, beside the teardown: the commit's round trip (several milliseconds
 under Kafka's coordinator, which writes it to its log) overlaps the tasks'
 returning instead of following it. Once every task has returned, what is
 not committed yet (the marks made meanwhile by a task on its way out, or
@@ -364,17 +364,18 @@ class _Run:
     async def _commit_at_the_end(self) -> None:
         """The final commit's first pass: the marks as the generation ends, beside the teardown.
 
-        Only for an end after which the member rejoins or closes (``REJOIN``)
-        and that revokes every span: the commit's round trip need not wait
-        for the tasks to return. An end that keeps the spans goes on
-        processing them; a lost membership (``RESET_MEMBER``) or a moved
-        coordinator (``FIND_COORDINATOR``) has the second pass alone. A
-        failure is not logged here: the second pass tries again (unless this
-        one was fenced) and says how it ended.
+        Only for an end after which the member rejoins or closes (``REJOIN``;
+        ``FATAL``: a task raised, the group stops) and that revokes every
+        span: the commit's round trip need not wait for the tasks to return.
+        An end that keeps the spans goes on processing them; a lost
+        membership (``RESET_MEMBER``) or a moved coordinator
+        (``FIND_COORDINATOR``) has the second pass alone. A failure is not
+        logged here: the second pass tries again (unless this one was fenced)
+        and says how it ended.
         """
         gen = self.gen
         await gen.wait_ending()
-        if gen.end_outcome is Outcome.REJOIN and not gen.keeps_spans():
+        if gen.end_outcome in (Outcome.REJOIN, Outcome.FATAL) and not gen.keeps_spans():
             self.first_pass_failure = await self._final_commit(
                 refused=self.end_refusals, report=False
             )
@@ -618,11 +619,13 @@ class _Run:
         none). Answered NONE or REBALANCE_IN_PROGRESS they keep the session,
         and the coordinator waits up to ``rebalance_timeout`` for the
         member's JoinGroup, the watchdog's deadline too: the Java consumer's
-        heartbeat thread goes on during its revocation callback alike. Any
-        other answer stops them (the membership is lost or the coordinator
-        moved: the rejoin finds out), as does an end that lost the
-        membership already or a lease run out. A failed beat is tried again
-        at the next grid point, logged once as the heartbeat loop's are.
+        heartbeat thread goes on during its revocation callback alike. A
+        coordinator that moved or is unknown (a commit meanwhile may have
+        forgotten it) is looked up again, and a failed beat is tried again at
+        the next grid point, logged once as the heartbeat loop's are. A
+        fencing answer (the membership is lost: the rejoin finds out) stops
+        them, as do an end that lost the membership already and a session
+        without an accepted beat (the member was most likely evicted).
         """
         gen = self.gen
         await gen.wait_ending()
@@ -631,34 +634,49 @@ class _Run:
         group_id = self.config.group_id
         period = beat_period(self.config.heartbeat_interval, self.config.session_timeout)
         limit = min(self.config.request_timeout, self.config.session_timeout)
+        coordinator = self.client.coordinator
+        # When the coordinator last accepted a beat: NONE, or
+        # REBALANCE_IN_PROGRESS, which restarts the session too.
+        accepted = gen._lease_from
         due = gen._next_beat
         now = anyio.current_time()
         if due is None or due <= now:
             due = now + until_grid(period, 0.0, group_id)
         while True:
             await anyio.sleep_until(due)
-            node = self.client.coordinator.node
-            if node is None or gen.lease_expired():
+            if anyio.current_time() >= accepted + self.config.session_timeout:
                 return
             sent_at = anyio.current_time()
             due = sent_at + until_grid(period, period / 2, group_id)
-            failure: BaseException | None
+            node = coordinator.node
+            failure: BaseException | None = None
             try:
                 with anyio.fail_after(limit):
+                    if node is None:
+                        node = await coordinator.find()
                     code = await self.client.heartbeat(node, gen.identity)
             except TimeoutError:
-                failure = RequestTimedOut(f"coordinator node {node} did not answer in {limit:g} s")
-            except (KafkaConnectionError, ProtocolError) as exc:
+                failure = RequestTimedOut(f"the coordinator did not answer in {limit:g} s")
+            except (KafkaConnectionError, ProtocolError, BrokerError) as exc:
                 failure = exc
             else:
-                failure = None
+                outcome = outcome_for(code) if code else None
+                if outcome is Outcome.FIND_COORDINATOR:
+                    failure = error_for_code(code, f"Heartbeat answered by node {node}")
+            now = anyio.current_time()
+            if due <= now:  # a lookup that took longer than a period: not two beats at once
+                due = now + until_grid(period, period / 2, group_id)
             if failure is not None:
+                if node is not None and coordinator.node == node:
+                    coordinator.forget()
                 self._log_retry("heartbeat", failure, "trying again as the tasks return")
                 continue
             self._log_recovered("heartbeat")
             if code == 0:
                 gen.renew_lease(sent_at)
-            elif code != ErrorCode.rebalance_in_progress:
+            if code in (0, ErrorCode.rebalance_in_progress):
+                accepted = sent_at
+            elif outcome is not Outcome.RETRY:
                 return
 
     def _early_beats(self, period: float) -> Iterator[float]:

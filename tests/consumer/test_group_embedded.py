@@ -9,6 +9,7 @@ leader, a restarting broker.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,7 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from gengroup import ConsumerGroup, FencedInstanceId, Generation, TaskStuckError, TopicPartition
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Drop, Fail, Intercepted
+from gengroup.broker.faults import Delay, Disconnect, Drop, Fail, Intercepted
 from gengroup.consumer.cadence import beat_period
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
@@ -563,3 +564,84 @@ async def test_a_member_beats_while_its_tasks_return_so_a_long_teardown_keeps_it
         await long_teardown_keeps_the_session(
             cluster.bootstrap, "g", "t", EMBEDDED_SETTINGS, committed, cancelled=cancelled
         )
+
+
+async def test_the_beats_of_a_long_teardown_look_a_forgotten_coordinator_up_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A commit during the teardown that meets a broken connection makes the
+    member forget its coordinator and look it up again (slowly, here): the
+    beats look it up too and go on, so the member is still not evicted."""
+    settings = {**EMBEDDED_SETTINGS, "commit_interval": 0.0}
+    tp = TopicPartition("t", 0)
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, "t", 1, 10)
+        beats: list[float] = []
+        cluster.control(ApiKey.HEARTBEAT, lambda req: beats.append(trio.current_time()))
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+            gen = await group.next()
+
+            async def flushes_on_the_way_out() -> None:
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.sleep(0.3)
+                        cluster.control(ApiKey.OFFSET_COMMIT, lambda r: Disconnect(), once=True)
+                        cluster.control(ApiKey.FIND_COORDINATOR, lambda r: Delay(2.5), once=True)
+                        gen.mark(tp, 4)
+                        await gen.commit()  # the connection breaks once: looked up again
+                        await anyio.sleep(settings["session_timeout"] + 3.0)
+                        gen.mark(tp, 6)
+
+            gen.start_soon(flushes_on_the_way_out, name="flush")
+            await anyio.sleep(2.5)
+            ended_at = trio.current_time()
+            gen.cancel("the application asks for a new generation")
+            following = await group.next()
+        assert following.member_id == gen.member_id, "still a member after the teardown"
+        assert cluster.committed_offsets("g")[tp] == 6
+        after = [t - ended_at for t in beats if t > ended_at]
+        assert len(after) >= settings["session_timeout"], after
+        assert all(b - a > 0.5 for a, b in itertools.pairwise(after)), after
+
+
+async def test_a_tasks_exception_commits_the_marks_at_once_beside_the_teardown(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The final commit's first pass runs for an end by a task's exception too:
+    what was marked is committed at once, not after a slow task returned."""
+    settings = {**EMBEDDED_SETTINGS, "commit_interval": 0.0}
+    tp = TopicPartition("t", 0)
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, "t", 1, 10)
+        seen: dict[str, float] = {}
+
+        async def watch() -> None:
+            while cluster.committed_offsets("g").get(tp) != 5:
+                await anyio.sleep(0.01)
+            seen["committed"] = trio.current_time()
+
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(watch)
+            with pytest.raises(AppError):
+                async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+                    gen = await group.next()
+
+                    async def fails() -> None:
+                        await anyio.sleep(0.5)
+                        gen.mark(tp, 5)
+                        seen["raised"] = trio.current_time()
+                        raise AppError("the task failed")
+
+                    async def slow_to_return() -> None:
+                        try:
+                            await anyio.sleep_forever()
+                        finally:
+                            with anyio.CancelScope(shield=True):
+                                await anyio.sleep(8.0)
+
+                    gen.start_soon(fails, name="fails")
+                    gen.start_soon(slow_to_return, name="slow")
+                    await group.next()
+        assert seen["committed"] - seen["raised"] < 1.0
