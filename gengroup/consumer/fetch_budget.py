@@ -23,21 +23,25 @@ larger than every limit can be consumed at all); the shares add up to the
 budget at most, so the member holds at most the budget plus one batch per
 partition, however slow its workers and however many partitions it has.
 
-The member-wide accounting shapes the requests within that: a request's
-response-wide ``max_bytes`` is at most half the budget (two requests fit) and
-the room the budget has left (what the partitions hold and the requests in
-flight may bring subtracted). While one request brings data, another goes
-out only once it is worth a channel (a quarter of the budget, or of what all
-partitions ask if that is less): a trickle of room freed by one consumed
-batch does not become a trickle of one-partition round trips. Otherwise a
-request goes once the room takes what it asks (or a quarter of the budget),
-or at once if one of its partitions holds nothing: partitions holding less
-than their shares leave room for it, and where partitions holding batches
-larger than their shares took the budget, the request goes with what room is
-left (1 byte at least), since Kafka sends the first partition with data one
-batch whole however small the limit (partitions holding nothing come first
-in a request). So a slow worker never stops the fetching of a partition
-whose worker waits.
+The member-wide accounting shapes the requests within that. Its *room* is
+the budget less the bytes buffered (all partitions) and the ``max_bytes`` of
+the requests in flight; the batches in workers' hands are not subtracted
+from it. They count against their own partitions' shares only, which is what
+keeps a slow worker's partition from being fetched again (and the bound
+above holds through the shares alone); counted against the room as well,
+with batches larger than the shares the batches held would take the whole
+room, and every request would bring one batch. A request's response-wide
+``max_bytes`` is at most half the budget (two requests fit) and the room.
+While one request brings data, another goes out only once it is worth a
+channel (a quarter of the budget, or of what all partitions ask if that is
+less): a trickle of room freed by one consumed batch does not become a
+trickle of one-partition round trips. Otherwise a request goes once the room
+takes what it asks (or a quarter of the budget), or at once if one of its
+partitions holds nothing: where buffered batches and requests in flight took
+the room, the request goes with what room is left (1 byte at least), since
+Kafka sends the first partition with data one batch whole however small the
+limit (partitions holding nothing come first in a request). So a slow worker
+never stops the fetching of a partition whose worker waits.
 """
 
 from __future__ import annotations
@@ -91,7 +95,8 @@ class FetchBudget:
         )
         self._fetch_max = config.fetch_max_bytes
         #: Bytes buffered, bytes held by workers, and the ``max_bytes`` of the
-        #: requests in flight, over all partitions.
+        #: requests in flight, over all partitions (the member's room counts
+        #: the first and the last: see room()).
         self.buffered = 0
         self.held = 0
         self.reserved = 0
@@ -128,23 +133,25 @@ class FetchBudget:
         part.buffered -= size
         self.buffered -= size
 
-    def hand_out(self, part: Holding, size: int) -> None:
-        """A batch of ``size`` bytes handed to ``part``'s worker: held until its next step."""
+    def hand_out(self, part: Holding, size: int) -> bool:
+        """A batch of ``size`` bytes handed to ``part``'s worker: held until
+        its next step (against the partition's share; the member's room has
+        it back now). Whether that makes a Fetch due (the member's room is
+        worth a request)."""
         self.drop(part, size)
         part.held += size
         self.held += size
+        return self.total is not None and self.room() >= self.worth
 
     def release(self, part: Holding) -> bool:
         """``part``'s worker asked for its next batch: the batch it held no
-        longer counts. Whether that makes a Fetch due (the partition has
-        room again, or the member room worth a request)."""
+        longer counts against its share. Whether that makes a Fetch due (the
+        partition has room again)."""
         if part.held <= 0:
             return False
         self.held -= part.held
         part.held = 0
-        return (not part.in_flight and self.has_room(part)) or (
-            self.total is not None and self.room() >= self.worth
-        )
+        return not part.in_flight and self.has_room(part)
 
     # ------------------------------------------------------------------ requests
 
@@ -165,9 +172,12 @@ class FetchBudget:
         return asks
 
     def room(self) -> int:
-        """The bytes the member's budget leaves for new requests."""
+        """The bytes the member's budget leaves for new requests: what is
+        buffered and what the requests in flight may bring subtracted. The
+        batches workers hold are not: each counts against its partition's
+        share, which is what keeps its partition from being fetched again."""
         assert self.total is not None
-        return self.total - self.buffered - self.held - self.reserved
+        return self.total - self.buffered - self.reserved
 
     def request_limit(
         self, asks: Mapping[TopicPartition, int], spare: bool, calm: bool, polling: bool = False

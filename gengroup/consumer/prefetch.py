@@ -33,8 +33,12 @@ holds at most the budget plus one batch per partition (Kafka sends the first
 partition of an answer one batch whole even when it is larger than asked,
 so that a batch larger than the limits can be consumed at all), however many
 partitions it has. A request's response-wide ``max_bytes`` is at most half
-the budget (so that two requests fit) and the room left in it (1 byte at
+the budget (so that two requests fit) and the room left in it: the budget
+less the bytes buffered and what the requests in flight may bring (1 byte at
 least for a partition holding nothing, which comes first in the request).
+The batches in workers' hands count against their partitions' shares, not
+against that room: workers holding batches larger than their shares would
+otherwise leave no room, and each request would bring a single batch.
 While one request is in flight, another goes out only once it is
 worth a channel (a quarter of the budget, or of what all partitions ask if
 that is less): a trickle of room freed by one consumed batch does not become
@@ -357,8 +361,10 @@ class Prefetcher:
     def _consumed(self, part: _Partition, batch: FetchedBatch) -> None:
         part.handed = batch.next_offset
         part.gaps.start = -1  # the worker marks what it processes now
-        # Held until the worker's next step (see _release).
-        self._budget.hand_out(part, batch.size)
+        # Held until the worker's next step (see _release), against the
+        # partition's share only: the member's room has the bytes back now.
+        if self._budget.hand_out(part, batch.size):
+            self._changed()  # the member has room worth a request
         if self._on_first_batch is not None:
             callback, self._on_first_batch = self._on_first_batch, None
             callback()
@@ -366,7 +372,7 @@ class Prefetcher:
     def _release(self, part: _Partition) -> None:
         """``part``'s worker asks for its next batch: the one it held no longer counts."""
         if self._budget.release(part):
-            self._changed()  # the partition is ready again, or the member has room
+            self._changed()  # the partition is ready again
 
     # ------------------------------------------------------------------ loops
 

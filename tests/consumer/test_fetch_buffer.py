@@ -18,7 +18,7 @@ import trio.testing
 
 from gengroup import Cluster, ConsumerGroup, CorruptRecordError, Generation, TopicPartition
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Intercepted
+from gengroup.broker.faults import Delay, Intercepted
 from gengroup.consumer.prefetch import _Partition
 from gengroup.io.fetch import fetch_partition
 from gengroup.protocol.records import NewRecord, encode_batch, with_base_offset
@@ -369,6 +369,62 @@ async def test_many_partitions_under_a_small_budget_are_fetched_in_few_requests(
             # a time and is fetched again once its worker is done with it
             # (at once: its worker waits); no request goes out for nothing.
             assert len(fetches.requests) <= total // size + 8, len(fetches.requests)
+
+
+async def test_batches_larger_than_the_shares_are_fetched_many_per_request(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # 32 partitions share 256 KiB (8 KiB each); batches of 16 KiB, so each
+    # worker holds a batch twice its share, and the batches held add up to
+    # twice the budget. A broker 2 ms away.
+    partitions, budget, count = 32, 262144, 8
+    value = b"v" * 1600
+    async with FakeCluster(topics={"t": partitions}, initial_rebalance_delay_ms=0) as cluster:
+        for p in range(partitions):
+            for i in range(count):
+                cluster.produce("t", [NewRecord(None, value, (), i)] * 10, partition=p)
+        size = len(encode_batch([(None, value, (), 0)] * 10))
+        fetches = FetchLog()
+
+        def delayed(req: Intercepted) -> Delay:
+            fetches(req)
+            return Delay(0.002)
+
+        cluster.control(ApiKey.FETCH, delayed)
+        async with ConsumerGroup(
+            "g",
+            ["t"],
+            cluster.bootstrap,
+            fetch_buffer_bytes=budget,
+            partition_buffer_bytes=budget // 8,
+            **SETTINGS,
+        ) as group:
+            gen = await group.next()
+            member: list[int] = []
+            done: list[int] = []
+
+            async def worker(tp: TopicPartition) -> None:
+                async for batch in gen.fetch(tp):
+                    member.append(_member_holds(gen))
+                    await trio.sleep(0.05)  # processing the batch
+                    if batch.next_offset >= count * 10:
+                        done.append(tp.partition)
+                        return
+
+            async with trio.open_nursery() as nursery:
+                for p in range(partitions):
+                    nursery.start_soon(worker, TopicPartition("t", p))
+            gen.cancel("test over")
+        assert sorted(done) == list(range(partitions))
+        # The batches workers hold count against their partitions' shares,
+        # not against the room for new requests: each request still brings
+        # as many batches as half the budget takes (not one batch per round
+        # trip, as when held batches had taken the whole room).
+        per_request = (budget // 2) // size
+        least = partitions * count // per_request
+        assert len(fetches.requests) <= 2 * least, (len(fetches.requests), least)
+        # And the member holds the budget plus a batch per partition at most.
+        assert max(member) <= budget + partitions * size, max(member)
 
 
 @pytest.mark.parametrize("damage", ["crc", "contents"])
