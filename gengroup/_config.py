@@ -414,6 +414,13 @@ class GroupConfig(Security):
                 isinstance(value, bool) or not isinstance(value, int) or value <= 0
             ):
                 raise ConfigError(f"{name} must be None or a positive integer, got {value!r}")
+        if self.fetch_buffer_bytes is not None and self.fetch_buffer_bytes > _INT32_MAX:
+            # A partition's ask (up to half the budget) and a request's limit
+            # go into a Fetch request as int32s.
+            raise ConfigError(
+                f"fetch_buffer_bytes must be None or at most {_INT32_MAX} (a Fetch request "
+                f"carries its asks as int32s), got {self.fetch_buffer_bytes!r}"
+            )
         check_flag("watch_partition_changes", self.watch_partition_changes)
         check_flag("fetch_sessions", self.fetch_sessions)
         self._check_group_protocol()

@@ -73,6 +73,7 @@ def make(**kw: Any) -> ConsumerGroup:
         ({"fetch_min_bytes": 2**31}, "fetch_min_bytes must be at most 2147483647 .*got 2147483648"),
         ({"fetch_max_bytes": 2**31}, "fetch_max_bytes must be at most 2147483647"),
         ({"partition_buffer_bytes": 2**33}, "partition_buffer_bytes must be at most 2147483647"),
+        ({"fetch_buffer_bytes": 2**31}, "fetch_buffer_bytes must be None or at most 2147483647"),
         ({"watch_partition_changes": "no"}, "watch_partition_changes must be True or False"),
         ({"watch_partition_changes": 0}, "watch_partition_changes must be True or False"),
         ({"fetch_sessions": "false"}, "fetch_sessions must be True or False, got 'false'"),
