@@ -28,7 +28,9 @@ group's ``request_timeout``; a fencing answer or REBALANCE_IN_PROGRESS
 (:data:`FENCED`) ends it at once. Each attempt works out what is due anew,
 so marks made meanwhile go with it and a coordinator that moved is looked
 up again. An explicit ``gen.commit()`` and the final commit of an ending
-generation both run through it; the periodic committer sends one commit
+generation both run through it (an explicit one still retried when its
+generation has ended goes under the holders of its spans,
+:mod:`~gengroup.consumer.span_commits`); the periodic committer sends one commit
 per interval (the next interval is its retry).
 """
 
@@ -42,7 +44,6 @@ import anyio
 
 from .._errors import (
     FencedInstanceId,
-    GenerationEnded,
     MemberResetError,
     RebalanceInProgress,
     RequestTimedOut,
@@ -59,6 +60,10 @@ from ..protocol.versions import ApiKey
 from .commits import CommitCodes, Committer, OffsetMetadata, Offsets
 from .metrics import GroupMetrics
 from .recordless import to_commit
+from .span_commits import commit_in_spans
+
+if TYPE_CHECKING:
+    from .span_commits import _Span
 
 __all__ = ["FENCED", "GenerationCommits", "retriable_refusal", "send_offset_commit"]
 
@@ -159,6 +164,7 @@ class GenerationCommits:
         def member_id(self) -> str: ...
         def renew_lease(self, sent_at: float) -> None: ...
         def _offset_stored(self, tp: TopicPartition) -> None: ...
+        def _span(self, tp: TopicPartition) -> _Span | None: ...
 
     async def _commit(
         self, offsets: Offsets | None, metadata: OffsetMetadata | None, *, forwarded: bool
@@ -218,20 +224,28 @@ class GenerationCommits:
 
         Retried for the group's ``request_timeout`` (:meth:`_retried`), also while
         the generation is ending (the coordinator accepts its commits while the
-        group rebalances); once it has ended, the retries stop with
-        :class:`~gengroup.GenerationEnded`. STALE_MEMBER_EPOCH is not retried here:
-        the consumer protocol's committer already sent the commit again under
-        the member's newer epoch if it had one.
+        group rebalances). Once it has ended, each retry is sent under the
+        generations holding its partitions' spans then (:func:`commit_in_spans`,
+        one attempt each, within the same deadline); a partition without a span
+        that outlived it raises :class:`~gengroup.GenerationEnded`.
+        STALE_MEMBER_EPOCH is not retried here: the consumer protocol's
+        committer already sent the commit again under the member's newer epoch
+        if it had one.
         """
         what = f"commit of group {self.group_id} generation {self.label}"
 
         async def attempt() -> None:
-            if self.ended:
-                raise GenerationEnded(
-                    f"commit: generation {self.label} of {self.group_id} ended while its "
-                    "commit was retried; nothing more was sent"
+            if not self.ended:
+                await self._commit(offsets, metadata, forwarded=forwarded)
+                return
+            # A cooperative rebalance may have kept the spans: under their holders.
+            where = f"generation {self.label} of {self.group_id}"
+            if forwarded and offsets is not None:  # the spans' marks: as they are now
+                await commit_in_spans(where, offsets, self._span, None, metadata, once=True)
+            else:
+                await commit_in_spans(
+                    where, self.assignments, self._span, offsets, metadata, once=True
                 )
-            await self._commit(offsets, metadata, forwarded=forwarded)
 
         def retriable(exc: BaseException) -> bool:
             return not isinstance(exc, StaleMemberEpoch) and retriable_refusal(exc)

@@ -848,7 +848,8 @@ class Generation(IdentityNames, GenerationCommits):
         at once, and so is STALE_MEMBER_EPOCH (consumer protocol: the commit
         was already sent again under the member's newer epoch if there was
         one). Retries go on while the generation is ending; once it has ended
-        they stop with ``GenerationEnded``.
+        they go under the generations holding its spans, as a commit on an
+        ended generation does, within the same ``request_timeout``.
 
         Args:
             offsets: what to commit; default: every marked offset (on an
@@ -867,7 +868,7 @@ class Generation(IdentityNames, GenerationCommits):
             GenerationEnded: the generation has ended and a partition to
                 commit has no span that outlived it (or that span was given
                 up with the membership); nothing was sent.
-                Also raised when it ended while the commit was being retried.
+                Also raised so when it ended while the commit was retried.
             BrokerError: refused, not retried (IllegalGeneration,
                 UnknownMemberId, FencedInstanceId, RebalanceInProgress,
                 StaleMemberEpoch, FencedMemberEpoch, an authorization error).

@@ -13,7 +13,9 @@ given up with the membership) raises :class:`~gengroup.GenerationEnded`
 without sending anything. A commit of the marks (no offsets given) stays
 one in the holder: it carries the holder's start marks of those partitions
 (:mod:`~gengroup.consumer.recordless`) and, not being offsets the
-application chose, does not drop them.
+application chose, does not drop them. A generation's own commit that is
+being retried when it ends goes on the same way (``once``: one attempt per
+holder, its retry loop and deadline the generation's, committing.py).
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ class _Holder(Protocol):
 
     @property
     def marks(self) -> Mapping[TopicPartition, int]: ...
+
+    async def _commit(
+        self, offsets: Offsets | None, metadata: OffsetMetadata | None, *, forwarded: bool
+    ) -> None: ...
 
     async def _commit_retried(
         self, offsets: Offsets | None, metadata: OffsetMetadata | None, *, forwarded: bool
@@ -64,6 +70,8 @@ async def commit_in_spans(
     span_of: Callable[[TopicPartition], _Span | None],
     offsets: Offsets | None,
     metadata: OffsetMetadata | None,
+    *,
+    once: bool = False,
 ) -> None:
     """A generation's ``commit(offsets, metadata=metadata)`` once it ended.
 
@@ -72,14 +80,19 @@ async def commit_in_spans(
         assigned: the partitions it assigned.
         span_of: a partition's span, if one outlived the generation.
         offsets, metadata: what the commit was asked for (None: the spans' marks).
+        once: one attempt in each holder, for a retry of the generation's
+            own commit that already runs under its deadline (committing.py);
+            else each holder retries its retriable refusals.
 
     Raises:
         GenerationEnded: a partition to commit has no span that outlived
-            ``gen``, or none has; nothing was sent.
+            ``gen``, or none has; nothing (more) was sent.
         BrokerError, KafkaConnectionError: what the holder's commit raises
-            (its retriable refusals retried for ``request_timeout`` first).
+            (unless ``once``, its retriable refusals retried for
+            ``request_timeout`` first).
     """
-    ended = GenerationEnded(f"commit: {where} has ended; nothing was sent")
+    how = "ended while its commit was retried; nothing more" if once else "has ended; nothing"
+    ended = GenerationEnded(f"commit: {where} {how} was sent")
     wanted = None if offsets is None else {tp: checked_offset(tp, o) for tp, o in offsets.items()}
     spans: dict[TopicPartition, _Span] = {}
     for tp in assigned if wanted is None else wanted:
@@ -105,7 +118,9 @@ async def commit_in_spans(
     for holder, due in holders.items():
         if holder.ended:  # while an earlier holder's commit was sent: under the next one
             again = None if wanted is None else due
-            await commit_in_spans(where, due, span_of, again, metadata)
+            await commit_in_spans(where, due, span_of, again, metadata, once=once)
+        elif once:
+            await holder._commit(due, metadata, forwarded=wanted is None)
         else:
             # The spans' marks go as marks: with the holder's start marks of
             # their partitions, which only offsets the application gave drop.

@@ -18,14 +18,17 @@ from typing import Any
 import anyio
 import pytest
 import trio.testing
+from kio.schema.errors import ErrorCode
 
 from gengroup import (
     ConsumerGroup,
     CooperativeStickyBalancer,
     Generation,
     GenerationEnded,
+    RequestTimedOut,
     TopicPartition,
 )
+from gengroup._errors import CoordinatorLoadInProgress
 from gengroup._types import GenerationIdentity
 from gengroup.broker import FakeCluster
 from gengroup.consumer.generation import OffsetMetadata, Offsets, RebalanceTimings, Span
@@ -145,6 +148,71 @@ async def test_a_revoked_spans_commit_goes_under_the_revoking_generation() -> No
     first.mark(TP, 4)  # in the task's cleanup
     await first.commit()
     assert recorder.commits == [(revoking.identity, {TP: 4})]
+
+
+class Loading(Recorder):
+    """A committer that refuses the first ``refusals`` commits: the coordinator is loading."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__()
+        self.refusals = refusals
+
+    async def commit_offsets(
+        self, identity: GenerationIdentity, offsets: Offsets, metadata: OffsetMetadata | None = None
+    ) -> dict[TopicPartition, int]:
+        self.commits.append((identity, dict(offsets)))
+        if self.refusals:
+            self.refusals -= 1
+            return dict.fromkeys(offsets, int(ErrorCode.coordinator_load_in_progress))
+        return dict.fromkeys(offsets, 0)
+
+
+async def refused_then_rebalanced(recorder: Loading, commit: Any) -> Generation:
+    """Run ``commit`` of generation 1 (spans of ``TP``); once its first attempt was
+    refused, a cooperative rebalance ends generation 1 and hands the span to 2."""
+    spans: dict[TopicPartition, Span] = {}
+    first = generation(1, spans, recorder)
+    span = spans[TP] = Span(TP, first, position=0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(commit, first)
+        await anyio.wait_all_tasks_blocked()  # refused once; backing off
+        assert len(recorder.commits) == 1
+        first.set_ended()
+        second = generation(2, spans, recorder, retained=frozenset({TP}))
+        span.hand_to(second)
+    return second
+
+
+async def test_a_commit_retried_across_a_rebalance_keeping_its_span_goes_under_the_next_holder(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A span task's ``gen.commit()`` is refused (retriable) and its generation ends
+    meanwhile keeping the span: the retry goes on under the generation holding it."""
+    recorder = Loading(refusals=1)
+    second = await refused_then_rebalanced(recorder, lambda first: first.commit({TP: 9}))
+    assert [(i.generation_id, o) for i, o in recorder.commits] == [(1, {TP: 9}), (2, {TP: 9})]
+    assert second.committed == {TP: 9}
+
+
+async def test_a_commit_retried_across_a_rebalance_has_one_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Refused on under the next holder: RequestTimedOut request_timeout after the call
+    (the holder's attempts are retries of that commit, not a commit of their own)."""
+    recorder = Loading(refusals=1000)
+    raised: list[BaseException] = []
+
+    async def commit(first: Generation) -> None:
+        first.mark(TP, 9)
+        t0 = anyio.current_time()
+        with pytest.raises(RequestTimedOut) as caught:
+            await first.commit()  # the marks, under the holder: the span's
+        raised.append(caught.value)
+        assert anyio.current_time() - t0 == pytest.approx(first._request_timeout)
+
+    await refused_then_rebalanced(recorder, commit)
+    assert raised and isinstance(raised[0].__cause__, CoordinatorLoadInProgress)
+    assert {i.generation_id for i, _ in recorder.commits[1:]} == {2}
 
 
 async def test_commits_of_partitions_without_a_live_span_are_refused() -> None:
