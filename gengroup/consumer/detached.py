@@ -162,6 +162,9 @@ class UserTask:
     name: str
     coro: Any = None
     done: bool = False
+    #: Started with ``Generation.start`` and not started yet: an exception
+    #: goes to the caller of ``start()``, not to the generation.
+    starting: bool = False
     hosted: Hosted = field(init=False)
 
     def __post_init__(self) -> None:
@@ -222,7 +225,8 @@ async def start_and_wait(
 
     ``started()`` is held back until ``fn`` proved to be async, so that a plain
     function fails the start (a TypeError) without ending the generation; the
-    hosted task's ``started()`` is passed on from the task in ``tg``.
+    hosted task's ``started()`` is passed on from the task in ``tg``. Until
+    then ``task.starting`` is set: an exception of ``fn`` goes to the caller.
 
     Returns:
         The value passed to ``task_status.started``.
@@ -237,7 +241,9 @@ async def start_and_wait(
         async def pass_on_started() -> None:
             await started.event.wait()
             task_status.started(started.value)
+            task.starting = False
 
+        task.starting = True
         async with anyio.create_task_group() as inner:
             inner.start_soon(pass_on_started)
             await run(task, coro)

@@ -593,6 +593,12 @@ class Generation(IdentityNames, GenerationCommits):
 
         Returns:
             The value passed to ``task_status.started``.
+
+        Raises:
+            Exception: what ``fn`` raised before it started (maybe in an exception
+                group), to the caller alone: the generation ends as when a
+                task returns. Raised after it started, it ends the generation
+                as a failure, as a ``start_soon`` task's does.
         """
         tg = self._check_live("start")
         if self.ending:
@@ -606,6 +612,8 @@ class Generation(IdentityNames, GenerationCommits):
         try:
             await host(task.hosted, coro)
         except Exception as exc:
+            if task.starting:  # raised to the caller of start(), which may handle it
+                raise
             self._failures.append(exc)
             task_failed(f"group {self.group_id} generation {self.label}", task.name, exc)
             self.end(Outcome.FATAL, f"task {task.name!r} raised {exc!r}")

@@ -6,10 +6,12 @@ from __future__ import annotations
 import logging
 
 import anyio
+import anyio.abc
 import pytest
 
 from gengroup import ConsumerGroup, Generation
 from gengroup.broker import FakeCluster
+from gengroup.membership.member import Outcome
 
 SETTINGS = {"session_timeout": 10.0, "heartbeat_interval": 1.0, "join_backoff": 0.1}
 
@@ -74,3 +76,56 @@ def test_a_single_failure_comes_out_without_notes(backend: str) -> None:
     exc = anyio.run(one_failing_task, backend=backend)
     assert type(exc) is ValueError and str(exc) == "alone", repr(exc)
     assert not getattr(exc, "__notes__", [])
+
+
+async def start_failures(caplog: pytest.LogCaptureFixture) -> None:
+    """A task of ``gen.start()`` failing before it started, then one failing after."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+
+        async def never_starts(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            raise OSError("port in use")
+
+        go = anyio.Event()
+
+        async def fails_once_started(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            task_status.started()
+            await go.wait()
+            raise ValueError("after it started")
+
+        with pytest.raises(ValueError, match="after it started"):
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+                first = await group.next()
+                # Before it started: the caller of start() gets it, and may go on.
+                with pytest.raises(BaseException) as caught:
+                    await first.start(never_starts)
+                assert [type(e) for e in leaves(caught.value)] == [OSError]
+                second = await group.next()
+                assert first.end_outcome is Outcome.REJOIN
+                assert "exited" in first.end_reason, first.end_reason
+                assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+                # After it started: the generation's failure, logged as it happens.
+                await second.start(fails_once_started)
+                go.set()
+                await second.wait_ended()
+                assert second.end_outcome is Outcome.FATAL
+                await group.next()
+        logged = [
+            r.exc_info[1] for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info
+        ]
+        assert [type(e) for e in logged] == [ValueError], logged
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_start_that_failed_before_it_started_is_its_callers_alone(
+    backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The exception went to the caller of ``start()``, which may handle it: not
+    logged, the generation ends as when a task returns (REJOIN) and the group goes
+    on; a task that fails after it started ends the generation as a failure."""
+    anyio.run(start_failures, caplog, backend=backend)
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in leaves(sub)]
+    return [exc]
