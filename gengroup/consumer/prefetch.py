@@ -398,8 +398,20 @@ class Prefetcher:
             part.wake.set()
 
     def close(self) -> None:
-        """Hand out nothing more, buffered or not: each iterator stops at its next step."""
+        """Hand out nothing more, buffered or not: each iterator stops at its next step.
+
+        The buffered batches are dropped, each partition's position kept
+        where its next batch would have started: a task that outlives the
+        generation (a span task, under a cooperative protocol) keeps the
+        generation, and so this prefetcher, alive, and must not keep its
+        buffers too.
+        """
         self._closed = True
+        for part in self._parts.values():
+            if part.queue:
+                part.position = part.gaps.past(part.handed)
+                self._budget.drop(part, sum(batch.size for batch in part.queue))
+                part.queue.clear()
         self.wake()
 
     async def _assign_leaders(self) -> None:
@@ -654,6 +666,8 @@ class Prefetcher:
         self, node: int, part: _Partition, pf: PartitionFetch, room: bool = True
     ) -> None:
         """Buffer ``part``'s share of an answer from ``node`` (or act on its error)."""
+        if self._closed:  # an answer read just before the close: nothing is handed out
+            return
         error = pf.error
         if error is not None:
             action = partition_action(error, self._config.start_offset)

@@ -112,6 +112,32 @@ async def test_a_slow_worker_holds_its_buffer_and_it_does_not_grow(
         assert seen == list(range(BATCHES * PER_BATCH))
 
 
+async def test_a_closed_prefetcher_drops_its_buffers_and_keeps_the_positions(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A span task that outlives its generation keeps the generation, and so
+    its prefetcher, alive: the prefetcher must not keep what it buffered
+    (several rebalances would each keep a budget's worth)."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        size = _fill(cluster)
+        async with ConsumerGroup(
+            "g", ["t"], cluster.bootstrap, fetch_buffer_bytes=8192, **SETTINGS
+        ) as group:
+            gen = await group.next()
+            prefetcher = gen._prefetcher
+            part = prefetcher._parts[TP]
+            async for batch in gen.fetch(TP):
+                gen.mark(TP, batch.next_offset)
+                await trio.sleep(10.0)  # the buffer fills behind the batch in hand
+                break
+            assert part.queue and part.buffered >= size
+            position = gen.position(TP)
+            assert position == batch.next_offset
+            prefetcher.close()
+            assert (len(part.queue), part.buffered, prefetcher._budget.buffered) == (0, 0, 0)
+            assert gen.position(TP) == position
+
+
 async def test_a_slow_worker_holds_its_share_while_the_others_go_on(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
