@@ -226,11 +226,17 @@ async def start_and_wait(
     ``started()`` is held back until ``fn`` proved to be async, so that a plain
     function fails the start (a TypeError) without ending the generation; the
     hosted task's ``started()`` is passed on from the task in ``tg``. Until
-    then ``task.starting`` is set: an exception of ``fn`` goes to the caller.
+    then ``task.starting`` is set: an exception of ``fn`` goes to the caller,
+    as itself on every backend (the task group passing it on wraps it in an
+    exception group, which is taken off again: see :func:`_unwrapped`).
 
     Returns:
         The value passed to ``task_status.started``.
+
+    Raises:
+        Exception: what ``fn`` raised before it started, the same object.
     """
+    early: list[BaseException] = []  # what the task raised before it started
 
     async def runner(*, task_status: anyio.abc.TaskStatus[Any]) -> None:
         started = Started()
@@ -246,10 +252,39 @@ async def start_and_wait(
         task.starting = True
         async with anyio.create_task_group() as inner:
             inner.start_soon(pass_on_started)
-            await run(task, coro)
+            try:
+                await run(task, coro)
+            except Exception as exc:
+                if task.starting:  # for the caller of start(): not a failure of ``run``
+                    early.append(exc)
+                raise
             inner.cancel_scope.cancel()
 
-    return await tg.start(runner, name=task.name)
+    try:
+        return await tg.start(runner, name=task.name)
+    except BaseExceptionGroup as group:
+        own = _unwrapped(group, early)
+        if own is None:
+            raise
+    # Raised outside the handler, so that the group is not its __context__.
+    raise own
+
+
+def _unwrapped(group: BaseExceptionGroup[Any], early: list[BaseException]) -> BaseException | None:
+    """The task's own exception ``early[0]`` if ``group`` carries it and nothing
+    else (the same leaves, the same objects); else None.
+
+    The task groups on the way wrap it in exception groups, and a trio cancel
+    scope it passes through splits the cancellations off a group, which copies
+    a group the task raised itself: either way the caller gets the very object
+    the task raised, with its traceback.
+    """
+    if not early:
+        return None
+    ours, theirs = _leaves(early[0]), _leaves(group)
+    if len(ours) != len(theirs) or any(a is not b for a, b in zip(ours, theirs, strict=True)):
+        return None
+    return early[0]
 
 
 def start_or_drop(

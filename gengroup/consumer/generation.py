@@ -595,10 +595,11 @@ class Generation(IdentityNames, GenerationCommits):
             The value passed to ``task_status.started``.
 
         Raises:
-            Exception: what ``fn`` raised before it started (maybe in an exception
-                group), to the caller alone: the generation ends as when a
-                task returns. Raised after it started, it ends the generation
-                as a failure, as a ``start_soon`` task's does.
+            Exception: what ``fn`` raised before it started, as itself on
+                every backend (never wrapped in an exception group; one only if
+                ``fn`` raised one), to the caller alone: the generation ends as
+                when a task returns. Raised after it started, it ends the
+                generation as a failure, as a ``start_soon`` task's does.
         """
         tg = self._check_live("start")
         if self.ending:

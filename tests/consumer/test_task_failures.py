@@ -4,6 +4,7 @@ as itself, the others are named in its notes and logged -- on both backends."""
 from __future__ import annotations
 
 import logging
+import traceback
 
 import anyio
 import anyio.abc
@@ -81,9 +82,15 @@ def test_a_single_failure_comes_out_without_notes(backend: str) -> None:
 async def start_failures(caplog: pytest.LogCaptureFixture) -> None:
     """A task of ``gen.start()`` failing before it started, then one failing after."""
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        raised: list[BaseException] = []
 
         async def never_starts(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-            raise OSError("port in use")
+            raised.append(OSError("port in use"))
+            raise raised[-1]
+
+        async def raises_a_group(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            raised.append(ExceptionGroup("its own group", [OSError("port in use")]))
+            raise raised[-1]
 
         go = anyio.Event()
 
@@ -96,12 +103,22 @@ async def start_failures(caplog: pytest.LogCaptureFixture) -> None:
             async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
                 first = await group.next()
                 # Before it started: the caller of start() gets it, and may go on.
-                with pytest.raises(BaseException) as caught:
+                # It is the task's exception itself on both backends, so that
+                # ``except OSError`` works, traceback and all.
+                with pytest.raises(OSError) as oserror:
                     await first.start(never_starts)
-                assert [type(e) for e in leaves(caught.value)] == [OSError]
-                second = await group.next()
+                assert oserror.value is raised[-1]
+                assert oserror.value.__context__ is None, repr(oserror.value.__context__)
+                assert "never_starts" in "".join(traceback.format_tb(oserror.tb))
+                middle = await group.next()
                 assert first.end_outcome is Outcome.REJOIN
                 assert "exited" in first.end_reason, first.end_reason
+                # A group the task raised itself is passed on as it is.
+                with pytest.raises(ExceptionGroup) as caught:
+                    await middle.start(raises_a_group)
+                assert caught.value is raised[-1]
+                second = await group.next()
+                assert middle.end_outcome is Outcome.REJOIN
                 assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
                 # After it started: the generation's failure, logged as it happens.
                 await second.start(fails_once_started)
@@ -123,9 +140,3 @@ def test_a_start_that_failed_before_it_started_is_its_callers_alone(
     logged, the generation ends as when a task returns (REJOIN) and the group goes
     on; a task that fails after it started ends the generation as a failure."""
     anyio.run(start_failures, caplog, backend=backend)
-
-
-def leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for sub in exc.exceptions for leaf in leaves(sub)]
-    return [exc]
