@@ -40,8 +40,10 @@ takes what it asks (or a quarter of the budget), or at once if one of its
 partitions holds nothing: where buffered batches and requests in flight took
 the room, the request goes with what room is left (1 byte at least), since
 Kafka sends the first partition with data one batch whole however small the
-limit (partitions holding nothing come first in a request). So a slow worker
-never stops the fetching of a partition whose worker waits.
+limit (partitions holding nothing come first in a full request; under an
+incremental fetch session the broker's own order puts the partitions that
+brought records last behind the others). So a slow worker never stops the
+fetching of a partition whose worker waits.
 """
 
 from __future__ import annotations

@@ -35,7 +35,10 @@ so that a batch larger than the limits can be consumed at all), however many
 partitions it has. A request's response-wide ``max_bytes`` is at most half
 the budget (so that two requests fit) and the room left in it: the budget
 less the bytes buffered and what the requests in flight may bring (1 byte at
-least for a partition holding nothing, which comes first in the request).
+least for a partition holding nothing, which comes first in a full request;
+under an incremental fetch session the broker keeps its session's order
+instead, moving each partition that brought records to the end of it, so a
+partition that brought nothing lately is ahead of those that did).
 The batches in workers' hands count against their partitions' shares, not
 against that room: workers holding batches larger than their shares would
 otherwise leave no room, and each request would bring a single batch.
@@ -495,7 +498,10 @@ class Prefetcher:
             order = order[turn % len(order) :] + order[: turn % len(order)]
             now = anyio.current_time()
             # Partitions holding nothing first: what the broker puts in the
-            # answer first is theirs, the ones whose workers are waiting.
+            # answer first is theirs, the ones whose workers are waiting. (A
+            # full request; an incremental fetch session answers in the
+            # broker's order, which puts the partitions that brought records
+            # last behind the others.)
             parts = sorted(
                 (p for p in order if self._ready(p, node, now)),
                 key=lambda p: budget.holds(p) > 0,  # (stable: the rotation stays)
