@@ -19,7 +19,8 @@ past that it reports which task held the generation up and where it was
 suspended (:class:`TaskStuckError`) instead of hanging silently. Under the
 classic protocol the member goes on beating meanwhile (beside the task
 group, on the same grid), so that a teardown longer than ``session_timeout``
-does not get it evicted while its tasks still run.
+does not get it evicted while its tasks still run (both the heartbeat loop
+and these beats are in :mod:`~gengroup.consumer.beating`).
 
 The final commit is made in two passes, both shielded, with the ending
 generation's id. When the member rejoins or closes after an end that
@@ -65,12 +66,11 @@ coordinator assigns the released partitions without a second rebalance.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 import anyio
 import anyio.abc
-from kio.schema.errors import ErrorCode
 
 from .._config import GroupConfig
 from .._errors import (
@@ -79,12 +79,11 @@ from .._errors import (
     ProtocolError,
     RequestTimedOut,
     TaskStuckError,
-    error_for_code,
 )
 from ..io.cluster import LONG_UNAVAILABLE
 from ..membership.member import Member, Outcome, outcome_for
 from ..membership.pattern import describe_change
-from .cadence import FIRST_EARLY_BEAT, beat_period, shared_time, until_grid
+from .beating import Heartbeats
 from .committing import FENCED, retriable_refusal
 from .detached import first_failure
 from .forming import Formed, GroupClient
@@ -145,6 +144,8 @@ class _Run:
         self.first_pass_failure: BaseException | None = None
         #: The refusals the final commit's passes at the end retried.
         self.end_refusals: list[BaseException] = []
+        #: The classic protocol's heartbeats (while running and while ending).
+        self.beats = Heartbeats(formed, member, client, self._log_retry, self._log_recovered)
 
     def _log_retry(
         self, what: str, exc: BaseException, then: str, long: tuple[float, str] | None = None
@@ -168,17 +169,6 @@ class _Run:
         if since is not None:
             self.warned.discard(what)
             self._log(f"{what} works again after {anyio.current_time() - since:.1f} s")
-
-    def _fatal_said(self, code: int, request: str) -> str:
-        """What a fatal answer to ``request`` of this generation means, for its error."""
-        gen, cfg = self.gen, self.config
-        said = f"{request} of {gen.group_id} generation {gen.label}"
-        if code == ErrorCode.fenced_instance_id:
-            said += (
-                f": another member with group_instance_id={cfg.group_instance_id!r} joined "
-                "the group and replaced this one (two processes share that id?)"
-            )
-        return said
 
     def _log(self, message: str, level: int = logging.INFO) -> None:
         gen = self.gen
@@ -206,7 +196,7 @@ class _Run:
                 outer.start_soon(self._watchdog, report_stuck, name="gengroup-teardown-watchdog")
                 outer.start_soon(self._commit_at_the_end, name="gengroup-final-commit")
                 if self.formed.classic:
-                    outer.start_soon(self._beat_while_ending, name="gengroup-teardown-heartbeat")
+                    outer.start_soon(self.beats.while_ending, name="gengroup-teardown-heartbeat")
                 try:
                     error = await self._run_tasks(hand_over, report_stuck, where)
                     await self._settle_spans()
@@ -270,7 +260,7 @@ class _Run:
         try:
             async with gen.task_group() as tg:
                 if self.formed.classic:
-                    tg.start_soon(self._heartbeat_loop, name="gengroup-heartbeat")
+                    tg.start_soon(self.beats.while_running, name="gengroup-heartbeat")
                 if gen._span_host is self.own and (
                     not self.formed.classic or gen.rebalance_protocol == "cooperative"
                 ):
@@ -501,202 +491,6 @@ class _Run:
         await report_stuck(err)
 
     # ------------------------------------------------------------------ the generation's tasks
-
-    async def _heartbeat_loop(self) -> None:
-        gen = self.gen
-        member = self.member
-        coordinator = self.client.coordinator
-        started = anyio.current_time()
-        node = coordinator.node
-        if node is None:
-            await anyio.sleep(self.config.heartbeat_interval)
-            gen.end(Outcome.FIND_COORDINATOR, "no coordinator")
-            return
-        found: int | None = node
-        # One beat, a lookup of the coordinator included, waits at most this long.
-        limit = min(self.config.request_timeout, self.config.session_timeout)
-        # Settled, beats fall on the grid of the beat period that every
-        # member of the group shares (cadence.py): a beat's round trip does
-        # not push the later ones back, and neither a member that started
-        # its generation later (a slow OffsetFetch) nor one that read
-        # SyncGroup's answer later (a busy process, a late SyncGroup) beats
-        # apart from the others. Members that beat together learn of the
-        # next rebalance within milliseconds of each other, so none waits
-        # long in JoinGroup for the others; and a crashed member's expiry is
-        # heard just after it. (Counting from each member's reading of
-        # SyncGroup's answer left a member that read it late that far behind
-        # for the whole generation.)
-        synced_at = self.formed.synced_at
-        anchor = started if synced_at is None else synced_at
-        group_id = self.config.group_id
-        period = beat_period(self.config.heartbeat_interval, self.config.session_timeout)
-        early = self._early_beats(period)
-
-        def next_due(now: float, regular: float) -> float:
-            """The next early beat after ``now`` if one is left, else ``regular``."""
-            for at in early:
-                if anchor + at > now:  # those already past are skipped, not sent in a burst
-                    return anchor + at
-            return regular
-
-        # The first regular beat is the first grid point at least half a
-        # period after SyncGroup's answer, which the members share, not after
-        # this loop's start (a slow OffsetFetch starts it later): members
-        # whose loops started apart still pick the same point.
-        now = anyio.current_time()
-        due = next_due(
-            now,
-            anchor + until_grid(period, period / 2, group_id, now=shared_time() - (now - anchor)),
-        )
-        if due <= now:  # the generation took longer than that to start: the next point
-            due = now + until_grid(period, 0.0, group_id)
-        while True:
-            gen._next_beat = due
-            await anyio.sleep_until(due)
-            if gen.lease_expired():
-                return
-            sent_at = anyio.current_time()
-            due = next_due(sent_at, sent_at + until_grid(period, period / 2, group_id))
-            gen._next_beat = due  # while this beat is in flight, the next is the one due
-            # After a failed beat the coordinator is looked up again (a commit
-            # may have found it moved already): the broker that was coordinator
-            # may be gone or shutting down (NOT_COORDINATOR), and the new one
-            # loads the group with its members and generation, which go on, as
-            # the Java consumer's do; the local lease bounds the wait.
-            failure: BaseException | None = None
-            try:
-                with anyio.fail_after(limit):
-                    if found is None:
-                        found = await coordinator.find()
-                    asked = found
-                    code = await self.client.heartbeat(found, gen.identity)
-            except TimeoutError:
-                failure = RequestTimedOut(
-                    f"coordinator node {found if found is not None else '(looking it up)'} "
-                    f"did not answer the heartbeat within {limit:g} s"
-                )
-            except (KafkaConnectionError, ProtocolError) as exc:
-                failure = exc
-            else:
-                outcome = member.on_heartbeat(error_code=code, now=anyio.current_time())
-                if outcome is Outcome.FIND_COORDINATOR:
-                    failure = error_for_code(code, f"Heartbeat answered by node {asked}")
-            if failure is not None:
-                if found is not None and coordinator.node == found:
-                    coordinator.forget()
-                found = None
-                outcome = member.on_heartbeat_failure(now=anyio.current_time(), started=started)
-                if outcome is not None:
-                    gen.end(outcome, f"no successful heartbeat for a session timeout ({failure})")
-                    return
-                self._log_retry("heartbeat", failure, "looking the coordinator up again")
-                # The next try at the first grid point at least half a period
-                # after this failure (so that a handover meanwhile times its
-                # leave to the others' beat).
-                due = anyio.current_time() + until_grid(period, period / 2, group_id)
-                continue
-            self._log_recovered("heartbeat")
-            if code == 0:
-                gen.renew_lease(sent_at)
-            if outcome is None or outcome is Outcome.RETRY:
-                continue
-            if outcome is Outcome.FATAL:
-                error = error_for_code(code, self._fatal_said(code, "Heartbeat"))
-                gen.end(outcome, f"heartbeat answered {error}")
-                raise error
-            gen.end(outcome, f"heartbeat answered {error_for_code(code).name}")
-            return
-
-    async def _beat_while_ending(self) -> None:
-        """Classic protocol: go on beating while the ended generation's tasks return.
-
-        The coordinator expires a member whose beats stop for
-        ``session_timeout``. A teardown that long (a task flushing on its
-        way out) would get the member evicted, its final commit refused and,
-        in a rebalance, its partitions given to another member while the task
-        still runs. So the beats go on, on the grid, until every task
-        returned (the run cancels this then; a teardown within a period sends
-        none). Answered NONE or REBALANCE_IN_PROGRESS they keep the session,
-        and the coordinator waits up to ``rebalance_timeout`` for the
-        member's JoinGroup, the watchdog's deadline too: the Java consumer's
-        heartbeat thread goes on during its revocation callback alike. A
-        coordinator that moved or is unknown (a commit meanwhile may have
-        forgotten it) is looked up again, and a failed beat is tried again at
-        the next grid point, logged once as the heartbeat loop's are. A
-        fencing answer (the membership is lost: the rejoin finds out) stops
-        them, as do an end that lost the membership already and a session
-        without an accepted beat (the member was most likely evicted).
-        """
-        gen = self.gen
-        await gen.wait_ending()
-        if gen.end_outcome not in (Outcome.REJOIN, Outcome.FATAL):
-            return
-        group_id = self.config.group_id
-        period = beat_period(self.config.heartbeat_interval, self.config.session_timeout)
-        limit = min(self.config.request_timeout, self.config.session_timeout)
-        coordinator = self.client.coordinator
-        # When the coordinator last accepted a beat: NONE, or
-        # REBALANCE_IN_PROGRESS, which restarts the session too.
-        accepted = gen._lease_from
-        due = gen._next_beat
-        now = anyio.current_time()
-        if due is None or due <= now:
-            due = now + until_grid(period, 0.0, group_id)
-        while True:
-            await anyio.sleep_until(due)
-            if anyio.current_time() >= accepted + self.config.session_timeout:
-                return
-            sent_at = anyio.current_time()
-            due = sent_at + until_grid(period, period / 2, group_id)
-            node = coordinator.node
-            failure: BaseException | None = None
-            try:
-                with anyio.fail_after(limit):
-                    if node is None:
-                        node = await coordinator.find()
-                    code = await self.client.heartbeat(node, gen.identity)
-            except TimeoutError:
-                failure = RequestTimedOut(f"the coordinator did not answer in {limit:g} s")
-            except (KafkaConnectionError, ProtocolError, BrokerError) as exc:
-                failure = exc
-            else:
-                outcome = outcome_for(code) if code else None
-                if outcome is Outcome.FIND_COORDINATOR:
-                    failure = error_for_code(code, f"Heartbeat answered by node {node}")
-            now = anyio.current_time()
-            if due <= now:  # a lookup that took longer than a period: not two beats at once
-                due = now + until_grid(period, period / 2, group_id)
-            if failure is not None:
-                if node is not None and coordinator.node == node:
-                    coordinator.forget()
-                self._log_retry("heartbeat", failure, "trying again as the tasks return")
-                continue
-            self._log_recovered("heartbeat")
-            if code == 0:
-                gen.renew_lease(sent_at)
-            if code in (0, ErrorCode.rebalance_in_progress):
-                accepted = sent_at
-            elif outcome is not Outcome.RETRY:
-                return
-
-    def _early_beats(self, period: float) -> Iterator[float]:
-        """When this generation beats early, in seconds after SyncGroup answered
-        (or after the heartbeat loop's start, if that is not known).
-
-        Only a generation of a cooperative rebalance on the classic protocol
-        does (:data:`FIRST_EARLY_BEAT`, doubling while below the period).
-        Such a rebalance comes in two phases: members that gave partitions up
-        rejoin the moment phase one formed, but every other member, among
-        them the newcomer that waits for those partitions, learns of phase
-        two only at its next heartbeat. Early beats start phase two as soon
-        as the others rejoined rather than up to a whole interval later.
-        The beats after them are on the grid.
-        """
-        if self.formed.classic and self.gen.rebalance_protocol == "cooperative":
-            at = FIRST_EARLY_BEAT
-            while at < period:
-                yield at
-                at *= 2
 
     async def _lease_watch(self) -> None:
         """End the generation the moment its local lease runs out.
