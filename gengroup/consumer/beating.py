@@ -18,18 +18,22 @@ a generation's life, both times on the grid the group's members share
   on beating once the generation ended for a rejoin or a failure, until its
   tasks returned: a teardown longer than ``session_timeout`` must not get
   the member evicted while its tasks still run. It never tells the member
-  machine and never raises: it stops at a fencing answer or after a session
-  without an accepted beat, and tries again after anything else.
+  machine, and raises none of the failures below: it stops at a fencing
+  answer or after a session without an accepted beat, and tries again after
+  a failed beat (an error of another kind, such as a failed
+  authentication, still comes out).
 
 Both send one beat the same way (:meth:`Heartbeats._beat`): the coordinator
 is looked up if it is not known, the lookup and the Heartbeat together get
 ``min(request_timeout, session_timeout)``, and a beat fails when it gets no
-answer in that time, when its connection breaks, or when the coordinator
-answers that it is not the coordinator (or not available): the coordinator
-is forgotten then, if it is still the one asked, and the next beat looks it
-up again. A failure is logged once, until a beat succeeds again (the
-generation's ``heartbeat`` line: "failed", then "works again"). The next
-try is at the first grid point at least half a period later.
+answer in that time, when its connection breaks or its answer cannot be
+read, or when the coordinator answers that it is not the coordinator (or
+not available), and, while ending, when the lookup is refused: the
+coordinator is forgotten then, if it is still the one asked, and the next
+beat looks it up again. A failure is logged once, until a beat succeeds
+again (the generation's ``heartbeat`` line: "failed", then "works again").
+The next try is at the first grid point at least half a period after the
+failure (while ending, after the failed beat was sent).
 """
 
 from __future__ import annotations

@@ -234,7 +234,10 @@ async def start_and_wait(
         The value passed to ``task_status.started``.
 
     Raises:
-        Exception: what ``fn`` raised before it started, the same object.
+        Exception: what ``fn`` raised before it started, the same object (under
+            trio also when the caller was cancelled at that moment; under
+            asyncio the cancellation goes on then, and the exception is
+            logged at ERROR).
     """
     early: list[BaseException] = []  # what the task raised before it started
 
@@ -262,27 +265,47 @@ async def start_and_wait(
 
     try:
         return await tg.start(runner, name=task.name)
-    except BaseExceptionGroup as group:
-        own = _unwrapped(group, early)
+    except BaseException as exc:
+        own = _unwrapped(exc, early)
         if own is None:
+            raise
+        if _leaves(exc) != _leaves(own) and sniffio.current_async_library() != "trio":
+            # The caller was cancelled too. asyncio delivers a cancellation
+            # once: it goes on, and the task's exception, which it would
+            # hide, is logged.
+            if not any(leaf is own for leaf in _leaves(exc)):
+                log.error(
+                    "task %r raised %r before it started, as its caller was cancelled",
+                    task.name,
+                    own,
+                    exc_info=own,
+                )
             raise
     # Raised outside the handler, so that the group is not its __context__.
     raise own
 
 
-def _unwrapped(group: BaseExceptionGroup[Any], early: list[BaseException]) -> BaseException | None:
-    """The task's own exception ``early[0]`` if ``group`` carries it and nothing
-    else (the same leaves, the same objects); else None.
+def _unwrapped(raised: BaseException, early: list[BaseException]) -> BaseException | None:
+    """The task's own exception ``early[0]`` if ``raised`` is it, wrapped, or a
+    cancellation of the caller beside it or instead of it; else None.
 
     The task groups on the way wrap it in exception groups, and a trio cancel
     scope it passes through splits the cancellations off a group, which copies
     a group the task raised itself: either way the caller gets the very object
-    the task raised, with its traceback.
+    the task raised, with its traceback. Under trio a caller cancelled at the
+    moment the task failed gets the task's exception, not the cancellation
+    beside it: an exception wins over a cancellation, and the caller's
+    cancelled scope cancels it again at its next checkpoint (under asyncio,
+    which delivers a cancellation once, :func:`start_and_wait` lets the
+    cancellation go on and logs the exception). Anything else beside it
+    (another exception) is raised as it is, the task's among it.
     """
     if not early:
         return None
-    ours, theirs = _leaves(early[0]), _leaves(group)
-    if len(ours) != len(theirs) or any(a is not b for a, b in zip(ours, theirs, strict=True)):
+    cancelled = anyio.get_cancelled_exc_class()
+    ours = _leaves(early[0])
+    others = [leaf for leaf in _leaves(raised) if not any(leaf is own for own in ours)]
+    if any(not isinstance(leaf, cancelled) for leaf in others):
         return None
     return early[0]
 

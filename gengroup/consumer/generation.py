@@ -598,8 +598,10 @@ class Generation(IdentityNames, GenerationCommits):
             Exception: what ``fn`` raised before it started, as itself on
                 every backend (never wrapped in an exception group; one only if
                 ``fn`` raised one), to the caller alone: the generation ends as
-                when a task returns. Raised after it started, it ends the
-                generation as a failure, as a ``start_soon`` task's does.
+                when a task returns (under asyncio a caller cancelled at that
+                moment gets the cancellation, and the exception is logged).
+                Raised after it started, it ends the generation as a failure,
+                as a ``start_soon`` task's does.
         """
         tg = self._check_live("start")
         if self.ending:

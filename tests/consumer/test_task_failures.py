@@ -140,3 +140,50 @@ def test_a_start_that_failed_before_it_started_is_its_callers_alone(
     logged, the generation ends as when a task returns (REJOIN) and the group goes
     on; a task that fails after it started ends the generation as a failure."""
     anyio.run(start_failures, caplog, backend=backend)
+
+
+async def start_failing_as_its_caller_is_cancelled() -> tuple[str, list[str]]:
+    """``fn`` raises before it started at the moment its caller's scope is cancelled."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    keep = Keep(logging.ERROR)
+    logging.getLogger("gengroup").addHandler(keep)
+    try:
+        async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+                gen = await group.next()
+                deadline = anyio.CancelScope()
+                failure = OSError("port in use")
+
+                async def fn(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+                    deadline.cancel()  # the caller's deadline passes just now
+                    raise failure
+
+                seen = "nothing"
+                try:
+                    with deadline:
+                        await gen.start(fn)
+                except OSError as exc:
+                    seen = "OSError" if exc is failure else repr(exc)
+    finally:
+        logging.getLogger("gengroup").removeHandler(keep)
+    logged = [r.getMessage() for r in records if r.exc_info and r.exc_info[1] is failure]
+    return seen, logged
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_start_failing_as_its_caller_is_cancelled_is_not_lost(backend: str) -> None:
+    """Under trio the exception wins over the caller's cancellation (its scope
+    cancels it again at its next checkpoint); under asyncio, which delivers a
+    cancellation once, the cancellation goes on and the exception is logged."""
+    seen, logged = anyio.run(start_failing_as_its_caller_is_cancelled, backend=backend)
+    if backend == "trio":
+        assert seen == "OSError", seen
+        assert not logged, logged
+    else:
+        assert seen == "nothing", seen  # the cancelled scope took the cancellation
+        assert len(logged) == 1 and "as its caller was cancelled" in logged[0], logged
