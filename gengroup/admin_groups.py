@@ -38,14 +38,14 @@ from typing import Any, Final
 from uuid import UUID
 
 import anyio
-from kio.schema.errors import ErrorCode
 
-from ._errors import GroupsNotDeleted, error_for_code, raise_for_code
+from ._errors import GroupsNotDeleted, raise_for_code
 from ._types import TopicPartition
 from .admin_types import CONSUMER_GROUP, GroupDescription, MemberDescription
 from .io.cluster import Cluster
 from .io.request import raise_item_errors
 from .io.retry import retry
+from .membership.requests import consumer_group_request, read_consumer_group, unmentioned_group
 from .protocol.consumer_protocol import PROTOCOL_TYPE
 from .protocol.framing import build
 
@@ -64,18 +64,9 @@ __all__ = [
     "unnamed_topics",
 ]
 
-_GROUP_ID_NOT_FOUND: Final = int(ErrorCode.group_id_not_found)
 
 #: How many groups :func:`delete_each` deletes at once.
 _DELETING_AT_ONCE: Final = 16
-
-#: ConsumerGroupDescribe's answers for a group it does not describe, which
-#: DescribeGroups is asked about then (as Java's AdminClient does).
-_ASK_DESCRIBE_GROUPS: Final = frozenset({_GROUP_ID_NOT_FOUND, int(ErrorCode.unsupported_version)})
-
-
-def _missing(api: str, group_id: str) -> Exception:
-    return error_for_code(_GROUP_ID_NOT_FOUND, f"{api} response did not mention group {group_id!r}")
 
 
 # --------------------------------------------------------------------------- DescribeGroups
@@ -109,38 +100,12 @@ def read_described_group(resp: Any, group_id: str) -> GroupDescription:
             for m in g.members
         )
         return GroupDescription(group_id, g.group_state, g.protocol_type, g.protocol_data, members)
-    raise _missing("DescribeGroups", group_id)
+    raise unmentioned_group("DescribeGroups", group_id)
 
 
 # --------------------------------------------------------------------------- ConsumerGroupDescribe
-
-
-def consumer_group_request(mod: Any, group_id: str) -> Any:
-    """ConsumerGroupDescribe of one group."""
-    return build(
-        mod.ConsumerGroupDescribeRequest, group_ids=(group_id,), include_authorized_operations=False
-    )
-
-
-def read_consumer_group(resp: Any, group_id: str) -> Any | None:
-    """The group's entry of a ConsumerGroupDescribe response, or None when the
-    group is DescribeGroups' to describe (a classic or unknown group, or the
-    consumer protocol not enabled).
-
-    Raises:
-        BrokerError: any other error of the group (a coordinator error,
-            authorization ...), with the broker's message.
-    """
-    for g in resp.groups:
-        if g.group_id != group_id:
-            continue
-        code = int(g.error_code)
-        if code in _ASK_DESCRIBE_GROUPS:
-            return None
-        message = f"group {group_id!r}" + (f": {g.error_message}" if g.error_message else "")
-        raise_for_code(code, message)
-        return g
-    raise _missing("ConsumerGroupDescribe", group_id)
+# Its request and reader are :mod:`gengroup.membership.requests`' (shared with a
+# member's messages): consumer_group_request, read_consumer_group.
 
 
 def unnamed_topics(group: Any) -> set[UUID]:
@@ -267,7 +232,7 @@ def read_deleted_group(resp: Any, group_id: str) -> None:
     """
     results = [r for r in resp.results if r.group_id == group_id]
     if not results:
-        raise _missing("DeleteGroups", group_id)
+        raise unmentioned_group("DeleteGroups", group_id)
     raise_item_errors(results, lambda _r: f"group {group_id!r}")
 
 

@@ -5,6 +5,12 @@ that cannot read a member's subscription, or a JoinGroup refused as
 INCONSISTENT_GROUP_PROTOCOL, is explained with a DescribeGroups of the group
 (its members' client ids, the protocol it runs), asked briefly and never
 raised from: a message that cannot say more says so.
+
+DescribeGroups answers a group of the consumer group protocol (KIP-848) as
+``Dead`` with no members (Kafka 4.x with GROUP_ID_NOT_FOUND): when it says
+so, the refused member asks ConsumerGroupDescribe too, as
+:meth:`Admin.describe_groups <gengroup.admin.Admin.describe_groups>` does,
+and a group found there is named for what it is.
 """
 
 from __future__ import annotations
@@ -12,11 +18,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 import anyio
 
 from .._config import GroupConfig
-from .._errors import BrokerError, KafkaConnectionError, ProtocolError, error_for_code
+from .._errors import (
+    BrokerError,
+    KafkaConnectionError,
+    ProtocolError,
+    UnsupportedVersion,
+    error_for_code,
+)
 from ..io.cluster import Cluster
 from ..membership import requests
 from ..membership.member import Joined
@@ -76,22 +89,82 @@ async def report_unreadable(
         )
 
 
+async def _consumer_group(
+    cluster: Cluster, config: GroupConfig, node: int, timeout: float
+) -> tuple[Any | None, bool]:
+    """ConsumerGroupDescribe of this group at ``node``, for messages: (the
+    group's entry or None, whether the coordinator answered), never raised."""
+    with anyio.move_on_after(timeout):
+        try:
+            resp = await cluster.call(
+                node,
+                ApiKey.CONSUMER_GROUP_DESCRIBE,
+                partial(requests.consumer_group_request, group_id=config.group_id),
+                timeout=timeout,
+            )
+            return requests.read_consumer_group(resp, config.group_id), True
+        except (
+            KafkaConnectionError,
+            ProtocolError,
+            BrokerError,
+            UnsupportedVersion,
+            TimeoutError,
+        ) as exc:
+            log.debug("group %s: ConsumerGroupDescribe failed: %s", config.group_id, exc)
+    return None, False
+
+
+def _members(clients: Sequence[str], counted: bool = False) -> str:
+    """`` (members: a@h, ...)``, the first five; ``counted``: `` (2 members: ...)``."""
+    shown = sorted(clients)
+    more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
+    label = f"{len(shown)} member{'' if len(shown) == 1 else 's'}" if counted else "members"
+    return f" ({label}: {', '.join(shown[:5])}{more})" if shown else ""
+
+
 async def explain_inconsistent(
     cluster: Cluster, config: GroupConfig, node: int, error: BrokerError, offered: Sequence[str]
 ) -> BrokerError:
     """INCONSISTENT_GROUP_PROTOCOL, saying what this member offered and what the group runs.
 
     DescribeGroups tells which protocol the group runs once a generation
-    chose one; otherwise (or if it cannot be asked) the message says so.
+    chose one. Where it answers ``Dead`` or not at all, ConsumerGroupDescribe
+    tells whether the group uses the consumer group protocol (KIP-848);
+    otherwise (or if neither can be asked) the message says so. Both are
+    asked within one request timeout.
     """
+    deadline = anyio.current_time() + config.request_timeout
     view = await describe_group(cluster, config, node)
     said = (
         f"JoinGroup {config.group_id}: this member offered protocol type "
         f"{PROTOCOL_TYPE!r} with the balancers [{', '.join(offered)}], and the group's "
         "members have none of them in common"
     )
-    if view is None:
-        said += "; the group runs another protocol (DescribeGroups could not tell which)"
+    if view is None or view.state == "Dead":
+        left = deadline - anyio.current_time()
+        found, answered = (
+            await _consumer_group(cluster, config, node, left) if left > 0 else (None, False)
+        )
+        if found is not None:
+            return error_for_code(
+                error.code,
+                f"{said}; the group uses the consumer group protocol (KIP-848) and this member "
+                'the classic one: set group_protocol="consumer" to join it, or use another '
+                "group id"
+                + _members([f"{m.client_id}@{m.client_host}" for m in found.members], True),
+            )
+        said += "; the group runs another protocol (DescribeGroups could not tell which" + (
+            ")"
+            if view is None
+            else ": it answered 'Dead', as it does for a group of the consumer group protocol)"
+        )
+        said += (
+            "; ConsumerGroupDescribe does not know it as a group of the consumer group "
+            "protocol (KIP-848)"
+            if answered
+            else "; ConsumerGroupDescribe could not tell whether it uses the consumer "
+            "group protocol (KIP-848)"
+        )
     elif view.protocol_type not in ("", PROTOCOL_TYPE):
         said += (
             f"; the group runs protocol type {view.protocol_type!r}"
@@ -108,8 +181,6 @@ async def explain_inconsistent(
             f"; the group runs the protocol {view.protocol!r}, which this member does not "
             f"offer: add a balancer named {view.protocol!r} or use another group id"
         )
-    if view is not None and view.clients:
-        shown = sorted(view.clients.values())
-        more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
-        said += f" (members: {', '.join(shown[:5])}{more})"
+    if view is not None:
+        said += _members(list(view.clients.values()))
     return error_for_code(error.code, said)

@@ -14,7 +14,11 @@ which follows a moved coordinator. OffsetFetch's halves are
 :mod:`gengroup.io.offsets`'.
 
 Error codes are returned, not raised: the member machine interprets them
-(:func:`gengroup._error_table.outcome_for`).
+(:func:`gengroup._error_table.outcome_for`). The describing halves are the
+exception: DescribeGroups' and ConsumerGroupDescribe's (a group of the
+consumer group protocol, KIP-848, which DescribeGroups answers as ``Dead``)
+serve :class:`~gengroup.admin.Admin` and a member's messages, and
+:func:`read_consumer_group` raises a group's error as its typed error.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .._errors import UnsupportedVersion
+from kio.schema.errors import ErrorCode
+
+from .._errors import BrokerError, UnsupportedVersion, error_for_code, raise_for_code
 from .._types import GenerationIdentity, TopicPartition
 from ..protocol.framing import build, ms
 from .member import JoinParams
@@ -35,6 +41,7 @@ __all__ = [
     "GroupView",
     "JoinResult",
     "commit_request",
+    "consumer_group_request",
     "consumer_heartbeat_request",
     "describe_request",
     "error_code",
@@ -47,8 +54,16 @@ __all__ = [
     "parse_leave",
     "parse_offset_commit",
     "parse_sync",
+    "read_consumer_group",
     "sync_request",
+    "unmentioned_group",
 ]
+
+_GROUP_ID_NOT_FOUND = int(ErrorCode.group_id_not_found)
+
+#: ConsumerGroupDescribe's answers for a group it does not describe, which
+#: DescribeGroups is asked about then (as Java's AdminClient does).
+_ASK_DESCRIBE_GROUPS = frozenset({_GROUP_ID_NOT_FOUND, int(ErrorCode.unsupported_version)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +112,39 @@ def parse_describe(resp: Any, group_id: str) -> GroupView | None:
                 clients={m.member_id: f"{m.client_id}@{m.client_host}" for m in g.members},
             )
     return None
+
+
+def unmentioned_group(api: str, group_id: str) -> BrokerError:
+    """GROUP_ID_NOT_FOUND for a describing response (``api``) that left ``group_id`` out."""
+    return error_for_code(_GROUP_ID_NOT_FOUND, f"{api} response did not mention group {group_id!r}")
+
+
+def consumer_group_request(mod: Any, group_id: str) -> Any:
+    """A ConsumerGroupDescribe request of one group."""
+    return build(
+        mod.ConsumerGroupDescribeRequest, group_ids=(group_id,), include_authorized_operations=False
+    )
+
+
+def read_consumer_group(resp: Any, group_id: str) -> Any | None:
+    """The group's entry of a ConsumerGroupDescribe response, or None when the
+    group is DescribeGroups' to describe (a classic or unknown group, or the
+    consumer protocol not enabled).
+
+    Raises:
+        BrokerError: any other error of the group (a coordinator error,
+            authorization ...), with the broker's message.
+    """
+    for g in resp.groups:
+        if g.group_id != group_id:
+            continue
+        code = int(g.error_code)
+        if code in _ASK_DESCRIBE_GROUPS:
+            return None
+        message = f"group {group_id!r}" + (f": {g.error_message}" if g.error_message else "")
+        raise_for_code(code, message)
+        return g
+    raise unmentioned_group("ConsumerGroupDescribe", group_id)
 
 
 def error_code(resp: Any) -> int:
