@@ -45,7 +45,12 @@ every retry loop above stops and the error reaches the caller. A broker that
 accepts connections and closes each one at once on its first request after
 ApiVersions (a listener that requires SASL, to a client without it) counts
 the same way once every known address does it (:meth:`Cluster.call` raises
-the exhausted error); any answer on any connection ends an outage.
+the exhausted error); any answer on any connection ends an outage. One such
+close is not enough: a broker stopping closes the connections it has, and
+may do so to one that just sent its first request. An address counts once a
+connection opened after such a close was closed the same way, and only then
+is a client without SASL asked whether the listener requires it (a broker
+that stopped refuses the next connection instead, which is said as that).
 
 Every request goes out through :meth:`Cluster.call` (version negotiated on
 the connection that carries it, see :mod:`gengroup.io.request`); every retry
@@ -300,6 +305,13 @@ class Cluster:
         #: Addresses whose connections the broker closed on their first request
         #: after the set-up, with no answer since: when, and what to say of it.
         self._unanswered: dict[tuple[str, int], tuple[float, str]] = {}
+        #: Addresses whose connection the broker closed so once, with no answer
+        #: since: when, and how many connections had been opened by then (a
+        #: connection opened later that is closed the same way puts the address
+        #: in ``_unanswered``).
+        self._closed_once: dict[tuple[str, int], tuple[float, int]] = {}
+        #: How many connections this cluster opened (each one's serial number).
+        self._opened = 0
         #: Addresses that left a request unanswered for its whole timeout, with
         #: no answer since (see :meth:`unanswered`).
         self._silent: set[tuple[str, int]] = set()
@@ -390,7 +402,8 @@ class Cluster:
                 tls=self._tls,
             )
             new.on_answer = partial(self._answered, (host, port))
-            new.on_unanswered_close = partial(self._closed_unanswered, (host, port))
+            self._opened += 1
+            new.on_unanswered_close = partial(self._closed_unanswered, (host, port), self._opened)
             new.on_refused = partial(self._refused_login, (host, port))
             new.on_timed_out = partial(self._silent.add, (host, port))
             try:
@@ -591,21 +604,33 @@ class Cluster:
 
     def _answered(self, address: tuple[str, int]) -> None:
         self._silent.discard(address)
-        if self._unanswered:
+        if self._unanswered or self._closed_once:
             self._unanswered.pop(address, None)
+            self._closed_once.pop(address, None)
         if self.unreachable_since is not None:
             self._reachable_again()
 
-    def _closed_unanswered(self, address: tuple[str, int], said: str) -> None:
-        """A connection to ``address`` was closed on its first request after the set-up.
+    def _closed_unanswered(self, address: tuple[str, int], serial: int, said: str) -> None:
+        """Connection number ``serial``, to ``address``, was closed on its first
+        request after the set-up.
 
         A broker does that to every connection when the client speaks to it
-        wrongly (no SASL on a listener that requires it): once every address
-        known does it, the cluster is unreachable (logged once), until an
-        answer comes; :meth:`call` raises the exhausted outage once it lasted
-        ``unreachable_timeout``.
+        wrongly (no SASL on a listener that requires it), and a broker
+        stopping may do it to the connections it has. So the address counts
+        once a connection opened after the first such close is closed the same
+        way (a stopped broker refuses it instead): once every address known
+        does it, the cluster is unreachable (logged once), until an answer
+        comes; :meth:`call` raises the exhausted outage once it lasted
+        ``unreachable_timeout``, counted from the first close.
         """
-        self._unanswered.setdefault(address, (anyio.current_time(), said))
+        once = self._closed_once.get(address)
+        if once is None or serial <= once[1]:
+            self._closed_once.setdefault(address, (anyio.current_time(), self._opened))
+            return
+        said += ", and again on a later connection"
+        if not self.security.uses_sasl:
+            said += " (does the listener require SASL? check security_protocol)"
+        self._unanswered.setdefault(address, (once[0], said))
         if self.unreachable_since is None and self._all_unanswered():
             # Since the last of them began to: an address that did so long ago
             # (a broker gone since) does not make a new outage old at once.

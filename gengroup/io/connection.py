@@ -241,7 +241,9 @@ class BrokerConnection:
         #: Called if the broker closes the connection at once (within
         #: :data:`_AT_ONCE`) on its first request after the set-up, with what
         #: to say of it; a parked request (JoinGroup, a long poll) cut by a
-        #: restart is not that.
+        #: restart is not that. A listener that requires SASL does it to every
+        #: connection, a broker stopping to those it has: the owner tells
+        #: which by the next connection.
         self.on_unanswered_close: Callable[[str], None] | None = None
         self._first_sent_at: float | None = None
         #: Called when a request went unanswered for its whole timeout (the
@@ -543,10 +545,10 @@ class BrokerConnection:
                 and anyio.current_time() - sent < _AT_ONCE
             ):
                 # A listener that requires SASL closes a connection whose
-                # first request after ApiVersions is anything else.
+                # first request after ApiVersions is anything else; so does a
+                # broker stopping. Which it was shows on the next connection
+                # (the owner's to tell: on_unanswered_close).
                 said = "closed by the broker on the first request after ApiVersions"
-                if not self.security.uses_sasl:
-                    said += " (does the listener require SASL? check security_protocol)"
                 self._fail(BrokenConnection(f"{self}: {said}"))
                 if self.on_unanswered_close is not None:
                     self.on_unanswered_close(said)

@@ -155,6 +155,50 @@ async def test_the_only_broker_dying_ends_the_group_with_cluster_unreachable(
     assert count(caplog, logging.INFO, "partition watch failed") <= 1
 
 
+async def test_the_broker_stopping_during_a_join_is_not_said_to_require_sasl(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stopping broker closes the JoinGroup's new connection at once, on its
+    first request after ApiVersions, then refuses the next connections: the one
+    WARNING names the refusal, and nothing suggests the listener requires SASL
+    (a listener that does closes every new connection so; see
+    tests/embedded/test_security.py)."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with trio.open_nursery() as nursery:
+
+            def stop(call: Intercepted) -> Disconnect:
+                nursery.start_soon(cluster.stop_broker, 0)
+                return Disconnect()
+
+            cluster.control(ApiKey.JOIN_GROUP, stop, once=True)
+            with trio.fail_after(600.0), pytest.raises(ClusterUnreachable) as info:
+                async with ConsumerGroup("g", ["t"], cluster.bootstrap, **FAST) as group:
+                    await iterate(group)
+    assert info.value.exhausted
+    assert info.value.causes == {cluster.bootstrap: "connection refused"}
+    assert unreachable_warnings(caplog) == 1
+    assert not [r.getMessage() for r in caplog.records if "SASL" in r.getMessage()]
+
+
+async def test_a_connection_closed_once_on_its_first_request_is_no_outage(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The only broker closes one new connection on its first request after
+    ApiVersions (a restart, a reaped connection) and serves the next: the group
+    forms, and no WARNING called the cluster unreachable."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        cluster.control(ApiKey.JOIN_GROUP, lambda call: Disconnect(), once=True)
+        with trio.fail_after(600.0):
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **FAST) as group:
+                async for gen in group:
+                    assert gen.assignments
+                    break
+    assert unreachable_warnings(caplog) == 0
+    assert not [r.getMessage() for r in caplog.records if "SASL" in r.getMessage()]
+
+
 async def test_an_admin_timeout_names_the_cause_not_none() -> None:
     """Admin's deadline passes while the coordinator lookup inside it is still
     retrying connections: the error names the refused address, not 'None'."""
