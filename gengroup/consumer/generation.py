@@ -32,8 +32,9 @@ generation that assigns its partition; ``fetch``, ``mark``, ``seek``,
 holder, so a retained partition's worker goes on fetching across generations
 and its marks are committed under the current generation's id. Between
 generations there is no holder: a commit waits until the next generation is
-formed (:meth:`Span.holder`); while a span is being revoked, the generation
-revoking it holds it.
+formed (:meth:`Span.holder`), which holds its retained spans at once, before
+it waits for the spans it revokes; while a span is being revoked, the
+generation revoking it holds it.
 
 Marks only move forward; commits never send an offset lower than one this
 member already committed for the partition, so a late commit cannot move a
@@ -141,8 +142,6 @@ class Span:
         closed: the span ended (revoked, lost or given up): its tasks are cancelled.
         first: the sequence of the generation that opened it; older generations
             never reach it.
-        successor: the generation formed to hold it next, revoking other
-            spans before it adopts this one (None: none formed yet).
         reset: where the partition was reset for an out-of-range offset, until
             a commit of it is stored (-1: none); see :meth:`Generation.offset_reset`.
     """
@@ -158,7 +157,6 @@ class Span:
     idle: anyio.Event = field(default_factory=anyio.Event)
     running: int = 0
     first: int = field(init=False)
-    successor: Generation | None = None
     reset: int = -1
 
     def __post_init__(self) -> None:
@@ -173,7 +171,6 @@ class Span:
         """
         if gen is None and revoker is not None and self.tp in revoker.revoked:
             self.hand_to(revoker)
-        self.successor = None
         if gen is None:
             self.closed = True
             for scope in self.scopes:
@@ -191,19 +188,9 @@ class Span:
         self.moved.set()
         self.moved = anyio.Event()
 
-    def expect(self, gen: Generation) -> None:
-        """``gen`` is formed and holds the span next: a commit waiting for a holder goes on."""
-        self.successor = gen
-        self.moved.set()
-        self.moved = anyio.Event()
-
     def holder(self) -> Generation | None:
         """The generation whose id a commit of the span carries now (None: between generations)."""
-        if not self.gen.ended:
-            return self.gen
-        if self.successor is not None and not self.successor.ended and not self.closed:
-            return self.successor
-        return None
+        return None if self.gen.ended else self.gen
 
     def mark(self, offset: int) -> None:
         offset = self.gen._prefetcher.past_gaps(self.tp, offset)  # (consumer/recordless.py)

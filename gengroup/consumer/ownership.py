@@ -6,11 +6,14 @@ Partition-scoped tasks (``gen.start_soon(..., partition=tp)``) do not run in
 the generation's task group but in the :class:`Ownership`'s, which lives as
 long as the group's run loop; :mod:`gengroup.consumer.running` runs each
 generation against it. Under a cooperative protocol a generation that ends
-for a rebalance keeps its spans; the next generation first revokes the spans
-of the partitions it no longer assigns (cancels their tasks, waits for them
-under the same watchdog, commits their marks with its own id), adopts the
-retained ones, then is handed out; if it revoked anything it ends at once so
-that the member rejoins without those partitions. Every other end (an eager
+for a rebalance keeps its spans; the next generation first holds the
+retained ones (:meth:`Ownership.hold_retained`: their workers are served
+from its prefetcher and mark and commit under its id from then on), then
+revokes the spans of the partitions it no longer assigns (cancels their
+tasks, waits for them under the same watchdog, commits their marks with its
+own id), adopts the retained ones, then is handed out; if it revoked
+anything it ends at once so that the member rejoins without those
+partitions. Every other end (an eager
 protocol, a lost membership, closing, a task's exception) revokes every span
 before the final commit's second pass.
 
@@ -182,6 +185,18 @@ class Ownership:
         """The tasks of closed spans that have not returned yet."""
         return [t for s in self.spans.values() if s.closed for t in s.tasks if not t.done]
 
+    def hold_retained(self, gen: Generation) -> None:
+        """``gen`` holds the open spans of the partitions it retained (once each).
+
+        From here their workers' batches come from ``gen``'s prefetcher and
+        their marks and commits go under ``gen``'s id, also while ``gen``
+        still waits for the spans it revokes.
+        """
+        for tp in gen.retained:
+            span = self.spans.get(tp)
+            if span is not None and not span.closed and span.gen is not gen:
+                span.hand_to(gen)
+
     def adopt(self, gen: Generation) -> None:
         """``gen`` holds the spans of the partitions it retained; it owns its assignment.
 
@@ -195,10 +210,7 @@ class Ownership:
                 del self.spans[tp]
                 if tp in gen.assignments and done.pending > gen._marks.get(tp, -1):
                     gen._marks[tp] = done.pending
-        for tp in gen.retained:
-            span = self.spans.get(tp)
-            if span is not None and not span.closed:
-                span.hand_to(gen)
+        self.hold_retained(gen)
         self.owned = set(gen.assignments)
         self.unseen = (self.unseen | gen.added) & self.owned  # until gen is handed out
         self.current = gen

@@ -47,11 +47,13 @@ Partition-scoped tasks (``gen.start_soon(..., partition=tp)``) and, under a
 cooperative protocol, the prefetcher run in the member's
 :class:`~gengroup.consumer.ownership.Ownership`, which outlives generations
 (see its module). Under a cooperative protocol a generation that ends for a
-rebalance keeps its spans; the next generation first revokes the spans of
-the partitions it no longer assigns (cancels their tasks, waits for them
-under the same watchdog, commits their marks with its own id), adopts the
-retained ones, then is handed out; if it revoked anything it ends at once so
-that the member rejoins without those partitions. Every other end (an eager
+rebalance keeps its spans; the next generation first holds the retained
+ones (their workers go on with its prefetcher's batches, and their marks and
+commits go under its id), then revokes the spans of the partitions it no
+longer assigns (cancels their tasks, waits for them under the same watchdog,
+commits their marks with its own id), adopts the retained ones, then is
+handed out; if it revoked anything it ends at once so that the member
+rejoins without those partitions. Every other end (an eager
 protocol, a lost membership, closing, a task's exception) revokes every span
 before the final commit's second pass.
 
@@ -305,16 +307,19 @@ class _Run:
     ) -> None:
         """Cooperative phase one: revoke the spans this generation no longer assigns.
 
-        Their tasks are cancelled and awaited (``rebalance_timeout`` at most,
-        then TaskStuckError), and their marks committed with this generation's
-        id, before the generation is handed out.
+        The retained spans are held by this generation first, so that they
+        are served meanwhile. The revoked spans' tasks are cancelled and
+        awaited (``rebalance_timeout`` at most, then TaskStuckError), and
+        their marks committed with this generation's id, before the
+        generation is handed out.
         """
         gen = self.gen
         closed = self.own.release([tp for tp in self.own.spans if tp not in gen.assignments], gen)
         if not closed and not self.own.closing_tasks():
             return
-        for span in [s for s in self.own.spans.values() if not s.closed]:
-            span.expect(gen)  # retained: commits meanwhile go under ``gen``
+        # The retained spans are served meanwhile: their batches come from
+        # ``gen``'s prefetcher, their marks and commits go under its id.
+        self.own.hold_retained(gen)
         started = anyio.current_time()
         async with anyio.create_task_group() as watch:
             watch.start_soon(self._watch, report_stuck, "their partitions were revoked")

@@ -28,10 +28,12 @@ from gengroup import (
     RequestTimedOut,
     TopicPartition,
 )
+from gengroup._config import GroupConfig
 from gengroup._errors import CoordinatorLoadInProgress
 from gengroup._types import GenerationIdentity
 from gengroup.broker import FakeCluster
 from gengroup.consumer.generation import OffsetMetadata, Offsets, RebalanceTimings, Span
+from gengroup.consumer.ownership import Ownership
 from gengroup.protocol.records import NewRecord
 
 from .helpers import EMBEDDED_SETTINGS, all_partitions, unstarted_prefetcher, wait_until
@@ -107,15 +109,21 @@ async def test_a_commit_between_generations_waits_and_goes_under_the_next_holder
 
 
 async def test_a_commit_waiting_for_a_holder_goes_on_once_the_next_generation_formed() -> None:
-    """The next generation formed and is revoking other spans before it adopts this one:
-    the commit goes under it then (a revoked task's cleanup may be waiting for it)."""
+    """The next generation formed and holds its retained spans before it revokes
+    other spans: the commit goes under it then (a revoked task's cleanup may be
+    waiting for it); holding them again, as adopting it does, changes nothing."""
     recorder, spans, first, span = ended_holder(3)
+    own = Ownership(GroupConfig.create("g", ["t"], "127.0.0.1:9092"))
+    own.spans = spans
     second = generation(2, spans, recorder, retained=frozenset({TP}))
     async with anyio.create_task_group() as tg:
         tg.start_soon(first.commit)
         await anyio.wait_all_tasks_blocked()
-        span.expect(second)
+        own.hold_retained(second)
     assert recorder.commits == [(second.identity, {TP: 3})]
+    first.mark(TP, 5)  # the span's worker, during the revocation: in ``second``
+    own.hold_retained(second)
+    assert span.gen is second and second.marks == {TP: 5} and second.committed == {TP: 3}
 
 
 def being_revoked(
