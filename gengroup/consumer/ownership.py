@@ -64,6 +64,9 @@ class Ownership:
             retained, so code that starts workers for ``gen.added`` starts them.
         current: the newest generation handed out (None once it released everything).
         lease_from: when the newest request the coordinator accepted was sent.
+        released_at: when spans were last closed (their tasks cancelled), in
+            ``anyio.current_time()`` terms; the teardown watchdog gives those
+            tasks ``rebalance_timeout`` from then.
     """
 
     def __init__(self, config: GroupConfig) -> None:
@@ -73,6 +76,7 @@ class Ownership:
         self.unseen: set[TopicPartition] = set()
         self.current: Generation | None = None
         self.lease_from = 0.0
+        self.released_at = 0.0
         self.failures: list[BaseException] = []
         #: Called when a span task raised while no generation was live.
         self.on_failure: Callable[[], None] = lambda: None
@@ -171,6 +175,8 @@ class Ownership:
             if span is not None and not span.closed:
                 span.hand_to(None, by)
                 closed.append(span)
+        if closed:
+            self.released_at = anyio.current_time()
         return closed
 
     async def wait_released(self) -> None:

@@ -14,9 +14,11 @@ Then it simply waits for the task group to finish. It finishes when the first
 task exits (a user task returns or raises, the heartbeat sees a rebalance, the
 watcher sees a partition change, the group is closed), because every exit
 cancels the generation's scope. A watchdog started beside the task group
-gives the tasks ``rebalance_timeout`` seconds once the generation is ending;
-past that it reports which task held the generation up and where it was
-suspended (:class:`TaskStuckError`) instead of hanging silently. Under the
+gives the tasks ``rebalance_timeout`` seconds once the generation is ending
+(a span's tasks that a later revocation cancels, from then); past that it
+reports which task held the generation up and where it was suspended
+(:class:`TaskStuckError`) instead of hanging silently. It reports tasks
+only: if every task has returned by then, nothing is reported. Under the
 classic protocol the member goes on beating meanwhile (beside the task
 group, on the same grid), so that a teardown longer than ``session_timeout``
 does not get it evicted while its tasks still run (both the heartbeat loop
@@ -53,7 +55,9 @@ commits go under its id), then revokes the spans of the partitions it no
 longer assigns (cancels their tasks, waits for them under the same watchdog,
 commits their marks with its own id), adopts the retained ones, then is
 handed out; if it revoked anything it ends at once so that the member
-rejoins without those partitions. Every other end (an eager
+rejoins without those partitions. The revocation's commit is not shielded
+from the generation's end: an end stops it, and the end's final commit
+sends its marks, within the bounds above. Every other end (an eager
 protocol, a lost membership, closing, a task's exception) revokes every span
 before the final commit's second pass.
 
@@ -329,7 +333,11 @@ class _Run:
             carried = max(span.pending, span.gen._marks.get(span.tp, -1))
             if span.tp in gen.revoked and carried > gen._marks.get(span.tp, -1):
                 gen._marks[span.tp] = carried
-        await self._final_commit()
+        # Not shielded from the generation's end: an end stops it, and the
+        # end's final commit sends these marks instead (running.py's
+        # docstring), so the teardown is not held up by a commit that may
+        # retry for request_timeout (a lost coordinator, an expired lease).
+        await self._final_commit(shielded=False)
         gen.timings.revocation = anyio.current_time() - started
 
     async def _settle_spans(self) -> None:
@@ -381,6 +389,7 @@ class _Run:
         *,
         refused: list[BaseException] | None = None,
         report: bool = True,
+        shielded: bool = True,
     ) -> BaseException | None:
         """Commit the marks once more, shielded, retrying retriable refusals.
 
@@ -398,6 +407,8 @@ class _Run:
             limit: Seconds of retries (default: ``request_timeout``).
             refused: The refusals retried so far (the first is logged, once).
             report: Log a failure (a WARNING).
+            shielded: Shielded from cancellation (False: the revocation's
+                commit, which the generation's end stops).
 
         Returns:
             Why the commit failed, or None.
@@ -425,7 +436,7 @@ class _Run:
             return True
 
         failure: BaseException | None = None
-        with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=shielded):
             async with self.client.said_if_slow(
                 f"waiting for the coordinator to accept the final commit (up to {limit} s)"
             ):
@@ -470,9 +481,19 @@ class _Run:
     async def _watch(
         self, report_stuck: Callable[[TaskStuckError], Awaitable[None]], since: str
     ) -> None:
-        """Report the tasks still running ``rebalance_timeout`` from now (after ``since``)."""
+        """Report the tasks still running ``rebalance_timeout`` after their cancellation.
+
+        The tasks are cancelled now (after ``since``), or, a span's, when a
+        later revocation closed it (``Ownership.released_at``): the report
+        waits until ``rebalance_timeout`` after the latest. Only tasks that
+        have not returned then are reported; if every one has, nothing is
+        (what holds the teardown is not a task, and is bounded on its own),
+        and the watch goes on for tasks cancelled later.
+        """
         gen = self.gen
-        deadline = anyio.current_time() + self.config.rebalance_timeout
+        start = anyio.current_time()
+        timeout = self.config.rebalance_timeout
+        deadline = start + timeout
         # A teardown longer than a heartbeat interval is said once, with what it waits for.
         await anyio.sleep(min(self.config.heartbeat_interval, self.config.rebalance_timeout))
         waiting = [name for name, _ in gen.stuck_tasks()]
@@ -482,8 +503,14 @@ class _Run:
                 f"({', '.join(repr(n) for n in waiting)}); TaskStuckError after "
                 f"rebalance_timeout={self.config.rebalance_timeout} s"
             )
-        await anyio.sleep_until(deadline)
-        stuck = gen.stuck_tasks()
+        while True:
+            await anyio.sleep_until(deadline)
+            if (later := self.own.released_at + timeout) > anyio.current_time():
+                deadline = later  # tasks cancelled since: theirs from then
+                continue
+            if stuck := gen.stuck_tasks():
+                break
+            deadline = anyio.current_time() + timeout
         detail = "\n".join(f"task {name!r} is suspended at:\n{stack}" for name, stack in stuck)
         err = TaskStuckError(
             f"group {gen.group_id} generation {gen.label}: {len(stuck)} task(s) did not return "

@@ -190,6 +190,38 @@ async def test_teardown_deadline_is_exactly_the_rebalance_timeout(
             assert trio.current_time() - t0 == EMBEDDED_SETTINGS["rebalance_timeout"]
 
 
+async def test_a_partition_task_revoked_after_the_teardown_began_gets_the_whole_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A partition's task is cancelled only once the generation's own tasks returned
+    (here after 3 s): it still gets rebalance_timeout from its cancellation before
+    TaskStuckError names it (the generation-scoped task is not named: it returned)."""
+
+    async def slow_to_return() -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(3.0)
+
+    async def stubborn() -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(1000.0)
+
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
+            gen = await group.next()
+            gen.start_soon(slow_to_return, name="slow")
+            gen.start_soon(stubborn, name="stubborn", partition=TopicPartition("t", 0))
+            await anyio.sleep(0.5)
+            t0 = trio.current_time()
+            gen.cancel("test")
+            with pytest.raises(TaskStuckError, match="1 task") as caught:
+                await group.next()
+            assert "stubborn" in str(caught.value) and "slow" not in str(caught.value)
+            assert trio.current_time() - t0 == 3.0 + EMBEDDED_SETTINGS["rebalance_timeout"]
+
+
 async def test_three_members_share_partitions_in_virtual_time(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
