@@ -188,6 +188,18 @@ class ConnectionClosed(KafkaConnectionError):
     """The connection was closed by this process (``aclose()`` was called)."""
 
 
+class ClosedInFlight(ConnectionClosed):
+    """A record's producer was closed while the broker had not answered its Produce request.
+
+    The producer (or the :class:`~gengroup.io.cluster.Cluster` it shares) was
+    closed after the request carrying the record had gone out, and before an
+    answer came: the broker may have written the record, so sending it again
+    may write it twice (as after a :class:`RequestTimedOut` for an unanswered
+    request). A :class:`ConnectionClosed` that is not this one means the
+    record was never sent.
+    """
+
+
 class RequestTimedOut(KafkaConnectionError):
     """A request got no response within its timeout.
 

@@ -51,6 +51,9 @@ class Pending:
     size: int
     created: float  # when its send call started: the delivery timeout counts from it
     done: bool = False
+    # A Produce request carried it and no answer said whether it was written
+    # (the connection broke or timed out): a retry may write it twice.
+    maybe_written: bool = False
     waiters: list[Waiter] | None = None
     result: RecordMetadata | None = None
     error: BaseException | None = None

@@ -7,17 +7,22 @@ A record that could not be encoded must fail its own call, not the batch it
 would share with other callers' records: every field is checked here, at the
 call, against what the record batch encoder (``protocol/records.py``) and the
 Kafka protocol accept. Each check raises a :class:`TypeError` or
-:class:`ValueError` naming the argument.
+:class:`ValueError` naming the argument. The Produce request carrying the
+encoded batches is built here too (:func:`produce_request`).
 """
 
 from __future__ import annotations
 
 import math
 import operator
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
+from ._producer_config import ProducerConfig
+from ._types import TopicPartition
+from .protocol.framing import build, ms
 from .protocol.records import Header
 
 __all__ = [
@@ -28,10 +33,12 @@ __all__ = [
     "check_record",
     "check_topic",
     "estimate",
+    "produce_request",
 ]
 
 _RECORD_OVERHEAD: Final = 26  # upper bound of a record's varint framing
 _INT64_MAX: Final = (1 << 63) - 1
+_INT32_MAX: Final = (1 << 31) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,4 +194,22 @@ def check_record(
     checked_headers = _check_headers(headers)
     return Checked(
         key_b, value_b, checked_headers, part, stamp, estimate(key_b, value_b, checked_headers)
+    )
+
+
+def produce_request(mod: Any, batches: Mapping[TopicPartition, bytes], cfg: ProducerConfig) -> Any:
+    """The Produce request of ``mod`` (a negotiated version's kio module)
+    carrying each partition's encoded record batch."""
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for tp, data in batches.items():
+        by_topic[tp.topic].append(build(mod.PartitionProduceData, index=tp.partition, records=data))
+    return build(
+        mod.ProduceRequest,
+        transactional_id=None,
+        acks=cfg.acks,
+        timeout=ms(min(cfg.request_timeout, _INT32_MAX / 1000)),
+        topic_data=tuple(
+            build(mod.TopicProduceData, name=topic, partition_data=tuple(parts))
+            for topic, parts in by_topic.items()
+        ),
     )

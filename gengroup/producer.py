@@ -55,9 +55,16 @@ the buffer: :class:`~gengroup._errors.BufferExhausted`); the sends waiting for
 room are served in arrival order (``_producer_buffer.py``). Cancelling a ``send``
 once its record is queued only stops waiting: the record is still delivered,
 like a Java ``Future`` that nobody reads. ``flush()`` makes every
-queued record ready at once and waits until each has an outcome. Leaving the
-``async with`` block normally flushes; leaving it with an exception fails
-whatever is still queued with :class:`~gengroup._errors.ConnectionClosed`.
+queued record ready at once and waits until each has an outcome.
+
+Leaving the ``async with`` block, whatever ended it, flushes (as Java's
+``close()``), refusing new sends, within ``delivery_timeout`` (which ends every
+record by then), shielded from the cancellation that ended the block: so are
+the background tasks and an owned Cluster, until the shutdown cancels them.
+A record the shutdown fails gets :class:`~gengroup._errors.ConnectionClosed`
+if never sent, :class:`~gengroup._errors.ClosedInFlight` (it may have been
+written) if a Produce request carrying it got no answer; so does one in flight
+when the shared Cluster is closed under the producer.
 
 Throttling hints (``throttle_time``) are ignored: the broker mutes the
 connection itself.
@@ -67,10 +74,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
 import time
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AsyncExitStack, contextmanager
 from typing import Any, Final, Literal, Self, Unpack, overload
 
 import anyio
@@ -80,6 +87,7 @@ import anyio.lowlevel
 from ._errors import (
     BrokenConnection,
     BufferExhausted,
+    ClosedInFlight,
     ConnectionClosed,
     GengroupError,
     ProtocolError,
@@ -97,12 +105,12 @@ from ._producer_records import (
     RecordMetadata,
     check_record,
     check_topic,
+    produce_request,
 )
 from ._types import TopicPartition
 from .io.cluster import Cluster, shared_or_own
-from .io.retry import backoff_delay
+from .io.retry import ClientClosed, backoff_delay
 from .partitioner import KeylessPartitioner, murmur2, partition_for_key
-from .protocol.framing import build, ms
 from .protocol.records import Compression, Header, encode_batch
 from .protocol.versions import ApiKey
 
@@ -123,8 +131,11 @@ __all__ = [
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _ONE_MS: Final = datetime.timedelta(milliseconds=1)
 _BATCH_OVERHEAD: Final = 61
-_INT32_MAX: Final = (1 << 31) - 1
 _MESSAGE_TOO_LARGE: Final = 10
+#: NOT_ENOUGH_REPLICAS_AFTER_APPEND: retried, but the leader wrote the batch.
+_WRITTEN_ANYWAY: Final = 20
+
+log = logging.getLogger("gengroup")
 
 
 def _now_ms() -> int:
@@ -138,6 +149,10 @@ _YIELD_EVERY: Final = 1000
 
 class Producer:
     """An asynchronous, batching Kafka producer.
+
+    Leaving ``async with``, however the block ended, first delivers what is
+    queued or in flight (shielded from a cancellation), within
+    ``delivery_timeout``; the block's exception then comes out unchanged.
 
     Args:
         cluster: an open :class:`Cluster` to share (not closed by the producer),
@@ -174,7 +189,9 @@ class Producer:
         self._metadata = ProducerMetadata(self.cluster, cfg, self._wake)
         self._keyless = KeylessPartitioner(cfg.partitioner)
         self._flushing = 0
+        self._closing = False  # leaving the block: delivering, no new sends
         self._closed = False
+        self._shields: set[anyio.CancelScope] = set()  # of the background tasks
         self._started = False
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -186,9 +203,9 @@ class Producer:
             raise GengroupError("a Producer can be entered only once")
         self._started = True
         async with AsyncExitStack() as stack:
-            if self._owns_cluster:
-                await stack.enter_async_context(self.cluster)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
+            if self._owns_cluster:
+                await self._tg.start(self._host_cluster)
             self._tg.start_soon(self._guarded, self._sender_loop, name="producer sender")
             self._tg.start_soon(self._guarded, self._metadata.loop, name="producer metadata")
             self._stack = stack.pop_all()
@@ -197,46 +214,106 @@ class Producer:
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         stack, self._stack = self._stack, None
         assert stack is not None, "__aexit__ without __aenter__"
-        flush_error: BaseException | None = None
-        if exc_info[0] is None:
-            try:
-                await self.flush()
-            except BaseException as exc:  # cancelled while flushing: still shut down
-                flush_error = exc
-        self._shutdown(ConnectionClosed("the Producer was closed before the record was sent"))
+        # A cancelled send's record too, shielded from what ended the block.
+        with anyio.CancelScope(shield=True):
+            await self._deliver_and_shut_down()
         # The body's exception is not handed to the task groups: they would wrap
         # it in an ExceptionGroup. It propagates unchanged once they have exited;
         # a crash of a background task propagates from here instead.
         await stack.aclose()
-        if flush_error is not None:
-            raise flush_error
         return None
 
-    def _shutdown(self, error: BaseException) -> None:
+    async def _deliver_and_shut_down(self) -> None:
+        """Deliver what is queued or in flight within ``delivery_timeout``, then shut down.
+
+        New sends (and those waiting for buffer room) are refused. Failures
+        are logged once: the senders may have stopped waiting.
+        """
+        self._closing = True
+        self._buffer.close()  # the sends waiting for room raise ConnectionClosed
+        waiting = list(self._outstanding)
+        try:
+            with anyio.move_on_after(self.config.delivery_timeout):
+                await self.flush()
+        finally:  # a KeyboardInterrupt too: else the background loops never end
+            self._shutdown(
+                ConnectionClosed("the Producer was closed before the record was sent"),
+                ClosedInFlight(
+                    "the Producer was closed before the broker answered the Produce "
+                    "request carrying the record: it may have been written"
+                ),
+            )
+        failed = [pending.error for pending in waiting if pending.error is not None]
+        if failed:
+            first = failed[0]
+            log.warning(
+                "the Producer closed with %d of its %d queued record(s) undelivered (their "
+                "send calls may have been cancelled); the first failed with %s: %s",
+                len(failed),
+                len(waiting),
+                type(first).__name__,
+                first,
+            )
+
+    def _shutdown(self, error: BaseException, unanswered: BaseException | None = None) -> None:
         self._closed = True
         self._buffer.close()  # the sends waiting for room raise ConnectionClosed
-        self._fail_outstanding(error)
+        self._fail_outstanding(error, unanswered)
+        for scope in self._shields:
+            scope.cancel()
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
 
-    def _fail_outstanding(self, error: BaseException) -> None:
+    def _fail_outstanding(self, error: BaseException, unanswered: BaseException | None) -> None:
+        """Fail every record without an outcome: with ``unanswered`` (if given)
+        the records a Produce request may have written -- one is in flight, or
+        an earlier one got no answer -- and with ``error`` the others."""
+        in_flight = {
+            pending
+            for queue in self._queues.values()
+            if queue.sending is not None
+            for pending in queue.sending.records
+        }
         for pending in list(self._outstanding):
-            self._settle(pending, None, error)
+            maybe_written = pending.maybe_written or pending in in_flight
+            self._settle(pending, None, unanswered if maybe_written and unanswered else error)
         self._freed()
         for queue in self._queues.values():
             queue.records.clear()
             queue.bytes = 0
             queue.retry = None
 
+    @contextmanager
+    def _shielded(self) -> Iterator[None]:
+        """Shield a background task from the cancellation of the scope around
+        the block (the close still needs it) until :meth:`_shutdown`."""
+        with anyio.CancelScope(shield=True) as scope:
+            if self._closed:
+                scope.cancel()
+            self._shields.add(scope)
+            try:
+                yield
+            finally:
+                self._shields.discard(scope)
+
+    async def _host_cluster(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Keep the producer's own Cluster open until the shutdown, out of reach
+        of a cancellation of the block's scope: the close may need a connection."""
+        with self._shielded():
+            async with self.cluster:
+                task_status.started()
+                await anyio.sleep_forever()
+
     async def _guarded(self, loop: Any) -> None:
         """Run a background loop; if it crashes, fail every waiting sender, then re-raise."""
-        try:
-            await loop()
-        except Exception as exc:
-            err = GengroupError(f"the producer's background task failed: {exc!r}")
-            err.__cause__ = exc
-            self._shutdown(err)
-            raise
+        with self._shielded():
+            try:
+                await loop()
+            except Exception as exc:
+                err = GengroupError(f"the producer's background task failed: {exc!r}")
+                err.__cause__ = exc
+                self._shutdown(err)
+                raise
 
     # ------------------------------------------------------------------ public API
 
@@ -296,8 +373,11 @@ class Producer:
             KafkaConnectionError: no broker answered the topic's metadata
                 request within ``max_block``.
             ConnectionClosed: the producer (or the :class:`Cluster` it was
-                given) was closed before delivery; a connection the broker
-                dropped is retried instead.
+                given) was closed before the record was sent; a connection
+                the broker dropped is retried instead.
+            ClosedInFlight: a :class:`ConnectionClosed` for a record whose
+                Produce request was unanswered when the :class:`Cluster` was
+                closed: it may have been written.
         """
         start = anyio.current_time()
         rec = check_record(key, value, headers, partition, timestamp_ms)
@@ -370,7 +450,7 @@ class Producer:
                 checked.append(check_record(r.key, r.value, r.headers, r.partition, r.timestamp_ms))
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"records[{index}]: {exc}") from None
-        if self._closed or self._tg is None:
+        if self._closed or self._closing or self._tg is None:
             raise ConnectionClosed("the Producer is not open")
         if not checked:
             return []
@@ -440,7 +520,7 @@ class Producer:
 
     async def _enqueue(self, topic: str, rec: Checked, start: float) -> Pending:
         """Queue a checked record; ``start`` is when its call started."""
-        if self._closed or self._tg is None:
+        if self._closed or self._closing or self._tg is None:
             raise ConnectionClosed("the Producer is not open")
         key, value, headers = rec.key, rec.value, rec.headers
         count = await self._metadata.partition_count(topic)
@@ -481,7 +561,7 @@ class Producer:
         """
         limit = min(self.config.max_block, self.config.delivery_timeout)
         reserved = await self._buffer.reserve(size, start + limit)
-        if self._closed:
+        if self._closed or self._closing:
             if reserved:
                 self._buffer.release(size)
             raise ConnectionClosed("the Producer was closed")
@@ -669,22 +749,23 @@ class Producer:
         return batch.encoded
 
     async def _send_batches(self, node: int, batches: list[Batch]) -> None:
-        try:
-            await self._send_batches_once(node, batches)
-        except Exception as exc:
-            # A bug, not a Kafka error (those are settled per batch): fail every
-            # waiting sender rather than leave them hanging, then crash loudly.
-            err = GengroupError(f"sending to broker {node} failed unexpectedly: {exc!r}")
-            err.__cause__ = exc
-            self._shutdown(err)
-            raise
-        finally:
-            for batch in batches:
-                queue = self._queues.get(batch.tp)
-                if queue is not None:
-                    queue.in_flight = False
-                    queue.sending = None
-            self._wake()
+        with self._shielded():
+            try:
+                await self._send_batches_once(node, batches)
+            except Exception as exc:
+                # A bug, not a Kafka error (those are settled per batch): fail every
+                # waiting sender rather than leave them hanging, then crash loudly.
+                err = GengroupError(f"sending to broker {node} failed unexpectedly: {exc!r}")
+                err.__cause__ = exc
+                self._shutdown(err)
+                raise
+            finally:
+                for batch in batches:
+                    queue = self._queues.get(batch.tp)
+                    if queue is not None:
+                        queue.in_flight = False
+                        queue.sending = None
+                self._wake()
 
     async def _send_batches_once(self, node: int, batches: list[Batch]) -> None:
         # Every record was checked at its send call (_producer_records.py): a
@@ -694,16 +775,33 @@ class Producer:
             response: Any = await self.cluster.call(
                 node,
                 ApiKey.PRODUCE,
-                lambda mod: self._build_request(mod, sendable),
+                lambda mod: produce_request(
+                    mod, {tp: data for tp, (_, data) in sendable.items()}, self.config
+                ),
                 timeout=self.config.request_timeout + 5.0,
                 expect_response=self.config.acks != 0,
             )
         except (BrokenConnection, RequestTimedOut) as exc:
             self._metadata.want()
             for batch, _ in sendable.values():
+                for pending in batch.records:
+                    pending.maybe_written = True  # the request may have reached the broker
                 self._retry_or_fail(batch, exc)
             return
-        except (ConnectionClosed, ProtocolError, GengroupError) as exc:
+        except ConnectionClosed as exc:
+            for batch, _ in sendable.values():
+                if isinstance(exc, ClientClosed):  # closed before: nothing was sent
+                    self._fail_batch(batch, exc)
+                    continue
+                error = ClosedInFlight(
+                    f"{batch.tp}: the connection to broker {node} was closed before it "
+                    f"answered the Produce request of {len(batch.records)} record(s): "
+                    "they may have been written"
+                )
+                error.__cause__ = exc
+                self._fail_batch(batch, error)
+            return
+        except (ProtocolError, GengroupError) as exc:
             for batch, _ in sendable.values():
                 self._fail_batch(batch, exc)
             return
@@ -722,6 +820,9 @@ class Producer:
                 if code == 0:
                     self._complete(batch, int(part.base_offset), part.log_append_time)
                     continue
+                if code == _WRITTEN_ANYWAY:
+                    for pending in batch.records:
+                        pending.maybe_written = True
                 if code == _MESSAGE_TOO_LARGE and len(batch.records) > 1:
                     self._split(batch)
                     continue
@@ -740,23 +841,6 @@ class Producer:
             self._fail_batch(
                 batch, ProtocolError(f"broker {node} did not answer for {batch.tp} in Produce")
             )
-
-    def _build_request(self, mod: Any, sendable: dict[TopicPartition, tuple[Batch, bytes]]) -> Any:
-        by_topic: dict[str, list[Any]] = defaultdict(list)
-        for tp, (_, data) in sendable.items():
-            by_topic[tp.topic].append(
-                build(mod.PartitionProduceData, index=tp.partition, records=data)
-            )
-        return build(
-            mod.ProduceRequest,
-            transactional_id=None,
-            acks=self.config.acks,
-            timeout=ms(min(self.config.request_timeout, _INT32_MAX / 1000)),
-            topic_data=tuple(
-                build(mod.TopicProduceData, name=topic, partition_data=tuple(parts))
-                for topic, parts in by_topic.items()
-            ),
-        )
 
     # ------------------------------------------------------------------ outcomes
 

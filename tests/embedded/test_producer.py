@@ -10,10 +10,18 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup._errors import BrokerError, BufferExhausted, KafkaConnectionError, RequestTimedOut
+from gengroup._errors import (
+    BrokerError,
+    BufferExhausted,
+    ClosedInFlight,
+    ConnectionClosed,
+    KafkaConnectionError,
+    RequestTimedOut,
+)
 from gengroup._producer_queue import Pending, Queue
 from gengroup._types import TopicPartition
 from gengroup.broker import BrokerSettings, Delay, Drop, Fail, FakeCluster, Intercepted
+from gengroup.io.cluster import Cluster
 from gengroup.producer import Producer, ProducerRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -457,3 +465,165 @@ async def test_a_produce_request_whose_connection_the_broker_dropped_is_retried(
             conn._send_lock.release()
         assert [type(o).__name__ for o in outcome] == ["RecordMetadata"], outcome
         assert [r.value for r in cluster.records("t")] == [b"warm-up", b"x"]
+
+
+# ---------------------------------------------------------------------------- closing
+
+
+class Boom(Exception):
+    pass
+
+
+async def _queue_then_leave(how: str, cut: bool) -> tuple[int, BaseException | bool]:
+    """Five sends queued (lingering) and then cancelled by the end of the
+    block: left by a sibling's exception, or by a cancelled scope around it.
+    Returns the records in the log and what came out of the block."""
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        scope = anyio.CancelScope()
+        came_out: BaseException | bool = False
+        try:
+            with scope:
+                async with Producer(cluster.bootstrap, linger=30, delivery_timeout=60) as producer:
+                    await producer.flush()
+                    async with anyio.create_task_group() as tg:
+                        for i in range(5):
+                            tg.start_soon(producer.send, "t", b"%d" % i)
+                        while len(producer._outstanding) < 5:
+                            await anyio.sleep(0.01)
+                        if cut:  # the close must open a connection again
+                            await producer.cluster.connection(0)
+                            assert cluster.cut_connections()
+                        if how == "exception":
+                            raise Boom
+                        scope.cancel()
+                        await anyio.sleep_forever()
+        except BaseException as exc:
+            came_out = exc
+        if how == "cancelled":
+            came_out = scope.cancelled_caught
+        return len(cluster.records("t")), came_out
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+@pytest.mark.parametrize(
+    ("how", "cut"), [("exception", False), ("cancelled", False), ("cancelled", True)]
+)
+def test_records_of_cancelled_sends_are_delivered_whatever_ends_the_block(
+    backend: str, how: str, cut: bool
+) -> None:
+    """A send cancelled once its record is queued only stops waiting: leaving
+    the block by an exception or a cancellation still delivers the record
+    (it used to be dropped, and nobody heard of it), even when that needs a
+    new connection, and then the block's exception or cancellation comes out
+    as it was."""
+    in_log, came_out = anyio.run(_queue_then_leave, how, cut, backend=backend)
+    assert in_log == 5
+    if how == "exception":
+        assert isinstance(came_out, BaseExceptionGroup), came_out
+        assert [type(e) for e in came_out.exceptions] == [Boom], came_out
+    else:
+        assert came_out is True  # the cancellation reached its scope
+
+
+async def test_leaving_waits_for_delivery_at_most_delivery_timeout(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker is down when the block is left by an exception: the records
+    queued are retried until their own delivery timeout, no longer, and fail
+    with RequestTimedOut; their failure is logged once, for the senders that
+    stopped waiting."""
+    outcomes: list[BaseException] = []
+
+    async def send(producer: Producer, value: bytes) -> None:
+        try:
+            await producer.send("t", value)
+        except Exception as exc:
+            outcomes.append(exc)
+
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        async with anyio.create_task_group() as senders:
+            with pytest.raises(Boom):
+                async with Producer(cluster.bootstrap, linger=1, delivery_timeout=5) as producer:
+                    await producer.send("t", b"warm-up")
+                    await cluster.stop_broker(0)
+                    started = trio.current_time()
+                    for value in (b"a", b"b"):
+                        senders.start_soon(send, producer, value)
+                    await trio.sleep(0.5)
+                    raise Boom
+            took = trio.current_time() - started
+    assert took <= 5.0 + 0.1, took
+    assert [type(e) for e in outcomes] == [RequestTimedOut, RequestTimedOut], outcomes
+    closing = [r for r in caplog.records if "the Producer closed with" in r.getMessage()]
+    assert len(closing) == 1 and "2 of its 2" in closing[0].getMessage(), caplog.records
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_record_in_flight_when_its_cluster_closes_may_have_been_written(backend: str) -> None:
+    """The shared Cluster is closed while a Produce request is at the broker:
+    its record is told it may have been written (ClosedInFlight), as it was,
+    and the record queued behind it that it was never sent. Both used to be
+    told the same ConnectionClosed, and a caller resending on it wrote the
+    first one twice."""
+
+    async def main() -> tuple[dict[str, BaseException], int]:
+        outcomes: dict[str, BaseException] = {}
+
+        async def send(producer: Producer, value: bytes) -> None:
+            try:
+                await producer.send("t", value)
+            except Exception as exc:
+                outcomes[value.decode()] = exc
+
+        async with FakeCluster(topics={"t": 1}) as cluster:
+            async with Cluster(cluster.bootstrap) as shared, Producer(shared) as producer:
+                await producer.send("t", b"warm-up")
+                cluster.control(ApiKey.PRODUCE, lambda call: Delay(0.5))
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(send, producer, b"in flight")
+                    while not producer._queues[TopicPartition("t", 0)].in_flight:
+                        await anyio.sleep(0.01)
+                    tg.start_soon(send, producer, b"queued")
+                    while len(producer._outstanding) < 2:
+                        await anyio.sleep(0.01)
+                    await shared.aclose()
+            await anyio.sleep(1.0)  # the broker answers the held request
+            return outcomes, len(cluster.records("t"))
+
+    outcomes, in_log = anyio.run(main, backend=backend)
+    assert in_log == 2  # the record in flight was written
+    assert isinstance(outcomes["in flight"], ClosedInFlight), outcomes
+    assert "may have been written" in str(outcomes["in flight"])
+    assert isinstance(outcomes["queued"], ConnectionClosed), outcomes
+    assert not isinstance(outcomes["queued"], ClosedInFlight), outcomes
+
+
+async def test_a_shutdown_tells_records_in_flight_they_may_have_been_written(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """What the shutdown fails -- left when the close's bound passed -- is
+    told apart: a record in an unanswered Produce request gets the error that
+    says it may have been written, a record still queued the one that says it
+    was never sent."""
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Producer(cluster.bootstrap, delivery_timeout=30) as producer,
+    ):
+        await producer.send("t", b"warm-up")
+        cluster.control(ApiKey.PRODUCE, lambda call: Drop())
+        outcomes: dict[str, BaseException] = {}
+
+        async def send(value: bytes) -> None:
+            try:
+                await producer.send("t", value)
+            except Exception as exc:
+                outcomes[value.decode()] = exc
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, b"in flight")
+            await trio.sleep(1)
+            tg.start_soon(send, b"queued")
+            await trio.sleep(1)
+            producer._shutdown(ConnectionClosed("not sent"), ClosedInFlight("may be written"))
+    assert type(outcomes["in flight"]) is ClosedInFlight, outcomes
+    assert type(outcomes["queued"]) is ConnectionClosed, outcomes
