@@ -23,7 +23,10 @@ waits for the run loop to commit, leave the group and close the channel. Once
 :class:`TaskStuckError` was reported, closing abandons the stuck tasks
 (:meth:`Generation.abandon_tasks
 <gengroup.consumer.generation.Generation.abandon_tasks>`), so the run loop can
-finish within a bounded time.
+finish within a bounded time. The run loop is shielded from the caller's
+cancellation: leaving ``async with`` by one closes the group as
+``aclose(handover=False)`` does (the watchdog, the beats while ending and the
+final commit run as usual), and the cancellation goes on once it closed.
 """
 
 from __future__ import annotations
@@ -117,6 +120,13 @@ class ConsumerGroup:
     The final commit is made with the marks set up to then and the member
     leaves the group; both are bounded by ``request_timeout``.
 
+    Leaving ``async with`` by an exception or a cancellation (a cancel scope
+    or ``asyncio.timeout`` around it, ``task.cancel()``) closes the group as
+    ``aclose(handover=False)`` does, within the same bounds, shielded from
+    that cancellation (the member beats while the tasks return, and the final
+    commit is made); the exception or cancellation goes on once the group
+    closed.
+
     Raises:
         ConfigError: a setting is invalid (before any I/O).
     """
@@ -207,13 +217,23 @@ class ConsumerGroup:
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         assert self._stack is not None
         try:
-            # Leaving on an exception (or a cancellation): at once.
-            await self.aclose(handover=exc_info[0] is None)
+            if exc_info[0] is None:
+                await self.aclose()
         finally:
+            # Leaving on an exception or a cancellation (also one that cut a
+            # handover short): at once. The run loop is shielded from the
+            # caller's cancellation and ends by itself once closing, within
+            # the bounds aclose() has (the watchdog, the final commit, the
+            # leave), so it is waited for shielded: a cancellation neither
+            # cuts the teardown, the beats while ending or the final commit
+            # short, nor is it lost (it propagates once the group closed).
+            self._close_now()
+            with anyio.CancelScope(shield=True):
+                await self._done.wait()
             unexport_metrics(self)
-            # aclose() ended the run loop; the stack is closed without the
-            # body's exception, so that exception propagates as itself instead
-            # of being wrapped by the group's task group.
+            # The stack is closed without the body's exception, so that
+            # exception propagates as itself instead of being wrapped by the
+            # group's task group.
             await self._stack.aclose()
         return None
 
@@ -350,6 +370,13 @@ class ConsumerGroup:
             await self._client.warm_up(self._member.subscribed_topics())
 
     async def _run(self) -> None:
+        # Shielded: a cancellation of the code around ``async with`` reaches
+        # the run loop as closing does (``__aexit__``), not as a cancellation
+        # that would stop the teardown's watchdog, its beats and its commit.
+        with anyio.CancelScope(shield=True):
+            await self._run_shielded()
+
+    async def _run_shielded(self) -> None:
         try:
             async with self._ownership.hosting():
                 # Caught here, not raised through the span tasks' task group

@@ -1,0 +1,159 @@
+"""Leaving ``async with ConsumerGroup`` by a cancellation, on trio and asyncio.
+
+A cancellation of the code around the block (a cancel scope, ``asyncio.timeout``,
+``task.cancel()``, asyncio.run's Ctrl-C) closes the group as
+``aclose(handover=False)`` does: the tasks get ``rebalance_timeout`` (then the
+stuck ones are abandoned), the member goes on beating while they return, the
+marks are committed, the member leaves, and only then the cancellation goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import anyio
+import pytest
+import trio
+import trio.testing
+
+from gengroup import ConsumerGroup, Generation, TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.protocol.records import NewRecord
+
+from .helpers import EMBEDDED_SETTINGS
+
+TP = TopicPartition("t", 0)
+
+#: A teardown longer than the session: only beats while ending keep the member in.
+LONG_TEARDOWN = {
+    **EMBEDDED_SETTINGS,
+    "commit_interval": 0.0,
+    "session_timeout": 6.0,
+    "rebalance_timeout": 10.0,
+}
+
+
+def produce(cluster: FakeCluster, count: int) -> None:
+    cluster.produce("t", [NewRecord(None, str(i).encode(), (), 0) for i in range(count)])
+
+
+def shielded_for(seconds: float) -> Any:
+    """A task that marks offset 4, then stays in a shielded section for ``seconds``."""
+
+    async def task(gen: Generation) -> None:
+        gen.mark(TP, 4)
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(seconds)
+
+    return task
+
+
+async def test_an_outer_cancellation_closes_as_aclose_does_with_a_stuck_task(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+        t0 = 0.0
+        with trio.CancelScope() as outer:
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **LONG_TEARDOWN) as group:
+                gen = await group.next()
+                gen.start_soon(shielded_for(60.0), gen, name="shielded")
+                await trio.sleep(0.5)
+                t0 = trio.current_time()
+                outer.cancel()
+                await trio.sleep_forever()
+        # The cancellation came out of the block, to its own scope.
+        assert outer.cancelled_caught
+        # The stuck task got rebalance_timeout, then was abandoned; the member
+        # beat meanwhile (the teardown outlasts the session), so the final
+        # commit was accepted.
+        assert trio.current_time() - t0 == pytest.approx(LONG_TEARDOWN["rebalance_timeout"])
+        assert gen.commit_error is None
+        assert cluster.committed_offsets("g")[TP] == 4
+        assert not cluster.describe_group("g").members
+        stuck = [
+            r for r in caplog.records if "did not return within rebalance_timeout" in r.message
+        ]
+        assert len(stuck) == 1 and "shielded" in stuck[0].message
+
+
+async def test_an_outer_cancellation_without_a_stuck_task_leaves_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+
+        async def worker(gen: Generation) -> None:
+            async for batch in gen.fetch(TP):
+                gen.mark(TP, batch.next_offset)
+
+        with trio.move_on_after(5.0) as outer:
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **LONG_TEARDOWN) as group:
+                async for gen in group:
+                    gen.start_soon(worker, gen)
+        assert outer.cancelled_caught
+        assert trio.current_time() - outer.deadline < 0.1
+        assert cluster.committed_offsets("g")[TP] == 10
+        assert not cluster.describe_group("g").members
+
+
+#: Real time under asyncio: a short teardown deadline, a section that outlasts the session.
+ASYNCIO_SETTINGS = {
+    **EMBEDDED_SETTINGS,
+    "commit_interval": 0.0,
+    "session_timeout": 6.0,
+    "heartbeat_interval": 0.5,
+    "rebalance_timeout": 1.0,
+    "join_backoff": 0.1,
+    "fetch_max_wait": 0.1,
+    "request_timeout": 5.0,
+}
+
+
+@pytest.mark.parametrize("how", ["task.cancel", "asyncio.timeout", "anyio.CancelScope"])
+def test_an_outer_cancellation_closes_as_aclose_does_under_asyncio(how: str) -> None:
+    async def consume(cluster: FakeCluster, cancelled_at: list[float]) -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            if how == "asyncio.timeout":
+                timeout = await stack.enter_async_context(asyncio.timeout(None))
+            scope = stack.enter_context(anyio.CancelScope())
+            group = await stack.enter_async_context(
+                ConsumerGroup("g", ["t"], cluster.bootstrap, **ASYNCIO_SETTINGS)
+            )
+            gen = await group.next()
+            gen.start_soon(shielded_for(8.0), gen, name="shielded")
+            await anyio.sleep(0.3)
+            cancelled_at.append(anyio.current_time())
+            if how == "task.cancel":
+                asyncio.current_task().cancel()  # type: ignore[union-attr]
+            elif how == "asyncio.timeout":
+                timeout.reschedule(asyncio.get_running_loop().time())
+            else:
+                scope.cancel()
+            await anyio.sleep_forever()
+
+    async def main() -> tuple[str, float, int | None, int]:
+        async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+            produce(cluster, 10)
+            cancelled_at: list[float] = []
+            task = asyncio.ensure_future(consume(cluster, cancelled_at))
+            try:
+                await task
+                outcome = "returned"
+            except BaseException as exc:
+                outcome = type(exc).__name__
+            took = anyio.current_time() - cancelled_at[0]
+            committed = cluster.committed_offsets("g").get(TP)
+            return outcome, took, committed, len(cluster.describe_group("g").members)
+
+    outcome, took, committed, members = anyio.run(main, backend="asyncio")
+    # The cancellation goes on: task.cancel() ends the task cancelled,
+    # asyncio.timeout turns it into TimeoutError, a cancel scope catches its own.
+    expected = {"task.cancel": "CancelledError", "asyncio.timeout": "TimeoutError"}
+    assert outcome == expected.get(how, "returned")
+    # rebalance_timeout (1 s), then the commit and the leave: not the 8 s section.
+    assert 0.9 < took < 4.0
+    assert committed == 4
+    assert members == 0
