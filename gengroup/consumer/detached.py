@@ -19,6 +19,11 @@ what it raises then is logged, not raised.
 Everything else is as if the task ran in the generation's task group: it
 starts with a copy of the starting task's context variables, its exception
 comes out of the generation, and the generation ends only once it returned.
+A KeyboardInterrupt or SystemExit it raises comes out of the host in an
+:class:`Interrupted` group (an asyncio task ending with either would stop
+the event loop before the teardown and the final commit); the run loop takes
+it out (:func:`interrupt_in`) and it wins over the exceptions beside it
+(:func:`first_failure`).
 
 Ctrl-C on trio: the host is KI-protected (trio delivers the KeyboardInterrupt
 to the main task at a checkpoint instead of raising it inside the host).
@@ -51,21 +56,29 @@ import sniffio
 import trio
 
 __all__ = [
+    "INTERRUPTS",
     "HeldStatus",
     "Hosted",
     "Started",
     "UserTask",
+    "Interrupted",
     "abandon",
     "awaitable",
+    "bare",
     "describe_stack",
     "first_failure",
     "host",
+    "interrupt_in",
     "start_and_wait",
     "start_or_drop",
     "stuck",
 ]
 
 log = logging.getLogger("gengroup")
+
+#: What a task raises to stop the program: never caught or reordered on its
+#: way out of the group, and it wins over the exceptions beside it.
+INTERRUPTS = (KeyboardInterrupt, SystemExit)
 
 # asyncio keeps only weak references to tasks: the running ones live here.
 _asyncio_tasks: set[Any] = set()
@@ -135,7 +148,8 @@ async def host(hosted: Hosted, coro: Awaitable[Any]) -> None:
     """Run ``coro`` as a task of the event loop and wait for it (see the module doc).
 
     Raises:
-        BaseException: what ``coro`` raised.
+        BaseException: what ``coro`` raised; a KeyboardInterrupt or SystemExit
+            in an :class:`Interrupted` group around it.
     """
 
     async def run() -> None:
@@ -149,10 +163,32 @@ async def host(hosted: Hosted, coro: Awaitable[Any]) -> None:
         with anyio.CancelScope(shield=True):
             await hosted._released.wait()
         if hosted.error is not None:
-            raise hosted.error from None
+            raise Interrupted.around(hosted.name, hosted.error) from None
         raise
     if hosted.error is not None:
-        raise hosted.error
+        raise Interrupted.around(hosted.name, hosted.error)
+
+
+class Interrupted(BaseExceptionGroup):
+    """A task's KeyboardInterrupt or SystemExit, on its way to the group's run loop.
+
+    An asyncio task that ends with either stops the event loop at once (before
+    the generation's teardown and final commit); in this group it ends as with
+    any other exception, and the run loop takes the interrupt out of it
+    (:func:`interrupt_in`).
+    """
+
+    @staticmethod
+    def around(name: str, exc: BaseException) -> BaseException:
+        """``exc`` itself, or an Interrupted group around it if it is an interrupt."""
+        if isinstance(exc, INTERRUPTS):
+            return Interrupted(f"task {name!r} raised {exc!r}", [exc])
+        return exc
+
+
+def bare(exc: BaseException) -> BaseException:
+    """The interrupt an :class:`Interrupted` group carries, or ``exc`` itself."""
+    return exc.exceptions[0] if isinstance(exc, Interrupted) else exc
 
 
 @dataclass(eq=False)
@@ -257,7 +293,7 @@ async def start_and_wait(
             inner.start_soon(pass_on_started)
             try:
                 await run(task, coro)
-            except Exception as exc:
+            except (Exception, Interrupted) as exc:
                 if task.starting:  # for the caller of start(): not a failure of ``run``
                     early.append(exc)
                 raise
@@ -282,7 +318,7 @@ async def start_and_wait(
                 )
             raise
     # Raised outside the handler, so that the group is not its __context__.
-    raise own
+    raise bare(own)
 
 
 def _unwrapped(raised: BaseException, early: list[BaseException]) -> BaseException | None:
@@ -390,6 +426,7 @@ def task_failed(where: str, name: str, exc: BaseException) -> None:
     here too, it is not lost if something else comes out instead (a
     :class:`~gengroup.TaskStuckError`, which carries it as ``__cause__``).
     """
+    exc = bare(exc)
     log.error("%s: task %r raised %r", where, name, exc, exc_info=exc)
 
 
@@ -401,13 +438,31 @@ def first_failure(
     Tasks that fail together (one raises, another raises while being
     cancelled) reach the generation's task group as an exception group; the
     application gets the first one as itself, so ``except ValueError`` works.
-    Each later one is logged once, with its traceback (unless it is in
-    ``logged``: :func:`task_failed` logged it), and named in a note on the
-    first (``add_note``), so nothing is lost.
+    A KeyboardInterrupt or SystemExit wins over the exceptions beside it: it
+    is the one that comes out. Each other one is logged once, with its
+    traceback (unless it is in ``logged``: :func:`task_failed` logged it),
+    and named in a note on the one that comes out (``add_note``), so
+    nothing is lost.
     """
-    first, *later = _leaves(exc)
-    for other in later:
+    leaves = _leaves(exc)
+    first = next((leaf for leaf in leaves if isinstance(leaf, INTERRUPTS)), leaves[0])
+    for other in leaves:
+        if other is first:
+            continue
         if not any(other is seen for seen in logged):
             log.error("%s: another task also raised %r", where, other, exc_info=other)
         first.add_note(f"{where}: another task also raised {type(other).__name__}: {other}")
     return first
+
+
+def interrupt_in(
+    exc: BaseException, where: str, logged: Collection[BaseException] = ()
+) -> BaseException | None:
+    """The KeyboardInterrupt or SystemExit that ``exc`` is or holds, as :func:`first_failure`
+    gives it; None if it holds none, or anything but exceptions beside it (a cancellation)."""
+    leaves = _leaves(exc)
+    if not any(isinstance(leaf, INTERRUPTS) for leaf in leaves):
+        return None
+    if not all(isinstance(leaf, (Exception, *INTERRUPTS)) for leaf in leaves):
+        return None
+    return first_failure(exc, where, [*logged, *map(bare, logged)])

@@ -601,7 +601,7 @@ class Generation(IdentityNames, GenerationCommits):
         task.coro = coro
         try:
             await host(task.hosted, coro)
-        except Exception as exc:
+        except (Exception, BaseExceptionGroup) as exc:  # detached.Interrupted
             if task.starting:  # raised to the caller of start(), which may handle it
                 raise
             self._failures.append(exc)

@@ -48,6 +48,7 @@ from ..io.cluster import Cluster
 from ..membership.member import Member, Outcome
 from .cadence import handover_lead
 from .consumer_protocol import ConsumerProtocolMember
+from .detached import INTERRUPTS, interrupt_in
 from .forming import Formed, GroupClient, form_generation
 from .generation import Generation, RebalanceTimings
 from .metrics import GroupMetrics, export as export_metrics, unexport as unexport_metrics
@@ -158,6 +159,12 @@ class ConsumerGroup:
         # aclose() is waiting to time the leave (``handover``).
         self._handing_over = False
         self._failure: BaseException | None = None
+        # A KeyboardInterrupt or SystemExit failure: raised by next() (to the
+        # iterating code) or, once nobody was waiting in next() for it, the
+        # block was cancelled so that ``__aexit__`` raises it.
+        self._receiving = 0
+        self._interrupt_raised = False
+        self._interrupting = False
         self._current: Generation | None = None
         # Set once the watchdog reported TaskStuckError: closing then abandons the stuck tasks.
         self._stuck = False
@@ -168,6 +175,7 @@ class ConsumerGroup:
         self._recv: MemoryObjectReceiveStream[Generation | _Failure]
         self._done: anyio.Event
         self._join_scope: anyio.CancelScope
+        self._block_scope: anyio.CancelScope
         self.history: deque[GenerationRecord] = deque(maxlen=100)
 
     def __repr__(self) -> str:
@@ -208,6 +216,7 @@ class ConsumerGroup:
             await stack.enter_async_context(self._client.cluster)
             stack.callback(self._recv.close)
             tg = await stack.enter_async_context(anyio.create_task_group())
+            self._block_scope = tg.cancel_scope  # around the block's body too
             tg.start_soon(self._run, name=f"gengroup-run-{self.config.group_id}")
             tg.start_soon(self._warm_up, name=f"gengroup-warm-up-{self.config.group_id}")
             self._stack = stack.pop_all()
@@ -231,11 +240,26 @@ class ConsumerGroup:
             with anyio.CancelScope(shield=True):
                 await self._done.wait()
             unexport_metrics(self)
-            # The stack is closed without the body's exception, so that
-            # exception propagates as itself instead of being wrapped by the
-            # group's task group.
-            await self._stack.aclose()
+            try:
+                # The stack is closed without the body's exception, so that
+                # exception propagates as itself instead of being wrapped by
+                # the group's task group.
+                await self._stack.aclose()
+            finally:
+                self._raise_interrupt(exc_info[1])
         return None
+
+    def _raise_interrupt(self, leaving: BaseException | None) -> None:
+        """Raise a task's KeyboardInterrupt or SystemExit that the block has not seen.
+
+        It wins over what the block is left by (which becomes its context);
+        one that ``next()`` raised into the block goes on as the block lets it.
+        """
+        failure = self._failure
+        if not isinstance(failure, INTERRUPTS) or leaving is failure:
+            return
+        if self._interrupting or not self._interrupt_raised:
+            raise failure
 
     def metrics(self) -> GroupMetrics:
         """This member's counters now: fetches, records, bytes, commits, generations.
@@ -337,30 +361,42 @@ class ConsumerGroup:
         Raises:
             Exception: whatever a task of the previous generation raised, a
                 fatal broker error, or :class:`TaskStuckError`.
+            KeyboardInterrupt: a task raised it (or, on trio, Ctrl-C landed
+                in one of the group's tasks); SystemExit likewise. Either
+                comes as itself, after the final commit and the leave.
             GroupClosed: the group is closed.
             GengroupError: the group was not entered (``async with``) yet.
         """
         if self._failure is not None:
-            raise self._failure
+            raise self._raised(self._failure)
         if self._stack is None:
             raise GengroupError(
                 f"consumer group {self.config.group_id!r} is not open: use it inside "
                 "`async with ConsumerGroup(...) as group:`"
             )
+        self._receiving += 1
         try:
             item = await self._recv.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             item = None
+        finally:
+            self._receiving -= 1
         if item is None:
             # Raised outside the except clause: a task's exception keeps its
             # own cause and context (``raise ... from None`` would clear them).
             if self._failure is not None:
-                raise self._failure
+                raise self._raised(self._failure)
             raise GroupClosed(f"consumer group {self.config.group_id!r} is closed")
         if isinstance(item, _Failure):
             self._failure = item.error
             raise item.error
         return item
+
+    def _raised(self, failure: BaseException) -> BaseException:
+        """``failure``, noted as raised to the iterating code (see ``_raise_interrupt``)."""
+        if isinstance(failure, INTERRUPTS):
+            self._interrupt_raised = True
+        return failure
 
     # ------------------------------------------------------------------ run loop
 
@@ -375,6 +411,11 @@ class ConsumerGroup:
         # that would stop the teardown's watchdog, its beats and its commit.
         with anyio.CancelScope(shield=True):
             await self._run_shielded()
+        if isinstance(self._failure, INTERRUPTS) and not self._receiving:
+            # Nobody waits in next() to be told: the block is cancelled, and
+            # leaving it raises the interrupt (``_raise_interrupt``).
+            self._interrupting = True
+            self._block_scope.cancel()
 
     async def _run_shielded(self) -> None:
         try:
@@ -393,6 +434,13 @@ class ConsumerGroup:
                 self._report(failure)
         except Exception as exc:
             self._report(exc)
+        except BaseException as exc:
+            # A KeyboardInterrupt in an internal task (trio raises Ctrl-C in
+            # the task that runs): reported as a task's is, not wrapped.
+            interrupt = interrupt_in(exc, f"group {self.config.group_id}")
+            if interrupt is None:
+                raise
+            self._report(interrupt)
         finally:
             try:
                 with anyio.CancelScope(shield=True):
@@ -459,6 +507,14 @@ class ConsumerGroup:
         if first is None:
             self._failure = exc
             return
+        if isinstance(exc, INTERRUPTS) and not isinstance(first, INTERRUPTS):
+            # An interrupt wins: it is never held back behind another failure.
+            said = (str(first).splitlines() or [""])[0]
+            exc.add_note(
+                f"group {self.config.group_id}: raised after {type(first).__name__}: {said}"
+            )
+            self._failure = exc
+            return
         carried: BaseException | None = first
         seen: list[BaseException] = []
         while carried is not None and not any(carried is s for s in seen):
@@ -476,7 +532,8 @@ class ConsumerGroup:
 
     async def _report_stuck(self, err: TaskStuckError) -> None:
         """The watchdog's report: ``next()`` raises it at once; closing abandons the tasks."""
-        self._failure = err
+        if not isinstance(self._failure, INTERRUPTS):
+            self._failure = err
         self._stuck = True
         if self._closing:
             self._abandon_stuck()

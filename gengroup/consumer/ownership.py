@@ -40,7 +40,7 @@ from .._config import GroupConfig
 from .._errors import GenerationEnded
 from .._types import TopicPartition
 from ..membership.member import Outcome
-from .detached import UserTask, first_failure, host, task_failed
+from .detached import Interrupted, UserTask, first_failure, host, task_failed
 from .generation import Generation, Span
 from .prefetch import Prefetcher
 
@@ -130,7 +130,7 @@ class Ownership:
                 try:
                     await host(task.hosted, coro)
                     returned = True
-                except Exception as exc:
+                except (Exception, Interrupted) as exc:
                     self._failed(span, task, exc)
         finally:
             task.done = True
@@ -144,7 +144,7 @@ class Ownership:
             if span.closed and not span.running:
                 span.idle.set()
 
-    def _failed(self, span: Span, task: UserTask, exc: Exception) -> None:
+    def _failed(self, span: Span, task: UserTask, exc: BaseException) -> None:
         self.failures.append(exc)
         task_failed(f"group {span.gen.group_id} partition {span.tp}", task.name, exc)
         self.release([span.tp])

@@ -91,7 +91,7 @@ from ..membership.member import Member, Outcome, outcome_for
 from ..membership.pattern import describe_change
 from .beating import Heartbeats
 from .committing import FENCED, retriable_refusal
-from .detached import first_failure
+from .detached import INTERRUPTS, bare, first_failure, interrupt_in
 from .forming import Formed, GroupClient
 from .generation import Generation
 from .ownership import Ownership
@@ -247,6 +247,9 @@ class _Run:
                 self.client.forget_coordinator()
         span_error = self.own.take_failure(where)
         if error is not None and span_error is not None:
+            if isinstance(span_error, INTERRUPTS) and not isinstance(error, INTERRUPTS):
+                span_error.add_note(f"{where}: a task of the generation also raised {error!r}")
+                return span_error  # an interrupt wins
             error.add_note(f"{where}: a partition's task also raised {span_error!r}")
         return error if error is not None else span_error
 
@@ -303,6 +306,14 @@ class _Run:
                     )
         except Exception as exc:
             error = first_failure(exc, where, logged=gen._failures)
+            gen.end(Outcome.FATAL, f"task raised {error!r}")
+        except BaseException as exc:
+            # A task's KeyboardInterrupt or SystemExit (with exceptions beside
+            # it, or alone): the teardown and the final commit as for an
+            # exception, then it comes out of ``async for`` as itself.
+            error = interrupt_in(exc, where, logged=gen._failures)
+            if error is None:
+                raise
             gen.end(Outcome.FATAL, f"task raised {error!r}")
         return error
 
@@ -518,7 +529,7 @@ class _Run:
             f"group stops with this error, and closing it abandons them.\n{detail}"
         )
         # The task's exception that ended the generation (logged as it happened).
-        err.__cause__ = next(iter([*gen._failures, *self.own.failures]), None)
+        err.__cause__ = next(map(bare, [*gen._failures, *self.own.failures]), None)
         log.error("%s", err)
         await report_stuck(err)
 

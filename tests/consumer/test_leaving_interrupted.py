@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from functools import partial
 from typing import Any
 
 import anyio
@@ -18,7 +19,7 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup import ConsumerGroup, Generation, TopicPartition
+from gengroup import ConsumerGroup, Generation, TaskStuckError, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.protocol.records import NewRecord
 
@@ -157,3 +158,124 @@ def test_an_outer_cancellation_closes_as_aclose_does_under_asyncio(how: str) -> 
     assert 0.9 < took < 4.0
     assert committed == 4
     assert members == 0
+
+
+# ------------------------------------------------------ a task's KeyboardInterrupt or SystemExit
+
+QUICK = {**EMBEDDED_SETTINGS, "commit_interval": 0.0, "join_backoff": 0.1, "fetch_max_wait": 0.1}
+
+
+async def interrupted_by_a_task(
+    raised: BaseException, *, also_failing: bool = False, iterating: bool = True, **start: Any
+) -> tuple[BaseException | None, int | None, int]:
+    """A worker marks offset 4 and raises ``raised``; what leaves ``async with group``
+    (caught by ``except type(raised)``), the committed offset and the members left."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+
+        async def worker(gen: Generation) -> None:
+            async for _ in gen.fetch(TP):
+                gen.mark(TP, 4)
+                await anyio.sleep(0.05)
+                raise raised
+
+        async def fails_while_cancelled(gen: Generation) -> None:
+            try:
+                await anyio.sleep_forever()
+            finally:
+                raise ValueError("beside it")
+
+        caught: BaseException | None = None
+        try:
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **QUICK) as group:
+                gen = await group.next()
+                if also_failing:
+                    gen.start_soon(fails_while_cancelled, gen)
+                gen.start_soon(worker, gen, **start)
+                if iterating:
+                    await group.next()
+                else:
+                    await anyio.sleep_forever()  # told by a cancellation of the block
+        except type(raised) as exc:
+            caught = exc
+        return (
+            caught,
+            cluster.committed_offsets("g").get(TP),
+            len(cluster.describe_group("g").members),
+        )
+
+
+def run(fn: Any, backend: str) -> Any:
+    """``anyio.run(fn)``; what escapes the event loop fails the test, not the whole run
+    (a KeyboardInterrupt out of a test would stop pytest)."""
+    try:
+        return anyio.run(fn, backend=backend)
+    except BaseException as exc:
+        pytest.fail(f"escaped the event loop: {exc!r}")
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+@pytest.mark.parametrize("raised", [KeyboardInterrupt(), SystemExit(3)], ids=repr)
+def test_a_tasks_interrupt_comes_out_of_the_group_as_itself(
+    backend: str, raised: BaseException
+) -> None:
+    caught, committed, members = run(partial(interrupted_by_a_task, raised), backend)
+    assert caught is raised
+    # After the generation's teardown: the processed mark committed, the member gone.
+    assert committed == 4
+    assert members == 0
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_tasks_interrupt_wins_over_an_exception_beside_it(backend: str) -> None:
+    raised = KeyboardInterrupt()
+    caught, committed, _ = run(partial(interrupted_by_a_task, raised, also_failing=True), backend)
+    assert caught is raised
+    assert any("ValueError: beside it" in note for note in raised.__notes__)
+    assert committed == 4
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_partition_tasks_interrupt_comes_out_as_itself(backend: str) -> None:
+    raised = SystemExit(3)
+    caught, committed, _ = run(partial(interrupted_by_a_task, raised, partition=TP), backend)
+    assert caught is raised
+    assert committed == 4
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_tasks_interrupt_reaches_a_block_that_is_not_iterating(backend: str) -> None:
+    raised = KeyboardInterrupt()
+    caught, committed, members = run(
+        partial(interrupted_by_a_task, raised, iterating=False), backend
+    )
+    assert caught is raised
+    assert committed == 4
+    assert members == 0
+
+
+async def test_a_tasks_interrupt_wins_over_a_later_task_stuck_error(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+        raised = SystemExit(3)
+
+        async def exits(gen: Generation) -> None:
+            await trio.sleep(0.5)
+            raise raised
+
+        caught: BaseException | None = None
+        try:
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **LONG_TEARDOWN) as group:
+                gen = await group.next()
+                gen.start_soon(shielded_for(60.0), gen, name="shielded")
+                gen.start_soon(exits, gen)
+                with pytest.raises(TaskStuckError) as stuck:
+                    await group.next()
+                assert stuck.value.__cause__ is raised
+        except SystemExit as exc:
+            caught = exc
+        assert caught is raised
+        assert any("TaskStuckError" in note for note in raised.__notes__)
+        assert cluster.committed_offsets("g")[TP] == 4
