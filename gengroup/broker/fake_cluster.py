@@ -246,7 +246,11 @@ class FakeCluster:
         stack, self._stack = self._stack, None
         assert stack is not None, "the FakeCluster was not entered"
         self._tg = None
-        return await stack.__aexit__(exc_type, exc, tb)
+        # Closed without the block's exception, so that it propagates as
+        # itself instead of being wrapped by the servers' task group (which
+        # the stack cancels first either way).
+        await stack.aclose()
+        return None
 
     def _task_group(self) -> anyio.abc.TaskGroup:
         if self._tg is None:

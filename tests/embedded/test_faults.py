@@ -109,6 +109,21 @@ async def test_starting_errors_come_out_as_themselves_before_anything_listens(
             _ = failed.bootstrap
 
 
+async def test_the_blocks_exception_comes_out_as_itself(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Not wrapped by the servers' task group: `except SystemExit` around the
+    # cluster catches it, and sys.exit(3) in a program using one exits with 3.
+    for raised in (SystemExit(3), KeyboardInterrupt(), ValueError("the body's")):
+        caught: BaseException | None = None
+        try:
+            async with FakeCluster():
+                raise raised
+        except type(raised) as exc:
+            caught = exc
+        assert caught is raised
+
+
 async def test_persistent_control_with_a_predicate(autojump_clock: trio.testing.MockClock) -> None:
     async with FakeCluster(topics={"t": 1, "u": 1}) as cluster, connect(cluster) as conn:
 
