@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 from typing import Any
 
 import anyio
@@ -532,6 +533,7 @@ async def test_leaving_waits_for_delivery_at_most_delivery_timeout(
     queued are retried until their own delivery timeout, no longer, and fail
     with RequestTimedOut; their failure is logged once, for the senders that
     stopped waiting."""
+    caplog.set_level(logging.WARNING, logger="gengroup")  # whatever an earlier test set
     outcomes: list[BaseException] = []
 
     async def send(producer: Producer, value: bytes) -> None:
