@@ -71,7 +71,6 @@ __all__ = [
     "interrupt_in",
     "start_and_wait",
     "start_or_drop",
-    "stuck",
 ]
 
 log = logging.getLogger("gengroup")
@@ -380,11 +379,6 @@ def abandon(tasks: list[UserTask]) -> list[str]:
             task.hosted.abandon()
             names.append(task.name)
     return names
-
-
-def stuck(tasks: list[UserTask]) -> list[tuple[str, str]]:
-    """(name, stack) of each of ``tasks`` that has not returned yet."""
-    return [(t.name, describe_stack(t.coro)) for t in tasks if not t.done]
 
 
 def _innermost_frames(coro: Any) -> list[FrameType]:

@@ -71,7 +71,6 @@ from .detached import (
     host,
     start_and_wait,
     start_or_drop,
-    stuck,
     task_failed,
 )
 from .span_commits import commit_in_spans
@@ -139,9 +138,8 @@ class Span:
             the generation revoking it, which commits its marks).
         position: the offset its next batch starts at (after the last one handed out).
         pending: a mark made while no live generation held it (-1: none).
-        closed: the span ended (revoked, lost or given up): its tasks are cancelled.
-        first: the sequence of the generation that opened it; older generations
-            never reach it.
+        closed: the span ended (its tasks cancelled) at ``closed_at``, for ``closed_why``.
+        first: the sequence of the generation that opened it; older generations never reach it.
         reset: where the partition was reset for an out-of-range offset, until
             a commit of it is stored (-1: none); see :meth:`Generation.offset_reset`.
     """
@@ -152,6 +150,8 @@ class Span:
     tasks: list[UserTask] = field(default_factory=list)
     pending: int = -1
     closed: bool = False
+    closed_at: float = 0.0
+    closed_why: str = ""
     scopes: list[anyio.CancelScope] = field(default_factory=list)
     moved: anyio.Event = field(default_factory=anyio.Event)
     idle: anyio.Event = field(default_factory=anyio.Event)
@@ -172,7 +172,7 @@ class Span:
         if gen is None and revoker is not None and self.tp in revoker.revoked:
             self.hand_to(revoker)
         if gen is None:
-            self.closed = True
+            self.closed, self.closed_at = True, anyio.current_time()
             for scope in self.scopes:
                 scope.cancel()
             if not self.running:
@@ -626,11 +626,6 @@ class Generation(IdentityNames, GenerationCommits):
         closing = self._span_host.closing_tasks() if self._span_host is not None else []
         return abandon([*self._tasks, *closing])
 
-    def stuck_tasks(self) -> list[tuple[str, str]]:
-        """(name, stack) of each user task that has not returned yet."""
-        closing = self._span_host.closing_tasks() if self._span_host is not None else []
-        return stuck([*self._tasks, *closing])
-
     # ------------------------------------------------------------------ records
 
     def fetch(self, tp: TopicPartition) -> AsyncIterator[FetchedBatch]:
@@ -660,12 +655,11 @@ class Generation(IdentityNames, GenerationCommits):
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Make ``tp``'s next batch start at ``offset`` (replay, or skip ahead).
 
-        Batches of ``tp`` already buffered are dropped; the worker iterating
-        ``fetch(tp)`` gets a batch starting at ``offset`` next (an offset
-        below the log start or past the end is handled as ``start_offset``
-        says). Marks are not changed: seeking back replays records without
-        moving the committed offset backwards; seeking ahead commits nothing
-        until the worker marks.
+        Batches of ``tp`` already buffered are dropped; the worker iterating ``fetch(tp)``
+        gets a batch starting at ``offset`` next (an offset below the log start or past the
+        end is handled as ``start_offset`` says). Marks are not changed: seeking back
+        replays records without moving the committed offset backwards; seeking ahead commits
+        nothing until the worker marks.
 
         Raises:
             KeyError: ``tp`` is not assigned to this member in this generation.

@@ -64,9 +64,6 @@ class Ownership:
             retained, so code that starts workers for ``gen.added`` starts them.
         current: the newest generation handed out (None once it released everything).
         lease_from: when the newest request the coordinator accepted was sent.
-        released_at: when spans were last closed (their tasks cancelled), in
-            ``anyio.current_time()`` terms; the teardown watchdog gives those
-            tasks ``rebalance_timeout`` from then.
     """
 
     def __init__(self, config: GroupConfig) -> None:
@@ -76,7 +73,6 @@ class Ownership:
         self.unseen: set[TopicPartition] = set()
         self.current: Generation | None = None
         self.lease_from = 0.0
-        self.released_at = 0.0
         self.failures: list[BaseException] = []
         #: Called when a span task raised while no generation was live.
         self.on_failure: Callable[[], None] = lambda: None
@@ -138,7 +134,7 @@ class Ownership:
             if returned and not span.closed:
                 # The first task of a span to exit gives the partition up and
                 # ends the generation, so that the member rejoins without it.
-                self.release([span.tp])
+                self.release([span.tp], why=f"task {task.name!r} of {span.tp} returned")
                 if not span.gen.ending:
                     span.gen.end(Outcome.REJOIN, f"task {task.name!r} exited")
             if span.closed and not span.running:
@@ -147,7 +143,7 @@ class Ownership:
     def _failed(self, span: Span, task: UserTask, exc: BaseException) -> None:
         self.failures.append(exc)
         task_failed(f"group {span.gen.group_id} partition {span.tp}", task.name, exc)
-        self.release([span.tp])
+        self.release([span.tp], why=f"task {task.name!r} of {span.tp} raised {exc!r}")
         holder = self.current
         if holder is not None and not holder.ending:
             holder.end(Outcome.FATAL, f"task raised {exc!r}")
@@ -163,20 +159,22 @@ class Ownership:
         self.failures = []
         return failure
 
-    def release(self, partitions: list[TopicPartition], by: Generation | None = None) -> list[Span]:
+    def release(
+        self, partitions: list[TopicPartition], by: Generation | None = None, *, why: str
+    ) -> list[Span]:
         """Close the spans of ``partitions`` (cancelling their tasks); no longer owned.
 
-        ``by``: the generation revoking them; it holds them while their tasks finish.
+        ``by``: the generation revoking them; it holds them while their tasks
+        finish. ``why``: what closed them (the teardown watchdog says it).
         """
         closed = []
         for tp in partitions:
             self.owned.discard(tp)
             span = self.spans.get(tp)
             if span is not None and not span.closed:
+                span.closed_why = why
                 span.hand_to(None, by)
                 closed.append(span)
-        if closed:
-            self.released_at = anyio.current_time()
         return closed
 
     async def wait_released(self) -> None:
@@ -189,7 +187,17 @@ class Ownership:
 
     def closing_tasks(self) -> list[UserTask]:
         """The tasks of closed spans that have not returned yet."""
-        return [t for s in self.spans.values() if s.closed for t in s.tasks if not t.done]
+        return [t for t, _, _ in self.cancelled_tasks()]
+
+    def cancelled_tasks(self) -> list[tuple[UserTask, float, str]]:
+        """Each task of a closed span that has not returned yet: when and why it was cancelled."""
+        return [
+            (t, s.closed_at, s.closed_why)
+            for s in self.spans.values()
+            if s.closed
+            for t in s.tasks
+            if not t.done
+        ]
 
     def hold_retained(self, gen: Generation) -> None:
         """``gen`` holds the open spans of the partitions it retained (once each).
@@ -294,7 +302,7 @@ class Ownership:
         """
         self.current = None
         self.stop_prefetcher()
-        if not self.release(list(self.spans)) and not self.closing_tasks():
+        if not self.release(list(self.spans), why=reason) and not self.closing_tasks():
             self.owned.clear()
             return
         log.info("group %s: revoking every partition's tasks: %s", self.config.group_id, reason)

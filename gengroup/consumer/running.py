@@ -14,9 +14,10 @@ Then it simply waits for the task group to finish. It finishes when the first
 task exits (a user task returns or raises, the heartbeat sees a rebalance, the
 watcher sees a partition change, the group is closed), because every exit
 cancels the generation's scope. A watchdog started beside the task group
-gives the tasks ``rebalance_timeout`` seconds once the generation is ending
-(a span's tasks that a later revocation cancels, from then); past that it
-reports which task held the generation up and where it was suspended
+gives each task ``rebalance_timeout`` seconds from its own cancellation (the
+generation's end for its tasks; for a span's, the span's closing, which may
+come earlier, in a revocation, or later); past that it reports which task
+held the generation up, what cancelled it, and where it was suspended
 (:class:`TaskStuckError`) instead of hanging silently. It reports tasks
 only: if every task has returned by then, nothing is reported. Under the
 classic protocol the member goes on beating meanwhile (beside the task
@@ -91,7 +92,7 @@ from ..membership.member import Member, Outcome, outcome_for
 from ..membership.pattern import describe_change
 from .beating import Heartbeats
 from .committing import FENCED, retriable_refusal
-from .detached import INTERRUPTS, bare, first_failure, interrupt_in
+from .detached import INTERRUPTS, UserTask, bare, describe_stack, first_failure, interrupt_in
 from .forming import Formed, GroupClient
 from .generation import Generation
 from .ownership import Ownership
@@ -150,6 +151,10 @@ class _Run:
         self.first_pass_failure: BaseException | None = None
         #: The refusals the final commit's passes at the end retried.
         self.end_refusals: list[BaseException] = []
+        #: The cancelled tasks logged as awaited by the teardown, and those
+        #: reported stuck (each said once, across the revocation and the end).
+        self.said_waiting: set[UserTask] = set()
+        self.reported: set[UserTask] = set()
         #: The classic protocol's heartbeats (while running and while ending).
         self.beats = Heartbeats(formed, member, client, self._log_retry, self._log_recovered)
 
@@ -329,7 +334,11 @@ class _Run:
         generation is handed out.
         """
         gen = self.gen
-        closed = self.own.release([tp for tp in self.own.spans if tp not in gen.assignments], gen)
+        closed = self.own.release(
+            [tp for tp in self.own.spans if tp not in gen.assignments],
+            gen,
+            why=f"generation {gen.label} revoked its partition",
+        )
         if not closed and not self.own.closing_tasks():
             return
         # The retained spans are served meanwhile: their batches come from
@@ -337,7 +346,7 @@ class _Run:
         self.own.hold_retained(gen)
         started = anyio.current_time()
         async with anyio.create_task_group() as watch:
-            watch.start_soon(self._watch, report_stuck, "their partitions were revoked")
+            watch.start_soon(self._watch, report_stuck)
             await self.own.wait_released()
             watch.cancel_scope.cancel()
         for span in closed:
@@ -361,7 +370,9 @@ class _Run:
         if not gen.keeps_spans():
             self.own.stop_prefetcher()
             self.own.current = None
-            self.own.release(list(self.own.spans))
+            self.own.release(
+                list(self.own.spans), why=f"generation {gen.label} ended ({gen.end_reason})"
+            )
             self.own.owned.clear()
         # A revocation that the generation's end interrupted: its spans' marks
         # go into the final commit once their tasks returned.
@@ -487,51 +498,81 @@ class _Run:
 
     async def _watchdog(self, report_stuck: Callable[[TaskStuckError], Awaitable[None]]) -> None:
         await self.gen.wait_ending()
-        await self._watch(report_stuck, f"the generation ended ({self.gen.end_reason})")
+        await self._watch(report_stuck)
 
-    async def _watch(
-        self, report_stuck: Callable[[TaskStuckError], Awaitable[None]], since: str
-    ) -> None:
+    def _cancelled(self) -> list[tuple[UserTask, float, str]]:
+        """Each task cancelled that has not returned yet: when and what cancelled it.
+
+        The generation's own tasks are cancelled by its end; a span's tasks
+        when the span is closed (``Span.closed_at``): by a revocation, by
+        another task of the partition exiting, or by an end that keeps no span.
+        """
+        gen = self.gen
+        cancelled = []
+        if gen._ending_at is not None:
+            why = f"generation {gen.label} ended ({gen.end_reason})"
+            cancelled = [(t, gen._ending_at, why) for t in gen._tasks if not t.done]
+        return [c for c in cancelled + self.own.cancelled_tasks() if c[0] not in self.reported]
+
+    async def _watch(self, report_stuck: Callable[[TaskStuckError], Awaitable[None]]) -> None:
         """Report the tasks still running ``rebalance_timeout`` after their cancellation.
 
-        The tasks are cancelled now (after ``since``), or, a span's, when a
-        later revocation closed it (``Ownership.released_at``): the report
-        waits until ``rebalance_timeout`` after the latest. Only tasks that
-        have not returned then are reported; if every one has, nothing is
+        Each task is timed from its own cancellation (:meth:`_cancelled`),
+        wherever the watch started: one cancelled later gets its whole
+        ``rebalance_timeout`` too, and one cancelled earlier (by a revocation
+        that the generation's end interrupted) keeps its deadline. The report
+        comes at the first deadline of a task that has not returned then, and
+        names every task past its own (and those cancelled since); a task
+        named once is not reported again (by the end's watch, after a
+        revocation's). Only tasks are reported: if none is left, nothing is
         (what holds the teardown is not a task, and is bounded on its own),
         and the watch goes on for tasks cancelled later.
         """
         gen = self.gen
-        start = anyio.current_time()
         timeout = self.config.rebalance_timeout
-        deadline = start + timeout
         # A teardown longer than a heartbeat interval is said once, with what it waits for.
-        await anyio.sleep(min(self.config.heartbeat_interval, self.config.rebalance_timeout))
-        waiting = [name for name, _ in gen.stuck_tasks()]
-        if waiting:
-            self._log(
-                f"waiting for {len(waiting)} task(s) to return after cancellation "
-                f"({', '.join(repr(n) for n in waiting)}); TaskStuckError after "
-                f"rebalance_timeout={self.config.rebalance_timeout} s"
-            )
+        say_at = anyio.current_time() + min(self.config.heartbeat_interval, timeout)
         while True:
-            await anyio.sleep_until(deadline)
-            if (later := self.own.released_at + timeout) > anyio.current_time():
-                deadline = later  # tasks cancelled since: theirs from then
-                continue
-            if stuck := gen.stuck_tasks():
+            cancelled = self._cancelled()
+            now = anyio.current_time()
+            if due := [c for c in cancelled if c[1] + timeout <= now]:
                 break
-            deadline = anyio.current_time() + timeout
-        detail = "\n".join(f"task {name!r} is suspended at:\n{stack}" for name, stack in stuck)
-        err = TaskStuckError(
-            f"group {gen.group_id} generation {gen.label}: {len(stuck)} task(s) did not return "
-            f"within rebalance_timeout={self.config.rebalance_timeout} s after {since}; the "
-            f"group stops with this error, and closing it abandons them.\n{detail}"
+            if now >= say_at:
+                say_at = float("inf")
+                self._say_waiting([t for t, _, _ in cancelled])
+            # None left: any task cancelled from now on is due after now + timeout.
+            deadline = min((at + timeout for _, at, _ in cancelled), default=now + timeout)
+            await anyio.sleep_until(min(deadline, say_at))
+        detail = "\n".join(
+            f"task {t.name!r}, cancelled {now - at:.1f} s ago ({why}), is suspended at:\n"
+            f"{describe_stack(t.coro)}"
+            for t, at, why in due
         )
+        if later := [t.name for t, _, _ in cancelled if all(t is not d for d, _, _ in due)]:
+            detail += (
+                f"\n{len(later)} task(s) cancelled less than rebalance_timeout ago have not "
+                f"returned either: {', '.join(repr(n) for n in later)}"
+            )
+        err = TaskStuckError(
+            f"group {gen.group_id} generation {gen.label}: {len(due)} task(s) did not return "
+            f"within rebalance_timeout={timeout} s of their cancellation; the group stops "
+            f"with this error, and closing it abandons them.\n{detail}"
+        )
+        self.reported.update(t for t, _, _ in cancelled)
         # The task's exception that ended the generation (logged as it happened).
         err.__cause__ = next(map(bare, [*gen._failures, *self.own.failures]), None)
         log.error("%s", err)
         await report_stuck(err)
+
+    def _say_waiting(self, tasks: list[UserTask]) -> None:
+        """Log the tasks the teardown waits for (each once, across watches)."""
+        if new := [t for t in tasks if t not in self.said_waiting]:
+            self.said_waiting.update(new)
+            self._log(
+                f"waiting for {len(new)} task(s) to return after cancellation "
+                f"({', '.join(repr(t.name) for t in new)}); TaskStuckError after "
+                f"rebalance_timeout={self.config.rebalance_timeout} s"
+            )
 
     # ------------------------------------------------------------------ the generation's tasks
 

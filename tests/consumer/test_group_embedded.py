@@ -222,6 +222,42 @@ async def test_a_partition_task_revoked_after_the_teardown_began_gets_the_whole_
             assert trio.current_time() - t0 == 3.0 + EMBEDDED_SETTINGS["rebalance_timeout"]
 
 
+async def test_partition_tasks_returning_meanwhile_do_not_postpone_the_report(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A generation-scoped task ignores its cancellation; three partition tasks
+    return on their own meanwhile, one after another, each just before the stuck
+    task's deadline. Each task is timed from its own cancellation: TaskStuckError
+    comes exactly rebalance_timeout after the generation's end, names the stuck
+    task only, and says what cancelled it when."""
+    timeout = EMBEDDED_SETTINGS["rebalance_timeout"]
+
+    async def stubborn() -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(1000.0)
+
+    async def returns_on_its_own(k: int) -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(0.5 + (k + 1) * (timeout - 1.0))
+
+    async with FakeCluster(topics={"t": 3}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
+            gen = await group.next()
+            gen.start_soon(stubborn, name="stubborn")
+            for k in range(3):
+                tp = TopicPartition("t", k)
+                gen.start_soon(returns_on_its_own, k, name=f"returns {k}", partition=tp)
+            await anyio.sleep(0.5)
+            t0 = trio.current_time()
+            gen.cancel("test")
+            with pytest.raises(TaskStuckError, match="1 task") as caught:
+                await group.next()
+            assert trio.current_time() - t0 == timeout
+            message = str(caught.value)
+            assert "'stubborn', cancelled 20.0 s ago (generation 1 (#1) ended" in message
+            assert "returns" not in message
+
+
 async def test_three_members_share_partitions_in_virtual_time(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -14,7 +14,7 @@ import anyio.abc
 import pytest
 import trio.testing
 
-from gengroup import Generation, GenerationIdentity, TopicPartition
+from gengroup import Generation, GenerationIdentity, TaskStuckError, TopicPartition
 from gengroup.protocol.records import NewRecord
 
 from .helpers import all_partitions, wait_until
@@ -155,3 +155,67 @@ async def test_a_retained_partitions_task_returning_during_the_revocation_gives_
 
         await wait_until(all_processed, "every partition's new records", 120)
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+async def test_a_revoked_stuck_task_is_reported_on_time_when_the_revocation_is_interrupted(
+    protocol: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A revoked partition's worker ignores its cancellation; halfway through its
+    rebalance_timeout a retained partition's task returns, which ends the revoking
+    generation. The stuck worker keeps the deadline of its cancellation:
+    TaskStuckError comes exactly rebalance_timeout after it, saying that the
+    revocation cancelled it, not the generation's end."""
+    timeouts: dict[str, float] = {}
+    cancelled_at: dict[TopicPartition, float] = {}
+    processed: dict[TopicPartition, int] = {}
+    failed: list[tuple[float, BaseException]] = []
+    joined = anyio.Event()
+    quit_ = anyio.Event()
+
+    async def worker(gen: Generation, tp: TopicPartition) -> None:
+        try:
+            async for batch in gen.fetch(tp):
+                processed[tp] = batch.next_offset
+                gen.mark(tp, batch.next_offset)
+        finally:
+            if joined.is_set() and not cancelled_at:
+                cancelled_at[tp] = anyio.current_time()
+                with anyio.CancelScope(shield=True):
+                    await anyio.sleep(1000.0)  # ignores its cancellation
+
+    async def quitter() -> None:
+        await quit_.wait()
+
+    async def run(name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        async with member(cluster, protocol, name) as group:
+            timeouts[name] = group.config.rebalance_timeout
+            task_status.started()
+            try:
+                async for gen in group:
+                    if name == "a":
+                        for tp in gen.added:
+                            gen.start_soon(worker, gen, tp, name=f"a {tp}", partition=tp)
+                            gen.start_soon(quitter, name=f"quitter {tp}", partition=tp)
+            except TaskStuckError as exc:
+                failed.append((anyio.current_time(), exc))
+
+    async with cluster_for(protocol) as cluster, anyio.create_task_group() as tg:
+        for p in range(4):
+            cluster.produce("t", [NewRecord(None, b"x", (), 0)] * 5, partition=p)
+        await tg.start(run, "a")
+        await wait_until(lambda: len(processed) == 4, "a's first batches", 60)
+        joined.set()
+        await tg.start(run, "b")
+        await wait_until(lambda: bool(cancelled_at), "a revoked worker stuck", 120)
+        timeout = timeouts["a"]
+        await anyio.sleep(timeout / 2)
+        quit_.set()  # the retained partitions' quitters return: the revoking generation ends
+        await wait_until(lambda: bool(failed), "a's TaskStuckError", 600)
+        tg.cancel_scope.cancel()
+    ((at, err),) = failed
+    ((stuck, cancelled),) = cancelled_at.items()
+    assert at - cancelled == timeout
+    message = str(err)
+    assert f"'a {stuck}', cancelled {timeout} s ago (generation" in message
+    assert "revoked its partition" in message
