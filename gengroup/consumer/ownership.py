@@ -144,7 +144,9 @@ class Ownership:
         self.failures.append(exc)
         task_failed(f"group {span.gen.group_id} partition {span.tp}", task.name, exc)
         self.release([span.tp], why=f"task {task.name!r} of {span.tp} raised {exc!r}")
-        holder = self.current
+        # The span's holder: while a revocation runs, the generation revoking
+        # (not yet ``current``), which holds the retained spans too.
+        holder = span.gen if not span.gen.ending else self.current
         if holder is not None and not holder.ending:
             holder.end(Outcome.FATAL, f"task raised {exc!r}")
         else:  # between generations: stop forming the next one

@@ -4,7 +4,8 @@ Under both cooperative protocols the generation that revokes a partition
 first cancels and awaits the partition's tasks. An exception one of them
 raises (a flush in ``finally`` that fails) comes out of ``async for`` as
 itself, as a generation-scoped task's does: the revoking generation is not
-handed out, and the member does not go on consuming its other partitions.
+handed out, and the member does not go on consuming its other partitions;
+so does a retained partition's task raising while the revocation runs.
 An outage during a revocation ends the group with the outage's error, not
 with a TaskStuckError naming no task.
 """
@@ -29,8 +30,10 @@ from gengroup.broker import FakeCluster
 from gengroup.broker.state import BrokerSettings
 from gengroup.protocol.records import NewRecord
 
-from .helpers import EMBEDDED_SETTINGS, wait_until
+from .helpers import EMBEDDED_SETTINGS, all_partitions, wait_until
 from .test_span_commits import cluster_for, member
+
+FLUSH = 4.0
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
@@ -80,6 +83,82 @@ async def test_a_revoked_partitions_exception_comes_out_at_once(
     assert failed_at - raised_at[0] < 0.2
     # The generation that revoked the partitions was not handed out.
     assert not any(g.revoked for g in handed_out)
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+async def test_a_retained_partitions_exception_during_a_revocation_ends_it_at_once(
+    protocol: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Member a owns four partitions; b joins, so a revokes two, whose workers flush
+    for FLUSH seconds (shielded). The retained partitions are served meanwhile, and
+    one retained worker raises on its next batch: as any task's exception, it ends
+    the revoking generation at once. The other retained worker gets no batch after
+    the raise (it is cancelled then, not once the flush is over), and the exception
+    comes out as itself once the flushing workers returned."""
+    every = set(all_partitions("t", 4))
+    flushing: dict[TopicPartition, float] = {}
+    processed: dict[TopicPartition, list[tuple[float, int]]] = {tp: [] for tp in every}
+    stopped: dict[TopicPartition, float] = {}
+    raised_at: list[float] = []
+    failed: list[tuple[float, BaseException]] = []
+    joined = anyio.Event()
+
+    async def worker(gen: Generation, tp: TopicPartition) -> None:
+        try:
+            async for batch in gen.fetch(tp):
+                processed[tp].append((anyio.current_time(), batch.next_offset))
+                gen.mark(tp, batch.next_offset)
+                if flushing and not raised_at and tp == min(every - set(flushing)):
+                    raised_at.append(anyio.current_time())
+                    raise Boom(f"{tp} failed")
+        finally:
+            stopped[tp] = anyio.current_time()
+            if joined.is_set() and not raised_at:
+                flushing[tp] = anyio.current_time()
+                with anyio.CancelScope(shield=True):
+                    await anyio.sleep(FLUSH)
+
+    async def run(name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        async with member(cluster, protocol, name) as group:
+            task_status.started()
+            try:
+                async for gen in group:
+                    if name == "a":
+                        for tp in gen.added:
+                            gen.start_soon(worker, gen, tp, name=f"a {tp}", partition=tp)
+            except Boom as exc:
+                failed.append((anyio.current_time(), exc))
+
+    async with cluster_for(protocol) as cluster, anyio.create_task_group() as tg:
+        for p in range(4):
+            cluster.produce("t", [NewRecord(None, b"x", (), 0)] * 5, partition=p)
+        await tg.start(run, "a")
+        await wait_until(lambda: all(processed[tp] for tp in every), "a's first batches", 60)
+        joined.set()
+        await tg.start(run, "b")
+        await wait_until(lambda: bool(flushing), "a revoked worker's flush", 120)
+        flush_ends = max(flushing.values()) + FLUSH
+        retained = every - set(flushing)
+        assert len(retained) == 2
+        for p in range(4):
+            cluster.produce("t", [NewRecord(None, b"y", (), 0)] * 3, partition=p)
+        await wait_until(lambda: bool(raised_at), "the raise", 60)
+        await anyio.sleep(0.5)
+        for p in range(4):  # a sibling still served would get these
+            cluster.produce("t", [NewRecord(None, b"z", (), 0)] * 2, partition=p)
+        await wait_until(lambda: bool(failed), "a's failure", 120)
+        tg.cancel_scope.cancel()
+    (raised,) = raised_at
+    assert raised < flush_ends
+    (sibling,) = retained - {min(retained)}
+    assert not [o for t, o in processed[sibling] if t > raised]
+    assert stopped[sibling] - raised < 0.5, "the sibling was served on until the flush ended"
+    ((at, err),) = failed
+    assert isinstance(err, Boom) and at >= flush_ends
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
