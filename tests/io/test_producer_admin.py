@@ -358,7 +358,7 @@ async def test_leaving_with_an_exception_delivers_queued_records(
     class Boom(Exception):
         pass
 
-    producer = Producer(bootstrap, linger=3600.0, delivery_timeout=60.0)
+    producer = Producer(bootstrap, linger=30.0, delivery_timeout=60.0)
 
     async def waiter() -> None:
         outcomes.append(await producer.send(topic, b"queued"))
