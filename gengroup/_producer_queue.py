@@ -13,7 +13,7 @@ from itertools import pairwise
 import anyio
 import anyio.lowlevel
 
-from ._errors import copy_error
+from ._errors import ClosedInFlight, ConnectionClosed, copy_error
 from ._producer_records import RecordMetadata
 from ._types import TopicPartition
 from .protocol.records import Header
@@ -88,6 +88,19 @@ class Batch:
         self.attempts = 0
         self.not_before = 0.0
         self.last_error: BaseException | None = None
+
+    def closed_error(self, error: BaseException) -> BaseException:
+        """``error`` to fail the batch with, as :class:`ClosedInFlight` if it is a
+        :class:`ConnectionClosed` (never sent this time) while an earlier Produce
+        request carrying the batch got no answer: it may have been written."""
+        if not isinstance(error, ConnectionClosed) or isinstance(error, ClosedInFlight):
+            return error
+        if not any(pending.maybe_written for pending in self.records):
+            return error
+        return ClosedInFlight(
+            f"{self.tp}: {error}; an earlier Produce request carrying these "
+            f"{len(self.records)} record(s) got no answer: they may have been written"
+        )
 
 
 class Queue:

@@ -204,23 +204,30 @@ class Producer:
         self._started = True
         async with AsyncExitStack() as stack:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
-            if self._owns_cluster:
-                await self._tg.start(self._host_cluster)
-            self._tg.start_soon(self._guarded, self._sender_loop, name="producer sender")
-            self._tg.start_soon(self._guarded, self._metadata.loop, name="producer metadata")
+            try:
+                if self._owns_cluster:  # shielded: a cancelled start would wait for it
+                    with anyio.CancelScope(shield=True):
+                        await self._tg.start(self._host_cluster)
+                self._tg.start_soon(self._guarded, self._sender_loop, name="producer sender")
+                self._tg.start_soon(self._guarded, self._metadata.loop, name="producer metadata")
+            except BaseException:  # not opened: the shielded tasks must end too
+                self._shutdown(ConnectionClosed("the Producer was not opened"))
+                raise
             self._stack = stack.pop_all()
         return self
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         stack, self._stack = self._stack, None
         assert stack is not None, "__aexit__ without __aenter__"
-        # A cancelled send's record too, shielded from what ended the block.
-        with anyio.CancelScope(shield=True):
-            await self._deliver_and_shut_down()
-        # The body's exception is not handed to the task groups: they would wrap
-        # it in an ExceptionGroup. It propagates unchanged once they have exited;
-        # a crash of a background task propagates from here instead.
-        await stack.aclose()
+        try:
+            # A cancelled send's record too, shielded from what ended the block.
+            with anyio.CancelScope(shield=True):
+                await self._deliver_and_shut_down()
+        finally:  # also when the close is interrupted (KeyboardInterrupt, asyncio)
+            # The body's exception is not handed to the task groups: they would
+            # wrap it. It propagates unchanged once they have exited; a crash of
+            # a background task propagates from here instead.
+            await stack.aclose()
         return None
 
     async def _deliver_and_shut_down(self) -> None:
@@ -243,17 +250,10 @@ class Producer:
                     "request carrying the record: it may have been written"
                 ),
             )
-        failed = [pending.error for pending in waiting if pending.error is not None]
-        if failed:
-            first = failed[0]
-            log.warning(
-                "the Producer closed with %d of its %d queued record(s) undelivered (their "
-                "send calls may have been cancelled); the first failed with %s: %s",
-                len(failed),
-                len(waiting),
-                type(first).__name__,
-                first,
-            )
+        if failed := [pending.error for pending in waiting if pending.error is not None]:
+            said = "the Producer closed with %d of its %d queued record(s) undelivered (their "
+            said += "send calls may have been cancelled); the first failed with %r"
+            log.warning(said, len(failed), len(waiting), failed[0])
 
     def _shutdown(self, error: BaseException, unanswered: BaseException | None = None) -> None:
         self._closed = True
@@ -876,6 +876,7 @@ class Producer:
         self._freed()
 
     def _fail_batch(self, batch: Batch, error: BaseException) -> None:
+        error = batch.closed_error(error)
         for pending in batch.records:
             self._settle(pending, None, error)
         self._freed()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 from typing import Any
@@ -629,3 +630,91 @@ async def test_a_shutdown_tells_records_in_flight_they_may_have_been_written(
             producer._shutdown(ConnectionClosed("not sent"), ClosedInFlight("may be written"))
     assert type(outcomes["in flight"]) is ClosedInFlight, outcomes
     assert type(outcomes["queued"]) is ConnectionClosed, outcomes
+
+
+async def _enter_in_a_cancelled_scope() -> bool:
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            async with Producer(cluster.bootstrap):
+                await anyio.sleep(1)
+        return scope.cancelled_caught
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_producer_entered_in_a_cancelled_scope_does_not_hang(backend: str) -> None:
+    """The task that holds the producer's own Cluster open is shielded until
+    the shutdown; started from a cancelled scope, trio's start waited for it
+    to end (it is not moved to the producer's task group then): forever."""
+    assert anyio.run(_enter_in_a_cancelled_scope, backend=backend) is True
+
+
+async def _natively_cancelled_while_leaving() -> str:
+    import asyncio
+
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        producer = Producer(cluster.bootstrap, delivery_timeout=5, linger=0)
+
+        async def send_quietly() -> None:
+            with contextlib.suppress(ConnectionClosed):  # failed once the task is cancelled
+                await producer.send("t", b"dropped")
+
+        async def body() -> None:
+            async with anyio.create_task_group() as senders, producer:
+                await producer.send("t", b"warm-up")
+                cluster.control(ApiKey.PRODUCE, lambda call: Drop())
+                senders.start_soon(send_quietly)
+                await anyio.sleep(0.2)
+                raise Boom
+
+        task = asyncio.get_running_loop().create_task(body())
+        await asyncio.sleep(1.0)  # the close waits for the dropped record's delivery
+        task.cancel()  # as asyncio.run does on Ctrl-C
+        (outcome,) = await asyncio.gather(task, return_exceptions=True)
+        return type(outcome).__name__
+
+
+def test_a_close_interrupted_by_a_native_cancellation_still_ends_the_producer() -> None:
+    """asyncio's own cancellation reaches a shielded wait: the close is cut
+    short, the records are failed, and the producer's task group is still
+    exited (it was left open, and leaving the block raised RuntimeError about
+    a cancel scope exited in the wrong order)."""
+    assert anyio.run(_natively_cancelled_while_leaving, backend="asyncio") == "CancelledError"
+
+
+async def test_a_record_retried_after_a_broken_connection_may_have_been_written(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A record whose Produce request was at the broker when the connection
+    broke waits for its retry when the shared Cluster is closed: it is told it
+    may have been written (a real broker may have written it), not that it
+    was never sent."""
+    outcome: list[BaseException | None] = []
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        async with (
+            Cluster(cluster.bootstrap) as shared,
+            Producer(shared, retry_backoff=2.0, linger=0) as producer,
+        ):
+            await producer.send("t", b"warm-up")
+            cluster.control(ApiKey.PRODUCE, lambda call: Delay(0.3), once=True)
+
+            async def send() -> None:
+                try:
+                    await producer.send("t", b"x")
+                    outcome.append(None)
+                except ConnectionClosed as exc:
+                    outcome.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(send)
+                queue = None
+                while queue is None or not queue.in_flight:
+                    await anyio.sleep(0.01)
+                    queue = producer._queues.get(TopicPartition("t", 0))
+                await anyio.sleep(0.05)
+                cluster.cut_connections()
+                await anyio.sleep(0.5)  # the retry backs off (2 s)
+                assert queue.retry is not None
+                await shared.aclose()
+    assert len(outcome) == 1 and isinstance(outcome[0], ClosedInFlight), outcome
