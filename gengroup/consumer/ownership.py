@@ -40,7 +40,7 @@ from .._config import GroupConfig
 from .._errors import GenerationEnded
 from .._types import TopicPartition
 from ..membership.member import Outcome
-from .detached import Interrupted, UserTask, first_failure, host, task_failed
+from .detached import UserTask, first_failure, host, task_failed
 from .generation import Generation, Span
 from .prefetch import Prefetcher
 
@@ -126,7 +126,7 @@ class Ownership:
                 try:
                     await host(task.hosted, coro)
                     returned = True
-                except (Exception, Interrupted) as exc:
+                except (Exception, BaseExceptionGroup) as exc:  # detached.Interrupted too
                     self._failed(span, task, exc)
         finally:
             task.done = True

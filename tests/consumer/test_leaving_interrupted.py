@@ -279,3 +279,35 @@ async def test_a_tasks_interrupt_wins_over_a_later_task_stuck_error(
         assert caught is raised
         assert any("TaskStuckError" in note for note in raised.__notes__)
         assert cluster.committed_offsets("g")[TP] == 4
+
+
+async def test_a_partition_tasks_exit_from_its_own_task_group_keeps_the_teardown_bounded(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``sys.exit()`` inside a partition task's own task group reaches its
+    host as a BaseExceptionGroup: it is that task's failure, as for a task of
+    the generation (it crashed the hosting task group, which cancelled the
+    generation's watchdog, beats and final commit: the teardown waited for a
+    stuck task for good and the mark was lost)."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+
+        async def exits(gen: Generation) -> None:
+            await trio.sleep(0.5)
+            async with anyio.create_task_group():
+                raise SystemExit(3)
+
+        caught: BaseException | None = None
+        started = trio.current_time()
+        try:
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **LONG_TEARDOWN) as group:
+                gen = await group.next()
+                gen.start_soon(shielded_for(60.0), gen, name="shielded")
+                gen.start_soon(exits, gen, partition=TP)
+                await group.next()
+        except SystemExit as exc:
+            caught = exc
+        took = trio.current_time() - started
+        assert isinstance(caught, SystemExit) and caught.code == 3, caught
+        assert took < LONG_TEARDOWN["rebalance_timeout"] + 5.0, took  # not the 60 s section
+        assert cluster.committed_offsets("g")[TP] == 4
