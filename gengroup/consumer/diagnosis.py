@@ -16,9 +16,9 @@ and a group found there is named for what it is.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -40,6 +40,35 @@ __all__ = ["describe_group", "explain_inconsistent", "report_unreadable"]
 
 log = logging.getLogger("gengroup")
 
+T = TypeVar("T")
+
+
+async def _ask(
+    cluster: Cluster,
+    config: GroupConfig,
+    node: int,
+    what: tuple[ApiKey, str],
+    make: Callable[..., Any],
+    read: Callable[[Any], T],
+    timeout: float,
+) -> tuple[T | None, bool]:
+    """Send ``what`` (its key and name) to ``node``, for messages: what ``read``
+    made of the answer and True, or (None, False) if there was no readable
+    answer within ``timeout`` (logged at DEBUG, never raised)."""
+    key, name = what
+    with anyio.move_on_after(timeout):
+        try:
+            return read(await cluster.call(node, key, make, timeout=timeout)), True
+        except (
+            KafkaConnectionError,
+            ProtocolError,
+            BrokerError,
+            UnsupportedVersion,
+            TimeoutError,
+        ) as exc:
+            log.debug("group %s: %s failed: %s", config.group_id, name, exc)
+    return None, False
+
 
 async def describe_group(
     cluster: Cluster, config: GroupConfig, node: int, timeout: float | None = None
@@ -50,19 +79,15 @@ async def describe_group(
     failure, a broker error, a malformed answer or no answer in time is
     None, never raised.
     """
-    limit = config.request_timeout if timeout is None else timeout
-    view: requests.GroupView | None = None
-    with anyio.move_on_after(limit):
-        try:
-            resp = await cluster.call(
-                node,
-                ApiKey.DESCRIBE_GROUPS,
-                partial(requests.describe_request, group_id=config.group_id),
-                timeout=limit,
-            )
-            view = requests.parse_describe(resp, config.group_id)
-        except (KafkaConnectionError, ProtocolError, BrokerError, TimeoutError) as exc:
-            log.debug("group %s: DescribeGroups failed: %s", config.group_id, exc)
+    view, _ = await _ask(
+        cluster,
+        config,
+        node,
+        (ApiKey.DESCRIBE_GROUPS, "DescribeGroups"),
+        partial(requests.describe_request, group_id=config.group_id),
+        partial(requests.parse_describe, group_id=config.group_id),
+        config.request_timeout if timeout is None else timeout,
+    )
     return view
 
 
@@ -94,24 +119,15 @@ async def _consumer_group(
 ) -> tuple[Any | None, bool]:
     """ConsumerGroupDescribe of this group at ``node``, for messages: (the
     group's entry or None, whether the coordinator answered), never raised."""
-    with anyio.move_on_after(timeout):
-        try:
-            resp = await cluster.call(
-                node,
-                ApiKey.CONSUMER_GROUP_DESCRIBE,
-                partial(requests.consumer_group_request, group_id=config.group_id),
-                timeout=timeout,
-            )
-            return requests.read_consumer_group(resp, config.group_id), True
-        except (
-            KafkaConnectionError,
-            ProtocolError,
-            BrokerError,
-            UnsupportedVersion,
-            TimeoutError,
-        ) as exc:
-            log.debug("group %s: ConsumerGroupDescribe failed: %s", config.group_id, exc)
-    return None, False
+    return await _ask(
+        cluster,
+        config,
+        node,
+        (ApiKey.CONSUMER_GROUP_DESCRIBE, "ConsumerGroupDescribe"),
+        partial(requests.consumer_group_request, group_id=config.group_id),
+        partial(requests.read_consumer_group, group_id=config.group_id),
+        timeout,
+    )
 
 
 def _members(clients: Sequence[str], counted: bool = False) -> str:
