@@ -330,11 +330,21 @@ class PartitionLog:
             used += len(data)
         return out
 
-    def bytes_from(self, offset: int) -> int:
-        """How many bytes a read from ``offset`` could return (no limit)."""
+    def bytes_from(self, offset: int, limit: int | None = None) -> int:
+        """How many bytes the log holds from the batch holding ``offset`` on.
+
+        Args:
+            offset: the fetch position.
+            limit: count no further than this (None: the whole log after ``offset``).
+        """
         if offset < self.log_start_offset or offset >= self.high_watermark:
             return 0
-        return sum(len(b.data) for b in self.batches[self._index_of(offset) :])
+        total = 0
+        for index in range(self._index_of(offset), len(self.batches)):
+            if limit is not None and total >= limit:
+                return limit
+            total += len(self.batches[index].data)
+        return total if limit is None else min(total, limit)
 
     def epoch_at(self, offset: int, current_epoch: int) -> int:
         """The leader epoch of the batch holding ``offset`` (``current_epoch`` past the end)."""

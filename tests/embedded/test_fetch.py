@@ -74,6 +74,57 @@ async def test_min_bytes_accumulates_across_produces(
         assert elapsed == [pytest.approx(3.0)]
 
 
+async def test_min_bytes_counts_what_the_log_holds_up_to_the_partition_limit(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """As Kafka's DelayedFetch: the wait ends once the log holds ``min_bytes``
+    past the position (up to the partition's limit), although the answer then
+    carries less, whole batches only."""
+    async with FakeCluster(topics={"t": 1}) as cluster, connect(cluster) as conn:
+        one = len(batch(b"x" * 100))
+        start = trio.current_time()
+        elapsed: list[float] = []
+
+        async def poll() -> None:
+            limit = one + one // 2
+            resp = await conn.request(
+                fetch(12, "t", 0, 0, max_wait=60_000, min_bytes=limit, partition_max_bytes=limit)
+            )
+            elapsed.append(trio.current_time() - start)
+            assert len(decode_batches(resp.responses[0].partitions[0].records)) == 1
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poll)
+            for _ in range(2):
+                await trio.sleep(1)
+                cluster.produce("t", [b"x" * 100])
+        assert elapsed == [pytest.approx(2.0)]
+
+
+async def test_min_bytes_counts_as_at_most_the_request_max_bytes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """As Kafka's KafkaApis: a request waits for no more than it may carry."""
+    async with FakeCluster(topics={"t": 1}) as cluster, connect(cluster) as conn:
+        one = len(batch(b"x" * 100))
+        start = trio.current_time()
+        elapsed: list[float] = []
+
+        async def poll() -> None:
+            resp = await conn.request(
+                fetch(12, "t", 0, 0, max_wait=60_000, min_bytes=one * 10, max_bytes=one * 2)
+            )
+            elapsed.append(trio.current_time() - start)
+            assert len(decode_batches(resp.responses[0].partitions[0].records)) == 2
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poll)
+            for _ in range(3):
+                await trio.sleep(1)
+                cluster.produce("t", [b"x" * 100])
+        assert elapsed == [pytest.approx(2.0)]
+
+
 async def test_long_poll_ends_early_on_partition_error(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

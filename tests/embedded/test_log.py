@@ -132,6 +132,8 @@ def test_offset_lookups() -> None:
     assert log.offset_for(121) == (3, 500)
     assert log.offset_for(501) == (-1, -1)
     assert log.bytes_from(0) == log.size_bytes
+    assert log.bytes_from(0, limit=1) == 1
+    assert log.bytes_from(3, limit=10**9) == log.size_bytes - len(log.batches[0].data)
     assert log.epoch_at(4, 9) == 0
     assert log.epoch_at(5, 9) == 9
 

@@ -19,8 +19,12 @@ order), those of unknown topics or partitions are answered after the others,
 and consecutive partitions of one topic share a topic entry.
 
 Long poll. The handler computes the response; if it carries at least
-``min_bytes`` of records, or any partition error, or ``max_wait`` is spent, or
-there is nothing to read, it is sent. Otherwise the handler waits on the
+``min_bytes`` of records, or the partitions' logs hold that much past their
+fetch positions (each counted up to its ``partition_max_bytes``, as Kafka's
+``DelayedFetch``), or any partition error, or ``max_wait`` is spent, or there
+is nothing to read, it is sent. As Kafka's ``KafkaApis``, ``min_bytes`` counts
+as at most the request's ``max_bytes``: a request cannot wait for more than it
+may carry. Otherwise the handler waits on the
 cluster's *change event* (set and replaced whenever records are appended,
 topics or partitions change or leadership moves) until ``max_wait``'s
 deadline, and recomputes. No polling: a produce wakes the waiting fetches at
@@ -145,18 +149,23 @@ Read = list[tuple[PartitionRequest, PartitionOutcome, _Answer]]
 
 
 def _fetch_once(
-    ctx: Context, mod: Any, req: Any, v: int, parts: Sequence[PartitionRequest]
+    ctx: Context, mod: Any, req: Any, v: int, parts: Sequence[PartitionRequest], enough: int
 ) -> tuple[Read, int, bool]:
     """Read ``parts`` from the logs' current state.
 
     Returns:
         ``(each partition's outcome and answer, record bytes, any partition
-        error)``; partitions of unknown topics or partitions come last.
+        error)``; partitions of unknown topics or partitions come last. The
+        record bytes are the larger of those read and those the logs hold
+        past the fetch positions, each partition's counted up to its own
+        limit (Kafka's ``DelayedFetch`` measure), counted no further than
+        ``enough``.
     """
     state = ctx.state
     read_committed = int(getattr(req, "isolation_level", 0)) == 1
     remaining = int(req.max_bytes) if v >= 3 else 2**31 - 1
     total = 0
+    held = 0
     errors = 0
     found: Read = []
     unknown: Read = []
@@ -180,6 +189,8 @@ def _fetch_once(
                 data = b"".join(batches)
                 remaining -= len(data)
                 total += len(data)
+                if held < enough:
+                    held += plog.bytes_from(fpart.fetch_offset, min(fpart.max_bytes, enough - held))
         if code:
             errors += 1
         answer = _partition(
@@ -192,7 +203,7 @@ def _fetch_once(
         )
         outcome = PartitionOutcome(code, hw, start, len(data))
         (found if part is not None else unknown).append((fpart, outcome, (fpart.topic, answer)))
-    return found + unknown, total, errors > 0
+    return found + unknown, max(total, held), errors > 0
 
 
 def _context(ctx: Context, req: Any, v: int) -> FetchContext:
@@ -215,12 +226,13 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
     mod = response_module(KEY, v)
     context = _context(ctx, req, v)
     max_wait_ms = max(0, ms(req.max_wait))
-    min_bytes = int(req.min_bytes)
+    # Kafka's KafkaApis: a request waits for no more than it may carry.
+    min_bytes = min(int(req.min_bytes), int(req.max_bytes)) if v >= 3 else int(req.min_bytes)
     deadline = anyio.current_time() + max_wait_ms / 1000
     read: Read = []
     while context.kind is not ContextKind.ERROR and context.partitions:
         changed = ctx.state.changed_event()
-        read, total, any_error = _fetch_once(ctx, mod, req, v, context.partitions)
+        read, total, any_error = _fetch_once(ctx, mod, req, v, context.partitions, min_bytes)
         if total >= min_bytes or any_error or max_wait_ms == 0 or anyio.current_time() >= deadline:
             break
         with anyio.move_on_after(deadline - anyio.current_time()):
