@@ -125,7 +125,11 @@ class GroupConfig(Security):
             :class:`~gengroup.CoordinatorUnavailable` does; None keeps
             retrying forever.
         fetch_max_wait: seconds a Fetch may wait on the broker for data.
-        fetch_min_bytes: bytes a Fetch waits for.
+        fetch_min_bytes: bytes a Fetch waits for (up to ``fetch_max_wait``);
+            at most ``fetch_max_bytes`` and ``fetch_buffer_bytes``, since no
+            Fetch asks for more. Kafka reads it as at most each request's
+            response-wide limit, which the buffers size (see
+            ``fetch_buffer_bytes``): a larger value waits for whole requests.
         fetch_max_bytes: bytes one Fetch response may carry.
         partition_buffer_bytes: fetched bytes held per partition at most:
             its buffered batches plus the batch its worker was handed last,
@@ -421,9 +425,30 @@ class GroupConfig(Security):
                 f"fetch_buffer_bytes must be None or at most {_INT32_MAX} (a Fetch request "
                 f"carries its asks as int32s), got {self.fetch_buffer_bytes!r}"
             )
+        self._check_fetch_min_bytes()
         check_flag("watch_partition_changes", self.watch_partition_changes)
         check_flag("fetch_sessions", self.fetch_sessions)
         self._check_group_protocol()
+
+    def _check_fetch_min_bytes(self) -> None:
+        """``fetch_min_bytes`` within what a Fetch may ask for.
+
+        Every request's ``max_bytes`` is at most ``fetch_max_bytes`` and at
+        most ``fetch_buffer_bytes`` (half of it once the budget is in effect;
+        until then the partitions' asks add up to no more than it). Kafka
+        reads ``min_bytes`` as at most the request's ``max_bytes``, so a
+        larger ``fetch_min_bytes`` never means what it says.
+        """
+        least = self.fetch_min_bytes
+        for name in ("fetch_max_bytes", "fetch_buffer_bytes"):
+            most = getattr(self, name)
+            if most is not None and least > most:
+                raise ConfigError(
+                    f"fetch_min_bytes ({least}) must be at most {name} ({most}): no Fetch "
+                    f"asks for more than {name}, and the broker reads a larger min_bytes as "
+                    f"the request's max_bytes; lower fetch_min_bytes (1, the default, answers "
+                    f"as soon as there is data) or raise {name}"
+                )
 
     def _check_subscription(self) -> None:
         """Exactly one of ``topics`` (names) and ``topic_pattern``."""

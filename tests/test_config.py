@@ -74,6 +74,17 @@ def make(**kw: Any) -> ConsumerGroup:
         ({"fetch_max_bytes": 2**31}, "fetch_max_bytes must be at most 2147483647"),
         ({"partition_buffer_bytes": 2**33}, "partition_buffer_bytes must be at most 2147483647"),
         ({"fetch_buffer_bytes": 2**31}, "fetch_buffer_bytes must be None or at most 2147483647"),
+        # No Fetch asks for more than either: Kafka would read it as the request's max_bytes.
+        (
+            {"fetch_min_bytes": 2048, "fetch_max_bytes": 1024},
+            r"fetch_min_bytes \(2048\) must be at most fetch_max_bytes \(1024\): .*"
+            "lower fetch_min_bytes .* or raise fetch_max_bytes",
+        ),
+        (
+            {"fetch_min_bytes": 2048, "fetch_buffer_bytes": 1024},
+            r"fetch_min_bytes \(2048\) must be at most fetch_buffer_bytes \(1024\): .*"
+            "lower fetch_min_bytes .* or raise fetch_buffer_bytes",
+        ),
         ({"watch_partition_changes": "no"}, "watch_partition_changes must be True or False"),
         ({"watch_partition_changes": 0}, "watch_partition_changes must be True or False"),
         ({"fetch_sessions": "false"}, "fetch_sessions must be True or False, got 'false'"),
@@ -82,6 +93,14 @@ def make(**kw: Any) -> ConsumerGroup:
 def test_bad_settings_raise_config_error(kw: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         make(**kw)
+
+
+def test_fetch_min_bytes_may_be_as_large_as_what_a_fetch_asks() -> None:
+    assert make(fetch_min_bytes=1024, fetch_max_bytes=1024).config.fetch_min_bytes == 1024
+    cfg = make(fetch_min_bytes=4096, fetch_max_bytes=4096, fetch_buffer_bytes=4096).config
+    assert cfg.fetch_min_bytes == 4096
+    # Without a member-wide budget, only fetch_max_bytes bounds it.
+    assert make(fetch_min_bytes=2**20, fetch_buffer_bytes=None).config.fetch_min_bytes == 2**20
 
 
 def test_config_error_is_a_value_error() -> None:
