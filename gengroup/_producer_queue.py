@@ -13,12 +13,15 @@ from itertools import pairwise
 import anyio
 import anyio.lowlevel
 
-from ._errors import ClosedInFlight, ConnectionClosed, copy_error
+from ._errors import ClosedInFlight, ConnectionClosed, RequestTimedOut, copy_error
 from ._producer_records import RecordMetadata
 from ._types import TopicPartition
 from .protocol.records import Header
 
-__all__ = ["Batch", "Pending", "Queue", "Waiter", "copy_error", "wait_for"]
+__all__ = ["BATCH_OVERHEAD", "Batch", "Pending", "Queue", "Waiter", "copy_error", "wait_for"]
+
+#: The bytes of a record batch's header, counted against ``max_batch_bytes``.
+BATCH_OVERHEAD = 61
 
 
 class Waiter:
@@ -102,6 +105,18 @@ class Batch:
             f"{len(self.records)} record(s) got no answer: they may have been written"
         )
 
+    def timeout_error(self, delivery_timeout: float) -> RequestTimedOut:
+        """The error of the batch once its delivery timeout passed: always
+        :class:`RequestTimedOut`, whatever its last attempt failed with (its cause)."""
+        last = self.last_error
+        error = RequestTimedOut(
+            f"{self.tp}: {len(self.records)} record(s) not delivered within "
+            f"delivery_timeout={delivery_timeout} s"
+            + ("" if last is None else f" (last error: {type(last).__name__}: {last})")
+        )
+        error.__cause__ = last
+        return error
+
 
 class Queue:
     """The records waiting for one partition."""
@@ -170,3 +185,40 @@ class Queue:
         self.bytes -= sum(p.size for p in expired)
         self.expire_at = first + timeout
         return expired
+
+    def take_batch(self, max_batch_bytes: int) -> Batch:
+        """Take the next batch from the head: records up to ``max_batch_bytes``
+        (one at least), or the cap left by a split."""
+        records: list[Pending] = []
+        size = BATCH_OVERHEAD
+        cap = self.split_cap if self.split_left else 0
+        while self.records:
+            nxt = self.records[0]
+            if records and size + nxt.size > max_batch_bytes:
+                break
+            if cap and len(records) >= cap:
+                break
+            records.append(self.records.popleft())
+            size += nxt.size
+            self.bytes -= nxt.size
+        self.split_left = max(0, self.split_left - len(records))
+        if self.records:
+            self.first_arrival = self.records[0].created
+        else:
+            self.expire_at = float("inf")
+        return Batch(self.tp, records)
+
+    def put_back(self, batch: Batch, delivery_timeout: float) -> None:
+        """Put the records of a batch the topic found too large back, to go in halves.
+
+        As the Java producer does on MESSAGE_TOO_LARGE: at the head of the
+        queue, so their order is kept; no retry is counted.
+        """
+        records = [p for p in batch.records if not p.done]  # not expired meanwhile
+        self.records.extendleft(reversed(records))
+        self.unordered = True  # in deadline order? checked at the next expiry
+        self.bytes += sum(p.size for p in records)
+        self.split_cap = max(1, len(records) // 2)
+        self.split_left += len(records)
+        self.first_arrival = batch.created
+        self.expire_at = min(self.expire_at, batch.created + delivery_timeout)

@@ -98,7 +98,7 @@ from ._errors import (
 from ._producer_buffer import BufferPool
 from ._producer_config import ProducerConfig, ProducerSettings
 from ._producer_metadata import ProducerMetadata
-from ._producer_queue import Batch, Pending, Queue, copy_error, wait_for
+from ._producer_queue import BATCH_OVERHEAD, Batch, Pending, Queue, copy_error, wait_for
 from ._producer_records import (
     Checked,
     ProducerRecord,
@@ -130,7 +130,6 @@ __all__ = [
 
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _ONE_MS: Final = datetime.timedelta(milliseconds=1)
-_BATCH_OVERHEAD: Final = 61
 _MESSAGE_TOO_LARGE: Final = 10
 #: NOT_ENOUGH_REPLICAS_AFTER_APPEND: retried, but the leader wrote the batch.
 _WRITTEN_ANYWAY: Final = 20
@@ -615,7 +614,7 @@ class Producer:
                 if not urgent and queue.bytes < self.config.max_batch_bytes and due > now:
                     wake_at = min(wake_at, due)
                     continue
-                batch = self._take_batch(queue, now)
+                batch = queue.take_batch(self.config.max_batch_bytes)
                 self._keyless.drained(
                     queue.tp.topic, queue.tp.partition, self._metadata.led(queue.tp.topic)
                 )
@@ -623,7 +622,7 @@ class Producer:
                 continue
             # As computed, not rearranged: rounding would make the sender spin.
             if batch.created + self.config.delivery_timeout <= now:
-                self._fail_batch(batch, self._timeout_error(batch))
+                self._fail_batch(batch, batch.timeout_error(self.config.delivery_timeout))
                 wake_at = now
                 continue
             leader = self.cluster.leader_for(batch.tp)
@@ -647,7 +646,7 @@ class Producer:
             # At most max_request_bytes a request (a larger batch goes alone):
             # a broker closes the connection of a request past its
             # socket.request.max.bytes. The rest go in requests beside it.
-            size = _BATCH_OVERHEAD + sum(p.size for p in batch.records)
+            size = BATCH_OVERHEAD + sum(p.size for p in batch.records)
             batches = filling.get(leader)
             if batches is None or used[leader] + size > self.config.max_request_bytes:
                 batches = filling[leader] = []
@@ -691,54 +690,6 @@ class Producer:
         error.__cause__ = batch.last_error
         self._fail_batch(batch, error)
         return float("inf")
-
-    def _take_batch(self, queue: Queue, now: float) -> Batch:
-        records: list[Pending] = []
-        size = _BATCH_OVERHEAD
-        cap = queue.split_cap if queue.split_left else 0
-        while queue.records:
-            nxt = queue.records[0]
-            if records and size + nxt.size > self.config.max_batch_bytes:
-                break
-            if cap and len(records) >= cap:
-                break
-            records.append(queue.records.popleft())
-            size += nxt.size
-            queue.bytes -= nxt.size
-        queue.split_left = max(0, queue.split_left - len(records))
-        if queue.records:
-            queue.first_arrival = queue.records[0].created
-        else:
-            queue.expire_at = float("inf")
-        return Batch(queue.tp, records)
-
-    def _split(self, batch: Batch) -> None:
-        """Put the records of a batch the topic found too large back, to go in halves.
-
-        As the Java producer does on MESSAGE_TOO_LARGE: at the head of the
-        partition's queue, so their order is kept; no retry is counted.
-        """
-        records = [p for p in batch.records if not p.done]  # not expired meanwhile
-        queue = self._queues[batch.tp]
-        queue.records.extendleft(reversed(records))
-        queue.unordered = True  # in deadline order? checked at the next expiry
-        queue.bytes += sum(p.size for p in records)
-        queue.split_cap = max(1, len(records) // 2)
-        queue.split_left += len(records)
-        queue.first_arrival = batch.created
-        queue.expire_at = min(queue.expire_at, batch.created + self.config.delivery_timeout)
-
-    def _timeout_error(self, batch: Batch) -> RequestTimedOut:
-        """The error of a batch whose delivery timeout passed: always
-        :class:`RequestTimedOut`, whatever its last attempt failed with (its cause)."""
-        last = batch.last_error
-        error = RequestTimedOut(
-            f"{batch.tp}: {len(batch.records)} record(s) not delivered within "
-            f"delivery_timeout={self.config.delivery_timeout} s"
-            + ("" if last is None else f" (last error: {type(last).__name__}: {last})")
-        )
-        error.__cause__ = last
-        return error
 
     def _encode(self, batch: Batch) -> bytes:
         if batch.encoded is None:
@@ -824,7 +775,7 @@ class Producer:
                     for pending in batch.records:
                         pending.maybe_written = True
                 if code == _MESSAGE_TOO_LARGE and len(batch.records) > 1:
-                    self._split(batch)
+                    self._queues[batch.tp].put_back(batch, self.config.delivery_timeout)
                     continue
                 detail = part.error_message or "; ".join(
                     f"record {e.batch_index}: {e.batch_index_error_message}"
@@ -890,7 +841,7 @@ class Producer:
             return
         deadline = batch.created + self.config.delivery_timeout
         if now >= deadline:
-            self._fail_batch(batch, self._timeout_error(batch))
+            self._fail_batch(batch, batch.timeout_error(self.config.delivery_timeout))
             return
         # A backoff that would end past the deadline ends at it: the drain then
         # fails the batch, on time and not before.
