@@ -57,10 +57,13 @@ once its record is queued only stops waiting: the record is still delivered,
 like a Java ``Future`` that nobody reads. ``flush()`` makes every
 queued record ready at once and waits until each has an outcome.
 
-Leaving the ``async with`` block, whatever ended it, flushes (as Java's
-``close()``), refusing new sends, within ``delivery_timeout`` (which ends every
-record by then), shielded from the cancellation that ended the block: so are
-the background tasks and an owned Cluster, until the shutdown cancels them.
+Leaving the ``async with`` block, whatever ended it, or ``aclose()`` flushes
+(as Java's ``close()``), refusing new sends, within ``delivery_timeout`` (which
+ends every record by then), shielded from the cancellation that ended the
+block: so are the background tasks and an owned Cluster, until the shutdown
+cancels them (their shields only: ``aclose()`` inside the block does not
+cancel its body), and waits for them to end. The close runs once: leaving
+the block after ``aclose()`` only exits the task group.
 A record the shutdown fails gets :class:`~gengroup._errors.ConnectionClosed`
 if never sent, :class:`~gengroup._errors.ClosedInFlight` (it may have been
 written) if a Produce request carrying it got no answer; so does one in flight
@@ -152,6 +155,9 @@ class Producer:
     Leaving ``async with``, however the block ended, first delivers what is
     queued or in flight (shielded from a cancellation), within
     ``delivery_timeout``; the block's exception then comes out unchanged.
+    :meth:`aclose` closes the same way, inside the block or after it. A
+    Producer is entered once: entering it again, or after :meth:`aclose`,
+    raises :class:`~gengroup.GengroupError`.
 
     Args:
         cluster: an open :class:`Cluster` to share (not closed by the producer),
@@ -191,6 +197,7 @@ class Producer:
         self._closing = False  # leaving the block: delivering, no new sends
         self._closed = False
         self._shields: set[anyio.CancelScope] = set()  # of the background tasks
+        self._ended = anyio.Event()  # closed, and the background tasks ended
         self._started = False
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -200,6 +207,10 @@ class Producer:
     async def __aenter__(self) -> Self:
         if self._started:
             raise GengroupError("a Producer can be entered only once")
+        if self._closing:
+            raise GengroupError(
+                "the Producer was closed (aclose()) before it was entered; make a new Producer"
+            )
         self._started = True
         async with AsyncExitStack() as stack:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
@@ -217,17 +228,41 @@ class Producer:
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         stack, self._stack = self._stack, None
-        assert stack is not None, "__aexit__ without __aenter__"
+        if stack is None:
+            if not self._started:
+                raise GengroupError("the Producer was not entered (async with)")
+            return None  # left already
         try:
-            # A cancelled send's record too, shielded from what ended the block.
-            with anyio.CancelScope(shield=True):
-                await self._deliver_and_shut_down()
+            await self.aclose()  # nothing more if it ran already
         finally:  # also when the close is interrupted (KeyboardInterrupt, asyncio)
             # The body's exception is not handed to the task groups: they would
             # wrap it. It propagates unchanged once they have exited; a crash of
             # a background task propagates from here instead.
             await stack.aclose()
         return None
+
+    async def aclose(self) -> None:
+        """Deliver what is queued or in flight, within ``delivery_timeout``, and close.
+
+        The close that leaving the ``async with`` block runs, shielded from
+        cancellation as it is: from its start new sends (and those waiting
+        for room in the buffer) raise :class:`~gengroup.ConnectionClosed`;
+        it returns once every record queued or in flight has its outcome
+        (each within its ``delivery_timeout``) and the background tasks
+        ended, the producer's own :class:`Cluster` closed with them. Inside
+        the block, the block goes on (only the producer is closed); leaving
+        it afterwards does nothing more. Idempotent: a call while another
+        runs returns when that one does, a later one at once. Called before
+        the block, entering the Producer then raises
+        :class:`~gengroup.GengroupError`.
+        """
+        if not self._started:
+            self._closing = self._closed = True  # entering it later raises
+            return
+        with anyio.CancelScope(shield=True):  # a cancelled send's record too
+            if not self._closing:
+                await self._deliver_and_shut_down()
+            await self._ended.wait()
 
     async def _deliver_and_shut_down(self) -> None:
         """Deliver what is queued or in flight within ``delivery_timeout``, then shut down.
@@ -260,7 +295,11 @@ class Producer:
         self._fail_outstanding(error, unanswered)
         for scope in self._shields:
             scope.cancel()
-        if self._tg is not None:
+        if not self._shields:
+            self._ended.set()
+        if self._tg is not None and not self._closing:
+            # A crash (or a failed entry) cancels the block's body too; a close
+            # leaves it alone: aclose() may run inside it.
             self._tg.cancel_scope.cancel()
 
     def _fail_outstanding(self, error: BaseException, unanswered: BaseException | None) -> None:
@@ -294,6 +333,8 @@ class Producer:
                 yield
             finally:
                 self._shields.discard(scope)
+                if self._closed and not self._shields:
+                    self._ended.set()
 
     async def _host_cluster(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """Keep the producer's own Cluster open until the shutdown, out of reach

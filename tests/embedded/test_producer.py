@@ -17,6 +17,7 @@ from gengroup._errors import (
     BufferExhausted,
     ClosedInFlight,
     ConnectionClosed,
+    GengroupError,
     KafkaConnectionError,
     RequestTimedOut,
 )
@@ -718,3 +719,125 @@ async def test_a_record_retried_after_a_broken_connection_may_have_been_written(
                 assert queue.retry is not None
                 await shared.aclose()
     assert len(outcome) == 1 and isinstance(outcome[0], ClosedInFlight), outcome
+
+
+# ---------------------------------------------------------------------------- aclose
+
+
+async def _aclose_inside_the_block() -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        async with Producer(cluster.bootstrap, linger=30, delivery_timeout=60) as producer:
+            async with anyio.create_task_group() as tg:
+                for i in range(3):
+                    tg.start_soon(producer.send, "t", b"%d" % i)
+                while len(producer._outstanding) < 3:
+                    await anyio.sleep(0.01)
+                await producer.aclose()  # the lingering records go now, not in 30 s
+                seen["in log after aclose"] = len(cluster.records("t"))
+            with anyio.fail_after(1):  # the block's body is not cancelled
+                await anyio.sleep(0.01)
+            with pytest.raises(ConnectionClosed, match="not open"):
+                await producer.send("t", b"late")
+            with pytest.raises(ConnectionClosed, match="not open"):
+                await producer.send_many("t", [b"late"])
+            await producer.flush()
+            with pytest.raises(ConnectionClosed):  # its own Cluster closed with it
+                await producer.cluster.connection(0)
+            await producer.aclose()  # again: nothing more
+        await producer.aclose()  # and after the block
+        await producer.__aexit__(None, None, None)  # left again: nothing more
+        seen["in log"] = len(cluster.records("t"))
+    return seen
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_aclose_inside_the_block_delivers_then_refuses_sends(backend: str) -> None:
+    """aclose() closes as leaving the block does: the queued records are
+    delivered, then sends are refused with ConnectionClosed and the
+    producer's own Cluster is closed; the body goes on, not cancelled. A
+    second aclose(), leaving the block, and leaving it again do nothing more."""
+    seen = anyio.run(_aclose_inside_the_block, backend=backend)
+    assert seen == {"in log after aclose": 3, "in log": 3}
+
+
+async def test_aclose_is_bounded_by_delivery_timeout_and_leaving_adds_nothing(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker is down: aclose() returns once the records' delivery timeout
+    passed, their failure logged once; leaving the block then neither waits
+    nor logs again."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    outcomes: list[BaseException] = []
+
+    async def send(producer: Producer, value: bytes) -> None:
+        try:
+            await producer.send("t", value)
+        except Exception as exc:
+            outcomes.append(exc)
+
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        async with Producer(cluster.bootstrap, linger=1, delivery_timeout=5) as producer:
+            await producer.send("t", b"warm-up")
+            await cluster.stop_broker(0)
+            started = trio.current_time()
+            async with anyio.create_task_group() as senders:
+                for value in (b"a", b"b"):
+                    senders.start_soon(send, producer, value)
+                await trio.sleep(0.5)
+                await producer.aclose()
+                closed = trio.current_time()
+            assert closed - started <= 5.0 + 0.1, closed - started
+            assert [type(e) for e in outcomes] == [RequestTimedOut, RequestTimedOut], outcomes
+        assert trio.current_time() == closed
+    closing = [r for r in caplog.records if "the Producer closed with" in r.getMessage()]
+    assert len(closing) == 1 and "2 of its 2" in closing[0].getMessage(), caplog.records
+
+
+async def test_concurrent_acloses_both_return_once_delivered(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A second aclose() while the first delivers returns when the first does,
+    not before."""
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        async with Producer(cluster.bootstrap, linger=0) as producer:
+            await producer.send("t", b"warm-up")
+            cluster.control(ApiKey.PRODUCE, lambda call: Delay(2.0), once=True)
+            returned: list[int] = []
+
+            async def close() -> None:
+                await producer.aclose()
+                returned.append(len(cluster.records("t")))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(producer.send, "t", b"slow")
+                await trio.sleep(0.1)
+                tg.start_soon(close)
+                tg.start_soon(close)
+    assert returned == [2, 2]
+
+
+async def test_a_producer_closed_before_it_was_entered_cannot_be_entered() -> None:
+    producer = Producer("127.0.0.1:9")
+    await producer.aclose()
+    await producer.aclose()
+    with pytest.raises(GengroupError, match=r"closed \(aclose\(\)\) before it was entered"):
+        async with producer:
+            pass
+    with pytest.raises(ConnectionClosed, match="not open"):
+        await producer.send("t", b"x")
+
+
+async def test_a_producer_is_entered_only_once(autojump_clock: trio.testing.MockClock) -> None:
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        producer = Producer(cluster.bootstrap)
+        async with producer:
+            with pytest.raises(GengroupError, match="entered only once"):
+                async with producer:
+                    pass
+            await producer.send("t", b"x")  # the failed entry left it open
+        with pytest.raises(GengroupError, match="entered only once"):
+            async with producer:
+                pass
+        with pytest.raises(GengroupError, match="not entered"):
+            await Producer(cluster.bootstrap).__aexit__(None, None, None)
