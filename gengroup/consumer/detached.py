@@ -67,6 +67,7 @@ __all__ = [
     "bare",
     "describe_stack",
     "first_failure",
+    "holds_interrupt",
     "host",
     "interrupt_in",
     "start_and_wait",
@@ -254,6 +255,7 @@ async def start_and_wait(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     run: Callable[[UserTask, Awaitable[Any]], Awaitable[None]],
+    where: str,
 ) -> Any:
     """Start ``fn(*args, task_status=...)`` as ``task`` in ``tg``, run by ``run``
     (which hosts it), and wait until it calls ``task_status.started(value)``.
@@ -263,7 +265,12 @@ async def start_and_wait(
     hosted task's ``started()`` is passed on from the task in ``tg``. Until
     then ``task.starting`` is set: an exception of ``fn`` goes to the caller,
     as itself on every backend (the task group passing it on wraps it in an
-    exception group, which is taken off again: see :func:`_unwrapped`).
+    exception group, which is taken off again: see :func:`_unwrapped`). A
+    KeyboardInterrupt or SystemExit goes to the caller as itself too, taken
+    out of the exception group it came in (:func:`interrupt_in`, ``where``
+    naming the generation) as from a task that started: raised by the call of
+    ``fn`` itself it goes in an :class:`Interrupted` group, as a hosted task's
+    does, since an asyncio task ending with it would stop the event loop.
 
     Returns:
         The value passed to ``task_status.started``.
@@ -273,13 +280,19 @@ async def start_and_wait(
             trio also when the caller was cancelled at that moment; under
             asyncio the cancellation goes on then, and the exception is
             logged at ERROR).
+        KeyboardInterrupt, SystemExit: the same, raised by ``fn`` before it
+            started, also from inside a task group of its own.
     """
     early: list[BaseException] = []  # what the task raised before it started
 
     async def runner(*, task_status: anyio.abc.TaskStatus[Any]) -> None:
         started = Started()
         status = HeldStatus(started)
-        coro = awaitable(fn, fn(*args, task_status=status))
+        try:
+            coro = awaitable(fn, fn(*args, task_status=status))
+        except INTERRUPTS as exc:
+            early.append(Interrupted.around(task.name, exc))
+            raise early[-1] from None
         status.release()
 
         async def pass_on_started() -> None:
@@ -292,8 +305,9 @@ async def start_and_wait(
             inner.start_soon(pass_on_started)
             try:
                 await run(task, coro)
-            except (Exception, Interrupted) as exc:
-                if task.starting:  # for the caller of start(): not a failure of ``run``
+            except BaseException as exc:
+                # For the caller of start(): not a failure of ``run``.
+                if task.starting and (isinstance(exc, Exception) or holds_interrupt(exc)):
                     early.append(exc)
                 raise
             inner.cancel_scope.cancel()
@@ -317,7 +331,7 @@ async def start_and_wait(
                 )
             raise
     # Raised outside the handler, so that the group is not its __context__.
-    raise bare(own)
+    raise interrupt_in(own, where) or own
 
 
 def _unwrapped(raised: BaseException, early: list[BaseException]) -> BaseException | None:
@@ -449,14 +463,20 @@ def first_failure(
     return first
 
 
+def holds_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is or holds a KeyboardInterrupt or SystemExit, and only
+    exceptions beside it (no cancellation): what :func:`interrupt_in` takes out."""
+    leaves = _leaves(exc)
+    if not any(isinstance(leaf, INTERRUPTS) for leaf in leaves):
+        return False
+    return all(isinstance(leaf, (Exception, *INTERRUPTS)) for leaf in leaves)
+
+
 def interrupt_in(
     exc: BaseException, where: str, logged: Collection[BaseException] = ()
 ) -> BaseException | None:
     """The KeyboardInterrupt or SystemExit that ``exc`` is or holds, as :func:`first_failure`
     gives it; None if it holds none, or anything but exceptions beside it (a cancellation)."""
-    leaves = _leaves(exc)
-    if not any(isinstance(leaf, INTERRUPTS) for leaf in leaves):
-        return None
-    if not all(isinstance(leaf, (Exception, *INTERRUPTS)) for leaf in leaves):
+    if not holds_interrupt(exc):
         return None
     return first_failure(exc, where, [*logged, *map(bare, logged)])

@@ -589,12 +589,16 @@ class Generation(IdentityNames, GenerationCommits):
                 moment gets the cancellation, and the exception is logged).
                 Raised after it started, it ends the generation as a failure,
                 as a ``start_soon`` task's does.
+            KeyboardInterrupt, SystemExit: raised by ``fn`` before it started
+                (also from inside a task group of its own), as itself on every
+                backend; leaving ``async with`` then commits, leaves and raises it.
         """
         tg = self._check_live("start")
         if self.ending:
             raise GenerationEnded(f"start: generation {self.label} of {self.group_id} is ending")
         task = UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
-        return await start_and_wait(tg, task, fn, args, self._run_task)
+        where = f"group {self.group_id} generation {self.label}"
+        return await start_and_wait(tg, task, fn, args, self._run_task, where)
 
     async def _run_task(self, task: UserTask, coro: Awaitable[Any]) -> None:
         self._tasks.append(task)

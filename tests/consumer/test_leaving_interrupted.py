@@ -311,3 +311,77 @@ async def test_a_partition_tasks_exit_from_its_own_task_group_keeps_the_teardown
         assert isinstance(caught, SystemExit) and caught.code == 3, caught
         assert took < LONG_TEARDOWN["rebalance_timeout"] + 5.0, took  # not the 60 s section
         assert cluster.committed_offsets("g")[TP] == 4
+
+
+# ----------------------------------- a KeyboardInterrupt or SystemExit before task_status.started()
+
+
+async def interrupted_before_started(
+    raised: BaseException, how: str
+) -> tuple[BaseException | None, BaseException | None, int | None, int]:
+    """A task of ``gen.start()`` marks offset 4 and raises ``raised`` before it
+    started: from its coroutine, from the call of a plain function that returns
+    none, or from inside a task group of its own. What the caller of
+    ``start()`` gets, what leaves ``async with group``, the committed offset
+    and the members left."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+
+        async def in_its_coroutine(gen: Generation, *, task_status: Any) -> None:
+            gen.mark(TP, 4)
+            await anyio.sleep(0.05)
+            raise raised
+
+        def when_called(gen: Generation, *, task_status: Any) -> Any:
+            gen.mark(TP, 4)
+            raise raised
+
+        async def in_its_task_group(gen: Generation, *, task_status: Any) -> None:
+            gen.mark(TP, 4)
+            await anyio.sleep(0.05)
+            async with anyio.create_task_group():
+                raise raised
+
+        fn = {
+            "in its coroutine": in_its_coroutine,
+            "when called": when_called,
+            "in its task group": in_its_task_group,
+        }[how]
+        at_start: BaseException | None = None
+        caught: BaseException | None = None
+        try:
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **QUICK) as group:
+                gen = await group.next()
+                try:
+                    await gen.start(fn, gen)
+                except BaseException as exc:
+                    at_start = exc
+                    raise
+        except type(raised) as exc:
+            caught = exc
+        return (
+            at_start,
+            caught,
+            cluster.committed_offsets("g").get(TP),
+            len(cluster.describe_group("g").members),
+        )
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+@pytest.mark.parametrize("how", ["in its coroutine", "when called", "in its task group"])
+@pytest.mark.parametrize("raised", [KeyboardInterrupt(), SystemExit(3)], ids=repr)
+def test_an_interrupt_before_started_comes_out_as_itself(
+    backend: str, how: str, raised: BaseException
+) -> None:
+    """The caller of ``start()`` gets the interrupt itself, and so does the code
+    around the block, after the final commit and the leave, as for an interrupt
+    raised after it started. (Raised by the call of a plain function, under
+    asyncio it stopped the event loop: no final commit, no leave; from inside
+    the task's own task group it came out in two exception groups.)"""
+    at_start, caught, committed, members = run(
+        partial(interrupted_before_started, raised, how), backend
+    )
+    assert at_start is raised, repr(at_start)
+    assert caught is raised, repr(caught)
+    assert committed == 4
+    assert members == 0
