@@ -279,7 +279,7 @@ async def start_and_wait(
         Exception: what ``fn`` raised before it started, the same object (under
             trio also when the caller was cancelled at that moment; under
             asyncio the cancellation goes on then, and the exception is
-            logged at ERROR).
+            logged at ERROR; an interrupt wins over the cancellation).
         KeyboardInterrupt, SystemExit: the same, raised by ``fn`` before it
             started, also from inside a task group of its own.
     """
@@ -318,10 +318,15 @@ async def start_and_wait(
         own = _unwrapped(exc, early)
         if own is None:
             raise
-        if _leaves(exc) != _leaves(own) and sniffio.current_async_library() != "trio":
+        if (
+            _leaves(exc) != _leaves(own)
+            and sniffio.current_async_library() != "trio"
+            and not holds_interrupt(own)
+        ):
             # The caller was cancelled too. asyncio delivers a cancellation
             # once: it goes on, and the task's exception, which it would
-            # hide, is logged.
+            # hide, is logged. A KeyboardInterrupt or SystemExit wins over
+            # the cancellation, as it does everywhere else.
             if not any(leaf is own for leaf in _leaves(exc)):
                 log.error(
                     "task %r raised %r before it started, as its caller was cancelled",

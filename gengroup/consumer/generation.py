@@ -584,8 +584,8 @@ class Generation(IdentityNames, GenerationCommits):
         Raises:
             Exception: what ``fn`` raised before it started, as itself on
                 every backend (never wrapped in an exception group; one only if
-                ``fn`` raised one), to the caller alone: the generation ends as
-                when a task returns (under asyncio a caller cancelled at that
+                ``fn`` raised one), to the caller alone: the generation goes on
+                (under asyncio a caller cancelled by something else at that
                 moment gets the cancellation, and the exception is logged).
                 Raised after it started, it ends the generation as a failure,
                 as a ``start_soon`` task's does.
@@ -603,10 +603,17 @@ class Generation(IdentityNames, GenerationCommits):
     async def _run_task(self, task: UserTask, coro: Awaitable[Any]) -> None:
         self._tasks.append(task)
         task.coro = coro
+        never_started = False
         try:
             await host(task.hosted, coro)
         except (Exception, BaseExceptionGroup) as exc:  # detached.Interrupted
-            if task.starting:  # raised to the caller of start(), which may handle it
+            if task.starting:
+                # Raised to the caller of start(), which may handle it. The
+                # generation goes on: nothing of it depended on a task that
+                # never started, and ending it here would cancel a caller
+                # that is one of its tasks, which asyncio would hand the
+                # cancellation instead of the exception.
+                never_started = True
                 raise
             self._failures.append(exc)
             task_failed(f"group {self.group_id} generation {self.label}", task.name, exc)
@@ -614,7 +621,8 @@ class Generation(IdentityNames, GenerationCommits):
             raise
         finally:
             task.done = True
-            self.end(Outcome.REJOIN, f"task {task.name!r} exited")
+            if not never_started:
+                self.end(Outcome.REJOIN, f"task {task.name!r} exited")
 
     def abandon_tasks(self) -> list[str]:
         """Stop waiting for the user tasks that have not returned (after TaskStuckError).

@@ -10,7 +10,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from gengroup import ConsumerGroup, Generation
+from gengroup import ConsumerGroup, Generation, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.membership.member import Outcome
 
@@ -110,21 +110,21 @@ async def start_failures(caplog: pytest.LogCaptureFixture) -> None:
                 assert oserror.value is raised[-1]
                 assert oserror.value.__context__ is None, repr(oserror.value.__context__)
                 assert "never_starts" in "".join(traceback.format_tb(oserror.tb))
-                middle = await group.next()
-                assert first.end_outcome is Outcome.REJOIN
-                assert "exited" in first.end_reason, first.end_reason
+                # The task never started: the generation goes on.
+                await anyio.sleep(0.5)
+                assert not first.ending, first.end_reason
                 # A group the task raised itself is passed on as it is.
                 with pytest.raises(ExceptionGroup) as caught:
-                    await middle.start(raises_a_group)
+                    await first.start(raises_a_group)
                 assert caught.value is raised[-1]
-                second = await group.next()
-                assert middle.end_outcome is Outcome.REJOIN
+                await anyio.sleep(0.5)
+                assert not first.ending, first.end_reason
                 assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
                 # After it started: the generation's failure, logged as it happens.
-                await second.start(fails_once_started)
+                await first.start(fails_once_started)
                 go.set()
-                await second.wait_ended()
-                assert second.end_outcome is Outcome.FATAL
+                await first.wait_ended()
+                assert first.end_outcome is Outcome.FATAL
                 await group.next()
         logged = [
             r.exc_info[1] for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info
@@ -137,8 +137,8 @@ def test_a_start_that_failed_before_it_started_is_its_callers_alone(
     backend: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The exception went to the caller of ``start()``, which may handle it: not
-    logged, the generation ends as when a task returns (REJOIN) and the group goes
-    on; a task that fails after it started ends the generation as a failure."""
+    logged, and the generation goes on; a task that fails after it started ends
+    the generation as a failure."""
     anyio.run(start_failures, caplog, backend=backend)
 
 
@@ -187,3 +187,64 @@ def test_a_start_failing_as_its_caller_is_cancelled_is_not_lost(backend: str) ->
     else:
         assert seen == "nothing", seen  # the cancelled scope took the cancellation
         assert len(logged) == 1 and "as its caller was cancelled" in logged[0], logged
+
+
+async def start_failing_in_a_worker(failure: BaseException) -> tuple[str, str, int | None]:
+    """A generation's own task calls ``gen.start(fn)``; ``fn`` marks offset 4 and
+    raises ``failure`` before it started. What the worker saw, what came out of
+    the group, and the committed offset."""
+    tp = TopicPartition("t", 0)
+    seen = "nothing"
+    came_out = "nothing"
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+
+        async def child(gen: Generation, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+            gen.mark(tp, 4)
+            await anyio.sleep(0.05)
+            raise failure
+
+        with anyio.fail_after(30):
+            try:
+                async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+                    gen = await group.next()
+
+                    async def worker() -> None:
+                        nonlocal seen
+                        try:
+                            await gen.start(child, gen)
+                        except Exception as exc:
+                            seen = "itself" if exc is failure else repr(exc)
+                            return
+                        except BaseException as exc:
+                            seen = "itself" if exc is failure else repr(exc)
+                            raise
+
+                    gen.start_soon(worker)
+                    await gen.wait_ended()
+            except BaseException as exc:  # what came out is the result
+                came_out = "itself" if exc is failure else repr(exc)
+        committed = cluster.committed_offsets("g").get(tp)
+    return seen, came_out, committed
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_worker_gets_its_starts_failure_before_it_started(backend: str) -> None:
+    """The worker calling ``start()`` is one of the generation's tasks: it gets the
+    exception itself, not a cancellation (the failed start does not end the
+    generation), and may handle it; the worker returning then ends the generation."""
+    seen, came_out, committed = anyio.run(
+        start_failing_in_a_worker, OSError("port in use"), backend=backend
+    )
+    assert seen == "itself", seen
+    assert came_out == "nothing", came_out
+    assert committed == 4
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_an_interrupt_before_started_in_a_worker_comes_out_of_the_group(backend: str) -> None:
+    """``SystemExit`` raised before ``started()`` in a start called by a worker comes
+    out of ``async with`` as itself, after the final commit, on both backends."""
+    seen, came_out, committed = anyio.run(start_failing_in_a_worker, SystemExit(3), backend=backend)
+    assert seen == "itself", seen
+    assert came_out == "itself", came_out
+    assert committed == 4
