@@ -27,6 +27,7 @@ import anyio
 from ._errors import (
     BrokerError,
     ClusterUnreachable,
+    ConnectionClosed,
     KafkaConnectionError,
     ProtocolError,
     error_for_code,
@@ -65,6 +66,16 @@ class ProducerMetadata:
         self._wanted = anyio.Event()
         self._locks: dict[str, anyio.Lock] = {}
         self._led_cache: dict[str, tuple[TopicInfo, list[int]]] = {}
+        #: The sends waiting for a topic's metadata (:meth:`close` ends them).
+        self._waits: set[anyio.CancelScope] = set()
+        self._closed = False
+
+    def close(self) -> None:
+        """The producer is closing: the sends waiting for metadata raise ConnectionClosed,
+        and so does every later one that would have to wait."""
+        self._closed = True
+        for scope in self._waits:
+            scope.cancel()
 
     def want(self) -> None:
         """Ask the background task for a refresh (it comes a backoff after the last one)."""
@@ -101,12 +112,27 @@ class ProducerMetadata:
             BrokerError: the topic (still) fails within ``max_block``
                 (UNKNOWN_TOPIC_OR_PARTITION: it does not exist).
             KafkaConnectionError: no broker answered within ``max_block``.
+            ConnectionClosed: the producer closed while the send waited.
         """
         if not refresh:
             info = self.cluster.topics.get(topic)
             if info is not None and info.partitions:
                 self.topics.add(topic)
                 return len(info.partitions)
+        with anyio.CancelScope() as scope:
+            if self._closed:
+                scope.cancel()
+            self._waits.add(scope)
+            try:
+                return await self._ask(topic, refresh)
+            finally:
+                self._waits.discard(scope)
+        raise ConnectionClosed(
+            f"the Producer was closed while the send waited for the metadata of topic {topic!r}"
+        )
+
+    async def _ask(self, topic: str, refresh: bool) -> int:
+        """The partition count, asked for (one request per topic at a time)."""
         lock = self._locks.setdefault(topic, anyio.Lock())
         async with lock:
             info = self.cluster.topics.get(topic)

@@ -272,6 +272,7 @@ class Producer:
         """
         self._closing = True
         self._buffer.close()  # the sends waiting for room raise ConnectionClosed
+        self._metadata.close()  # and those waiting for a topic's metadata
         waiting = list(self._outstanding)
         try:
             with anyio.move_on_after(self.config.delivery_timeout):

@@ -841,3 +841,33 @@ async def test_a_producer_is_entered_only_once(autojump_clock: trio.testing.Mock
                 pass
         with pytest.raises(GengroupError, match="not entered"):
             await Producer(cluster.bootstrap).__aexit__(None, None, None)
+
+
+async def test_aclose_ends_a_send_waiting_for_its_topics_metadata(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A send waiting for the metadata of a topic that does not exist (on a
+    shared Cluster, which stays open) raises ConnectionClosed once aclose()
+    runs, not UNKNOWN_TOPIC_OR_PARTITION at the end of ``max_block``."""
+    outcome: list[tuple[BaseException, float]] = []
+    async with (
+        FakeCluster(topics={"t": 1}) as cluster,
+        Cluster(cluster.bootstrap) as shared,
+        Producer(shared, max_block=10, allow_auto_create_topics=False) as producer,
+    ):
+
+        async def send_missing() -> None:
+            try:
+                await producer.send("missing", b"x")
+            except Exception as exc:
+                outcome.append((exc, trio.current_time()))
+
+        async with anyio.create_task_group() as senders:
+            senders.start_soon(send_missing)
+            await trio.sleep(0.2)
+            closing = trio.current_time()
+            await producer.aclose()
+        ((error, at),) = outcome
+        assert isinstance(error, ConnectionClosed), error
+        assert "metadata of topic 'missing'" in str(error), error
+        assert at - closing < 1.0, at - closing
