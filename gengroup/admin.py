@@ -459,9 +459,10 @@ class Admin:
 
         Args, returns and raises: see :func:`gengroup.io.offsets.list_offsets`
         (``spec`` is ``"earliest"``, ``"latest"`` or a timestamp in ms; a
-        ``spec`` or a partition index the wire cannot carry is a ValueError);
-        a partition that the topic does not have is UnknownTopicOrPartition
-        at once, as a topic that does not exist.
+        ``spec`` or a partition index the wire cannot carry is a ValueError;
+        a topic name or anything else than TopicPartition objects in place
+        of ``tps`` is a TypeError); a partition that the topic does not have
+        is UnknownTopicOrPartition at once, as a topic that does not exist.
         """
         return await offsets.list_offsets(
             self.cluster,
@@ -670,6 +671,8 @@ class Admin:
             without a committed offset are left out.
 
         Raises:
+            TypeError: ``tps`` is a topic name, or holds something else than
+                TopicPartition objects.
             ValueError: a partition index beyond an int32.
             BrokerError: a non-retriable error (group-level or per partition).
             TimeoutError: the coordinator could not be reached in time.
@@ -796,6 +799,8 @@ class Admin:
             The new offset of each partition.
 
         Raises:
+            TypeError: ``tps`` is a topic name, or holds something else than
+                TopicPartition objects.
             ValueError: neither or both of ``to`` and ``offset``; an offset,
                 timestamp or partition index beyond what the wire carries
                 (int64, int64, int32).
@@ -859,6 +864,8 @@ class Admin:
         its ``start_offset`` next time.
 
         Raises:
+            TypeError: ``tps`` is a topic name, or holds something else than
+                TopicPartition objects.
             ValueError: a partition index beyond an int32.
             GroupIdNotFound: the group does not exist.
             BrokerError: GROUP_SUBSCRIBED_TO_TOPIC for a partition of a topic

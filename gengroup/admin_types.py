@@ -56,10 +56,18 @@ def check_partitions(tps: Iterable[TopicPartition], what: str) -> list[TopicPart
     """``tps`` as a list, each partition index from 0 to :data:`INT32_MAX`.
 
     Raises:
-        TypeError, ValueError: an index that is not one, naming the topic.
+        TypeError: ``tps`` is one topic name (a str or bytes: iterated, it
+            would be its characters), or holds something else than
+            :class:`~gengroup.TopicPartition` objects; an index that is not
+            an int, naming the topic.
+        ValueError: an index out of range, naming the topic.
     """
+    if isinstance(tps, str | bytes):
+        raise TypeError(f"{what} takes a list of TopicPartition, not a topic name: {tps!r}")
     given = list(tps)
     for tp in given:
+        if not isinstance(tp, TopicPartition):
+            raise TypeError(f"{what} takes TopicPartition objects, got {tp!r}")
         check_int(f"{what}: the partition index of topic {tp.topic!r}", tp.partition, 0, INT32_MAX)
     return given
 

@@ -34,6 +34,35 @@ async def test_one_name_where_a_list_belongs_is_refused_and_deletes_nothing(
             assert all(md[t].error_code == 0 for t in ("orders", "o", "s"))
 
 
+async def test_a_topic_name_where_partitions_belong_is_a_type_error(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``reset_offsets("g", "t")`` and its kind raised AttributeError ('str'
+    object has no attribute 'topic'), from inside the argument check."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap) as admin:
+            calls = {
+                "reset_offsets": lambda tps: admin.reset_offsets("g", tps, to="earliest"),
+                "fetch_offsets": lambda tps: admin.fetch_offsets("g", tps),
+                "delete_offsets": lambda tps: admin.delete_offsets("g", tps),
+                "list_offsets": lambda tps: admin.list_offsets(tps, "latest"),
+            }
+            for name, call in calls.items():
+                for one in ("t", b"t"):
+                    with pytest.raises(
+                        TypeError,
+                        match=re.escape(f"{name} takes a list of TopicPartition, not a topic name"),
+                    ):
+                        await call(one)
+                for item in ("t", ("t", 0), 0):
+                    with pytest.raises(
+                        TypeError,
+                        match=re.escape(f"{name} takes TopicPartition objects, got {item!r}"),
+                    ):
+                        await call([TopicPartition("t", 0), item])
+            assert await admin.fetch_offsets("g") == {}  # nothing was committed
+
+
 async def test_topics_to_create_are_checked_before_any_is_created(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
