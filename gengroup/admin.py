@@ -796,7 +796,7 @@ class Admin:
             timeout: seconds for the whole operation (default: the admin's timeout).
 
         Returns:
-            The new offset of each partition.
+            The new offset of each partition, in (topic, partition) order.
 
         Raises:
             TypeError: ``tps`` is a topic name, or holds something else than
@@ -837,7 +837,7 @@ class Admin:
             found = await self.list_offsets(wanted, to, timeout=rest())
             missing = [tp for tp, o in found.items() if o < 0]
             latest = await self.list_offsets(missing, "latest", timeout=rest()) if missing else {}
-            plan = {tp: latest.get(tp, o) if o < 0 else o for tp, o in found.items()}
+            plan = {tp: latest.get(tp, found[tp]) if found[tp] < 0 else found[tp] for tp in wanted}
         if not dry_run:
             identity = GenerationIdentity(group_id, -1, "", None)
 

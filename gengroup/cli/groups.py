@@ -178,7 +178,7 @@ async def _reset(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
         raise UnknownTopicOrPartition(
             ErrorCode.unknown_topic_or_partition, f"topic {args.topic!r} does not exist"
         )
-    partitions = known if args.partition is None else args.partition
+    partitions = known if args.partition is None else sorted(set(args.partition))
     missing = sorted(set(partitions) - set(known))
     if missing:
         raise UnknownTopicOrPartition(

@@ -122,7 +122,7 @@ async def list_offsets(
             than the metadata of the broker it asked).
 
     Returns:
-        The offset of each partition.
+        The offset of each partition, in (topic, partition) order.
 
     Raises:
         ValueError: a bad ``spec``.
@@ -142,7 +142,7 @@ async def list_offsets(
         await _per_leader(
             cluster, "ListOffsets", wanted, result, on_leader, timeout, missing_partitions
         )
-    return {tp: result[tp] for tp in wanted}
+    return {tp: result[tp] for tp in sorted(wanted)}
 
 
 async def _per_leader(

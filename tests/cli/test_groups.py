@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from functools import partial
 
@@ -12,6 +13,7 @@ import pytest
 
 from gengroup import Admin, ConsumerGroup, Producer, TopicPartition
 from tests.cli.conftest import Target, gengroup
+from tests.cli.test_progress import FORCED, screen
 
 
 def seed(bootstrap: str, topic: str, group_id: str) -> None:
@@ -206,3 +208,29 @@ def test_reset_offsets_and_lag_say_what_is_wrong_with_the_right_exit_code(served
         done = gengroup(*args, bootstrap=served)
         assert done.returncode == 2, (args, done.stderr)
         assert said in done.stderr.splitlines()[-1] and "Traceback" not in done.stderr, done.stderr
+
+
+def test_reset_offsets_prints_its_plan_in_partition_order(served: str) -> None:
+    """The plan of ``--to`` came out in a random partition order (the offsets
+    looked up over a set), and the progress view listed ``--partition`` as given."""
+    created = gengroup("topics", "create", "wide", "--partitions", "12", bootstrap=served)
+    assert created.returncode == 0, created.stderr
+    reset = ["groups", "reset-offsets", "g", "--topic", "wide", "--dry-run"]
+    for to in ("earliest", "latest", "0"):
+        plan = gengroup(*reset, "--to", to, "--json", bootstrap=served)
+        assert plan.returncode == 0, plan.stderr
+        rows = json.loads(plan.stdout)["partitions"]
+        assert [r["partition"] for r in rows] == [f"wide[{p}]" for p in range(12)], to
+        text = gengroup(*reset, "--to", to, bootstrap=served, env=FORCED)
+        assert text.returncode == 0, text.stderr
+        shown = re.findall(r"wide\[(\d+)\]", text.stdout)
+        assert shown == [str(p) for p in range(12)], text.stdout
+        drawn = re.findall(r"wide\[(\d+)\].*planned", screen(text.stderr))
+        assert drawn[-12:] == [str(p) for p in range(12)], text.stderr
+    some = gengroup(
+        *reset, "--partition", "7", "--partition", "2", "--to", "latest",
+        bootstrap=served, env=FORCED,
+    )  # fmt: skip
+    assert some.returncode == 0, some.stderr
+    assert re.findall(r"wide\[(\d+)\]", some.stdout) == ["2", "7"], some.stdout
+    assert re.findall(r"wide\[(\d+)\].*planned", screen(some.stderr))[-2:] == ["2", "7"]

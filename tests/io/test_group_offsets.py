@@ -113,6 +113,21 @@ async def test_group_offsets_on_the_embedded_broker() -> None:
         await scenario(bootstrap, "t", "g")
 
 
+async def test_offsets_listed_and_reset_come_in_topic_and_partition_order() -> None:
+    """``list_offsets`` built its result over a set: ``reset_offsets(to=...)``
+    plans (and the CLI's outputs of them) came out in a random order."""
+    async with FakeCluster(3, topics={"b": 12, "a": 12}, initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap) as admin:
+            tps = [TopicPartition(t, p) for t in ("b", "a") for p in reversed(range(12))]
+            ordered = sorted(tps)
+            for spec in ("earliest", "latest", 0):
+                assert list(await admin.list_offsets(tps, spec)) == ordered, spec
+                plan = await admin.reset_offsets("g", tps, to=spec, dry_run=True)
+                assert list(plan) == ordered, spec
+            assert list(await admin.reset_offsets("g", tps, to="earliest")) == ordered
+            assert list(await admin.reset_offsets("g", tps, offset=0)) == ordered
+
+
 async def test_group_lag_is_negative_for_a_committed_offset_past_the_end() -> None:
     """As Kafka's tool: not clamped to 0 (the log was truncated below the commit)."""
     tp = TopicPartition("t", 0)
