@@ -35,17 +35,21 @@ def add_parser(subparsers: Any) -> None:
     )
     lag = command.action("lag", "committed offset, end offset and lag per partition", _lag)
     lag.add_argument("group")
-    lag.add_argument("--topic", action="append", default=None, help="include a topic's partitions")
+    lag.add_argument(
+        "--topic", action="append", default=None, help="include a topic's partitions (repeatable)"
+    )
     reset = command.action(
         "reset-offsets", "move a group's committed offsets (no live members)", _reset
     )
     reset.add_argument("group")
-    reset.add_argument("--topic", required=True)
+    reset.add_argument(
+        "--topic", action="append", required=True, help="a topic to reset (repeatable)"
+    )
     reset.add_argument(
         "--partition",
         type=bounded(int, 0, INT32_MAX),
         action="append",
-        help="default: every partition",
+        help="default: every partition (with one --topic only)",
     )
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--to", help="earliest, latest, or a timestamp in ms")
@@ -171,21 +175,28 @@ async def _reset(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
                 f"not {to!r}"
             )
         to = int(to)
-    md = await admin.metadata([args.topic])
-    info = md.get(args.topic)
-    known = sorted(info.partitions) if info is not None and not info.error_code else []
-    if not known:
-        raise UnknownTopicOrPartition(
-            ErrorCode.unknown_topic_or_partition, f"topic {args.topic!r} does not exist"
+    topics = list(dict.fromkeys(args.topic))
+    if args.partition is not None and len(topics) > 1:
+        raise UsageError(
+            f"--partition takes one --topic, not {len(topics)}: reset the topics one at a time"
         )
-    partitions = known if args.partition is None else sorted(set(args.partition))
-    missing = sorted(set(partitions) - set(known))
-    if missing:
-        raise UnknownTopicOrPartition(
-            ErrorCode.unknown_topic_or_partition,
-            f"topic {args.topic!r} has no partition {', '.join(map(str, missing))}",
-        )
-    tps = [TopicPartition(args.topic, p) for p in partitions]
+    md = await admin.metadata(topics)
+    tps: list[TopicPartition] = []
+    for topic in sorted(topics):
+        info = md.get(topic)
+        known = sorted(info.partitions) if info is not None and not info.error_code else []
+        if not known:
+            raise UnknownTopicOrPartition(
+                ErrorCode.unknown_topic_or_partition, f"topic {topic!r} does not exist"
+            )
+        partitions = known if args.partition is None else sorted(set(args.partition))
+        missing = sorted(set(partitions) - set(known))
+        if missing:
+            raise UnknownTopicOrPartition(
+                ErrorCode.unknown_topic_or_partition,
+                f"topic {topic!r} has no partition {', '.join(map(str, missing))}",
+            )
+        tps += [TopicPartition(topic, p) for p in partitions]
     with View("partitions", enabled=wanted()) as view:
         tasks = {tp: view.add(str(tp), total=1, detail="resolving") for tp in tps}
         before: dict[TopicPartition, int] = {}

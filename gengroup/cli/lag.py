@@ -35,7 +35,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     """
     parser.add_argument("group")
     parser.add_argument(
-        "--topic", action="append", default=None, help="include a topic's partitions"
+        "--topic", action="append", default=None, help="include a topic's partitions (repeatable)"
     )
     parser.add_argument(
         "--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C"

@@ -234,3 +234,44 @@ def test_reset_offsets_prints_its_plan_in_partition_order(served: str) -> None:
     assert some.returncode == 0, some.stderr
     assert re.findall(r"wide\[(\d+)\]", some.stdout) == ["2", "7"], some.stdout
     assert re.findall(r"wide\[(\d+)\].*planned", screen(some.stderr))[-2:] == ["2", "7"]
+
+
+def test_reset_offsets_resets_every_topic_given(served: str) -> None:
+    """A repeated ``--topic`` kept the last one only: the others were left
+    as they were, and nothing said so."""
+    for topic, count in (("left", 2), ("right", 3)):
+        made = gengroup("topics", "create", topic, "--partitions", str(count), bootstrap=served)
+        assert made.returncode == 0, made.stderr
+    reset = ["groups", "reset-offsets", "two"]
+    done = gengroup(
+        *reset, "--topic", "right", "--topic", "left", "--topic", "right", "--to", "earliest",
+        "--json", bootstrap=served,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    expected = ["left[0]", "left[1]", "right[0]", "right[1]", "right[2]"]
+    assert [p["partition"] for p in json.loads(done.stdout)["partitions"]] == expected
+    lag = gengroup("groups", "lag", "two", "--json", bootstrap=served)
+    assert [p["partition"] for p in json.loads(lag.stdout)["partitions"]] == expected
+    assert {p["committed"] for p in json.loads(lag.stdout)["partitions"]} == {0}
+
+    missing = gengroup(
+        *reset, "--topic", "left", "--topic", "nowhere", "--to", "earliest", bootstrap=served
+    )
+    assert missing.returncode == 3, missing.stderr
+    assert missing.stderr.strip().splitlines() == [
+        "gengroup groups: UNKNOWN_TOPIC_OR_PARTITION (3): topic 'nowhere' does not exist"
+    ]
+    several = gengroup(
+        *reset, "--topic", "left", "--topic", "right", "--partition", "0", "--to", "earliest",
+        bootstrap=served,
+    )  # fmt: skip
+    assert several.returncode == 2, several.stderr
+    assert several.stderr.strip().splitlines() == [
+        "gengroup groups: --partition takes one --topic, not 2: reset the topics one at a time"
+    ]
+    one = gengroup(
+        *reset, "--topic", "left", "--topic", "left", "--partition", "1", "--offset", "0",
+        "--json", bootstrap=served,
+    )  # fmt: skip
+    assert one.returncode == 0, one.stderr
+    assert [p["partition"] for p in json.loads(one.stdout)["partitions"]] == ["left[1]"]
