@@ -4,11 +4,16 @@ Every action takes ``--bootstrap`` (or the ``GENGROUP_BOOTSTRAP``
 environment variable) and ``--json`` for scripting (see :mod:`._admin` for
 the exit codes). On a terminal, ``reset-offsets`` shows each partition's
 committed offset and its new one on stderr (:mod:`._progress`).
+
+``reset-offsets`` only prints its plan unless ``--execute`` is given, as
+Kafka's ``kafka-consumer-groups`` does; without ``--execute`` or ``--dry-run``
+(an explicit preview) it says on stderr that nothing was committed.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -58,7 +63,13 @@ def add_parser(subparsers: Any) -> None:
         type=bounded(int, 0, INT64_MAX),
         help="an explicit offset (clamped to the log)",
     )
-    reset.add_argument("--dry-run", action="store_true", help="show the plan, commit nothing")
+    commit = reset.add_mutually_exclusive_group()
+    commit.add_argument(
+        "--execute", action="store_true", help="commit the plan (without it: a preview)"
+    )
+    commit.add_argument(
+        "--dry-run", action="store_true", help="show the plan, commit nothing (the default)"
+    )
     delete = command.action(
         "delete", "delete groups and their committed offsets (no live members)", _delete
     )
@@ -167,6 +178,9 @@ async def _delete(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _reset(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
+    """The plan: ``group``, ``dry_run`` (true unless ``--execute``: nothing was
+    committed) and ``partitions`` (``partition``, ``offset``), in (topic,
+    partition) order."""
     to: Any = args.to
     if to is not None and to not in ("earliest", "latest"):
         if not to.isdigit() or int(to) > INT64_MAX:
@@ -205,14 +219,19 @@ async def _reset(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
             for tp, task in tasks.items():
                 view.update(task, detail=f"committed {before.get(tp, '-')}, resolving")
         plan = await admin.reset_offsets(
-            args.group, tps, to=to, offset=args.offset, dry_run=args.dry_run
+            args.group, tps, to=to, offset=args.offset, dry_run=not args.execute
         )
-        outcome = "planned (dry run)" if args.dry_run else "committed"
+        outcome = "committed" if args.execute else "planned (dry run)"
         for tp, new in plan.items():
             was = before.get(tp, "-")
             view.update(tasks[tp], completed=1, detail=f"{was} -> {new} {outcome}")
+    if not args.execute and not args.dry_run:
+        print(
+            "gengroup groups: a preview, nothing was committed: add --execute to apply this plan",
+            file=sys.stderr,
+        )
     return {
         "group": args.group,
-        "dry_run": args.dry_run,
+        "dry_run": not args.execute,
         "partitions": [{"partition": str(tp), "offset": o} for tp, o in plan.items()],
     }

@@ -595,8 +595,9 @@ def _reset_under(gen: Generation, tp: TopicPartition, first: int, end: int) -> s
         "(its committed offset lies outside the log: a truncated log, or an offset set "
         "past the end), and the lake does not follow a reset, which would land those "
         "offsets twice. Set the group's committed offset to where the lake should go on "
-        "(gengroup groups reset-offsets), or move the partition's files out of the lake "
-        "to land it again from the log"
+        f"(gengroup groups reset-offsets {gen.group_id} --topic {tp.topic} --partition "
+        f"{tp.partition} --offset N --execute), or move the partition's files out of the "
+        "lake to land it again from the log"
     )
 
 
@@ -619,9 +620,9 @@ def _would_lose(
         f"no longer in the topic (its log starts at {log_start}): nothing was deleted. "
         "To keep the lake as it is, stop the sink and set the group's committed offset "
         f"to the lake's end: gengroup groups reset-offsets {gen.group_id} "
-        f"--topic {tp.topic} --partition {tp.partition} --offset {lake_end}. To land the "
-        f"topic again from offset {log_start} and give those records up, move those files "
-        "out of the lake first"
+        f"--topic {tp.topic} --partition {tp.partition} --offset {lake_end} --execute. "
+        f"To land the topic again from offset {log_start} and give those records up, "
+        "move those files out of the lake first"
     )
 
 

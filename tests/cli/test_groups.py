@@ -54,7 +54,7 @@ def scenario(bootstrap: str, topic: str, group_id: str) -> None:
     assert [p["offset"] for p in json.loads(plan.stdout)["partitions"]] == [0, 0]
     done = gengroup(
         "groups", "reset-offsets", group_id, "--topic", topic, "--partition", "1",
-        "--offset", "2", bootstrap=bootstrap,
+        "--offset", "2", "--execute", bootstrap=bootstrap,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     after = json.loads(gengroup("groups", "lag", group_id, "--json", bootstrap=bootstrap).stdout)
@@ -111,7 +111,9 @@ def test_a_live_consumer_protocol_group(target: Target) -> None:
                 (f"{topic}[1]", 0, gen.member_id),
             ]
 
-            reset = await run("groups", "reset-offsets", group_id, "--topic", topic, "--to", "0")
+            reset = await run(
+                "groups", "reset-offsets", group_id, "--topic", topic, "--to", "0", "--execute"
+            )
             assert reset.returncode == 1, reset
             assert "NON_EMPTY_GROUP" in reset.stderr and "1 live member(s)" in reset.stderr
             gen.cancel()
@@ -245,7 +247,7 @@ def test_reset_offsets_resets_every_topic_given(served: str) -> None:
     reset = ["groups", "reset-offsets", "two"]
     done = gengroup(
         *reset, "--topic", "right", "--topic", "left", "--topic", "right", "--to", "earliest",
-        "--json", bootstrap=served,
+        "--execute", "--json", bootstrap=served,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     expected = ["left[0]", "left[1]", "right[0]", "right[1]", "right[2]"]
@@ -275,3 +277,39 @@ def test_reset_offsets_resets_every_topic_given(served: str) -> None:
     )  # fmt: skip
     assert one.returncode == 0, one.stderr
     assert [p["partition"] for p in json.loads(one.stdout)["partitions"]] == ["left[1]"]
+
+
+def test_reset_offsets_only_previews_unless_told_to_execute(served: str) -> None:
+    """As Kafka's ``kafka-consumer-groups``: without ``--execute`` the plan is
+    printed and nothing is committed (it used to commit unless ``--dry-run``)."""
+    seed(served, "careful", "watcher")  # committed 4 and 7, ends 10 and 10
+    reset = ["groups", "reset-offsets", "watcher", "--topic", "careful", "--to", "earliest"]
+
+    def committed() -> list[int]:
+        lag = gengroup("groups", "lag", "watcher", "--json", bootstrap=served)
+        return [p["committed"] for p in json.loads(lag.stdout)["partitions"]]
+
+    preview = gengroup(*reset, "--json", bootstrap=served)
+    assert preview.returncode == 0, preview.stderr
+    plan = json.loads(preview.stdout)
+    assert plan["dry_run"] is True and [p["offset"] for p in plan["partitions"]] == [0, 0]
+    assert preview.stderr.splitlines() == [
+        "gengroup groups: a preview, nothing was committed: add --execute to apply this plan"
+    ]
+    assert committed() == [4, 7]
+    text = gengroup(*reset, bootstrap=served)
+    assert text.returncode == 0 and "dry_run: True" in text.stdout, text
+    assert "add --execute" in text.stderr and committed() == [4, 7]
+    dry = gengroup(*reset, "--dry-run", "--json", bootstrap=served)
+    assert dry.returncode == 0 and dry.stderr == "", dry.stderr
+    assert json.loads(dry.stdout) == plan and committed() == [4, 7]
+
+    both = gengroup(*reset, "--dry-run", "--execute", bootstrap=served)
+    assert both.returncode == 2, both.stderr
+    assert "argument --execute: not allowed with argument --dry-run" in both.stderr
+    assert committed() == [4, 7]
+
+    done = gengroup(*reset, "--execute", "--json", bootstrap=served)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert json.loads(done.stdout)["dry_run"] is False
+    assert committed() == [0, 0]

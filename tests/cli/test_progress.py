@@ -96,7 +96,7 @@ def test_reset_offsets_shows_each_partition(served: str) -> None:
     anyio.run(commit)
     reset = gengroup(
         "groups", "reset-offsets", "resetting", "--topic", "progress-reset", "--to", "earliest",
-        "--json", bootstrap=served, env=FORCED,
+        "--execute", "--json", bootstrap=served, env=FORCED,
     )  # fmt: skip
     assert reset.returncode == 0, reset.stderr
     assert [p["offset"] for p in json.loads(reset.stdout)["partitions"]] == [0, 0]

@@ -499,7 +499,9 @@ async def test_files_holding_records_the_topic_no_longer_has_are_never_deleted(
     message = str(raised.value)
     assert "are no longer in the topic (its log starts at 500)" in message
     assert "nothing was deleted" in message
-    assert f"reset-offsets archive --topic {TOPIC} --partition 0 --offset 1000" in message
+    assert f"reset-offsets archive --topic {TOPIC} --partition 0 --offset 1000 --execute" in (
+        message
+    )
     assert read_lake(tmp_path, TOPIC).copies == before
     async with Admin(cluster.bootstrap) as admin:
         await admin.reset_offsets("archive", [tp], offset=1000)
@@ -626,8 +628,11 @@ async def test_a_position_reset_out_of_range_is_refused_not_landed_twice(
         # admin's reset_offsets keeps offsets within the log).
         async with ConsumerGroup("reset", [TOPIC], cluster.bootstrap, **FAST) as group:
             await (await group.next()).commit({tp: end + 100})
-        with anyio.fail_after(60), pytest.raises(LakeError, match=r"position was reset"):
+        with anyio.fail_after(60), pytest.raises(LakeError, match=r"position was reset") as raised:
             await _run_sink(cluster.bootstrap, "reset", LakeSink(config), anyio.Event())
+        assert f"reset-offsets reset --topic {TOPIC} --partition 0 --offset N --execute" in (
+            str(raised.value)
+        )
         assert (await admin.fetch_offsets("reset"))[tp] == end + 100
     after = read_lake(tmp_path, TOPIC)
     assert after.copies == before.copies and after.files == before.files
