@@ -286,7 +286,10 @@ def add_connection_options(parser: argparse.ArgumentParser, *, timeout: float = 
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument(
-        "--timeout", type=float, default=timeout, help=f"seconds (default {timeout:g})"
+        "--timeout",
+        type=bounded(float, 0, above=True),
+        default=timeout,
+        help=f"seconds (default {timeout:g})",
     )
     add_security_options(parser)
 
@@ -473,7 +476,8 @@ def bounded(
 ) -> Callable[[str], Any]:
     """An argparse ``type``: a number of ``kind`` from ``low`` (excluded: ``above``) to ``high``.
 
-    A value out of range is a usage error naming the option, as argparse says it.
+    A float is finite too: ``nan`` and ``inf`` are out of range. A value out
+    of range is a usage error naming the option, as argparse says it.
     """
 
     def parse(text: str) -> Any:
@@ -482,11 +486,14 @@ def bounded(
         except ValueError:
             what = "an integer" if kind is int else "a number"
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if not ((low < value) if above else (low <= value)) or not value <= high:
+        in_range = ((low < value) if above else (low <= value)) and value <= high
+        if not in_range or not math.isfinite(value):
             shown = f"{low}" if kind is int else f"{low:g}"
             least = f"above {shown}" if above else f"at least {shown}"
             top = f"{high}" if kind is int else f"{high:g}"
-            most = "" if high == math.inf else f" and at most {top}"
+            most = f" and at most {top}" if high != math.inf else ""
+            if high == math.inf and kind is float:
+                most = " and finite"
             raise argparse.ArgumentTypeError(f"must be {least}{most}, got {text}")
         return value
 

@@ -22,7 +22,7 @@ import anyio
 
 from ..admin import Admin
 from ._admin import open_admin
-from ._common import add_connection_options, command, run
+from ._common import add_connection_options, bounded, command, run
 from .groups import lag_report
 
 __all__ = ["add_parser", "render"]
@@ -38,7 +38,10 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
         "--topic", action="append", default=None, help="include a topic's partitions (repeatable)"
     )
     parser.add_argument(
-        "--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C"
+        "--watch",
+        type=bounded(float, 0, above=True),
+        metavar="SECONDS",
+        help="refresh every SECONDS until Ctrl-C",
     )
     add_connection_options(parser)
     parser.set_defaults(func=_run)
@@ -117,10 +120,6 @@ async def _watch(admin: Admin, args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.watch is not None and args.watch <= 0:
-        print("gengroup lag: --watch must be a positive number of seconds", file=sys.stderr)
-        return 2
-
     async def main() -> int:
         async with open_admin(args) as admin:
             if args.watch is not None:

@@ -37,6 +37,7 @@ from ..admin import Admin
 from ..cli._common import (
     UsageError,
     add_security_options,
+    bounded,
     leaf,
     security,
     security_settings,
@@ -69,10 +70,10 @@ def add_commands(subparsers: Any) -> None:
     )
     sink.add_argument(
         "--progress",
-        type=float,
+        type=bounded(float, 0),
         default=None,
         metavar="SECONDS",
-        help="print a progress table this often (default: a log line every 30 s)",
+        help="print a progress table this often (default or 0: a log line every 30 s)",
     )
     add_security_options(sink)
     sink.set_defaults(lake_func=_sink)

@@ -69,7 +69,10 @@ async def test_sink_stopped_by_sigterm_lands_what_it_buffered(tmp_path: Path) ->
 
 async def test_a_bad_setting_is_a_usage_error(tmp_path: Path) -> None:
     async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
-        for option in (["--file-max-age", "nan"], ["--file-max-bytes", "0"]):
+        bad = [["--file-max-age", "nan"], ["--file-max-bytes", "0"]]
+        # --progress nan or -1 ran the sink, then failed with a traceback (exit 1).
+        bad += [["--progress", v] for v in ("nan", "-1", "inf")]
+        for option in bad:
             cmd = _sink(cluster.bootstrap, tmp_path, *option)
             with anyio.fail_after(60):  # a hang guard
                 done = await anyio.run_process(cmd, cwd=ROOT, check=False)
