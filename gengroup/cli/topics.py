@@ -110,22 +110,29 @@ async def _showing_leaders(
 ) -> None:
     """Await ``call``, the action ``args`` name, while the view shows how many of
     ``args.topic``'s ``args.partitions`` partitions have a leader in the metadata the
-    admin's own refreshes keep (no requests of its own)."""
-    topic, total = args.topic, args.partitions
+    admin's own refreshes keep (no requests of its own). With ``-1`` (the broker's
+    default count) the count is the one the metadata shows, once it shows the topic."""
+    topic, asked = args.topic, args.partitions
     view = View("partitions", enabled=wanted())
     if not view.enabled:
         await call()
         return
+
+    def count() -> int | None:
+        return asked if asked > 0 else admin.cluster.partition_count(topic)
+
     with view:
-        task = view.add(f"{args.topics_action} {topic}", total=max(total, 1), detail="requested")
+        task = view.add(f"{args.topics_action} {topic}", total=max(asked, 1), detail="requested")
 
         async def watch() -> None:
             while True:
                 info = admin.cluster.topics.get(topic)
-                if info is not None and not info.error_code:
+                total = count()
+                if info is not None and not info.error_code and total:
                     led = sum(p.leader >= 0 for p in info.partitions.values())
                     view.update(
                         task,
+                        total=total,
                         completed=min(led, total),
                         detail=f"waiting for metadata: {led}/{total} partitions with a leader",
                     )
@@ -135,7 +142,13 @@ async def _showing_leaders(
             tg.start_soon(watch)
             await call()
             tg.cancel_scope.cancel()
-        view.update(task, completed=max(total, 1), detail=f"{total}/{total} partitions served")
+        total = count() or 0
+        view.update(
+            task,
+            total=max(total, 1),
+            completed=max(total, 1),
+            detail=f"{total}/{total} partitions served",
+        )
 
 
 async def _delete(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:

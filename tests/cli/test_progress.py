@@ -85,6 +85,22 @@ def test_topics_create_and_add_partitions_show_partitions_with_a_leader(served: 
     assert "partitions: 5" in grown.stdout
 
 
+def test_topics_create_with_the_brokers_default_count_shows_the_count_it_got(
+    served: str,
+) -> None:
+    """``--partitions -1`` showed "-1/-1 partitions served"."""
+    created = gengroup(
+        "topics", "create", "progress-default", "--partitions", "-1", "--json",
+        bootstrap=served, env=FORCED,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    got = json.loads(created.stdout)["partitions"]
+    assert got >= 1
+    view = screen(created.stderr)
+    assert re.search(rf"create progress-default.*{got}/{got} partitions served", view), view
+    assert "-1" not in view, view
+
+
 def test_reset_offsets_shows_each_partition(served: str) -> None:
     seed(served, "progress-reset", partitions=2, per_partition=10)
 
