@@ -213,6 +213,7 @@ class Admin:
             timeout=self._limit(timeout)[0],
             backoff=self.cluster.retry_backoff,
             refresh_metadata=refresh_metadata,
+            waiting_on=self.cluster.waiting_on,
         )
 
     def _limit(self, timeout: float | None) -> tuple[float, Callable[[], float]]:

@@ -137,6 +137,7 @@ async def topic_names(cluster: Cluster, ids: Set[UUID], timeout: float) -> dict[
             partial(cluster.refresh_metadata, None),
             timeout=timeout,
             backoff=cluster.retry_backoff,
+            waiting_on=cluster.waiting_on,
         )
         names = known()
     return names

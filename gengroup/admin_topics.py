@@ -122,7 +122,9 @@ async def topic_requests(
             raise first_error
 
     what = "".join(word.capitalize() for word in api.name.split("_"))  # "CreateTopics"
-    await retry(what, attempt, timeout=limit, backoff=cluster.retry_backoff)
+    await retry(
+        what, attempt, timeout=limit, backoff=cluster.retry_backoff, waiting_on=cluster.waiting_on
+    )
     return remaining
 
 

@@ -115,7 +115,7 @@ from ..protocol.framing import build, check_client_id, ms
 from ..protocol.versions import ApiKey
 from . import request as _request
 from .connection import BrokerConnection
-from .retry import ClientClosed, retry
+from .retry import ClientClosed, retry, unanswered
 from .security import PLAINTEXT, Security, SecuritySettings
 
 #: Seconds for which a broker's refusal of the client's login (TLS or SASL;
@@ -184,19 +184,27 @@ class _Round:
     Attributes:
         attempts: by address, when its attempt started and why it failed
             (None: not finished).
+        opening: by address, the connection its attempt set up (its stage
+            kept as it was when the round was cancelled).
         cancelled: when the round was cancelled (None: it goes on).
     """
 
     attempts: dict[str, tuple[float, str | None]] = field(default_factory=dict)
+    opening: dict[str, BrokerConnection] = field(default_factory=dict)
     cancelled: float | None = None
 
     def said(self, now: float) -> dict[str, str]:
-        """Each address and its state: why it failed, or how long it went unanswered."""
+        """Each address and its state: why it failed, or how long it went
+        unanswered and at which step of the set-up (TCP, ApiVersions, SASL)."""
         end = now if self.cancelled is None else self.cancelled
-        return {
-            name: cause or f"connecting, no answer for {end - started:.1f} s"
-            for name, (started, cause) in self.attempts.items()
-        }
+        out = {}
+        for name, (started, cause) in self.attempts.items():
+            conn = self.opening.get(name)
+            step = "connecting, no answer"  # TCP (and TLS) not established yet
+            if conn is not None and conn.stage not in ("connecting", "ready"):
+                step = f"connected, no answer to {conn.stage}"
+            out[name] = cause or f"{step} for {end - started:.1f} s"
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,6 +414,8 @@ class Cluster:
             new.on_unanswered_close = partial(self._closed_unanswered, (host, port), self._opened)
             new.on_refused = partial(self._refused_login, (host, port))
             new.on_timed_out = partial(self._silent.add, (host, port))
+            if self._round is not None and self._round.cancelled is None:
+                self._round.opening[_format_address(host, port)] = new
             try:
                 await self._tg.start(new.serve)
             except AuthenticationError as exc:
@@ -557,12 +567,16 @@ class Cluster:
 
         Returns:
             ``host:port`` -> its state, e.g. ``"connecting, no answer for 3.0 s"``,
-            ``"connection refused"`` or ``"connected, 1 request(s) unanswered"``.
+            ``"connected, no answer to ApiVersions for 3.0 s"``, ``"connection
+            refused"`` or ``"connected, 1 request(s) unanswered (the first:
+            Metadata)"``.
         """
         out = {} if self._round is None else self._round.said(anyio.current_time())
         for (_, channel), conn in self._conns.items():
             if channel == "default" and conn.is_usable and conn.awaiting:
                 said = f"connected, {conn.awaiting} request(s) unanswered"
+                if conn.first_unanswered:
+                    said += f" (the first: {conn.first_unanswered})"
                 out.setdefault(_format_address(conn.host, conn.port), said)
         return out
 
@@ -793,7 +807,8 @@ class Cluster:
         limit = self.request_timeout if timeout is None else timeout
 
         def timed_out(last: BaseException | None) -> TimeoutError:
-            return TimeoutError(f"no coordinator for {key!r} within {limit} s (last error: {last})")
+            said = unanswered(self.waiting_on()) if last is None else f"last error: {last}"
+            return TimeoutError(f"no coordinator for {key!r} within {limit} s ({said})")
 
         return await retry(
             f"FindCoordinator {key!r}",

@@ -232,6 +232,10 @@ class BrokerConnection:
         self.session_lifetime: float | None = None
         #: How many times the connection re-authenticated (KIP-368).
         self.reauthentications = 0
+        #: The step of the set-up under way, for what a caller that gave up
+        #: waited on: ``"connecting"`` (TCP, TLS), ``"ApiVersions"``, the SASL
+        #: authentication (``"PLAIN authentication"``), then ``"ready"``.
+        self.stage = "connecting"
         #: Whether the set-up (ApiVersions, SASL) is done, and whether the broker
         #: answered a request after it.
         self._set_up = False
@@ -294,6 +298,13 @@ class BrokerConnection:
         """
         return len(self._waiters)
 
+    @property
+    def first_unanswered(self) -> str | None:
+        """The API of the oldest request still unanswered (``"Metadata"``; None: none)."""
+        for waiter in self._waiters.values():
+            return waiter.name.removesuffix("Request")
+        return None
+
     # ------------------------------------------------------------------ lifecycle
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[BrokerConnection]) -> None:
@@ -327,6 +338,7 @@ class BrokerConnection:
             ) from exc
         failure: BaseException | None = None
         phase = "version negotiation"
+        self.stage = "ApiVersions"
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._read_loop)
@@ -335,7 +347,7 @@ class BrokerConnection:
                     with anyio.fail_after(self.connect_timeout):
                         await self._negotiate()
                         if self.security.uses_sasl:
-                            phase = f"{self.security.sasl_mechanism} authentication"
+                            phase = self.stage = f"{self.security.sasl_mechanism} authentication"
                             self.session_lifetime = await sasl.authenticate(
                                 self, self.security, self.address
                             )
@@ -355,7 +367,7 @@ class BrokerConnection:
                     await self._close_stream()
                     raise
                 else:
-                    self._set_up = True
+                    self._set_up, self.stage = True, "ready"
                     if self.session_lifetime is not None:
                         tg.start_soon(self._reauthenticate_loop)
                     task_status.started(self)

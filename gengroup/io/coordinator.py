@@ -68,7 +68,7 @@ from .._errors import (
 from ..protocol.versions import ApiKey
 from .cluster import LONG_UNAVAILABLE, Cluster
 from .request import MakeRequest
-from .retry import retry, seconds_left
+from .retry import retry, seconds_left, unanswered
 
 __all__ = ["REFUSALS", "CoordinatorClient"]
 
@@ -346,7 +346,7 @@ class CoordinatorClient:
                 said.append(f"coordinator node {waited}{at} did not answer")
             if last is not None:
                 said.append(f"last error: {last}")
-            detail = "; ".join(said) or "no attempt was answered"
+            detail = "; ".join(said) or unanswered(self.cluster.waiting_on())
             return TimeoutError(
                 f"{what} did not complete within {round(timeout, 3):g} s ({detail})"
             )

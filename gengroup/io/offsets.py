@@ -223,6 +223,7 @@ async def _per_leader(
         timeout=timeout,
         backoff=cluster.retry_backoff,
         refresh_metadata=refresh,
+        waiting_on=cluster.waiting_on,
     )
 
 

@@ -31,7 +31,7 @@ says "last error: None" while something failed.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Final, TypeVar
@@ -48,6 +48,7 @@ __all__ = [
     "backoff_delay",
     "retry",
     "seconds_left",
+    "unanswered",
 ]
 
 T = TypeVar("T")
@@ -137,6 +138,16 @@ def _action(failed: BaseException) -> str | None:
     return None
 
 
+def unanswered(waiting: Mapping[str, str]) -> str:
+    """The words for a deadline that passed with no error seen: what it waited
+    on (``waiting``: address -> state, as ``Cluster.waiting_on`` says it)."""
+    if not waiting:
+        return "no attempt was answered"
+    return "no attempt was answered; waiting on " + "; ".join(
+        f"{address}: {state}" for address, state in waiting.items()
+    )
+
+
 async def retry(
     what: str,
     attempt: Callable[[], Awaitable[T]],
@@ -147,6 +158,7 @@ async def retry(
     refresh_metadata: Callable[[], Awaitable[object]] | None = None,
     find_coordinator: Callable[[], Awaitable[object]] | None = None,
     on_timeout: Callable[[BaseException | None], BaseException] | None = None,
+    waiting_on: Callable[[], Mapping[str, str]] | None = None,
 ) -> T:
     """Run ``attempt`` until it returns, retrying what the error table retries.
 
@@ -164,6 +176,9 @@ async def retry(
             ``find_coordinator``.
         on_timeout: builds the exception to raise at the deadline from the
             last error (default: :class:`TimeoutError` naming ``what``).
+        waiting_on: what the attempts wait on, by address (``Cluster.waiting_on``):
+            the default TimeoutError of a deadline that passed with no error
+            seen names it (a broker that accepts connections and never answers).
 
     Returns:
         What ``attempt`` returned.
@@ -211,5 +226,8 @@ async def retry(
     last = box[0]
     if on_timeout is not None:
         raise on_timeout(last)
-    detail = "no attempt was answered" if last is None else f"last error: {last}"
+    if last is None:
+        detail = unanswered({} if waiting_on is None else waiting_on())
+    else:
+        detail = f"last error: {last}"
     raise TimeoutError(f"{what} did not complete within {round(timeout, 3):g} s ({detail})")

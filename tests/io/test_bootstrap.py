@@ -15,7 +15,7 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup import Cluster, KafkaConnectionError, Producer
+from gengroup import Admin, Cluster, KafkaConnectionError, Producer, TopicPartition
 from gengroup.broker import FakeCluster, Intercepted
 from gengroup.broker.faults import Drop
 from gengroup.protocol.versions import ApiKey
@@ -75,4 +75,41 @@ async def test_a_producer_that_gets_no_metadata_names_each_address_and_its_state
     said = str(caught.value)
     assert "no broker answered" in said
     for address in cluster.bootstrap.split(","):
-        assert f"{address}: connecting, no answer for" in said, said
+        assert f"{address}: connected, no answer to ApiVersions for" in said, said
+
+
+async def test_an_admin_call_cut_by_its_timeout_names_what_it_waited_on(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A broker that accepts connections and never answers, and a timeout
+    shorter than ``connect_timeout``: the TimeoutError said "no attempt was
+    answered", naming no address nor step."""
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        hang(cluster, 0)
+        address = cluster.bootstrap
+        async with Admin(address, timeout=3) as admin:
+            calls = {
+                "metadata": lambda: admin.metadata(["t"]),
+                "ConsumerGroupDescribe 'g'": lambda: admin.describe_groups(["g"]),
+                "OffsetFetch 'g'": lambda: admin.fetch_offsets("g"),
+                "ListOffsets": lambda: admin.list_offsets([TopicPartition("t", 0)], "latest"),
+                "CreateTopics": lambda: admin.create_topics({"n": 1}),
+            }
+            for what, call in calls.items():
+                with pytest.raises(TimeoutError) as caught:
+                    await call()
+                assert str(caught.value) == (
+                    f"{what} did not complete within 3 s (no attempt was answered; "
+                    f"waiting on {address}: connected, no answer to ApiVersions for 3.0 s)"
+                ), what
+        # Connected and set up, then a request unanswered: its API is named.
+        cluster.clear_controls()
+        async with Admin(address, timeout=3) as admin:
+            await admin.metadata(["t"])
+            cluster.control(ApiKey.METADATA, lambda call: Drop())
+            with pytest.raises(TimeoutError) as caught:
+                await admin.metadata(["t"])
+            assert f"waiting on {address}: connected, 1 request(s) unanswered (the first: " in (
+                str(caught.value)
+            )
+            assert str(caught.value).endswith("(the first: Metadata))"), caught.value
