@@ -18,7 +18,9 @@ the offsets given, never below what this member already committed), sends
 it under the generation's identity, records what the coordinator stored
 (offsets and their metadata) and types a refusal. It records the outcome on
 the generation (``commit_error``, ``commits_ok``, ``commits_failed``) and
-renews the local lease with an accepted commit.
+renews the local lease with an accepted commit. ``_commit_back`` lowers that
+floor for one partition first: the lake sink commits the base of a range it
+lands again, below its committed offset, before it deletes the range's files.
 
 :meth:`GenerationCommits._retried` sends a commit again while it fails
 with an error worth retrying (:func:`retriable_refusal`: a coordinator
@@ -44,6 +46,7 @@ import anyio
 
 from .._errors import (
     FencedInstanceId,
+    GenerationEnded,
     MemberResetError,
     RebalanceInProgress,
     RequestTimedOut,
@@ -216,6 +219,28 @@ class GenerationCommits:
                 self.commit_error = refused
                 self.commits_failed += 1
                 raise refused
+
+    async def _commit_back(self, tp: TopicPartition, offset: int) -> None:
+        """Commit ``offset`` for ``tp`` even below the offset committed so far (internal).
+
+        ``Generation.commit`` never moves a committed offset backwards. A sink
+        that lands a partition again from below its committed offset (the
+        lake sink, once the group's offsets were reset into one of its files)
+        commits the offset it lands from first, before it deletes anything,
+        so that the partition's next owner starts there too, whenever this
+        one stops. No metadata goes with it; retried as ``Generation.commit``.
+
+        Raises:
+            GenerationEnded: the generation has ended; nothing was sent.
+            BrokerError, RequestTimedOut: as ``Generation.commit``.
+        """
+        if self.ended:
+            raise GenerationEnded(
+                f"commit: generation {self.label} of {self.group_id} has ended; "
+                f"offset {offset} of {tp} was not sent"
+            )
+        self._committed[tp] = min(self._committed.get(tp, -1), offset - 1)
+        await self._commit_retried({tp: offset}, None, forwarded=False)
 
     async def _commit_retried(
         self, offsets: Offsets | None, metadata: OffsetMetadata | None, *, forwarded: bool
