@@ -6,18 +6,22 @@ Each generation starts one worker per assigned partition (:meth:`LakeSink.land`)
 A worker owns its partition's folder for as long as the generation lives, and
 does three things:
 
-1. *Acquire.* The commit the worker starts from carries, as its Kafka commit
-   metadata, the name of the staged file it landed (``layout.commit_note``).
-   If that file is still staged -- its writer died between commit and
-   publish, or saw its commit fail although it was stored -- the worker
-   publishes it. Every other staged file belongs to a writer whose commit was
-   not stored (a crash, a failed commit, or a zombie fenced by the
-   coordinator), and is deleted. A published file reaching past the start
-   offset can only come from offsets reset backwards (or expired); it is
-   deleted, and a file straddling the start offset makes the worker start from
-   its base -- unless a file to delete holds offsets below the partition's log
-   start, records only the lake still has: then nothing is deleted and the
-   worker fails with :class:`LakeError`.
+1. *Acquire* (:mod:`.acquire`). The commit the worker starts from carries,
+   as its Kafka commit metadata, the name of the staged file it landed
+   (``layout.commit_note``). If that file is still staged -- its writer died
+   between commit and publish, or saw its commit fail although it was
+   stored -- the worker publishes it. A staged file below the start offset
+   that overlaps no published file (committed, and its note lost to an
+   offsets reset, expiry or deletion) is published too, if it reads back
+   whole. Every other staged file belongs to a writer whose commit was not
+   stored (a crash, a failed commit, or a zombie fenced by the coordinator),
+   and is deleted. A published file reaching past the start offset can only
+   come from offsets reset backwards (or expired); it is deleted, and a file
+   straddling the start offset makes the worker commit its base (backwards)
+   and land from there. Nothing is deleted before every check passed: a file
+   to delete holding offsets below the partition's log start that no kept
+   file holds, records only the lake still has, makes the worker fail with
+   :class:`LakeError` instead.
 2. *Buffer and roll.* Records are buffered in memory -- as Arrow tables, each
    fetched batch decoded straight into columns (``FetchedBatch.to_arrow``),
    with no Python object per record -- until ``file_max_bytes``
@@ -74,6 +78,7 @@ from ..consumer.generation import Generation
 from ..consumer.group import ConsumerGroup
 from ..io.cluster import Cluster
 from ..protocol.arrow import arrow_schema as records_schema
+from .acquire import Entry, Plan, plan, uncovered
 from .gaps import empty_until
 from .layout import Landed, arrow_schema, commit_note, parse_note
 from .store import LakeError, LakeStore
@@ -335,6 +340,8 @@ class LakeSink:
             # asks for a batch (consumer/recordless.py), so the file it names is
             # published, or the worker seeks back, first.
             start = await self._acquire(gen, tp)
+            if start is None:
+                return
             prog = self._progress.setdefault(tp, PartitionProgress(tp, start))
             prog.landed_offset, prog.buffered = start, 0
             filling = [_Buffer(tp, start)]
@@ -454,27 +461,82 @@ class LakeSink:
                 buf.base,
             )
 
-    async def _acquire(self, gen: Generation, tp: TopicPartition) -> int:
-        """Repair ``tp``'s folder for this owner (protocol step 1); the offset to start from."""
+    async def _acquire(self, gen: Generation, tp: TopicPartition) -> int | None:
+        """Repair ``tp``'s folder for this owner (protocol step 1, :mod:`.acquire`); the
+        offset to land from, or None if committing it failed (the worker ends)."""
         start = gen.assignments[tp]
         note = parse_note(gen.committed_metadata.get(tp))
         if note is not None and note.end != gen.committed.get(tp):
             note = None  # not the note of the committed offset: not ours to act on
         store = self.store
 
-        def repair() -> tuple[bool, list[str], list[tuple[Landed, str]]]:
+        def survey() -> tuple[bool, list[Entry], Plan]:
             published = note is not None and store.publish(tp, note)
-            stale = [path for _, path in store.staged(tp) if store.delete(path)]
-            ahead = [(landed, path) for landed, path in store.published(tp) if landed.end > start]
-            return published, stale, ahead
+            files = store.published(tp)
+            return (
+                published,
+                files,
+                plan(start, files, store.staged(tp), partial(store.readable, tp)),
+            )
 
-        published, stale, ahead = await self._storage(f"{tp}: repairing the folder", repair)
+        published, files, todo = await self._storage(f"{tp}: reading the folder", survey)
         if published:
             assert note is not None
             log.info(
                 "%s: published %s, committed by the previous owner before it stopped",
                 tp,
                 store.published_path(tp, note),
+            )
+        # Nothing is deleted before every check passed: only files whose records the
+        # topic still has, or that the lake holds elsewhere.
+        lake = todo.lake(files)
+        loose = [(f, holes) for f in todo.stale if (holes := uncovered(f[0].base, f[0].end, lake))]
+        log_start = await self._log_start(tp) if todo.ahead or loose else 0
+        lost = [(landed, path) for landed, path in todo.ahead if landed.base < log_start]
+        if lost:
+            raise LakeError(_would_lose(gen, tp, start, log_start, lost, todo.ahead))
+        only = [(f, holes) for f, holes in loose if holes[0][0] < log_start]
+        if only:
+            only = await self._storage(
+                f"{tp}: reading staged files",
+                lambda: [(f, h) for f, h in only if store.readable(tp, *f)],
+            )
+            if only:
+                raise LakeError(_would_lose_staged(tp, log_start, only, lake))
+        if todo.fillers:
+            await self._storage(
+                f"{tp}: publishing staged files below offset {start}",
+                lambda: [store.publish(tp, landed) for landed, _ in todo.fillers],
+            )
+            log.warning(
+                "%s: published %s: staged below the start offset %d, overlapping no published "
+                "file (offsets committed past without a note naming it: an offsets reset, "
+                "expiry or deletion after a writer stopped between its commit and its publish)",
+                tp,
+                ", ".join(store.published_path(tp, landed) for landed, _ in todo.fillers),
+                start,
+            )
+        begin = start
+        if todo.ahead:
+            begin = max(log_start, min([start, *(landed.base for landed, _ in todo.ahead)]))
+        if begin < start and not await self._commit_back(gen, tp, begin):
+            return None
+
+        def delete() -> list[str]:
+            for _, path in todo.ahead:
+                store.delete(path)
+            return [path for _, path in todo.stale if store.delete(path)]
+
+        stale = await self._storage(f"{tp}: deleting files", delete)
+        if todo.ahead:
+            log.warning(
+                "%s: the start offset %d is behind the lake (%s); "
+                "deleted %s and landing again from offset %d",
+                tp,
+                start,
+                _why_behind(gen, tp),
+                ", ".join(path for _, path in todo.ahead),
+                begin,
             )
         if stale:
             log.info(
@@ -483,31 +545,29 @@ class LakeSink:
                 tp,
                 len(stale),
             )
-        begin = start
-        if ahead:
-            # Landing again from before these files deletes them first: only sound if the
-            # topic still has every record they hold.
-            log_start = await self._log_start(tp)
-            lost = [(landed, path) for landed, path in ahead if landed.base < log_start]
-            if lost:
-                raise LakeError(_would_lose(gen, tp, start, log_start, lost, ahead))
-            await self._storage(
-                f"{tp}: deleting files ahead of offset {start}",
-                lambda: [store.delete(path) for _, path in ahead],
-            )
-            begin = max(log_start, min([start, *(landed.base for landed, _ in ahead)]))
-            log.warning(
-                "%s: the start offset %d is behind the lake (%s); "
-                "deleted %s and landing again from offset %d",
-                tp,
-                start,
-                _why_behind(gen, tp),
-                ", ".join(path for _, path in ahead),
-                begin,
-            )
         if begin != start:
             gen.seek(tp, begin)
         return begin
+
+    async def _commit_back(self, gen: Generation, tp: TopicPartition, begin: int) -> bool:
+        """Move ``tp``'s committed offset back to ``begin`` before deleting the files from
+        there, so that an owner stopping at any point later lands from ``begin`` too; False
+        if that commit failed (the worker ends, nothing deleted)."""
+        try:
+            await gen._commit_back(tp, begin)
+        except Exception as exc:
+            if not isinstance(exc, _ENDS_WORKER) and not is_retriable(exc):
+                raise
+            log.warning(
+                "%s: the commit of offset %d (landing again from there) failed (%s); "
+                "ending generation %s, nothing deleted",
+                tp,
+                begin,
+                exc,
+                gen.label,
+            )
+            return False
+        return True
 
     async def _storage(self, what: str, call: Callable[..., _T], *args: Any) -> _T:
         """``call(*args)`` in a worker thread; an ``OSError`` comes out as :class:`LakeError`.
@@ -623,6 +683,34 @@ def _would_lose(
         f"--topic {tp.topic} --partition {tp.partition} --offset {lake_end} --execute. "
         f"To land the topic again from offset {log_start} and give those records up, "
         "move those files out of the lake first"
+    )
+
+
+def _would_lose_staged(
+    tp: TopicPartition,
+    log_start: int,
+    only: list[tuple[Entry, list[tuple[int, int]]]],
+    lake: list[tuple[int, int]],
+) -> str:
+    """Why the sink refuses to delete staged files that no stored commit names: they hold
+    records that neither the lake's files nor the topic hold any more."""
+    (landed, path), holes = only[0]
+    first, last = holes[0][0], min(log_start, max(hi for _, hi in holes)) - 1
+    others = f" (and {len(only) - 1} more staged file(s) like it)" if len(only) > 1 else ""
+    if uncovered(landed.base, landed.end, lake) == [(landed.base, landed.end)]:
+        keep = (
+            "To keep them, stop the sink and set the group's committed offset to the "
+            f"file's end, {landed.end} (gengroup groups reset-offsets): a staged file below "
+            "the committed offset that overlaps no published file is published"
+        )
+    else:
+        keep = "It overlaps published files, so it cannot be published as it is"
+    return (
+        f"{tp}: {path}{others} is staged and no stored commit names it (a writer stopped "
+        "before its commit was stored, or the group's offsets were reset, expired or were "
+        f"deleted since), but it holds the records at offsets {first}..{last}, which no "
+        f"published file holds and the topic no longer has (its log starts at {log_start}): "
+        f"nothing was deleted. {keep}. To give them up, move the file out of the lake"
     )
 
 

@@ -259,6 +259,38 @@ class LakeStore:
             f"{staged} nor {final} exists"
         )
 
+    def readable(self, tp: TopicPartition, landed: Landed, path: str) -> bool:
+        """Whether the staged file at ``path`` reads back whole, as ``landed``'s records.
+
+        A writer killed while writing leaves a partial file (no Parquet footer);
+        a complete one has the lake's schema and ``tp``'s rows, at offsets rising
+        within ``[landed.base, landed.end)``.
+
+        Raises:
+            OSError: storage failed.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        try:
+            with self.fs.open_input_file(path) as f:
+                table = pq.ParquetFile(f).read()
+        except (pa.ArrowInvalid, EOFError):
+            return False
+        n = table.num_rows
+        if not n or not table.schema.equals(arrow_schema(), check_metadata=False):
+            return False
+        offsets = table.column("offset").combine_chunks()
+        rising = n == 1 or pc.all(pc.greater(offsets.slice(1), offsets.slice(0, n - 1))).as_py()
+        return bool(
+            rising
+            and offsets[0].as_py() >= landed.base
+            and offsets[n - 1].as_py() < landed.end
+            and pc.all(pc.equal(table.column("topic"), tp.topic)).as_py()
+            and pc.all(pc.equal(table.column("partition"), tp.partition)).as_py()
+        )
+
     def delete(self, path: str) -> bool:
         """Delete a file; False if it was not there."""
         try:

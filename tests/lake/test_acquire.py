@@ -1,0 +1,252 @@
+"""Step 1 of the landing protocol after the group's offsets moved: a reset into a
+published file, and a file committed but not published (its writer stopped between
+its commit and its publish) when the offsets are reset, expire or the log start moves.
+Whatever stops the sink, the lake ends up holding each offset once, and nothing only
+the lake still has is deleted without a LakeError."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from gengroup import Admin, Producer, TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.lake import LakeConfig, LakeError, LakeSink, LakeStore, Landed
+from gengroup.lake.acquire import plan, uncovered, unsettled
+from gengroup.lake.layout import published_name
+from gengroup.producer import ProducerRecord
+
+from .helpers import expire, read_lake, staged_files, write_garbage
+from .test_sink import TOPIC, _Crashing, _land_all, _run_sink
+
+TP = TopicPartition(TOPIC, 0)
+
+
+def _config(lake: Path, **settings: Any) -> LakeConfig:
+    base = {"file_max_bytes": 10**8, "file_max_age": 0.3, "progress_interval": 0}
+    return LakeConfig(str(lake), **{**base, **settings})
+
+
+async def _produce(bootstrap: str, ids: range) -> None:
+    """Records ``ids`` to partition 0 only (the other partitions stay empty)."""
+    async with Producer(bootstrap) as producer:
+        await producer.send_many(
+            TOPIC, [ProducerRecord(value=b"r%06d" % i, partition=0) for i in ids]
+        )
+
+
+def _offsets(lake: Path) -> list[int]:
+    """Partition 0's landed offsets, each copy."""
+    copies = read_lake(lake, TOPIC).copies
+    return sorted(o for (p, o), n in copies.items() if p == 0 for _ in range(n))
+
+
+async def _committed(bootstrap: str, group: str) -> int:
+    async with Admin(bootstrap) as admin:
+        return (await admin.fetch_offsets(group, [TP]))[TP]
+
+
+async def _reset(bootstrap: str, group: str, offset: int) -> None:
+    async with Admin(bootstrap) as admin:
+        await admin.reset_offsets(group, [TP], offset=offset)
+
+
+async def _crash_before_publish(bootstrap: str, group: str, lake: Path) -> Landed:
+    """Land partition 0 until its first file is committed and the sink stops before
+    publishing it; that file (staged, named by the committed offset's note)."""
+    store = _Crashing(str(lake), "publish")
+    with pytest.raises(LakeError, match="disk went away"), anyio.fail_after(60):
+        await _run_sink(bootstrap, group, LakeSink(_config(lake), store=store), anyio.Event())
+    ((tp, landed),) = store.failed
+    assert tp == TP and await _committed(bootstrap, group) == landed.end
+    assert len(staged_files(lake)) == 1
+    return landed
+
+
+@pytest.fixture
+async def cluster() -> Any:
+    async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap) as admin:
+            await admin.create_topics({TOPIC: 4})
+        yield cluster
+
+
+# ---------------------------------------------------------------------- the plan alone
+
+
+def test_uncovered_parts_of_a_range() -> None:
+    assert uncovered(0, 10, []) == [(0, 10)]
+    assert uncovered(0, 10, [(2, 4), (6, 8)]) == [(0, 2), (4, 6), (8, 10)]
+    assert uncovered(3, 7, [(0, 5), (5, 9)]) == []
+    assert uncovered(3, 7, [(5, 6), (0, 4)]) == [(4, 5), (6, 7)]
+
+
+def test_a_staged_file_below_the_start_fills_the_lake_once() -> None:
+    """Sorted in offset order: the larger file of a base fills, one overlapping it or a
+    published file is stale, an unreadable one is stale, one the start falls into is
+    landed again from its base, one at or past the start is stale."""
+    published = [(Landed(0, 100), "p0")]
+    staged = [
+        (Landed(100, 200, "a"), "s-a"),  # fills [100, 200)
+        (Landed(100, 150, "b"), "s-b"),  # covered by a
+        (Landed(50, 120, "c"), "s-c"),  # overlaps the published file
+        (Landed(200, 260, "partial"), "s-partial"),  # unreadable
+        (Landed(200, 250, "d"), "s-d"),  # fills [200, 250)
+        (Landed(250, 400, "e"), "s-e"),  # the start 300 falls into it
+        (Landed(300, 350, "f"), "s-f"),  # at the start: written after it
+    ]
+    out = plan(300, published, staged, lambda landed, path: landed.token != "partial")
+    assert [path for _, path in out.fillers] == ["s-a", "s-d"]
+    assert [path for _, path in out.ahead] == ["s-e"]
+    assert sorted(path for _, path in out.stale) == ["s-b", "s-c", "s-f", "s-partial"]
+    assert out.lake(published) == [(0, 100), (100, 200), (200, 250)]
+    # as --until-caught-up reads it: what lies below the committed offset, not published
+    assert [p for _, p in unsettled(published, staged, 300)] == [
+        "s-a",
+        "s-b",
+        "s-c",
+        "s-partial",
+        "s-d",
+        "s-e",
+    ]
+    assert unsettled(published, [(Landed(0, 100, "z"), "s-z")], 300) == []
+
+
+# ---------------------------------------------------------------------- reset into a file
+
+
+@pytest.mark.parametrize("crash", [False, True])
+async def test_a_reset_into_a_file_lands_it_again_from_its_base_whatever_stops_the_sink(
+    crash: bool, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """Offsets reset backwards into the middle of a file: the file is deleted and landed
+    again from its base, in smaller files now. The committed offset moves back to the base
+    before anything is deleted, so a sink stopping while it lands again (here: at its
+    first write) resumes from the base too, and no offset between the base and the reset
+    offset is lost."""
+    await _produce(cluster.bootstrap, range(1000))
+    await _land_all(cluster.bootstrap, "back", LakeSink(_config(tmp_path)))
+    files = sorted(LakeStore(str(tmp_path)).published(TP), key=lambda e: e[0].base)
+    last = files[-1][0]
+    assert last.end - last.base >= 100  # files of 200 bytes hold about 30 records
+    mid = last.base + (last.end - last.base) // 2
+    await _reset(cluster.bootstrap, "back", mid)
+    small = _config(tmp_path, file_max_bytes=200)
+    if crash:
+        with pytest.raises(LakeError, match="disk went away"), anyio.fail_after(60):
+            store = _Crashing(str(tmp_path), "write")
+            await _run_sink(cluster.bootstrap, "back", LakeSink(small, store=store), anyio.Event())
+        assert await _committed(cluster.bootstrap, "back") == last.base
+        assert not (
+            tmp_path / f"topic={TOPIC}/partition=0" / published_name(last.base, last.end)
+        ).exists()
+    await _land_all(cluster.bootstrap, "back", LakeSink(small))
+    assert _offsets(tmp_path) == list(range(1000))
+    assert read_lake(tmp_path, TOPIC).files > len(files)  # landed again in smaller files
+
+
+# ---------------------------------------------------------------------- committed, not published
+
+
+@pytest.mark.parametrize("where", ["into", "end", "past"])
+async def test_a_file_committed_not_published_survives_an_offsets_reset(
+    where: str, cluster: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The writer stopped between its commit and its publish; then the group's offsets
+    are reset, and with them goes the note naming the staged file. Reset into it: it is
+    landed again from its base. Reset to its end (the lake's end): it is published.
+    Reset past it (records skipped on purpose): it is published, and landing goes on
+    from the reset offset."""
+    await _produce(cluster.bootstrap, range(800))
+    landed = await _crash_before_publish(cluster.bootstrap, "reset", tmp_path)
+    await _produce(cluster.bootstrap, range(800, 1000))
+    skipped: list[int] = []
+    if where == "into":
+        await _reset(cluster.bootstrap, "reset", landed.base + (landed.end - landed.base) // 2)
+    elif where == "end":
+        await _reset(cluster.bootstrap, "reset", landed.end)
+    else:
+        await _reset(cluster.bootstrap, "reset", landed.end + 50)
+        skipped = list(range(landed.end, landed.end + 50))
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    await _land_all(cluster.bootstrap, "reset", LakeSink(_config(tmp_path)))
+    assert _offsets(tmp_path) == [o for o in range(1000) if o not in skipped]
+    assert staged_files(tmp_path) == []
+    assert ("staged below the start offset" in caplog.text) == (where != "into")
+    assert ("is behind the lake" in caplog.text) == (where == "into")
+
+
+async def test_a_committed_staged_file_the_topic_no_longer_has_is_kept_until_published(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """As above, reset into the file, but retention removed the records at its base: the
+    file cannot be landed again, so nothing is deleted (LakeError naming the offsets).
+    Following the advice -- the committed offset set to the lake's end -- publishes it."""
+    await _produce(cluster.bootstrap, range(800))
+    landed = await _crash_before_publish(cluster.bootstrap, "kept", tmp_path)
+    expire(cluster, TP, landed.base + 10)
+    await _reset(cluster.bootstrap, "kept", landed.base + 20)
+    with pytest.raises(LakeError) as raised, anyio.fail_after(60):
+        await _run_sink(cluster.bootstrap, "kept", LakeSink(_config(tmp_path)), anyio.Event())
+    message = str(raised.value)
+    assert f"offsets {landed.base}..{landed.base + 9}" in message
+    assert "nothing was deleted" in message and f"--offset {landed.end}" in message
+    assert len(staged_files(tmp_path)) == 1
+    await _reset(cluster.bootstrap, "kept", landed.end)
+    await _land_all(cluster.bootstrap, "kept", LakeSink(_config(tmp_path)))
+    assert _offsets(tmp_path) == list(range(800))
+    assert staged_files(tmp_path) == []
+
+
+async def test_a_staged_file_only_the_lake_has_is_never_deleted_silently(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A writer stopped after writing its file, before committing it; the sink stays
+    down until retention removed those records from the topic. No commit names the file,
+    but it holds the only copy: LakeError, nothing deleted, and setting the committed
+    offset to its end (as the error says) publishes it. A partial file (a writer killed
+    while writing) in the same place holds nothing readable, and is deleted."""
+    await _produce(cluster.bootstrap, range(500))
+    await _land_all(cluster.bootstrap, "only", LakeSink(_config(tmp_path)))
+    await _produce(cluster.bootstrap, range(500, 1000))
+    store = _Crashing(str(tmp_path), "write")
+    with pytest.raises(LakeError, match="disk went away"), anyio.fail_after(60):
+        await _run_sink(
+            cluster.bootstrap, "only", LakeSink(_config(tmp_path), store=store), anyio.Event()
+        )
+    ((_, landed),) = store.failed
+    assert landed.base == 500 and landed.end >= 520
+    folder = tmp_path / f"topic={TOPIC}" / "partition=0" / "_staging"
+    write_garbage(folder, f"{500:020d}-{landed.end + 5:020d}.g9s9-partial.parquet")
+    expire(cluster, TP, 510)
+    with pytest.raises(LakeError) as raised, anyio.fail_after(60):
+        await _run_sink(cluster.bootstrap, "only", LakeSink(_config(tmp_path)), anyio.Event())
+    message = str(raised.value)
+    assert "no stored commit names it" in message and "offsets 500..509" in message
+    assert f"committed offset to the file's end, {landed.end}" in message
+    assert len(staged_files(tmp_path)) == 2  # nothing deleted
+    await _reset(cluster.bootstrap, "only", landed.end)
+    await _land_all(cluster.bootstrap, "only", LakeSink(_config(tmp_path)))
+    assert _offsets(tmp_path) == list(range(1000))
+    assert staged_files(tmp_path) == []
+
+
+async def test_expired_offsets_after_a_crash_before_publishing_lose_nothing(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """The group's offsets are gone (expired or deleted) while a committed file waits
+    staged, and retention moved the log start past the file: the group starts at the log
+    start, and the file, below it, is published rather than deleted."""
+    await _produce(cluster.bootstrap, range(600))
+    landed = await _crash_before_publish(cluster.bootstrap, "gone", tmp_path)
+    await _produce(cluster.bootstrap, range(600, 700))
+    expire(cluster, TP, landed.end)
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.delete_groups(["gone"])
+    await _land_all(cluster.bootstrap, "gone", LakeSink(_config(tmp_path)))
+    assert _offsets(tmp_path) == list(range(700))
+    assert staged_files(tmp_path) == []
