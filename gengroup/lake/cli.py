@@ -33,6 +33,7 @@ from typing import Any
 import anyio
 
 from .._errors import ConfigError, GengroupError
+from .._types import TopicPartition
 from ..admin import Admin
 from ..cli._common import (
     UsageError,
@@ -43,7 +44,9 @@ from ..cli._common import (
     security_settings,
 )
 from ..consumer.group import ConsumerGroup
+from .acquire import unsettled
 from .sink import LakeConfig, LakeSink, PartitionProgress, run_beside, summarize
+from .store import LakeError, LakeStore
 
 __all__ = ["add_commands", "main"]
 
@@ -66,7 +69,8 @@ def add_commands(subparsers: Any) -> None:
     sink.add_argument(
         "--until-caught-up",
         action="store_true",
-        help="stop once the group's committed offsets reach the topics' ends",
+        help="stop once the group's committed offsets reach the topics' ends and every file "
+        "they commit is published",
     )
     sink.add_argument(
         "--progress",
@@ -160,7 +164,7 @@ async def _run_sink(args: argparse.Namespace, sink: LakeSink) -> None:
     ) as group:
         background = [partial(_stop_on_signal, stop)]
         if args.until_caught_up:
-            background.append(partial(_stop_when_caught_up, args, stop))
+            background.append(partial(_stop_when_caught_up, args, sink, stop))
         if args.progress:
             background.append(partial(_show_progress, sink, args.progress))
         await run_beside(partial(sink.run, group, stop), *background)
@@ -175,16 +179,46 @@ async def _stop_on_signal(stop: anyio.Event) -> None:
             return
 
 
-async def _stop_when_caught_up(args: argparse.Namespace, stop: anyio.Event) -> None:
+async def _stop_when_caught_up(args: argparse.Namespace, sink: LakeSink, stop: anyio.Event) -> None:
+    """Stop once every partition is caught up: its committed offset reached the end, and
+    the lake holds what the group committed. A partition a worker of this member holds
+    counts once the worker landed up to the committed offset; any other partition once no
+    staged file holds offsets below its committed offset that no published file holds (a
+    file committed and not published yet, which the partition's next owner publishes: its
+    writer stopped between its commit and its publish). So each of several members
+    running with ``--until-caught-up`` stops once the lake holds the group's whole range.
+    """
     async with Admin(args.bootstrap, **args.security) as admin:
         while True:
             lags = await admin.group_lag(args.group, args.topic)
             # A lag below 0 (a commit past a truncated end) has nothing left to read either.
             if all(p.end == 0 or (p.lag is not None and p.lag <= 0) for p in lags.values()):
-                log.info("lake sink %s: caught up with %s", args.group, ", ".join(args.topic))
-                stop.set()
-                return
+                held = sink.held()  # read after the offsets: a worker lands on from those
+                committed = {
+                    tp: p.committed
+                    for tp, p in lags.items()
+                    if p.end and p.committed is not None and held.get(tp, -1) < p.committed
+                }
+                pending = await anyio.to_thread.run_sync(_unsettled, sink.store, committed)
+                if not pending:
+                    log.info("lake sink %s: caught up with %s", args.group, ", ".join(args.topic))
+                    stop.set()
+                    return
+                log.debug("lake sink %s: committed and not published yet: %s", args.group, pending)
             await anyio.sleep(1.0)
+
+
+def _unsettled(store: LakeStore, committed: dict[TopicPartition, int]) -> list[str]:
+    """The staged files of these partitions whose offsets below the committed offset no
+    published file holds (:func:`~gengroup.lake.acquire.unsettled`)."""
+    try:
+        return [
+            path
+            for tp, offset in sorted(committed.items())
+            for _, path in unsettled(store.published(tp), store.staged(tp), offset)
+        ]
+    except OSError as exc:
+        raise LakeError(f"reading the lake {store.uri!r} failed: {exc}") from exc
 
 
 async def _show_progress(sink: LakeSink, every: float) -> None:

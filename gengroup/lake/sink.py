@@ -283,11 +283,19 @@ class LakeSink:
         #: The first storage failure (errno or message) raised as a LakeError.
         self._storage_failure: object = None
         self._isolation_level: IsolationLevel = "read_committed"
+        #: Partitions whose worker is past step 1 (acquired) and landing.
+        self._held: set[TopicPartition] = set()
         self.generations = 0
 
     def progress(self) -> list[PartitionProgress]:
         """The partitions this member landed or owns, by topic and partition."""
         return [self._progress[tp] for tp in sorted(self._progress)]
+
+    def held(self) -> dict[TopicPartition, int]:
+        """The partitions this member's workers hold now, past protocol step 1, each with
+        its landed offset: the lake holds every offset below it that the group committed.
+        """
+        return {tp: self._progress[tp].landed_offset for tp in sorted(self._held)}
 
     async def run(self, group: ConsumerGroup, stop: anyio.Event | None = None) -> None:
         """Land the group's partitions until the group stops or ``stop`` is set.
@@ -345,11 +353,14 @@ class LakeSink:
             prog = self._progress.setdefault(tp, PartitionProgress(tp, start))
             prog.landed_offset, prog.buffered = start, 0
             filling = [_Buffer(tp, start)]
+            self._held.add(tp)
             try:
                 await self._fill(gen, tp, filling, prog)
             except anyio.get_cancelled_exc_class():
                 await self._land_buffered(gen, filling[0], prog)
                 raise
+            finally:
+                self._held.discard(tp)
         except _StorageFailedAgain as again:
             # Another worker already raised this storage failure, which ends the
             # generation and the sink: this one ends without raising it a second time.
