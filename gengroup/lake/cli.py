@@ -14,7 +14,7 @@ Also runnable as ``python -m gengroup.lake``. Exit status: 0 ok, 1 error (or,
 for ``verify``, any missing, extra, duplicated or differing record; records
 below a partition's log start, which retention removed from the topic, are
 reported as archived and are fine), 2 usage (a bad option or setting, e.g.
-``--file-max-age nan``).
+``--file-max-age nan``, or ``--file-max-age inf`` with ``--until-caught-up``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -70,7 +71,7 @@ def add_commands(subparsers: Any) -> None:
         "--until-caught-up",
         action="store_true",
         help="stop once the group's committed offsets reach the topics' ends and every file "
-        "they commit is published",
+        "they commit is published (needs a finite --file-max-age)",
     )
     sink.add_argument(
         "--progress",
@@ -144,6 +145,12 @@ def _sink(args: argparse.Namespace) -> int:
         compression=args.compression,
         progress_interval=0.0 if args.progress else 30.0,
     )
+    if args.until_caught_up and math.isinf(args.file_max_age):
+        raise UsageError(
+            "--until-caught-up needs a finite --file-max-age: with inf a file lands only once "
+            "full, so a partition's last records may never land and its committed offset "
+            "never reach the end"
+        )
     sink = LakeSink(config)
     anyio.run(_run_sink, args, sink, backend=os.environ.get("GENGROUP_BACKEND", "trio"))
     print(f"lake sink {args.group}: {summarize(sink.progress())}", file=sys.stderr)

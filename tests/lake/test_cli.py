@@ -172,3 +172,18 @@ async def test_several_members_until_caught_up_all_stop_once_the_lake_is_whole(
         assert [code for code, _ in codes] == [0, 0], codes
     read_lake(tmp_path, "events").check_exactly_once(ends)
     assert staged_files(tmp_path) == []
+
+
+async def test_until_caught_up_refuses_files_that_never_land_by_age(tmp_path: Path) -> None:
+    """With ``--file-max-age inf`` a partition's last records land only once a file is
+    full, so the group might never catch up: a usage error, not a sink that never ends."""
+    async with FakeCluster(initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap) as admin:
+            await admin.create_topics({"events": 1})
+        await _produce_to(cluster.bootstrap, 0, range(100))
+        cmd = _sink(cluster.bootstrap, tmp_path, "--until-caught-up", "--file-max-age", "inf")
+        with anyio.fail_after(60):  # a hang guard
+            done = await anyio.run_process(cmd, cwd=ROOT, check=False)
+    err = done.stderr.decode()
+    assert done.returncode == 2, err[-3000:]
+    assert "--until-caught-up needs a finite --file-max-age" in err
