@@ -513,7 +513,7 @@ class LakeSink:
                 lambda: [(f, h) for f, h in only if store.readable(tp, *f)],
             )
             if only:
-                raise LakeError(_would_lose_staged(tp, log_start, only, lake))
+                raise LakeError(_would_lose_staged(gen.group_id, tp, log_start, only, lake))
         if todo.fillers:
             await self._storage(
                 f"{tp}: publishing staged files below offset {start}",
@@ -698,6 +698,7 @@ def _would_lose(
 
 
 def _would_lose_staged(
+    group_id: str,
     tp: TopicPartition,
     log_start: int,
     only: list[tuple[Entry, list[tuple[int, int]]]],
@@ -711,7 +712,8 @@ def _would_lose_staged(
     if uncovered(landed.base, landed.end, lake) == [(landed.base, landed.end)]:
         keep = (
             "To keep them, stop the sink and set the group's committed offset to the "
-            f"file's end, {landed.end} (gengroup groups reset-offsets): a staged file below "
+            f"file's end (gengroup groups reset-offsets {group_id} --topic {tp.topic} --partition "
+            f"{tp.partition} --offset {landed.end} --execute): a staged file below "
             "the committed offset that overlaps no published file is published"
         )
     else:

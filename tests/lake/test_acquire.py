@@ -227,7 +227,7 @@ async def test_a_staged_file_only_the_lake_has_is_never_deleted_silently(
         await _run_sink(cluster.bootstrap, "only", LakeSink(_config(tmp_path)), anyio.Event())
     message = str(raised.value)
     assert "no stored commit names it" in message and "offsets 500..509" in message
-    assert f"committed offset to the file's end, {landed.end}" in message
+    assert f"--offset {landed.end} --execute" in message
     assert len(staged_files(tmp_path)) == 2  # nothing deleted
     await _reset(cluster.bootstrap, "only", landed.end)
     await _land_all(cluster.bootstrap, "only", LakeSink(_config(tmp_path)))
