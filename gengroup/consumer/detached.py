@@ -128,8 +128,17 @@ class Hosted:
             self._released.set()
 
 
+#: True in every task gengroup runs for the application (a generation's or a
+#: partition's, and the tasks they start): ``Generation.start`` tells by it
+#: whether its caller is one of them.
+IN_USER_TASK: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "gengroup_in_user_task", default=False
+)
+
+
 def _spawn(fn: Callable[[], Awaitable[None]], name: str) -> None:
     context = contextvars.copy_context()
+    context.run(IN_USER_TASK.set, True)
     if sniffio.current_async_library() == "trio":
         trio.lowlevel.spawn_system_task(fn, name=name, context=context)
     else:
@@ -201,6 +210,9 @@ class UserTask:
     #: Started with ``Generation.start`` and not started yet: an exception
     #: goes to the caller of ``start()``, not to the generation.
     starting: bool = False
+    #: The caller of ``Generation.start`` is itself a task gengroup runs for
+    #: the application (see :data:`IN_USER_TASK`).
+    caller_in_task: bool = False
     hosted: Hosted = field(init=False)
 
     def __post_init__(self) -> None:

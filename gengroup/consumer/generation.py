@@ -65,6 +65,7 @@ from ..membership.member import Outcome
 from .commits import CommitCodes, Committer, OffsetMetadata, Offsets
 from .committing import GenerationCommits
 from .detached import (
+    IN_USER_TASK,
     UserTask,
     abandon,
     awaitable,
@@ -584,7 +585,10 @@ class Generation(IdentityNames, GenerationCommits):
         Raises:
             Exception: what ``fn`` raised before it started, as itself on
                 every backend (never wrapped in an exception group; one only if
-                ``fn`` raised one), to the caller alone: the generation goes on
+                ``fn`` raised one), to the caller alone. Called from the block,
+                the generation then ends as when a task returns; called from
+                one of the generation's (or a partition's) tasks, it goes on,
+                so that the caller gets the exception, not a cancellation
                 (under asyncio a caller cancelled by something else at that
                 moment gets the cancellation, and the exception is logged).
                 Raised after it started, it ends the generation as a failure,
@@ -597,23 +601,17 @@ class Generation(IdentityNames, GenerationCommits):
         if self.ending:
             raise GenerationEnded(f"start: generation {self.label} of {self.group_id} is ending")
         task = UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
+        task.caller_in_task = IN_USER_TASK.get()
         where = f"group {self.group_id} generation {self.label}"
         return await start_and_wait(tg, task, fn, args, self._run_task, where)
 
     async def _run_task(self, task: UserTask, coro: Awaitable[Any]) -> None:
         self._tasks.append(task)
         task.coro = coro
-        never_started = False
         try:
             await host(task.hosted, coro)
         except (Exception, BaseExceptionGroup) as exc:  # detached.Interrupted
-            if task.starting:
-                # Raised to the caller of start(), which may handle it. The
-                # generation goes on: nothing of it depended on a task that
-                # never started, and ending it here would cancel a caller
-                # that is one of its tasks, which asyncio would hand the
-                # cancellation instead of the exception.
-                never_started = True
+            if task.starting:  # raised to the caller of start(), which may handle it
                 raise
             self._failures.append(exc)
             task_failed(f"group {self.group_id} generation {self.label}", task.name, exc)
@@ -621,7 +619,13 @@ class Generation(IdentityNames, GenerationCommits):
             raise
         finally:
             task.done = True
-            if not never_started:
+            # A task that never started, whose caller is one of the
+            # application's tasks, leaves the generation to that caller:
+            # ending it would cancel the caller, which asyncio would hand the
+            # cancellation instead of the task's exception. Called from the
+            # block, it ends the generation as a task that returns does (a
+            # loop that handles the failure gets the next generation).
+            if not (task.starting and task.caller_in_task):
                 self.end(Outcome.REJOIN, f"task {task.name!r} exited")
 
     def abandon_tasks(self) -> list[str]:

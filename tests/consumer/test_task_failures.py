@@ -110,21 +110,23 @@ async def start_failures(caplog: pytest.LogCaptureFixture) -> None:
                 assert oserror.value is raised[-1]
                 assert oserror.value.__context__ is None, repr(oserror.value.__context__)
                 assert "never_starts" in "".join(traceback.format_tb(oserror.tb))
-                # The task never started: the generation goes on.
-                await anyio.sleep(0.5)
-                assert not first.ending, first.end_reason
+                # Called from the block: the generation ends as when a task
+                # returns, so a loop that handled the failure gets the next one.
+                middle = await group.next()
+                assert first.end_outcome is Outcome.REJOIN
+                assert "exited" in first.end_reason, first.end_reason
                 # A group the task raised itself is passed on as it is.
                 with pytest.raises(ExceptionGroup) as caught:
-                    await first.start(raises_a_group)
+                    await middle.start(raises_a_group)
                 assert caught.value is raised[-1]
-                await anyio.sleep(0.5)
-                assert not first.ending, first.end_reason
+                second = await group.next()
+                assert middle.end_outcome is Outcome.REJOIN
                 assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
                 # After it started: the generation's failure, logged as it happens.
-                await first.start(fails_once_started)
+                await second.start(fails_once_started)
                 go.set()
-                await first.wait_ended()
-                assert first.end_outcome is Outcome.FATAL
+                await second.wait_ended()
+                assert second.end_outcome is Outcome.FATAL
                 await group.next()
         logged = [
             r.exc_info[1] for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info
@@ -137,8 +139,9 @@ def test_a_start_that_failed_before_it_started_is_its_callers_alone(
     backend: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The exception went to the caller of ``start()``, which may handle it: not
-    logged, and the generation goes on; a task that fails after it started ends
-    the generation as a failure."""
+    logged; called from the block, the generation ends as when a task returns
+    (REJOIN) and the group goes on; a task that fails after it started ends the
+    generation as a failure."""
     anyio.run(start_failures, caplog, backend=backend)
 
 
@@ -248,3 +251,83 @@ def test_an_interrupt_before_started_in_a_worker_comes_out_of_the_group(backend:
     assert seen == "itself", seen
     assert came_out == "itself", came_out
     assert committed == 4
+
+
+async def interrupt_as_the_worker_is_cancelled() -> tuple[str, str, int | None]:
+    """A worker's ``gen.start(fn)``: ``fn`` marks offset 4, cancels the worker's own
+    scope, then raises SystemExit before it started."""
+    tp = TopicPartition("t", 0)
+    failure = SystemExit(3)
+    seen = came_out = "nothing"
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        with anyio.fail_after(30):
+            try:
+                async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+                    gen = await group.next()
+                    deadline = anyio.CancelScope()
+
+                    async def fn(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+                        gen.mark(tp, 4)
+                        deadline.cancel()
+                        raise failure
+
+                    async def worker() -> None:
+                        nonlocal seen
+                        try:
+                            with deadline:
+                                await gen.start(fn)
+                            seen = "the cancelled scope swallowed it"
+                        except BaseException as exc:
+                            seen = "itself" if exc is failure else repr(exc)
+                            raise
+
+                    gen.start_soon(worker)
+                    await gen.wait_ended()
+            except BaseException as exc:  # what came out is the result
+                came_out = "itself" if exc is failure else repr(exc)
+        committed = cluster.committed_offsets("g").get(tp)
+    return seen, came_out, committed
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_an_interrupt_before_started_wins_over_its_callers_cancellation(backend: str) -> None:
+    """Under asyncio too (which delivers a cancellation once), SystemExit raised
+    before ``started()`` at the moment the caller's scope is cancelled reaches the
+    caller as itself, and comes out of the group after the final commit."""
+    assert anyio.run(interrupt_as_the_worker_is_cancelled, backend=backend) == (
+        "itself",
+        "itself",
+        4,
+    )
+
+
+async def worker_timing_out_a_start() -> tuple[str, bool]:
+    """A worker gives up on a slow ``gen.start(fn)`` after 0.2 s."""
+    outcome = "nothing"
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        with anyio.fail_after(30):
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+                gen = await group.next()
+
+                async def slow(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+                    await anyio.sleep(10)
+                    task_status.started()
+
+                async def worker() -> None:
+                    nonlocal outcome
+                    with anyio.move_on_after(0.2):
+                        await gen.start(slow)
+                    outcome = "moved on"
+                    await anyio.sleep_forever()
+
+                gen.start_soon(worker)
+                await anyio.sleep(1)
+                return outcome, gen.ending
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_worker_giving_up_on_a_start_keeps_its_generation(backend: str) -> None:
+    """The start the worker's own timeout cut never started: the generation goes
+    on, and the worker with it."""
+    assert anyio.run(worker_timing_out_a_start, backend=backend) == ("moved on", False)
