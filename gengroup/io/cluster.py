@@ -17,7 +17,10 @@ address). An attempt that has not finished after :data:`CONNECT_STAGGER`
 seconds does not hold the next one up: the next address is tried beside it
 (RFC 8305's "happy eyeballs"), and the first connection made wins, the
 others are cancelled. A broker that accepts connections and never answers
-therefore costs a fraction of a second, not ``connect_timeout``.
+therefore costs a fraction of a second, not ``connect_timeout``. What a
+caller whose deadline passed waited on (:meth:`Cluster.waiting_on`: a
+round's attempts, the set-up of a connection to a leader or coordinator,
+each with its step) is recorded by :mod:`gengroup.io.setups`.
 
 Metadata is fetched on demand and cached: the broker map (node id -> address),
 and per topic its id and each partition's leader and epoch. Callers that get
@@ -117,6 +120,7 @@ from . import request as _request
 from .connection import BrokerConnection
 from .retry import ClientClosed, retry, unanswered
 from .security import PLAINTEXT, Security, SecuritySettings
+from .setups import Round, SetUps, connect_cause, format_address
 
 #: Seconds for which a broker's refusal of the client's login (TLS or SASL;
 #: not OAUTHBEARER, whose provider may hand out a better token next time)
@@ -157,17 +161,6 @@ CONNECT_STAGGER: Final = 0.5
 LONG_UNAVAILABLE = 10.0
 
 
-def _format_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _cause(exc: KafkaConnectionError) -> str:
-    """The cause of a failed connection attempt, without the address (the caller names it)."""
-    text = str(exc)
-    head, sep, tail = text.partition(": ")
-    return tail if sep and head.startswith("cannot connect to ") else text
-
-
 @dataclass(slots=True)
 class CoordinatorOutage:
     """A key's coordinator unavailable: since when, the latest such answer, WARNING said."""
@@ -175,36 +168,6 @@ class CoordinatorOutage:
     since: float
     last: float
     warned: bool = False
-
-
-@dataclass(slots=True)
-class _Round:
-    """One round of :meth:`Cluster.any_connection`'s connection attempts.
-
-    Attributes:
-        attempts: by address, when its attempt started and why it failed
-            (None: not finished).
-        opening: by address, the connection its attempt set up (its stage
-            kept as it was when the round was cancelled).
-        cancelled: when the round was cancelled (None: it goes on).
-    """
-
-    attempts: dict[str, tuple[float, str | None]] = field(default_factory=dict)
-    opening: dict[str, BrokerConnection] = field(default_factory=dict)
-    cancelled: float | None = None
-
-    def said(self, now: float) -> dict[str, str]:
-        """Each address and its state: why it failed, or how long it went
-        unanswered and at which step of the set-up (TCP, ApiVersions, SASL)."""
-        end = now if self.cancelled is None else self.cancelled
-        out = {}
-        for name, (started, cause) in self.attempts.items():
-            conn = self.opening.get(name)
-            step = "connecting, no answer"  # TCP (and TLS) not established yet
-            if conn is not None and conn.stage not in ("connecting", "ready"):
-                step = f"connected, no answer to {conn.stage}"
-            out[name] = cause or f"{step} for {end - started:.1f} s"
-        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,7 +302,9 @@ class Cluster:
         #: The attempts of the latest :meth:`any_connection` round that did not
         #: end with a connection or with every attempt failed: still going, or
         #: cancelled (until the next request to any broker).
-        self._round: _Round | None = None
+        self._round: Round | None = None
+        #: The set-ups of connections opened by node id (not in a round).
+        self._setups = SetUps()
         self._metadata_lock = anyio.Lock()
         self._closed = False
 
@@ -376,7 +341,12 @@ class Cluster:
             raise BrokenConnection(f"broker {node_id} is not in the cluster metadata")
         return info.host, info.port
 
-    async def _open(self, key: int | tuple[str, int], channel: str = "default") -> BrokerConnection:
+    async def _open(
+        self, key: int | tuple[str, int], channel: str = "default", round_: Round | None = None
+    ) -> BrokerConnection:
+        """The pooled connection to ``key`` on ``channel``, opened if need be; its set-up is
+        recorded in ``round_`` (an :meth:`any_connection` round's attempt),
+        else in the set-ups by address (see :mod:`gengroup.io.setups`)."""
         slot = (key, channel)
         conn = self._conns.get(slot)
         if conn is not None and conn.is_usable:
@@ -414,13 +384,19 @@ class Cluster:
             new.on_unanswered_close = partial(self._closed_unanswered, (host, port), self._opened)
             new.on_refused = partial(self._refused_login, (host, port))
             new.on_timed_out = partial(self._silent.add, (host, port))
-            if self._round is not None and self._round.cancelled is None:
-                self._round.opening[_format_address(host, port)] = new
+            if round_ is not None:
+                round_.opening[format_address(host, port)] = new
+            setup = None if round_ is not None else self._setups.begin(new)
             try:
                 await self._tg.start(new.serve)
-            except AuthenticationError as exc:
-                self._refused_login((host, port), exc)
+            except BaseException as exc:
+                if setup is not None:  # a caller that gave up: kept for waiting_on()
+                    self._setups.end(setup, cut=isinstance(exc, anyio.get_cancelled_exc_class()))
+                if isinstance(exc, AuthenticationError):
+                    self._refused_login((host, port), exc)
                 raise
+            if setup is not None:
+                self._setups.end(setup, cut=False)
             if self._closed:  # aclose() ran while this one was connecting
                 await new.aclose()
                 raise ClientClosed(_CLOSED)
@@ -511,18 +487,18 @@ class Cluster:
         """
         names = [self._name(key) for key in candidates]
         attempts: dict[str, tuple[float, str | None]] = {}
-        self._round = this = _Round(attempts)
+        self._round = this = Round(attempts)
         won: list[BrokerConnection] = []
         fatal: list[Exception] = []
 
         async def attempt(key: int | tuple[str, int], name: str, done: anyio.Event) -> None:
             attempts[name] = (anyio.current_time(), None)
             try:
-                conn = await self._open(key)
+                conn = await self._open(key, round_=this)
             except ConnectionClosed as exc:
                 fatal.append(exc)
             except KafkaConnectionError as exc:
-                attempts[name] = (attempts[name][0], _cause(exc))
+                attempts[name] = (attempts[name][0], connect_cause(exc))
             except Exception as exc:
                 fatal.append(exc)
             else:
@@ -552,33 +528,43 @@ class Cluster:
     def _name(self, key: int | tuple[str, int]) -> str:
         """``host:port`` of a broker or bootstrap address."""
         if isinstance(key, tuple):
-            return _format_address(*key)
+            return format_address(*key)
         info = self.brokers.get(key)
-        return f"broker {key}" if info is None else _format_address(info.host, info.port)
+        return f"broker {key}" if info is None else format_address(info.host, info.port)
 
     def waiting_on(self) -> dict[str, str]:
-        """What reaching any broker waits on now, by address: the attempts of a
-        connection round still going or just cancelled (how long each went
-        unanswered, or why it failed), and the open connections with requests
-        unanswered.
+        """What requests wait on now, by address: the attempts of a connection
+        round to any broker still going or just cancelled (how long each went
+        unanswered, or why it failed), the latest set-up of a connection to a
+        broker by node id (a leader, a coordinator) still going or cut by its
+        caller, and the open connections with requests unanswered.
 
         For a caller whose deadline passed with no error to name (say, a
         producer waiting for a topic's metadata), to say what it waited on.
 
         Returns:
-            ``host:port`` -> its state, e.g. ``"connecting, no answer for 3.0 s"``,
+            ``host:port`` (``host:port (node 1)`` for a set-up by node id) ->
+            its state, e.g. ``"connecting, no answer for 3.0 s"``,
             ``"connected, no answer to ApiVersions for 3.0 s"``, ``"connection
             refused"`` or ``"connected, 1 request(s) unanswered (the first:
             Metadata)"``.
         """
         out = {} if self._round is None else self._round.said(anyio.current_time())
+        out |= self._setups.said()
         for (_, channel), conn in self._conns.items():
             if channel == "default" and conn.is_usable and conn.awaiting:
                 said = f"connected, {conn.awaiting} request(s) unanswered"
                 if conn.first_unanswered:
                     said += f" (the first: {conn.first_unanswered})"
-                out.setdefault(_format_address(conn.host, conn.port), said)
+                out.setdefault(format_address(conn.host, conn.port), said)
         return out
+
+    def setting_up(self, node_id: int) -> str | None:
+        """The state of the latest set-up of a connection to broker ``node_id``
+        going on or cut by its caller (``"connected, no answer to ApiVersions
+        for 3.0 s"``; None: none)."""
+        info = self.brokers.get(node_id)
+        return None if info is None else self._setups.of(info.host, info.port)
 
     def _broker_addresses(self) -> set[tuple[str, int]]:
         return {(b.host, b.port) for b in self.brokers.values()}
@@ -655,7 +641,7 @@ class Cluster:
         return (self._broker_addresses() | set(self.bootstrap)) <= self._unanswered.keys()
 
     def _unanswered_causes(self) -> dict[str, str]:
-        return {_format_address(*a): said for a, (_, said) in self._unanswered.items()}
+        return {format_address(*a): said for a, (_, said) in self._unanswered.items()}
 
     def _unanswered_outage(self) -> ClusterUnreachable | None:
         """The exhausted outage of brokers that close every connection unanswered, if it is one."""

@@ -313,7 +313,8 @@ class CoordinatorClient:
             BrokerError: a non-retriable error ``parse`` raised.
             TimeoutError: the deadline passed; the message names the
                 coordinator (node and address) that an attempt was still
-                waiting for, and the last error seen.
+                waiting for (and the step of the connection's set-up, TCP,
+                ApiVersions or SASL, if it was cut there), and the last error seen.
         """
         left = seconds_left(timeout)
         waited: int | None = None
@@ -343,7 +344,9 @@ class CoordinatorClient:
             if waited is not None:
                 broker = self.cluster.brokers.get(waited)
                 at = "" if broker is None else f" at {broker.host}:{broker.port}"
-                said.append(f"coordinator node {waited}{at} did not answer")
+                setting_up = self.cluster.setting_up(waited)  # cut during the set-up
+                step = "" if setting_up is None else f": {setting_up}"
+                said.append(f"coordinator node {waited}{at} did not answer{step}")
             if last is not None:
                 said.append(f"last error: {last}")
             detail = "; ".join(said) or unanswered(self.cluster.waiting_on())
