@@ -275,9 +275,15 @@ def command(
     return decorate
 
 
-def add_connection_options(parser: argparse.ArgumentParser, *, timeout: float = 30.0) -> None:
+def add_connection_options(
+    parser: argparse.ArgumentParser, *, timeout: float = 30.0, infinite: bool = False
+) -> None:
     """Add ``--bootstrap``, ``--client-id``, ``--config``, ``--json``, ``--timeout`` and the
-    security options (:func:`add_security_options`) to ``parser``."""
+    security options (:func:`add_security_options`) to ``parser``.
+
+    ``--timeout`` takes a positive number of seconds, finite unless
+    ``infinite`` (a command whose clients accept no limit: ``inf``).
+    """
     parser.add_argument(
         "--bootstrap", help="HOST:PORT[,...] (default: $GENGROUP_BOOTSTRAP)", default=None
     )
@@ -287,9 +293,9 @@ def add_connection_options(parser: argparse.ArgumentParser, *, timeout: float = 
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument(
         "--timeout",
-        type=bounded(float, 0, above=True),
+        type=bounded(float, 0, above=True, infinite=infinite),
         default=timeout,
-        help=f"seconds (default {timeout:g})",
+        help=f"seconds (default {timeout:g}{'; inf: no limit' if infinite else ''})",
     )
     add_security_options(parser)
 
@@ -472,12 +478,19 @@ def leaf(exc: BaseException) -> BaseException:
 
 
 def bounded(
-    kind: type[int] | type[float], low: float, high: float = math.inf, *, above: bool = False
+    kind: type[int] | type[float],
+    low: float,
+    high: float = math.inf,
+    *,
+    above: bool = False,
+    infinite: bool = False,
 ) -> Callable[[str], Any]:
     """An argparse ``type``: a number of ``kind`` from ``low`` (excluded: ``above``) to ``high``.
 
-    A float is finite too: ``nan`` and ``inf`` are out of range. A value out
-    of range is a usage error naming the option, as argparse says it.
+    A float is finite too: ``nan`` and ``inf`` are out of range, unless
+    ``infinite`` (no ``high``): then ``inf`` is in range (no limit), ``nan``
+    still is not. A value out of range is a usage error naming the option,
+    as argparse says it.
     """
 
     def parse(text: str) -> Any:
@@ -487,12 +500,12 @@ def bounded(
             what = "an integer" if kind is int else "a number"
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
         in_range = ((low < value) if above else (low <= value)) and value <= high
-        if not in_range or not math.isfinite(value):
+        if not in_range or not (math.isfinite(value) or (infinite and value == math.inf)):
             shown = f"{low}" if kind is int else f"{low:g}"
             least = f"above {shown}" if above else f"at least {shown}"
             top = f"{high}" if kind is int else f"{high:g}"
             most = f" and at most {top}" if high != math.inf else ""
-            if high == math.inf and kind is float:
+            if high == math.inf and kind is float and not infinite:
                 most = " and finite"
             raise argparse.ArgumentTypeError(f"must be {least}{most}, got {text}")
         return value

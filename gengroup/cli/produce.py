@@ -85,7 +85,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--acks", choices=("0", "1", "all"), default="all", help="default all (every replica)"
     )
-    add_connection_options(parser)
+    # --timeout is the producer's delivery_timeout and max_block: inf is no limit.
+    add_connection_options(parser, infinite=True)
     parser.set_defaults(func=_run)
 
 

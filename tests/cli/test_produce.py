@@ -279,6 +279,19 @@ def test_empty_input_still_asks_the_cluster_for_the_topic(served: str) -> None:
     assert "connection refused" in down.stderr and len(down.stderr.splitlines()) == 1
 
 
+def test_timeout_inf_is_no_limit(served: str) -> None:
+    """``--timeout`` is the producer's delivery_timeout and max_block, which
+    take ``inf`` (no limit): the check refusing nan, 0 and negatives before
+    connecting refused it too."""
+    create(served, "unbounded", 1)
+    done = gengroup("produce", "unbounded", "--timeout", "inf", bootstrap=served, input="a\nb\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "produced 2 records to unbounded (1 partition; 0: 2)\n"
+    empty = gengroup("produce", "unbounded", "--timeout", "inf", bootstrap=served)
+    assert empty.returncode == 0, empty.stderr
+    assert empty.stderr == "produced 0 records to unbounded (0 partitions; none)\n"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_ends_the_input_and_what_was_read_is_sent_and_said(served: str, sig: int) -> None:
     """``tail -f log | gengroup produce T`` ended with Ctrl-C (or SIGTERM): the

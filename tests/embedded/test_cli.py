@@ -107,7 +107,10 @@ def test_serve_on_a_port_in_use_says_so_in_one_line() -> None:
         (("lag", "g", "--watch", "0"), "argument --watch: must be above 0 and finite, got 0"),
         (("lag", "g", "--watch", "-2"), "argument --watch: must be above 0 and finite, got -2"),
         (("groups", "list", "--timeout", "nan"), "argument --timeout: must be above 0 and finite"),
-        (("produce", "t", "--timeout", "inf"), "argument --timeout: must be above 0 and finite"),
+        (("groups", "list", "--timeout", "inf"), "argument --timeout: must be above 0 and finite"),
+        (("produce", "t", "--timeout", "nan"), "argument --timeout: must be above 0, got nan"),
+        (("produce", "t", "--timeout", "0"), "argument --timeout: must be above 0, got 0"),
+        (("produce", "t", "--timeout", "-1"), "argument --timeout: must be above 0, got -1"),
         (("consume", "t", "--timeout", "-1"), "argument --timeout: must be above 0 and finite"),
     ],
 )
