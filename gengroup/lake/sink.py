@@ -54,6 +54,7 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+import shlex
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
@@ -658,6 +659,19 @@ class _StorageFailedAgain(LakeError):
     """A storage failure that another worker of the sink already raised."""
 
 
+def _reset_command(group_id: str, tp: TopicPartition, offset: int | str) -> str:
+    """The ``gengroup groups reset-offsets`` command that sets ``group_id``'s committed
+    offset of ``tp`` to ``offset``, quoted for a POSIX shell where need be (a group
+    id that starts with ``-`` goes after ``--``, where it is not taken for an option)."""
+    group = shlex.quote(group_id)
+    options = (
+        f"--topic {shlex.quote(tp.topic)} --partition {tp.partition} --offset {offset} --execute"
+    )
+    if group_id.startswith("-"):
+        return f"gengroup groups reset-offsets {options} -- {group}"
+    return f"gengroup groups reset-offsets {group} {options}"
+
+
 def _reset_under(gen: Generation, tp: TopicPartition, first: int, end: int) -> str:
     """Why a batch below the landed offsets is refused (a reset of the position)."""
     return (
@@ -666,9 +680,8 @@ def _reset_under(gen: Generation, tp: TopicPartition, first: int, end: int) -> s
         "(its committed offset lies outside the log: a truncated log, or an offset set "
         "past the end), and the lake does not follow a reset, which would land those "
         "offsets twice. Set the group's committed offset to where the lake should go on "
-        f"(gengroup groups reset-offsets {gen.group_id} --topic {tp.topic} --partition "
-        f"{tp.partition} --offset N --execute), or move the partition's files out of the "
-        "lake to land it again from the log"
+        f"({_reset_command(gen.group_id, tp, 'N')}), or move the partition's files out "
+        "of the lake to land it again from the log"
     )
 
 
@@ -690,8 +703,7 @@ def _would_lose(
         f"at offsets {first}..{log_start - 1} in {', '.join(path for _, path in lost)} are "
         f"no longer in the topic (its log starts at {log_start}): nothing was deleted. "
         "To keep the lake as it is, stop the sink and set the group's committed offset "
-        f"to the lake's end: gengroup groups reset-offsets {gen.group_id} "
-        f"--topic {tp.topic} --partition {tp.partition} --offset {lake_end} --execute. "
+        f"to the lake's end ({_reset_command(gen.group_id, tp, lake_end)}). "
         f"To land the topic again from offset {log_start} and give those records up, "
         "move those files out of the lake first"
     )
@@ -712,9 +724,8 @@ def _would_lose_staged(
     if uncovered(landed.base, landed.end, lake) == [(landed.base, landed.end)]:
         keep = (
             "To keep them, stop the sink and set the group's committed offset to the "
-            f"file's end (gengroup groups reset-offsets {group_id} --topic {tp.topic} --partition "
-            f"{tp.partition} --offset {landed.end} --execute): a staged file below "
-            "the committed offset that overlaps no published file is published"
+            f"file's end ({_reset_command(group_id, tp, landed.end)}): a staged file "
+            "below the committed offset that overlaps no published file is published"
         )
     else:
         keep = "It overlaps published files, so it cannot be published as it is"

@@ -5,13 +5,16 @@ landing again after offsets were reset."""
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import logging
 import math
 import os
+import shlex
 import time
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -20,8 +23,10 @@ import pytest
 from gengroup import Admin, ConfigError, ConsumerGroup, Producer, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Disconnect, Fail, Intercepted
+from gengroup.cli import build_parser
 from gengroup.lake import LakeConfig, LakeError, LakeSink, LakeStore, Landed
 from gengroup.lake.layout import commit_note, parse_note, published_name
+from gengroup.lake.sink import _reset_under, _would_lose, _would_lose_staged
 from gengroup.lake.spark import check_files
 from gengroup.producer import ProducerRecord
 from gengroup.protocol.versions import ApiKey
@@ -636,3 +641,28 @@ async def test_a_position_reset_out_of_range_is_refused_not_landed_twice(
         assert (await admin.fetch_offsets("reset"))[tp] == end + 100
     after = read_lake(tmp_path, TOPIC)
     assert after.copies == before.copies and after.files == before.files
+
+
+@pytest.mark.parametrize("group", ["lake sink", "it's", "-g"])
+def test_the_reset_offsets_commands_in_messages_paste_into_a_shell(group: str) -> None:
+    """The ``gengroup groups reset-offsets`` command a refusal spells out is quoted
+    where the group id needs it: a group named ``lake sink`` gave a command that
+    failed when pasted (two arguments where one is wanted); one starting with
+    ``-`` goes after ``--``. Each command is split as a POSIX shell does, then
+    parsed by the ``gengroup`` command itself."""
+    tp = TopicPartition(TOPIC, 2)
+    gen: Any = SimpleNamespace(group_id=group, label="3", committed={})
+    held = [(Landed(5, 9), "a.parquet")]
+    messages = {
+        7: _reset_under(gen, tp, 5, 9).replace("--offset N", "--offset 7"),
+        9: _would_lose(gen, tp, 0, 7, held, held),
+        11: _would_lose_staged(group, tp, 7, [((Landed(5, 11, "t"), "s.parquet"), [(5, 11)])], []),
+    }
+    for offset, message in messages.items():
+        # The command, in parentheses: read as a shell does, up to the closing one.
+        lexer = shlex.shlex(message.partition("(gengroup ")[2], posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        argv = list(itertools.takewhile(lambda token: token != ")", lexer))
+        args = build_parser().parse_args(argv)
+        assert (args.group, args.topic, args.partition) == (group, [TOPIC], [2]), argv
+        assert (args.offset, args.execute) == (offset, True), argv
