@@ -2,8 +2,10 @@
 
 Theory of operation:
 
-``async with ConsumerGroup(...) as group`` opens a :class:`Cluster` and the
-group's own task group, and starts one task there: the *run loop*. The run
+``async with ConsumerGroup(...) as group`` opens the group's own task group
+and starts two tasks there: one that holds the group's :class:`Cluster` open
+(shielded, until the group closed: the teardown may need a new connection),
+and the *run loop*. The run
 loop alternates two steps, each in its own module: forming a generation
 (:func:`~gengroup.consumer.forming.form_generation`: FindCoordinator,
 JoinGroup, SyncGroup, OffsetFetch) and running it
@@ -39,6 +41,7 @@ from contextlib import AsyncExitStack
 from typing import Any, NamedTuple, Self, Unpack
 
 import anyio
+import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._config import GroupConfig, GroupSettings
@@ -174,6 +177,8 @@ class ConsumerGroup:
         self._send: MemoryObjectSendStream[Generation | _Failure]
         self._recv: MemoryObjectReceiveStream[Generation | _Failure]
         self._done: anyio.Event
+        # Set once the group closed: the task hosting the Cluster closes it.
+        self._release_cluster: anyio.Event
         self._join_scope: anyio.CancelScope
         self._block_scope: anyio.CancelScope
         self.history: deque[GenerationRecord] = deque(maxlen=100)
@@ -212,13 +217,24 @@ class ConsumerGroup:
         # The latest generations' teardowns or revocations, whichever took
         # longer: what a handover's lead allows for (see ``_hand_over``).
         self._teardowns: deque[float] = deque(maxlen=5)
+        self._release_cluster = anyio.Event()
         async with AsyncExitStack() as stack:
-            await stack.enter_async_context(self._client.cluster)
             stack.callback(self._recv.close)
             tg = await stack.enter_async_context(anyio.create_task_group())
             self._block_scope = tg.cancel_scope  # around the block's body too
-            tg.start_soon(self._run, name=f"gengroup-run-{self.config.group_id}")
-            tg.start_soon(self._warm_up, name=f"gengroup-warm-up-{self.config.group_id}")
+            try:
+                # Shielded: trio does not move a task started from a cancelled
+                # scope into the task group, and would wait for this one to end.
+                with anyio.CancelScope(shield=True):
+                    await tg.start(
+                        self._host_cluster, name=f"gengroup-cluster-{self.config.group_id}"
+                    )
+                tg.start_soon(self._run, name=f"gengroup-run-{self.config.group_id}")
+                tg.start_soon(self._warm_up, name=f"gengroup-warm-up-{self.config.group_id}")
+            except BaseException:  # not opened: the cluster's host must end too
+                self._closing = True
+                self._release_cluster.set()
+                raise
             self._stack = stack.pop_all()
         export_metrics(self, self.config.group_id, self.config.client_id, self._client.metrics)
         return self
@@ -240,6 +256,7 @@ class ConsumerGroup:
             with anyio.CancelScope(shield=True):
                 await self._done.wait()
             unexport_metrics(self)
+            self._release_cluster.set()
             try:
                 # The stack is closed without the body's exception, so that
                 # exception propagates as itself instead of being wrapped by
@@ -399,6 +416,20 @@ class ConsumerGroup:
         return failure
 
     # ------------------------------------------------------------------ run loop
+
+    async def _host_cluster(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Keep the group's Cluster open until the group closed, out of reach of
+        a cancellation of the block's scope.
+
+        New connections are started in the Cluster's task group: entered in
+        the caller's scope, that task group would be cancelled with the block,
+        and a connection the teardown needs (a broken one replaced during the
+        final commit or the LeaveGroup) would close itself at once.
+        """
+        with anyio.CancelScope(shield=True):
+            async with self._client.cluster:
+                task_status.started()
+                await self._release_cluster.wait()
 
     async def _warm_up(self) -> None:
         """Beside the first JoinGroup: see :meth:`GroupClient.warm_up`."""

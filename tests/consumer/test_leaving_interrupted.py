@@ -160,6 +160,75 @@ def test_an_outer_cancellation_closes_as_aclose_does_under_asyncio(how: str) -> 
     assert members == 0
 
 
+def cut_then_mark(cluster: FakeCluster, took: list[float], then: float = 2.0) -> Any:
+    """A task that fetches until cancelled, then (shielded) has the broker drop
+    every connection and marks offset 4 ``then`` seconds later."""
+
+    async def task(gen: Generation) -> None:
+        try:
+            async for _ in gen.fetch(TP):
+                pass
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.2)
+                assert cluster.cut_connections()
+                await anyio.sleep(then)
+                gen.mark(TP, 4)
+                took.append(anyio.current_time())
+
+    return task
+
+
+async def test_a_connection_broken_while_leaving_by_a_cancellation_is_opened_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The broker drops the connections while the group closes after a
+    cancellation: the final commit and the LeaveGroup open new ones. (The
+    Cluster's task group was entered in the cancelled scope: every new
+    connection closed itself at once, the commit failed after
+    request_timeout and the member stayed in the group.)"""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+        returned: list[float] = []
+        with trio.CancelScope() as outer:
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **LONG_TEARDOWN) as group:
+                gen = await group.next()
+                gen.start_soon(cut_then_mark(cluster, returned), gen)
+                await trio.sleep(0.5)
+                outer.cancel()
+                await trio.sleep_forever()
+        assert outer.cancelled_caught
+        assert trio.current_time() - returned[0] < 1.0
+        assert gen.commit_error is None
+        assert cluster.committed_offsets("g")[TP] == 4
+        assert not cluster.describe_group("g").members
+
+
+def test_a_connection_broken_while_leaving_by_a_cancellation_is_opened_again_on_asyncio() -> None:
+    async def main() -> tuple[float, int | None, int]:
+        async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+            produce(cluster, 10)
+            returned: list[float] = []
+            with anyio.CancelScope() as outer:
+                async with ConsumerGroup("g", ["t"], cluster.bootstrap, **ASYNCIO_SETTINGS) as g:
+                    gen = await g.next()
+                    gen.start_soon(cut_then_mark(cluster, returned, then=0.3), gen)
+                    await anyio.sleep(0.3)
+                    outer.cancel()
+                    await anyio.sleep_forever()
+            took = anyio.current_time() - returned[0]
+            return (
+                took,
+                cluster.committed_offsets("g").get(TP),
+                len(cluster.describe_group("g").members),
+            )
+
+    took, committed, members = anyio.run(main, backend="asyncio")
+    assert took < 1.0
+    assert committed == 4
+    assert members == 0
+
+
 # ------------------------------------------------------ a task's KeyboardInterrupt or SystemExit
 
 QUICK = {**EMBEDDED_SETTINGS, "commit_interval": 0.0, "join_backoff": 0.1, "fetch_max_wait": 0.1}
@@ -212,6 +281,25 @@ def run(fn: Any, backend: str) -> Any:
         return anyio.run(fn, backend=backend)
     except BaseException as exc:
         pytest.fail(f"escaped the event loop: {exc!r}")
+
+
+async def _enter_in_a_cancelled_scope() -> bool:
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **QUICK):
+                await anyio.sleep(1)
+        return scope.cancelled_caught
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_group_entered_in_a_cancelled_scope_does_not_hang(backend: str) -> None:
+    """The task that holds the group's Cluster open is shielded until the group
+    closed: started from a cancelled scope without a shield, trio's start
+    would wait for it to end (it is not moved to the group's task group
+    then): forever."""
+    assert run(_enter_in_a_cancelled_scope, backend) is True
 
 
 @pytest.mark.parametrize("backend", ["trio", "asyncio"])
