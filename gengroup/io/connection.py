@@ -38,7 +38,8 @@ is reported; rejected credentials raise
 retried). When the broker limits the session's lifetime (KIP-368), a task
 beside the reader re-authenticates on this same connection before it
 expires, holding the send lock so that no other request goes out between
-the SASL frames (see :mod:`gengroup.io.sasl` for why in place).
+the SASL frames (see :mod:`gengroup.io.sasl` for why in place); it is
+shielded from cancellation as the reader is (below).
 
 The read loop is shielded from cancellation: the connection lives until its
 owner closes it, so that shielded clean-up in a cancelled scope (the final
@@ -404,7 +405,16 @@ class BrokerConnection:
         return error
 
     async def _reauthenticate_loop(self) -> None:
-        """Re-authenticate before each session expires, until the connection closes."""
+        """Re-authenticate before each session expires, until the connection closes.
+
+        Shielded, as the reader is: a connection that shielded clean-up in a
+        cancelled scope still uses (a final commit, LeaveGroup) must not see
+        its session expire; the loop ends with the connection.
+        """
+        with anyio.CancelScope(shield=True):
+            await self._reauthenticate_until_closed()
+
+    async def _reauthenticate_until_closed(self) -> None:
         while self.session_lifetime is not None:
             delay = self.session_lifetime * random.uniform(*_REAUTH_AT)
             with anyio.move_on_after(delay):
