@@ -269,7 +269,8 @@ class Admin:
         """Create topics and wait until every partition has a leader that serves it.
 
         Args:
-            topics: ``{name: partitions}`` or :class:`NewTopic` objects.
+            topics: ``{name: partitions}`` (with the broker's default
+                replication factor) or :class:`NewTopic` objects.
             timeout: seconds for the whole operation (default: the admin's timeout).
             exist_ok: do not raise for topics that already exist (their
                 partition count is left as it is).

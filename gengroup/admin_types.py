@@ -83,14 +83,17 @@ class NewTopic:
 
     Attributes:
         name: the topic name.
-        partitions: the number of partitions.
-        replication_factor: copies of each partition.
+        partitions: the number of partitions (-1: the broker's
+            ``num.partitions``).
+        replication_factor: copies of each partition (default -1: the
+            broker's ``default.replication.factor``, as the Java
+            ``AdminClient`` and ``kafka-topics.sh`` leave it).
         configs: topic configuration overrides, e.g. ``{"cleanup.policy": "compact"}``.
     """
 
     name: str
     partitions: int
-    replication_factor: int = 1
+    replication_factor: int = -1
     configs: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

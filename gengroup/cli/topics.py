@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from .._errors import UnknownTopicOrPartition
 from .._types import TopicPartition
 from ..admin import Admin
-from ..admin_types import INT32_MAX
+from ..admin_types import INT16_MAX, INT32_MAX, NewTopic
 from ._admin import AdminCommand
 from ._common import bounded
 from ._progress import View, wanted
@@ -38,6 +38,12 @@ def add_parser(subparsers: Any) -> None:
         default=1,
         help="default 1; -1: the broker's default (num.partitions)",
     )
+    create.add_argument(
+        "--replication-factor",
+        type=_replication_factor,
+        default=-1,
+        help="copies of each partition; default -1: the broker's (default.replication.factor)",
+    )
     command.action("delete", "delete a topic", _delete)
     grow = command.action("add-partitions", "grow a topic to a number of partitions", _grow)
     grow.add_argument(
@@ -54,6 +60,15 @@ def _partition_count(text: str) -> int:
     if text.strip() == "-1":
         return -1
     value: int = bounded(int, 1, INT32_MAX)(text)
+    return value
+
+
+def _replication_factor(text: str) -> int:
+    """``--replication-factor`` of ``create``: 1 to 2**15 - 1, or -1 (the broker's
+    ``default.replication.factor``)."""
+    if text.strip() == "-1":
+        return -1
+    value: int = bounded(int, 1, INT16_MAX)(text)
     return value
 
 
@@ -100,7 +115,8 @@ async def _describe(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _create(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
-    await _showing_leaders(admin, args, lambda: admin.create_topics({args.topic: args.partitions}))
+    topic = NewTopic(args.topic, args.partitions, args.replication_factor)
+    await _showing_leaders(admin, args, lambda: admin.create_topics([topic]))
     # The count the topic got (with -1, the broker's default), as the metadata shows it.
     return {"created": args.topic, "partitions": admin.cluster.partition_count(args.topic)}
 

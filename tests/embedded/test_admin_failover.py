@@ -169,5 +169,7 @@ async def test_topics_create_with_the_broker_default_reports_the_count_it_got(
         FakeCluster(initial_rebalance_delay_ms=0) as cluster,
         Admin(cluster.bootstrap) as admin,
     ):
-        args = argparse.Namespace(topic="neg", partitions=-1, topics_action="create")
+        args = argparse.Namespace(
+            topic="neg", partitions=-1, replication_factor=-1, topics_action="create"
+        )
         assert await topics_cli._create(admin, args) == {"created": "neg", "partitions": 1}
