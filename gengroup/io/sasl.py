@@ -23,8 +23,15 @@ tells the session's lifetime (``connections.max.reauth.ms``, or an
 OAUTHBEARER token's expiry). :func:`authenticate` returns it, and the
 connection re-runs the whole exchange *on the same connection* at a random
 point between 85 % and 95 % of it (as the Java client does), while other
-requests wait on the connection's send lock; responses to requests sent
-before the re-authentication simply arrive first, in order. Re-authenticating
+requests wait on the connection's send lock. The mechanism (an OAUTHBEARER
+token) is made before the lock is taken (until 95 % of the session passed:
+then requests wait for the token too, since one arriving after the session
+expired makes the broker close the connection), and the exchange starts once the
+requests sent before it were answered (the broker answers them first, in
+order; a parked JoinGroup may take up to its rebalance timeout), so that its
+timeout counts the exchange alone. Kafka closes an expired session's
+connection at its next request other than a SaslHandshake, so a handshake
+that arrives late still re-authenticates. Re-authenticating
 in place rather than reconnecting keeps parked JoinGroup and long-poll Fetch
 requests alive across it: a reconnect would fail them and, for a consumer
 group, could cost a rebalance. Should re-authentication fail, the connection
@@ -205,13 +212,17 @@ def _authenticate_version(peer: SaslPeer) -> int | None:
     return hi if hi >= max(rng[0], 0) else None
 
 
-async def authenticate(peer: SaslPeer, security: Security, broker: str) -> float | None:
+async def authenticate(
+    peer: SaslPeer, security: Security, broker: str, mechanism: Mechanism | None = None
+) -> float | None:
     """Authenticate ``peer`` with ``security``'s SASL mechanism.
 
     Args:
         peer: the connection, with its API versions negotiated.
         security: the client's settings (``uses_sasl`` must be true).
         broker: the broker's ``host:port``, for messages.
+        mechanism: the conversation to run, made beforehand by
+            :func:`mechanism_for` (default: made here).
 
     Returns:
         The session's lifetime in seconds, after which the connection must
@@ -221,7 +232,8 @@ async def authenticate(peer: SaslPeer, security: Security, broker: str) -> float
         AuthenticationError: the broker rejected the mechanism or the credentials.
         KafkaConnectionError: the connection failed meanwhile.
     """
-    mechanism = await mechanism_for(security, broker)
+    if mechanism is None:
+        mechanism = await mechanism_for(security, broker)
     name = mechanism.name
 
     def failed(detail: str) -> AuthenticationError:

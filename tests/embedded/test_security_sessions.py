@@ -1,22 +1,26 @@
 """SASL sessions with a lifetime (KIP-368) against the embedded broker: the
 client re-authenticates in place, also where the connection's owner was
-cancelled and shielded clean-up still uses it."""
+cancelled and shielded clean-up still uses it, and behind a parked request."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
-from gengroup import KafkaConnectionError
-from gengroup.broker import FakeCluster
+from gengroup import ConsumerGroup, KafkaConnectionError
+from gengroup.broker import Drop, FakeCluster
+from gengroup.io import connection, sasl
 from gengroup.io.connection import open_connection
 from gengroup.io.security import Security
+from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import Certificates
 
 from . import metadata
-from .test_security import certs, client, server
+from .test_security import GROUP, HANG_GUARD, certs, client, server
 
 __all__ = ["certs"]  # the fixture, imported for these tests
 
@@ -45,4 +49,136 @@ async def test_a_connection_re_authenticates_while_shielded_clean_up_uses_it(
         assert not isinstance(answers[0], KafkaConnectionError), answers[0]
         assert [t.name for t in answers[0].topics] == ["t"]
         assert conn.reauthentications >= 4
+        assert cluster.servers[0].expired_sessions == 0
+
+
+async def test_a_re_authentication_waits_for_a_parked_join_group(
+    autojump_clock: trio.testing.MockClock,
+    certs: Certificates,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """B's JoinGroup is parked while A's tasks take 20 s to return; B's
+    connection re-authenticates (4 s sessions) behind it without cutting it.
+    (The exchange's connect_timeout ran from its start: it timed out behind
+    the parked JoinGroup, and the connection was closed under it with a
+    warning giving no cause.)"""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    security = server(certs, "SASL_PLAINTEXT", session_lifetime_ms=4_000)
+    settings = {**client(certs, "SASL_PLAINTEXT", "SCRAM-SHA-256"), **GROUP}
+    async with FakeCluster(
+        security=security, topics={"t": 4}, initial_rebalance_delay_ms=0
+    ) as cluster:
+        formed: dict[str, float] = {}
+
+        async def member(name: str, teardown: float) -> None:
+            async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+                async for gen in group:
+                    formed.setdefault(name, trio.current_time())
+
+                    async def slow_to_return() -> None:
+                        try:
+                            await trio.sleep_forever()
+                        finally:
+                            with trio.CancelScope(shield=True):
+                                await trio.sleep(teardown)
+
+                    gen.start_soon(slow_to_return)
+
+        with trio.fail_after(HANG_GUARD):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(member, "A", 20.0)
+                while "A" not in formed:
+                    await trio.sleep(0.1)
+                nursery.start_soon(member, "B", 0.0)
+                b_joined = trio.current_time()
+                while "B" not in formed:
+                    await trio.sleep(0.1)
+                nursery.cancel_scope.cancel()
+        assert 20.0 <= formed["B"] - b_joined < 25.0
+        assert cluster.reauthentications >= 5
+        assert cluster.servers[0].expired_sessions == 0
+        warned = [r.getMessage() for r in caplog.records if r.name.startswith("gengroup")]
+        assert not [w for w in warned if "re-authentication" in w], warned
+
+
+async def test_a_re_authentication_without_an_answer_says_it_timed_out(
+    autojump_clock: trio.testing.MockClock,
+    certs: Certificates,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    security = server(certs, "SASL_PLAINTEXT", session_lifetime_ms=2_000)
+    settings = Security(**client(certs, "SASL_PLAINTEXT", "PLAIN"))
+    async with FakeCluster(security=security, topics={"t": 1}) as cluster:
+        host, port = cluster.bootstrap.rsplit(":", 1)
+        async with open_connection(host, int(port), security=settings) as conn:
+            cluster.control(ApiKey.SASL_HANDSHAKE, lambda call: Drop(), once=True)
+            with trio.fail_after(HANG_GUARD):
+                await conn.wait_closed()
+    said = "re-authentication failed, closing the connection: no answer within connect_timeout"
+    assert [r.getMessage() for r in caplog.records] == [f"{conn}: {said}=10.0 s"]
+
+
+def slow_token_at_re_authentication(seconds: float, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Make the SASL mechanism (where OAUTHBEARER's provider is asked for its
+    token) take ``seconds`` at each re-authentication; when each was asked for."""
+    made = sasl.mechanism_for
+    calls: list[float] = []
+
+    async def slow(*args: Any) -> sasl.Mechanism:
+        calls.append(trio.current_time())
+        if len(calls) > 1:
+            await trio.sleep(seconds)
+        return await made(*args)
+
+    monkeypatch.setattr(sasl, "mechanism_for", slow)
+    return calls
+
+
+async def test_a_slow_token_holds_up_no_request_while_re_authenticating(
+    autojump_clock: trio.testing.MockClock,
+    certs: Certificates,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The mechanism (OAUTHBEARER's token from its provider) is made before the
+    send lock is taken, while the session has time left: a provider taking
+    3 s held up every request on the connection meanwhile."""
+    monkeypatch.setattr(connection, "_REAUTH_AT", (0.85, 0.85))  # at 25.5 s of 30 s
+    calls = slow_token_at_re_authentication(3.0, monkeypatch)
+    security = server(certs, "SASL_PLAINTEXT", session_lifetime_ms=30_000)
+    settings = Security(**client(certs, "SASL_PLAINTEXT", "PLAIN"))
+    async with FakeCluster(security=security, topics={"t": 1}) as cluster:
+        host, port = cluster.bootstrap.rsplit(":", 1)
+        async with open_connection(host, int(port), security=settings) as conn:
+            with trio.fail_after(HANG_GUARD):
+                while len(calls) < 2:
+                    await trio.sleep(0.01)
+                await trio.sleep(0.5)  # the provider is running
+                started = trio.current_time()
+                await conn.request(metadata(1, ["t"]))
+                assert trio.current_time() - started < 0.1
+                while conn.reauthentications < 1:
+                    await trio.sleep(0.1)
+                assert conn.is_usable
+
+
+async def test_a_token_slower_than_the_session_holds_requests_back_near_its_end(
+    autojump_clock: trio.testing.MockClock,
+    certs: Certificates,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sessions of 4 s and a token that takes 2.5 s, while requests flow: from
+    95 % of the session on they wait for the re-authentication, so none
+    arrives after the session expired (which the broker answers by closing
+    the connection)."""
+    slow_token_at_re_authentication(2.5, monkeypatch)
+    security = server(certs, "SASL_PLAINTEXT", session_lifetime_ms=4_000)
+    settings = Security(**client(certs, "SASL_PLAINTEXT", "PLAIN"))
+    async with FakeCluster(security=security, topics={"t": 1}) as cluster:
+        host, port = cluster.bootstrap.rsplit(":", 1)
+        async with open_connection(host, int(port), security=settings) as conn:
+            with trio.fail_after(HANG_GUARD):
+                while conn.reauthentications < 3:
+                    await conn.request(metadata(1, ["t"]))
+                    await trio.sleep(0.05)
         assert cluster.servers[0].expired_sessions == 0
