@@ -53,7 +53,9 @@ close is not enough: a broker stopping closes the connections it has, and
 may do so to one that just sent its first request. An address counts once a
 connection opened after such a close was closed the same way, and only then
 is a client without SASL asked whether the listener requires it (a broker
-that stopped refuses the next connection instead, which is said as that).
+that stopped refuses the next connection instead, which is said as that):
+in the :class:`~gengroup._errors.BrokenConnection` that request raises,
+and in the WARNING and the outage once every known address does it.
 
 Every request goes out through :meth:`Cluster.call` (version negotiated on
 the connection that carries it, see :mod:`gengroup.io.request`); every retry
@@ -693,9 +695,16 @@ class Cluster:
                 conn, key, make, timeout=timeout, expect_response=expect_response, check=check
             )
         except KafkaConnectionError as exc:
-            outage = None if conn.has_answered else self._unanswered_outage()
+            if conn.has_answered:
+                raise
+            outage = self._unanswered_outage()
             if outage is not None:
                 raise outage from exc
+            said = self._unanswered.get((conn.host, conn.port))
+            if said is not None and isinstance(exc, BrokenConnection):
+                # The address closes every connection so: say it (and ask a
+                # client without SASL whether the listener requires it).
+                raise BrokenConnection(f"{conn}: {said[1]}") from exc
             raise
         finally:
             inflight[conn] -= 1

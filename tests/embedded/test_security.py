@@ -46,6 +46,7 @@ from gengroup import (
     ConfigError,
     ConsumerGroup,
     Generation,
+    KafkaConnectionError,
     Producer,
     TLSError,
     TopicPartition,
@@ -364,6 +365,27 @@ async def test_a_plaintext_client_of_a_tls_listener_is_told_to_check_security_pr
             async with Admin(cluster.bootstrap) as admin:  # its timeout, 30 s, comes first
                 await admin.list_groups()
     assert "does the broker speak TLS on this port? check security_protocol" in str(info.value)
+
+
+@pytest.mark.parametrize("client_kind", ["admin", "producer"])
+async def test_a_client_without_sasl_of_a_sasl_listener_is_asked_about_sasl(
+    autojump_clock: trio.testing.MockClock, certs: Certificates, client_kind: str
+) -> None:
+    """An Admin call or a send gives up at its own deadline, before the
+    cluster counts as unreachable: its error asks too (the hint was only in
+    the WARNING and in ClusterUnreachable)."""
+    hint = "does the listener require SASL? check security_protocol"
+    async with FakeCluster(security=server(certs, "SASL_PLAINTEXT"), topics={"t": 1}) as cluster:
+        with anyio.fail_after(HANG_GUARD):
+            if client_kind == "admin":
+                with pytest.raises(TimeoutError) as info:
+                    async with Admin(cluster.bootstrap, timeout=10.0) as admin:
+                        await admin.list_groups()
+            else:
+                with pytest.raises(KafkaConnectionError) as info:
+                    async with Producer(cluster.bootstrap, max_block=10.0) as producer:
+                        await producer.send("t", b"x")
+    assert hint in str(info.value)
 
 
 async def test_a_sasl_client_of_a_listener_without_sasl_is_told_so(
