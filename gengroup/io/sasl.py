@@ -41,6 +41,7 @@ the cause.
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any, Protocol
 
@@ -181,7 +182,10 @@ async def mechanism_for(security: Security, broker: str) -> Mechanism:
         provider = security.sasl_oauth_token_provider
         assert provider is not None
         try:
-            token = await provider()
+            # An async function's awaitable, or a plain function's token.
+            token: object = provider()
+            if inspect.isawaitable(token):
+                token = await token
         except (AuthenticationError, ConfigError):
             raise  # the provider's own verdict (its identity provider refused it)
         except Exception as exc:

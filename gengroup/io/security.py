@@ -46,7 +46,9 @@ __all__ = [
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
-#: An async callable returning an OAuth 2 bearer token (a compact JWT) for OAUTHBEARER.
+#: An async callable returning an OAuth 2 bearer token (a compact JWT) for
+#: OAUTHBEARER. A plain function returning the token is accepted too (it is
+#: called in the event loop, so it must not block).
 TokenProvider = Callable[[], Awaitable[str]]
 #: A path setting: a string or a :class:`os.PathLike`.
 PathSetting = str | os.PathLike[str]
@@ -95,9 +97,10 @@ class Security(UsesProtocol):
             ``"OAUTHBEARER"``; required with a ``SASL_*`` protocol.
         sasl_username: the user name (PLAIN and SCRAM).
         sasl_password: the password (PLAIN and SCRAM).
-        sasl_oauth_token_provider: an async callable returning a bearer token
-            (OAUTHBEARER); called on every (re-)authentication, so it may
-            refresh the token.
+        sasl_oauth_token_provider: a callable returning a bearer token
+            (OAUTHBEARER): an async function, or a plain one returning the
+            token (called in the event loop, so it must not block); called
+            on every (re-)authentication, so it may refresh the token.
 
     Raises:
         ConfigError: a setting, or a combination of them, is invalid.
@@ -257,8 +260,9 @@ def _check_sasl(s: Security, protocol: str) -> None:
     if mechanism == "OAUTHBEARER":
         if not callable(s.sasl_oauth_token_provider):
             raise ConfigError(
-                "sasl_mechanism='OAUTHBEARER' needs sasl_oauth_token_provider, an async "
-                f"callable returning a token (got a {type(s.sasl_oauth_token_provider).__name__})"
+                "sasl_mechanism='OAUTHBEARER' needs sasl_oauth_token_provider, a callable "
+                "returning a token, async or not "
+                f"(got a {type(s.sasl_oauth_token_provider).__name__})"
             )
         if s.sasl_username is not None or s.sasl_password is not None:
             raise ConfigError(

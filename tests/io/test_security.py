@@ -285,3 +285,33 @@ async def test_oauthbearer_message_and_a_failing_provider() -> None:
             ),
             "h:1",
         )
+
+
+async def test_a_plain_function_is_a_token_provider_too() -> None:
+    """A provider that returns the token rather than an awaitable (a lambda, a
+    plain function) is called and its token used. (Awaiting its str raised a
+    TypeError, retried as a broken connection until ClusterUnreachable.)"""
+
+    def plain() -> str:
+        return "header.payload."
+
+    def nothing() -> None:
+        return None
+
+    def failing() -> str:
+        raise RuntimeError("identity provider down")
+
+    def oauth(provider: Any) -> Security:
+        return Security(
+            security_protocol="SASL_SSL",
+            sasl_mechanism="OAUTHBEARER",
+            sasl_oauth_token_provider=provider,
+        )
+
+    for provider in (plain, lambda: "header.payload.", lambda: token()):
+        mechanism = await sasl.mechanism_for(oauth(provider), "h:1")
+        assert mechanism.first() == b"n,,\x01auth=Bearer header.payload.\x01\x01"
+    with pytest.raises(AuthenticationError, match="returned NoneType, not a non-empty token"):
+        await sasl.mechanism_for(oauth(nothing), "h:1")
+    with pytest.raises(BrokenConnection, match=r"token provider raised.*identity provider down"):
+        await sasl.mechanism_for(oauth(failing), "h:1")
