@@ -49,7 +49,7 @@ SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"
 #: An async callable returning an OAuth 2 bearer token (a compact JWT) for
 #: OAUTHBEARER. A plain function returning the token is accepted too (it is
 #: called in the event loop, so it must not block).
-TokenProvider = Callable[[], Awaitable[str]]
+TokenProvider = Callable[[], Awaitable[str] | str]
 #: A path setting: a string or a :class:`os.PathLike`.
 PathSetting = str | os.PathLike[str]
 

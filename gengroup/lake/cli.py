@@ -20,6 +20,7 @@ reported as archived and are fine), 2 usage (a bad option or setting, e.g.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import logging
 import math
@@ -27,7 +28,7 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -228,6 +229,12 @@ def _unsettled(store: LakeStore, committed: dict[TopicPartition, int]) -> list[s
         raise LakeError(f"reading the lake {store.uri!r} failed: {exc}") from exc
 
 
+async def _token(provider: Callable[[], Awaitable[str] | str]) -> str:
+    """The token of an async provider, or of a plain function."""
+    token = provider()
+    return await token if inspect.isawaitable(token) else token
+
+
 async def _show_progress(sink: LakeSink, every: float) -> None:
     from rich.console import Console
     from rich.live import Live
@@ -274,7 +281,7 @@ def _verify(args: argparse.Namespace) -> int:
             # The Java client reads the token from a file (asked for once, here).
             token_file = os.path.join(private, "token")
             with open(token_file, "w", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
-                fh.write(anyio.run(sec.sasl_oauth_token_provider))
+                fh.write(anyio.run(_token, sec.sasl_oauth_token_provider))
         options = spark.kafka_options(sec, oauth_token_file=token_file)
         with spark.session(args.master, "gengroup lake verify") as session:
             report = spark.verify(
