@@ -28,9 +28,12 @@ in offset order and the published ones by where they end:
 * *Ahead.* Published files reaching past ``start``, and such a filler: they
   are deleted and their range is landed again, from the lowest base.
 * *Stale.* Every other staged file: no stored commit that is still the
-  group's names it (or it is unreadable). It is deleted, unless it holds
-  offsets below the partition's log start that no published file or filler
-  holds (:func:`uncovered`): records only that file still has.
+  group's names it (or it is unreadable). It is deleted, unless it reads back
+  and holds offsets that no published file or filler holds (:func:`uncovered`)
+  below the start offset (the group committed past them: the file overlaps a
+  kept one, and a commit that named it may have been lost with a reset) or
+  below the partition's log start: records only that file still has, which
+  ``LakeSink._acquire`` refuses to delete (LakeError).
 
 :func:`unsettled` is the same reading from outside the partition's owner
 (``lake sink --until-caught-up``): the staged files holding offsets below

@@ -507,14 +507,18 @@ class LakeSink:
         lost = [(landed, path) for landed, path in todo.ahead if landed.base < log_start]
         if lost:
             raise LakeError(_would_lose(gen, tp, start, log_start, lost, todo.ahead))
-        only = [(f, holes) for f, holes in loose if holes[0][0] < log_start]
+        # A stale file holding offsets below the start offset (committed past) or the log
+        # start that no kept file holds has the lake's only copy of them, if it reads back.
+        only = [(f, holes) for f, holes in loose if holes[0][0] < max(start, log_start)]
         if only:
             only = await self._storage(
                 f"{tp}: reading staged files",
                 lambda: [(f, h) for f, h in only if store.readable(tp, *f)],
             )
-            if only:
+            if only and only[0][1][0][0] < log_start:
                 raise LakeError(_would_lose_staged(gen.group_id, tp, log_start, only, lake))
+            if only:
+                raise LakeError(_would_lose_committed(gen.group_id, tp, start, log_start, only))
         if todo.fillers:
             await self._storage(
                 f"{tp}: publishing staged files below offset {start}",
@@ -735,6 +739,31 @@ def _would_lose_staged(
         f"deleted since), but it holds the records at offsets {first}..{last}, which no "
         f"published file holds and the topic no longer has (its log starts at {log_start}): "
         f"nothing was deleted. {keep}. To give them up, move the file out of the lake"
+    )
+
+
+def _would_lose_committed(
+    group_id: str,
+    tp: TopicPartition,
+    start: int,
+    log_start: int,
+    only: list[tuple[Entry, list[tuple[int, int]]]],
+) -> str:
+    """Why the sink refuses to delete a staged file that overlaps files the lake keeps but
+    holds offsets below ``start`` that none of them holds (the group committed past them)."""
+    (_, path), holes = only[0]
+    first, last = holes[0][0], min(start, max(hi for _, hi in holes)) - 1
+    others = f" (and {len(only) - 1} more staged file(s) like it)" if len(only) > 1 else ""
+    return (
+        f"{tp}: {path}{others} is staged and no stored commit that is still the group's "
+        "names it, but it holds the records at offsets "
+        f"{first}..{last}, below the start offset {start}, which neither a published file "
+        "nor a staged file published now holds: the group committed past them, and this "
+        "file, which overlaps files the lake keeps, is the lake's only copy: nothing was "
+        "deleted. To land them again from the topic (its log starts at "
+        f"{log_start}), stop the sink and set the group's committed offset to {first} "
+        f"({_reset_command(group_id, tp, first)}). To give them up, move the file out of "
+        "the lake"
     )
 
 

@@ -250,3 +250,48 @@ async def test_expired_offsets_after_a_crash_before_publishing_lose_nothing(
     await _land_all(cluster.bootstrap, "gone", LakeSink(_config(tmp_path)))
     assert _offsets(tmp_path) == list(range(700))
     assert staged_files(tmp_path) == []
+
+
+# ---------------------------------------------------------------------- staged files in conflict
+
+
+def _stage(lake: Path, base: int, end: int, token: str) -> str:
+    """Write a staged file of partition 0's offsets ``[base, end)``, as a writer would; its path."""
+    landed, n = Landed(base, end, token), end - base
+    store = LakeStore(str(lake))
+    columns = {
+        "topic": [TOPIC] * n,
+        "partition": [0] * n,
+        "offset": list(range(base, end)),
+        "timestamp": [0] * n,
+        "key": [None] * n,
+        "value": [b"r%06d" % i for i in range(base, end)],
+        "headers": [[]] * n,
+        "landed_at": [0] * n,
+    }
+    store.write_staged(TP, landed, columns)
+    return store.staged_path(TP, landed)
+
+
+async def test_a_stale_staged_file_holding_committed_offsets_nothing_else_holds_is_kept(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A frozen writer's late file [0, 2000), never committed, and a committed file
+    [1000, 3000) whose note a reset dropped, both staged: the first fills the lake below
+    the start offset 3000, the second overlaps it and is stale, but it alone holds offsets
+    2000..2999, which the group committed past. Whatever the log start, nothing is deleted
+    (LakeError naming the file and the offsets); following the advice lands them again."""
+    await _produce(cluster.bootstrap, range(3000))
+    _stage(tmp_path, 0, 2000, "g1s1-aaaaaaaaaaaa")
+    committed = _stage(tmp_path, 1000, 3000, "g2s1-bbbbbbbbbbbb")
+    await _reset(cluster.bootstrap, "conflict", 3000)
+    with pytest.raises(LakeError) as raised, anyio.fail_after(60):
+        await _run_sink(cluster.bootstrap, "conflict", LakeSink(_config(tmp_path)), anyio.Event())
+    message = str(raised.value)
+    assert committed in message and "offsets 2000..2999, below the start offset 3000" in message
+    assert "nothing was deleted" in message and "--offset 2000 --execute" in message
+    assert len(staged_files(tmp_path)) == 2 and _offsets(tmp_path) == []
+    await _reset(cluster.bootstrap, "conflict", 2000)
+    await _land_all(cluster.bootstrap, "conflict", LakeSink(_config(tmp_path)))
+    assert _offsets(tmp_path) == list(range(3000))
+    assert staged_files(tmp_path) == []
