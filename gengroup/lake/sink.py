@@ -82,7 +82,7 @@ from ..protocol.arrow import arrow_schema as records_schema
 from .acquire import Entry, Plan, plan, uncovered
 from .gaps import empty_until
 from .layout import Landed, arrow_schema, commit_note, parse_note
-from .store import LakeError, LakeStore
+from .store import Identity, LakeError, LakeStore
 
 __all__ = ["LakeConfig", "LakeSink", "PartitionProgress"]
 
@@ -482,16 +482,16 @@ class LakeSink:
             note = None  # not the note of the committed offset: not ours to act on
         store = self.store
 
-        def survey() -> tuple[bool, list[Entry], Plan]:
+        def survey() -> tuple[bool, list[Entry], Plan, dict[str, Identity | None]]:
             published = note is not None and store.publish(tp, note)
             files = store.published(tp)
-            return (
-                published,
-                files,
-                plan(start, files, store.staged(tp), partial(store.readable, tp)),
-            )
+            todo = plan(start, files, store.staged(tp), partial(store.readable, tp))
+            seen = {path: store.identity(path) for _, path in [*todo.ahead, *todo.stale]}
+            return published, files, todo, seen
 
-        published, files, todo = await self._storage(f"{tp}: reading the folder", survey)
+        if self._lost_lease(gen, tp, "reading its folder"):
+            return None
+        published, files, todo, seen = await self._storage(f"{tp}: reading the folder", survey)
         if published:
             assert note is not None
             log.info(
@@ -520,6 +520,8 @@ class LakeSink:
             if only:
                 raise LakeError(_would_lose_committed(gen.group_id, tp, start, log_start, only))
         if todo.fillers:
+            if self._lost_lease(gen, tp, "publishing staged files"):
+                return None
             await self._storage(
                 f"{tp}: publishing staged files below offset {start}",
                 lambda: [store.publish(tp, landed) for landed, _ in todo.fillers],
@@ -540,9 +542,11 @@ class LakeSink:
 
         def delete() -> list[str]:
             for _, path in todo.ahead:
-                store.delete(path)
-            return [path for _, path in todo.stale if store.delete(path)]
+                store.delete(path, seen[path])
+            return [path for _, path in todo.stale if store.delete(path, seen[path])]
 
+        if (todo.ahead or todo.stale) and self._lost_lease(gen, tp, "deleting files"):
+            return None
         stale = await self._storage(f"{tp}: deleting files", delete)
         if todo.ahead:
             log.warning(
@@ -564,6 +568,21 @@ class LakeSink:
         if begin != start:
             gen.seek(tp, begin)
         return begin
+
+    @staticmethod
+    def _lost_lease(gen: Generation, tp: TopicPartition, step: str) -> bool:
+        """Whether ``gen`` is ending or its lease ran out (a member frozen past its session
+        timeout, whose partitions may have a new owner): then ``tp``'s folder is left alone."""
+        if not gen.ending and not gen.lease_expired():
+            return False
+        log.warning(
+            "%s: generation %s is ending (%s); not %s: the folder is the next owner's",
+            tp,
+            gen.label,
+            gen.end_reason or "its lease expired",
+            step,
+        )
+        return True
 
     async def _commit_back(self, gen: Generation, tp: TopicPartition, begin: int) -> bool:
         """Move ``tp``'s committed offset back to ``begin`` before deleting the files from

@@ -51,6 +51,9 @@ from .layout import (
 
 __all__ = ["LakeError", "LakeStore"]
 
+#: A file's size and modification time (ns), as :meth:`LakeStore.identity` reads them.
+Identity = tuple[int, int | None]
+
 
 class LakeError(GengroupError):
     """The lake is not as the landing protocol left it, or storage failed."""
@@ -291,8 +294,24 @@ class LakeStore:
             and pc.all(pc.equal(table.column("partition"), tp.partition)).as_py()
         )
 
-    def delete(self, path: str) -> bool:
-        """Delete a file; False if it was not there."""
+    def identity(self, path: str) -> Identity | None:
+        """What tells the file at ``path`` from another written under the same name later
+        (its size and modification time); None if it is not there."""
+        from pyarrow import fs
+
+        info = self.fs.get_file_info(path)
+        if info.type != fs.FileType.File:
+            return None
+        return info.size, info.mtime_ns
+
+    def delete(self, path: str, identity: Identity | None = None) -> bool:
+        """Delete a file; False if it was not there.
+
+        With ``identity`` (from :meth:`identity`), only if the file is still that
+        one: False, nothing deleted, if another was written under its name since.
+        """
+        if identity is not None and self.identity(path) != identity:
+            return False
         try:
             self.fs.delete_file(path)
             return True

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -295,3 +296,62 @@ async def test_a_stale_staged_file_holding_committed_offsets_nothing_else_holds_
     await _land_all(cluster.bootstrap, "conflict", LakeSink(_config(tmp_path)))
     assert _offsets(tmp_path) == list(range(3000))
     assert staged_files(tmp_path) == []
+
+
+class _Freezing(LakeStore):
+    """A store whose member freezes while it surveys the folder, past its session timeout."""
+
+    def __init__(self, lake: str, gen: Any) -> None:
+        super().__init__(lake)
+        self.gen = gen
+
+    def staged(self, tp: TopicPartition) -> list[tuple[Landed, str]]:
+        self.gen.expired = True
+        return super().staged(tp)
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+async def test_a_member_whose_lease_ran_out_in_step_1_leaves_the_folder_alone(
+    frozen: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A member that surveyed the folder, then froze past its session timeout, neither
+    publishes nor deletes what it planned to: the partition may have a new owner."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    store = LakeStore(str(tmp_path))
+    _stage(tmp_path, 0, 100, "g1s1-aaaaaaaaaaaa")
+    store.publish(TP, Landed(0, 100, "g1s1-aaaaaaaaaaaa"))
+    covered = _stage(tmp_path, 0, 100, "g2s1-bbbbbbbbbbbb")  # stale, the lake holds it
+    _stage(tmp_path, 100, 200, "g3s1-cccccccccccc")  # fills the lake below 300
+    gen = SimpleNamespace(
+        assignments={TP: 300},
+        committed={TP: 300},
+        committed_metadata={},
+        ending=False,
+        expired=False,
+        end_reason=None,
+        label="7",
+        group_id="frozen",
+    )
+    gen.lease_expired = lambda: gen.expired
+    sink = LakeSink(_config(tmp_path), store=_Freezing(str(tmp_path), gen) if frozen else store)
+    begin = await sink._acquire(cast(Any, gen), TP)
+    published = [path for _, path in store.published(TP)]
+    if frozen:
+        assert begin is None and len(published) == 1 and len(staged_files(tmp_path)) == 2
+        assert "not publishing staged files: the folder is the next owner's" in caplog.text
+    else:
+        assert begin == 300 and len(published) == 2 and staged_files(tmp_path) == []
+    assert (Path(covered) in staged_files(tmp_path)) == frozen
+
+
+def test_a_file_written_again_under_its_name_since_the_survey_is_not_deleted(
+    tmp_path: Path,
+) -> None:
+    """Deleting what the survey saw: a file of the same name written since is kept."""
+    store = LakeStore(str(tmp_path))
+    path = _stage(tmp_path, 0, 100, "g1s1-aaaaaaaaaaaa")
+    seen = store.identity(path)
+    Path(path).unlink()
+    Path(path).write_bytes(b"another writer's file")
+    assert not store.delete(path, seen) and Path(path).exists()
+    assert store.delete(path, store.identity(path)) and not Path(path).exists()
