@@ -269,17 +269,26 @@ class LakeStore:
         a complete one has the lake's schema and ``tp``'s rows, at offsets rising
         within ``[landed.base, landed.end)``.
 
+        The file's bytes are read first, and only then decoded: a storage failure
+        while reading is raised, while any failure to decode them (a damaged
+        footer or page, which pyarrow raises as ``OSError`` too) makes the file
+        unreadable.
+
         Raises:
-            OSError: storage failed.
+            OSError: storage failed (the message names ``path``).
         """
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
         try:
-            with self.fs.open_input_file(path) as f:
-                table = pq.ParquetFile(f).read()
-        except (pa.ArrowInvalid, EOFError):
+            with self.fs.open_input_stream(path) as f:
+                data = f.read()
+        except OSError as exc:
+            raise _naming(exc, path) from exc
+        try:
+            table = pq.ParquetFile(pa.BufferReader(data)).read()
+        except (OSError, pa.ArrowException, EOFError, ValueError):
             return False
         n = table.num_rows
         if not n or not table.schema.equals(arrow_schema(), check_metadata=False):
@@ -340,6 +349,15 @@ class LakeStore:
             if landed is not None:
                 out.append((landed, info.path))
         return out
+
+
+def _naming(exc: OSError, path: str) -> OSError:
+    """``exc`` (same type and errno) with a message that names ``path``, if it did not."""
+    if path in str(exc):
+        return exc
+    if exc.errno is None:
+        return type(exc)(f"{path}: {exc}")
+    return type(exc)(exc.errno, f"{path}: {exc.strerror or exc}")
 
 
 def _fsync_dir(path: str) -> None:

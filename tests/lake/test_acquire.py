@@ -355,3 +355,52 @@ def test_a_file_written_again_under_its_name_since_the_survey_is_not_deleted(
     Path(path).write_bytes(b"another writer's file")
     assert not store.delete(path, seen) and Path(path).exists()
     assert store.delete(path, store.identity(path)) and not Path(path).exists()
+
+
+def _damage(path: str, how: str) -> None:
+    """Zero a third of the file's middle (a data page), or its footer (keeping the magic)."""
+    file = Path(path)
+    data = file.read_bytes()
+    n = len(data)
+    if how == "page":
+        data = data[: n // 3] + b"\0" * (n // 3) + data[2 * (n // 3) :]
+    else:
+        data = data[:-300] + b"\0" * 296 + data[-4:]
+    file.write_bytes(data)
+
+
+@pytest.mark.parametrize("how", ["page", "footer"])
+def test_a_damaged_staged_file_is_unreadable(how: str, tmp_path: Path) -> None:
+    store = LakeStore(str(tmp_path))
+    path = _stage(tmp_path, 0, 1000, "g1s1-aaaaaaaaaaaa")
+    assert store.readable(TP, Landed(0, 1000, "g1s1-aaaaaaaaaaaa"), path)
+    _damage(path, how)
+    assert not store.readable(TP, Landed(0, 1000, "g1s1-aaaaaaaaaaaa"), path)
+
+
+async def test_a_damaged_staged_file_is_deleted_not_fatal(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A staged file below the start offset whose page was zeroed holds nothing readable:
+    it is stale and deleted, and the sink lands on (the acquisition does not fail)."""
+    await _produce(cluster.bootstrap, range(2000))
+    _stage(tmp_path, 0, 1000, "g1s1-aaaaaaaaaaaa")
+    _damage(_stage(tmp_path, 1000, 2000, "g1s1-bbbbbbbbbbbb"), "page")
+    await _reset(cluster.bootstrap, "damaged", 2000)
+    with anyio.fail_after(60):
+        await _land_all(cluster.bootstrap, "damaged", LakeSink(_config(tmp_path)))
+    assert _offsets(tmp_path) == list(range(1000))
+    assert staged_files(tmp_path) == []
+
+
+def test_a_storage_failure_reading_a_staged_file_names_it(tmp_path: Path) -> None:
+    class Failing(LakeStore):
+        def __init__(self, lake: str) -> None:
+            super().__init__(lake)
+            self.fs = SimpleNamespace(open_input_stream=self.fail)
+
+        def fail(self, path: str) -> Any:
+            raise OSError(5, "Input/output error")
+
+    with pytest.raises(OSError, match=r"^\[Errno 5\] /lake/x\.parquet: Input/output error$"):
+        Failing(str(tmp_path)).readable(TP, Landed(0, 10, "t"), "/lake/x.parquet")
