@@ -548,14 +548,28 @@ class LakeSink:
         if (todo.ahead or todo.stale) and self._lost_lease(gen, tp, "deleting files"):
             return None
         stale = await self._storage(f"{tp}: deleting files", delete)
-        if todo.ahead:
+        listed = {path for _, path in files}
+        behind = [path for _, path in todo.ahead if path in listed]
+        into = [path for _, path in todo.ahead if path not in listed]
+        if behind:
             log.warning(
                 "%s: the start offset %d is behind the lake (%s); "
                 "deleted %s and landing again from offset %d",
                 tp,
                 start,
                 _why_behind(gen, tp),
-                ", ".join(path for _, path in todo.ahead),
+                ", ".join(behind),
+                begin,
+            )
+        if into:
+            log.warning(
+                "%s: the start offset %d falls into %s, staged and overlapping no published "
+                "file: the group's offsets were reset into its range (backwards, past its "
+                "lost commit, or forwards, past a writer that stopped before its commit was "
+                "stored); its records are kept: deleted it and landing again from offset %d",
+                tp,
+                start,
+                ", ".join(into),
                 begin,
             )
         if stale:

@@ -178,7 +178,7 @@ async def test_a_file_committed_not_published_survives_an_offsets_reset(
     assert _offsets(tmp_path) == [o for o in range(1000) if o not in skipped]
     assert staged_files(tmp_path) == []
     assert ("staged below the start offset" in caplog.text) == (where != "into")
-    assert ("is behind the lake" in caplog.text) == (where == "into")
+    assert ("staged and overlapping no published file" in caplog.text) == (where == "into")
 
 
 async def test_a_committed_staged_file_the_topic_no_longer_has_is_kept_until_published(
@@ -404,3 +404,21 @@ def test_a_storage_failure_reading_a_staged_file_names_it(tmp_path: Path) -> Non
 
     with pytest.raises(OSError, match=r"^\[Errno 5\] /lake/x\.parquet: Input/output error$"):
         Failing(str(tmp_path)).readable(TP, Landed(0, 10, "t"), "/lake/x.parquet")
+
+
+async def test_a_forward_reset_into_a_staged_file_keeps_its_records_and_says_so(
+    cluster: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A writer stopped before its commit of [0, 1000) was stored; the offsets are then
+    reset forwards to 500, into the file. With no note, the sink cannot tell this from a
+    reset backwards into a committed file: it keeps the records, landing again from 0,
+    and its warning says the start offset fell into a staged file, not behind the lake."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    await _produce(cluster.bootstrap, range(1500))
+    path = _stage(tmp_path, 0, 1000, "g1s1-aaaaaaaaaaaa")
+    await _reset(cluster.bootstrap, "forward", 500)
+    await _land_all(cluster.bootstrap, "forward", LakeSink(_config(tmp_path)))
+    assert _offsets(tmp_path) == list(range(1500))
+    assert f"the start offset 500 falls into {path}, staged" in caplog.text
+    assert "landing again from offset 0" in caplog.text
+    assert "is behind the lake" not in caplog.text
