@@ -111,10 +111,6 @@ del _loader
 
 #: Re-authenticate at this fraction of the session lifetime (jittered between them).
 _REAUTH_AT = (0.85, 0.95)
-#: From this fraction of the session on, a re-authentication still waiting for
-#: its token holds the connection's requests back: one arriving after the
-#: session expired would make the broker close the connection.
-_HOLD_AT = 0.95
 #: Seconds within which a broker closing a connection on its first request
 #: after the set-up did so at once: a listener that requires SASL closes it as
 #: soon as the request arrives.
@@ -422,84 +418,77 @@ class BrokerConnection:
 
     async def _reauthenticate_until_closed(self) -> None:
         while self.session_lifetime is not None:
-            start = anyio.current_time()
             delay = self.session_lifetime * random.uniform(*_REAUTH_AT)
             with anyio.move_on_after(delay):
                 await self._closed.wait()
                 return
-            try:
-                lifetime = await self._reauthenticate(start + self.session_lifetime * _HOLD_AT)
-            except Exception as exc:  # the serve task never raises once started
-                if isinstance(exc, ConnectionClosed) or self._failure is not None:
+            lifetimes: list[float | None] = []
+            failures: list[Exception] = []
+            async with anyio.create_task_group() as tg:
+
+                async def cut_on_close() -> None:
+                    # The loop is shielded: closing the connection (a cancelled
+                    # block leaving) must not wait for a slow token provider.
+                    await self._closed.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(cut_on_close)
+                try:
+                    lifetimes.append(await self._reauthenticate())
+                except Exception as exc:  # the serve task never raises once started
+                    failures.append(exc)
+                tg.cancel_scope.cancel()
+            if not lifetimes and not failures:
+                return  # closed meanwhile
+            if failures:
+                failure = failures[0]
+                if isinstance(failure, ConnectionClosed) or self._failure is not None:
                     return  # closed (or broken) meanwhile: nothing left to re-authenticate
-                if isinstance(exc, AuthenticationError) and self.on_refused is not None:
-                    self.on_refused(exc)
-                said = str(exc) or repr(exc)
+                if isinstance(failure, AuthenticationError) and self.on_refused is not None:
+                    self.on_refused(failure)
+                said = str(failure) or repr(failure)
                 log.warning("%s: re-authentication failed, closing the connection: %s", self, said)
                 self._fail(BrokenConnection(f"{self}: re-authentication failed: {said}"))
                 await self._close_stream()
                 return
             self.reauthentications += 1
-            self.session_lifetime = lifetime
-            log.debug("%s re-authenticated; next session lasts %s s", self, lifetime)
+            self.session_lifetime = lifetimes[0]
+            log.debug("%s re-authenticated; next session lasts %s s", self, lifetimes[0])
 
-    async def _reauthenticate(self, hold_from: float) -> float | None:
+    async def _reauthenticate(self) -> float | None:
         """Run the SASL exchange again on this connection; the new session's lifetime.
 
-        The mechanism (an OAUTHBEARER token from its provider) is made before
-        the send lock is taken, so a slow provider holds up no request -- until
-        ``hold_from``, near the session's end, when the lock is taken to wait
-        for it (a request arriving after the session expired would make the
-        broker close the connection). Under
-        the lock, the exchange waits for the answers to the requests already
-        sent: the broker answers a connection's requests in order, and one of
-        them may be parked (a JoinGroup for up to ``rebalance_timeout``, a
-        long poll), each bounded by its own deadline. Only then does the
-        exchange start, within ``connect_timeout``. A SaslHandshake arriving
-        after the session expired still re-authenticates: Kafka closes an
-        expired session's connection at its next request of another kind.
+        Under the send lock, so that no request arrives after the session
+        expired (the broker would close the connection): the exchange first
+        waits for the answers to the requests already sent. The broker answers
+        a connection's requests in order, and one of them may be parked (a
+        JoinGroup for up to ``rebalance_timeout``, a long poll), each bounded
+        by its own deadline. Only then does the exchange start (the mechanism
+        made, an OAUTHBEARER token asked of its provider), within
+        ``connect_timeout``. A SaslHandshake arriving after the session
+        expired still re-authenticates: Kafka closes an expired session's
+        connection at its next request of another kind.
 
         Raises:
             TimeoutError: no answer within ``connect_timeout`` (it says so).
         """
-        made: list[sasl.Mechanism | Exception] = []
-        done = anyio.Event()
-
-        async def make() -> None:
-            try:
-                with anyio.fail_after(self.connect_timeout):
-                    made.append(await sasl.mechanism_for(self.security, self.address))
-            except TimeoutError:
-                said = "the token provider gave no token within connect_timeout="
-                made.append(TimeoutError(f"{said}{self.connect_timeout} s"))
-            except Exception as exc:
-                made.append(exc)
-            finally:
-                done.set()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(make)
-            with anyio.CancelScope(deadline=hold_from):
-                await done.wait()
-            # The token is there, or the session nears its end: requests wait
-            # from here on; leaving the task group waits for the token.
-            await self._send_lock.acquire()
-        try:
-            if isinstance(made[0], Exception):
-                raise made[0]
+        async with self._send_lock:
             # Sent requests have a deadline; those waiting for the lock have none yet.
             for waiter in [w for w in self._waiters.values() if w.deadline is not None]:
                 await waiter.event.wait()
+            made = False
             try:
                 with anyio.fail_after(self.connect_timeout):
+                    mechanism = await sasl.mechanism_for(self.security, self.address)
+                    made = True
                     return await sasl.authenticate(
-                        _Locked(self), self.security, self.address, made[0]
+                        _Locked(self), self.security, self.address, mechanism
                     )
             except TimeoutError:
-                said = f"no answer within connect_timeout={self.connect_timeout} s"
-                raise TimeoutError(said) from None
-        finally:
-            self._send_lock.release()
+                said = "no answer" if made else "the token provider gave no token"
+                raise TimeoutError(
+                    f"{said} within connect_timeout={self.connect_timeout} s"
+                ) from None
 
     async def _negotiate(self) -> None:
         req: Any = ApiVersionsRequestV3(

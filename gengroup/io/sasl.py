@@ -23,10 +23,9 @@ tells the session's lifetime (``connections.max.reauth.ms``, or an
 OAUTHBEARER token's expiry). :func:`authenticate` returns it, and the
 connection re-runs the whole exchange *on the same connection* at a random
 point between 85 % and 95 % of it (as the Java client does), while other
-requests wait on the connection's send lock. The mechanism (an OAUTHBEARER
-token) is made before the lock is taken (until 95 % of the session passed:
-then requests wait for the token too, since one arriving after the session
-expired makes the broker close the connection), and the exchange starts once the
+requests wait on the connection's send lock (one arriving after the
+session expired makes the broker close the connection). The exchange,
+the mechanism's making (an OAUTHBEARER token) included, starts once the
 requests sent before it were answered (the broker answers them first, in
 order; a parked JoinGroup may take up to its rebalance timeout), so that its
 timeout counts the exchange alone. Kafka closes an expired session's

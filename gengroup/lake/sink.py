@@ -699,11 +699,15 @@ class _StorageFailedAgain(LakeError):
 def _reset_command(group_id: str, tp: TopicPartition, offset: int | str) -> str:
     """The ``gengroup groups reset-offsets`` command that sets ``group_id``'s committed
     offset of ``tp`` to ``offset``, quoted for a POSIX shell where need be (a group
-    id that starts with ``-`` goes after ``--``, where it is not taken for an option)."""
+    id that starts with ``-`` goes after ``--``, and the topic is joined to its
+    option by ``=``, where neither is taken for an option)."""
     group = shlex.quote(group_id)
-    options = (
-        f"--topic {shlex.quote(tp.topic)} --partition {tp.partition} --offset {offset} --execute"
+    topic = (
+        shlex.quote(f"--topic={tp.topic}")
+        if tp.topic.startswith("-")
+        else (f"--topic {shlex.quote(tp.topic)}")
     )
+    options = f"{topic} --partition {tp.partition} --offset {offset} --execute"
     if group_id.startswith("-"):
         return f"gengroup groups reset-offsets {options} -- {group}"
     return f"gengroup groups reset-offsets {group} {options}"

@@ -643,14 +643,17 @@ async def test_a_position_reset_out_of_range_is_refused_not_landed_twice(
     assert after.copies == before.copies and after.files == before.files
 
 
-@pytest.mark.parametrize("group", ["lake sink", "it's", "-g"])
-def test_the_reset_offsets_commands_in_messages_paste_into_a_shell(group: str) -> None:
+@pytest.mark.parametrize(
+    ("group", "topic"), [("lake sink", TOPIC), ("it's", TOPIC), ("-g", TOPIC), ("g", "-events")]
+)
+def test_the_reset_offsets_commands_in_messages_paste_into_a_shell(group: str, topic: str) -> None:
     """The ``gengroup groups reset-offsets`` command a refusal spells out is quoted
     where the group id needs it: a group named ``lake sink`` gave a command that
     failed when pasted (two arguments where one is wanted); one starting with
-    ``-`` goes after ``--``. Each command is split as a POSIX shell does, then
-    parsed by the ``gengroup`` command itself."""
-    tp = TopicPartition(TOPIC, 2)
+    ``-`` goes after ``--``, a topic starting with ``-`` is joined to ``--topic=``.
+    Each command is split as a POSIX shell does, then parsed by the ``gengroup``
+    command itself."""
+    tp = TopicPartition(topic, 2)
     gen: Any = SimpleNamespace(group_id=group, label="3", committed={})
     held = [(Landed(5, 9), "a.parquet")]
     messages = {
@@ -664,5 +667,5 @@ def test_the_reset_offsets_commands_in_messages_paste_into_a_shell(group: str) -
         lexer.whitespace_split = True
         argv = list(itertools.takewhile(lambda token: token != ")", lexer))
         args = build_parser().parse_args(argv)
-        assert (args.group, args.topic, args.partition) == (group, [TOPIC], [2]), argv
+        assert (args.group, args.topic, args.partition) == (group, [topic], [2]), argv
         assert (args.offset, args.execute) == (offset, True), argv
