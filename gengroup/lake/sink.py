@@ -509,12 +509,21 @@ class LakeSink:
             raise LakeError(_would_lose(gen, tp, start, log_start, lost, todo.ahead))
         # A stale file holding offsets below the start offset (committed past) or the log
         # start that no kept file holds has the lake's only copy of them, if it reads back.
-        only = [(f, holes) for f, holes in loose if holes[0][0] < max(start, log_start)]
+        limit = max(start, log_start)
+        only = [(f, holes) for f, holes in loose if holes[0][0] < limit]
         if only:
-            only = await self._storage(
-                f"{tp}: reading staged files",
-                lambda: [(f, h) for f, h in only if store.readable(tp, *f)],
-            )
+
+            def holding() -> list[tuple[Entry, list[tuple[int, int]]]]:
+                # The holes where the file has records: offsets committed past
+                # without a file (markers, aborted records) are no loss.
+                found = []
+                for f, holes in only:
+                    held = [h for h in store.offsets_in(tp, *f, holes) or () if h[0] < limit]
+                    if held:
+                        found.append((f, held))
+                return found
+
+            only = await self._storage(f"{tp}: reading staged files", holding)
             if only and only[0][1][0][0] < log_start:
                 raise LakeError(_would_lose_staged(gen.group_id, tp, log_start, only, lake))
             if only:
@@ -542,8 +551,8 @@ class LakeSink:
 
         def delete() -> list[str]:
             for _, path in todo.ahead:
-                store.delete(path, seen[path])
-            return [path for _, path in todo.stale if store.delete(path, seen[path])]
+                store.delete(path, seen[path], known=True)
+            return [path for _, path in todo.stale if store.delete(path, seen[path], known=True)]
 
         if (todo.ahead or todo.stale) and self._lost_lease(gen, tp, "deleting files"):
             return None

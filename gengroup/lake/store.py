@@ -263,7 +263,41 @@ class LakeStore:
         )
 
     def readable(self, tp: TopicPartition, landed: Landed, path: str) -> bool:
-        """Whether the staged file at ``path`` reads back whole, as ``landed``'s records.
+        """Whether the staged file at ``path`` reads back whole, as ``landed``'s records
+        (see :meth:`offsets_in`).
+
+        Raises:
+            OSError: storage failed (the message names ``path``).
+        """
+        return self._offsets(tp, landed, path) is not None
+
+    def offsets_in(
+        self, tp: TopicPartition, landed: Landed, path: str, ranges: list[tuple[int, int]]
+    ) -> list[tuple[int, int]] | None:
+        """``ranges`` narrowed to the offsets the staged file at ``path`` has records at
+        (from its first to its last record in each; a range holding none is left out),
+        or None if the file does not read back whole.
+
+        An offset holding no record (a transaction marker, an aborted or expired
+        record) that the group committed past without a file lies in no range
+        returned, even when a file staged across it covers it.
+
+        Raises:
+            OSError: storage failed (the message names ``path``).
+        """
+        offsets = self._offsets(tp, landed, path)
+        if offsets is None:
+            return None
+        narrowed = []
+        for lo, hi in ranges:
+            inside = [o for o in offsets if lo <= o < hi]
+            if inside:
+                narrowed.append((inside[0], inside[-1] + 1))
+        return narrowed
+
+    def _offsets(self, tp: TopicPartition, landed: Landed, path: str) -> list[int] | None:
+        """The offsets of the staged file's records, if it reads back whole, as
+        ``landed``'s records.
 
         A writer killed while writing leaves a partial file (no Parquet footer);
         a complete one has the lake's schema and ``tp``'s rows, at offsets rising
@@ -289,19 +323,20 @@ class LakeStore:
         try:
             table = pq.ParquetFile(pa.BufferReader(data)).read()
         except (OSError, pa.ArrowException, EOFError, ValueError):
-            return False
+            return None
         n = table.num_rows
         if not n or not table.schema.equals(arrow_schema(), check_metadata=False):
-            return False
+            return None
         offsets = table.column("offset").combine_chunks()
         rising = n == 1 or pc.all(pc.greater(offsets.slice(1), offsets.slice(0, n - 1))).as_py()
-        return bool(
+        whole = bool(
             rising
             and offsets[0].as_py() >= landed.base
             and offsets[n - 1].as_py() < landed.end
             and pc.all(pc.equal(table.column("topic"), tp.topic)).as_py()
             and pc.all(pc.equal(table.column("partition"), tp.partition)).as_py()
         )
+        return offsets.to_pylist() if whole else None
 
     def identity(self, path: str) -> Identity | None:
         """What tells the file at ``path`` from another written under the same name later
@@ -313,13 +348,14 @@ class LakeStore:
             return None
         return info.size, info.mtime_ns
 
-    def delete(self, path: str, identity: Identity | None = None) -> bool:
+    def delete(self, path: str, identity: Identity | None = None, *, known: bool = False) -> bool:
         """Delete a file; False if it was not there.
 
-        With ``identity`` (from :meth:`identity`), only if the file is still that
-        one: False, nothing deleted, if another was written under its name since.
+        With ``known`` (``identity`` from :meth:`identity`, None if the file was
+        gone then), only if the file is still that one: False, nothing deleted,
+        if another was written under its name since, or if it was gone.
         """
-        if identity is not None and self.identity(path) != identity:
+        if known and (identity is None or self.identity(path) != identity):
             return False
         try:
             self.fs.delete_file(path)

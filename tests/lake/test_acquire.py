@@ -21,6 +21,7 @@ from gengroup.lake.acquire import plan, uncovered, unsettled
 from gengroup.lake.layout import published_name
 from gengroup.producer import ProducerRecord
 
+from ..embedded import append_commit_marker
 from .helpers import expire, read_lake, staged_files, write_garbage
 from .test_sink import TOPIC, _Crashing, _land_all, _run_sink
 
@@ -347,14 +348,18 @@ async def test_a_member_whose_lease_ran_out_in_step_1_leaves_the_folder_alone(
 def test_a_file_written_again_under_its_name_since_the_survey_is_not_deleted(
     tmp_path: Path,
 ) -> None:
-    """Deleting what the survey saw: a file of the same name written since is kept."""
+    """Deleting what the survey saw: a file of the same name written since is kept,
+    and so is one written under a name the survey found gone."""
     store = LakeStore(str(tmp_path))
     path = _stage(tmp_path, 0, 100, "g1s1-aaaaaaaaaaaa")
     seen = store.identity(path)
     Path(path).unlink()
+    gone = store.identity(path)
+    assert gone is None
     Path(path).write_bytes(b"another writer's file")
-    assert not store.delete(path, seen) and Path(path).exists()
-    assert store.delete(path, store.identity(path)) and not Path(path).exists()
+    assert not store.delete(path, seen, known=True) and Path(path).exists()
+    assert not store.delete(path, gone, known=True) and Path(path).exists()
+    assert store.delete(path, store.identity(path), known=True) and not Path(path).exists()
 
 
 def _damage(path: str, how: str) -> None:
@@ -422,3 +427,41 @@ async def test_a_forward_reset_into_a_staged_file_keeps_its_records_and_says_so(
     assert f"the start offset 500 falls into {path}, staged" in caplog.text
     assert "landing again from offset 0" in caplog.text
     assert "is behind the lake" not in caplog.text
+
+
+async def test_a_stale_file_across_offsets_committed_past_without_a_file_is_no_loss(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """The group lands 0..49, commits past a transaction marker at 50 without a file,
+    and lands 51..100. A fenced writer of an older generation left its staged file
+    [0, 101), records 0..49 and 51..100, all of them in the lake. The offset 50 it
+    spans holds no record, so the file is no one's only copy: it is deleted, and
+    the sink goes on (it refused to start, naming offset 50 as lost)."""
+    await _produce(cluster.bootstrap, range(50))
+    await _land_all(cluster.bootstrap, "gap", LakeSink(_config(tmp_path)))
+    append_commit_marker(cluster, TP)
+    await _land_all(cluster.bootstrap, "gap", LakeSink(_config(tmp_path)))
+    await _produce(cluster.bootstrap, range(51, 101))
+    await _land_all(cluster.bootstrap, "gap", LakeSink(_config(tmp_path)))
+    assert await _committed(cluster.bootstrap, "gap") == 101
+    offsets = [*range(50), *range(51, 101)]
+    n = len(offsets)
+    LakeStore(str(tmp_path)).write_staged(
+        TP,
+        Landed(0, 101, "g1s1-zzzzzzzzzzzz"),
+        {
+            "topic": [TOPIC] * n,
+            "partition": [0] * n,
+            "offset": offsets,
+            "timestamp": [0] * n,
+            "key": [None] * n,
+            "value": [b"r%06d" % i for i in offsets],
+            "headers": [[]] * n,
+            "landed_at": [0] * n,
+        },
+    )
+    await _produce(cluster.bootstrap, range(101, 150))
+    with anyio.fail_after(60):
+        await _land_all(cluster.bootstrap, "gap", LakeSink(_config(tmp_path)))
+    assert staged_files(tmp_path) == []
+    assert await _committed(cluster.bootstrap, "gap") == 150
