@@ -30,6 +30,7 @@ SANS_IO = [
     *_modules("broker", "log"),
     *_modules("broker", "faults"),
     *_modules("broker", "fetch_sessions"),
+    *_modules("broker", "producer_state"),
     *_modules("_java"),
     *_modules("_errors"),
     *_modules("_error_table"),

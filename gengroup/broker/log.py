@@ -56,6 +56,7 @@ from crc32c import crc32c
 from .._errors import CorruptRecordError, ProtocolError
 from .._types import topic_name_error
 from ..protocol.records import decode_batches
+from .producer_state import ProducerStates, producer_fields
 from .topic_configs import topic_config_error
 
 __all__ = [
@@ -199,6 +200,9 @@ def validate_batch(data: bytes, *, max_message_bytes: int, full: bool = True) ->
             raise LogError(_INVALID_RECORD, "clients may not write control batches")
         if header_count <= 0 or last_delta + 1 != header_count:
             raise LogError(_INVALID_RECORD, "inconsistent batch offset range and record count")
+        producer_id, _, base_sequence = producer_fields(data)
+        if producer_id >= 0 and base_sequence < 0:
+            raise LogError(_INVALID_RECORD, "invalid sequence number for an idempotent batch")
         return header_count, max_ts
     try:
         batches = decode_batches(data, verify_crc=False)
@@ -226,9 +230,14 @@ class PartitionLog:
 
     Args:
         log_start_offset: the first offset of the log (normally 0).
+
+    Attributes:
+        producers: the state of the idempotent producers that appended here
+            (:mod:`gengroup.broker.producer_state`).
     """
 
     def __init__(self, log_start_offset: int = 0) -> None:
+        self.producers = ProducerStates()
         self.batches: list[StoredBatch] = []
         self._last_offsets: list[int] = []
         self.log_start_offset = log_start_offset
@@ -258,6 +267,10 @@ class PartitionLog:
     ) -> AppendResult:
         """Validate one produced batch and append it.
 
+        A batch with a producer id is checked against the producer's state
+        first: a retry of one of the producer's last five batches is answered
+        with that batch's offsets and not appended again.
+
         Args:
             data: the producer's batch bytes (exactly one batch).
             now_ms: current time in epoch milliseconds (for log-append time).
@@ -272,11 +285,19 @@ class PartitionLog:
 
         Raises:
             LogError: the batch was refused (see :func:`validate_batch`).
+            SequenceError: the producer state refused the batch
+                (:meth:`~gengroup.broker.producer_state.ProducerStates.check`).
         """
         data = bytes(data)
         count, max_timestamp = validate_batch(
             data, max_message_bytes=max_message_bytes, full=validate_records
         )
+        producer_id, producer_epoch, base_sequence = producer_fields(data)
+        if producer_id >= 0:
+            known = self.producers.duplicate(producer_id, producer_epoch, base_sequence, count)
+            if known is not None:
+                return AppendResult(known.first_offset, known.timestamp, self.log_start_offset)
+            self.producers.check(producer_id, producer_epoch, base_sequence)
         base = self.high_watermark
         buf = bytearray(data)
         _I64.pack_into(buf, 0, base)
@@ -294,6 +315,10 @@ class PartitionLog:
         self._last_offsets.append(last)
         self.high_watermark = last + 1
         self.size_bytes += len(buf)
+        if producer_id >= 0:
+            self.producers.record(
+                producer_id, producer_epoch, base_sequence, base, last, max_timestamp
+            )
         return AppendResult(base, append_time, self.log_start_offset)
 
     def _index_of(self, offset: int) -> int:

@@ -221,6 +221,7 @@ class ClusterState:
         self._timer_wake: anyio.Event | None = None
         self._pending: dict[int, _Pending] = {}
         self._tokens = 0
+        self._next_producer_id = 0
 
     # ------------------------------------------------------------------ identity
 
@@ -233,6 +234,12 @@ class ClusterState:
 
     def _member_id(self, prefix: str) -> str:
         return f"{prefix}-{self._uuid()}"
+
+    def allocate_producer_id(self) -> int:
+        """A producer id no producer of the cluster had (InitProducerId), from 0 up."""
+        producer_id = self._next_producer_id
+        self._next_producer_id += 1
+        return producer_id
 
     # ------------------------------------------------------------------ time
 

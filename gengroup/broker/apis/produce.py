@@ -7,6 +7,13 @@ partition failed so the producer refreshes its metadata (Kafka's
 behaviour). Transactional batches are refused (INVALID_TXN_STATE). v8 adds
 record errors and an error message per partition; v10+ may carry leader
 hints (``node_endpoints``, left empty).
+
+Idempotent batches (a producer id, from InitProducerId) are checked against
+the partition's producer state (:mod:`gengroup.broker.producer_state`): a
+retried batch is answered with its first append's base offset and time and is
+not appended again; OUT_OF_ORDER_SEQUENCE_NUMBER and INVALID_PRODUCER_EPOCH
+are answered as Kafka answers them, with no error message and with the log
+start offset.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
 from ..log import LogError
+from ..producer_state import SequenceError
 from ._base import CLOSE, NO_RESPONSE, ZERO, ApiSpec, Context, ec, epoch_datetime, per_partition
 
 __all__ = ["SPEC", "error_response", "handle"]
@@ -110,6 +118,10 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
                 )
             except LogError as exc:
                 code, message = exc.code, str(exc)
+            except SequenceError as exc:
+                # Kafka's answer to a refused sequence or epoch carries no
+                # message, and the log start offset.
+                code, result = exc.code, (-1, -1, part.log.log_start_offset)
             else:
                 result = appended_at
                 appended.append(True)
