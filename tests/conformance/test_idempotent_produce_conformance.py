@@ -30,7 +30,7 @@ from gengroup.protocol.versions import ApiKey
 from .. import embedded as rq
 from .client import Session, Transcript, by_name, error_name, open_session
 from .conftest import Target
-from .scenarios import _topic
+from .scenarios import _topic, _topic_name
 from .test_conformance import SCENARIO_TIMEOUT, resolve
 
 PRODUCE_V: Final = 11
@@ -206,6 +206,33 @@ async def duplicate_batch(s: Session) -> None:
     s.record("log from 12", await p.log(t, 12))
 
 
+async def duplicate_log_append_time(s: Session) -> None:
+    """On a log-append-time topic a retry is answered with its first append time."""
+    t = _topic_name(s, "t")
+    created = await s.admin.send(
+        rq.create_topics(
+            CREATE_V, (t, 1), rf=-1, configs={"message.timestamp.type": "LogAppendTime"}
+        )
+    )
+    assert [int(r.error_code) for r in created.topics] == [0], created
+    while (await s.admin.list_offsets(t, 0, -1))["error"] != "NONE":
+        await anyio.sleep(0.05)
+    p = Producer(s)
+    pid = await p.init()
+    first = await p.produce(t, pid, 0, 0)
+    await anyio.sleep(0.05)  # the next append gets a later time
+    second = await p.produce(t, pid, 0, 2)
+    s.record("seq 0 and 2 have append times", [_time(first) > TS, _time(second) > TS])
+    retry = await p.produce(t, pid, 0, 0)
+    s.record("retry seq 0: its first append time", _time(retry) == _time(first))
+    s.record("retry seq 0", retry.replace(f"time={_time(first)}", "time=T"))
+
+
+def _time(answer: str) -> int:
+    """The log append time of a produce answer."""
+    return int(answer.split(" time=")[1].split()[0])
+
+
 async def sequence_gap(s: Session) -> None:
     """A gap in the sequence is OUT_OF_ORDER_SEQUENCE_NUMBER and changes nothing."""
     t = await _topic(s, "t", 1)
@@ -333,6 +360,7 @@ SCENARIOS: Final[dict[str, Callable[[Session], Awaitable[None]]]] = by_name(
     init_producer_id,
     in_order,
     duplicate_batch,
+    duplicate_log_append_time,
     sequence_gap,
     old_epoch,
     bumped_epoch,
@@ -397,6 +425,11 @@ EXPECTED: Final[dict[str, Transcript]] = {
         ("seq 12 after DeleteRecords", ok(12, start=12)),
         ("seq 20 after DeleteRecords", refused(OUT_OF_ORDER, start=12)),
         ("log from 12", "12-13@0:12"),
+    ],
+    "duplicate_log_append_time": [
+        ("seq 0 and 2 have append times", [True, True]),
+        ("retry seq 0: its first append time", True),
+        ("retry seq 0", "NONE base=0 time=T start=0"),
     ],
     "sequence_gap": [
         ("seq 5 after 0-1", refused(OUT_OF_ORDER)),
