@@ -45,6 +45,11 @@ class ProducerConfig(Security):
         acks: ``-1``/``"all"`` (every in-sync replica), ``1`` (the leader) or
             ``0`` (no acknowledgement: offsets are reported as -1); ``"all"``
             is stored as -1.
+        idempotence: every batch carries a producer id (InitProducerId, asked
+            before the first Produce), its epoch and sequence numbers, so that
+            a retry after a lost answer is never written twice (Java's
+            ``enable.idempotence``); needs ``acks="all"``. False: a retry
+            after a lost answer may write its batch twice.
         compression: the codec of every batch: a :class:`Compression` or its
             name (``"lz4"``, as Java's ``compression.type``).
         linger: seconds a partition's first queued record waits for company.
@@ -77,11 +82,13 @@ class ProducerConfig(Security):
 
     Raises:
         ConfigError: an invalid value (a bool where a number is expected, a
-            non-bool ``allow_auto_create_topics``), or ``delivery_timeout``
-            not above ``linger``.
+            non-bool ``allow_auto_create_topics`` or ``idempotence``),
+            ``delivery_timeout`` not above ``linger``, or ``idempotence``
+            with ``acks`` other than ``"all"``.
     """
 
     acks: Acks = -1
+    idempotence: bool = False
     compression: Compression = Compression.NONE
     linger: float = 0.005
     max_batch_bytes: int = 1_000_000
@@ -105,6 +112,14 @@ class ProducerConfig(Security):
         object.__setattr__(self, "acks", int(acks))
         object.__setattr__(self, "compression", _codec(self.compression))
         check_flag("allow_auto_create_topics", self.allow_auto_create_topics)
+        check_flag("idempotence", self.idempotence)
+        if self.idempotence and acks != -1:
+            # Java's ConfigException for enable.idempotence=true with acks other than all.
+            raise ConfigError(
+                f"idempotence=True needs acks='all' (-1), not acks={self.acks!r}: with "
+                "fewer acknowledgements a batch may be written twice or lost; set "
+                "idempotence=False to send with acks 0 or 1"
+            )
         check_client_id(self.client_id)
         if self.partitioner not in ("sticky", "round_robin"):
             raise ConfigError(
@@ -136,6 +151,7 @@ class ProducerSettings(SecuritySettings, total=False):
     """
 
     acks: Acks
+    idempotence: bool
     compression: Compression
     linger: float
     max_batch_bytes: int

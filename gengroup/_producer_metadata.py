@@ -20,7 +20,7 @@ waits for a leader fails with it if it persists until its delivery timeout
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import anyio
 
@@ -28,14 +28,18 @@ from ._errors import (
     BrokerError,
     ClusterUnreachable,
     ConnectionClosed,
+    GengroupError,
     KafkaConnectionError,
     ProtocolError,
     error_for_code,
+    is_retriable,
 )
 from ._producer_config import ProducerConfig
+from ._producer_idempotence import Sequencer, init_producer_id_request
 from ._types import TopicPartition
 from .io.cluster import Cluster, TopicInfo
 from .io.retry import Backoff, ClientClosed, retry
+from .protocol.versions import ApiKey
 
 __all__ = ["ProducerMetadata"]
 
@@ -175,6 +179,43 @@ class ProducerMetadata:
                 backoff=self.config.retry_backoff,
                 on_timeout=timed_out,
             )
+
+    async def producer_id(self, idem: Sequencer) -> None:
+        """Ask any broker for a producer id (InitProducerId) and give it to ``idem``.
+
+        What is retriable is retried with backoff for ``delivery_timeout`` (the
+        records waiting for it have expired by then: a later send asks again),
+        each failure kept as ``idem.last_error``.
+
+        Raises:
+            GengroupError: a failure that is not retried (ClusterAuthorizationFailed,
+                UnsupportedVersion from a broker without InitProducerId ...).
+        """
+
+        async def attempt() -> Any:
+            got = await self.cluster.call(None, ApiKey.INIT_PRODUCER_ID, init_producer_id_request)
+            if got.error_code:
+                raise idem.init_error(int(got.error_code))
+            return got
+
+        def retriable(exc: BaseException) -> bool:
+            idem.init_failed(exc, final=False)  # the cause of a record expiring meanwhile
+            return is_retriable(exc)
+
+        try:
+            got = await retry(
+                "InitProducerId",
+                attempt,
+                timeout=self.config.delivery_timeout,
+                backoff=self.config.retry_backoff,
+                retriable=retriable,
+            )
+        except TimeoutError:
+            return
+        except GengroupError as exc:
+            idem.init_failed(exc, final=True)
+            raise
+        idem.set_id(int(got.producer_id), int(got.producer_epoch))
 
     def led(self, topic: str) -> list[int] | None:
         """The partitions of ``topic`` with a known leader (None: topic not in metadata)."""

@@ -5,10 +5,12 @@ Plain state, no I/O: :mod:`gengroup.producer` moves records between these.
 
 from __future__ import annotations
 
+import datetime
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Any, Final
 
 import anyio
 import anyio.lowlevel
@@ -18,10 +20,29 @@ from ._producer_records import RecordMetadata
 from ._types import TopicPartition
 from .protocol.records import Header
 
-__all__ = ["BATCH_OVERHEAD", "Batch", "Pending", "Queue", "Waiter", "copy_error", "wait_for"]
+__all__ = [
+    "BATCH_OVERHEAD",
+    "Batch",
+    "Pending",
+    "Queue",
+    "Requests",
+    "Waiter",
+    "copy_error",
+    "epoch_ms",
+    "outcomes",
+    "wait_for",
+]
 
 #: The bytes of a record batch's header, counted against ``max_batch_bytes``.
 BATCH_OVERHEAD = 61
+
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_ONE_MS: Final = datetime.timedelta(milliseconds=1)
+
+
+def epoch_ms(when: object) -> int | None:
+    """Milliseconds since the epoch of a datetime (a log-append time), else None."""
+    return (when - _EPOCH) // _ONE_MS if isinstance(when, datetime.datetime) else None
 
 
 class Waiter:
@@ -77,10 +98,76 @@ async def wait_for(pendings: Sequence[Pending]) -> None:
     await waiter.event.wait()
 
 
+def outcomes(
+    pendings: Sequence[Pending],
+    unqueued: BaseException | None,
+    count: int,
+    *,
+    return_exceptions: bool,
+) -> list[Any]:
+    """The outcomes of ``send_many``'s ``count`` records, ``pendings`` the ones
+    queued (each has its outcome), ``unqueued`` the error of the others.
+
+    Raises:
+        Exception: without ``return_exceptions``, the first record's error.
+    """
+    results: list[RecordMetadata | BaseException] = []
+    for pending in pendings:
+        if pending.error is not None:
+            if not return_exceptions:
+                raise copy_error(pending.error) from pending.error
+            results.append(pending.error)
+        else:
+            assert pending.result is not None
+            results.append(pending.result)
+    if unqueued is not None:
+        if not return_exceptions:
+            raise unqueued
+        results.extend(copy_error(unqueued) for _ in range(count - len(pendings)))
+    return results
+
+
+class Requests:
+    """The Produce requests of one drain: each a node and its batches.
+
+    At most ``limit`` (``max_request_bytes``) a request, a larger batch alone: a
+    broker closes the connection of a request past its socket.request.max.bytes.
+    The rest go in requests beside it.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.requests: list[tuple[int, list[Batch]]] = []
+        self._filling: dict[int, list[Batch]] = {}  # node -> the batches of its last request
+        self._used: dict[int, int] = {}  # node -> the bytes of its last request
+
+    def add(self, node: int, batch: Batch) -> None:
+        """Add ``batch`` to the last request to ``node``, or to a new one if it does not fit."""
+        size = BATCH_OVERHEAD + sum(p.size for p in batch.records)
+        batches = self._filling.get(node)
+        if batches is None or self._used[node] + size > self.limit:
+            batches = self._filling[node] = []
+            self._used[node] = 0
+            self.requests.append((node, batches))
+        batches.append(batch)
+        self._used[node] += size
+
+
 class Batch:
     """Records of one partition sent (and retried) together."""
 
-    __slots__ = ("attempts", "created", "encoded", "last_error", "not_before", "records", "tp")
+    __slots__ = (
+        "attempts",
+        "base_sequence",
+        "created",
+        "encoded",
+        "last_error",
+        "not_before",
+        "producer_epoch",
+        "producer_id",
+        "records",
+        "tp",
+    )
 
     def __init__(self, tp: TopicPartition, records: list[Pending]) -> None:
         self.tp = tp
@@ -91,6 +178,10 @@ class Batch:
         self.attempts = 0
         self.not_before = 0.0
         self.last_error: BaseException | None = None
+        # Idempotence (_producer_idempotence.py): what it is sent with, -1 if nothing.
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = -1
 
     def closed_error(self, error: BaseException) -> BaseException:
         """``error`` to fail the batch with, as :class:`ClosedInFlight` if it is a
@@ -104,6 +195,27 @@ class Batch:
             f"{self.tp}: {error}; an earlier Produce request carrying these "
             f"{len(self.records)} record(s) got no answer: they may have been written"
         )
+
+    def closed_in_flight(self, node: int, closed: BaseException) -> ClosedInFlight:
+        """The error of the batch whose Produce request was unanswered when the
+        connection was closed (``closed``): it may have been written."""
+        error = ClosedInFlight(
+            f"{self.tp}: the connection to broker {node} was closed before it "
+            f"answered the Produce request of {len(self.records)} record(s): "
+            "they may have been written"
+        )
+        error.__cause__ = closed
+        return error
+
+    def unanswered_error(self, delivery_timeout: float) -> RequestTimedOut:
+        """The error of the batch once its delivery timeout passed in flight."""
+        error = RequestTimedOut(
+            f"{self.tp}: {len(self.records)} record(s) not acknowledged within "
+            f"delivery_timeout={delivery_timeout} s: the Produce request "
+            "is still unanswered (the records may yet be written)"
+        )
+        error.__cause__ = self.last_error
+        return error
 
     def timeout_error(self, delivery_timeout: float) -> RequestTimedOut:
         """The error of the batch once its delivery timeout passed: always
@@ -185,6 +297,39 @@ class Queue:
         self.bytes -= sum(p.size for p in expired)
         self.expire_at = first + timeout
         return expired
+
+    def expire_sending(self, now: float, timeout: float) -> tuple[Batch | None, float]:
+        """The batch in flight, taken out, once its delivery ``timeout`` passed
+        by ``now`` (as the Java producer's in-flight expiry: the caller learns
+        within the bound), and when the next one will."""
+        batch = self.sending
+        if batch is None:
+            return None, float("inf")
+        deadline = batch.created + timeout
+        if deadline > now:
+            return None, deadline
+        self.sending = None
+        return batch, float("inf")
+
+    def expire_queued(self, now: float, timeout: float) -> tuple[list[Pending], RequestTimedOut]:
+        """The queued records whose ``timeout`` passed by ``now``, taken out
+        (:meth:`take_expired`), and the error to fail them with."""
+        expired = self.take_expired(now, timeout)
+        why = " (the partition's previous batch is still unanswered)" if self.in_flight else ""
+        error = RequestTimedOut(
+            f"{self.tp}: {len(expired)} record(s) not sent within delivery_timeout={timeout} s{why}"
+        )
+        ahead = self.retry or self.sending  # what held them up, if known
+        error.__cause__ = None if ahead is None else ahead.last_error
+        return expired, error
+
+    def clear(self) -> list[Pending]:
+        """Take out every queued record."""
+        records = list(self.records)
+        self.records.clear()
+        self.bytes = 0
+        self.expire_at = float("inf")
+        return records
 
     def take_batch(self, max_batch_bytes: int) -> Batch:
         """Take the next batch from the head: records up to ``max_batch_bytes``

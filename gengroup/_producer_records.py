@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
+from ._errors import BrokerError, error_for_code
 from ._producer_config import ProducerConfig
 from ._types import TopicPartition
 from .protocol.framing import build, ms
@@ -33,6 +34,7 @@ __all__ = [
     "check_record",
     "check_topic",
     "estimate",
+    "produce_error",
     "produce_request",
 ]
 
@@ -213,3 +215,12 @@ def produce_request(mod: Any, batches: Mapping[TopicPartition, bytes], cfg: Prod
             for topic, parts in by_topic.items()
         ),
     )
+
+
+def produce_error(part: Any, context: str) -> BrokerError:
+    """The typed error of a Produce answer's partition (``part``), with the
+    broker's message or else its records' errors, after ``context``."""
+    detail = part.error_message or "; ".join(
+        f"record {e.batch_index}: {e.batch_index_error_message}" for e in part.record_errors
+    )
+    return error_for_code(int(part.error_code), f"{context}: {detail}")

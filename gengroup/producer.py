@@ -22,10 +22,18 @@ alone), each in a task of its own: one request per broker carries every ready
 partition as long as they fit, no request grows past what a broker accepts,
 and a slow broker never delays another.
 
-At most one batch per partition is in flight. That keeps records of a
-partition in ``send`` order across retries without idempotence (which this
-producer does not implement: a retry after a lost response may write a batch
-twice, as with ``enable.idempotence=false`` in the Java client).
+At most one batch per partition is in flight: that keeps records of a
+partition in ``send`` order across retries. Without idempotence (the default,
+``idempotence=False``) a retry after a lost response may write a batch twice,
+as with ``enable.idempotence=false`` in the Java client. With
+``idempotence=True`` the sender first asks any broker for a producer id
+(InitProducerId, retried with backoff; a failure that is not retried fails
+the records waiting), and every batch carries it, its epoch and the sequence
+of its first record, kept across retries: the broker writes a batch once,
+however often it is sent. When the sequences become uncertain (an answer
+UNKNOWN_PRODUCER_ID or OUT_OF_ORDER_SEQUENCE_NUMBER, a batch sent that failed
+or expired without an answer) the epoch is bumped and sequences restart at 0,
+as the Java producer does (``_producer_idempotence.py``).
 
 Every response is settled per partition: success resolves each record with
 ``base_offset + index``; a retriable error (Kafka's ``retriable`` flag, stale
@@ -76,7 +84,6 @@ connection itself.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -95,19 +102,29 @@ from ._errors import (
     GengroupError,
     ProtocolError,
     RequestTimedOut,
-    error_for_code,
     is_retriable,
 )
 from ._producer_buffer import BufferPool
 from ._producer_config import ProducerConfig, ProducerSettings
+from ._producer_idempotence import DUPLICATE_SEQUENCE, RESTART_CODES, Sequencer
 from ._producer_metadata import ProducerMetadata
-from ._producer_queue import BATCH_OVERHEAD, Batch, Pending, Queue, copy_error, wait_for
+from ._producer_queue import (
+    Batch,
+    Pending,
+    Queue,
+    Requests,
+    copy_error,
+    epoch_ms,
+    outcomes,
+    wait_for,
+)
 from ._producer_records import (
     Checked,
     ProducerRecord,
     RecordMetadata,
     check_record,
     check_topic,
+    produce_error,
     produce_request,
 )
 from ._types import TopicPartition
@@ -131,8 +148,6 @@ __all__ = [
 # ---------------------------------------------------------------------------- values
 
 
-_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-_ONE_MS: Final = datetime.timedelta(milliseconds=1)
 _MESSAGE_TOO_LARGE: Final = 10
 #: NOT_ENOUGH_REPLICAS_AFTER_APPEND: retried, but the leader wrote the batch.
 _WRITTEN_ANYWAY: Final = 20
@@ -193,6 +208,8 @@ class Producer:
         self._wakeup = anyio.Event()
         self._metadata = ProducerMetadata(self.cluster, cfg, self._wake)
         self._keyless = KeylessPartitioner(cfg.partitioner)
+        self._idem = Sequencer() if cfg.idempotence else None
+        self._asking_id = False  # an InitProducerId task runs
         self._flushing = 0
         self._closing = False  # leaving the block: delivering, no new sends
         self._closed = False
@@ -318,8 +335,7 @@ class Producer:
             self._settle(pending, None, unanswered if maybe_written and unanswered else error)
         self._freed()
         for queue in self._queues.values():
-            queue.records.clear()
-            queue.bytes = 0
+            queue.clear()
             queue.retry = None
 
     @contextmanager
@@ -516,20 +532,7 @@ class Producer:
                 # sender send the batches filled meanwhile.
                 await anyio.lowlevel.checkpoint()
         await wait_for(pendings)
-        results: list[RecordMetadata | BaseException] = []
-        for pending in pendings:
-            if pending.error is not None:
-                if not return_exceptions:
-                    raise copy_error(pending.error) from pending.error
-                results.append(pending.error)
-            else:
-                assert pending.result is not None
-                results.append(pending.result)
-        if unqueued is not None:
-            if not return_exceptions:
-                raise unqueued
-            results.extend(copy_error(unqueued) for _ in range(len(checked) - len(pendings)))
-        return results
+        return outcomes(pendings, unqueued, len(checked), return_exceptions=return_exceptions)
 
     async def flush(self) -> None:
         """Send every queued record now and wait until each has an outcome.
@@ -631,19 +634,28 @@ class Producer:
     def _drain(self, now: float) -> tuple[list[tuple[int, list[Batch]]], float]:
         """The Produce requests to send now, each a node and its batches, and
         when the sender must look again at the latest."""
-        requests: list[tuple[int, list[Batch]]] = []
-        filling: dict[int, list[Batch]] = {}  # node -> the batches of its last request
-        used: dict[int, int] = {}  # node -> the bytes of its last request
+        requests = Requests(self.config.max_request_bytes)
         wake_at = now + 3600.0
         closed = self._metadata.closed  # the Cluster: what waits for a leader fails now
         urgent = self._flushing > 0 or self._closed or closed is not None
+        idem = self._idem
+        if idem is not None:
+            idem.bump_if_wanted()
+            if idem.needs_id and not self._asking_id and self._outstanding:
+                self._asking_id = True
+                self._tg.start_soon(self._guarded, self._ask_producer_id)  # type: ignore[union-attr]
         for queue in self._queues.values():
             if queue.records and queue.expire_at <= now:
                 self._expire_queued(queue, now)
             if queue.records:
                 wake_at = min(wake_at, queue.expire_at)
             if queue.in_flight:
-                wake_at = min(wake_at, self._expire_sending(queue, now))
+                expired, deadline = queue.expire_sending(now, self.config.delivery_timeout)
+                if expired is not None:  # the answer may still come (and the records be written)
+                    self._fail_batch(
+                        expired, expired.unanswered_error(self.config.delivery_timeout)
+                    )
+                wake_at = min(wake_at, deadline)
                 continue
             batch = queue.retry
             if batch is not None:
@@ -667,6 +679,11 @@ class Producer:
                 self._fail_batch(batch, batch.timeout_error(self.config.delivery_timeout))
                 wake_at = now
                 continue
+            if idem is not None and idem.needs_id:  # the InitProducerId task wakes the sender
+                batch.last_error = idem.last_error or batch.last_error
+                queue.retry = batch
+                wake_at = min(wake_at, batch.created + self.config.delivery_timeout)
+                continue
             leader = self.cluster.leader_for(batch.tp)
             if leader < 0:
                 batch.last_error = self._metadata.leader_error(batch.tp)
@@ -682,62 +699,51 @@ class Producer:
                 wake_at = min(wake_at, batch.not_before)
                 self._metadata.want()
                 continue
+            if idem is not None:
+                idem.assign(batch)
             queue.in_flight = True
             queue.sending = batch
             wake_at = min(wake_at, batch.created + self.config.delivery_timeout)
-            # At most max_request_bytes a request (a larger batch goes alone):
-            # a broker closes the connection of a request past its
-            # socket.request.max.bytes. The rest go in requests beside it.
-            size = BATCH_OVERHEAD + sum(p.size for p in batch.records)
-            batches = filling.get(leader)
-            if batches is None or used[leader] + size > self.config.max_request_bytes:
-                batches = filling[leader] = []
-                used[leader] = 0
-                requests.append((leader, batches))
-            batches.append(batch)
-            used[leader] += size
-        return requests, wake_at
+            requests.add(leader, batch)
+        return requests.requests, wake_at
 
     def _expire_queued(self, queue: Queue, now: float) -> None:
         """Fail the queued records of ``queue`` whose delivery timeout has passed."""
-        expired = queue.take_expired(now, self.config.delivery_timeout)
-        if expired:
-            why = " (the partition's previous batch is still unanswered)" if queue.in_flight else ""
-            error = RequestTimedOut(
-                f"{queue.tp}: {len(expired)} record(s) not sent within "
-                f"delivery_timeout={self.config.delivery_timeout} s{why}"
-            )
-            ahead = queue.retry or queue.sending  # what held them up, if known
-            error.__cause__ = None if ahead is None else ahead.last_error
-            for pending in expired:
-                self._settle(pending, None, error)
-            self._freed()
+        expired, error = queue.expire_queued(now, self.config.delivery_timeout)
+        for pending in expired:
+            self._settle(pending, None, error)
+        self._freed()
 
-    def _expire_sending(self, queue: Queue, now: float) -> float:
-        """Fail the batch in flight once its delivery timeout passed; return when it will."""
-        batch = queue.sending
-        if batch is None:
-            return float("inf")
-        deadline = batch.created + self.config.delivery_timeout
-        if deadline > now:
-            return deadline
-        # As the Java producer's in-flight expiry: the answer may still come (and
-        # the records be written), but the caller learns within the bound.
-        queue.sending = None
-        error = RequestTimedOut(
-            f"{batch.tp}: {len(batch.records)} record(s) not acknowledged within "
-            f"delivery_timeout={self.config.delivery_timeout} s: the Produce request "
-            "is still unanswered (the records may yet be written)"
-        )
-        error.__cause__ = batch.last_error
-        self._fail_batch(batch, error)
-        return float("inf")
+    async def _ask_producer_id(self) -> None:
+        """Ask for a producer id; a failure that is not retried fails the
+        records waiting (a later send asks again)."""
+        assert self._idem is not None
+        try:
+            await self._metadata.producer_id(self._idem)
+        except GengroupError as exc:  # logged once by init_failed
+            self._fail_unsent(exc)
+        finally:
+            self._asking_id = False
+            self._wake()
+
+    def _fail_unsent(self, error: BaseException) -> None:
+        """Fail every record queued or waiting for a retry (not those in flight) with ``error``."""
+        for queue in self._queues.values():
+            batch, queue.retry = queue.retry, None
+            if batch is not None:
+                self._fail_batch(batch, error)
+            for pending in queue.clear():
+                self._settle(pending, None, error)
+        self._freed()
 
     def _encode(self, batch: Batch) -> bytes:
         if batch.encoded is None:
             batch.encoded = encode_batch(
                 [(p.key, p.value, p.headers, p.timestamp) for p in batch.records],
                 compression=self.config.compression,
+                producer_id=batch.producer_id,
+                producer_epoch=batch.producer_epoch,
+                base_sequence=batch.base_sequence,
             )
         return batch.encoded
 
@@ -786,13 +792,7 @@ class Producer:
                 if isinstance(exc, ClientClosed):  # closed before: nothing was sent
                     self._fail_batch(batch, exc)
                     continue
-                error = ClosedInFlight(
-                    f"{batch.tp}: the connection to broker {node} was closed before it "
-                    f"answered the Produce request of {len(batch.records)} record(s): "
-                    "they may have been written"
-                )
-                error.__cause__ = exc
-                self._fail_batch(batch, error)
+                self._fail_batch(batch, batch.closed_in_flight(node, exc))
             return
         except (ProtocolError, GengroupError) as exc:
             for batch, _ in sendable.values():
@@ -810,7 +810,8 @@ class Producer:
                     continue
                 batch = entry[0]
                 code = int(part.error_code)
-                if code == 0:
+                if code == 0 or (code == DUPLICATE_SEQUENCE and self._idem is not None):
+                    # A duplicate was written before (its offset is unknown then: -1).
                     self._complete(batch, int(part.base_offset), part.log_append_time)
                     continue
                 if code == _WRITTEN_ANYWAY:
@@ -819,14 +820,13 @@ class Producer:
                 if code == _MESSAGE_TOO_LARGE and len(batch.records) > 1:
                     self._queues[batch.tp].put_back(batch, self.config.delivery_timeout)
                     continue
-                detail = part.error_message or "; ".join(
-                    f"record {e.batch_index}: {e.batch_index_error_message}"
-                    for e in part.record_errors
-                )
-                err = error_for_code(code, f"Produce to {tp} on broker {node}: {detail}")
+                err = produce_error(part, f"Produce to {tp} on broker {node}")
                 if err.action == "refresh_metadata":
                     self._metadata.want()
-                if is_retriable(err):
+                if self._idem is not None and code in RESTART_CODES:
+                    self._idem.restart(batch)  # again under a bumped epoch, from sequence 0
+                    self._retry_or_fail(batch, err)
+                elif is_retriable(err):
                     self._retry_or_fail(batch, err)
                 else:
                     self._fail_batch(batch, err)
@@ -857,9 +857,9 @@ class Producer:
         self._buffer.serve()
 
     def _complete(self, batch: Batch, base_offset: int, append_time: Any) -> None:
-        append_ms: int | None = None
-        if isinstance(append_time, datetime.datetime):
-            append_ms = (append_time - _EPOCH) // _ONE_MS
+        if self._idem is not None:
+            self._idem.acknowledged(batch)
+        append_ms = epoch_ms(append_time)
         for index, pending in enumerate(batch.records):
             offset = base_offset + index if base_offset >= 0 else -1
             stamp = pending.timestamp if append_ms is None else append_ms
@@ -869,6 +869,8 @@ class Producer:
         self._freed()
 
     def _fail_batch(self, batch: Batch, error: BaseException) -> None:
+        if self._idem is not None:
+            self._idem.failed(batch)
         error = batch.closed_error(error)
         for pending in batch.records:
             self._settle(pending, None, error)

@@ -37,6 +37,7 @@ SANS_IO = [
     *_modules("partitioner"),
     *_modules("_types"),
     *_modules("_config"),
+    *_modules("_producer_idempotence"),
 ]
 FORBIDDEN = {"trio", "anyio", "asyncio", "socket", "time", "selectors"}
 ALL_MODULES = sorted(ROOT.rglob("*.py"))

@@ -24,6 +24,7 @@ __all__ = [
     "CLIENT_VERSIONS",
     "CONSUMER_PROTOCOL_VERSIONS",
     "NEGOTIATED_VERSIONS",
+    "PRODUCER_ID_VERSIONS",
     "negotiate",
 ]
 
@@ -93,10 +94,18 @@ CONSUMER_PROTOCOL_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
-#: Every API the client negotiates: both tables.
+#: (min, max) versions of InitProducerId, which only an idempotent producer
+#: (``idempotence=True``) sends, kept apart from :data:`CLIENT_VERSIONS` so a
+#: broker without it (the embedded broker, for now) still serves every other API.
+PRODUCER_ID_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
+    ApiKey.INIT_PRODUCER_ID: (2, 5),
+}
+
+#: Every API the client negotiates: the three tables.
 NEGOTIATED_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
     **CLIENT_VERSIONS,
     **CONSUMER_PROTOCOL_VERSIONS,
+    **PRODUCER_ID_VERSIONS,
 }
 
 
