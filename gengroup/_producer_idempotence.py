@@ -139,7 +139,11 @@ class Sequencer:
         ``final``: it is not retried, and is logged (once, until an id is given)."""
         if final and not self._logged:
             self._logged = True
-            log.error("idempotent producer: no producer id, the records waiting fail: %s", error)
+            log.error(
+                "idempotent producer: no producer id, the records waiting fail "
+                "(idempotence=False sends without one): %s",
+                error,
+            )
         self.last_error = error
 
     @staticmethod
