@@ -23,8 +23,8 @@ partition as long as they fit, no request grows past what a broker accepts,
 and a slow broker never delays another.
 
 At most one batch per partition is in flight: that keeps records of a
-partition in ``send`` order across retries. Without idempotence (the default,
-``idempotence=False``) a retry after a lost response may write a batch twice,
+partition in ``send`` order across retries. Without idempotence
+(``idempotence=False``) a retry after a lost response may write a batch twice,
 as with ``enable.idempotence=false`` in the Java client. With
 ``idempotence=True`` the sender first asks any broker for a producer id
 (InitProducerId, retried with backoff; a failure that is not retried fails
@@ -421,7 +421,8 @@ class Producer:
                 (up to its own ``max_block``).
             BrokerError: the broker refused the record with an error that is
                 not retried (e.g. MESSAGE_TOO_LARGE for a record larger than
-                the topic allows).
+                the topic allows), or, with ``idempotence``, refused the
+                producer an id (``ClusterAuthorizationFailed``).
             RequestTimedOut: the record was not delivered within
                 ``delivery_timeout``, whatever kept it (retried broker errors,
                 broken connections, no leader): the last error is on its cause
