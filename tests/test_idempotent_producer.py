@@ -1,8 +1,7 @@
 """The idempotent producer (``idempotence=True``) against a broker.
 
-The scenarios take the broker as a parameter (:data:`BROKERS`): only the real
-Apache Kafka broker runs them for now; the embedded broker joins once it
-answers InitProducerId.
+The scenarios take the broker as a parameter (:data:`BROKERS`) and run against
+the real Apache Kafka broker and the embedded one alike.
 """
 
 from __future__ import annotations
@@ -24,8 +23,8 @@ from gengroup.testing.pytest_plugin import make_unique_name
 from . import embedded as rq
 from .cut_proxy import CutProxy
 
-#: The brokers the scenarios run against ("embedded" once it answers InitProducerId).
-BROKERS = [pytest.param("kafka", marks=pytest.mark.kafka)]
+#: The brokers the scenarios run against.
+BROKERS = [pytest.param("kafka", marks=pytest.mark.kafka), "embedded"]
 
 OpenBroker = Callable[[], AbstractAsyncContextManager[str]]
 
