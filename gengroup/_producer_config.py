@@ -45,11 +45,14 @@ class ProducerConfig(Security):
         acks: ``-1``/``"all"`` (every in-sync replica), ``1`` (the leader) or
             ``0`` (no acknowledgement: offsets are reported as -1); ``"all"``
             is stored as -1.
-        idempotence: every batch carries a producer id (InitProducerId, asked
-            before the first Produce), its epoch and sequence numbers, so that
-            a retry after a lost answer is never written twice (Java's
-            ``enable.idempotence``); needs ``acks="all"``. False: a retry
-            after a lost answer may write its batch twice.
+        idempotence: True: every batch carries a producer id
+            (InitProducerId, asked before the first Produce), its epoch and
+            sequence numbers, so that a retry after a lost answer is never
+            written twice (Java's ``enable.idempotence``); needs
+            ``acks="all"``. False: a retry after a lost answer may write its
+            batch twice. None (the default): True with ``acks="all"``, False
+            with 0 or 1, as the Java producer when it is not set;
+            :attr:`idempotent` tells which.
         compression: the codec of every batch: a :class:`Compression` or its
             name (``"lz4"``, as Java's ``compression.type``).
         linger: seconds a partition's first queued record waits for company.
@@ -82,13 +85,14 @@ class ProducerConfig(Security):
 
     Raises:
         ConfigError: an invalid value (a bool where a number is expected, a
-            non-bool ``allow_auto_create_topics`` or ``idempotence``),
+            non-bool ``allow_auto_create_topics``, an ``idempotence`` neither
+            a bool nor None),
             ``delivery_timeout`` not above ``linger``, or ``idempotence``
             with ``acks`` other than ``"all"``.
     """
 
     acks: Acks = -1
-    idempotence: bool = False
+    idempotence: bool | None = None
     compression: Compression = Compression.NONE
     linger: float = 0.005
     max_batch_bytes: int = 1_000_000
@@ -112,7 +116,8 @@ class ProducerConfig(Security):
         object.__setattr__(self, "acks", int(acks))
         object.__setattr__(self, "compression", _codec(self.compression))
         check_flag("allow_auto_create_topics", self.allow_auto_create_topics)
-        check_flag("idempotence", self.idempotence)
+        if self.idempotence is not None:
+            check_flag("idempotence", self.idempotence)
         if self.idempotence and acks != -1:
             # Java's ConfigException for enable.idempotence=true with acks other than all.
             raise ConfigError(
@@ -143,6 +148,12 @@ class ProducerConfig(Security):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
 
+    @property
+    def idempotent(self) -> bool:
+        """Whether the producer sends idempotently: ``idempotence``, or if that
+        is None, whether ``acks`` is ``"all"``."""
+        return self.acks == -1 if self.idempotence is None else self.idempotence
+
 
 class ProducerSettings(SecuritySettings, total=False):
     """:class:`ProducerConfig`'s fields as keyword arguments of :class:`Producer`.
@@ -151,7 +162,7 @@ class ProducerSettings(SecuritySettings, total=False):
     """
 
     acks: Acks
-    idempotence: bool
+    idempotence: bool | None
     compression: Compression
     linger: float
     max_batch_bytes: int

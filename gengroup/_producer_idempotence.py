@@ -153,7 +153,7 @@ class Sequencer:
         if code == 31:  # CLUSTER_AUTHORIZATION_FAILED
             said += (
                 ": the producer is not authorized to do idempotent sends (it needs "
-                "IDEMPOTENT_WRITE on the cluster, or idempotence=False)"
+                "WRITE on a topic or IDEMPOTENT_WRITE on the cluster, or idempotence=False)"
             )
         return error_for_code(code, said)
 

@@ -24,12 +24,12 @@ and a slow broker never delays another.
 
 At most one batch per partition is in flight: that keeps records of a
 partition in ``send`` order across retries. Without idempotence
-(``idempotence=False``) a retry after a lost response may write a batch twice,
-as with ``enable.idempotence=false`` in the Java client. With
-``idempotence=True`` the sender first asks any broker for a producer id
-(InitProducerId, retried with backoff; a failure that is not retried fails
-the records waiting), and every batch carries it, its epoch and the sequence
-of its first record, kept across retries: the broker writes a batch once,
+(``idempotence=False``, or ``acks`` 0 or 1) a retry after a lost response may
+write a batch twice, as with ``enable.idempotence=false`` in the Java client.
+With idempotence (the default with ``acks="all"``) the sender first asks any
+broker for a producer id (InitProducerId, retried with backoff; a failure
+that is not retried fails the records waiting), and every batch carries it,
+its epoch and the sequence of its first record, kept across retries: the broker writes a batch once,
 however often it is sent. When the sequences become uncertain (an answer
 UNKNOWN_PRODUCER_ID or OUT_OF_ORDER_SEQUENCE_NUMBER, a batch sent that failed
 or expired without an answer) the epoch is bumped and sequences restart at 0,
@@ -208,7 +208,7 @@ class Producer:
         self._wakeup = anyio.Event()
         self._metadata = ProducerMetadata(self.cluster, cfg, self._wake)
         self._keyless = KeylessPartitioner(cfg.partitioner)
-        self._idem = Sequencer() if cfg.idempotence else None
+        self._idem = Sequencer() if cfg.idempotent else None
         self._asking_id = False  # an InitProducerId task runs
         self._flushing = 0
         self._closing = False  # leaving the block: delivering, no new sends

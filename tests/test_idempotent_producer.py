@@ -101,17 +101,20 @@ async def test_batches_carry_the_producer_id_epoch_and_sequences(broker: OpenBro
         async with Producer(bootstrap, idempotence=True, linger=0.05) as producer:
             for count in (2, 3, 1):
                 await producer.send_many(topic, [b"v"] * count)
-        async with Producer(bootstrap, linger=0.05) as plain:
+        async with Producer(bootstrap, linger=0.05) as default:
+            await default.send(topic, b"default")
+        async with Producer(bootstrap, idempotence=False, linger=0.05) as plain:
             await plain.send(topic, b"plain")
+        async with Producer(bootstrap, acks=1, linger=0.05) as leader_only:
+            await leader_only.send(topic, b"acks=1")
         found = await batches(bootstrap, topic)
         producer_id = found[0].producer_id
         assert producer_id >= 0
-        assert [(b.producer_id, b.producer_epoch, b.base_sequence) for b in found] == [
-            (producer_id, 0, 0),
-            (producer_id, 0, 2),
-            (producer_id, 0, 5),
-            (-1, -1, -1),  # not idempotent
-        ]
+        ids = [(b.producer_id, b.producer_epoch, b.base_sequence) for b in found]
+        assert ids[:3] == [(producer_id, 0, 0), (producer_id, 0, 2), (producer_id, 0, 5)]
+        # The default (acks "all") asks for a producer id of its own.
+        assert ids[3][0] >= 0 and ids[3][0] != producer_id and ids[3][1:] == (0, 0)
+        assert ids[4:] == [(-1, -1, -1), (-1, -1, -1)]  # not idempotent
 
 
 async def test_a_batch_expiring_in_flight_bumps_the_epoch_and_later_sends_succeed(
@@ -151,3 +154,7 @@ def test_idempotence_needs_acks_all(acks: int) -> None:
         ProducerConfig(idempotence=1)  # type: ignore[arg-type]
     assert ProducerConfig(idempotence=True, acks="all").acks == -1
     assert ProducerConfig(idempotence=False, acks=acks).acks == acks
+    # Left unset, it follows acks, as Java's enable.idempotence does.
+    assert ProducerConfig().idempotent and ProducerConfig(acks="all").idempotent
+    assert not ProducerConfig(acks=acks).idempotent
+    assert not ProducerConfig(idempotence=False).idempotent
