@@ -56,7 +56,7 @@ from crc32c import crc32c
 from .._errors import CorruptRecordError, ProtocolError
 from .._types import topic_name_error
 from ..protocol.records import decode_batches
-from .producer_state import ProducerStates, producer_fields
+from .producer_state import INVALID_RECORD, ProducerStates, SequenceError, producer_fields
 from .topic_configs import topic_config_error
 
 __all__ = [
@@ -173,6 +173,8 @@ def validate_batch(data: bytes, *, max_message_bytes: int, full: bool = True) ->
         LogError: with INVALID_RECORD (not exactly one well-formed magic-2
             batch, inconsistent offsets or counts, a control batch),
             CORRUPT_MESSAGE (CRC mismatch) or MESSAGE_TOO_LARGE.
+        SequenceError: with INVALID_RECORD, for a batch with a producer id
+            and a negative base sequence.
     """
     size = len(data)
     if size < _HEADER_SIZE:
@@ -201,8 +203,7 @@ def validate_batch(data: bytes, *, max_message_bytes: int, full: bool = True) ->
         if header_count <= 0 or last_delta + 1 != header_count:
             raise LogError(_INVALID_RECORD, "inconsistent batch offset range and record count")
         producer_id, _, base_sequence = producer_fields(data)
-        if producer_id >= 0 and base_sequence < 0:
-            raise LogError(_INVALID_RECORD, "invalid sequence number for an idempotent batch")
+        _check_sequence(producer_id, base_sequence)
         return header_count, max_ts
     try:
         batches = decode_batches(data, verify_crc=False)
@@ -220,9 +221,22 @@ def validate_batch(data: bytes, *, max_message_bytes: int, full: bool = True) ->
     for index, record in enumerate(batch.records):
         if record.offset != base + index:
             raise LogError(_INVALID_RECORD, "record offsets in the batch are not consecutive")
-    if batch.producer_id >= 0 and batch.base_sequence < 0:
-        raise LogError(_INVALID_RECORD, "invalid sequence number for an idempotent batch")
+    _check_sequence(batch.producer_id, batch.base_sequence)
     return count, batch.max_timestamp
+
+
+def _check_sequence(producer_id: int, base_sequence: int) -> None:
+    """Refuse an idempotent batch with a negative base sequence.
+
+    Raised as a :class:`~gengroup.broker.producer_state.SequenceError`, since
+    Kafka answers it as it answers a refused sequence: INVALID_RECORD with no
+    error message and the log start offset.
+    """
+    if producer_id >= 0 and base_sequence < 0:
+        raise SequenceError(
+            INVALID_RECORD,
+            f"invalid sequence number {base_sequence} in a batch of producer {producer_id}",
+        )
 
 
 class PartitionLog:
@@ -285,8 +299,10 @@ class PartitionLog:
 
         Raises:
             LogError: the batch was refused (see :func:`validate_batch`).
-            SequenceError: the producer state refused the batch
-                (:meth:`~gengroup.broker.producer_state.ProducerStates.check`).
+            SequenceError: the batch's producer fields were refused: a
+                negative base sequence (:func:`validate_batch`) or what
+                :meth:`~gengroup.broker.producer_state.ProducerStates.check`
+                refuses.
         """
         data = bytes(data)
         count, max_timestamp = validate_batch(

@@ -56,6 +56,7 @@ NO_EPOCH: Final = -1
 # Kafka error codes (kio's ErrorCode values).
 OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
 INVALID_PRODUCER_EPOCH: Final = 47
+INVALID_RECORD: Final = 87
 
 _PRODUCER: Final = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
 _PRODUCER_OFFSET: Final = 43
@@ -75,10 +76,15 @@ def increment_sequence(sequence: int, increment: int) -> int:
 
 
 class SequenceError(Exception):
-    """A batch the producer state refuses; ``code`` is the Kafka error to answer.
+    """A batch refused for its producer fields; ``code`` is the Kafka error to answer.
+
+    Kafka answers these without an error message and with the partition's log
+    start offset.
 
     Attributes:
-        code: OUT_OF_ORDER_SEQUENCE_NUMBER (45) or INVALID_PRODUCER_EPOCH (47).
+        code: OUT_OF_ORDER_SEQUENCE_NUMBER (45), INVALID_PRODUCER_EPOCH (47),
+            or INVALID_RECORD (87) for an idempotent batch with a negative
+            base sequence.
     """
 
     def __init__(self, code: int, message: str) -> None:

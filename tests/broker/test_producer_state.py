@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gengroup.broker.log import LogError, PartitionLog
+from gengroup.broker.log import PartitionLog
 from gengroup.broker.producer_state import (
     BATCHES_TO_RETAIN,
     MAX_SEQUENCE,
@@ -103,6 +103,7 @@ def test_log_append_time_topic_retry_gets_the_first_append_time() -> None:
 @pytest.mark.parametrize("full", [True, False])
 def test_negative_sequence_with_a_producer_id_is_an_invalid_record(full: bool) -> None:
     log = PartitionLog()
-    with pytest.raises(LogError) as info:
+    # A SequenceError: answered as Kafka answers it, with no message.
+    with pytest.raises(SequenceError) as info:
         log.append(_batch(4, 0, -1), now_ms=5, validate_records=full)
     assert info.value.code == 87

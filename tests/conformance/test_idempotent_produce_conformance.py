@@ -329,6 +329,17 @@ async def deleted_topic(s: Session) -> None:
     s.record("log", await p.log(t))
 
 
+async def negative_sequence(s: Session) -> None:
+    """A batch with a producer id and a negative base sequence is INVALID_RECORD."""
+    t = await _topic(s, "t", 1)
+    p = Producer(s)
+    pid = await p.init()
+    s.record("seq 0", await p.produce(t, pid, 0, 0))
+    s.record("seq -1", await p.produce(t, pid, 0, -1))
+    s.record("seq 2", await p.produce(t, pid, 0, 2))
+    s.record("log", await p.log(t))
+
+
 async def _offsets(s: Session, topic: str) -> str:
     first = await s.admin.list_offsets(topic, 0, -2)
     last = await s.admin.list_offsets(topic, 0, -1)
@@ -367,6 +378,7 @@ SCENARIOS: Final[dict[str, Callable[[Session], Awaitable[None]]]] = by_name(
     unknown_producer,
     sequence_wrap,
     deleted_topic,
+    negative_sequence,
 )
 
 
@@ -477,6 +489,12 @@ EXPECTED: Final[dict[str, Transcript]] = {
         ("retry seq 2 on the new topic", ok(0)),
         ("seq 9", refused(OUT_OF_ORDER)),
         ("log", "0-1@0:2"),
+    ],
+    "negative_sequence": [
+        ("seq 0", ok(0)),
+        ("seq -1", refused("INVALID_RECORD")),
+        ("seq 2", ok(2)),
+        ("log", "0-1@0:0 2-3@0:2"),
     ],
 }
 

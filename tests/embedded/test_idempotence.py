@@ -91,3 +91,19 @@ async def test_producer_state_survives_a_leader_change(
         assert (int(g.error_code), int(g.base_offset), g.error_message) == (OUT_OF_ORDER, -1, None)
         assert leader.log.high_watermark == 2
         assert not cluster.errors
+
+
+async def test_negative_sequence_is_answered_without_message_and_with_log_start(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Kafka 4.3.1: INVALID_RECORD, base -1, the log start offset, no message.
+    async with FakeCluster(topics={"t": 1}) as cluster, connect(cluster) as conn:
+        await conn.request(produce(11, "t", 0, _batch(3, 0, 0)))
+        part = cluster.state.topics.partition("t", 0)
+        assert part is not None
+        part.log.delete_records(2)
+        resp = await conn.request(produce(11, "t", 0, _batch(3, 0, -1)))
+        ((p,),) = (t.partition_responses for t in resp.responses)
+        answer = (int(p.error_code), int(p.base_offset), int(p.log_start_offset), p.error_message)
+        assert answer == (87, -1, 2, None)
+        assert not cluster.errors

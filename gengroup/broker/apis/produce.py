@@ -11,9 +11,9 @@ hints (``node_endpoints``, left empty).
 Idempotent batches (a producer id, from InitProducerId) are checked against
 the partition's producer state (:mod:`gengroup.broker.producer_state`): a
 retried batch is answered with its first append's base offset and time and is
-not appended again; OUT_OF_ORDER_SEQUENCE_NUMBER and INVALID_PRODUCER_EPOCH
-are answered as Kafka answers them, with no error message and with the log
-start offset.
+not appended again; OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH and
+the INVALID_RECORD of a negative base sequence are answered as Kafka answers
+them, with no error message and with the log start offset.
 """
 
 from __future__ import annotations
@@ -119,8 +119,8 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
             except LogError as exc:
                 code, message = exc.code, str(exc)
             except SequenceError as exc:
-                # Kafka's answer to a refused sequence or epoch carries no
-                # message, and the log start offset.
+                # Kafka's answer to a refused sequence (negative, out of
+                # order) or epoch carries no message, and the log start offset.
                 code, result = exc.code, (-1, -1, part.log.log_start_offset)
             else:
                 result = appended_at
