@@ -36,7 +36,8 @@ Tests steer the cluster without touching sockets:
 * :meth:`FakeCluster.restart_broker` stops a broker (listener closed,
   connections dropped, leadership moved) and brings it back on the same port
   with every piece of state kept but its fetch sessions, which a real broker
-  also loses;
+  also loses, and the idempotent producer state of the partitions it leads
+  again, rebuilt as from Kafka's snapshot;
 * :meth:`FakeCluster.create_topic`, :meth:`FakeCluster.produce`,
   :meth:`FakeCluster.records`, :meth:`FakeCluster.committed_offsets` set up and
   inspect data directly.
@@ -371,6 +372,12 @@ class FakeCluster:
 
     async def restart_broker(self, broker_id: int, *, downtime: float = 0.0) -> None:
         """Stop a broker and bring it back on the same port; all state is kept.
+
+        All but the idempotent producer state of the partitions the broker
+        leads once back: that is rebuilt as Kafka rebuilds it from its
+        snapshot, keeping only each producer's last batch and dropping the
+        producers expired by ``producer_id_expiration_ms``
+        (:meth:`~gengroup.broker.state.ClusterState.set_online`).
 
         Args:
             broker_id: the broker.

@@ -751,6 +751,15 @@ class Topics:
                     changed = True
         return changed
 
+    def led_by(self, broker_id: int) -> list[Partition]:
+        """The partitions ``broker_id`` leads, over every topic."""
+        return [
+            part
+            for topic in self.by_name.values()
+            for part in topic.partitions
+            if part.leader == broker_id
+        ]
+
     def move_leader(self, name: str, index: int, broker_id: int) -> Partition:
         """Make ``broker_id`` the leader of a partition, adding it as a replica if needed.
 

@@ -24,9 +24,12 @@ sequence, first and last offset, max timestamp), like Kafka's
    (OUT_OF_ORDER_SEQUENCE_NUMBER otherwise).
 
 State survives DeleteRecords (Kafka keeps producers whose records were
-deleted; only ``producer.id.expiration.ms`` removes them, which the embedded
-broker does not model) and leader changes; it goes with the partition when
-its topic is deleted.
+deleted) and leader changes; it goes with the partition when its topic is
+deleted. A broker coming back from a restart rebuilds it
+(:meth:`ProducerStates.reload`) as Kafka does from its producer snapshot,
+which holds only each producer's last batch and leaves out the producers
+expired by ``producer.id.expiration.ms``: a producer expires when its last
+batch's max timestamp is that old (not after being idle that long).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Final, NamedTuple
 
 __all__ = [
     "BATCHES_TO_RETAIN",
+    "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
     "MAX_SEQUENCE",
     "BatchMetadata",
     "ProducerEntry",
@@ -52,6 +56,8 @@ BATCHES_TO_RETAIN: Final = 5
 #: The largest sequence number; the next one is 0.
 MAX_SEQUENCE: Final = 2**31 - 1
 NO_EPOCH: Final = -1
+#: Kafka's default ``producer.id.expiration.ms``: one day.
+DEFAULT_PRODUCER_ID_EXPIRATION_MS: Final = 24 * 60 * 60 * 1000
 
 # Kafka error codes (kio's ErrorCode values).
 OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
@@ -206,3 +212,24 @@ class ProducerStates:
         entry.batches.append(
             BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp)
         )
+
+    def reload(self, now_ms: int, expiration_ms: int) -> None:
+        """Rebuild the state as a restarted Kafka broker does from its snapshot.
+
+        Kafka's producer snapshot keeps only each producer's last batch, so
+        after a restart a retry of an older one of the last five batches is
+        no duplicate any more; and it skips the producers whose last batch's
+        max timestamp is ``expiration_ms`` or more before ``now_ms``
+        (``ProducerStateManager.isProducerExpired``).
+
+        Args:
+            now_ms: the current wall-clock time in epoch milliseconds.
+            expiration_ms: ``producer.id.expiration.ms``.
+        """
+        for pid, entry in list(self.entries.items()):
+            if not entry.batches or now_ms - entry.batches[-1].timestamp >= expiration_ms:
+                del self.entries[pid]
+                continue
+            last = entry.batches[-1]
+            entry.batches.clear()
+            entry.batches.append(last)

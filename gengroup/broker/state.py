@@ -51,6 +51,7 @@ from .coordinator import CoordinatorConfig, GroupCoordinator, Reply, Request, Re
 from .faults import Faults
 from .fetch_sessions import DEFAULT_CACHE_SLOTS, DEFAULT_EVICTION_MS
 from .log import DEFAULT_MAX_MESSAGE_BYTES, LogError, Topic, Topics
+from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -127,6 +128,10 @@ class BrokerSettings:
         min_incremental_fetch_session_eviction_ms:
             ``min.incremental.fetch.session.eviction.ms``: how long a fetch
             session must be idle before a new one may evict it.
+        producer_id_expiration_ms: ``producer.id.expiration.ms``: a
+            restarted broker forgets the idempotent producers whose last
+            batch's max timestamp is that old (Kafka also checks every ten
+            minutes, which the embedded broker does not).
         cluster_id: the cluster id reported in Metadata (generated if None).
     """
 
@@ -151,6 +156,7 @@ class BrokerSettings:
     validate_records: bool = True
     max_incremental_fetch_session_cache_slots: int = DEFAULT_CACHE_SLOTS
     min_incremental_fetch_session_eviction_ms: int = DEFAULT_EVICTION_MS
+    producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS
     cluster_id: str | None = None
 
 
@@ -297,13 +303,25 @@ class ClusterState:
     # ------------------------------------------------------------------ brokers
 
     def set_online(self, node_id: int, online: bool) -> None:
-        """Mark a broker up or down and re-elect partition leaders accordingly."""
+        """Mark a broker up or down and re-elect partition leaders accordingly.
+
+        A broker coming up rebuilds the idempotent producer state of the
+        partitions it then leads, as Kafka does from its snapshot
+        (:meth:`~gengroup.broker.producer_state.ProducerStates.reload`). The
+        partitions another replica kept leading keep their state, as their
+        leader's is in Kafka: the embedded broker has one state per
+        partition, not one per replica.
+        """
         if online:
             self.online.add(node_id)
         else:
             self.online.discard(node_id)
         if self.topics.elect_leaders(self.online):
             self.notify()
+        if online:
+            now = self.wall_ms()
+            for part in self.topics.led_by(node_id):
+                part.log.producers.reload(now, self.settings.producer_id_expiration_ms)
 
     def live_brokers(self) -> list[int]:
         """The ids of the brokers that are up, sorted."""

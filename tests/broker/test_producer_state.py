@@ -7,6 +7,7 @@ import pytest
 from gengroup.broker.log import PartitionLog
 from gengroup.broker.producer_state import (
     BATCHES_TO_RETAIN,
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     MAX_SEQUENCE,
     ProducerStates,
     SequenceError,
@@ -107,3 +108,30 @@ def test_negative_sequence_with_a_producer_id_is_an_invalid_record(full: bool) -
     with pytest.raises(SequenceError) as info:
         log.append(_batch(4, 0, -1), now_ms=5, validate_records=full)
     assert info.value.code == 87
+
+
+def test_reload_keeps_only_each_producers_last_batch() -> None:
+    log = PartitionLog()
+    for seq in (0, 2, 4):
+        log.append(_batch(4, 0, seq, ts=10_000), now_ms=10_000)
+    log.append(_batch(5, 3, 7, ts=20_000), now_ms=20_000)
+    log.producers.reload(30_000, DEFAULT_PRODUCER_ID_EXPIRATION_MS)
+    assert [len(e.batches) for e in log.producers.entries.values()] == [1, 1]
+    assert log.append(_batch(4, 0, 4), now_ms=30_000).base_offset == 4  # the last: duplicate
+    with pytest.raises(SequenceError) as info:
+        log.append(_batch(4, 0, 2), now_ms=30_000)  # an older one: out of order
+    assert info.value.code == OUT_OF_ORDER
+    assert log.producers.entries[5].epoch == 3
+    assert log.producers.entries[5].last_seq == 8
+
+
+def test_reload_drops_producers_whose_last_timestamp_is_expired() -> None:
+    # Kafka's isProducerExpired: now - lastTimestamp >= producer.id.expiration.ms,
+    # by the last batch's max timestamp, not by when it was appended.
+    log = PartitionLog()
+    log.append(_batch(1, 0, 0, ts=1_000), now_ms=50_000)
+    log.append(_batch(2, 0, 0, ts=1_001), now_ms=50_000)
+    log.producers.reload(1_000 + 60_000, 60_000)
+    assert list(log.producers.entries) == [2]
+    log.append(_batch(1, 0, 6), now_ms=70_000)  # unknown again: any sequence
+    assert log.high_watermark == 6

@@ -17,19 +17,22 @@ The server side under test is :mod:`gengroup.broker.apis.init_producer_id`,
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 import anyio
 import pytest
 
+from gengroup.broker import FakeCluster
 from gengroup.protocol.framing import build, request_module
 from gengroup.protocol.records import decode_batches, encode_batch
 from gengroup.protocol.versions import ApiKey
+from gengroup.testing.kafka import KafkaBroker
 
 from .. import embedded as rq
 from .client import Session, Transcript, by_name, error_name, open_session
-from .conftest import Target
+from .conftest import EMBEDDED_SETTINGS, Target
 from .scenarios import _topic, _topic_name
 from .test_conformance import SCENARIO_TIMEOUT, resolve
 
@@ -105,10 +108,11 @@ class Producer:
         *,
         partition: int = 0,
         version: int = PRODUCE_V,
+        ts: int = TS,
     ) -> str:
         """Produce one batch of ``count`` records from ``seq`` on; the partition's answer."""
         data = encode_batch(
-            [(None, b"v%d" % i, (), TS) for i in range(count)],
+            [(None, b"v%d" % i, (), ts) for i in range(count)],
             producer_id=pid,
             producer_epoch=epoch,
             base_sequence=seq,
@@ -515,3 +519,97 @@ async def test_idempotent_produce_conformance(
             await SCENARIOS[scenario](s)
             transcript = s.transcript
     assert transcript == resolve(EXPECTED[scenario], target.name)
+
+
+# --------------------------------------------------------------------------- restart
+
+Restart = Callable[[], Awaitable[None]]
+
+
+@pytest.fixture
+async def restartable(
+    target: Target, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[str, Restart]]:
+    """The target's bootstrap address and a function restarting its (only) broker.
+
+    Kafka is the session's broker, restarted in place (same ports and data).
+    """
+    if target.name == "kafka":
+        broker: KafkaBroker = request.getfixturevalue("kafka")
+
+        async def restart_kafka() -> None:
+            await anyio.to_thread.run_sync(broker.restart)
+
+        yield broker.bootstrap, restart_kafka
+        return
+    async with FakeCluster(settings=EMBEDDED_SETTINGS) as cluster:
+
+        async def restart_embedded() -> None:
+            await cluster.restart_broker(0)
+
+        yield cluster.bootstrap, restart_embedded
+        assert cluster.errors == [], "the embedded broker met internal errors"
+
+
+EXPECTED_RESTART: Final[Transcript] = [
+    # A producer whose batches are stamped now: the restarted broker keeps
+    # only its last batch (Kafka's producer snapshot), so a retry of an older
+    # one of its last five batches is out of order.
+    ("recent: seq 0", ok(0)),
+    ("recent: seq 2", ok(2)),
+    ("recent: seq 4", ok(4)),
+    ("old: seq 0", ok(0)),
+    ("old: seq 2", ok(2)),
+    ("old: seq 4", ok(4)),
+    ("recent: retry seq 2", refused(OUT_OF_ORDER)),
+    ("recent: retry seq 4", "NONE base=4 time=T start=0"),
+    ("recent: retry seq 0", refused(OUT_OF_ORDER)),
+    ("recent: seq 6", ok(6)),
+    # A producer whose batches are stamped 1970 (TS): older than
+    # producer.id.expiration.ms (a day), so forgotten at the restart and its
+    # retries appended anew.
+    ("old: retry seq 2", ok(6)),
+    ("old: retry seq 4", ok(8)),
+    ("old: retry seq 0", refused(OUT_OF_ORDER)),
+    ("old: seq 6", ok(10)),
+    ("recent log", "0-1@0:0 2-3@0:2 4-5@0:4 6-7@0:6"),
+    ("old log", "0-1@0:0 2-3@0:2 4-5@0:4 6-7@0:2 8-9@0:4 10-11@0:6"),
+]
+"""Both brokers' answers, as Kafka 4.3.1 gives them (``time=T``: the batch's own timestamp)."""
+
+
+async def test_restart_rebuilds_producer_state_as_from_a_snapshot(
+    target: Target, restartable: tuple[str, Restart]
+) -> None:
+    bootstrap, restart = restartable
+    stamp = int(time.time() * 1000)
+    with anyio.fail_after(SCENARIO_TIMEOUT):
+        async with open_session(bootstrap) as s:
+            recent, old = await _topic(s, "recent", 1), await _topic(s, "old", 1)
+            p = Producer(s)
+            recent_pid, old_pid = await p.init(), await p.init()
+            for seq in (0, 2, 4):
+                s.record(
+                    f"recent: seq {seq}", await p.produce(recent, recent_pid, 0, seq, ts=stamp)
+                )
+            for seq in (0, 2, 4):
+                s.record(f"old: seq {seq}", await p.produce(old, old_pid, 0, seq))
+            transcript = s.transcript
+    await restart()
+    with anyio.fail_after(SCENARIO_TIMEOUT):
+        async with open_session(bootstrap) as s:
+            for topic in (recent, old):
+                while (await s.admin.list_offsets(topic, 0, -1))["error"] != "NONE":
+                    await anyio.sleep(0.2)
+            p = Producer(s)
+            for seq in (2, 4, 0, 6):
+                step = "retry seq" if seq < 6 else "seq"
+                answer = await p.produce(recent, recent_pid, 0, seq, ts=stamp)
+                s.record(f"recent: {step} {seq}", answer.replace(f"time={stamp}", "time=T"))
+            for seq in (2, 4, 0, 6):
+                step = "retry seq" if seq < 6 else "seq"
+                s.record(f"old: {step} {seq}", await p.produce(old, old_pid, 0, seq))
+            s.record("recent log", await p.log(recent))
+            s.record("old log", await p.log(old))
+            transcript += s.transcript
+    assert transcript == EXPECTED_RESTART

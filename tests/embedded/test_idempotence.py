@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import trio.testing
 
-from gengroup.broker import FakeCluster
+from gengroup.broker import BrokerSettings, FakeCluster
 from gengroup.protocol.framing import build, request_module
 from gengroup.protocol.records import encode_batch
 from gengroup.protocol.versions import ApiKey
@@ -90,6 +90,65 @@ async def test_producer_state_survives_a_leader_change(
         assert (int(r.error_code), int(r.base_offset)) == (0, 0)
         assert (int(g.error_code), int(g.base_offset), g.error_message) == (OUT_OF_ORDER, -1, None)
         assert leader.log.high_watermark == 2
+        assert not cluster.errors
+
+
+def _now_batch(cluster: FakeCluster, pid: int, seq: int) -> bytes:
+    """A batch of two records stamped with the cluster's wall clock."""
+    now = cluster.state.wall_ms()
+    return encode_batch(
+        [(None, b"a", (), now), (None, b"b", (), now)],
+        producer_id=pid,
+        producer_epoch=0,
+        base_sequence=seq,
+    )
+
+
+async def _send(cluster: FakeCluster, broker: int, topic: str, data: bytes) -> tuple[int, int]:
+    async with connect(cluster, broker) as conn:
+        resp = await conn.request(produce(11, topic, 0, data))
+    ((part,),) = (t.partition_responses for t in resp.responses)
+    return int(part.error_code), int(part.base_offset)
+
+
+async def test_restart_keeps_the_last_batch_of_the_partitions_it_leads_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Kafka 4.3.1 after a restart (its snapshot holds each producer's last
+    # batch): a retry of the last batch is a duplicate, of an older one
+    # OUT_OF_ORDER_SEQUENCE_NUMBER. A partition another replica kept leading
+    # keeps its leader's full state.
+    async with FakeCluster(brokers=2) as cluster:
+        cluster.create_topic("alone", 1)  # led by broker 0, its only replica
+        cluster.create_topic("shared", 1, replication_factor=2)
+        cluster.move_partition_leader("shared", 0, 0)
+        for topic in ("alone", "shared"):
+            for seq in (0, 2, 4):
+                assert await _send(cluster, 0, topic, _now_batch(cluster, 3, seq)) == (0, seq)
+        await cluster.restart_broker(0)
+        shared = cluster.state.topics.partition("shared", 0)
+        assert shared is not None and shared.leader == 1
+        assert await _send(cluster, 0, "alone", _now_batch(cluster, 3, 2)) == (OUT_OF_ORDER, -1)
+        assert await _send(cluster, 0, "alone", _now_batch(cluster, 3, 4)) == (0, 4)
+        assert await _send(cluster, 0, "alone", _now_batch(cluster, 3, 0)) == (OUT_OF_ORDER, -1)
+        assert await _send(cluster, 1, "shared", _now_batch(cluster, 3, 0)) == (0, 0)
+        assert await _send(cluster, 0, "alone", _now_batch(cluster, 3, 6)) == (0, 6)
+        assert (cluster.high_watermark("alone"), cluster.high_watermark("shared")) == (8, 6)
+        assert not cluster.errors
+
+
+async def test_restart_drops_producers_expired_by_their_last_timestamp(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    settings = BrokerSettings(producer_id_expiration_ms=60_000)
+    async with FakeCluster(settings=settings, topics={"t": 1}) as cluster:
+        assert await _send(cluster, 0, "t", _now_batch(cluster, 3, 0)) == (0, 0)
+        await cluster.restart_broker(0, downtime=59.9)
+        # Not expired yet: a retry of the last batch is a duplicate.
+        assert await _send(cluster, 0, "t", _now_batch(cluster, 3, 0)) == (0, 0)
+        await cluster.restart_broker(0, downtime=0.1)
+        # 60 s after the batch's timestamp: forgotten, so the retry is appended again.
+        assert await _send(cluster, 0, "t", _now_batch(cluster, 3, 0)) == (0, 2)
         assert not cluster.errors
 
 
