@@ -70,6 +70,7 @@ from .admin_types import (
     NewTopic,
     PartitionLag,
     check_int,
+    check_offsets,
     check_partitions,
     names_of,
     new_topics,
@@ -276,6 +277,7 @@ class Admin:
                 partition count is left as it is).
 
         Raises:
+            TypeError: ``topics`` is neither of those (a name, one NewTopic ...).
             TopicAlreadyExists: a topic exists and ``exist_ok`` is False.
             BrokerError: the broker refused a topic (invalid name, partitions,
                 replication factor or config ...); the message names the topic.
@@ -348,6 +350,7 @@ class Admin:
             missing_ok: do not raise for topics that do not exist.
 
         Raises:
+            TypeError: ``names`` is one string, not a list of them.
             UnknownTopicOrPartition: a topic does not exist and ``missing_ok`` is False.
             BrokerError: the broker refused the deletion.
             TimeoutError: the topics were still listed when the deadline passed.
@@ -497,7 +500,8 @@ class Admin:
             deletion: the offset asked for, or more if it already was higher.
 
         Raises:
-            TypeError: an offset that is not an int.
+            TypeError: ``before`` is not a mapping of TopicPartition to offset
+                (a topic name, a list ...), or an offset that is not an int.
             ValueError: an offset beyond an int64, a partition index beyond an int32.
             UnknownTopicOrPartition: a topic or partition that does not exist.
             OffsetOutOfRange: an offset above the partition's high watermark
@@ -515,7 +519,8 @@ class Admin:
             low = await admin.delete_records({TopicPartition("payments", 0): 1000})
             assert low[TopicPartition("payments", 0)] >= 1000
         """
-        return await offsets.delete_records(self.cluster, before, timeout=self._limit(timeout)[0])
+        wanted = check_offsets(before, "delete_records")
+        return await offsets.delete_records(self.cluster, wanted, timeout=self._limit(timeout)[0])
 
     # ------------------------------------------------------------------ groups
 
@@ -724,6 +729,7 @@ class Admin:
             when some lag is not known or the group is rebalancing.
 
         Raises:
+            TypeError: ``topics`` is one string, not a list of them.
             BrokerError: a non-retriable error (e.g. authorization, such as
                 TopicAuthorizationFailed for a topic the admin may not
                 describe; a topic of ``topics`` that does not exist is

@@ -6,7 +6,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, SupportsIndex
+from typing import Any, Final, SupportsIndex
 
 from ._types import TopicPartition
 from .protocol.consumer_protocol import PROTOCOL_TYPE, Assignment, decode_assignment
@@ -24,6 +24,7 @@ __all__ = [
     "INT32_MAX",
     "INT64_MAX",
     "check_int",
+    "check_offsets",
     "check_partitions",
     "names_of",
     "new_topics",
@@ -52,19 +53,46 @@ def check_int(what: str, value: object, low: int, high: int) -> int:
     return number
 
 
+def _listed(given: Iterable[Any], what: str, expected: str) -> list[Any]:
+    """``given`` as a list, if it is a collection rather than one item (a
+    :class:`~gengroup.TopicPartition` or :class:`NewTopic`) or no collection.
+
+    Raises:
+        TypeError: it is not, saying what ``what`` takes (``expected``).
+    """
+    if isinstance(given, TopicPartition | NewTopic) or not isinstance(given, Iterable):
+        raise TypeError(f"{what} takes {expected}, got {given!r}")
+    return list(given)
+
+
+def check_offsets(given: Mapping[TopicPartition, int], what: str) -> Mapping[TopicPartition, int]:
+    """``given``, a mapping of :class:`~gengroup.TopicPartition` to offset
+    (its keys checked as :func:`check_partitions` checks them).
+
+    Raises:
+        TypeError: ``given`` is not a mapping (a topic name, a list of
+            partitions ...), or a key is not a TopicPartition.
+        ValueError: a partition index out of range, naming the topic.
+    """
+    if not isinstance(given, Mapping):
+        raise TypeError(f"{what} takes a mapping of TopicPartition to offset, got {given!r}")
+    check_partitions(given, what)
+    return given
+
+
 def check_partitions(tps: Iterable[TopicPartition], what: str) -> list[TopicPartition]:
     """``tps`` as a list, each partition index from 0 to :data:`INT32_MAX`.
 
     Raises:
         TypeError: ``tps`` is one topic name (a str or bytes: iterated, it
-            would be its characters), or holds something else than
-            :class:`~gengroup.TopicPartition` objects; an index that is not
-            an int, naming the topic.
+            would be its characters), one TopicPartition or no collection,
+            or holds something else than :class:`~gengroup.TopicPartition`
+            objects; an index that is not an int, naming the topic.
         ValueError: an index out of range, naming the topic.
     """
     if isinstance(tps, str | bytes):
         raise TypeError(f"{what} takes a list of TopicPartition, not a topic name: {tps!r}")
-    given = list(tps)
+    given = _listed(tps, what, "a list of TopicPartition")
     for tp in given:
         if not isinstance(tp, TopicPartition):
             raise TypeError(f"{what} takes TopicPartition objects, got {tp!r}")
@@ -386,12 +414,12 @@ def names_of(given: Iterable[str], what: str) -> list[str]:
 
     Raises:
         TypeError: ``given`` is one string (iterated, it would be its
-            characters: ``delete_topics("orders")`` deleting ``o`` and ``s``),
-            or holds something else than strings.
+            characters: ``delete_topics("orders")`` deleting ``o`` and ``s``)
+            or no collection of names, or holds something else than strings.
     """
     if isinstance(given, str | bytes):
         raise TypeError(f"{what} takes a list of names, not one name: [{given!r}]")
-    names = list(given)
+    names = _listed(given, what, "a list of names")
     for name in names:
         if not isinstance(name, str):
             raise TypeError(f"{what} takes names (str), got {name!r}")
@@ -402,8 +430,8 @@ def new_topics(topics: Mapping[str, int] | Iterable[NewTopic]) -> dict[str, NewT
     """The topics ``create_topics`` was given, by name.
 
     Raises:
-        TypeError: not ``{name: partitions}`` nor :class:`NewTopic` objects
-            (a count that is not an int: see :class:`NewTopic`).
+        TypeError: not ``{name: partitions}`` nor a collection of
+            :class:`NewTopic` objects (a count that is not an int: see :class:`NewTopic`).
         ValueError: a name given twice.
     """
     if isinstance(topics, Mapping):
@@ -411,7 +439,7 @@ def new_topics(topics: Mapping[str, int] | Iterable[NewTopic]) -> dict[str, NewT
     elif isinstance(topics, str | bytes):
         raise TypeError(f"create_topics takes {{name: partitions}} or NewTopic objects: {topics!r}")
     else:
-        given = list(topics)
+        given = _listed(topics, "create_topics", "{name: partitions} or NewTopic objects")
     out: dict[str, NewTopic] = {}
     for topic in given:
         if not isinstance(topic, NewTopic):

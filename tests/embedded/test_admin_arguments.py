@@ -63,6 +63,56 @@ async def test_a_topic_name_where_partitions_belong_is_a_type_error(
             assert await admin.fetch_offsets("g") == {}  # nothing was committed
 
 
+async def test_one_item_or_no_collection_where_a_collection_belongs_is_a_type_error(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``delete_records("t")`` raised AttributeError ('str' object has no
+    attribute 'items'); a bare TopicPartition, iterated, was its topic and
+    index; an int was "'int' object is not iterable", naming nothing."""
+    t0 = TopicPartition("t", 0)
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with Admin(cluster.bootstrap) as admin:
+            async with Producer(admin.cluster) as producer:
+                await producer.send("t", b"x", partition=0)
+            for given in ("t", b"t", t0, [t0], 5):
+                with pytest.raises(
+                    TypeError,
+                    match=re.escape(
+                        f"delete_records takes a mapping of TopicPartition to offset, got {given!r}"
+                    ),
+                ):
+                    await admin.delete_records(given)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="delete_records takes TopicPartition objects"):
+                await admin.delete_records({"t": 1})  # type: ignore[dict-item]
+            assert await admin.list_offsets([t0], "earliest") == {t0: 0}  # nothing deleted
+            calls = {
+                "list_offsets": (lambda x: admin.list_offsets(x, "latest"), "TopicPartition"),
+                "fetch_offsets": (lambda x: admin.fetch_offsets("g", x), "TopicPartition"),
+                "delete_offsets": (lambda x: admin.delete_offsets("g", x), "TopicPartition"),
+                "reset_offsets": (
+                    lambda x: admin.reset_offsets("g", x, offset=0),
+                    "TopicPartition",
+                ),
+                "metadata": (admin.metadata, "names"),
+                "delete_topics": (admin.delete_topics, "names"),
+                "describe_groups": (admin.describe_groups, "names"),
+                "delete_groups": (admin.delete_groups, "names"),
+                "group_lag": (lambda x: admin.group_lag("g", x), "names"),
+            }
+            for name, (call, items) in calls.items():
+                for given in (t0, 5):
+                    with pytest.raises(
+                        TypeError, match=re.escape(f"{name} takes a list of {items}, got {given!r}")
+                    ):
+                        await call(given)
+            expected = "create_topics takes {name: partitions} or NewTopic objects, got "
+            for given in (NewTopic("n", 1), t0, 5):
+                with pytest.raises(TypeError, match=re.escape(f"{expected}{given!r}")):
+                    await admin.create_topics(given)  # type: ignore[arg-type]
+            assert "t" in await admin.metadata(["t"])  # nothing was deleted
+            assert (await admin.metadata(["n"]))["n"].error_code == 3  # nor created
+
+
 async def test_topics_to_create_are_checked_before_any_is_created(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
