@@ -54,6 +54,7 @@ from . import admin_groups as group_ops, admin_topics as topic_ops
 from ._config import check_seconds
 from ._errors import (
     BrokerError,
+    GengroupError,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
     UnsupportedVersion,
@@ -132,12 +133,6 @@ class AdminSettings(SecuritySettings, total=False):
     timeout: float
 
 
-def _listed(md: Mapping[str, Any], tp: TopicPartition) -> bool:
-    """Whether metadata ``md`` (:func:`~gengroup.admin_topics.lag_metadata`'s) lists ``tp``."""
-    info = md.get(tp.topic)
-    return info is not None and not info.error_code and tp.partition in info.partitions
-
-
 class Admin:
     """Administrative operations on a Kafka cluster.
 
@@ -160,6 +155,8 @@ class Admin:
     An operation called after the admin's ``async with`` exited, or after
     the shared ``cluster`` was closed, raises
     :class:`~gengroup.ConnectionClosed` at once: nothing is sent or retried.
+    An Admin is entered once: entering it again, or leaving it unentered,
+    raises :class:`~gengroup.GengroupError`.
 
     Example::
 
@@ -181,6 +178,7 @@ class Admin:
         )
         self._coordinators: dict[str, CoordinatorClient] = {}
         self._stack = AsyncExitStack()
+        self._entered = False
 
     @property
     def timeout(self) -> float:
@@ -188,11 +186,16 @@ class Admin:
         return self.config.timeout
 
     async def __aenter__(self) -> Self:
+        if self._entered:
+            raise GengroupError("an Admin can be entered only once; make a new Admin")
+        self._entered = True
         if self._owns_cluster:
             await self._stack.enter_async_context(self.cluster)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if not self._entered:
+            raise GengroupError("the Admin was not entered (async with)")
         # The body's exception is not handed to the cluster's task group, which
         # would wrap it in an ExceptionGroup; it propagates unchanged.
         await self._stack.aclose()
@@ -762,7 +765,7 @@ class Admin:
                 tps.update(TopicPartition(name, p) for p in info.partitions)
             # Commits left for a deleted topic or a partition it no longer has
             # (kept until offsets retention): shown with end and lag unknown.
-            gone = {tp for tp in tps if not _listed(md, tp)}
+            gone = {tp for tp in tps if not topic_ops.listed(md, tp)}
             try:
                 live = sorted(tps - gone)
                 ends = await self.list_offsets(live, "latest", timeout=rest()) if live else {}

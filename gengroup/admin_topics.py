@@ -19,7 +19,7 @@ unknown topic is a deleted one there, and every other topic error is raised.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -31,7 +31,7 @@ from .io.cluster import Cluster, TopicInfo
 from .io.retry import GiveUp, retry, seconds_left
 from .protocol.versions import ApiKey
 
-__all__ = ["lag_metadata", "topic_requests", "wait_for_metadata", "wait_until_served"]
+__all__ = ["lag_metadata", "listed", "topic_requests", "wait_for_metadata", "wait_until_served"]
 
 
 class _NotYet(Exception):
@@ -141,6 +141,12 @@ async def wait_until_served(cluster: Cluster, topics: Sequence[str], timeout: fl
         for p in cluster.topics[name].partitions
     }
     await offsets.list_offsets(cluster, tps, "latest", timeout=timeout)
+
+
+def listed(md: Mapping[str, Any], tp: TopicPartition) -> bool:
+    """Whether metadata ``md`` (:func:`lag_metadata`'s) lists ``tp``."""
+    info = md.get(tp.topic)
+    return info is not None and not info.error_code and tp.partition in info.partitions
 
 
 async def lag_metadata(cluster: Cluster, names: Sequence[str]) -> dict[str, TopicInfo]:

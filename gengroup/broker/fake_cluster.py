@@ -245,7 +245,8 @@ class FakeCluster:
         tb: TracebackType | None,
     ) -> bool | None:
         stack, self._stack = self._stack, None
-        assert stack is not None, "the FakeCluster was not entered"
+        if stack is None:
+            raise RuntimeError("the FakeCluster is not running (not entered, or left already)")
         self._tg = None
         # Closed without the block's exception, so that it propagates as
         # itself instead of being wrapped by the servers' task group (which

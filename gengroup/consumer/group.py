@@ -240,7 +240,10 @@ class ConsumerGroup:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
-        assert self._stack is not None
+        if self._stack is None:
+            raise GengroupError(
+                f"consumer group {self.config.group_id!r} was not entered (async with)"
+            )
         try:
             if exc_info[0] is None:
                 await self.aclose()

@@ -235,6 +235,9 @@ class Cluster:
     Raises:
         ConfigError: an invalid address or security setting.
 
+    A Cluster is entered once: entering it again or after :meth:`aclose`,
+    or leaving it unentered, raises :class:`~gengroup.GengroupError`.
+
     Example::
 
         async with Cluster(["127.0.0.1:9092"]) as cluster:
@@ -311,10 +314,14 @@ class Cluster:
         self._closed = False
 
     async def __aenter__(self) -> Self:
+        if self._tg is not None or self._closed:
+            raise GengroupError("a Cluster can be entered only once, and not after aclose()")
         self._tg = await self._stack.enter_async_context(anyio.create_task_group())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._tg is None:
+            raise GengroupError("the Cluster was not entered (async with)")
         # Every connection is closed first, so the task group's serve tasks
         # return by themselves; the body's exception (if any) is not handed
         # to the task group, so it propagates as itself, unwrapped.

@@ -88,6 +88,39 @@ async def test_a_consumer_group_is_not_used_again_after_it_closed(
         assert trio.current_time() == t0
 
 
+async def test_a_client_left_unentered_or_entered_again_is_a_gengroup_error(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``ConsumerGroup.__aexit__`` without ``__aenter__`` tripped an assert; an
+    Admin and a Cluster left unentered said nothing, and were entered twice."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        makers: dict[str, Callable[[], Any]] = {
+            "ConsumerGroup": lambda: ConsumerGroup("g", ["t"], cluster.bootstrap),
+            "Producer": lambda: Producer(cluster.bootstrap),
+            "Admin": lambda: Admin(cluster.bootstrap),
+            "Cluster": lambda: Cluster(cluster.bootstrap),
+        }
+        for make in makers.values():
+            with pytest.raises(GengroupError, match=r"was not entered \(async with\)"):
+                await make().__aexit__(None, None, None)
+            client = make()
+            async with client:
+                with pytest.raises(GengroupError, match="entered only once"):
+                    async with client:
+                        pass
+            await client.__aexit__(None, None, None)  # left already: nothing more
+            with pytest.raises(GengroupError, match="entered only once"):
+                async with client:
+                    pass
+        unentered = Cluster(cluster.bootstrap)
+        await unentered.aclose()
+        with pytest.raises(GengroupError, match=r"not after aclose\(\)"):
+            async with unentered:
+                pass
+    with pytest.raises(RuntimeError, match="FakeCluster is not running"):
+        await FakeCluster().__aexit__(None, None, None)
+
+
 async def test_retry_never_retries_a_closed_client(autojump_clock: trio.testing.MockClock) -> None:
     """Whatever the caller's predicate says: nothing reopens a closed client."""
     attempts: list[float] = []
