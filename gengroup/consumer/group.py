@@ -435,9 +435,25 @@ class ConsumerGroup:
                 await self._release_cluster.wait()
 
     async def _warm_up(self) -> None:
-        """Beside the first JoinGroup: see :meth:`GroupClient.warm_up`."""
-        with self._warm_up_scope:
-            await self._client.warm_up(self._member.subscribed_topics())
+        """Beside the first JoinGroup: see :meth:`GroupClient.warm_up`.
+
+        A KeyboardInterrupt raised in it (trio raises Ctrl-C in the task that
+        runs) or a SystemExit ends the group as a task's does, instead of
+        failing the group's task group (which would wrap it).
+        """
+        try:
+            with self._warm_up_scope:
+                await self._client.warm_up(self._member.subscribed_topics())
+        except BaseException as exc:
+            interrupt = interrupt_in(exc, f"group {self.config.group_id}")
+            if interrupt is None:
+                raise
+            self._ownership.failures.append(interrupt)
+            gen = self._current
+            if gen is not None and not gen.ending:
+                gen.end(Outcome.FATAL, f"the warm-up raised {interrupt!r}")
+            else:  # joining: stop forming the generation
+                self._ownership.on_failure()
 
     async def _run(self) -> None:
         # Shielded: a cancellation of the code around ``async with`` reaches

@@ -21,6 +21,7 @@ import trio.testing
 
 from gengroup import ConsumerGroup, Generation, TaskStuckError, TopicPartition
 from gengroup.broker import FakeCluster
+from gengroup.consumer.forming import GroupClient
 from gengroup.protocol.records import NewRecord
 
 from .helpers import EMBEDDED_SETTINGS
@@ -399,6 +400,50 @@ async def test_a_partition_tasks_exit_from_its_own_task_group_keeps_the_teardown
         assert isinstance(caught, SystemExit) and caught.code == 3, caught
         assert took < LONG_TEARDOWN["rebalance_timeout"] + 5.0, took  # not the 60 s section
         assert cluster.committed_offsets("g")[TP] == 4
+
+
+# ------------------------------------------------------ an interrupt in the group's warm-up
+
+
+async def interrupted_in_the_warm_up(
+    raised: BaseException, after: float, monkeypatch: pytest.MonkeyPatch
+) -> tuple[BaseException | None, int, int]:
+    """The group's warm-up (beside its first JoinGroup) raises ``raised``
+    ``after`` seconds, as trio raises Ctrl-C in whichever task runs: what
+    leaves ``async with group`` (caught by ``except type(raised)``), the
+    generations formed and the members left."""
+
+    async def warm_up(client: GroupClient, topics: set[str]) -> None:
+        await anyio.sleep(after)
+        raise raised
+
+    monkeypatch.setattr(GroupClient, "warm_up", warm_up)
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        caught: BaseException | None = None
+        group = ConsumerGroup("g", ["t"], cluster.bootstrap, **QUICK)
+        try:
+            async with group:
+                async for _ in group:
+                    pass
+        except type(raised) as exc:
+            caught = exc
+        return caught, len(group.history), len(cluster.describe_group("g").members)
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+@pytest.mark.parametrize("raised", [KeyboardInterrupt(), SystemExit(3)], ids=repr)
+@pytest.mark.parametrize("after", [0.0, 1.0], ids=["while joining", "in a generation"])
+def test_an_interrupt_in_the_warm_up_comes_out_as_itself(
+    backend: str, raised: BaseException, after: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It came out in an exception group (the group's task group's), without
+    the group closing first; it comes out as a task's does, after the leave."""
+    caught, generations, members = run(
+        partial(interrupted_in_the_warm_up, raised, after, monkeypatch), backend
+    )
+    assert caught is raised, repr(caught)
+    assert generations == (1 if after else 0)
+    assert members == 0
 
 
 # ----------------------------------- a KeyboardInterrupt or SystemExit before task_status.started()
