@@ -40,8 +40,11 @@ beside the reader re-authenticates on this same connection before it
 expires, holding the send lock so that no other request goes out between
 the SASL frames (see :mod:`gengroup.io.sasl` for why in place). It starts the
 exchange, and its ``connect_timeout``, once the requests already sent were
-answered (a parked JoinGroup included), and it is shielded from cancellation
-as the reader is (below).
+answered (a parked JoinGroup included), with the mechanism made ahead of it
+(an OAUTHBEARER token, asked of its provider a quarter of the session, at
+most a minute, before, while requests go on), and it is shielded from
+cancellation as the reader is (below); closing the connection ends it, and
+the token's fetch, at once.
 
 The read loop is shielded from cancellation: the connection lives until its
 owner closes it, so that shielded clean-up in a cancelled scope (the final
@@ -111,6 +114,12 @@ del _loader
 
 #: Re-authenticate at this fraction of the session lifetime (jittered between them).
 _REAUTH_AT = (0.85, 0.95)
+#: Ask for a re-authentication's mechanism (an OAUTHBEARER token) this
+#: fraction of the session before it is due, and at most :data:`_FETCH_LEAD_CAP`
+#: seconds before: a slow token provider then runs while requests go on, and
+#: the token is still fresh when it is used.
+_FETCH_LEAD = 0.25
+_FETCH_LEAD_CAP = 60.0
 #: Seconds within which a broker closing a connection on its first request
 #: after the set-up did so at once: a listener that requires SASL closes it as
 #: soon as the request arrives.
@@ -133,6 +142,15 @@ class _Waiter:
     deadline: float | None = None
     #: Whether its caller stopped waiting (cancelled) before it was answered.
     abandoned: bool = False
+
+
+@dataclass(eq=False)
+class _Fetched:
+    """The mechanism made ahead of a re-authentication, or why it could not be."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    mechanism: sasl.Mechanism | None = None
+    error: Exception | None = None
 
 
 def describe_connect_failure(exc: BaseException) -> str:
@@ -418,12 +436,13 @@ class BrokerConnection:
 
     async def _reauthenticate_until_closed(self) -> None:
         while self.session_lifetime is not None:
-            delay = self.session_lifetime * random.uniform(*_REAUTH_AT)
-            with anyio.move_on_after(delay):
+            lifetime = self.session_lifetime
+            due = anyio.current_time() + lifetime * random.uniform(*_REAUTH_AT)
+            lead = min(lifetime * _FETCH_LEAD, _FETCH_LEAD_CAP)
+            with anyio.move_on_after(due - lead - anyio.current_time()):
                 await self._closed.wait()
                 return
             lifetimes: list[float | None] = []
-            failures: list[Exception] = []
             async with anyio.create_task_group() as tg:
 
                 async def cut_on_close() -> None:
@@ -433,29 +452,43 @@ class BrokerConnection:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(cut_on_close)
+                fetched = _Fetched()
+                tg.start_soon(self._fetch_mechanism, fetched)
+                await anyio.sleep_until(due)
                 try:
-                    lifetimes.append(await self._reauthenticate())
+                    lifetimes.append(await self._reauthenticate(fetched))
                 except Exception as exc:  # the serve task never raises once started
-                    failures.append(exc)
+                    # At once, before a request waiting for the lock goes out
+                    # on the expired session.
+                    self._reauthentication_failed(exc)
                 tg.cancel_scope.cancel()
-            if not lifetimes and not failures:
-                return  # closed meanwhile
-            if failures:
-                failure = failures[0]
-                if isinstance(failure, ConnectionClosed) or self._failure is not None:
-                    return  # closed (or broken) meanwhile: nothing left to re-authenticate
-                if isinstance(failure, AuthenticationError) and self.on_refused is not None:
-                    self.on_refused(failure)
-                said = str(failure) or repr(failure)
-                log.warning("%s: re-authentication failed, closing the connection: %s", self, said)
-                self._fail(BrokenConnection(f"{self}: re-authentication failed: {said}"))
-                await self._close_stream()
+            if not lifetimes:
+                await self._close_stream()  # closed, or the re-authentication failed
                 return
             self.reauthentications += 1
             self.session_lifetime = lifetimes[0]
             log.debug("%s re-authenticated; next session lasts %s s", self, lifetimes[0])
 
-    async def _reauthenticate(self) -> float | None:
+    def _reauthentication_failed(self, failure: Exception) -> None:
+        if isinstance(failure, ConnectionClosed) or self._failure is not None:
+            return  # closed (or broken) meanwhile: nothing left to re-authenticate
+        if isinstance(failure, AuthenticationError) and self.on_refused is not None:
+            self.on_refused(failure)
+        said = str(failure) or repr(failure)
+        log.warning("%s: re-authentication failed, closing the connection: %s", self, said)
+        self._fail(BrokenConnection(f"{self}: re-authentication failed: {said}"))
+
+    async def _fetch_mechanism(self, fetched: _Fetched) -> None:
+        """Make the next re-authentication's mechanism (ask the token provider)
+        ahead of it, without the send lock: requests go on meanwhile."""
+        try:
+            fetched.mechanism = await sasl.mechanism_for(self.security, self.address)
+        except Exception as exc:  # raised by the re-authentication, as its own failure
+            fetched.error = exc
+        finally:
+            fetched.done.set()
+
+    async def _reauthenticate(self, fetched: _Fetched) -> float | None:
         """Run the SASL exchange again on this connection; the new session's lifetime.
 
         Under the send lock, so that no request arrives after the session
@@ -463,11 +496,13 @@ class BrokerConnection:
         waits for the answers to the requests already sent. The broker answers
         a connection's requests in order, and one of them may be parked (a
         JoinGroup for up to ``rebalance_timeout``, a long poll), each bounded
-        by its own deadline. Only then does the exchange start (the mechanism
-        made, an OAUTHBEARER token asked of its provider), within
-        ``connect_timeout``. A SaslHandshake arriving after the session
-        expired still re-authenticates: Kafka closes an expired session's
-        connection at its next request of another kind.
+        by its own deadline. Only then does the exchange start, within
+        ``connect_timeout``, with the mechanism ``fetched`` ahead of it (an
+        OAUTHBEARER token asked of its provider :data:`_FETCH_LEAD` of the
+        session before): if the provider has not answered yet, the exchange
+        waits for it within that timeout. A SaslHandshake arriving after the
+        session expired still re-authenticates: Kafka closes an expired
+        session's connection at its next request of another kind.
 
         Raises:
             TimeoutError: no answer within ``connect_timeout`` (it says so).
@@ -479,10 +514,13 @@ class BrokerConnection:
             made = False
             try:
                 with anyio.fail_after(self.connect_timeout):
-                    mechanism = await sasl.mechanism_for(self.security, self.address)
+                    await fetched.done.wait()
+                    if fetched.error is not None:
+                        raise fetched.error
+                    assert fetched.mechanism is not None
                     made = True
                     return await sasl.authenticate(
-                        _Locked(self), self.security, self.address, mechanism
+                        _Locked(self), self.security, self.address, fetched.mechanism
                     )
             except TimeoutError:
                 said = "no answer" if made else "the token provider gave no token"

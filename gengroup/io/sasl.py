@@ -24,11 +24,14 @@ OAUTHBEARER token's expiry). :func:`authenticate` returns it, and the
 connection re-runs the whole exchange *on the same connection* at a random
 point between 85 % and 95 % of it (as the Java client does), while other
 requests wait on the connection's send lock (one arriving after the
-session expired makes the broker close the connection). The exchange,
-the mechanism's making (an OAUTHBEARER token) included, starts once the
-requests sent before it were answered (the broker answers them first, in
-order; a parked JoinGroup may take up to its rebalance timeout), so that its
-timeout counts the exchange alone. Kafka closes an expired session's
+session expired makes the broker close the connection). The mechanism (an
+OAUTHBEARER token) is made ahead of it, a quarter of the session (at most a
+minute) before, without the lock: a slow token provider holds no request up
+unless it is still running when the exchange is due, which then waits for
+it. The exchange starts once the requests sent before it were answered (the
+broker answers them first, in order; a parked JoinGroup may take up to its
+rebalance timeout), so that its timeout counts the exchange alone (and the
+wait for a token still coming). Kafka closes an expired session's
 connection at its next request other than a SaslHandshake, so a handshake
 that arrives late still re-authenticates. Re-authenticating
 in place rather than reconnecting keeps parked JoinGroup and long-poll Fetch

@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup import ConsumerGroup, KafkaConnectionError
+from gengroup import BrokenConnection, ConsumerGroup, KafkaConnectionError
 from gengroup.broker import Drop, FakeCluster
 from gengroup.io import connection, sasl
 from gengroup.io.connection import open_connection
@@ -19,7 +19,7 @@ from gengroup.io.security import Security
 from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import Certificates
 
-from . import metadata
+from . import fetch, metadata
 from .test_security import GROUP, HANG_GUARD, certs, client, server
 
 __all__ = ["certs"]  # the fixture, imported for these tests
@@ -178,3 +178,141 @@ async def test_a_token_slower_than_the_session_holds_requests_back_near_its_end(
                     await conn.request(metadata(1, ["t"]))
                     await trio.sleep(0.05)
         assert cluster.servers[0].expired_sessions == 0
+
+
+async def test_a_slow_token_is_fetched_ahead_without_holding_requests_up(
+    autojump_clock: trio.testing.MockClock,
+    certs: Certificates,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sessions of 40 s re-authenticated at 34 s, and a token provider that
+    takes 8 s: the token is asked for 10 s (a quarter of the session) before,
+    while requests go on, and the exchange then uses it at once. No request
+    waits more than a moment. (The token was asked for under the send lock
+    at 34 s: every request sent in the next 8 s waited for it.)"""
+    monkeypatch.setattr(connection, "_REAUTH_AT", (0.85, 0.85))
+    calls = slow_token_at_re_authentication(8.0, monkeypatch)
+    security = server(certs, "SASL_PLAINTEXT", session_lifetime_ms=40_000)
+    settings = Security(**client(certs, "SASL_PLAINTEXT", "PLAIN"))
+    waits: list[tuple[float, float]] = []
+    async with FakeCluster(security=security, topics={"t": 1}) as cluster:
+        host, port = cluster.bootstrap.rsplit(":", 1)
+        async with open_connection(host, int(port), security=settings) as conn:
+            started = trio.current_time()
+            with trio.fail_after(HANG_GUARD):
+                while conn.reauthentications < 2:
+                    sent = trio.current_time()
+                    await conn.request(metadata(1, ["t"]))
+                    waits.append((sent - started, trio.current_time() - sent))
+                    await trio.sleep(0.5)
+        assert cluster.servers[0].expired_sessions == 0
+    during = [wait for at, wait in waits if 24.0 <= at <= 42.0]
+    assert len(during) > 30
+    assert max(wait for _, wait in waits) < 0.1, max(waits, key=lambda w: w[1])
+    assert calls[1] - calls[0] == pytest.approx(24.0, abs=0.1)  # 34 s less the lead
+    assert calls[2] - calls[1] == pytest.approx(34.0, abs=0.1)  # the next session's
+
+
+async def test_a_token_fetched_ahead_waits_for_a_parked_request_before_it_is_used(
+    autojump_clock: trio.testing.MockClock,
+    certs: Certificates,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The token is ready at 32 s (asked for at 24 s, 8 s to come) and the
+    re-authentication is due at 34 s, behind a long poll parked from 30 s to
+    39 s. A request sent behind the long poll before 34 s goes out; one sent
+    after waits for the exchange, which starts once the long poll is answered:
+    none reaches the broker after the session expired."""
+    monkeypatch.setattr(connection, "_REAUTH_AT", (0.85, 0.85))
+    slow_token_at_re_authentication(8.0, monkeypatch)
+    events: list[tuple[str, float]] = []
+    authenticate = sasl.authenticate
+    started = trio.current_time()
+
+    async def noted(*args: Any) -> float | None:
+        events.append(("exchange", trio.current_time() - started))
+        return await authenticate(*args)
+
+    monkeypatch.setattr(sasl, "authenticate", noted)
+    security = server(certs, "SASL_PLAINTEXT", session_lifetime_ms=40_000)
+    settings = Security(**client(certs, "SASL_PLAINTEXT", "PLAIN"))
+    async with FakeCluster(security=security, topics={"t": 1}) as cluster:
+        host, port = cluster.bootstrap.rsplit(":", 1)
+        async with open_connection(host, int(port), security=settings) as conn:
+            started = trio.current_time()
+            events.clear()  # the first authentication's
+
+            async def send(name: str, at: float, request: Any) -> None:
+                await trio.sleep_until(started + at)
+                await conn.request(request)
+                events.append((name, trio.current_time() - started))
+
+            with trio.fail_after(HANG_GUARD):
+                async with trio.open_nursery() as nursery:
+                    long_poll = fetch(12, "t", 0, 0, max_wait=9_000)
+                    nursery.start_soon(send, "long poll", 30.0, long_poll)
+                    nursery.start_soon(send, "before", 31.0, metadata(1, ["t"]))
+                    nursery.start_soon(send, "after", 35.0, metadata(1, ["t"]))
+            assert conn.reauthentications == 1
+        assert cluster.servers[0].expired_sessions == 0
+    assert [name for name, _ in events] == ["long poll", "before", "exchange", "after"]
+    assert [at for _, at in events] == pytest.approx([39.0] * 4, abs=0.1)
+
+
+@pytest.mark.parametrize(
+    ("takes", "said"),
+    [
+        (2.0, "token provider raised RuntimeError('identity provider down')"),
+        (60.0, "the token provider gave no token within connect_timeout=10.0 s"),
+    ],
+)
+async def test_a_token_fetch_that_fails_ahead_fails_the_re_authentication_when_due(
+    autojump_clock: trio.testing.MockClock,
+    certs: Certificates,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    takes: float,
+    said: str,
+) -> None:
+    """A token provider that raises while the token is fetched ahead (from
+    24 s) leaves the connection be until the re-authentication is due (34 s):
+    then the connection is closed with one WARNING naming the cause, as
+    before. One that gives no token by then gets ``connect_timeout`` more."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    monkeypatch.setattr(connection, "_REAUTH_AT", (0.85, 0.85))
+    made = sasl.mechanism_for
+    calls: list[float] = []
+
+    async def failing(*args: Any) -> sasl.Mechanism:
+        calls.append(trio.current_time())
+        if len(calls) == 1:
+            return await made(*args)
+        await trio.sleep(takes)
+        raise BrokenConnection(
+            "OAUTHBEARER authentication with broker: the token provider raised "
+            "RuntimeError('identity provider down')"
+        )
+
+    monkeypatch.setattr(sasl, "mechanism_for", failing)
+    security = server(certs, "SASL_PLAINTEXT", session_lifetime_ms=40_000)
+    settings = Security(**client(certs, "SASL_PLAINTEXT", "PLAIN"))
+    async with FakeCluster(security=security, topics={"t": 1}) as cluster:
+        host, port = cluster.bootstrap.rsplit(":", 1)
+        async with open_connection(host, int(port), security=settings) as conn:
+            started = trio.current_time()
+            with trio.fail_after(HANG_GUARD):
+                while conn.is_usable:
+                    try:
+                        await conn.request(metadata(1, ["t"]))
+                    except BrokenConnection:
+                        break  # sent while the re-authentication failed
+                    await trio.sleep(0.5)
+                closed = trio.current_time() - started
+            with pytest.raises(BrokenConnection, match="re-authentication failed"):
+                await conn.request(metadata(1, ["t"]))
+        assert cluster.servers[0].expired_sessions == 0
+    assert calls[1] - started == pytest.approx(24.0, abs=0.1)
+    assert closed == pytest.approx(34.0 if takes < 10 else 44.0, abs=0.6)
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and said in warned[0], warned
+    assert "re-authentication failed, closing the connection" in warned[0]
