@@ -68,7 +68,8 @@ go to each :class:`~gengroup.io.connection.BrokerConnection` it opens. An
 connection failure to try the next address with: it comes out of
 :meth:`Cluster.any_connection` at once, and nothing retries it; for
 :data:`AUTH_REFUSAL_MEMORY` it answers the next connections to that broker
-without another login.
+without another login. The refusals of all its connections are logged once
+per cause (:mod:`gengroup.io.logins`).
 
 FindCoordinator retries what the error table retries (NOT_COORDINATOR,
 COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, connection failures
@@ -120,6 +121,7 @@ from ..protocol.framing import build, check_client_id, ms
 from ..protocol.versions import ApiKey
 from . import request as _request
 from .connection import BrokerConnection
+from .logins import Logins
 from .retry import ClientClosed, retry, unanswered
 from .security import PLAINTEXT, Security, SecuritySettings
 from .setups import Round, SetUps, connect_cause, format_address
@@ -293,6 +295,8 @@ class Cluster:
         self._silent: set[tuple[str, int]] = set()
         #: Addresses that refused this client's login (TLS or SASL): when, and the error.
         self._refused: dict[tuple[str, int], tuple[float, AuthenticationError]] = {}
+        #: Every connection's logins, refused ones logged once per cause.
+        self.logins = Logins()
         #: By (key, key type): FindCoordinator answering COORDINATOR_NOT_AVAILABLE,
         #: with no coordinator found for that key since.
         self.coordinator_outages: dict[tuple[str, int], CoordinatorOutage] = {}
@@ -392,6 +396,7 @@ class Cluster:
             self._opened += 1
             new.on_unanswered_close = partial(self._closed_unanswered, (host, port), self._opened)
             new.on_refused = partial(self._refused_login, (host, port))
+            new.logins = self.logins
             new.on_timed_out = partial(self._silent.add, (host, port))
             if round_ is not None:
                 round_.opening[format_address(host, port)] = new

@@ -34,7 +34,8 @@ handshake the broker refuses, raises :class:`~gengroup._errors.TLSError`
 naming the cause, which is not retried. With ``SASL_*``, the SASL exchange
 of :mod:`gengroup.io.sasl` runs right after ApiVersions, before readiness
 is reported; rejected credentials raise
-:class:`~gengroup._errors.AuthenticationError` (logged once, here, and not
+:class:`~gengroup._errors.AuthenticationError` (logged once per cause for
+all the client's connections, :mod:`gengroup.io.logins`, and not
 retried). When the broker limits the session's lifetime (KIP-368), a task
 beside the reader re-authenticates on this same connection before it
 expires, holding the send lock so that no other request goes out between
@@ -98,6 +99,7 @@ from ..protocol.framing import FrameBuffer, decode_response, encode_request, rea
 from ..protocol.versions import ApiKey, negotiate
 from . import sasl
 from .inplace import frame_reader
+from .logins import Logins
 from .security import PLAINTEXT, Security
 
 __all__ = ["BrokerConnection", "ConnectionOptions", "open_connection"]
@@ -276,6 +278,9 @@ class BrokerConnection:
         self.on_timed_out: Callable[[], None] | None = None
         #: Called when a re-authentication is refused, with the refusal.
         self.on_refused: Callable[[AuthenticationError], None] | None = None
+        #: Where refused logins are logged, once per cause: the client's (a
+        #: ``Cluster`` shares one among its connections), else its own.
+        self.logins = Logins()
         self._read_error: BaseException | None = None
         #: api key -> negotiated version (filled in during :meth:`serve`).
         self.versions: dict[ApiKey, int] = {}
@@ -352,7 +357,7 @@ class BrokerConnection:
         except (OSError, TimeoutError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             tls_error = tls_failure(exc, self.address)
             if tls_error is not None:
-                log.warning("%s", tls_error)
+                self.logins.refused(tls_error)
                 raise tls_error from exc
             raise BrokenConnection(
                 f"cannot connect to {self.host}:{self.port}: {describe_connect_failure(exc)}"
@@ -374,7 +379,7 @@ class BrokerConnection:
                             )
                 except AuthenticationError as exc:
                     failure = exc
-                    log.warning("%s", exc)
+                    self.logins.refused(exc)
                     self._fail(BrokenConnection(f"{self}: authentication failed"))
                     await self._close_stream()
                 except (TimeoutError, KafkaConnectionError, ProtocolError) as exc:
@@ -389,6 +394,8 @@ class BrokerConnection:
                     raise
                 else:
                     self._set_up, self.stage = True, "ready"
+                    if self._tls is not None or self.security.uses_sasl:
+                        self.logins.accepted(self.address)
                     if self.session_lifetime is not None:
                         tg.start_soon(self._reauthenticate_loop)
                     task_status.started(self)
@@ -421,7 +428,7 @@ class BrokerConnection:
             return None
         error = tls_failure(self._read_error, self.address)
         if error is not None:
-            log.warning("%s", error)
+            self.logins.refused(error)
         return error
 
     async def _reauthenticate_loop(self) -> None:
@@ -466,16 +473,23 @@ class BrokerConnection:
                 await self._close_stream()  # closed, or the re-authentication failed
                 return
             self.reauthentications += 1
+            self.logins.accepted(self.address)
             self.session_lifetime = lifetimes[0]
             log.debug("%s re-authenticated; next session lasts %s s", self, lifetimes[0])
 
     def _reauthentication_failed(self, failure: Exception) -> None:
-        if isinstance(failure, ConnectionClosed) or self._failure is not None:
-            return  # closed (or broken) meanwhile: nothing left to re-authenticate
+        if isinstance(failure, ConnectionClosed) or self._closed_here:
+            return  # closed meanwhile: nothing left to re-authenticate
+        if self._failure is not None and not isinstance(failure, AuthenticationError):
+            return  # broken meanwhile (a refusal is one all the same: the broker then closes)
         if isinstance(failure, AuthenticationError) and self.on_refused is not None:
             self.on_refused(failure)
         said = str(failure) or repr(failure)
-        log.warning("%s: re-authentication failed, closing the connection: %s", self, said)
+        context = f"{self}: re-authentication failed, closing the connection: "
+        if isinstance(failure, AuthenticationError):
+            self.logins.refused(failure, context)
+        else:
+            log.warning("%s%s", context, said)
         self._fail(BrokenConnection(f"{self}: re-authentication failed: {said}"))
 
     async def _fetch_mechanism(self, fetched: _Fetched) -> None:

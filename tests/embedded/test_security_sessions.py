@@ -11,16 +11,23 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup import BrokenConnection, ConsumerGroup, KafkaConnectionError
+from gengroup import (
+    AuthenticationError,
+    BrokenConnection,
+    Cluster,
+    ConsumerGroup,
+    KafkaConnectionError,
+)
 from gengroup.broker import Drop, FakeCluster
 from gengroup.io import connection, sasl
+from gengroup.io.cluster import AUTH_REFUSAL_MEMORY
 from gengroup.io.connection import open_connection
 from gengroup.io.security import Security
 from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import Certificates
 
 from . import fetch, metadata
-from .test_security import GROUP, HANG_GUARD, certs, client, server
+from .test_security import GROUP, HANG_GUARD, USERS, certs, client, server
 
 __all__ = ["certs"]  # the fixture, imported for these tests
 
@@ -316,3 +323,56 @@ async def test_a_token_fetch_that_fails_ahead_fails_the_re_authentication_when_d
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 1 and said in warned[0], warned
     assert "re-authentication failed, closing the connection" in warned[0]
+
+
+async def test_a_password_changed_on_the_brokers_is_one_warning_for_all_connections(
+    autojump_clock: trio.testing.MockClock,
+    certs: Certificates,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Three brokers, two connections to each (and the bootstrap one),
+    sessions of 4 s, and the password changes on the brokers: the seven
+    re-authentications are refused,
+    then a login on a new connection to each broker (once the refusals are
+    forgotten); each caller gets its AuthenticationError, but one WARNING
+    says so (the rest at DEBUG), and one INFO that logins are accepted again
+    once the password is back. (Each refusal was a WARNING of its own.)"""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    caplog.set_level(logging.INFO, logger="gengroup.connection")
+    users = dict(USERS)
+    security = server(
+        certs, "SASL_PLAINTEXT", sasl_mechanisms=["PLAIN"], users=users, session_lifetime_ms=4_000
+    )
+    settings = client(certs, "SASL_PLAINTEXT", "PLAIN")
+    nodes = [(node, channel) for node in (0, 1, 2) for channel in ("default", "group")]
+    async with (
+        FakeCluster(3, security=security, topics={"t": 3}) as cluster,
+        Cluster(cluster.bootstrap, **settings) as pool,
+    ):
+        with trio.fail_after(HANG_GUARD):
+            await pool.refresh_metadata(["t"])
+            conns = [await pool.connection(node, channel) for node, channel in nodes]
+            users["alice"] = "rotated"
+            await trio.sleep(4.0)  # every session re-authenticates, and is refused
+            assert not [conn for conn in conns if conn.is_usable]
+            refused = cluster.failed_authentications  # and the bootstrap connection's
+            assert refused == 7
+            await trio.sleep(AUTH_REFUSAL_MEMORY)
+            for node, channel in nodes:
+                with pytest.raises(AuthenticationError) as info:
+                    await pool.connection(node, channel)
+                assert info.value.broker == "{}:{}".format(*cluster.address(node))
+                assert "PLAIN authentication with" in str(info.value)
+            assert cluster.failed_authentications == refused + 3  # one login per broker
+            warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+            assert len(warned) == 1, [r.getMessage() for r in warned]
+            assert "re-authentication failed" in warned[0].getMessage()
+            assert "Invalid username or password" in warned[0].getMessage()
+            users["alice"] = USERS["alice"]
+            await trio.sleep(AUTH_REFUSAL_MEMORY)
+            for node, channel in nodes:
+                await pool.connection(node, channel)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert len(said) == 1 and "login to" in said[0], said
+    assert f"accepted again, after {refused + 3} refused" in said[0]
+    assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1

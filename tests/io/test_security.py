@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import pickle
 import ssl
 from pathlib import Path
@@ -9,6 +10,8 @@ from typing import Any
 
 import pytest
 import scramp  # type: ignore[import-untyped]
+import trio
+import trio.testing
 
 from gengroup import (
     Admin,
@@ -25,6 +28,7 @@ from gengroup import (
 )
 from gengroup._errors import BrokenConnection, error_for_code, is_retriable
 from gengroup.io import sasl
+from gengroup.io.logins import Logins
 from gengroup.io.security import PLAINTEXT
 
 
@@ -315,3 +319,39 @@ async def test_a_plain_function_is_a_token_provider_too() -> None:
         await sasl.mechanism_for(oauth(nothing), "h:1")
     with pytest.raises(BrokenConnection, match=r"token provider raised.*identity provider down"):
         await sasl.mechanism_for(oauth(failing), "h:1")
+
+
+async def test_refused_logins_are_logged_once_per_cause(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same refusal from another broker is DEBUG; another cause is a
+    WARNING again; the first login accepted after refusals is one INFO, and
+    a refusal after it a WARNING again."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    caplog.set_level(logging.DEBUG, logger="gengroup.connection")
+
+    def refusal(broker: str) -> AuthenticationError:
+        said = f"PLAIN authentication with {broker} failed: Invalid username or password"
+        return AuthenticationError(said, broker=broker, mechanism="PLAIN")
+
+    logins = Logins()
+    logins.accepted("b1:9092")
+    logins.refused(refusal("b1:9092"))
+    logins.refused(refusal("b2:9092"), "<conn b2>: re-authentication failed: ")
+    untrusted = "TLS handshake with b3:9092 failed: certificate verify failed: expired"
+    logins.refused(TLSError(untrusted, broker="b3:9092", reason="certificate verify failed"))
+    await trio.sleep(5.0)
+    logins.accepted("b2:9092")
+    logins.accepted("b3:9092")
+    logins.refused(refusal("b1:9092"))
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", str(refusal("b1:9092"))),
+        (
+            "DEBUG",
+            f"<conn b2>: re-authentication failed: {refusal('b2:9092')}"
+            " (refused so 2 times since its WARNING)",
+        ),
+        ("WARNING", untrusted),
+        ("INFO", "login to b2:9092 accepted again, after 1 refused over 5.0 s"),
+        ("WARNING", str(refusal("b1:9092"))),
+    ]
