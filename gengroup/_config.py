@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, Unpack
+from typing import Any, Literal, TypeVar, Unpack
 
 from ._errors import ConfigError
 from ._types import parse_address, topic_name_error
@@ -20,7 +20,7 @@ from .membership.balancers import Balancer, RangeBalancer, RoundRobinBalancer
 from .membership.member import MemberConfig
 from .membership.pattern import re2j_regex
 from .protocol.consumer_protocol import LATEST_VERSION
-from .protocol.framing import check_client_id
+from .protocol.framing import MAX_CLIENT_ID_BYTES, check_client_id
 
 __all__ = ["GroupConfig", "GroupProtocol", "GroupSettings", "IsolationLevel", "StartOffset"]
 
@@ -30,6 +30,8 @@ IsolationLevel = Literal["read_committed", "read_uncommitted"]
 #: Turns a key's or value's bytes (None for null) into an object.
 Deserializer = Callable[[bytes | None], Any]
 
+
+_C = TypeVar("_C")
 
 #: The longest duration Kafka carries (an int32 of milliseconds), in seconds.
 MAX_SECONDS = (2**31 - 1) // 1000
@@ -59,6 +61,48 @@ def check_seconds(
         raise ConfigError(
             f"{name} must be at most {MAX_SECONDS} s (Kafka's int32 milliseconds), got {value!r}"
         )
+
+
+def check_cluster_timings(
+    connect_timeout: float,
+    request_timeout: float,
+    retry_backoff: float,
+    unreachable_timeout: float | None,
+) -> None:
+    """A :class:`~gengroup.io.cluster.Cluster`'s durations, else a ConfigError naming one."""
+    check_seconds("connect_timeout", connect_timeout)
+    check_seconds("request_timeout", request_timeout, sent=True)
+    check_seconds("retry_backoff", retry_backoff)
+    if unreachable_timeout is not None:
+        check_seconds("unreachable_timeout", unreachable_timeout)
+
+
+def check_brokers_type(brokers: object, note: str = "") -> None:
+    """Bootstrap addresses as a string or an iterable of them, else a ConfigError.
+
+    ``note`` ends the message (what else the argument may be).
+    """
+    if not isinstance(brokers, str | Iterable):
+        raise ConfigError(
+            f"brokers must be bootstrap host:port addresses (a list or a comma-separated "
+            f"string), got {type(brokers).__name__}{note}"
+        )
+
+
+def config_or_default(cls: type[_C], config: _C | None) -> _C:
+    """``config``, or ``cls()`` for None: a TypeError for a config of another class.
+
+    A dict, or another client's config, would otherwise fail later on an
+    attribute it lacks, far from the call that passed it.
+    """
+    if config is None:
+        return cls()
+    if not isinstance(config, cls):
+        what = type(config).__name__
+        raise TypeError(
+            f"config must be a {cls.__name__} instance (or settings by keyword), not {what}"
+        )
+    return config
 
 
 def check_flag(name: str, value: object) -> None:
@@ -296,13 +340,9 @@ class GroupConfig(Security):
         Raises:
             ConfigError: a setting is invalid.
         """
+        check_brokers_type(brokers, " (a Cluster is for Producer and Admin)")
         if isinstance(brokers, str):
             brokers = brokers.split(",")
-        elif not isinstance(brokers, Iterable):
-            raise ConfigError(
-                f"brokers must be bootstrap host:port addresses (a list or a comma-separated "
-                f"string), got {type(brokers).__name__} (a Cluster is for Producer and Admin)"
-            )
         # Spaces around an address are dropped, as the Java client does ("a:1, b:2").
         brokers = [b.strip() if isinstance(b, str) else b for b in brokers]
         brokers = [b for b in brokers if b != ""]
@@ -384,6 +424,12 @@ class GroupConfig(Security):
             )
         if self.rack is not None and not isinstance(self.rack, str):
             raise ConfigError(f"rack must be None or a string, got {self.rack!r}")
+        for name in ("group_instance_id", "rack"):
+            size = len((getattr(self, name) or "").encode())
+            if size > MAX_CLIENT_ID_BYTES:  # an int16-length string in requests
+                raise ConfigError(
+                    f"{name} of {size} bytes: a request holds {MAX_CLIENT_ID_BYTES} at most"
+                )
         version = self.subscription_version
         if version is not None and (
             isinstance(version, bool)

@@ -51,7 +51,7 @@ from typing import Any, Self, TypeVar, Unpack
 from kio.schema.errors import ErrorCode
 
 from . import admin_groups as group_ops, admin_topics as topic_ops
-from ._config import check_seconds
+from ._config import check_seconds, config_or_default
 from ._errors import (
     BrokerError,
     GengroupError,
@@ -150,7 +150,9 @@ class Admin:
     anything is sent.
 
     Raises:
-        ConfigError: an invalid setting (see :class:`AdminConfig`).
+        ConfigError: an invalid setting (see :class:`AdminConfig`), or a security
+            setting a shared ``cluster`` lacks.
+        TypeError: a ``config`` that is not an :class:`AdminConfig`.
 
     An operation called after the admin's ``async with`` exited, or after
     the shared ``cluster`` was closed, raises
@@ -171,7 +173,7 @@ class Admin:
         config: AdminConfig | None = None,
         **settings: Unpack[AdminSettings],
     ) -> None:
-        config = config or AdminConfig()
+        config = config_or_default(AdminConfig, config)
         self.config = replace(config, **settings) if settings else config
         self.cluster, self._owns_cluster = shared_or_own(
             cluster, client_id=self.config.client_id, security=self.config

@@ -94,6 +94,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
+from ._config import config_or_default
 from ._errors import (
     BrokenConnection,
     BufferExhausted,
@@ -182,8 +183,8 @@ class Producer:
             :class:`ProducerConfig` field name (``acks=1``, ``linger=0.02`` ...).
 
     Raises:
-        ConfigError: an invalid setting.
-        TypeError: a setting :class:`ProducerConfig` does not have.
+        ConfigError: an invalid setting, or a security setting a shared ``cluster`` lacks.
+        TypeError: a setting :class:`ProducerConfig` does not have, or another class's ``config``.
 
     Example::
 
@@ -197,7 +198,7 @@ class Producer:
         config: ProducerConfig | None = None,
         **settings: Unpack[ProducerSettings],
     ) -> None:
-        config = config or ProducerConfig()
+        config = config_or_default(ProducerConfig, config)
         self.config = cfg = dataclasses.replace(config, **settings) if settings else config
         self.cluster, self._owns_cluster = shared_or_own(
             cluster, client_id=cfg.client_id, request_timeout=cfg.request_timeout, security=cfg

@@ -65,6 +65,9 @@ def make(**kw: Any) -> ConsumerGroup:
         ({"partition_buffer_bytes": 0}, "partition_buffer_bytes must be a positive integer"),
         ({"client_id": "c" * 32768}, "client_id of 32768 bytes: a request header holds 32767"),
         ({"client_id": None}, "client_id must be a string"),
+        # Requests carry them as int16-length strings: refused here, not at the first JoinGroup.
+        ({"rack": "é" * 16384}, "rack of 32768 bytes: a request holds 32767 at most"),
+        ({"group_instance_id": "i" * 40000}, "group_instance_id of 40000 bytes: a request holds"),
         # A bool is an int, and "no" is truthy: neither is taken for what it is not.
         ({"fetch_min_bytes": True}, "fetch_min_bytes must be a positive integer, got True"),
         ({"fetch_max_bytes": True}, "fetch_max_bytes must be a positive integer"),
@@ -258,6 +261,11 @@ def test_the_consumer_protocol_refuses_what_re2j_lacks(pattern: str, named: str)
     with pytest.raises(ConfigError, match=f"uses an? {named}.*RE2J"):
         make(topics=re.compile(pattern), group_protocol="consumer")
     assert make(topics=re.compile(pattern)).config.topic_pattern is not None
+
+
+def test_a_rack_and_an_instance_id_a_request_holds_are_taken() -> None:
+    cfg = make(rack="é" * 16383, group_instance_id="i" * 32767).config  # 32,766 and 32,767 bytes
+    assert cfg.rack is not None and cfg.group_instance_id is not None
 
 
 def test_a_cluster_refuses_a_client_id_no_request_header_holds() -> None:

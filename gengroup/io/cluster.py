@@ -105,6 +105,7 @@ import anyio
 import anyio.abc
 from kio.schema.errors import ErrorCode
 
+from .._config import check_brokers_type, check_cluster_timings
 from .._errors import (
     AuthenticationError,
     BrokenConnection,
@@ -123,7 +124,7 @@ from . import request as _request
 from .connection import BrokerConnection
 from .logins import Logins
 from .retry import ClientClosed, retry, unanswered
-from .security import PLAINTEXT, Security, SecuritySettings
+from .security import PLAINTEXT, Security, SecuritySettings, check_shared
 from .setups import Round, SetUps, connect_cause, format_address
 
 #: Seconds for which a broker's refusal of the client's login (TLS or SASL;
@@ -235,7 +236,7 @@ class Cluster:
             ``sasl_mechanism`` ..., see :class:`~gengroup.io.security.Security`).
 
     Raises:
-        ConfigError: an invalid address or security setting.
+        ConfigError: an invalid address, duration or security setting.
 
     A Cluster is entered once: entering it again or after :meth:`aclose`,
     or leaving it unentered, raises :class:`~gengroup.GengroupError`.
@@ -263,12 +264,14 @@ class Cluster:
         security: Security | None = None,
         **settings: Unpack[SecuritySettings],
     ) -> None:
+        check_brokers_type(bootstrap, " (a Producer or an Admin also takes an open Cluster)")
         if isinstance(bootstrap, str):
             bootstrap = [a for a in bootstrap.split(",") if a.strip()]
         if not bootstrap:
             raise ConfigError("at least one bootstrap broker address is required")
         self.bootstrap = [parse_address(a) for a in bootstrap]
         check_client_id(client_id)
+        check_cluster_timings(connect_timeout, request_timeout, retry_backoff, unreachable_timeout)
         self.client_id = client_id
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
@@ -887,11 +890,13 @@ def shared_or_own(
 ) -> tuple[Cluster, bool]:
     """The cluster a client runs on, and whether the client owns it.
 
-    A :class:`Cluster` is shared: whoever made it enters and closes it. Bootstrap
-    addresses make a new one, with these settings, which the client owns: it
-    enters it and closes it itself.
+    A :class:`Cluster` is shared: whoever made it enters and closes it, and its
+    security settings are the only ones (a ConfigError if ``security`` sets
+    others). Bootstrap addresses make a new one, with these settings, which
+    the client owns: it enters it and closes it itself.
     """
     if isinstance(cluster, Cluster):
+        check_shared(security, cluster.security)
         return cluster, False
     own = Cluster(cluster, client_id=client_id, request_timeout=request_timeout, security=security)
     return own, True

@@ -42,6 +42,7 @@ __all__ = [
     "SecurityProtocol",
     "SecuritySettings",
     "TokenProvider",
+    "check_shared",
 ]
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -282,6 +283,29 @@ def _check_sasl(s: Security, protocol: str) -> None:
 
 #: No TLS, no SASL.
 PLAINTEXT: Final = Security()
+
+
+def check_shared(settings: Security, cluster: Security) -> None:
+    """Refuse a client's security settings that a shared cluster does not carry.
+
+    A client given an open ``Cluster`` connects through it, with the
+    cluster's settings: a setting of the client's left at its default is
+    the cluster's, and one set to the cluster's value is harmless, but any
+    other would be silently ignored (a ``SASL_SSL`` producer sending in
+    plain text through a ``PLAINTEXT`` cluster).
+
+    Raises:
+        ConfigError: a setting of ``settings`` neither its default nor the cluster's.
+    """
+    for f in fields(Security):
+        mine, theirs = getattr(settings, f.name), getattr(cluster, f.name)
+        if mine != f.default and mine != theirs:
+            shown = f"={mine!r} (the Cluster's: {theirs!r})" if f.repr else ""
+            raise ConfigError(
+                f"{f.name}{shown} is set on a client of a shared Cluster, which carries the "
+                "security settings of its connections: pass them to Cluster(...), or pass "
+                "bootstrap addresses instead of the Cluster"
+            )
 
 
 class SecuritySettings(TypedDict, total=False):
