@@ -86,3 +86,26 @@ def test_the_guide_names_every_exported_metric() -> None:
     exported = [f"gengroup_{name}_total" for name, _ in _COUNTERS]
     missing = [name for name in [*exported, "gengroup_last_rebalance_seconds"] if name not in page]
     assert not missing, f"guide.md does not name the metrics {missing}"
+
+
+def test_the_failures_page_names_every_exported_exception() -> None:
+    """Every exception class ``gengroup`` exports is named, in backquotes, on
+    docs/failures.md, and every gengroup exception class the page names is exported."""
+    import gengroup
+    from gengroup import _errors
+
+    page = (DOCS / "failures.md").read_text()
+    named = set(re.findall(r"`(\w+)`", page))
+    exported = {
+        name
+        for name in gengroup.__all__
+        if isinstance(getattr(gengroup, name), type)
+        and issubclass(getattr(gengroup, name), BaseException)
+    }
+    assert sorted(exported - named) == []
+    documented = {
+        name
+        for name, value in vars(_errors).items()
+        if name in named and isinstance(value, type) and issubclass(value, BaseException)
+    }
+    assert sorted(documented - set(gengroup.__all__)) == []
