@@ -409,7 +409,7 @@ class FakeCluster:
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic (fetches of it then fail with UNKNOWN_TOPIC_OR_PARTITION)."""
-        self.state.topics.delete(name)
+        self.state.delete_topic(name)
         self.state.notify()
 
     def create_partitions(self, name: str, count: int) -> None:

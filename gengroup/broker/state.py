@@ -329,6 +329,16 @@ class ClusterState:
 
     # ------------------------------------------------------------------ topics
 
+    def delete_topic(self, name: str) -> Topic:
+        """Delete topic ``name`` and every group's committed offsets of it, as Kafka does.
+
+        Raises:
+            LogError: as :meth:`Topics.delete <gengroup.broker.log.Topics.delete>`.
+        """
+        topic = self.topics.delete(name)
+        self.coordinator.topic_deleted(name)
+        return topic
+
     def create_topic(
         self,
         name: str,

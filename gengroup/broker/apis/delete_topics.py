@@ -65,7 +65,7 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
                 resolved = topic.name
         if not code and resolved is not None:
             try:
-                topic = state.topics.delete(resolved)
+                topic = state.delete_topic(resolved)
                 topic_id = topic.topic_id
                 deleted = True
             except LogError as exc:

@@ -136,6 +136,11 @@ class OffsetStore:
 
         return _commit_output(request, store)
 
+    def forget_topic(self, topic: str) -> None:
+        """Drop every group's offsets of ``topic`` (deleted: Kafka deletes them with it)."""
+        for group_offsets in self._offsets.values():
+            group_offsets.pop(topic, None)
+
     def fetch(
         self, group_id: str | None, topics: Sequence[OffsetFetchTopic] | None
     ) -> tuple[OffsetFetchTopicOutput, ...]:

@@ -847,6 +847,10 @@ class GroupCoordinator:
             self._reschedule_classic_group_member_heartbeat(group, group.member(request.member_id))
         return self._offsets.commit(request.group_id, request, self._now)
 
+    def topic_deleted(self, name: str) -> None:
+        """Forget every group's committed offsets of topic ``name``, deleted (as Kafka does)."""
+        self._offsets.forget_topic(name)
+
     def _fetch_offsets(self, token: object, request: OffsetFetchInput) -> OffsetFetchOutput:
         # require_stable has no effect: there are no transactional offsets.
         return OffsetFetchOutput(tuple(self._fetch_group_offsets(g) for g in request.groups))
