@@ -38,23 +38,30 @@ per interval (the next interval is its retry).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final
+from uuid import UUID
 
 import anyio
 
 from .._errors import (
+    BrokerError,
     FencedInstanceId,
     GenerationEnded,
+    KafkaConnectionError,
     MemberResetError,
+    ProtocolError,
     RebalanceInProgress,
     RequestTimedOut,
     StaleMemberEpoch,
     error_for_code,
     is_retriable,
 )
-from .._types import GenerationIdentity, TopicPartition
+from .._types import GenerationIdentity, TopicPartition, show_partitions
+from ..io.cluster import Cluster
 from ..io.coordinator import CoordinatorClient
 from ..io.retry import retry
 from ..membership import requests
@@ -69,6 +76,13 @@ if TYPE_CHECKING:
     from .span_commits import _Span
 
 __all__ = ["FENCED", "GenerationCommits", "retriable_refusal", "send_offset_commit"]
+
+log = logging.getLogger("gengroup")
+
+#: What OffsetCommit answers for a partition of a topic the coordinator does
+#: not know (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID): refused for good
+#: if the metadata confirms the topic is gone (:meth:`GenerationCommits._gone`).
+_UNKNOWN_TOPIC: Final = frozenset({3, 100})
 
 #: Answers that end a commit's retries at once: this member no longer owns the
 #: generation's partitions (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID and
@@ -169,6 +183,89 @@ class GenerationCommits:
         def _offset_stored(self, tp: TopicPartition) -> None: ...
         def _span(self, tp: TopicPartition) -> _Span | None: ...
 
+    #: The cluster whose metadata tells whether a topic of the generation was
+    #: deleted or re-created (None: never asked), and the ids its topics had
+    #: as the generation formed (:meth:`know_topics`).
+    _cluster: Cluster | None = None
+    _topic_ids: Mapping[str, UUID] = MappingProxyType({})
+    #: The topics found deleted or re-created since: their marks are not committed.
+    _gone_topics: frozenset[str] = frozenset()
+
+    def know_topics(self, cluster: Cluster) -> None:
+        """Remember the ids the generation's topics have in ``cluster``'s metadata
+        now, as it forms, and ``cluster``, to find them deleted or re-created later."""
+        self._cluster = cluster
+        ids = {}
+        for topic in {tp.topic for tp in self.assignments}:
+            info = cluster.topics.get(topic)
+            if info is not None and info.topic_id is not None:
+                ids[topic] = info.topic_id
+        self._topic_ids = ids
+
+    def _recreated(self, topic: str, topic_id: UUID | None) -> bool:
+        known = self._topic_ids.get(topic)
+        return known is not None and topic_id is not None and topic_id != known
+
+    async def _gone(self, topics: Iterable[str], *, ask: bool) -> set[str]:
+        """Which of ``topics`` the cluster no longer has as the generation knew
+        them: deleted (its metadata answers UNKNOWN_TOPIC_OR_PARTITION) or
+        re-created (another topic id than at the generation's forming).
+
+        The cached metadata answers for a topic it has (a different id is
+        certain); one it lacks (a refresh found it in error, a fetch of it
+        failed), or every one with ``ask``, is looked up. A topic the lookup
+        finds with the same id (or none), in another error (one being created
+        or moving), or a lookup that fails, leaves the topic live: a commit
+        refused for it is retried as before.
+        """
+        cluster = self._cluster
+        topics = set(topics) - self._gone_topics
+        if cluster is None or not topics:
+            return set()
+        gone: set[str] = set()
+        unsure: set[str] = set()
+        for topic in topics:
+            info = None if ask else cluster.topics.get(topic)
+            if info is None:
+                unsure.add(topic)
+            elif self._recreated(topic, info.topic_id):
+                gone.add(topic)
+        if unsure:
+            try:
+                found = await cluster.refresh_metadata(unsure)
+            except (BrokerError, KafkaConnectionError, ProtocolError, TimeoutError) as exc:
+                log.debug("group %s: metadata of %s not found: %r", self.group_id, unsure, exc)
+                return gone
+            for topic in unsure:
+                info = found.get(topic)
+                if info is None:
+                    continue
+                if info.error_code in _UNKNOWN_TOPIC or (
+                    info.error_code == 0 and self._recreated(topic, info.topic_id)
+                ):
+                    gone.add(topic)
+        return gone
+
+    def _drop_gone(self, gone: set[str], how: str) -> None:
+        """Drop the marks of the topics in ``gone`` (never committed from now on); say so."""
+        self._gone_topics |= gone
+        dropped: set[TopicPartition] = set()
+        for marks in (self._marks, self._start_marks):
+            for tp in [tp for tp in marks if tp.topic in gone]:
+                if marks.pop(tp) > self._committed.get(tp, -1):
+                    dropped.add(tp)
+        log.warning(
+            "group %s generation %s member %s: topic(s) %s %s: the topic as this generation "
+            "knew it no longer exists (its committed offsets went with it), so its marks "
+            "are dropped, not committed (%s)",
+            self.group_id,
+            self.label,
+            self.member_id,
+            ", ".join(sorted(gone)),
+            how,
+            f"partitions {show_partitions(dropped)}" if dropped else "none was pending",
+        )
+
     async def _commit(
         self, offsets: Offsets | None, metadata: OffsetMetadata | None, *, forwarded: bool
     ) -> None:
@@ -185,6 +282,9 @@ class GenerationCommits:
                 if explicit:
                     self._start_marks.pop(tp, None)
             due = {tp: o for tp, o in wanted.items() if o > self._committed.get(tp, -1)}
+            if due and (gone := await self._gone({tp.topic for tp in due}, ask=False)):
+                self._drop_gone(gone, "were deleted or re-created since the generation formed")
+            due = {tp: o for tp, o in due.items() if tp.topic not in self._gone_topics}
             if not due:
                 return
             sent_at = anyio.current_time()
@@ -197,12 +297,17 @@ class GenerationCommits:
                     self.commit_error = exc
                 raise
             failed = {tp: code for tp, code in results.items() if code}
+            unknown = {tp.topic for tp, code in failed.items() if code in _UNKNOWN_TOPIC}
+            if unknown and (gone := await self._gone(unknown, ask=True)):
+                # Refused for good, not retried: the rest of the commit was stored.
+                self._drop_gone(gone, "refused as unknown by the coordinator")
+                failed = {tp: code for tp, code in failed.items() if tp.topic not in gone}
             if not failed:
                 self.commit_error = None
                 self.commits_ok += 1
                 self.renew_lease(sent_at)
             for tp, off in due.items():
-                if tp not in failed:
+                if tp not in failed and tp.topic not in self._gone_topics:
                     self._offset_stored(tp)
                     self._committed[tp] = max(off, self._committed.get(tp, -1))
                     if tp in notes:
@@ -211,10 +316,12 @@ class GenerationCommits:
                         self._committed_metadata.pop(tp, None)
             if failed:
                 tp, code = next(iter(sorted(failed.items())))
+                stored = sum(p in results and not results[p] for p in due)
                 refused = error_for_code(
                     code,
                     f"OffsetCommit of {self.group_id} generation {self.label} member "
-                    f"{self.member_id}: {len(failed)} partition(s) refused, e.g. {tp}",
+                    f"{self.member_id}: {len(failed)} partition(s) refused, e.g. {tp}"
+                    + (f" ({stored} other partition(s) stored)" if stored else ""),
                 )
                 self.commit_error = refused
                 self.commits_failed += 1

@@ -861,6 +861,7 @@ def _formed(
         _request_timeout=client.config.request_timeout,
         _retry_backoff=client.cluster.retry_backoff,
     )
+    gen.know_topics(client.cluster)
     prefetcher.on_reset = gen.offset_reset
     prefetcher.on_damage = gen.records_damaged
     prefetcher.on_gap = gen.gaps_found

@@ -614,6 +614,13 @@ class _Run:
                 self._log_retry("partition watch", exc, "retrying")
                 continue
             self._log_recovered("partition watch")
+            cached = self.client.cluster.topics
+            if again := [
+                t for t in sorted(now) if t in cached and gen._recreated(t, cached[t].topic_id)
+            ]:
+                # Deleted and created again between two checks: the same count, another id.
+                gen.end(Outcome.REJOIN, f"topic(s) re-created: {', '.join(again)}")
+                return
             if now != at_join:
                 changed = sorted(t for t in set(now) | set(at_join) if now.get(t) != at_join.get(t))
                 gen.end(

@@ -1,0 +1,148 @@
+"""A subscribed topic deleted (and created again) while the group consumes it, on
+the embedded broker in virtual time: its marks are dropped, not committed onto
+the new topic, and the commit of the other partitions is not held up."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import pytest
+import trio.testing
+
+from gengroup import Admin, ConsumerGroup, TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Fail, Intercepted
+from gengroup.protocol.records import NewRecord
+from gengroup.protocol.versions import ApiKey
+
+from .helpers import EMBEDDED_SETTINGS, Ledger
+
+#: Marks stay pending (no periodic commit), so the final commit carries them.
+SETTINGS = {**EMBEDDED_SETTINGS, "commit_interval": 60.0, "partition_watch_interval": 2.0}
+
+
+def produce(cluster: FakeCluster, topic: str, prefix: str, count: int, partition: int = 0) -> None:
+    records = [NewRecord(None, f"{prefix}-{i}".encode(), (), 0) for i in range(count)]
+    cluster.produce(topic, records, partition=partition)
+
+
+async def test_a_topic_deleted_and_created_again_is_read_from_its_start(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The final commit must not store the old topic's offset on the new one:
+    the next generation would skip the new topic's first records."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    tp = TopicPartition("t", 0)
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        ledger = Ledger()
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ledger.member, "m", group)
+                produce(cluster, "t", "old", 10)
+                await ledger.wait_for(lambda: ledger.last_marks.get(tp) == 10, "old records")
+                cluster.delete_topic("t")
+                first = ledger.generations["m"][0]
+                await ledger.wait_for(lambda: first.ending, "the generation's end")
+                await anyio.sleep(3.0)  # what would retry the refused commit meanwhile
+                cluster.create_topic("t", 1)
+                produce(cluster, "t", "new", 20)
+                await ledger.wait_for(
+                    lambda: all(ledger.processed[f"new-{i}".encode()] for i in range(20)),
+                    "every record of the new topic",
+                )
+                tg.cancel_scope.cancel()
+    dropped = [r.getMessage() for r in caplog.records if "dropped, not committed" in r.message]
+    assert dropped and "topic(s) t " in dropped[0] and "partitions t[0]" in dropped[0]
+    assert not [r for r in caplog.records if "final commit failed" in r.message]
+
+
+async def test_a_deleted_topic_holds_up_neither_the_rebalance_nor_the_other_commits(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two members on "keep" and "gone"; "gone" is deleted with marks pending:
+    "keep" flows again within seconds, its offsets committed, and no commit is
+    said to have failed."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    keep = [TopicPartition("keep", p) for p in range(2)]
+    async with FakeCluster(topics={"keep": 2, "gone": 2}, initial_rebalance_delay_ms=0) as cluster:
+        ledger = Ledger()
+
+        async def member(name: str) -> None:
+            async with ConsumerGroup(
+                "g", ["keep", "gone"], cluster.bootstrap, client_id=name, **SETTINGS
+            ) as group:
+                await ledger.member(name, group)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(member, "a")
+            tg.start_soon(member, "b")
+            await ledger.wait_for(lambda: len(ledger.current()) == 2, "both members")
+            for p in range(2):
+                produce(cluster, "keep", f"old{p}", 10, p)
+                produce(cluster, "gone", f"gone{p}", 10, p)
+            await ledger.wait_for(lambda: len(ledger.processed) == 40, "every record")
+            before = {gen.id for gen in ledger.current().values()}
+            cluster.delete_topic("gone")
+            deleted_at = anyio.current_time()
+            await ledger.wait_for(
+                lambda: (
+                    len(ledger.current()) == 2
+                    and not {gen.id for gen in ledger.current().values()} & before
+                ),
+                "the next generation",
+            )
+            assert anyio.current_time() - deleted_at < 6.0
+            assert {tp: o for tp, o in cluster.committed_offsets("g").items()} == dict.fromkeys(
+                keep, 10
+            )
+            for p in range(2):
+                produce(cluster, "keep", f"new{p}", 5, p)
+            await ledger.wait_for(lambda: len(ledger.processed) == 50, "the new records")
+            assert anyio.current_time() - deleted_at < 8.0
+            tg.cancel_scope.cancel()
+    assert not [r for r in caplog.records if "commit" in r.message and "failed" in r.message]
+    dropped = [r.getMessage() for r in caplog.records if "dropped, not committed" in r.message]
+    assert dropped and all("topic(s) gone " in m for m in dropped)
+
+
+async def test_the_embedded_broker_deletes_a_deleted_topics_committed_offsets(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """As Kafka does: a topic created again under the name starts uncommitted."""
+    async with FakeCluster(topics={"t": 1, "u": 1}, initial_rebalance_delay_ms=0) as cluster:
+        for topic in ("t", "u"):
+            produce(cluster, topic, topic, 4)
+        tps = [TopicPartition("t", 0), TopicPartition("u", 0)]
+        async with Admin(cluster.bootstrap) as admin:
+            await admin.reset_offsets("g", tps, offset=3)
+            assert await admin.fetch_offsets("g") == dict.fromkeys(tps, 3)
+            await admin.delete_topics(["t"])
+            assert await admin.fetch_offsets("g") == {tps[1]: 3}
+        cluster.delete_topic("u")
+        assert cluster.committed_offsets("g") == {}
+
+
+async def test_a_live_topic_refused_as_unknown_is_retried_not_dropped(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A coordinator whose metadata lags (a topic just created) answers
+    UNKNOWN_TOPIC_OR_PARTITION for a topic that exists: the metadata says it
+    does, with the id the generation knows, so the commit is retried and stored."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    tp = TopicPartition("t", 0)
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **EMBEDDED_SETTINGS) as group:
+            gen = await group.next()
+            lagging_until = trio.current_time() + 3.0
+
+            def lagging(call: Intercepted) -> Fail | None:
+                return Fail(3) if trio.current_time() < lagging_until else None
+
+            refused = cluster.control(ApiKey.OFFSET_COMMIT, lagging)
+            gen.mark(tp, 7)
+            await gen.commit()
+            assert refused.handled >= 2
+            assert cluster.committed_offsets("g")[tp] == 7
+            assert trio.current_time() >= lagging_until
+    assert not [r for r in caplog.records if "dropped" in r.message]
