@@ -237,9 +237,7 @@ class Cluster:
 
     Raises:
         ConfigError: an invalid address, duration or security setting.
-
-    A Cluster is entered once: entering it again or after :meth:`aclose`,
-    or leaving it unentered, raises :class:`~gengroup.GengroupError`.
+        GengroupError: entered twice or after :meth:`aclose`, or left unentered.
 
     Example::
 
