@@ -95,8 +95,8 @@ CONSUMER_PROTOCOL_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
 }
 
 #: (min, max) versions of InitProducerId, which only an idempotent producer
-#: (``idempotence=True``) sends, kept apart from :data:`CLIENT_VERSIONS` so a
-#: broker without it (the embedded broker, for now) still serves every other API.
+#: (the default with ``acks="all"``) sends, kept apart from :data:`CLIENT_VERSIONS`
+#: so a broker without it still serves every other API.
 PRODUCER_ID_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
     ApiKey.INIT_PRODUCER_ID: (2, 5),
 }
