@@ -39,6 +39,19 @@ producer id instead, as Java does.
 
 DUPLICATE_SEQUENCE_NUMBER resolves a batch as written (with no offset: the
 broker no longer knows where), as a success does.
+
+Asking for a producer id (``_producer_metadata.py``) reports here: each
+attempt's start (:meth:`Sequencer.attempt`), each failure
+(:meth:`Sequencer.init_failed`), the id got (:meth:`Sequencer.set_id`). A
+record whose delivery timeout passes while it waits for the id fails with
+:meth:`Sequencer.waited_error`: ``RequestTimedOut`` saying so, the last
+InitProducerId failure (or the attempt still unanswered) as its cause.
+Failing to get an id for a second or more is logged once as a WARNING, an id
+got after failures once at INFO. A refusal that is not retried
+(CLUSTER_AUTHORIZATION_FAILED ...) fails the records waiting and is kept:
+until a not-before time, growing with backoff and jitter at each refusal in
+a row (:func:`~gengroup.io.retry.backoff_delay` of ``retry_backoff``), later
+sends fail with it without asking again (:meth:`Sequencer.refused`).
 """
 
 from __future__ import annotations
@@ -48,9 +61,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ._errors import BrokerError, error_for_code
+from ._errors import BrokerError, RequestTimedOut, error_for_code
 from ._producer_queue import Batch
 from ._types import TopicPartition
+from .io.retry import backoff_delay
 from .protocol.framing import build
 
 __all__ = [
@@ -74,6 +88,8 @@ RESTART_CODES: Final = frozenset({45, 59})
 DUPLICATE_SEQUENCE: Final = 46
 #: The ``transaction_timeout`` of a producer without transactions.
 _NO_TIMEOUT: Final = datetime.timedelta(milliseconds=-1)
+#: Seconds of failing to get a producer id before a WARNING says so.
+_WARN_AFTER: Final = 1.0
 
 
 def add_sequence(sequence: int, count: int) -> int:
@@ -109,7 +125,7 @@ class Sequencer:
     gives it to :meth:`set_id`, and reports each batch's fate.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, retry_backoff: float = 0.1) -> None:
         #: The producer id (-1: none yet, or a new one is needed).
         self.producer_id = -1
         #: The epoch of :attr:`producer_id`.
@@ -119,32 +135,104 @@ class Sequencer:
         self.last_error: BaseException | None = None
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._bump = False
-        self._logged = False
+        self._backoff = retry_backoff
+        self._asked_at: float | None = None  # the attempt under way started then
+        self._failing_since: float | None = None  # the first attempt of the failures
+        self._failures = 0  # InitProducerId failures since the last id
+        self._warned = False  # a WARNING said the failures went on
+        self._logged = False  # an ERROR said a refusal fails the records
+        self._refusal: BaseException | None = None  # a refusal not retried, kept
+        self._not_before = 0.0  # ... failing the sends until then
+        self._refusals = 0  # refusals in a row: the backoff's attempt
 
     @property
     def needs_id(self) -> bool:
         """Whether batches must wait for an InitProducerId answer."""
         return self.producer_id < 0
 
+    def attempt(self, now: float) -> None:
+        """An InitProducerId attempt starts at ``now`` (its answer may never come)."""
+        self._asked_at = now
+        if self._failing_since is None:
+            self._failing_since = now
+
     def set_id(self, producer_id: int, epoch: int) -> None:
         """A producer id from InitProducerId: every partition starts again at sequence 0."""
-        log.info("idempotent producer: producer id %d, epoch %d", producer_id, epoch)
+        if self._failures:
+            log.info(
+                "idempotent producer: producer id %d, epoch %d, got after %d failed "
+                "InitProducerId attempt(s)",
+                producer_id,
+                epoch,
+                self._failures,
+            )
+        else:
+            log.info("idempotent producer: producer id %d, epoch %d", producer_id, epoch)
         self.producer_id, self.epoch = producer_id, epoch
-        self.last_error = None
-        self._logged = False
-        self._bump = False
+        self.last_error = self._refusal = self._asked_at = self._failing_since = None
+        self._failures = self._refusals = 0
+        self._warned = self._logged = self._bump = False
 
-    def init_failed(self, error: BaseException, *, final: bool) -> None:
-        """InitProducerId failed with ``error`` (kept as :attr:`last_error`);
-        ``final``: it is not retried, and is logged (once, until an id is given)."""
-        if final and not self._logged:
-            self._logged = True
-            log.error(
-                "idempotent producer: no producer id, the records waiting fail "
-                "(idempotence=False sends without one): %s",
+    def init_failed(self, error: BaseException, *, final: bool, now: float) -> None:
+        """InitProducerId failed with ``error`` at ``now`` (kept as :attr:`last_error`).
+
+        ``final``: it is not retried: it is kept, failing the sends until a
+        backoff has passed (:meth:`refused`), and logged (once, until an id is
+        given). A retried failure is logged once the failures have lasted
+        :data:`_WARN_AFTER` seconds.
+        """
+        self.last_error = error
+        self._asked_at = None
+        self._failures += 1
+        if final:
+            self._refusal = error
+            self._not_before = now + backoff_delay(self._refusals, self._backoff)
+            self._refusals += 1
+            if not self._logged:
+                self._logged = True
+                log.error(
+                    "idempotent producer: no producer id, the records waiting fail, and "
+                    "so do sends for a backoff (idempotence=False sends without one): %s",
+                    error,
+                )
+            return
+        since = now if self._failing_since is None else self._failing_since
+        if not self._warned and now - since >= _WARN_AFTER:
+            self._warned = True
+            log.warning(
+                "idempotent producer: no producer id after %.1f s, %d failed InitProducerId "
+                "attempt(s); retrying, the records wait (until their delivery_timeout): "
+                "%s: %s",
+                now - since,
+                self._failures,
+                type(error).__name__,
                 error,
             )
-        self.last_error = error
+
+    def refused(self, now: float) -> BaseException | None:
+        """The refusal that is not retried, while sends fail with it without asking again."""
+        return self._refusal if now < self._not_before else None
+
+    def waited_error(self, expired: RequestTimedOut, now: float) -> RequestTimedOut:
+        """The error of records whose delivery timeout passed (``expired``, their
+        plain error): if they wait for a producer id, saying so, the last
+        InitProducerId failure (or the attempt still unanswered at ``now``)
+        as its cause."""
+        if not self.needs_id:
+            return expired
+        cause = self.last_error
+        if cause is None and self._asked_at is not None:
+            cause = RequestTimedOut(
+                f"InitProducerId: no answer within {round(now - self._asked_at, 3):g} s"
+            )
+        if cause is None:
+            cause = expired.__cause__
+        said = f"{expired}: waited for a producer id"
+        if cause is not None:
+            said += f" (InitProducerId; last error: {type(cause).__name__}: {cause})"
+        error = RequestTimedOut(said)
+        error.__cause__ = cause
+        return error
 
     @staticmethod
     def init_error(code: int) -> BrokerError:

@@ -184,8 +184,10 @@ class ProducerMetadata:
         """Ask any broker for a producer id (InitProducerId) and give it to ``idem``.
 
         What is retriable is retried with backoff for ``delivery_timeout`` (the
-        records waiting for it have expired by then: a later send asks again),
-        each failure kept as ``idem.last_error``.
+        records waiting for it have expired by then: the producer asks again
+        if records wait), each attempt and failure reported to ``idem`` (an
+        attempt unanswered within ``request_timeout`` fails with
+        RequestTimedOut naming InitProducerId).
 
         Raises:
             GengroupError: a failure that is not retried (ClusterAuthorizationFailed,
@@ -193,14 +195,17 @@ class ProducerMetadata:
         """
 
         async def attempt() -> Any:
+            idem.attempt(anyio.current_time())
             got = await self.cluster.call(None, ApiKey.INIT_PRODUCER_ID, init_producer_id_request)
             if got.error_code:
                 raise idem.init_error(int(got.error_code))
             return got
 
         def retriable(exc: BaseException) -> bool:
-            idem.init_failed(exc, final=False)  # the cause of a record expiring meanwhile
-            return is_retriable(exc)
+            if not is_retriable(exc):
+                return False
+            idem.init_failed(exc, final=False, now=anyio.current_time())
+            return True
 
         try:
             got = await retry(
@@ -210,10 +215,10 @@ class ProducerMetadata:
                 backoff=self.config.retry_backoff,
                 retriable=retriable,
             )
-        except TimeoutError:
+        except TimeoutError:  # each failure was reported; the sender asks again if need be
             return
         except GengroupError as exc:
-            idem.init_failed(exc, final=True)
+            idem.init_failed(exc, final=True, now=anyio.current_time())
             raise
         idem.set_id(int(got.producer_id), int(got.producer_epoch))
 

@@ -1,13 +1,21 @@
 """The producer's bookkeeping: a pending record, a batch, a partition's queue, a waiter.
 
 Plain state, no I/O: :mod:`gengroup.producer` moves records between these.
+
+A partition's queue also logs its failures, once per change of state rather
+than per retry: a WARNING when its Produce starts failing with a retriable
+error (:meth:`Queue.failed`: naming the partition, the broker and the error),
+DEBUG for each retry after the same error, INFO for another error, and one
+INFO line when a batch of it is written again (:meth:`Queue.written`; the
+sender checks :attr:`Queue.failing` first, a plain attribute).
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, Final
@@ -18,7 +26,7 @@ import anyio.lowlevel
 from ._errors import ClosedInFlight, ConnectionClosed, RequestTimedOut, copy_error
 from ._producer_records import RecordMetadata
 from ._types import TopicPartition
-from .protocol.records import Header
+from .protocol.records import Compression, Header, encode_batch
 
 __all__ = [
     "BATCH_OVERHEAD",
@@ -29,12 +37,15 @@ __all__ = [
     "Waiter",
     "copy_error",
     "epoch_ms",
+    "in_flight_records",
     "outcomes",
     "wait_for",
 ]
 
 #: The bytes of a record batch's header, counted against ``max_batch_bytes``.
 BATCH_OVERHEAD = 61
+
+log = logging.getLogger("gengroup")
 
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _ONE_MS: Final = datetime.timedelta(milliseconds=1)
@@ -127,6 +138,11 @@ def outcomes(
     return results
 
 
+def in_flight_records(queues: Iterable[Queue]) -> set[Pending]:
+    """The records of the batches in flight (a Produce request carries them) of ``queues``."""
+    return {p for q in queues if q.sending is not None for p in q.sending.records}
+
+
 class Requests:
     """The Produce requests of one drain: each a node and its batches.
 
@@ -183,6 +199,33 @@ class Batch:
         self.producer_epoch = -1
         self.base_sequence = -1
 
+    def encode(self, compression: Compression) -> bytes:
+        """The record batch to send (encoded once, unless its sequence changes)."""
+        if self.encoded is None:
+            self.encoded = encode_batch(
+                [(p.key, p.value, p.headers, p.timestamp) for p in self.records],
+                compression=compression,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=self.base_sequence,
+            )
+        return self.encoded
+
+    def results(self, base_offset: int, append_time: object) -> list[RecordMetadata]:
+        """Where its records were written, from ``base_offset`` (-1: unknown, each
+        -1), with the log-append time if the topic stamps one."""
+        append_ms = epoch_ms(append_time)
+        tp = self.tp
+        return [
+            RecordMetadata(
+                tp.topic,
+                tp.partition,
+                base_offset + index if base_offset >= 0 else -1,
+                p.timestamp if append_ms is None else append_ms,
+            )
+            for index, p in enumerate(self.records)
+        ]
+
     def closed_error(self, error: BaseException) -> BaseException:
         """``error`` to fail the batch with, as :class:`ClosedInFlight` if it is a
         :class:`ConnectionClosed` (never sent this time) while an earlier Produce
@@ -236,6 +279,8 @@ class Queue:
     __slots__ = (
         "bytes",
         "expire_at",
+        "failing",
+        "failures",
         "first_arrival",
         "in_flight",
         "records",
@@ -266,6 +311,45 @@ class Queue:
         # for metadata or room; a split batch went back to the head): the
         # records are not in deadline order, and expiring them needs a scan.
         self.unordered = False
+        # The kind of the error its Produce is failing with (None: it is not), and how often.
+        self.failing: object = None
+        self.failures = 0
+
+    def failed(self, error: BaseException, node: int) -> None:
+        """Log a retriable failure of the partition's Produce on broker ``node``
+        (the batch is retried): once per change of state, not per retry."""
+        kind = getattr(error, "code", None) or type(error)
+        self.failures += 1
+        if kind == self.failing:
+            level, said = logging.DEBUG, "still failing"
+        elif self.failing is None:
+            level, said = logging.WARNING, "failing"
+        else:
+            level, said = logging.INFO, "now failing"
+        self.failing = kind
+        if log.isEnabledFor(level):
+            log.log(
+                level,
+                "producer: Produce to %s on broker %d %s (%d attempt(s)), retrying until each "
+                "record's delivery_timeout: %s: %s",
+                self.tp,
+                node,
+                said,
+                self.failures,
+                type(error).__name__,
+                error,
+            )
+
+    def written(self, node: int) -> None:
+        """A batch of the partition was written on broker ``node`` after failures: log it."""
+        log.info(
+            "producer: %s written again on broker %d, after %d failed attempt(s)",
+            self.tp,
+            node,
+            self.failures,
+        )
+        self.failing = None
+        self.failures = 0
 
     def append(self, pending: Pending) -> None:
         """Queue ``pending`` last (its bytes counted)."""

@@ -27,31 +27,35 @@ partition in ``send`` order across retries. Without idempotence
 (``idempotence=False``, or ``acks`` 0 or 1) a retry after a lost response may
 write a batch twice, as with ``enable.idempotence=false`` in the Java client.
 With idempotence (the default with ``acks="all"``) the sender first asks any
-broker for a producer id (InitProducerId, retried with backoff; a failure
-that is not retried fails the records waiting), and every batch carries it,
-its epoch and the sequence of its first record, kept across retries: the broker writes a batch once,
-however often it is sent. When the sequences become uncertain (an answer
-UNKNOWN_PRODUCER_ID or OUT_OF_ORDER_SEQUENCE_NUMBER, a batch sent that failed
-or expired without an answer) the epoch is bumped and sequences restart at 0,
-as the Java producer does (``_producer_idempotence.py``).
+broker for a producer id (InitProducerId, retried with backoff; a refusal that
+is not retried fails the records waiting, and the sends of a backoff after it,
+without asking again; a record expiring meanwhile says it waited for the id,
+the last InitProducerId error as its cause), and every batch carries it, its
+epoch and the sequence of its first record, kept across retries: the broker
+writes a batch once, however often it is sent. When the sequences become
+uncertain (an answer UNKNOWN_PRODUCER_ID or OUT_OF_ORDER_SEQUENCE_NUMBER, a
+batch sent that failed or expired without an answer) the epoch is bumped and
+sequences restart at 0, as the Java producer does
+(``_producer_idempotence.py``).
 
 Every response is settled per partition: success resolves each record with
 ``base_offset + index``; a retriable error (Kafka's ``retriable`` flag, stale
 metadata, a broken or timed-out connection) puts the batch back at the head of
 its partition with an exponential backoff and, for leadership errors, asks the
-metadata task for a refresh; MESSAGE_TOO_LARGE for a batch of several records
-puts them back at the head of the queue, to go in batches of half as many (as
-the Java producer splits); anything else fails the batch's records with the
-typed error. ``delivery_timeout`` counts from the start of a record's ``send``
-call and is a bound, neither crossed nor cut short: a backoff that would end
-past it ends at it, and the drain then fails a batch, or queued records,
-whose time is up with ``RequestTimedOut`` (the last error seen as its
-cause); a batch whose Produce request is still unanswered then fails with
-``RequestTimedOut`` too (its answer, if it comes, is ignored). Records
-whose leader is unknown wait for the metadata task (``_producer_metadata.py``),
-which refreshes the producer's topics on demand and every
-``metadata_max_age``, at least a ``retry_backoff`` apart, growing with jitter
-while a refresh leaves a partition without a leader.
+metadata task for a refresh (a partition that starts failing is logged once,
+and once when written again: ``_producer_queue.py``); MESSAGE_TOO_LARGE for a
+batch of several records puts them back at the head of the queue, to go in
+batches of half as many (as the Java producer splits); anything else fails the
+batch's records with the typed error. ``delivery_timeout`` counts from the
+start of a record's ``send`` call and is a bound, neither crossed nor cut
+short: a backoff that would end past it ends at it, and the drain then fails a
+batch, or queued records, whose time is up with ``RequestTimedOut`` (the last
+error seen as its cause); a batch whose Produce request is still unanswered
+then fails with ``RequestTimedOut`` too (its answer, if it comes, is ignored).
+Records whose leader is unknown wait for the metadata task
+(``_producer_metadata.py``), which refreshes the producer's topics on demand
+and every ``metadata_max_age``, at least a ``retry_backoff`` apart, growing
+with jitter while a refresh leaves a partition without a leader.
 
 Null-key records use the *sticky* strategy by default (KIP-480): every null-key
 record of a topic goes to one randomly chosen partition with a leader until a
@@ -115,7 +119,7 @@ from ._producer_queue import (
     Queue,
     Requests,
     copy_error,
-    epoch_ms,
+    in_flight_records,
     outcomes,
     wait_for,
 )
@@ -132,7 +136,7 @@ from ._types import TopicPartition
 from .io.cluster import Cluster, shared_or_own
 from .io.retry import ClientClosed, backoff_delay
 from .partitioner import KeylessPartitioner, murmur2, partition_for_key
-from .protocol.records import Compression, Header, encode_batch
+from .protocol.records import Compression, Header
 from .protocol.versions import ApiKey
 
 __all__ = [
@@ -209,7 +213,7 @@ class Producer:
         self._wakeup = anyio.Event()
         self._metadata = ProducerMetadata(self.cluster, cfg, self._wake)
         self._keyless = KeylessPartitioner(cfg.partitioner)
-        self._idem = Sequencer() if cfg.idempotent else None
+        self._idem = Sequencer(cfg.retry_backoff) if cfg.idempotent else None
         self._asking_id = False  # an InitProducerId task runs
         self._flushing = 0
         self._closing = False  # leaving the block: delivering, no new sends
@@ -325,12 +329,7 @@ class Producer:
         """Fail every record without an outcome: with ``unanswered`` (if given)
         the records a Produce request may have written -- one is in flight, or
         an earlier one got no answer -- and with ``error`` the others."""
-        in_flight = {
-            pending
-            for queue in self._queues.values()
-            if queue.sending is not None
-            for pending in queue.sending.records
-        }
+        in_flight = in_flight_records(self._queues.values())
         for pending in list(self._outstanding):
             maybe_written = pending.maybe_written or pending in in_flight
             self._settle(pending, None, unanswered if maybe_written and unanswered else error)
@@ -643,7 +642,9 @@ class Producer:
         idem = self._idem
         if idem is not None:
             idem.bump_if_wanted()
-            if idem.needs_id and not self._asking_id and self._outstanding:
+            if idem.needs_id and (refused := idem.refused(now)) is not None:
+                self._fail_unsent(refused)  # not asked again before a backoff
+            elif idem.needs_id and not self._asking_id and self._outstanding:
                 self._asking_id = True
                 self._tg.start_soon(self._guarded, self._ask_producer_id)  # type: ignore[union-attr]
         for queue in self._queues.values():
@@ -678,11 +679,11 @@ class Producer:
                 continue
             # As computed, not rearranged: rounding would make the sender spin.
             if batch.created + self.config.delivery_timeout <= now:
-                self._fail_batch(batch, batch.timeout_error(self.config.delivery_timeout))
+                error = batch.timeout_error(self.config.delivery_timeout)
+                self._fail_batch(batch, error if idem is None else idem.waited_error(error, now))
                 wake_at = now
                 continue
             if idem is not None and idem.needs_id:  # the InitProducerId task wakes the sender
-                batch.last_error = idem.last_error or batch.last_error
                 queue.retry = batch
                 wake_at = min(wake_at, batch.created + self.config.delivery_timeout)
                 continue
@@ -712,13 +713,15 @@ class Producer:
     def _expire_queued(self, queue: Queue, now: float) -> None:
         """Fail the queued records of ``queue`` whose delivery timeout has passed."""
         expired, error = queue.expire_queued(now, self.config.delivery_timeout)
+        if self._idem is not None and not queue.in_flight:  # waiting for a producer id?
+            error = self._idem.waited_error(error, now)
         for pending in expired:
             self._settle(pending, None, error)
         self._freed()
 
     async def _ask_producer_id(self) -> None:
-        """Ask for a producer id; a failure that is not retried fails the
-        records waiting (a later send asks again)."""
+        """Ask for a producer id; a refusal that is not retried fails the
+        records waiting (and, until its backoff passed, the later sends: the drain)."""
         assert self._idem is not None
         try:
             await self._metadata.producer_id(self._idem)
@@ -737,17 +740,6 @@ class Producer:
             for pending in queue.clear():
                 self._settle(pending, None, error)
         self._freed()
-
-    def _encode(self, batch: Batch) -> bytes:
-        if batch.encoded is None:
-            batch.encoded = encode_batch(
-                [(p.key, p.value, p.headers, p.timestamp) for p in batch.records],
-                compression=self.config.compression,
-                producer_id=batch.producer_id,
-                producer_epoch=batch.producer_epoch,
-                base_sequence=batch.base_sequence,
-            )
-        return batch.encoded
 
     async def _send_batches(self, node: int, batches: list[Batch]) -> None:
         with self._shielded():
@@ -771,7 +763,7 @@ class Producer:
     async def _send_batches_once(self, node: int, batches: list[Batch]) -> None:
         # Every record was checked at its send call (_producer_records.py): a
         # failure to encode is a bug, and _send_batches fails every record.
-        sendable = {batch.tp: (batch, self._encode(batch)) for batch in batches}
+        sendable = {b.tp: (b, b.encode(self.config.compression)) for b in batches}
         try:
             response: Any = await self.cluster.call(
                 node,
@@ -787,7 +779,7 @@ class Producer:
             for batch, _ in sendable.values():
                 for pending in batch.records:
                     pending.maybe_written = True  # the request may have reached the broker
-                self._retry_or_fail(batch, exc)
+                self._retry_or_fail(batch, exc, node)
             return
         except ConnectionClosed as exc:
             for batch, _ in sendable.values():
@@ -802,7 +794,7 @@ class Producer:
             return
         if self.config.acks == 0:
             for batch, _ in sendable.values():
-                self._complete(batch, -1, None)
+                self._complete(batch, -1, None, node)
             return
         for topic_resp in response.responses:
             for part in topic_resp.partition_responses:
@@ -814,7 +806,7 @@ class Producer:
                 code = int(part.error_code)
                 if code == 0 or (code == DUPLICATE_SEQUENCE and self._idem is not None):
                     # A duplicate was written before (its offset is unknown then: -1).
-                    self._complete(batch, int(part.base_offset), part.log_append_time)
+                    self._complete(batch, int(part.base_offset), part.log_append_time, node)
                     continue
                 if code == _WRITTEN_ANYWAY:
                     for pending in batch.records:
@@ -829,7 +821,7 @@ class Producer:
                     self._idem.restart(batch)  # again under a bumped epoch, from sequence 0
                     self._retry_or_fail(batch, err)
                 elif is_retriable(err):
-                    self._retry_or_fail(batch, err)
+                    self._retry_or_fail(batch, err, node)
                 else:
                     self._fail_batch(batch, err)
         for batch, _ in sendable.values():
@@ -858,16 +850,15 @@ class Producer:
         """Wake the ``send`` calls waiting for room in the buffer (once per batch)."""
         self._buffer.serve()
 
-    def _complete(self, batch: Batch, base_offset: int, append_time: Any) -> None:
+    def _complete(self, batch: Batch, base_offset: int, append_time: Any, node: int) -> None:
         if self._idem is not None:
             self._idem.acknowledged(batch)
-        append_ms = epoch_ms(append_time)
-        for index, pending in enumerate(batch.records):
-            offset = base_offset + index if base_offset >= 0 else -1
-            stamp = pending.timestamp if append_ms is None else append_ms
-            self._settle(
-                pending, RecordMetadata(batch.tp.topic, batch.tp.partition, offset, stamp), None
-            )
+        queue = self._queues.get(batch.tp)
+        if queue is not None and queue.failing is not None:
+            queue.written(node)
+        results = batch.results(base_offset, append_time)
+        for pending, result in zip(batch.records, results, strict=True):
+            self._settle(pending, result, None)
         self._freed()
 
     def _fail_batch(self, batch: Batch, error: BaseException) -> None:
@@ -878,7 +869,8 @@ class Producer:
             self._settle(pending, None, error)
         self._freed()
 
-    def _retry_or_fail(self, batch: Batch, error: BaseException) -> None:
+    def _retry_or_fail(self, batch: Batch, error: BaseException, node: int = -1) -> None:
+        """Retry ``batch`` after ``error`` (logged for the partition if on broker ``node``)."""
         now = anyio.current_time()
         batch.last_error = error
         batch.attempts += 1
@@ -895,3 +887,5 @@ class Producer:
         batch.not_before = min(now + delay, deadline)
         queue = self._queues[batch.tp]
         queue.retry = batch
+        if node >= 0:
+            queue.failed(error, node)

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from gengroup._errors import ClusterAuthorizationFailed, RetriableBrokerError
+from gengroup._errors import ClusterAuthorizationFailed, RequestTimedOut, RetriableBrokerError
 from gengroup._producer_idempotence import (
     MAX_EPOCH,
     Sequencer,
@@ -160,20 +160,76 @@ def test_a_final_init_failure_is_logged_once_until_an_id_is_given(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="gengroup")
     seq = Sequencer()
+    seq.attempt(0.0)
     retried = seq.init_error(51)  # CONCURRENT_TRANSACTIONS: retriable
     assert isinstance(retried, RetriableBrokerError)
-    seq.init_failed(retried, final=False)
+    seq.init_failed(retried, final=False, now=0.0)
     assert seq.last_error is retried and not caplog.records
     error = seq.init_error(31)
     assert isinstance(error, ClusterAuthorizationFailed)
     assert "IDEMPOTENT_WRITE" in str(error) and "idempotence=False" in str(error)
-    seq.init_failed(error, final=True)
-    seq.init_failed(error, final=True)
+    seq.init_failed(error, final=True, now=0.0)
+    seq.init_failed(error, final=True, now=0.0)
     assert len(caplog.records) == 1 and "CLUSTER_AUTHORIZATION_FAILED" in caplog.text
     seq.set_id(1, 0)
     assert seq.last_error is None
-    seq.init_failed(error, final=True)
+    seq.init_failed(error, final=True, now=0.0)
     assert len(caplog.records) == 2
+
+
+def test_a_final_init_failure_is_kept_for_a_backoff_growing_with_each_in_a_row() -> None:
+    seq = Sequencer(retry_backoff=0.1)
+    error = seq.init_error(31)
+    now = 10.0
+    for base in (0.1, 0.2, 0.4, 0.8, 1.0, 1.0):
+        seq.attempt(now)
+        seq.init_failed(error, final=True, now=now)
+        assert seq.refused(now + base * 0.8 - 1e-9) is error
+        assert seq.refused(now + base * 1.2 + 1e-9) is None
+        now += 5
+    seq.set_id(3, 0)
+    seq.producer_id = seq.epoch = -1  # (a new id is needed again)
+    seq.init_failed(error, final=True, now=now)
+    assert seq.refused(now + 0.08 - 1e-9) is error and seq.refused(now + 0.12 + 1e-9) is None
+
+
+def test_retried_init_failures_are_a_warning_once_they_last_a_second(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="gengroup")
+    seq = Sequencer()
+    retried = seq.init_error(51)
+    for now in (0.0, 0.3, 0.7):
+        seq.attempt(now)
+        seq.init_failed(retried, final=False, now=now + 0.1)
+    assert not caplog.records
+    for now in (1.0, 1.5):
+        seq.attempt(now)
+        seq.init_failed(retried, final=False, now=now + 0.1)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+    assert "after 1.1 s, 4 failed InitProducerId attempt(s)" in caplog.text
+    seq.set_id(7, 0)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.INFO]
+    assert "got after 5 failed InitProducerId attempt(s)" in caplog.records[-1].getMessage()
+    seq.producer_id = seq.epoch = -1  # failing again: a new run of failures
+    seq.attempt(10.0)
+    seq.init_failed(retried, final=False, now=11.0)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.INFO, logging.WARNING]
+
+
+def test_records_expiring_while_waiting_for_an_id_say_so_with_its_last_error() -> None:
+    seq = Sequencer()
+    expired = RequestTimedOut("t[0]: 1 record(s) not delivered within delivery_timeout=5 s")
+    seq.attempt(1.0)
+    unanswered = seq.waited_error(expired, 4.5)
+    assert "waited for a producer id" in str(unanswered)
+    assert isinstance(unanswered.__cause__, RequestTimedOut)
+    assert "InitProducerId: no answer within 3.5 s" in str(unanswered.__cause__)
+    refused = seq.init_error(15)
+    seq.init_failed(refused, final=False, now=4.6)
+    assert seq.waited_error(expired, 5.0).__cause__ is refused
+    seq.set_id(1, 0)
+    assert seq.waited_error(expired, 6.0) is expired  # not waiting for an id
 
 
 @pytest.mark.parametrize("version", range(2, PRODUCER_ID_VERSIONS[ApiKey.INIT_PRODUCER_ID][1] + 1))
