@@ -98,6 +98,7 @@ from ._errors import (
     TLSError as TLSError,
     TopicAlreadyExists as TopicAlreadyExists,
     TopicAuthorizationFailed as TopicAuthorizationFailed,
+    TopicDeleted as TopicDeleted,
     UnknownMemberId as UnknownMemberId,
     UnknownTopicOrPartition as UnknownTopicOrPartition,
 )
@@ -185,6 +186,7 @@ __all__ = [
     "TLSError",
     "TopicAlreadyExists",
     "TopicAuthorizationFailed",
+    "TopicDeleted",
     "UnknownMemberId",
     "UnknownTopicOrPartition",
 ]

@@ -25,7 +25,7 @@ httpcore's ``map_exceptions``. Two families matter most:
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Final, Self
 
 from kio.schema.errors import ErrorCode
@@ -257,6 +257,22 @@ class GenerationEnded(GengroupError):
 
     Raised locally: nothing was sent to the broker.
     """
+
+
+class TopicDeleted(GengroupError):
+    """Offsets given to ``gen.commit(offsets)`` were not stored: their topic was
+    deleted (or deleted and created again) since the generation formed.
+
+    The commit's other partitions were stored; the generation ends (the member
+    rejoins). Kafka deleted the topic's committed offsets with it.
+
+    Attributes:
+        partitions: the partitions whose offsets were not stored (TopicPartition).
+    """
+
+    def __init__(self, message: str, partitions: Iterable[Any] = ()) -> None:
+        super().__init__(message)
+        self.partitions: frozenset[Any] = frozenset(partitions)
 
 
 class GroupClosed(GengroupError):

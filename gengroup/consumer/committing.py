@@ -42,7 +42,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 from uuid import UUID
 
 import anyio
@@ -57,6 +57,7 @@ from .._errors import (
     RebalanceInProgress,
     RequestTimedOut,
     StaleMemberEpoch,
+    TopicDeleted,
     error_for_code,
     is_retriable,
 )
@@ -75,13 +76,17 @@ from .span_commits import commit_in_spans
 if TYPE_CHECKING:
     from .span_commits import _Span
 
+    class _OpenedSpan(Protocol):
+        topic_id: UUID | None
+
+
 __all__ = ["FENCED", "GenerationCommits", "retriable_refusal", "send_offset_commit"]
 
 log = logging.getLogger("gengroup")
 
 #: What OffsetCommit answers for a partition of a topic the coordinator does
-#: not know (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID): refused for good
-#: if the metadata confirms the topic is gone (:meth:`GenerationCommits._gone`).
+#: not know (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID): dropped from the
+#: attempt if the metadata does not know it either (:meth:`GenerationCommits._gone`).
 _UNKNOWN_TOPIC: Final = frozenset({3, 100})
 
 #: Answers that end a commit's retries at once: this member no longer owns the
@@ -159,6 +164,7 @@ class GenerationCommits:
         identity: GenerationIdentity
         assignments: Mapping[TopicPartition, int]
         revoked: frozenset[TopicPartition]
+        retained: frozenset[TopicPartition]
         commit_error: BaseException | None
         commits_ok: int
         commits_failed: int
@@ -180,6 +186,11 @@ class GenerationCommits:
         @property
         def member_id(self) -> str: ...
         def renew_lease(self, sent_at: float) -> None: ...
+
+        @property
+        def _spans(self) -> Mapping[TopicPartition, _OpenedSpan]: ...
+
+        def end(self, outcome: Outcome, reason: str, *, release: bool = False) -> None: ...
         def _offset_stored(self, tp: TopicPartition) -> None: ...
         def _span(self, tp: TopicPartition) -> _Span | None: ...
 
@@ -188,12 +199,16 @@ class GenerationCommits:
     #: as the generation formed (:meth:`know_topics`).
     _cluster: Cluster | None = None
     _topic_ids: Mapping[str, UUID] = MappingProxyType({})
-    #: The topics found deleted or re-created since: their marks are not committed.
-    _gone_topics: frozenset[str] = frozenset()
+    _span_ids: Mapping[TopicPartition, UUID] = MappingProxyType({})
 
     def know_topics(self, cluster: Cluster) -> None:
         """Remember the ids the generation's topics have in ``cluster``'s metadata
-        now, as it forms, and ``cluster``, to find them deleted or re-created later."""
+        now, as it forms, and ``cluster``, to find them deleted or re-created later.
+
+        A partition whose span outlived its generation (retained, or being
+        revoked) is checked against the id its span was opened with
+        (:meth:`know_spans`), not this one.
+        """
         self._cluster = cluster
         ids = {}
         for topic in {tp.topic for tp in self.assignments}:
@@ -202,75 +217,103 @@ class GenerationCommits:
                 ids[topic] = info.topic_id
         self._topic_ids = ids
 
-    def _recreated(self, topic: str, topic_id: UUID | None) -> bool:
-        known = self._topic_ids.get(topic)
-        return known is not None and topic_id is not None and topic_id != known
+    def know_spans(self) -> None:
+        """Remember the ids the spans this generation took over (retained, or
+        being revoked) were opened with: their positions and marks are of that
+        topic, whatever the metadata says now (the generation's spans are set)."""
+        ids = {tp: s.topic_id for tp, s in self._spans.items() if s.topic_id is not None}
+        self._span_ids = {
+            tp: i for tp, i in ids.items() if tp in self.revoked or tp in self.retained
+        }
 
-    async def _gone(self, topics: Iterable[str], *, ask: bool) -> set[str]:
-        """Which of ``topics`` the cluster no longer has as the generation knew
-        them: deleted (its metadata answers UNKNOWN_TOPIC_OR_PARTITION) or
-        re-created (another topic id than at the generation's forming).
+    def _opened_with(self, tp: TopicPartition) -> UUID | None:
+        """The id ``tp``'s topic had when this generation formed, or when the
+        span it took ``tp`` over in was opened (None: not known)."""
+        return self._span_ids.get(tp) or self._topic_ids.get(tp.topic)
 
-        The cached metadata answers for a topic it has (a different id is
-        certain); one it lacks (a refresh found it in error, a fetch of it
-        failed), or every one with ``ask``, is looked up. A topic the lookup
-        finds with the same id (or none), in another error (one being created
-        or moving), or a lookup that fails, leaves the topic live: a commit
-        refused for it is retried as before.
+    def _recreated(
+        self, topic: str, topic_id: UUID | None, tps: Iterable[TopicPartition] = ()
+    ) -> bool:
+        """Whether ``topic_id`` is another id than ``topic`` had for this generation
+        (for its partitions ``tps``, the ids their spans were opened with)."""
+        known = {self._topic_ids.get(topic)} | {self._opened_with(tp) for tp in tps}
+        return topic_id is not None and bool(known - {None, topic_id})
+
+    async def _gone(
+        self, due: Iterable[TopicPartition], *, refused: bool
+    ) -> dict[TopicPartition, str]:
+        """The partitions of ``due`` whose topic the cluster no longer has as the
+        generation knew it, each with why: re-created (another topic id than the
+        generation knew, certain), or, once the coordinator ``refused`` them as
+        unknown, deleted (the metadata answers UNKNOWN_TOPIC_OR_PARTITION too).
+
+        Without ``refused`` the cached metadata answers for a topic it has, and
+        one it lacks (a refresh found it in error) is looked up; with it, every
+        topic is. Unknown alone is no proof (the metadata may lag); a topic
+        found with the same id (or none), in another error, or a lookup that
+        fails, leaves the partitions live: a refusal of them is retried.
         """
         cluster = self._cluster
-        topics = set(topics) - self._gone_topics
+        topics: dict[str, list[TopicPartition]] = {}
+        for tp in due:
+            topics.setdefault(tp.topic, []).append(tp)
         if cluster is None or not topics:
-            return set()
-        gone: set[str] = set()
+            return {}
+        gone: dict[str, str] = {}
         unsure: set[str] = set()
-        for topic in topics:
-            info = None if ask else cluster.topics.get(topic)
+        for topic, tps in topics.items():
+            # A partition being revoked is fetched no more: no fetch error
+            # refreshed its metadata, so the cache may still show the old topic.
+            look = refused or any(tp in self.revoked for tp in tps)
+            info = None if look else cluster.topics.get(topic)
             if info is None:
                 unsure.add(topic)
-            elif self._recreated(topic, info.topic_id):
-                gone.add(topic)
+            elif self._recreated(topic, info.topic_id, tps):
+                gone[topic] = "created again (another topic id)"
         if unsure:
             try:
                 found = await cluster.refresh_metadata(unsure)
             except (BrokerError, KafkaConnectionError, ProtocolError, TimeoutError) as exc:
                 log.debug("group %s: metadata of %s not found: %r", self.group_id, unsure, exc)
-                return gone
+                found = {}
             for topic in unsure:
-                info = found.get(topic)
-                if info is None:
+                if (info := found.get(topic)) is None:
                     continue
-                if info.error_code in _UNKNOWN_TOPIC or (
-                    info.error_code == 0 and self._recreated(topic, info.topic_id)
-                ):
-                    gone.add(topic)
-        return gone
+                if info.error_code == 0 and self._recreated(topic, info.topic_id, topics[topic]):
+                    gone[topic] = "created again (another topic id)"
+                elif refused and info.error_code in _UNKNOWN_TOPIC:
+                    gone[topic] = "deleted (refused as unknown, and unknown to the metadata)"
+        return {tp: gone[tp.topic] for tp in due if tp.topic in gone}
 
-    def _drop_gone(self, gone: set[str], how: str) -> None:
-        """Drop the marks of the topics in ``gone`` (never committed from now on); say so."""
-        self._gone_topics |= gone
-        dropped: set[TopicPartition] = set()
+    def _drop_gone(self, gone: Mapping[TopicPartition, str]) -> None:
+        """Leave the marks of ``gone`` out of this commit (dropped); say so and end
+        the generation: the next one (or this one's final commit) looks again."""
         for marks in (self._marks, self._start_marks):
-            for tp in [tp for tp in marks if tp.topic in gone]:
-                if marks.pop(tp) > self._committed.get(tp, -1):
-                    dropped.add(tp)
+            for tp in gone:
+                marks.pop(tp, None)
+        topics = ", ".join(sorted({f"{tp.topic} {why}" for tp, why in gone.items()}))
         log.warning(
-            "group %s generation %s member %s: topic(s) %s %s: the topic as this generation "
-            "knew it no longer exists (its committed offsets went with it), so its marks "
-            "are dropped, not committed (%s)",
+            "group %s generation %s member %s: topic(s) %s: the topic as this generation "
+            "knew it no longer exists (its committed offsets went with it), so the marks "
+            "of partitions %s are dropped, not committed; the generation ends",
             self.group_id,
             self.label,
             self.member_id,
-            ", ".join(sorted(gone)),
-            how,
-            f"partitions {show_partitions(dropped)}" if dropped else "none was pending",
+            topics,
+            show_partitions(gone),
         )
+        self.end(Outcome.REJOIN, f"topic(s) deleted or re-created: {topics}")
 
     async def _commit(
         self, offsets: Offsets | None, metadata: OffsetMetadata | None, *, forwarded: bool
     ) -> None:
         """One commit of a live generation (``Generation.commit``); ``forwarded``:
-        ``offsets`` are marks (span_commits.py)."""
+        ``offsets`` are marks (span_commits.py).
+
+        Partitions whose topic is gone (:meth:`_gone`) are dropped from this
+        attempt only; with ``offsets`` given by the application, the rest is
+        committed, then :class:`~gengroup.TopicDeleted` names them.
+        """
         async with self._commit_lock:
             explicit = offsets is not None and not forwarded  # the application decides alone
             wanted, carried = to_commit(
@@ -282,50 +325,70 @@ class GenerationCommits:
                 if explicit:
                     self._start_marks.pop(tp, None)
             due = {tp: o for tp, o in wanted.items() if o > self._committed.get(tp, -1)}
-            if due and (gone := await self._gone({tp.topic for tp in due}, ask=False)):
-                self._drop_gone(gone, "were deleted or re-created since the generation formed")
-            due = {tp: o for tp, o in due.items() if tp.topic not in self._gone_topics}
-            if not due:
-                return
-            sent_at = anyio.current_time()
-            try:
-                notes = {tp: m for tp, m in {**carried, **(metadata or {})}.items() if tp in due}
-                results = await self._committer.commit_offsets(self.identity, due, notes or None)
-            except BaseException as exc:
-                self.commits_failed += 1
-                if isinstance(exc, Exception):  # a cancellation is no commit error
-                    self.commit_error = exc
-                raise
-            failed = {tp: code for tp, code in results.items() if code}
-            unknown = {tp.topic for tp, code in failed.items() if code in _UNKNOWN_TOPIC}
-            if unknown and (gone := await self._gone(unknown, ask=True)):
-                # Refused for good, not retried: the rest of the commit was stored.
-                self._drop_gone(gone, "refused as unknown by the coordinator")
-                failed = {tp: code for tp, code in failed.items() if tp.topic not in gone}
-            if not failed:
-                self.commit_error = None
-                self.commits_ok += 1
-                self.renew_lease(sent_at)
-            for tp, off in due.items():
-                if tp not in failed and tp.topic not in self._gone_topics:
-                    self._offset_stored(tp)
-                    self._committed[tp] = max(off, self._committed.get(tp, -1))
-                    if tp in notes:
-                        self._committed_metadata[tp] = notes[tp]
-                    else:  # the coordinator stored an empty string with it
-                        self._committed_metadata.pop(tp, None)
-            if failed:
-                tp, code = next(iter(sorted(failed.items())))
-                stored = sum(p in results and not results[p] for p in due)
-                refused = error_for_code(
-                    code,
-                    f"OffsetCommit of {self.group_id} generation {self.label} member "
-                    f"{self.member_id}: {len(failed)} partition(s) refused, e.g. {tp}"
-                    + (f" ({stored} other partition(s) stored)" if stored else ""),
+            gone = await self._gone(due, refused=False) if due else {}
+            if gone:
+                self._drop_gone(gone)
+                due = {tp: o for tp, o in due.items() if tp not in gone}
+            if due:
+                await self._send(due, carried, metadata, gone)
+            if gone and explicit:
+                why = "; ".join(sorted({f"{tp.topic} {w}" for tp, w in gone.items()}))
+                raise TopicDeleted(
+                    f"commit of group {self.group_id} generation {self.label}: the offsets "
+                    f"of {show_partitions(gone)} were not stored, their topic is gone "
+                    f"({why}); the generation ends",
+                    gone,
                 )
-                self.commit_error = refused
-                self.commits_failed += 1
-                raise refused
+
+    async def _send(
+        self,
+        due: dict[TopicPartition, int],
+        carried: OffsetMetadata,
+        metadata: OffsetMetadata | None,
+        gone: dict[TopicPartition, str],
+    ) -> None:
+        """Send ``due`` (:meth:`_commit`), record what was stored; partitions found
+        gone after an UNKNOWN_TOPIC refusal are added to ``gone`` (not raised)."""
+        sent_at = anyio.current_time()
+        try:
+            notes = {tp: m for tp, m in {**carried, **(metadata or {})}.items() if tp in due}
+            results = await self._committer.commit_offsets(self.identity, due, notes or None)
+        except BaseException as exc:
+            self.commits_failed += 1
+            if isinstance(exc, Exception):  # a cancellation is no commit error
+                self.commit_error = exc
+            raise
+        failed = {tp: code for tp, code in results.items() if code}
+        unknown = [tp for tp, code in failed.items() if code in _UNKNOWN_TOPIC]
+        if unknown and (refused := await self._gone(unknown, refused=True)):
+            # Refused for good in this attempt, not retried: the rest was stored.
+            self._drop_gone(refused)
+            gone.update(refused)
+            failed = {tp: code for tp, code in failed.items() if tp not in refused}
+        if not failed:
+            self.commit_error = None
+            self.commits_ok += 1
+            self.renew_lease(sent_at)
+        for tp, off in due.items():
+            if tp not in failed and tp not in gone:
+                self._offset_stored(tp)
+                self._committed[tp] = max(off, self._committed.get(tp, -1))
+                if tp in notes:
+                    self._committed_metadata[tp] = notes[tp]
+                else:  # the coordinator stored an empty string with it
+                    self._committed_metadata.pop(tp, None)
+        if failed:
+            tp, code = next(iter(sorted(failed.items())))
+            stored = sum(p in results and not results[p] for p in due)
+            refusal = error_for_code(
+                code,
+                f"OffsetCommit of {self.group_id} generation {self.label} member "
+                f"{self.member_id}: {len(failed)} partition(s) refused, e.g. {tp}"
+                + (f" ({stored} other partition(s) stored)" if stored else ""),
+            )
+            self.commit_error = refusal
+            self.commits_failed += 1
+            raise refusal
 
     async def _commit_back(self, tp: TopicPartition, offset: int) -> None:
         """Commit ``offset`` for ``tp`` even below the offset committed so far (internal).

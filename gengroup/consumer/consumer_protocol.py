@@ -319,6 +319,7 @@ class ConsumerProtocolMember:
                 gen.revoked = owned - target
                 gen._spans = own.spans
                 gen._span_host = own
+                gen.know_spans()
                 formed.acknowledge = partial(self._acknowledge, gen, incarnation)
             return formed
         return None

@@ -697,6 +697,7 @@ async def form_generation(
         if ownership is not None:
             gen._spans = ownership.spans
             gen._span_host = ownership
+            gen.know_spans()
         _say_formed(gen, timings, cooperative=ownership is not None and rebalance == "cooperative")
         formed.generation.renew_lease(sync_sent)
         formed.synced_at = synced_at

@@ -55,6 +55,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
+from uuid import UUID
 
 import anyio
 import anyio.abc
@@ -141,6 +142,7 @@ class Span:
         pending: a mark made while no live generation held it (-1: none).
         closed: the span ended (its tasks cancelled) at ``closed_at``, for ``closed_why``.
         first: the sequence of the generation that opened it; older generations never reach it.
+        topic_id: the id its topic had for that generation (None: not known).
         reset: where the partition was reset for an out-of-range offset, until
             a commit of it is stored (-1: none); see :meth:`Generation.offset_reset`.
     """
@@ -158,10 +160,12 @@ class Span:
     idle: anyio.Event = field(default_factory=anyio.Event)
     running: int = 0
     first: int = field(init=False)
+    topic_id: UUID | None = field(init=False)
     reset: int = -1
 
     def __post_init__(self) -> None:
         self.first = self.gen.sequence
+        self.topic_id = self.gen._topic_ids.get(self.tp.topic)
 
     def hand_to(self, gen: Generation | None, revoker: Generation | None = None) -> None:
         """``gen`` holds the span now (None: the span is closed); wakes its fetching task.
@@ -885,6 +889,9 @@ class Generation(IdentityNames, GenerationCommits):
                 (it is a ``KafkaConnectionError``). ClusterUnreachable,
                 CoordinatorUnavailable: an outage lasted ``unreachable_timeout``.
                 Marks stay in every case.
+            TopicDeleted: partitions of ``offsets`` whose topic was deleted (or
+                created again) since the generation formed were not stored (its
+                ``partitions``); the rest was. The generation ends.
         """
         if self.ended:
             where = f"generation {self.label} of {self.group_id}"

@@ -70,6 +70,7 @@ from .._errors import (
     GenerationEnded,
     MemberResetError,
     RebalanceInProgress,
+    TopicDeleted,
     is_retriable,
 )
 from .._types import TopicPartition
@@ -91,7 +92,13 @@ log = logging.getLogger("gengroup.lake")
 _T = TypeVar("_T")
 
 #: Refusals of a commit that end the worker (and so the generation), not the sink.
-_ENDS_WORKER = (GenerationEnded, MemberResetError, RebalanceInProgress, FencedInstanceId)
+_ENDS_WORKER = (
+    GenerationEnded,
+    MemberResetError,
+    RebalanceInProgress,
+    FencedInstanceId,
+    TopicDeleted,
+)
 
 
 @dataclass(frozen=True, slots=True)

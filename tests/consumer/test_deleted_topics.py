@@ -10,7 +10,12 @@ import anyio
 import pytest
 import trio.testing
 
-from gengroup import Admin, ConsumerGroup, TopicPartition
+from gengroup import (
+    Admin,
+    ConsumerGroup,
+    TopicDeleted,
+    TopicPartition,
+)
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Fail, Intercepted
 from gengroup.protocol.records import NewRecord
@@ -152,3 +157,60 @@ async def test_a_live_topic_refused_as_unknown_is_retried_not_dropped(
             assert cluster.committed_offsets("g")[tp] == 7
             assert trio.current_time() >= lagging_until
     assert not [r for r in caplog.records if "dropped" in r.message]
+
+
+async def test_a_live_topic_unknown_to_one_metadata_answer_is_committed_by_the_next_generation(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The coordinator and one Metadata answer both lag (UNKNOWN_TOPIC_OR_PARTITION
+    for a live topic): the marks are dropped from that commit, and the generation
+    ends, so that the drop does not outlast it; the next one commits the topic."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    tp = TopicPartition("t", 0)
+    settings = {**EMBEDDED_SETTINGS, "commit_interval": 3600.0}
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+            gen = await group.next()
+            answered: list[int] = []
+
+            def lagging_once(call: Intercepted) -> Fail | None:
+                if call.api_key in answered:
+                    return None
+                answered.append(call.api_key)
+                return Fail(3)
+
+            cluster.control(ApiKey.OFFSET_COMMIT, lagging_once)
+            cluster.control(ApiKey.METADATA, lagging_once)
+            gen.mark(tp, 7)
+            await gen.commit()
+            assert gen.ending and "deleted or re-created" in (gen.end_reason or "")
+            assert cluster.committed_offsets("g") == {}
+            await gen.wait_ended()
+            gen = await group.next()
+            assert tp in gen.assignments
+            gen.mark(tp, 9)
+            await gen.commit()
+            assert cluster.committed_offsets("g") == {tp: 9}
+            assert not gen.ending and gen.commit_error is None
+    dropped = [r for r in caplog.records if "dropped, not committed" in r.message]
+    assert len(dropped) == 1
+
+
+async def test_explicit_offsets_of_a_deleted_topic_raise_topic_deleted(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """gen.commit(offsets) stores the live partitions, then names the dropped ones."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    tp, keep = TopicPartition("t", 0), TopicPartition("k", 0)
+    settings = {**EMBEDDED_SETTINGS, "commit_interval": 3600.0, "partition_watch_interval": 3600.0}
+    async with FakeCluster(topics={"t": 1, "k": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t", "k"], cluster.bootstrap, **settings) as group:
+            gen = await group.next()
+            await gen.commit({tp: 3, keep: 3})
+            cluster.delete_topic("t")
+            with pytest.raises(TopicDeleted, match=r"t\[0\] were not stored") as caught:
+                await gen.commit({tp: 5, keep: 5}, metadata={tp: "file", keep: "file"})
+            assert caught.value.partitions == {tp}
+            assert cluster.committed_offsets("g") == {keep: 5}
+            assert gen.committed == {tp: 3, keep: 5}
+            assert gen.ending

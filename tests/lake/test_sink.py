@@ -20,7 +20,15 @@ from typing import Any
 import anyio
 import pytest
 
-from gengroup import Admin, ConfigError, ConsumerGroup, Producer, TopicPartition
+from gengroup import (
+    Admin,
+    ConfigError,
+    ConsumerGroup,
+    Generation,
+    Producer,
+    TopicDeleted,
+    TopicPartition,
+)
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Disconnect, Fail, Intercepted
 from gengroup.cli import build_parser
@@ -376,6 +384,36 @@ async def test_a_commit_lost_with_its_connection_ends_the_generation_not_the_sin
     await _land_all(cluster.bootstrap, "lost-commit", sink, request_timeout=1.0)
     assert len(dropped) > 2
     assert "failed" in caplog.text and "settles the staged file" in caplog.text
+    assert sink.generations >= 2  # the generation ended and the member rejoined
+    await _check_lake(cluster.bootstrap, tmp_path)
+
+
+async def test_a_file_whose_commit_was_dropped_for_a_deleted_topic_is_not_published(
+    cluster: FakeCluster,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A file's commit raising TopicDeleted was not stored: the file is not
+    published (its staged copy is the next owner's to settle), the generation
+    ends, not the sink, and the lake still holds every offset once."""
+    await produce(cluster.bootstrap, TOPIC, range(800))
+    refused: list[dict[TopicPartition, int]] = []
+    commit = Generation.commit
+
+    async def dropping(gen: Generation, offsets: Any = None, *, metadata: Any = None) -> None:
+        if metadata and not refused:  # the first file's commit
+            refused.append(dict(offsets))
+            raise TopicDeleted("the topic is gone", offsets)
+        await commit(gen, offsets, metadata=metadata)
+
+    monkeypatch.setattr(Generation, "commit", dropping)
+    caplog.set_level(logging.WARNING, "gengroup.lake")
+    config = LakeConfig(str(tmp_path), file_max_bytes=4_000, file_max_age=0.3, progress_interval=0)
+    sink = LakeSink(config)
+    await _land_all(cluster.bootstrap, "dropped-commit", sink)
+    assert refused
+    assert "the topic is gone" in caplog.text and "settles the staged file" in caplog.text
     assert sink.generations >= 2  # the generation ended and the member rejoined
     await _check_lake(cluster.bootstrap, tmp_path)
 
