@@ -292,14 +292,19 @@ def check_shared(settings: Security, cluster: Security) -> None:
     cluster's settings: a setting of the client's left at its default is
     the cluster's, and one set to the cluster's value is harmless, but any
     other would be silently ignored (a ``SASL_SSL`` producer sending in
-    plain text through a ``PLAINTEXT`` cluster).
+    plain text through a ``PLAINTEXT`` cluster).  A file setting is the
+    cluster's when it names the same path, as a string or a path object.
 
     Raises:
         ConfigError: a setting of ``settings`` neither its default nor the cluster's.
     """
     for f in fields(Security):
         mine, theirs = getattr(settings, f.name), getattr(cluster, f.name)
-        if mine != f.default and mine != theirs:
+        if f.name in _SSL_FILES and mine is not None and theirs is not None:
+            same = os.fspath(mine) == os.fspath(theirs)  # a str and a Path of one file
+        else:
+            same = mine == theirs
+        if mine != f.default and not same:
             shown = f"={mine!r} (the Cluster's: {theirs!r})" if f.repr else ""
             raise ConfigError(
                 f"{f.name}{shown} is set on a client of a shared Cluster, which carries the "

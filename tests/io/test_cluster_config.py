@@ -9,6 +9,7 @@ as ``config`` failed on a missing attribute.
 
 from __future__ import annotations
 
+import pathlib
 import ssl
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 
 from gengroup import Admin, AdminConfig, Cluster, ConfigError, Producer, ProducerConfig
 from gengroup.io.security import Security
+from gengroup.testing.kafka import make_certificates
 
 BOOTSTRAP = "127.0.0.1:9092"
 
@@ -130,3 +132,18 @@ async def test_a_config_of_another_class_is_a_type_error(
 ) -> None:
     with pytest.raises(TypeError, match=f"config must be a {wanted} instance .*not "):
         make(BOOTSTRAP, config)
+
+
+async def test_a_file_setting_given_as_str_or_path_is_the_shared_clusters(
+    tmp_path: pathlib.Path,
+) -> None:
+    certificates = make_certificates(tmp_path)
+    cafile = certificates.ca
+    for mine, theirs in ((cafile, str(cafile)), (str(cafile), cafile)):
+        cluster = Cluster(BOOTSTRAP, security_protocol="SSL", ssl_cafile=theirs)
+        assert Producer(cluster, security_protocol="SSL", ssl_cafile=mine).cluster is cluster
+        config = AdminConfig(security_protocol="SSL", ssl_cafile=mine)
+        assert Admin(cluster, config).cluster is cluster
+    cluster = Cluster(BOOTSTRAP, security_protocol="SSL", ssl_cafile=str(cafile))
+    with pytest.raises(ConfigError, match=r"^ssl_cafile=.*shared Cluster"):
+        Producer(cluster, security_protocol="SSL", ssl_cafile=certificates.other_ca)
