@@ -4,7 +4,9 @@ cancelled and shielded clean-up still uses it, and behind a parked request."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 from typing import Any
 
 import pytest
@@ -335,8 +337,9 @@ async def test_a_password_changed_on_the_brokers_is_one_warning_for_all_connecti
     re-authentications are refused,
     then a login on a new connection to each broker (once the refusals are
     forgotten); each caller gets its AuthenticationError, but one WARNING
-    says so (the rest at DEBUG), and one INFO that logins are accepted again
-    once the password is back. (Each refusal was a WARNING of its own.)"""
+    says so (the rest at DEBUG), and one INFO per broker that its logins are
+    accepted again once the password is back. (Each refusal was a WARNING of
+    its own.)"""
     caplog.set_level(logging.WARNING, logger="gengroup")
     caplog.set_level(logging.INFO, logger="gengroup.connection")
     users = dict(USERS)
@@ -373,6 +376,41 @@ async def test_a_password_changed_on_the_brokers_is_one_warning_for_all_connecti
             for node, channel in nodes:
                 await pool.connection(node, channel)
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
-    assert len(said) == 1 and "login to" in said[0], said
-    assert f"accepted again, after {refused + 3} refused" in said[0]
+    brokers = {"{}:{}".format(*cluster.address(node)) for node in (0, 1, 2)}
+    again = [re.match(r"login to (\S+) accepted again, after (\d+) refused", s) for s in said]
+    assert all(again), said  # one INFO per broker that refused, naming it
+    assert sorted(m[1] for m in again if m) == sorted(brokers), said
+    assert sum(int(m[2]) for m in again if m) == refused + 3
     assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
+
+
+async def test_a_password_only_one_broker_refuses_is_one_warning_and_no_info(
+    autojump_clock: trio.testing.MockClock,
+    certs: Certificates,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A password rotated broker by broker: broker 2 already wants the new
+    one, 0 and 1 the old. Round after round of connections (each once the
+    refusal is forgotten), broker 2's refusal is one WARNING, and the logins
+    0 and 1 accept meanwhile say nothing: they never refused. (Each round was a
+    WARNING and an INFO naming a broker that never refused.)"""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    caplog.set_level(logging.INFO, logger="gengroup.connection")
+    security = server(certs, "SASL_PLAINTEXT", sasl_mechanisms=["PLAIN"], users=dict(USERS))
+    settings = client(certs, "SASL_PLAINTEXT", "PLAIN")
+    async with (
+        FakeCluster(3, security=security, topics={"t": 3}) as cluster,
+        Cluster(cluster.bootstrap, **settings) as pool,
+    ):
+        with trio.fail_after(HANG_GUARD):
+            await pool.refresh_metadata(["t"])
+            cluster.servers[2].security = dataclasses.replace(security, users={"alice": "new"})
+            for round_ in range(4):
+                for node in (0, 1):
+                    await pool.connection(node, f"round{round_}")
+                with pytest.raises(AuthenticationError):
+                    await pool.connection(2, f"round{round_}")
+                await trio.sleep(AUTH_REFUSAL_MEMORY + 1)
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in logged] == ["WARNING"], logged
+    assert "{}:{}".format(*cluster.address(2)) in logged[0][1]

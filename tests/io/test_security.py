@@ -325,8 +325,8 @@ async def test_refused_logins_are_logged_once_per_cause(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The same refusal from another broker is DEBUG; another cause is a
-    WARNING again; the first login accepted after refusals is one INFO, and
-    a refusal after it a WARNING again."""
+    WARNING again; a broker that refused and accepts again is one INFO naming
+    it, and a cause is a WARNING again only once no broker refuses with it."""
     caplog.set_level(logging.WARNING, logger="gengroup")
     caplog.set_level(logging.DEBUG, logger="gengroup.connection")
 
@@ -343,7 +343,9 @@ async def test_refused_logins_are_logged_once_per_cause(
     await trio.sleep(5.0)
     logins.accepted("b2:9092")
     logins.accepted("b3:9092")
-    logins.refused(refusal("b1:9092"))
+    logins.refused(refusal("b1:9092"))  # b1 refuses still: DEBUG
+    logins.accepted("b1:9092")
+    logins.refused(refusal("b2:9092"))  # no broker refuses with it any more
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("WARNING", str(refusal("b1:9092"))),
         (
@@ -352,6 +354,38 @@ async def test_refused_logins_are_logged_once_per_cause(
             " (refused so 2 times since its WARNING)",
         ),
         ("WARNING", untrusted),
-        ("INFO", "login to b2:9092 accepted again, after 1 refused over 5.0 s"),
-        ("WARNING", str(refusal("b1:9092"))),
+        (
+            "INFO",
+            "login to b2:9092 accepted again, after 1 refused over 5.0 s"
+            " (1 other broker(s) still refuse with the same cause)",
+        ),
+        ("INFO", "login to b3:9092 accepted again, after 1 refused over 5.0 s"),
+        ("DEBUG", f"{refusal('b1:9092')} (refused so 3 times since its WARNING)"),
+        ("INFO", "login to b1:9092 accepted again, after 2 refused over 5.0 s"),
+        ("WARNING", str(refusal("b2:9092"))),
     ]
+
+
+async def test_a_cause_some_brokers_refuse_with_is_one_warning_and_no_info(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A password rotated broker by broker: b3 refuses it while b1 and b2
+    accept, round after round. One WARNING, and no INFO naming a broker that
+    never refused; when b3 accepts, one INFO names it."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    caplog.set_level(logging.INFO, logger="gengroup.connection")
+    said = "PLAIN authentication with b3:9092 failed: Invalid username or password"
+    logins = Logins()
+    for _ in range(4):
+        logins.accepted("b1:9092")
+        logins.refused(AuthenticationError(said, broker="b3:9092", mechanism="PLAIN"))
+        logins.accepted("b2:9092")
+        await trio.sleep(10.0)
+    logins.accepted("b3:9092")
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", said),
+        ("INFO", "login to b3:9092 accepted again, after 4 refused over 40.0 s"),
+    ]
+    other = Logins()  # another client's: its own state
+    other.refused(AuthenticationError(said, broker="b3:9092", mechanism="PLAIN"))
+    assert [r.levelname for r in caplog.records] == ["WARNING", "INFO", "WARNING"]
