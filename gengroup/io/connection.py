@@ -43,7 +43,8 @@ the SASL frames (see :mod:`gengroup.io.sasl` for why in place). It starts the
 exchange, and its ``connect_timeout``, once the requests already sent were
 answered (a parked JoinGroup included), with the mechanism made ahead of it
 (an OAUTHBEARER token, asked of its provider a quarter of the session, at
-most a minute, before, while requests go on), and it is shielded from
+most a minute, before, while requests go on; asked again if the wait made
+it older than half the session), and it is shielded from
 cancellation as the reader is (below); closing the connection ends it, and
 the token's fetch, at once.
 
@@ -118,10 +119,13 @@ del _loader
 _REAUTH_AT = (0.85, 0.95)
 #: Ask for a re-authentication's mechanism (an OAUTHBEARER token) this
 #: fraction of the session before it is due, and at most :data:`_FETCH_LEAD_CAP`
-#: seconds before: a slow token provider then runs while requests go on, and
-#: the token is still fresh when it is used.
+#: seconds before: a slow token provider then runs while requests go on.
 _FETCH_LEAD = 0.25
 _FETCH_LEAD_CAP = 60.0
+#: A mechanism made ahead is used only if asked for at most this fraction of
+#: the ending session before the exchange starts, else it is made again: the
+#: token is still fresh when it is used (see :meth:`BrokerConnection._reauthenticate`).
+_FETCHED_MAX_AGE = 0.5
 #: Seconds within which a broker closing a connection on its first request
 #: after the set-up did so at once: a listener that requires SASL closes it as
 #: soon as the request arrives.
@@ -150,6 +154,8 @@ class _Waiter:
 class _Fetched:
     """The mechanism made ahead of a re-authentication, or why it could not be."""
 
+    #: When it was asked for (its token is at most this old).
+    asked: float
     done: anyio.Event = field(default_factory=anyio.Event)
     mechanism: sasl.Mechanism | None = None
     error: Exception | None = None
@@ -459,11 +465,11 @@ class BrokerConnection:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(cut_on_close)
-                fetched = _Fetched()
+                fetched = _Fetched(anyio.current_time())
                 tg.start_soon(self._fetch_mechanism, fetched)
                 await anyio.sleep_until(due)
                 try:
-                    lifetimes.append(await self._reauthenticate(fetched))
+                    lifetimes.append(await self._reauthenticate(fetched, lifetime))
                 except Exception as exc:  # the serve task never raises once started
                     # At once, before a request waiting for the lock goes out
                     # on the expired session.
@@ -502,7 +508,7 @@ class BrokerConnection:
         finally:
             fetched.done.set()
 
-    async def _reauthenticate(self, fetched: _Fetched) -> float | None:
+    async def _reauthenticate(self, fetched: _Fetched, lifetime: float) -> float | None:
         """Run the SASL exchange again on this connection; the new session's lifetime.
 
         Under the send lock, so that no request arrives after the session
@@ -514,9 +520,17 @@ class BrokerConnection:
         ``connect_timeout``, with the mechanism ``fetched`` ahead of it (an
         OAUTHBEARER token asked of its provider :data:`_FETCH_LEAD` of the
         session before): if the provider has not answered yet, the exchange
-        waits for it within that timeout. A SaslHandshake arriving after the
-        session expired still re-authenticates: Kafka closes an expired
-        session's connection at its next request of another kind.
+        waits for it within that timeout. A mechanism the provider gave more
+        than :data:`_FETCHED_MAX_AGE` of the ending session (``lifetime``)
+        ago (the wait for the sent requests made it that old) is made again, under
+        the lock: with OAUTHBEARER the broker ends a session when its token
+        expires, so the provider's tokens live about a session or more, and
+        one at most half a session old still has half a session to live,
+        where one older than a session has likely expired, and its refusal
+        would not be retried. Without a wait the token is :data:`_FETCH_LEAD`
+        old (a quarter of the session at most), used as fetched. A SaslHandshake
+        arriving after the session expired still re-authenticates: Kafka closes
+        an expired session's connection at its next request of another kind.
 
         Raises:
             TimeoutError: no answer within ``connect_timeout`` (it says so).
@@ -528,6 +542,11 @@ class BrokerConnection:
             made = False
             try:
                 with anyio.fail_after(self.connect_timeout):
+                    age = anyio.current_time() - fetched.asked
+                    if fetched.done.is_set() and age > lifetime * _FETCHED_MAX_AGE:
+                        log.debug("%s: the token fetched %.1f s ago is asked again", self, age)
+                        fetched = _Fetched(anyio.current_time())
+                        await self._fetch_mechanism(fetched)
                     await fetched.done.wait()
                     if fetched.error is not None:
                         raise fetched.error

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -266,6 +267,78 @@ async def test_a_token_fetched_ahead_waits_for_a_parked_request_before_it_is_use
         assert cluster.servers[0].expired_sessions == 0
     assert [name for name, _ in events] == ["long poll", "before", "exchange", "after"]
     assert [at for _, at in events] == pytest.approx([39.0] * 4, abs=0.1)
+
+
+class _Tokens(Mapping[str, str]):
+    """Tokens for alice that live as long as a session (as OAUTHBEARER's: the
+    broker bounds a session by its token's expiry), simulated with PLAIN: the
+    password is ``tok@<when issued>``, and the broker accepts it for ``life`` s."""
+
+    def __init__(self, life: float) -> None:
+        self.life, self.issued, self.logins = life, trio.current_time(), []
+
+    def __getitem__(self, user: str) -> str:
+        return f"tok@{self.issued}"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["alice"])
+
+    def __len__(self) -> int:
+        return 1
+
+    def get(self, user: str, default: Any = None) -> str:  # type: ignore[override]
+        age = trio.current_time() - self.issued
+        self.logins.append(age)
+        return f"tok@{self.issued}" if age <= self.life else "expired"
+
+    async def issue(self, security: Security, broker: str) -> sasl.Mechanism:
+        self.issued = trio.current_time()
+        return sasl._Plain("alice", f"tok@{self.issued}")
+
+
+@pytest.mark.parametrize(
+    ("parked", "asked"), [(5.0, [24.0]), (15.0, [24.0, 45.0]), (60.0, [24.0, 90.0])]
+)
+async def test_a_token_fetched_ahead_is_asked_again_if_the_wait_made_it_old(
+    autojump_clock: trio.testing.MockClock,
+    certs: Certificates,
+    monkeypatch: pytest.MonkeyPatch,
+    parked: float,
+    asked: list[float],
+) -> None:
+    """Tokens that live 40 s, sessions of 40 s re-authenticated at 34 s: the
+    token is asked for at 24 s, and a long poll parked from 30 s holds the
+    exchange until it is answered. Answered at 35 s, the token (11 s old) is
+    used; at 45 s or 90 s it would be 21 s or 66 s old, more than half the
+    session: it is asked again then, and the broker accepts it. (The token
+    asked for at 24 s was used at 90 s, expired: refused, never retried.)"""
+    monkeypatch.setattr(connection, "_REAUTH_AT", (0.85, 0.85))
+    tokens = _Tokens(40.0)
+    security = server(
+        certs, "SASL_PLAINTEXT", sasl_mechanisms=["PLAIN"], users=tokens, session_lifetime_ms=40_000
+    )
+    settings = Security(**client(certs, "SASL_PLAINTEXT", "PLAIN"))
+    calls: list[float] = []
+
+    async def issue(*args: Any) -> sasl.Mechanism:
+        calls.append(trio.current_time() - started)
+        return await tokens.issue(*args)
+
+    monkeypatch.setattr(sasl, "mechanism_for", issue)
+    async with FakeCluster(security=security, topics={"t": 1}) as cluster:
+        host, port = cluster.bootstrap.rsplit(":", 1)
+        started = trio.current_time()
+        async with open_connection(host, int(port), security=settings) as conn:
+            started, calls[:] = trio.current_time(), []  # the first login's
+            with trio.fail_after(HANG_GUARD):
+                await trio.sleep(30.0)
+                await conn.request(fetch(12, "t", 0, 0, max_wait=parked * 1000), timeout=99)
+                await trio.sleep(1.0)
+                await conn.request(metadata(1, ["t"]))
+            assert conn.reauthentications == 1
+        assert cluster.servers[0].expired_sessions == 0
+    assert calls == pytest.approx(asked, abs=0.1)
+    assert tokens.logins[-1] <= 20.0 + 0.1  # the token used: at most half a session old
 
 
 @pytest.mark.parametrize(
