@@ -5,6 +5,7 @@ the new topic, and the commit of the other partitions is not held up."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 import anyio
 import pytest
@@ -13,6 +14,8 @@ import trio.testing
 from gengroup import (
     Admin,
     ConsumerGroup,
+    CooperativeStickyBalancer,
+    Generation,
     TopicDeleted,
     TopicPartition,
 )
@@ -21,7 +24,13 @@ from gengroup.broker.faults import Fail, Intercepted
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
-from .helpers import EMBEDDED_SETTINGS, Ledger, embedded_broker_settings
+from .helpers import (
+    EMBEDDED_SETTINGS,
+    Ledger,
+    consume_and_mark,
+    embedded_broker_settings,
+    wait_until,
+)
 
 #: Marks stay pending (no periodic commit), so the final commit carries them.
 SETTINGS = {**EMBEDDED_SETTINGS, "commit_interval": 60.0, "partition_watch_interval": 2.0}
@@ -214,3 +223,67 @@ async def test_explicit_offsets_of_a_deleted_topic_raise_topic_deleted(
             assert cluster.committed_offsets("g") == {keep: 5}
             assert gen.committed == {tp: 3, keep: 5}
             assert gen.ending
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+async def test_a_partition_being_revoked_does_not_commit_its_old_offset_onto_a_recreated_topic(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture, protocol: str
+) -> None:
+    """Cooperative rebalance: "a"'s task on t[0] is being revoked (still running
+    in its shielded cleanup) while t is deleted and created again. The commit made
+    as the revocation ends carries t[0]'s mark of the old topic (10) under a
+    generation without t in its assignments, so only the topic id t[0]'s span was
+    opened with shows the topic is another one: the old offset must not be stored
+    on the new t, and t[0]'s next owner "b" reads all of the new t from 0."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    tp = TopicPartition("t", 0)
+    settings = {**SETTINGS, "group_protocol": protocol, "partition_watch_interval": 60.0}
+    if protocol == "classic":
+        settings["balancers"] = [CooperativeStickyBalancer()]
+    async with FakeCluster(topics={"t": 1, "k": 1}, settings=embedded_broker_settings()) as cluster:
+        produce(cluster, "t", "old", 10)
+        processed: Counter[bytes] = Counter()
+        marks: dict[tuple[str, TopicPartition], int] = {}
+        owners: list[tuple[str, Generation]] = []
+        revoking, recreated = anyio.Event(), anyio.Event()
+
+        async def worker(name: str, gen: Generation, part: TopicPartition) -> None:
+            owners.append((name, gen))
+            try:
+                async for batch in consume_and_mark(gen, part, processed):
+                    marks[name, part] = batch.next_offset
+            finally:
+                if (name, part) == ("a", tp):
+                    with anyio.CancelScope(shield=True):
+                        revoking.set()
+                        await recreated.wait()
+
+        async def member(name: str, topics: list[str]) -> None:
+            async with ConsumerGroup(
+                "g", topics, cluster.bootstrap, client_id=name, **settings
+            ) as group:
+                async for gen in group:
+                    for part in sorted(gen.added):
+                        gen.start_soon(worker, name, gen, part, partition=part)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(member, "a", ["t", "k"])
+            await wait_until(lambda: marks.get(("a", tp)) == 10, "a reading the old t", 60.0)
+            tg.start_soon(member, "b", ["t"])  # b can only take t[0] from a
+            with anyio.fail_after(60.0):
+                await revoking.wait()
+            cluster.delete_topic("t")
+            cluster.create_topic("t", 1)
+            assert tp not in cluster.committed_offsets("g")
+            produce(cluster, "t", "new", 20)
+            recreated.set()
+            await wait_until(lambda: marks.get(("b", tp)) == 20, "b reading the new t", 60.0)
+            assert cluster.committed_offsets("g").get(tp) is None
+            b_gen = next(gen for name, gen in owners if name == "b")
+            assert b_gen.assignments[tp] == 0
+            assert all(processed[f"new-{i}".encode()] == 1 for i in range(20))
+            await b_gen.commit()
+            assert cluster.committed_offsets("g")[tp] == 20
+            tg.cancel_scope.cancel()
+    dropped = [r.getMessage() for r in caplog.records if "dropped, not committed" in r.message]
+    assert dropped and all("topic(s) t created again" in m for m in dropped)
