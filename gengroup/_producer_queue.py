@@ -5,9 +5,11 @@ Plain state, no I/O: :mod:`gengroup.producer` moves records between these.
 A partition's queue also logs its failures, once per change of state rather
 than per retry: a WARNING when its Produce starts failing with a retriable
 error (:meth:`Queue.failed`: naming the partition, the broker and the error),
-DEBUG for each retry after the same error, INFO for another error, and one
-INFO line when a batch of it is written again (:meth:`Queue.written`; the
-sender checks :attr:`Queue.failing` first, a plain attribute).
+DEBUG for each retry after an error it already failed with since, INFO for
+an error it had not (so a partition whose errors alternate, as leadership
+moves, logs each kind once), and one INFO line when a batch of it is written
+again (:meth:`Queue.written`; the sender checks :attr:`Queue.failing` first,
+a plain attribute).
 """
 
 from __future__ import annotations
@@ -311,8 +313,9 @@ class Queue:
         # for metadata or room; a split batch went back to the head): the
         # records are not in deadline order, and expiring them needs a scan.
         self.unordered = False
-        # The kind of the error its Produce is failing with (None: it is not), and how often.
-        self.failing: object = None
+        # The kinds of the errors its Produce has failed with since it last
+        # succeeded (None: it is not failing), and how often.
+        self.failing: set[object] | None = None
         self.failures = 0
 
     def failed(self, error: BaseException, node: int) -> None:
@@ -320,13 +323,14 @@ class Queue:
         (the batch is retried): once per change of state, not per retry."""
         kind = getattr(error, "code", None) or type(error)
         self.failures += 1
-        if kind == self.failing:
-            level, said = logging.DEBUG, "still failing"
-        elif self.failing is None:
+        if self.failing is None:
             level, said = logging.WARNING, "failing"
+            self.failing = {kind}
+        elif kind in self.failing:
+            level, said = logging.DEBUG, "still failing"
         else:
             level, said = logging.INFO, "now failing"
-        self.failing = kind
+            self.failing.add(kind)
         if log.isEnabledFor(level):
             log.log(
                 level,

@@ -18,7 +18,7 @@ async def test_a_partition_failing_is_logged_once_and_once_when_written_again(
 ) -> None:
     """A retriable Produce error is a WARNING naming the partition, the broker
     and the error when the partition starts failing, DEBUG for each retry after
-    the same error, INFO for another error, and one INFO line when the
+    an error it already failed with, INFO for another, and one INFO line when the
     partition is written again: once per change of state, not per retry."""
     caplog.set_level(logging.DEBUG, logger="gengroup")
     async with FakeCluster(topics={"t": 1}) as fake:
@@ -39,7 +39,11 @@ async def test_a_partition_failing_is_logged_once_and_once_when_written_again(
             await producer.send("t", b"b", partition=0)
             second = _produce_logs(caplog)
             caplog.clear()
+            failing[:] = [19, 7, 19, 7, 19]  # errors alternating, as leadership moves
             await producer.send("t", b"c", partition=0)
+            third = _produce_logs(caplog)
+            caplog.clear()
+            await producer.send("t", b"d", partition=0)
             assert _produce_logs(caplog) == []
     level, said = first[0]
     assert level == logging.WARNING
@@ -56,7 +60,11 @@ async def test_a_partition_failing_is_logged_once_and_once_when_written_again(
         logging.INFO,  # written again
     ], second
     assert "now failing" in second[2][1] and "REQUEST_TIMED_OUT" in second[2][1]
-    assert [r.value for r in fake.records("t", 0)] == [b"warm-up", b"a", b"b", b"c"]
+    # Each kind of error once, however they alternate.
+    assert [level for level, _ in third] == [logging.WARNING, logging.INFO] + [
+        logging.DEBUG
+    ] * 3 + [logging.INFO], third
+    assert [r.value for r in fake.records("t", 0)] == [b"warm-up", b"a", b"b", b"c", b"d"]
 
 
 def _produce_logs(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
