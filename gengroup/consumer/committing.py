@@ -286,11 +286,9 @@ class GenerationCommits:
         return {tp: gone[tp.topic] for tp in due if tp.topic in gone}
 
     def _drop_gone(self, gone: Mapping[TopicPartition, str]) -> None:
-        """Leave the marks of ``gone`` out of this commit (dropped); say so and end
-        the generation: the next one (or this one's final commit) looks again."""
-        for marks in (self._marks, self._start_marks):
-            for tp in gone:
-                marks.pop(tp, None)
+        """Say that the marks of ``gone`` are left out of this commit and end the
+        generation. The marks stay: this generation's final commit looks again
+        (and sends them if the topic turns out to be alive), as does the next."""
         topics = ", ".join(sorted({f"{tp.topic} {why}" for tp, why in gone.items()}))
         log.warning(
             "group %s generation %s member %s: topic(s) %s: the topic as this generation "
