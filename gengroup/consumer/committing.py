@@ -357,6 +357,16 @@ class GenerationCommits:
                 self.commit_error = exc
             raise
         failed = {tp: code for tp, code in results.items() if code}
+        # What was stored is recorded before anything else is awaited (a
+        # cancellation there must not leave stored offsets unrecorded).
+        for tp, off in due.items():
+            if tp not in failed:
+                self._offset_stored(tp)
+                self._committed[tp] = max(off, self._committed.get(tp, -1))
+                if tp in notes:
+                    self._committed_metadata[tp] = notes[tp]
+                else:  # the coordinator stored an empty string with it
+                    self._committed_metadata.pop(tp, None)
         unknown = [tp for tp, code in failed.items() if code in _UNKNOWN_TOPIC]
         if unknown and (refused := await self._gone(unknown, refused=True)):
             # Refused for good in this attempt, not retried: the rest was stored.
@@ -367,14 +377,6 @@ class GenerationCommits:
             self.commit_error = None
             self.commits_ok += 1
             self.renew_lease(sent_at)
-        for tp, off in due.items():
-            if tp not in failed and tp not in gone:
-                self._offset_stored(tp)
-                self._committed[tp] = max(off, self._committed.get(tp, -1))
-                if tp in notes:
-                    self._committed_metadata[tp] = notes[tp]
-                else:  # the coordinator stored an empty string with it
-                    self._committed_metadata.pop(tp, None)
         if failed:
             tp, code = next(iter(sorted(failed.items())))
             stored = sum(p in results and not results[p] for p in due)

@@ -20,7 +20,7 @@ from gengroup import (
     TopicPartition,
 )
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Fail, Intercepted
+from gengroup.broker.faults import Delay, Fail, Intercepted
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -225,6 +225,27 @@ async def test_explicit_offsets_of_a_deleted_topic_raise_topic_deleted(
             assert cluster.committed_offsets("g") == {keep: 5}
             assert gen.committed == {tp: 3, keep: 5}
             assert gen.ending
+
+
+async def test_a_commit_cancelled_while_it_looks_a_refused_topic_up_keeps_what_was_stored(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The coordinator stored one partition and refused another as unknown; the
+    commit is cancelled while the metadata lookup that follows is unanswered:
+    the stored offset is recorded all the same (the commit recorded nothing)."""
+    tp, keep = TopicPartition("t", 0), TopicPartition("k", 0)
+    settings = {**EMBEDDED_SETTINGS, "commit_interval": 3600.0, "partition_watch_interval": 3600.0}
+    async with FakeCluster(topics={"t": 1, "k": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t", "k"], cluster.bootstrap, **settings) as group:
+            gen = await group.next()
+            await gen.commit({tp: 3, keep: 3})
+            cluster.delete_topic("t")
+            cluster.control(ApiKey.METADATA, lambda call: Delay(10.0))
+            with anyio.move_on_after(1.0) as scope:
+                await gen.commit({tp: 5, keep: 5})
+            assert scope.cancelled_caught
+            assert cluster.committed_offsets("g") == {keep: 5}
+            assert gen.committed == {tp: 3, keep: 5}
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
