@@ -202,7 +202,7 @@ class ProducerMetadata:
             return got
 
         def retriable(exc: BaseException) -> bool:
-            if not is_retriable(exc):
+            if not is_retriable(exc) or self.cluster._closed:  # closing: no failure to report
                 return False
             idem.init_failed(exc, final=False, now=anyio.current_time())
             return True
@@ -218,6 +218,8 @@ class ProducerMetadata:
         except TimeoutError:  # each failure was reported; the sender asks again if need be
             return
         except GengroupError as exc:
+            if isinstance(exc, ClientClosed) or self.cluster._closed:
+                raise  # the Cluster was closed under the producer: no refusal to keep or log
             idem.init_failed(exc, final=True, now=anyio.current_time())
             raise
         idem.set_id(int(got.producer_id), int(got.producer_epoch))

@@ -14,8 +14,10 @@ import pytest
 import trio
 import trio.testing
 
+from gengroup import Cluster
 from gengroup._errors import (
     ClusterAuthorizationFailed,
+    ConnectionClosed,
     CoordinatorNotAvailable,
     RequestTimedOut,
 )
@@ -193,3 +195,30 @@ async def test_a_duplicate_sequence_resolves_the_batch_as_written(
         assert [m.offset for m in meta] == [-1, -1]  # written before: where is unknown
         assert later.offset == 0  # (the embedded broker did not write the "duplicate")
         assert seen == [(0, 0, 0, 2), (0, 0, 2, 1)]
+
+
+async def test_a_shared_cluster_closed_while_an_id_is_asked_for_is_no_refusal(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Cluster a producer shares closes while its InitProducerId is
+    unanswered: the record waiting fails with ConnectionClosed, and nothing says
+    the producer was refused an id (an ERROR said so, suggesting
+    idempotence=False)."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    outcome: list[BaseException] = []
+
+    async def send(producer: Producer) -> None:
+        try:
+            await producer.send("t", b"v")
+        except Exception as exc:
+            outcome.append(exc)
+
+    async with FakeCluster(topics={"t": 1}) as fake:
+        fake.control(ApiKey.INIT_PRODUCER_ID, lambda call: Drop())
+        async with Cluster(fake.bootstrap) as shared, Producer(shared) as producer:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(send, producer)
+                await trio.sleep(1.0)
+                await shared.aclose()
+    assert len(outcome) == 1 and isinstance(outcome[0], ConnectionClosed), outcome
+    assert not [r for r in caplog.records if "no producer id" in r.getMessage()], caplog.records
