@@ -95,7 +95,7 @@ class Logins:
         self._leave(broker, state.cause)
         others = len(self._causes.get(state.cause, _Cause()).brokers)
         log.info(
-            "login to %s accepted again, after %d refused over %.1f s%s",
+            "login to %s accepted again, after %d refused login(s) over %.1f s%s",
             broker,
             state.refusals,
             anyio.current_time() - state.since,

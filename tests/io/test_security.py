@@ -356,12 +356,12 @@ async def test_refused_logins_are_logged_once_per_cause(
         ("WARNING", untrusted),
         (
             "INFO",
-            "login to b2:9092 accepted again, after 1 refused over 5.0 s"
+            "login to b2:9092 accepted again, after 1 refused login(s) over 5.0 s"
             " (1 other broker(s) still refuse with the same cause)",
         ),
-        ("INFO", "login to b3:9092 accepted again, after 1 refused over 5.0 s"),
+        ("INFO", "login to b3:9092 accepted again, after 1 refused login(s) over 5.0 s"),
         ("DEBUG", f"{refusal('b1:9092')} (refused so 3 times since its WARNING)"),
-        ("INFO", "login to b1:9092 accepted again, after 2 refused over 5.0 s"),
+        ("INFO", "login to b1:9092 accepted again, after 2 refused login(s) over 5.0 s"),
         ("WARNING", str(refusal("b2:9092"))),
     ]
 
@@ -384,7 +384,7 @@ async def test_a_cause_some_brokers_refuse_with_is_one_warning_and_no_info(
     logins.accepted("b3:9092")
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("WARNING", said),
-        ("INFO", "login to b3:9092 accepted again, after 4 refused over 40.0 s"),
+        ("INFO", "login to b3:9092 accepted again, after 4 refused login(s) over 40.0 s"),
     ]
     other = Logins()  # another client's: its own state
     other.refused(AuthenticationError(said, broker="b3:9092", mechanism="PLAIN"))
