@@ -200,6 +200,8 @@ class GenerationCommits:
     _cluster: Cluster | None = None
     _topic_ids: Mapping[str, UUID] = MappingProxyType({})
     _span_ids: Mapping[TopicPartition, UUID] = MappingProxyType({})
+    #: The partitions whose marks this generation said it left out (:meth:`_drop_gone`).
+    _gone_said: frozenset[TopicPartition] = frozenset()
 
     def know_topics(self, cluster: Cluster) -> None:
         """Remember the ids the generation's topics have in ``cluster``'s metadata
@@ -288,9 +290,12 @@ class GenerationCommits:
     def _drop_gone(self, gone: Mapping[TopicPartition, str]) -> None:
         """Say that the marks of ``gone`` are left out of this commit and end the
         generation. The marks stay: this generation's final commit looks again
-        (and sends them if the topic turns out to be alive), as does the next."""
+        (and sends them if the topic turns out to be alive), as does the next.
+        Partitions this generation said so of already are said again at DEBUG."""
         topics = ", ".join(sorted({f"{tp.topic} {why}" for tp, why in gone.items()}))
-        log.warning(
+        said, self._gone_said = self._gone_said, self._gone_said | frozenset(gone)
+        log.log(
+            logging.DEBUG if said.issuperset(gone) else logging.WARNING,
             "group %s generation %s member %s: topic(s) %s: the topic as this generation "
             "knew it no longer exists (its committed offsets went with it), so the marks "
             "of partitions %s are dropped, not committed; the generation ends",

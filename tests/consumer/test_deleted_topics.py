@@ -227,6 +227,28 @@ async def test_explicit_offsets_of_a_deleted_topic_raise_topic_deleted(
             assert gen.ending
 
 
+async def test_marks_left_out_are_said_once_per_generation(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A deleted topic's marks left out of a commit, then out of the ending
+    generation's final commit: one WARNING, not one per commit."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    tp, keep = TopicPartition("t", 0), TopicPartition("k", 0)
+    settings = {**EMBEDDED_SETTINGS, "commit_interval": 3600.0, "partition_watch_interval": 3600.0}
+    async with FakeCluster(topics={"t": 1, "k": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t", "k"], cluster.bootstrap, **settings) as group:
+            gen = await group.next()
+            cluster.delete_topic("t")
+            gen.mark(tp, 5)
+            gen.mark(keep, 5)
+            await gen.commit()
+            assert gen.ending and cluster.committed_offsets("g") == {keep: 5}
+            gen.mark(tp, 6)
+            await gen.wait_ended()  # its final commit leaves t[0] out again
+    dropped = [r for r in caplog.records if "dropped, not committed" in r.getMessage()]
+    assert len(dropped) == 1, dropped
+
+
 async def test_a_commit_cancelled_while_it_looks_a_refused_topic_up_keeps_what_was_stored(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
