@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -89,6 +90,31 @@ async def test_metadata_every_version_and_auto_create(
         resp = await conn.request(rq.metadata(12, ["bad name!"]))
         assert resp.topics[0].error_code == 17
         assert not cluster.errors
+
+
+@pytest.mark.parametrize("v", [10, 11])
+async def test_metadata_before_v12_refuses_a_topic_without_a_name_or_with_an_id(
+    autojump_clock: trio.testing.MockClock, v: int
+) -> None:
+    """Before v12 a response's topic name is not nullable, and topic ids are not
+    served: Kafka answers INVALID_REQUEST for each topic, named "" where the
+    request gave no name (the broker failed to encode its answer)."""
+    mod = rq.request_module(ApiKey.METADATA, v)
+    t_id = uuid.UUID(int=7)
+    async with FakeCluster(topics={"t": 1}) as cluster, connect(cluster) as conn:
+        for topics in [(None, t_id), ("t", t_id), (None, rq.NIL)]:
+            name, topic_id = topics
+            req = rq.build(
+                mod.MetadataRequest,
+                topics=(rq.build(mod.MetadataRequestTopic, name=name, topic_id=topic_id),),
+                allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False,
+            )
+            resp = await conn.request(req)
+            (topic,) = resp.topics
+            assert (topic.error_code, topic.name) == (42, name or ""), topics
+        assert not cluster.errors, cluster.errors[:1]
 
 
 async def test_auto_create_can_be_disabled(autojump_clock: trio.testing.MockClock) -> None:

@@ -32,6 +32,10 @@ _TOPIC_OPS: Final = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 _CLUSTER_OPS: Final = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
 
 
+#: The first version whose topics may be requested by id alone (no name).
+_NULLABLE_NAMES: Final = 12
+
+
 def _topic_metadata(ctx: Context, mod: Any, topic: Topic, include_ops: bool) -> Any:
     online = ctx.state.online
     partitions = tuple(
@@ -94,8 +98,16 @@ def _response(mod: Any, code: int, brokers: Any, cluster_id: Any, topics: Any, o
 def error_response(version: int, request: Any, code: int, message: str | None = None) -> Any:
     """Metadata failing with ``code``: no brokers, each requested topic and the top level."""
     mod = response_module(KEY, version)
+    # Before v12 a response's topic name is not nullable: Kafka answers "" for
+    # a topic requested without one.
     topics = tuple(
-        _topic_error(mod, code, t.name, getattr(t, "topic_id", None), internal=False)
+        _topic_error(
+            mod,
+            code,
+            t.name if t.name is not None or version >= _NULLABLE_NAMES else "",
+            getattr(t, "topic_id", None),
+            internal=False,
+        )
         for t in (request.topics or ())
     )
     return _response(mod, code, (), None, topics, INT32_MIN)
@@ -150,6 +162,13 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
     state = ctx.state
     include_ops = bool(getattr(req, "include_topic_authorized_operations", False))
     requested = req.topics
+    if v < _NULLABLE_NAMES and any(
+        t.name is None or getattr(t, "topic_id", None) not in (None, NIL_UUID)
+        for t in requested or ()
+    ):
+        # Kafka: topic ids are not served before v12, nor topics without a
+        # name (InvalidRequestException, answered as INVALID_REQUEST per topic).
+        return error_response(v, req, ErrorCode.invalid_request)
     if requested is None or (v == 0 and not requested):
         entries = [_topic_metadata(ctx, mod, t, include_ops) for t in state.topics.by_name.values()]
     else:
