@@ -85,8 +85,9 @@ from ..membership import requests
 from ..membership.member import Outcome, outcome_for
 from ..protocol.versions import ApiKey
 from .cadence import FIRST_EARLY_BEAT, beat_period, until_grid
-from .forming import Formed, GroupClient, generation_identity, kept_partitions
+from .forming import Formed, GroupClient, generation_identity
 from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
+from .ownership import kept_partitions
 
 __all__ = ["ConsumerProtocolMember"]
 
@@ -173,6 +174,8 @@ class ConsumerProtocolMember:
         #: The newest assignment by name, as far as topic ids could be resolved.
         self._target: frozenset[TopicPartition] | None = None
         self._unresolved: set[uuid.UUID] = set()
+        #: The topic ids of the newest assignment's topics, by name.
+        self._target_ids: dict[str, uuid.UUID] = {}
         self._topic_ids: dict[str, uuid.UUID] = {}
         #: What the heartbeat reports as owned: the newest generation's partitions.
         self._owned: frozenset[TopicPartition] = frozenset()
@@ -305,7 +308,7 @@ class ConsumerProtocolMember:
                 # The previous generation's prefetcher went on handing out the
                 # spans' batches until now; from here their positions are final.
                 own.stop_prefetcher()
-                for tp in target & owned:
+                for tp in target & kept_partitions(owned, own, self._target_ids):
                     span = own.spans.get(tp)
                     if span is not None and not span.closed:
                         positions[tp] = span.position  # its worker goes on from there
@@ -313,7 +316,7 @@ class ConsumerProtocolMember:
             if own is not None:
                 gen = formed.generation
                 gen.rebalance_protocol = "cooperative"
-                kept = kept_partitions(owned, own)
+                kept = kept_partitions(owned, own, self._target_ids)
                 gen.added = target - kept
                 gen.retained = target & kept
                 gen.revoked = owned - target
@@ -644,28 +647,55 @@ class ConsumerProtocolMember:
             if tid in names
             for p in parts
         )
-        if target == self._target:
+        ids = {names[tid]: tid for tid in assigned if tid in names}
+        # A topic deleted and created again keeps its name: only its id tells.
+        recreated = sorted(n for n, tid in ids.items() if self._target_ids.get(n, tid) != tid)
+        self._target_ids = ids
+        if target == self._target and not recreated:
             return
         old = self._target
         self._target = target
         self._changed.set()
         self._changed = anyio.Event()
         gen = self._current
-        if gen is not None and not gen.ending and frozenset(gen.assignments) != target:
+        if gen is not None and not gen.ending:
             kept = frozenset(gen.assignments)
-            gen.end(
-                Outcome.REJOIN,
-                f"assignment changed at member epoch {self.epoch}: revoked "
-                f"[{show_partitions(kept - target)}], added [{show_partitions(target - kept)}]",
-            )
+            await self._look_up_dropped(kept, target)
+            if kept != target:
+                gen.end(
+                    Outcome.REJOIN,
+                    f"assignment changed at member epoch {self.epoch}: revoked "
+                    f"[{show_partitions(kept - target)}], added "
+                    f"[{show_partitions(target - kept)}]",
+                )
+            elif recreated:
+                gen.end(Outcome.REJOIN, f"topic(s) re-created: {', '.join(recreated)}")
         log.info(
-            "group %s member %s: assignment at epoch %d: [%s] (was [%s])",
+            "group %s member %s: assignment at epoch %d: [%s] (was [%s])%s",
             cfg.group_id,
             self.member_id,
             self.epoch,
             show_partitions(target),
             show_partitions(old or frozenset()),
+            f"; topic(s) created again: {', '.join(recreated)}" if recreated else "",
         )
+
+    async def _look_up_dropped(
+        self, kept: frozenset[TopicPartition], target: frozenset[TopicPartition]
+    ) -> None:
+        """Refresh the metadata of the topics the assignment no longer has a
+        partition of, before the generation holding them ends: the coordinator
+        takes a deleted (or deleted and created again) topic away, and the
+        final commit checks its marks against the topic ids in the metadata,
+        which nothing else refreshed (the old topic's partitions may still be
+        fetched by name, from the new one)."""
+        dropped = {tp.topic for tp in kept} - {tp.topic for tp in target}
+        if not dropped:
+            return
+        try:
+            await self.client.cluster.refresh_metadata(sorted(dropped))
+        except (KafkaConnectionError, ProtocolError, BrokerError) as exc:
+            log.debug("group %s: metadata of %s: %s", self.config.group_id, dropped, exc)
 
     def _names(self) -> dict[uuid.UUID, str]:
         for name, info in self.client.cluster.topics.items():
@@ -687,6 +717,7 @@ class ConsumerProtocolMember:
         self._assigned = None
         self._target = None
         self._unresolved = set()
+        self._target_ids = {}
         self._owned = frozenset()
         self._dropped = anyio.Event()
         gen = self._current

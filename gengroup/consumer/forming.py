@@ -46,7 +46,6 @@ from collections.abc import (
     Callable,
     Mapping,
     Sequence,
-    Set as AbstractSet,
 )
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
@@ -80,9 +79,10 @@ from . import diagnosis
 from .committing import send_offset_commit
 from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
 from .metrics import GroupMetrics
+from .ownership import kept_partitions, known_topic_ids
 from .prefetch import FIRST_FETCH_CHANNELS, Prefetcher
 
-__all__ = ["Formed", "GroupClient", "form_generation", "generation_identity", "kept_partitions"]
+__all__ = ["Formed", "GroupClient", "form_generation", "generation_identity"]
 
 log = logging.getLogger("gengroup")
 
@@ -683,8 +683,12 @@ async def form_generation(
             # spans' batches until now; from here their positions are final.
             ownership.stop_prefetcher()
         owned = ownership.owned if ownership is not None and rebalance == "cooperative" else set()
-        kept = kept_partitions(owned, ownership) if ownership is not None else owned
-        for tp in set(positions) & owned:
+        kept = (
+            kept_partitions(owned, ownership, known_topic_ids(client.cluster))
+            if ownership is not None
+            else owned
+        )
+        for tp in set(positions) & kept:
             span = ownership.spans.get(tp) if ownership is not None else None
             if span is not None and not span.closed:
                 positions[tp] = span.position
@@ -775,17 +779,6 @@ async def _match(member: Member, client: GroupClient) -> None:
 
 #: The longest pause between two failed join attempts, in seconds.
 _JOIN_BACKOFF_CAP = 30.0
-
-
-def kept_partitions(owned: AbstractSet[TopicPartition], host: SpanHost) -> set[TopicPartition]:
-    """The partitions of ``owned`` a new generation retains, not adds: all but
-    those a generation the application never took added (``host.unseen``),
-    unless a span of theirs is open: the application took it after all (the
-    send handing it out was cancelled after it was received) and started
-    their tasks."""
-    spans = host.spans
-    unseen = {tp for tp in host.unseen if tp not in spans or spans[tp].closed}
-    return set(owned) - unseen
 
 
 def _join_backoff(cfg: GroupConfig) -> Backoff:

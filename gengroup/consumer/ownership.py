@@ -29,9 +29,10 @@ lease ran out, and with every end that revokes the spans.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Set as AbstractSet
 from contextlib import asynccontextmanager
 from typing import Any
+from uuid import UUID
 
 import anyio
 import anyio.abc
@@ -39,12 +40,13 @@ import anyio.abc
 from .._config import GroupConfig
 from .._errors import GenerationEnded
 from .._types import TopicPartition
+from ..io.cluster import Cluster
 from ..membership.member import Outcome
 from .detached import UserTask, first_failure, host, task_failed
-from .generation import Generation, Span
+from .generation import Generation, Span, SpanHost
 from .prefetch import Prefetcher
 
-__all__ = ["Ownership"]
+__all__ = ["Ownership", "kept_partitions", "known_topic_ids", "recreated_span"]
 
 log = logging.getLogger("gengroup")
 
@@ -320,3 +322,37 @@ class Ownership:
             )
             task.hosted.abandon()
         await self.wait_released()
+
+
+def kept_partitions(
+    owned: AbstractSet[TopicPartition], host: SpanHost, topic_ids: Mapping[str, UUID]
+) -> set[TopicPartition]:
+    """The partitions of ``owned`` a new generation retains, not adds: all but
+    those a generation the application never took added (``host.unseen``),
+    unless a span of theirs is open: the application took it after all (the
+    send handing it out was cancelled after it was received) and started
+    their tasks; and but those whose open span belongs to a topic deleted and
+    created again (``topic_ids``, the ids the new generation knows, name
+    another id than the span was opened with): their tasks would go on at the
+    old topic's position in the new one. The new generation adds them: it
+    revokes the old span first (``running.py``), then they start as any added
+    partition does."""
+    spans = host.spans
+    unseen = {tp for tp in host.unseen if tp not in spans or spans[tp].closed}
+    recreated = {tp for tp in owned if recreated_span(host, tp, topic_ids)}
+    return set(owned) - unseen - recreated
+
+
+def recreated_span(host: SpanHost, tp: TopicPartition, topic_ids: Mapping[str, UUID]) -> bool:
+    """Whether ``tp``'s open span was opened on a topic that ``topic_ids``
+    (name to id) says was created again since."""
+    span = host.spans.get(tp)
+    if span is None or span.closed or span.topic_id is None:
+        return False
+    now = topic_ids.get(tp.topic)
+    return now is not None and now != span.topic_id
+
+
+def known_topic_ids(cluster: Cluster) -> dict[str, UUID]:
+    """The topic ids in ``cluster``'s metadata, by name."""
+    return {name: i.topic_id for name, i in cluster.topics.items() if i.topic_id is not None}

@@ -87,6 +87,7 @@ from .._errors import (
     RequestTimedOut,
     TaskStuckError,
 )
+from .._types import show_partitions
 from ..io.cluster import LONG_UNAVAILABLE
 from ..membership.member import Member, Outcome, outcome_for
 from ..membership.pattern import describe_change
@@ -339,6 +340,26 @@ class _Run:
             gen,
             why=f"generation {gen.label} revoked its partition",
         )
+        # A partition the generation adds while a span of it is open: its
+        # topic was deleted and created again (forming.kept_partitions). The
+        # old span's tasks end here; the partition starts again as added, from
+        # the new topic's committed offset. Its marks are the old topic's:
+        # not carried into the generation (it does not revoke it).
+        recreated = sorted(
+            tp for tp in gen.added if (s := self.own.spans.get(tp)) is not None and not s.closed
+        )
+        if recreated:
+            log.info(
+                "group %s generation %s member %s: [%s] of topic(s) created again: their "
+                "tasks are cancelled and they start again on the new topic",
+                gen.group_id,
+                gen.label,
+                gen.member_id,
+                show_partitions(recreated),
+            )
+            closed += self.own.release(
+                recreated, gen, why=f"generation {gen.label} found its topic created again"
+            )
         if not closed and not self.own.closing_tasks():
             return
         # The retained spans are served meanwhile: their batches come from

@@ -28,9 +28,8 @@ from gengroup._config import GroupConfig
 from gengroup._types import GenerationIdentity
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Intercepted
-from gengroup.consumer.forming import kept_partitions
 from gengroup.consumer.generation import RebalanceTimings
-from gengroup.consumer.ownership import Ownership
+from gengroup.consumer.ownership import Ownership, kept_partitions
 from gengroup.membership.member import Outcome
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
@@ -652,6 +651,6 @@ async def test_a_partition_whose_task_the_application_started_is_kept_though_uns
         own.adopt(gen)
         assert own.unseen == {tp, other}
         gen.start_soon(anyio.sleep_forever, partition=tp)
-        assert kept_partitions(own.owned, own) == {tp}
+        assert kept_partitions(own.owned, own, {}) == {tp}
         gen.end(Outcome.REJOIN, "rebalance")
         await own.drop_all("test over")

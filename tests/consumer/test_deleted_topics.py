@@ -332,3 +332,49 @@ async def test_a_partition_being_revoked_does_not_commit_its_old_offset_onto_a_r
             tg.cancel_scope.cancel()
     dropped = [r.getMessage() for r in caplog.records if "dropped, not committed" in r.message]
     assert dropped and all("topic(s) t created again" in m for m in dropped)
+
+
+@pytest.mark.parametrize("protocol", ["eager", "cooperative", "consumer"])
+async def test_a_topic_deleted_and_created_again_between_two_heartbeats_is_read_from_its_start(
+    autojump_clock: trio.testing.MockClock, protocol: str
+) -> None:
+    """Deleted and created again at once, with as many partitions: the
+    subscription's names and partition counts are as before, only the topic id
+    differs. A partition-scoped worker of the old topic must not go on at its
+    old position on the new one (it would skip the new topic's first records):
+    its partition is given up and taken again, read from the new topic's start.
+    Under KIP-848 the coordinator must see a new subscription too (Kafka bumps
+    the group epoch when a subscribed topic's id changes)."""
+    settings: dict[str, object] = {**SETTINGS}
+    if protocol == "consumer":
+        settings["group_protocol"] = "consumer"
+    elif protocol == "cooperative":
+        settings["balancers"] = [CooperativeStickyBalancer()]
+    processed: Counter[bytes] = Counter()
+
+    async def worker(gen: Generation, tp: TopicPartition) -> None:
+        async for _ in consume_and_mark(gen, tp, processed):
+            pass
+
+    async with FakeCluster(topics={"t": 2}, settings=embedded_broker_settings()) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+
+            async def member() -> None:
+                async for gen in group:
+                    for tp in gen.added:
+                        gen.start_soon(worker, gen, tp, partition=tp)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(member)
+                for p in range(2):
+                    produce(cluster, "t", f"old{p}", 10, p)
+                await wait_until(lambda: len(processed) == 20, "the old records", 60.0)
+                cluster.delete_topic("t")
+                cluster.create_topic("t", 2)
+                for p in range(2):
+                    produce(cluster, "t", f"new{p}", 20, p)
+                new = [f"new{p}-{i}".encode() for p in range(2) for i in range(20)]
+                await wait_until(
+                    lambda: all(processed[r] for r in new), "every record of the new topic", 60.0
+                )
+                tg.cancel_scope.cancel()

@@ -5,15 +5,23 @@ once, and the topic created again is read from its first record."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 import anyio
 import pytest
 
-from gengroup import Admin, ConsumerGroup
+from gengroup import (
+    Admin,
+    ConsumerGroup,
+    CooperativeStickyBalancer,
+    Generation,
+    TopicAlreadyExists,
+    TopicPartition,
+)
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
-from .helpers import FAST, Ledger, create_topic, produce_ids
+from .helpers import FAST, Ledger, consume_and_mark, create_topic, produce_ids, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -56,3 +64,56 @@ async def test_a_deleted_topic_does_not_hold_the_group_up_and_comes_back_from_it
             )
             tg.cancel_scope.cancel()
     assert not [r for r in caplog.records if "commit" in r.message and "failed" in r.message]
+
+
+@pytest.mark.parametrize("protocol", ["cooperative", "consumer"])
+async def test_a_partition_worker_of_a_topic_created_again_starts_on_the_new_topic(
+    kafka: KafkaBroker, protocol: str
+) -> None:
+    """Partition-scoped workers kept across generations (cooperative-sticky,
+    KIP-848): a topic deleted and created again as soon as Kafka allows, with
+    as many partitions, is read from its first record. Kafka takes a moment to
+    delete a topic, so the group mostly sees it gone before it comes back;
+    the embedded broker's test of this scenario
+    (``test_deleted_topics.py::test_a_topic_deleted_and_created_again_between_two_heartbeats_is_read_from_its_start``)
+    brings it back at once, where only its topic id tells."""
+    topic, group_id = make_unique_name("again"), make_unique_name("g")
+    await create_topic(kafka.bootstrap, topic, 2)
+    settings: dict[str, object] = {**FAST, "commit_interval": 60.0}
+    if protocol == "consumer":
+        settings = {"group_protocol": "consumer", "commit_interval": 60.0, "fetch_max_wait": 0.2}
+    else:
+        settings["balancers"] = [CooperativeStickyBalancer()]
+    processed: Counter[bytes] = Counter()
+
+    async def worker(gen: Generation, tp: TopicPartition) -> None:
+        async for _ in consume_and_mark(gen, tp, processed):
+            pass
+
+    async with ConsumerGroup(group_id, [topic], kafka.bootstrap, **settings) as group:
+
+        async def member() -> None:
+            async for gen in group:
+                for tp in gen.added:
+                    gen.start_soon(worker, gen, tp, partition=tp)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(member)
+            await produce_ids(kafka.bootstrap, topic, range(0, 10))
+            await wait_until(lambda: len(processed) == 10, "the old records", 60.0)
+            async with Admin(kafka.bootstrap) as admin:
+                await admin.delete_topics([topic])
+                with anyio.fail_after(30.0):
+                    while True:  # Kafka may still be deleting it
+                        try:
+                            await admin.create_topics({topic: 2})
+                            break
+                        except TopicAlreadyExists:
+                            await anyio.sleep(0.1)
+            await produce_ids(kafka.bootstrap, topic, range(100, 160))
+            await wait_until(
+                lambda: all(processed[b"id-%d" % i] for i in range(100, 160)),
+                "every record of the topic created again",
+                90.0,
+            )
+            tg.cancel_scope.cancel()

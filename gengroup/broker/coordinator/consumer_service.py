@@ -331,10 +331,13 @@ class ConsumerGroupService:
         )
         others = [m for m in group.members.values() if m.member_id != updated.member_id]
         subscribed = self._partition_topics([*others, updated], request.topics)
-        group.topic_ids.update(
-            (name, request.topics[name].topic_id) for name in subscribed if name in request.topics
-        )
-        if subscribed != group.partition_topics:
+        ids = {name: request.topics[name].topic_id for name in subscribed}
+        # A topic deleted and created again with as many partitions changes only
+        # its id: Kafka bumps the group epoch for it too (the subscription's
+        # metadata holds the ids), so the new topic gets assigned.
+        recreated = any(group.topic_ids.get(name, tid) != tid for name, tid in ids.items())
+        group.topic_ids.update(ids)
+        if subscribed != group.partition_topics or recreated:
             bump = True
             group.partition_topics = subscribed
         if bump:
