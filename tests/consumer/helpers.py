@@ -109,6 +109,20 @@ async def consume_and_mark(
         yield batch
 
 
+async def span_workers(group: ConsumerGroup, processed: Counter[bytes]) -> None:
+    """A member whose workers are partition-scoped (one per added partition,
+    kept across generations where the protocol keeps partitions), each
+    counting the values it processed in ``processed``."""
+
+    async def worker(gen: Generation, tp: TopicPartition) -> None:
+        async for _ in consume_and_mark(gen, tp, processed):
+            pass
+
+    async for gen in group:
+        for tp in gen.added:
+            gen.start_soon(worker, gen, tp, partition=tp)
+
+
 @dataclass
 class MemberGenerations:
     """The generations handed to each member, the newest last."""

@@ -29,6 +29,7 @@ from .helpers import (
     Ledger,
     consume_and_mark,
     embedded_broker_settings,
+    span_workers,
     wait_until,
 )
 
@@ -352,20 +353,10 @@ async def test_a_topic_deleted_and_created_again_between_two_heartbeats_is_read_
         settings["balancers"] = [CooperativeStickyBalancer()]
     processed: Counter[bytes] = Counter()
 
-    async def worker(gen: Generation, tp: TopicPartition) -> None:
-        async for _ in consume_and_mark(gen, tp, processed):
-            pass
-
     async with FakeCluster(topics={"t": 2}, settings=embedded_broker_settings()) as cluster:
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
-
-            async def member() -> None:
-                async for gen in group:
-                    for tp in gen.added:
-                        gen.start_soon(worker, gen, tp, partition=tp)
-
             async with anyio.create_task_group() as tg:
-                tg.start_soon(member)
+                tg.start_soon(span_workers, group, processed)
                 for p in range(2):
                     produce(cluster, "t", f"old{p}", 10, p)
                 await wait_until(lambda: len(processed) == 20, "the old records", 60.0)

@@ -14,14 +14,12 @@ from gengroup import (
     Admin,
     ConsumerGroup,
     CooperativeStickyBalancer,
-    Generation,
     TopicAlreadyExists,
-    TopicPartition,
 )
 from gengroup.testing.kafka import KafkaBroker
 from gengroup.testing.pytest_plugin import make_unique_name
 
-from .helpers import FAST, Ledger, consume_and_mark, create_topic, produce_ids, wait_until
+from .helpers import FAST, Ledger, create_topic, produce_ids, span_workers, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -86,19 +84,9 @@ async def test_a_partition_worker_of_a_topic_created_again_starts_on_the_new_top
         settings["balancers"] = [CooperativeStickyBalancer()]
     processed: Counter[bytes] = Counter()
 
-    async def worker(gen: Generation, tp: TopicPartition) -> None:
-        async for _ in consume_and_mark(gen, tp, processed):
-            pass
-
     async with ConsumerGroup(group_id, [topic], kafka.bootstrap, **settings) as group:
-
-        async def member() -> None:
-            async for gen in group:
-                for tp in gen.added:
-                    gen.start_soon(worker, gen, tp, partition=tp)
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(member)
+            tg.start_soon(span_workers, group, processed)
             await produce_ids(kafka.bootstrap, topic, range(0, 10))
             await wait_until(lambda: len(processed) == 10, "the old records", 60.0)
             async with Admin(kafka.bootstrap) as admin:
