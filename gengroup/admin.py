@@ -57,7 +57,6 @@ from ._errors import (
     GengroupError,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
-    UnsupportedVersion,
     error_for_code,
 )
 from ._types import GenerationIdentity, TopicPartition
@@ -589,6 +588,8 @@ class Admin:
 
         Raises:
             TypeError: ``group_ids`` is one string, not a list of them.
+            GroupIdNotFound: a group is of another type (a share or streams
+                group, Kafka 4.1 and later), which neither request describes.
             BrokerError: a non-retriable error for a group (e.g. authorization).
             TimeoutError: the coordinator could not be reached in time.
         """
@@ -600,29 +601,7 @@ class Admin:
 
     async def _describe_group(self, group_id: str, left: Callable[[], float]) -> GroupDescription:
         """ConsumerGroupDescribe of ``group_id``; DescribeGroups if not a consumer group."""
-        try:
-            found = await self._group_call(
-                group_id,
-                "ConsumerGroupDescribe",
-                ApiKey.CONSUMER_GROUP_DESCRIBE,
-                partial(group_ops.consumer_group_request, group_id=group_id),
-                partial(group_ops.read_consumer_group, group_id=group_id),
-                max(left(), 0.001),
-            )
-        except UnsupportedVersion:  # the coordinator does not serve the consumer protocol
-            found = None
-        if found is not None:
-            ids = group_ops.unnamed_topics(found)
-            names = await group_ops.topic_names(self.cluster, ids, max(left(), 0.001))
-            return group_ops.consumer_group_description(found, names)
-        return await self._group_call(
-            group_id,
-            "DescribeGroups",
-            ApiKey.DESCRIBE_GROUPS,
-            partial(group_ops.describe_groups_request, group_id=group_id),
-            partial(group_ops.read_described_group, group_id=group_id),
-            max(left(), 0.001),
-        )
+        return await group_ops.describe_group(self._group_call, self.cluster, group_id, left)
 
     async def delete_groups(
         self, group_ids: Iterable[str], *, timeout: float | None = None

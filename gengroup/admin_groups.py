@@ -38,8 +38,9 @@ from typing import Any, Final
 from uuid import UUID
 
 import anyio
+from kio.schema.errors import ErrorCode
 
-from ._errors import GroupsNotDeleted, raise_for_code
+from ._errors import GroupIdNotFound, GroupsNotDeleted, UnsupportedVersion, raise_for_code
 from ._types import TopicPartition
 from .admin_types import CONSUMER_GROUP, GroupDescription, MemberDescription
 from .io.cluster import Cluster
@@ -48,12 +49,14 @@ from .io.retry import retry
 from .membership.requests import consumer_group_request, read_consumer_group, unmentioned_group
 from .protocol.consumer_protocol import PROTOCOL_TYPE
 from .protocol.framing import build
+from .protocol.versions import ApiKey
 
 __all__ = [
     "consumer_group_description",
     "consumer_group_request",
     "delete_each",
     "delete_groups_request",
+    "describe_group",
     "describe_groups_request",
     "offset_delete_request",
     "read_consumer_group",
@@ -267,3 +270,57 @@ def read_offset_delete(resp: Any, group_id: str) -> None:
         for p in t.partitions:
             where = f"{t.name}[{p.partition_index}]"
             raise_for_code(int(p.error_code), f"OffsetDelete of {group_id!r} for {where}")
+
+
+#: How Kafka's ConsumerGroupDescribe refuses a group of another type (a share
+#: or streams group, Kafka 4.1 and later), which DescribeGroups before v6 then
+#: reports as ``Dead``, as it does a group that does not exist.
+_NOT_A_CONSUMER_GROUP: Final = "is not a consumer group"
+
+
+async def describe_group(
+    call: Callable[..., Awaitable[Any]],
+    cluster: Cluster,
+    group_id: str,
+    left: Callable[[], float],
+) -> GroupDescription:
+    """``group_id`` described by ConsumerGroupDescribe, or by DescribeGroups if
+    it is not a group of the consumer protocol (``call``: the admin's request
+    to the group's coordinator; ``left``: the time left).
+
+    Raises:
+        GroupIdNotFound: the group is of another type (share, streams): the
+            coordinator said so, and DescribeGroups reported it ``Dead``.
+    """
+    refusals: list[str] = []
+    try:
+        found = await call(
+            group_id,
+            "ConsumerGroupDescribe",
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            partial(consumer_group_request, group_id=group_id),
+            partial(read_consumer_group, group_id=group_id, refusals=refusals),
+            max(left(), 0.001),
+        )
+    except UnsupportedVersion:  # the coordinator does not serve the consumer protocol
+        found = None
+    if found is not None:
+        names = await topic_names(cluster, unnamed_topics(found), max(left(), 0.001))
+        return consumer_group_description(found, names)
+    described: GroupDescription = await call(
+        group_id,
+        "DescribeGroups",
+        ApiKey.DESCRIBE_GROUPS,
+        partial(describe_groups_request, group_id=group_id),
+        partial(read_described_group, group_id=group_id),
+        max(left(), 0.001),
+    )
+    other = [m for m in refusals if _NOT_A_CONSUMER_GROUP in m]
+    if described.state == "Dead" and other:
+        raise GroupIdNotFound(
+            int(ErrorCode.group_id_not_found),
+            f"group {group_id!r} is neither a classic group nor a group of the consumer "
+            f"protocol (the coordinator: {other[0]!r}); a share or streams group is "
+            "not described here",
+        )
+    return described

@@ -433,6 +433,16 @@ class ConsumerProtocolMember:
             raise self._unsupported(str(exc)) from None
 
     def _unsupported(self, detail: str) -> GroupProtocolUnsupported:
+        if detail.startswith(requests.PATTERN_NEEDS_V1):
+            # The broker speaks the protocol (v0: Kafka 3.7-3.9 with early
+            # access), only not subscriptions by pattern.
+            return GroupProtocolUnsupported(
+                f"group {self.config.group_id}: group_protocol='consumer' with a topic "
+                f"pattern needs a broker whose consumer group protocol takes regular "
+                f"expressions (ConsumerGroupHeartbeat v1: Apache Kafka 4.0 or later); this "
+                f"one speaks only v0. Subscribe to a list of topics, or use "
+                f"group_protocol='classic' with it."
+            )
         return GroupProtocolUnsupported(
             f"group {self.config.group_id}: group_protocol='consumer' needs a broker that "
             f"speaks the consumer group protocol (KIP-848, ConsumerGroupHeartbeat: Apache "

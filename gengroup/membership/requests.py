@@ -27,7 +27,7 @@ import datetime
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
@@ -40,6 +40,7 @@ __all__ = [
     "ConsumerHeartbeat",
     "GroupView",
     "JoinResult",
+    "PATTERN_NEEDS_V1",
     "commit_request",
     "consumer_group_request",
     "consumer_heartbeat_request",
@@ -126,10 +127,11 @@ def consumer_group_request(mod: Any, group_id: str) -> Any:
     )
 
 
-def read_consumer_group(resp: Any, group_id: str) -> Any | None:
+def read_consumer_group(resp: Any, group_id: str, refusals: list[str] | None = None) -> Any | None:
     """The group's entry of a ConsumerGroupDescribe response, or None when the
     group is DescribeGroups' to describe (a classic or unknown group, or the
-    consumer protocol not enabled).
+    consumer protocol not enabled); the broker's message then goes to
+    ``refusals``, if given.
 
     Raises:
         BrokerError: any other error of the group (a coordinator error,
@@ -140,6 +142,8 @@ def read_consumer_group(resp: Any, group_id: str) -> Any | None:
             continue
         code = int(g.error_code)
         if code in _ASK_DESCRIBE_GROUPS:
+            if refusals is not None and g.error_message:
+                refusals.append(g.error_message)
             return None
         message = f"group {group_id!r}" + (f": {g.error_message}" if g.error_message else "")
         raise_for_code(code, message)
@@ -349,6 +353,12 @@ class ConsumerHeartbeat:
     regex: str | None = None
 
 
+#: What :func:`consumer_heartbeat_request` says of a pattern a v0 broker cannot take.
+PATTERN_NEEDS_V1: Final = (
+    "subscribing by pattern needs ConsumerGroupHeartbeat v1 (subscribed_topic_regex)"
+)
+
+
 def consumer_heartbeat_request(mod: Any, beat: ConsumerHeartbeat) -> Any:
     """A ConsumerGroupHeartbeat request (v0-v1).
 
@@ -359,10 +369,7 @@ def consumer_heartbeat_request(mod: Any, beat: ConsumerHeartbeat) -> Any:
     if beat.regex is not None and "subscribed_topic_regex" not in {
         f.name for f in fields(mod.ConsumerGroupHeartbeatRequest)
     }:
-        raise UnsupportedVersion(
-            "subscribing by pattern needs ConsumerGroupHeartbeat v1 (subscribed_topic_regex); "
-            "the broker speaks only v0"
-        )
+        raise UnsupportedVersion(f"{PATTERN_NEEDS_V1}; the broker speaks only v0")
     identity = {
         "group_id": beat.group_id,
         "member_id": beat.member_id,

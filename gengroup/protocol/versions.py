@@ -24,6 +24,8 @@ __all__ = [
     "CLIENT_VERSIONS",
     "CONSUMER_PROTOCOL_VERSIONS",
     "NEGOTIATED_VERSIONS",
+    "OLDEST_KAFKA",
+    "OLDEST_KAFKA_CONSUMER_PROTOCOL",
     "PRODUCER_ID_VERSIONS",
     "negotiate",
 ]
@@ -133,12 +135,23 @@ def negotiate(
     return chosen
 
 
+#: The oldest Apache Kafka release serving each table's oldest versions: every
+#: API of :data:`CLIENT_VERSIONS` and InitProducerId v2 came with 2.4 at the
+#: latest; the consumer group protocol's APIs with 4.0 (3.7 to 3.9 as early access).
+OLDEST_KAFKA: Final = "2.4"
+OLDEST_KAFKA_CONSUMER_PROTOCOL: Final = "4.0"
+
+
 def require(versions: Mapping[ApiKey, int], key: ApiKey) -> int:
     """The negotiated version of ``key``, or :class:`UnsupportedVersion`."""
     try:
         return versions[key]
     except KeyError:
         lo, hi = NEGOTIATED_VERSIONS[key]
+        oldest = (
+            OLDEST_KAFKA_CONSUMER_PROTOCOL if key in CONSUMER_PROTOCOL_VERSIONS else OLDEST_KAFKA
+        )
         raise UnsupportedVersion(
-            f"the broker supports no version of {key.name} in gengroup's range v{lo}-v{hi}"
+            f"the broker supports no version of {key.name} in gengroup's range v{lo}-v{hi} "
+            f"(Apache Kafka {oldest} or later serves it)"
         ) from None

@@ -12,6 +12,7 @@ ConsumerGroupHeartbeat, so a member asking for it gets a typed error naming
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import types
 from collections.abc import AsyncIterator
@@ -23,9 +24,9 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup import ConfigError, ConsumerGroup, GengroupError
+from gengroup import ConfigError, ConsumerGroup, GengroupError, TopicPartition
 from gengroup._errors import GroupProtocolUnsupported, UnsupportedVersion
-from gengroup.broker import FakeCluster
+from gengroup.broker import FakeCluster, apis
 from gengroup.broker.state import BrokerSettings
 from gengroup.protocol.versions import CONSUMER_PROTOCOL_VERSIONS, ApiKey, negotiate
 
@@ -151,6 +152,36 @@ def test_the_settings_default_to_the_classic_protocol() -> None:
     )
     assert kip848.config.group_remote_assignor == "range"
     assert len(kip848.member_id) == 22  # made by the member, as the Java client does
+
+
+async def test_a_pattern_on_a_broker_speaking_only_v0_is_told_what_it_needs(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka 3.7 to 3.9 with early access serve ConsumerGroupHeartbeat v0, without
+    regular expressions: the error says that patterns need Kafka 4.0, not that
+    the broker lacks the protocol (it speaks it: a list of topics works)."""
+    spec = apis.SPECS[ApiKey.CONSUMER_GROUP_HEARTBEAT]
+    monkeypatch.setitem(
+        apis._specs, ApiKey.CONSUMER_GROUP_HEARTBEAT, dataclasses.replace(spec, max_version=0)
+    )
+    async with FakeCluster(topics={"orders": 1}, settings=KIP848_SETTINGS) as cluster:
+        async with ConsumerGroup(
+            "g", ["orders"], cluster.bootstrap, group_protocol="consumer"
+        ) as group:
+            with anyio.fail_after(60):
+                async for gen in group:
+                    assert set(gen.assignments) == {TopicPartition("orders", 0)}
+                    break
+        with pytest.raises(GroupProtocolUnsupported) as caught:
+            async with ConsumerGroup(
+                "g2", re.compile(r"orders.*"), cluster.bootstrap, group_protocol="consumer"
+            ) as group:
+                with anyio.fail_after(60):
+                    async for _ in group:
+                        pass
+    text = str(caught.value)
+    assert "with a topic pattern" in text and "Apache Kafka 4.0" in text
+    assert "speaks only v0" in text and "does not" not in text
 
 
 async def test_a_pattern_subscription_is_resolved_by_the_broker(

@@ -15,11 +15,13 @@ import trio.testing
 from kio.schema.consumer_group_describe.v1 import response as cgd
 from kio.schema.errors import ErrorCode
 
-from gengroup import Admin, BrokerError, ConsumerGroup, Producer, TopicPartition
+from gengroup import Admin, BrokerError, ConsumerGroup, GroupIdNotFound, Producer, TopicPartition
 from gengroup.admin_groups import consumer_group_description, unnamed_topics
 from gengroup.admin_types import CLASSIC_GROUP, CONSUMER_GROUP
 from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Fail
 from gengroup.broker.state import BrokerSettings
+from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import KafkaBroker
 
 #: Quick member timings (the consumer protocol's session is the broker's).
@@ -171,3 +173,29 @@ def test_an_unnamed_topic_is_named_from_metadata_and_a_gone_one_left_out() -> No
     )
     # Who holds what is known while a consumer-protocol group reconciles.
     assert d.owners == {TopicPartition("a", 0): m}
+
+
+@pytest.mark.parametrize(
+    ("message", "refused"),
+    [("Group share-g is not a consumer group.", True), ("Group share-g not found.", False)],
+)
+async def test_a_group_of_another_type_is_not_described_as_missing(
+    autojump_clock: trio.testing.MockClock, message: str, refused: bool
+) -> None:
+    """Kafka 4.1+ has share (and streams) groups: ConsumerGroupDescribe refuses one
+    as "not a consumer group" and DescribeGroups before v6 reports it Dead, as a
+    group that does not exist. The description must not say it does not exist."""
+    async with FakeCluster(topics={"t": 1}) as cluster, Admin(cluster.bootstrap) as admin:
+        cluster.control(
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            lambda call: Fail(ErrorCode.group_id_not_found, message),
+        )
+        if refused:
+            with pytest.raises(GroupIdNotFound, match="neither a classic group nor") as caught:
+                await admin.describe_groups(["share-g"])
+            assert "is not a consumer group" in str(caught.value)
+            with pytest.raises(GroupIdNotFound, match="share or streams group"):
+                await admin.group_lag("share-g")
+        else:
+            d = (await admin.describe_groups(["share-g"]))["share-g"]
+            assert (d.state, d.members) == ("Dead", ())

@@ -84,8 +84,10 @@ def test_negotiation_picks_the_highest_common_version() -> None:
     assert chosen[ApiKey.JOIN_GROUP] == 7
     assert chosen[ApiKey.FETCH] == CLIENT_VERSIONS[ApiKey.FETCH][1]
     assert ApiKey.HEARTBEAT not in chosen  # no overlap
-    with pytest.raises(UnsupportedVersion, match="HEARTBEAT"):
+    with pytest.raises(UnsupportedVersion, match=r"HEARTBEAT .*\(Apache Kafka 2\.4 or later"):
         require(chosen, ApiKey.HEARTBEAT)
+    with pytest.raises(UnsupportedVersion, match=r"Apache Kafka 4\.0 or later"):
+        require(chosen, ApiKey.CONSUMER_GROUP_HEARTBEAT)
 
 
 @settings(max_examples=300, deadline=None)
