@@ -161,6 +161,20 @@ class _Fetched:
     error: Exception | None = None
 
 
+def _without_tracebacks(exc: BaseException) -> BaseException:
+    """``exc`` with the tracebacks of it and of its causes and contexts dropped."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        todo += [e.__cause__, e.__context__]
+    return exc
+
+
 def describe_connect_failure(exc: BaseException) -> str:
     """Why a connection attempt failed, in words a user acts on.
 
@@ -680,7 +694,12 @@ class BrokerConnection:
                         if self.on_answer is not None:
                             self.on_answer()
         except (anyio.EndOfStream, anyio.BrokenResourceError, OSError) as exc:
-            self._read_error = exc
+            # Kept for its kind and message only: its traceback's frames (this
+            # one holds ``self``) would make the connection, and its buffers,
+            # a cycle that only a full garbage collection frees.
+            self._read_error = _without_tracebacks(exc)
+            if not self._waiters:  # nobody to tell: a broker's idle reaper, a restart
+                log.debug("%s: ended by the broker with no request in flight: %r", self, exc)
             sent = self._first_sent_at
             if (
                 sent is not None

@@ -159,6 +159,7 @@ class _InPlaceProtocol(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost, self._error = True, exc
+        self._scratch = bytearray()  # nothing is read any more: free it now, not at a collection
         self._arrived.set()
         self._inner.connection_lost(exc)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -547,3 +548,32 @@ def test_a_send_that_blocks_times_out_on_asyncio_too() -> None:
             assert not conn.is_usable
 
     anyio.run(scenario, backend="asyncio")
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_connection_the_broker_dropped_is_freed_without_a_garbage_collection(
+    backend: str,
+) -> None:
+    """A service's connections come and go (idle ones reaped by the broker,
+    fetch connections of ended generations): one that broke must be freed when
+    dropped, with its buffers (256 KiB on asyncio), not kept in a reference
+    cycle until a full garbage collection, which CPython runs rarely."""
+
+    async def on_request(stream: anyio.abc.ByteStream, header: Any, request: Any) -> None:
+        await stream.aclose()  # the broker drops the connection
+
+    async def main() -> None:
+        async with fake_broker(on_request) as port:
+            async with open_connection("127.0.0.1", port) as conn:
+                with anyio.fail_after(HANG_GUARD), contextlib.suppress(BrokenConnection):
+                    await conn.request(metadata_request())
+            del conn
+
+    gc.collect()
+    gc.disable()
+    try:
+        anyio.run(main, backend=backend)
+        left = [o for o in gc.get_objects() if isinstance(o, BrokerConnection)]
+    finally:
+        gc.enable()
+    assert not left, f"{len(left)} dropped connection(s) still alive, in a reference cycle"
