@@ -588,20 +588,24 @@ class Admin:
 
         Raises:
             TypeError: ``group_ids`` is one string, not a list of them.
-            GroupIdNotFound: a group is of another type (a share or streams
-                group, Kafka 4.1 and later), which neither request describes.
+            GroupIdNotFound: the one group asked for is of another type (a
+                share or streams group, Kafka 4.1 and later), which neither
+                request describes; among several, such a group is described
+                as DescribeGroups reports it, ``Dead`` with no members.
             BrokerError: a non-retriable error for a group (e.g. authorization).
             TimeoutError: the coordinator could not be reached in time.
         """
         left = self._limit(timeout)[1]
-        return {
-            group_id: await self._describe_group(group_id, left)
-            for group_id in names_of(group_ids, "describe_groups")
-        }
+        names = names_of(group_ids, "describe_groups")
+        return {g: await self._describe_group(g, left, len(names) == 1) for g in names}
 
-    async def _describe_group(self, group_id: str, left: Callable[[], float]) -> GroupDescription:
+    async def _describe_group(
+        self, group_id: str, left: Callable[[], float], other_types: bool = True
+    ) -> GroupDescription:
         """ConsumerGroupDescribe of ``group_id``; DescribeGroups if not a consumer group."""
-        return await group_ops.describe_group(self._group_call, self.cluster, group_id, left)
+        return await group_ops.describe_group(
+            self._group_call, self.cluster, group_id, left, other_types=other_types
+        )
 
     async def delete_groups(
         self, group_ids: Iterable[str], *, timeout: float | None = None
@@ -796,6 +800,7 @@ class Admin:
             ValueError: neither or both of ``to`` and ``offset``; an offset,
                 timestamp or partition index beyond what the wire carries
                 (int64, int64, int32).
+            GroupIdNotFound: the group is of another type (share, streams).
             BrokerError: NON_EMPTY_GROUP when the group has members; an
                 unknown topic or partition; a refused commit.
         """

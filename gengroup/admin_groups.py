@@ -283,30 +283,45 @@ async def describe_group(
     cluster: Cluster,
     group_id: str,
     left: Callable[[], float],
+    *,
+    other_types: bool = True,
 ) -> GroupDescription:
     """``group_id`` described by ConsumerGroupDescribe, or by DescribeGroups if
     it is not a group of the consumer protocol (``call``: the admin's request
     to the group's coordinator; ``left``: the time left).
 
+    A group ConsumerGroupDescribe refuses as "not a consumer group" (a classic
+    group, or one of another type: share, streams) and DescribeGroups reports
+    ``Dead`` is asked of ConsumerGroupDescribe once more: a classic group
+    deleted, or taken over by the consumer protocol, between the two requests
+    is then ``Dead``, or described; only a group still refused so is of
+    another type.
+
     Raises:
-        GroupIdNotFound: the group is of another type (share, streams): the
-            coordinator said so, and DescribeGroups reported it ``Dead``.
+        GroupIdNotFound: the group is of another type, and ``other_types``
+            (else it is described as DescribeGroups reports it: ``Dead``).
     """
     refusals: list[str] = []
-    try:
-        found = await call(
-            group_id,
-            "ConsumerGroupDescribe",
-            ApiKey.CONSUMER_GROUP_DESCRIBE,
-            partial(consumer_group_request, group_id=group_id),
-            partial(read_consumer_group, group_id=group_id, refusals=refusals),
-            max(left(), 0.001),
-        )
-    except UnsupportedVersion:  # the coordinator does not serve the consumer protocol
-        found = None
-    if found is not None:
+
+    async def consumer_group() -> GroupDescription | None:
+        try:
+            found = await call(
+                group_id,
+                "ConsumerGroupDescribe",
+                ApiKey.CONSUMER_GROUP_DESCRIBE,
+                partial(consumer_group_request, group_id=group_id),
+                partial(read_consumer_group, group_id=group_id, refusals=refusals),
+                max(left(), 0.001),
+            )
+        except UnsupportedVersion:  # the coordinator does not serve the consumer protocol
+            return None
+        if found is None:
+            return None
         names = await topic_names(cluster, unnamed_topics(found), max(left(), 0.001))
         return consumer_group_description(found, names)
+
+    if (found := await consumer_group()) is not None:
+        return found
     described: GroupDescription = await call(
         group_id,
         "DescribeGroups",
@@ -315,12 +330,16 @@ async def describe_group(
         partial(read_described_group, group_id=group_id),
         max(left(), 0.001),
     )
-    other = [m for m in refusals if _NOT_A_CONSUMER_GROUP in m]
-    if described.state == "Dead" and other:
-        raise GroupIdNotFound(
-            int(ErrorCode.group_id_not_found),
-            f"group {group_id!r} is neither a classic group nor a group of the consumer "
-            f"protocol (the coordinator: {other[0]!r}); a share or streams group is "
-            "not described here",
-        )
-    return described
+    if described.state != "Dead" or not refusals or _NOT_A_CONSUMER_GROUP not in refusals[-1]:
+        return described
+    refusals.clear()
+    if (found := await consumer_group()) is not None:
+        return found  # taken over by the consumer protocol meanwhile
+    if not other_types or not refusals or _NOT_A_CONSUMER_GROUP not in refusals[-1]:
+        return described  # gone meanwhile (or described among others)
+    raise GroupIdNotFound(
+        int(ErrorCode.group_id_not_found),
+        f"group {group_id!r} is neither a classic group nor a group of the consumer "
+        f"protocol (the coordinator: {refusals[-1]!r}); a share or streams group is "
+        "not described here",
+    )

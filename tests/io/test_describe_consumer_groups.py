@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
 import trio.testing
 from kio.schema.consumer_group_describe.v1 import response as cgd
@@ -19,7 +20,7 @@ from gengroup import Admin, BrokerError, ConsumerGroup, GroupIdNotFound, Produce
 from gengroup.admin_groups import consumer_group_description, unnamed_topics
 from gengroup.admin_types import CLASSIC_GROUP, CONSUMER_GROUP
 from gengroup.broker import FakeCluster
-from gengroup.broker.faults import Fail
+from gengroup.broker.faults import Delay, Fail
 from gengroup.broker.state import BrokerSettings
 from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import KafkaBroker
@@ -199,3 +200,43 @@ async def test_a_group_of_another_type_is_not_described_as_missing(
         else:
             d = (await admin.describe_groups(["share-g"]))["share-g"]
             assert (d.state, d.members) == ("Dead", ())
+
+
+async def test_a_group_of_another_type_among_several_is_described_as_dead(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Describing several groups (all of ``list_groups()``, say), one of another
+    type does not fail the others: it is described as DescribeGroups reports it."""
+    async with FakeCluster(topics={"t": 1}) as cluster, Admin(cluster.bootstrap) as admin:
+        for g in ("a", "b"):
+            await admin.reset_offsets(g, [TopicPartition("t", 0)], offset=0)
+        cluster.control(
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            lambda call: (
+                Fail(ErrorCode.group_id_not_found, "Group share-g is not a consumer group.")
+                if "share-g" in call.request.group_ids
+                else None
+            ),
+        )
+        described = await admin.describe_groups(["a", "share-g", "b"])
+        assert [d.state for d in described.values()] == ["Empty", "Dead", "Empty"]
+
+
+async def test_a_classic_group_deleted_while_it_is_described_is_dead(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """ConsumerGroupDescribe refuses a classic group as "not a consumer group" too:
+    deleted before DescribeGroups answers, it is Dead, not a group of another type."""
+    async with FakeCluster(topics={"t": 1}) as cluster, Admin(cluster.bootstrap) as admin:
+        await admin.reset_offsets("g", [TopicPartition("t", 0)], offset=0)
+        cluster.control(ApiKey.DESCRIBE_GROUPS, lambda call: Delay(2.0), once=True)
+        async with anyio.create_task_group() as tg:
+
+            async def delete() -> None:
+                await anyio.sleep(1.0)
+                async with Admin(cluster.bootstrap) as other:
+                    await other.delete_groups(["g"])
+
+            tg.start_soon(delete)
+            d = (await admin.describe_groups(["g"]))["g"]
+        assert (d.state, d.members) == ("Dead", ())
