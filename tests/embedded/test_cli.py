@@ -144,3 +144,21 @@ def test_ctrl_c_ends_a_command_in_one_line(
 
     assert run("gengroup x", main) == EXIT_INTERRUPTED == 130
     assert capsys.readouterr().err == "gengroup x: interrupted\n"
+
+
+def test_without_the_cli_extra_the_command_says_what_to_install() -> None:
+    """rich comes with the ``cli`` extra only: without it the command must say so
+    in one line, not fail importing its subcommands with a traceback."""
+    hide_rich = "import sys; sys.modules['rich'] = None; from gengroup.cli import main; "
+    for args in ([], ["--help"], ["serve", "--help"]):
+        done = subprocess.run(
+            [sys.executable, "-c", hide_rich + f"sys.exit(main({args!r}))"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.splitlines() == [
+            "gengroup: the gengroup command needs the 'cli' extra (rich is not installed): "
+            "pip install 'gengroup[cli]'"
+        ]
