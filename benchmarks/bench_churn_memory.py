@@ -15,8 +15,9 @@ garbage collector is left as it is, as in a service.
 
 Clients: gengroup-trio, gengroup-asyncio (the same member under
 ``anyio.run(..., backend="asyncio")``) and aiokafka, all with the range
-assignor, a 10 s session and a 1 s heartbeat. The groups run side by side,
-on one broker (Apache Kafka from the test harness, or ``--bootstrap``).
+assignor (set for aiokafka, whose default is round-robin), a 10 s session
+and a 1 s heartbeat. The groups run side by side, on one broker (Apache
+Kafka from the test harness, or ``--bootstrap``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import os
 import subprocess
 import sys
+import threading
 import time
 from contextlib import ExitStack
 from typing import Any
@@ -95,6 +97,7 @@ def aiokafka_member(bootstrap: str, group_id: str, churn: bool) -> None:
     import logging
 
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
     logging.getLogger("aiokafka").setLevel(logging.ERROR)  # a line per rebalance otherwise
 
@@ -112,6 +115,7 @@ def aiokafka_member(bootstrap: str, group_id: str, churn: bool) -> None:
             auto_offset_reset="latest",
             session_timeout_ms=10_000,
             heartbeat_interval_ms=1_000,
+            partition_assignment_strategy=(RangePartitionAssignor,),
         )
 
     async def steady() -> None:
@@ -187,16 +191,26 @@ def spawn(role: str, *args: str) -> subprocess.Popen[str]:
 
 def run(bootstrap: str, clients: list[str], seconds: float, rate: int) -> None:
     prod = spawn("producer", bootstrap, str(rate))
-    assert prod.stdout is not None
-    if prod.stdout.readline().strip() != "ready":
-        raise SystemExit("the producer did not start")
     procs: list[subprocess.Popen[str]] = [prod]
     steady: dict[str, subprocess.Popen[str]] = {}
+    lines: dict[str, list[str]] = {}
+    readers: list[threading.Thread] = []
     try:
+        assert prod.stdout is not None
+        if prod.stdout.readline().strip() != "ready":
+            raise SystemExit("the producer did not start")
         for client in clients:
             group = f"churn-{client}-{os.getpid()}"
             steady[client] = spawn(client, bootstrap, group, "steady")
             procs.append(steady[client])
+            # Read as it comes: a full pipe would block the member's event loop.
+            out = steady[client].stdout
+            assert out is not None
+            lines[client] = []
+            readers.append(
+                threading.Thread(target=lambda o=out, kept=lines[client]: kept.extend(o))
+            )
+            readers[-1].start()
         time.sleep(5.0)  # the steady members form their groups alone first
         for client in clients:
             procs.append(spawn(client, bootstrap, f"churn-{client}-{os.getpid()}", "churn"))
@@ -209,12 +223,11 @@ def run(bootstrap: str, clients: list[str], seconds: float, rate: int) -> None:
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
+        for reader in readers:
+            reader.join(timeout=20)
     print(f"{'client':18} {'generations':>11} {'first MB':>9} {'last MB':>8} {'KB/generation':>14}")
-    for client, p in steady.items():
-        assert p.stdout is not None
-        rss = [
-            int(line.split()[2]) for line in p.stdout.read().splitlines() if line.startswith("G ")
-        ]
+    for client in steady:
+        rss = [int(line.split()[2]) for line in lines[client] if line.startswith("G ")]
         points = list(enumerate(rss))[WARM_UP:]
         s = slope(points)
         first = f"{rss[0] / 1024:.1f}" if rss else "-"
@@ -251,7 +264,11 @@ def main() -> None:
         if unknown:
             parser.error(f"unknown client(s): {', '.join(sorted(unknown))}")
         with ExitStack() as stack:
-            if args.broker_idle_ms is not None and args.bootstrap is None:
+            if args.broker_idle_ms is not None and args.bootstrap is not None:
+                parser.error(
+                    "--broker-idle-ms sets the broker this script starts: not with --bootstrap"
+                )
+            if args.broker_idle_ms is not None:
                 broker = KafkaBroker(properties={"connections.max.idle.ms": args.broker_idle_ms})
                 broker.start()
                 stack.callback(broker.stop)

@@ -294,8 +294,8 @@ async def describe_group(
     group, or one of another type: share, streams) and DescribeGroups reports
     ``Dead`` is asked of ConsumerGroupDescribe once more: a classic group
     deleted, or taken over by the consumer protocol, between the two requests
-    is then ``Dead``, or described; only a group still refused so is of
-    another type.
+    is then ``Dead``, or described; a group still refused so, and still
+    ``Dead`` to DescribeGroups, is of another type.
 
     Raises:
         GroupIdNotFound: the group is of another type, and ``other_types``
@@ -320,16 +320,20 @@ async def describe_group(
         names = await topic_names(cluster, unnamed_topics(found), max(left(), 0.001))
         return consumer_group_description(found, names)
 
+    async def classic() -> GroupDescription:
+        described: GroupDescription = await call(
+            group_id,
+            "DescribeGroups",
+            ApiKey.DESCRIBE_GROUPS,
+            partial(describe_groups_request, group_id=group_id),
+            partial(read_described_group, group_id=group_id),
+            max(left(), 0.001),
+        )
+        return described
+
     if (found := await consumer_group()) is not None:
         return found
-    described: GroupDescription = await call(
-        group_id,
-        "DescribeGroups",
-        ApiKey.DESCRIBE_GROUPS,
-        partial(describe_groups_request, group_id=group_id),
-        partial(read_described_group, group_id=group_id),
-        max(left(), 0.001),
-    )
+    described = await classic()
     if described.state != "Dead" or not refusals or _NOT_A_CONSUMER_GROUP not in refusals[-1]:
         return described
     refusals.clear()
@@ -337,6 +341,8 @@ async def describe_group(
         return found  # taken over by the consumer protocol meanwhile
     if not other_types or not refusals or _NOT_A_CONSUMER_GROUP not in refusals[-1]:
         return described  # gone meanwhile (or described among others)
+    if (again := await classic()).state != "Dead":
+        return again  # a classic group created again meanwhile
     raise GroupIdNotFound(
         int(ErrorCode.group_id_not_found),
         f"group {group_id!r} is neither a classic group nor a group of the consumer "

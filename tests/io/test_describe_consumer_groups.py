@@ -240,3 +240,34 @@ async def test_a_classic_group_deleted_while_it_is_described_is_dead(
             tg.start_soon(delete)
             d = (await admin.describe_groups(["g"]))["g"]
         assert (d.state, d.members) == ("Dead", ())
+
+
+async def test_a_classic_group_deleted_and_created_again_while_it_is_described_is_described(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Deleted before DescribeGroups answers, created again (classic) before the
+    second ConsumerGroupDescribe answers: still a classic group, described."""
+    tp = TopicPartition("t", 0)
+    async with FakeCluster(topics={"t": 1}) as cluster, Admin(cluster.bootstrap) as admin:
+        await admin.reset_offsets("g", [tp], offset=0)
+        cluster.control(ApiKey.DESCRIBE_GROUPS, lambda call: Delay(2.0), once=True)
+        asked = 0
+
+        def second_is_slow(call: Any) -> Delay | None:
+            nonlocal asked
+            asked += 1
+            return Delay(2.0) if asked == 2 else None
+
+        cluster.control(ApiKey.CONSUMER_GROUP_DESCRIBE, second_is_slow)
+        async with anyio.create_task_group() as tg:
+
+            async def churn() -> None:
+                await anyio.sleep(1.0)
+                async with Admin(cluster.bootstrap) as other:
+                    await other.delete_groups(["g"])
+                    await anyio.sleep(2.0)
+                    await other.reset_offsets("g", [tp], offset=0)
+
+            tg.start_soon(churn)
+            d = (await admin.describe_groups(["g"]))["g"]
+        assert d.state == "Empty"
