@@ -8,7 +8,12 @@ Theory of operation:
 client: a broken connection, or every partition answered with a
 coordinator error, is followed once to the coordinator looked up again.
 It counts the commit in the member's metrics and returns each partition's
-error code.
+error code. Where the coordinator takes OffsetCommit v10, the commit names
+each topic by the id the generation read its offsets under
+(``GenerationCommits._opened_with``), so that a topic deleted and created
+again under its name is refused the old topic's positions (UNKNOWN_TOPIC_ID,
+then :meth:`GenerationCommits._gone`); a partition whose id is not known
+makes it a v9 commit, by name.
 
 :class:`GenerationCommits` is the part of
 :class:`~gengroup.consumer.generation.Generation` that makes one commit
@@ -68,7 +73,7 @@ from ..io.retry import retry
 from ..membership import requests
 from ..membership.member import Outcome, outcome_for
 from ..protocol.versions import ApiKey
-from .commits import CommitCodes, Committer, OffsetMetadata, Offsets
+from .commits import CommitCodes, Committer, OffsetMetadata, Offsets, TopicIds
 from .metrics import GroupMetrics
 from .recordless import to_commit
 from .span_commits import commit_in_spans
@@ -115,9 +120,15 @@ async def send_offset_commit(
     identity: GenerationIdentity,
     offsets: Offsets,
     metadata: OffsetMetadata | None = None,
+    topic_ids: TopicIds | None = None,
 ) -> CommitCodes:
     """OffsetCommit under ``identity`` (with ``metadata`` per partition, if given);
     the error code of each partition (0 = stored).
+
+    ``topic_ids`` names the topic each offset was read from: with an id for
+    every partition, a coordinator that takes OffsetCommit v10 is sent ids,
+    and refuses an id it no longer knows (UNKNOWN_TOPIC_ID) instead of
+    storing the position on a topic created again under the same name.
 
     A broken connection, or every partition answered with a coordinator
     error, is followed once: the coordinator is looked up again and the
@@ -129,7 +140,7 @@ async def send_offset_commit(
     """
 
     def parse(resp: Any) -> CommitCodes:
-        results = requests.parse_offset_commit(resp)
+        results = requests.parse_offset_commit(resp, topic_ids)
         codes = set(results.values())
         if codes and all(outcome_for(code) is Outcome.FIND_COORDINATOR for code in codes):
             raise error_for_code(min(codes), f"OffsetCommit of {identity.group_id}")
@@ -143,6 +154,7 @@ async def send_offset_commit(
                 identity=identity,
                 offsets=offsets,
                 metadata=metadata,
+                topic_ids=topic_ids,
             ),
             parse,
         )
@@ -203,9 +215,11 @@ class GenerationCommits:
     #: The partitions whose marks this generation said it left out (:meth:`_drop_gone`).
     _gone_said: frozenset[TopicPartition] = frozenset()
 
-    def know_topics(self, cluster: Cluster) -> None:
+    def know_topics(self, cluster: Cluster, assigned: Mapping[str, UUID] | None = None) -> None:
         """Remember the ids the generation's topics have in ``cluster``'s metadata
-        now, as it forms, and ``cluster``, to find them deleted or re-created later.
+        now, as it forms (or in the assignment, ``assigned``, which the consumer
+        protocol's coordinator names by id), and ``cluster``, to find them
+        deleted or re-created later.
 
         A partition whose span outlived its generation (retained, or being
         revoked) is checked against the id its span was opened with
@@ -215,7 +229,9 @@ class GenerationCommits:
         ids = {}
         for topic in {tp.topic for tp in self.assignments}:
             info = cluster.topics.get(topic)
-            if info is not None and info.topic_id is not None:
+            if assigned is not None and topic in assigned:
+                ids[topic] = assigned[topic]
+            elif info is not None and info.topic_id is not None:
                 ids[topic] = info.topic_id
         self._topic_ids = ids
 
@@ -355,7 +371,8 @@ class GenerationCommits:
         sent_at = anyio.current_time()
         try:
             notes = {tp: m for tp, m in {**carried, **(metadata or {})}.items() if tp in due}
-            results = await self._committer.commit_offsets(self.identity, due, notes or None)
+            ids = {tp: i for tp in due if (i := self._opened_with(tp)) is not None}
+            results = await self._committer.commit_offsets(self.identity, due, notes or None, ids)
         except BaseException as exc:
             self.commits_failed += 1
             if isinstance(exc, Exception):  # a cancellation is no commit error

@@ -85,6 +85,7 @@ from ..membership import requests
 from ..membership.member import Outcome, outcome_for
 from ..protocol.versions import ApiKey
 from .cadence import FIRST_EARLY_BEAT, beat_period, until_grid
+from .commits import TopicIds
 from .forming import Formed, GroupClient, generation_identity
 from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
 from .ownership import kept_partitions
@@ -123,7 +124,11 @@ class _EpochCommitter:
         self._incarnation = incarnation
 
     async def commit_offsets(
-        self, identity: GenerationIdentity, offsets: Offsets, metadata: OffsetMetadata | None = None
+        self,
+        identity: GenerationIdentity,
+        offsets: Offsets,
+        metadata: OffsetMetadata | None = None,
+        topic_ids: TopicIds | None = None,
     ) -> CommitCodes:
         member = self._member
         results: CommitCodes = {}
@@ -136,7 +141,7 @@ class _EpochCommitter:
                     f"member {identity.member_id} was fenced since; nothing was sent",
                 )
             results = await member.client.commit_offsets(
-                replace(identity, generation_id=epoch), offsets, metadata
+                replace(identity, generation_id=epoch), offsets, metadata, topic_ids
             )
             stale = bool(results) and all(
                 code == ErrorCode.stale_member_epoch for code in results.values()
@@ -374,7 +379,7 @@ class ConsumerProtocolMember:
             _retry_backoff=self.client.cluster.retry_backoff,
             _classic=False,
         )
-        gen.know_topics(self.client.cluster)
+        gen.know_topics(self.client.cluster, self._target_ids)
         prefetcher.on_reset = gen.offset_reset
         prefetcher.on_damage = gen.records_damaged
         prefetcher.on_gap = gen.gaps_found

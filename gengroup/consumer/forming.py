@@ -76,6 +76,7 @@ from ..membership.member import Joined, JoinParams, Member, Outcome, Retry, outc
 from ..membership.pattern import describe_change, matching_topics
 from ..protocol.versions import ApiKey
 from . import diagnosis
+from .commits import TopicIds
 from .committing import send_offset_commit
 from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
 from .metrics import GroupMetrics
@@ -320,8 +321,17 @@ class GroupClient:
         protocol: str,
         assignments: Mapping[str, bytes],
         offsets_of: Sequence[TopicPartition] = (),
+        topics: set[str] | None = None,
     ) -> SyncAnswer:
         """SyncGroup: its answer, when it came, and committed offsets.
+
+        The metadata of ``topics`` (a follower's subscription) is refreshed
+        beside it too, and waited for once SyncGroup answered (for at most a
+        heartbeat interval more): the ids the
+        generation knows its topics by (its commits name them so) are then
+        as fresh as the JoinGroup's answer. The refresh beside JoinGroup was
+        sent with the JoinGroup, which the coordinator may have held while a
+        topic was deleted and created again.
 
         The committed offsets of ``offsets_of`` (every partition this member
         may be assigned) are fetched beside SyncGroup, while the coordinator
@@ -340,12 +350,15 @@ class GroupClient:
         """
         group_id = self.config.group_id
         fetch = _Beside[Committed](group_id, "offsets beside SyncGroup")
+        refresh = _Beside[dict[str, TopicInfo]](group_id, "metadata beside SyncGroup")
         async with self.said_if_slow("waiting for the coordinator to answer SyncGroup") as tg:
             if offsets_of:
                 tg.start_soon(
                     fetch.run,
                     partial(offsets.fetch_committed, self.cluster, node, group_id, offsets_of),
                 )
+            if topics:
+                tg.start_soon(refresh.run, partial(self.cluster.refresh_metadata, topics))
             resp = await self.cluster.call(
                 node,
                 ApiKey.SYNC_GROUP,
@@ -362,6 +375,11 @@ class GroupClient:
             code, raw = requests.parse_sync(resp)
             if offsets_of and not code:
                 await fetch.done.wait()
+            if topics and not code:
+                # At most a heartbeat interval: a slow Metadata answer does not
+                # hold the generation up (its ids are then the cached ones).
+                with anyio.move_on_after(self.config.heartbeat_interval):
+                    await refresh.done.wait()
         return SyncAnswer(code, raw, at, fetch.result)
 
     @property
@@ -488,13 +506,19 @@ class GroupClient:
         return requests.error_code(resp)
 
     async def commit_offsets(
-        self, identity: GenerationIdentity, offsets: Offsets, metadata: OffsetMetadata | None = None
+        self,
+        identity: GenerationIdentity,
+        offsets: Offsets,
+        metadata: OffsetMetadata | None = None,
+        topic_ids: TopicIds | None = None,
     ) -> CommitCodes:
         """OffsetCommit under ``identity``; each partition's error code (0 = stored).
 
         See :func:`~gengroup.consumer.committing.send_offset_commit`.
         """
-        return await send_offset_commit(self.coordinator, self.metrics, identity, offsets, metadata)
+        return await send_offset_commit(
+            self.coordinator, self.metrics, identity, offsets, metadata, topic_ids
+        )
 
     async def leave(self, member_id: str) -> None:
         """LeaveGroup for a dynamic member, if the coordinator is known (bounded, never raises
@@ -626,7 +650,14 @@ async def form_generation(
             candidates = _assignable(joined, counts, member.subscribed_topics(), metadata)
             sync_sent = anyio.current_time()
             try:
-                answer = await client.sync(node, identity, joined.protocol, assignments, candidates)
+                answer = await client.sync(
+                    node,
+                    identity,
+                    joined.protocol,
+                    assignments,
+                    candidates,
+                    None if joined.is_leader else member.subscribed_topics(),
+                )
             except BaseException:
                 member.on_io_failure()
                 raise

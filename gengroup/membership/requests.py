@@ -33,13 +33,14 @@ from kio.schema.errors import ErrorCode
 
 from .._errors import BrokerError, UnsupportedVersion, error_for_code, raise_for_code
 from .._types import GenerationIdentity, TopicPartition
-from ..protocol.framing import build, ms
+from ..protocol.framing import build, ms, request_module
 from .member import JoinParams
 
 __all__ = [
     "ConsumerHeartbeat",
     "GroupView",
     "JoinResult",
+    "OFFSET_COMMIT_BY_ID",
     "PATTERN_NEEDS_V1",
     "commit_request",
     "consumer_group_request",
@@ -59,6 +60,9 @@ __all__ = [
     "sync_request",
     "unmentioned_group",
 ]
+
+#: The first OffsetCommit version that names topics by id (and only by id).
+OFFSET_COMMIT_BY_ID: Final = 10
 
 _GROUP_ID_NOT_FOUND = int(ErrorCode.group_id_not_found)
 
@@ -240,9 +244,24 @@ def offset_commit_request(
     identity: GenerationIdentity,
     offsets: Mapping[TopicPartition, int],
     metadata: Mapping[TopicPartition, str] | None = None,
+    topic_ids: Mapping[TopicPartition, uuid.UUID] | None = None,
 ) -> Any:
-    """An OffsetCommit request of ``offsets`` (``metadata`` per partition) under ``identity``."""
+    """An OffsetCommit request of ``offsets`` (``metadata`` per partition) under ``identity``.
+
+    From v10 the request names each topic by id alone: ``topic_ids`` gives
+    the id each partition's offset was read under, and the coordinator
+    refuses an id it does not know (UNKNOWN_TOPIC_ID), such as a topic's
+    deleted before it was created again, where a name would store the old
+    topic's position on the new one. If a partition's id is not known, the
+    request is v9 (names), as every partition must have one in v10.
+    """
     notes = metadata or {}
+    ids = topic_ids or {}
+    by_id = int(mod.OffsetCommitRequest.__version__) >= OFFSET_COMMIT_BY_ID and all(
+        tp in ids for tp in offsets
+    )
+    if not by_id and int(mod.OffsetCommitRequest.__version__) >= OFFSET_COMMIT_BY_ID:
+        mod = request_module(mod.OffsetCommitRequest.__api_key__, OFFSET_COMMIT_BY_ID - 1)
     return commit_request(
         mod,
         group_id=identity.group_id,
@@ -250,7 +269,8 @@ def offset_commit_request(
         member_id=identity.member_id,
         group_instance_id=identity.group_instance_id,
         offsets=(
-            (tp.topic, tp.partition, off, notes.get(tp)) for tp, off in sorted(offsets.items())
+            (ids[tp] if by_id else tp.topic, tp.partition, off, notes.get(tp))
+            for tp, off in sorted(offsets.items())
         ),
     )
 
@@ -262,7 +282,7 @@ def commit_request(
     generation_id: int,
     member_id: str,
     group_instance_id: str | None,
-    offsets: Iterable[tuple[str, int, int, str | None]],
+    offsets: Iterable[tuple[str | uuid.UUID, int, int, str | None]],
 ) -> Any:
     """An OffsetCommit request of ``mod``'s version, any version.
 
@@ -273,10 +293,12 @@ def commit_request(
         member_id: the member ("" from outside the group).
         group_instance_id: the static member's instance id, or None.
         offsets: ``(topic, partition, offset, metadata)`` entries, grouped by
-            topic in the order the topics first appear. The retention time
+            topic in the order the topics first appear; ``topic`` is the
+            topic's id from v10 on, its name before. The retention time
             (v2-v4) and commit timestamp (v1) are -1: the broker's defaults.
     """
-    by_topic: dict[str, list[tuple[int, int, str | None]]] = {}
+    by_topic: dict[str | uuid.UUID, list[tuple[int, int, str | None]]] = {}
+    key = "topic_id" if int(mod.OffsetCommitRequest.__version__) >= OFFSET_COMMIT_BY_ID else "name"
     for topic, partition, offset, metadata in offsets:
         by_topic.setdefault(topic, []).append((partition, offset, metadata))
     return build(
@@ -289,7 +311,7 @@ def commit_request(
         topics=tuple(
             build(
                 mod.OffsetCommitRequestTopic,
-                name=topic,
+                **{key: topic},
                 partitions=tuple(
                     build(
                         mod.OffsetCommitRequestPartition,
@@ -307,10 +329,20 @@ def commit_request(
     )
 
 
-def parse_offset_commit(resp: Any) -> dict[TopicPartition, int]:
-    """The error code of every partition of an OffsetCommit response (0 = stored)."""
+def parse_offset_commit(
+    resp: Any, topic_ids: Mapping[TopicPartition, uuid.UUID] | None = None
+) -> dict[TopicPartition, int]:
+    """The error code of every partition of an OffsetCommit response (0 = stored).
+
+    A v10 response names topics by id: ``topic_ids`` (the request's) gives
+    their names back.
+    """
+    names = {i: tp.topic for tp, i in (topic_ids or {}).items()}
     return {
-        TopicPartition(t.name, int(p.partition_index)): int(p.error_code)
+        TopicPartition(
+            names.get(t.topic_id, str(t.topic_id)) if hasattr(t, "topic_id") else t.name,
+            int(p.partition_index),
+        ): int(p.error_code)
         for t in resp.topics
         for p in t.partitions
     }

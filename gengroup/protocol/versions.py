@@ -73,7 +73,7 @@ CLIENT_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
     ApiKey.SYNC_GROUP: (3, 5),
     ApiKey.HEARTBEAT: (3, 4),
     ApiKey.LEAVE_GROUP: (3, 5),
-    ApiKey.OFFSET_COMMIT: (7, 9),
+    ApiKey.OFFSET_COMMIT: (7, 10),
     ApiKey.OFFSET_FETCH: (6, 7),
     ApiKey.DESCRIBE_GROUPS: (4, 5),
     ApiKey.LIST_GROUPS: (3, 4),

@@ -228,8 +228,9 @@ async def test_commits_after_reconciliation_carry_the_new_epoch(
             identity: Any,
             offsets: Mapping[TopicPartition, int],
             metadata: Mapping[TopicPartition, str] | None = None,
+            topic_ids: Any = None,
         ) -> dict[TopicPartition, int]:
-            results = await commit(identity, offsets, metadata)
+            results = await commit(identity, offsets, metadata, topic_ids)
             sent.append((identity.generation_id, dict(offsets), dict(results)))
             return results
 

@@ -32,6 +32,7 @@ from gengroup._config import GroupConfig
 from gengroup._errors import CoordinatorLoadInProgress
 from gengroup._types import GenerationIdentity
 from gengroup.broker import FakeCluster
+from gengroup.consumer.commits import TopicIds
 from gengroup.consumer.generation import OffsetMetadata, Offsets, RebalanceTimings, Span
 from gengroup.consumer.ownership import Ownership
 from gengroup.protocol.records import NewRecord
@@ -52,7 +53,11 @@ class Recorder:
         self.commits: list[tuple[GenerationIdentity, dict[TopicPartition, int]]] = []
 
     async def commit_offsets(
-        self, identity: GenerationIdentity, offsets: Offsets, metadata: OffsetMetadata | None = None
+        self,
+        identity: GenerationIdentity,
+        offsets: Offsets,
+        metadata: OffsetMetadata | None = None,
+        topic_ids: TopicIds | None = None,
     ) -> dict[TopicPartition, int]:
         self.commits.append((identity, dict(offsets)))
         return dict.fromkeys(offsets, 0)
@@ -166,7 +171,11 @@ class Loading(Recorder):
         self.refusals = refusals
 
     async def commit_offsets(
-        self, identity: GenerationIdentity, offsets: Offsets, metadata: OffsetMetadata | None = None
+        self,
+        identity: GenerationIdentity,
+        offsets: Offsets,
+        metadata: OffsetMetadata | None = None,
+        topic_ids: TopicIds | None = None,
     ) -> dict[TopicPartition, int]:
         self.commits.append((identity, dict(offsets)))
         if self.refusals:
