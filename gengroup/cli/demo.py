@@ -15,11 +15,21 @@ partition in which generation, records processed per second, marked and
 committed positions. The view renders it as a live terminal table (rich) on a
 TTY, or as plain lines otherwise. At the end the scoreboard checks that every
 produced record was processed (none lost) and counts duplicates.
+
+Ctrl-C (SIGINT) is received by the demo itself (:func:`run_until_interrupted`):
+the first cancels the demo's tasks while the embedded broker still serves
+(each member's last generation ends, its marks are committed and it leaves
+the group), and only then does the command say ``interrupted``. A second
+Ctrl-C during that teardown is said and otherwise ignored: left to asyncio, it
+would raise KeyboardInterrupt out of the event loop, which then cancels every
+task at once, shielded or not, so that the members' final commits are cut
+short or find their connections closed. A third quits at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -42,7 +52,14 @@ from ._common import (
     stream_closed,
 )
 
-__all__ = ["DemoConfig", "Scoreboard", "add_parser", "run_demo", "summarise"]
+__all__ = [
+    "DemoConfig",
+    "Scoreboard",
+    "add_parser",
+    "run_demo",
+    "run_until_interrupted",
+    "summarise",
+]
 
 TOPIC = "payments"
 
@@ -252,8 +269,15 @@ async def _member(
     board.members.pop(name, None)
 
 
-async def run_demo(cfg: DemoConfig = DemoConfig()) -> Scoreboard:
-    """Run the demo and return its scoreboard (the summary is printed by :func:`main`)."""
+async def run_demo(cfg: DemoConfig = DemoConfig(), stop: anyio.Event | None = None) -> Scoreboard:
+    """Run the demo and return its scoreboard (the summary is printed by :func:`main`).
+
+    Args:
+        cfg: the demo's knobs.
+        stop: once set, the demo's tasks are cancelled (the members close,
+            with their final commits and leaves) and the scoreboard is
+            returned; the embedded broker closes only after them.
+    """
     group_id = "demo-billing"
     async with FakeCluster(
         brokers=3, topics={TOPIC: cfg.partitions}, initial_rebalance_delay_ms=300
@@ -262,6 +286,8 @@ async def run_demo(cfg: DemoConfig = DemoConfig()) -> Scoreboard:
         stop_producing, producer_finished = anyio.Event(), anyio.Event()
         scopes: dict[str, anyio.CancelScope] = {}
         async with anyio.create_task_group() as tg:
+            if stop is not None:
+                tg.start_soon(_cancel_on, stop, tg.cancel_scope)
             tg.start_soon(_produce, cluster, board, cfg, stop_producing, producer_finished)
             tg.start_soon(_view, board, cluster, group_id, cfg)
             for at, action, name in cfg.timeline:
@@ -285,6 +311,53 @@ async def run_demo(cfg: DemoConfig = DemoConfig()) -> Scoreboard:
             await anyio.sleep(0.3)
             tg.cancel_scope.cancel()
         return board
+
+
+async def run_until_interrupted(cfg: DemoConfig = DemoConfig()) -> Scoreboard:
+    """:func:`run_demo`, stopped cleanly by Ctrl-C (SIGINT), which it receives itself.
+
+    The first Ctrl-C stops the demo's tasks (see :func:`run_demo`'s ``stop``):
+    the members close as leaving ``async with`` does (their final commits,
+    their leaves) while the embedded broker still serves, then
+    KeyboardInterrupt is raised. A second one meanwhile is said on stderr
+    and ignored; a third raises KeyboardInterrupt at once (the members'
+    teardown is cut short).
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C stopped the demo.
+    """
+    stop = anyio.Event()
+    interrupts = 0
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        async with anyio.create_task_group() as tg:
+
+            async def receive() -> None:
+                nonlocal interrupts
+                async for _ in signals:
+                    interrupts += 1
+                    if interrupts == 1:
+                        stop.set()
+                    elif interrupts == 2:
+                        print(
+                            "gengroup demo: stopping: the members commit and leave the group "
+                            "(Ctrl-C again to quit at once)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                    else:
+                        raise KeyboardInterrupt
+
+            tg.start_soon(receive)
+            board = await run_demo(cfg, stop)
+            tg.cancel_scope.cancel()
+    if interrupts:
+        raise KeyboardInterrupt
+    return board
+
+
+async def _cancel_on(stop: anyio.Event, scope: anyio.CancelScope) -> None:
+    await stop.wait()
+    scope.cancel()
 
 
 async def _view(board: Scoreboard, cluster: FakeCluster, group_id: str, cfg: DemoConfig) -> None:
@@ -371,7 +444,7 @@ def run(args: argparse.Namespace) -> int:
         timeline=tuple((t * scale, a, n) for t, a, n in DemoConfig().timeline),
     )
     try:
-        board = anyio.run(run_demo, cfg)
+        board = anyio.run(run_until_interrupted, cfg)
     except BaseException as exc:
         if not interrupted(exc):
             raise

@@ -89,6 +89,7 @@ from .._errors import (
 )
 from .._types import show_partitions
 from ..io.cluster import LONG_UNAVAILABLE
+from ..io.retry import ClientClosed
 from ..membership.member import Member, Outcome, outcome_for
 from ..membership.pattern import describe_change
 from .beating import Heartbeats
@@ -98,9 +99,20 @@ from .forming import Formed, GroupClient
 from .generation import Generation
 from .ownership import Ownership
 
-__all__ = ["run_generation"]
+__all__ = ["CLOSED_UNDER_THE_GROUP", "run_generation"]
 
 log = logging.getLogger("gengroup")
+
+#: Why a final commit failed with :class:`~gengroup.io.retry.ClientClosed`: the
+#: group closes its Cluster only once its run loop ended, after the final
+#: commit and the LeaveGroup, so the Cluster was closed under it.
+CLOSED_UNDER_THE_GROUP = (
+    "the group's Cluster was closed under it, before the final commit (the group "
+    "closes it only after that): by `group.cluster.aclose()`, or by an interrupt that "
+    "ended its connections' tasks (under asyncio a KeyboardInterrupt that reaches the "
+    "event loop, such as a second Ctrl-C while the group closes, makes it cancel every "
+    "task at once, shielded or not); nothing was sent"
+)
 
 
 async def run_generation(
@@ -508,13 +520,14 @@ class _Run:
         """Log the final commit's failure (once) and record it as the commit error."""
         gen = self.gen
         gen.commit_error = failure
+        closed = isinstance(failure, ClientClosed) or isinstance(failure.__cause__, ClientClosed)
         log.warning(
             "group %s generation %s member %s: final commit failed: %s "
             "(uncommitted records will be processed again)",
             gen.group_id,
             gen.label,
             gen.member_id,
-            failure,
+            CLOSED_UNDER_THE_GROUP if closed else failure,
         )
 
     async def _watchdog(self, report_stuck: Callable[[TaskStuckError], Awaitable[None]]) -> None:

@@ -35,6 +35,7 @@ from gengroup import (
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Disconnect, Drop, Fail, Intercepted
 from gengroup.consumer.cadence import beat_period
+from gengroup.consumer.running import CLOSED_UNDER_THE_GROUP
 from gengroup.consumer.workers import run_workers
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
@@ -782,6 +783,28 @@ async def test_a_run_workers_handler_error_behind_a_stuck_handler_is_logged_and_
         await trio.sleep(STUCK_SETTINGS["rebalance_timeout"] + 5.0)
     assert stuck.__cause__ is raised[0]
     assert _logged_with_traceback(caplog, raised[0]) == 1
+
+
+async def test_a_final_commit_on_a_cluster_closed_under_the_group_says_so(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The group's Cluster closed under it (here by ``group.cluster.aclose()``; under
+    asyncio, by the event loop cancelling every task after a second Ctrl-C): the final
+    commit cannot be sent, and its WARNING says so instead of telling the user that
+    an ``async with`` they did not leave exited."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 10)
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            first = await group.next()
+            first.mark(TP, 7)
+            await group.cluster.aclose()
+        assert TP not in cluster.committed_offsets("g")
+        assert first.commit_error is not None
+    failed = [m for r in caplog.records if "final commit failed" in (m := r.getMessage())]
+    assert len(failed) == 1
+    assert CLOSED_UNDER_THE_GROUP in failed[0]
+    assert "its `async with` exited" not in failed[0]
 
 
 def test_a_failure_after_the_first_is_logged_not_dropped(
