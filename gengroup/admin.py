@@ -76,12 +76,13 @@ from .admin_types import (
     new_topics,
 )
 from .io import offsets
-from .io.cluster import Cluster, TopicInfo, shared_or_own
+from .io.cluster import Cluster, TopicInfo
 from .io.coordinator import CoordinatorClient
 from .io.offsets import OffsetSpec
 from .io.request import MakeRequest
 from .io.retry import GiveUp, retry, seconds_left
 from .io.security import Security, SecuritySettings
+from .io.shared import shared_or_own
 from .membership import requests
 from .protocol.framing import build, check_client_id, wait_ms
 from .protocol.versions import ApiKey

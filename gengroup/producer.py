@@ -133,8 +133,9 @@ from ._producer_records import (
     produce_request,
 )
 from ._types import TopicPartition
-from .io.cluster import Cluster, shared_or_own
+from .io.cluster import Cluster
 from .io.retry import ClientClosed, backoff_delay
+from .io.shared import shared_or_own
 from .partitioner import KeylessPartitioner, murmur2, partition_for_key
 from .protocol.records import Compression, Header
 from .protocol.versions import ApiKey

@@ -124,7 +124,7 @@ from . import request as _request
 from .connection import BrokerConnection
 from .logins import Logins
 from .retry import ClientClosed, retry, unanswered
-from .security import PLAINTEXT, Security, SecuritySettings, check_shared
+from .security import PLAINTEXT, Security, SecuritySettings
 from .setups import Round, SetUps, connect_cause, format_address
 
 #: Seconds for which a broker's refusal of the client's login (TLS or SASL;
@@ -145,7 +145,6 @@ __all__ = [
     "TopicInfo",
     "ms",
     "parse_address",
-    "shared_or_own",
 ]
 
 log = logging.getLogger("gengroup.cluster")
@@ -877,24 +876,3 @@ class Cluster:
             log.warning("coordinator of %r not available for %.0f s%s", key, down, said)
         exhausted = limit is not None and down >= limit
         return CoordinatorUnavailable(key, down, exhausted=exhausted, message=message)
-
-
-def shared_or_own(
-    cluster: Cluster | Sequence[str] | str,
-    *,
-    client_id: str,
-    security: Security,
-    request_timeout: float = 30.0,
-) -> tuple[Cluster, bool]:
-    """The cluster a client runs on, and whether the client owns it.
-
-    A :class:`Cluster` is shared: whoever made it enters and closes it, and its
-    security settings are the only ones (a ConfigError if ``security`` sets
-    others). Bootstrap addresses make a new one, with these settings, which
-    the client owns: it enters it and closes it itself.
-    """
-    if isinstance(cluster, Cluster):
-        check_shared(security, cluster.security)
-        return cluster, False
-    own = Cluster(cluster, client_id=client_id, request_timeout=request_timeout, security=security)
-    return own, True
