@@ -17,16 +17,24 @@ def shared_or_own(
     client_id: str,
     security: Security,
     request_timeout: float = 30.0,
+    connections_max_idle: float | None = 540.0,
 ) -> tuple[Cluster, bool]:
     """The cluster a client runs on, and whether the client owns it.
 
     A :class:`Cluster` is shared: whoever made it enters and closes it, and its
     security settings are the only ones (a ConfigError if ``security`` sets
-    others). Bootstrap addresses make a new one, with these settings, which
-    the client owns: it enters it and closes it itself.
+    others; its client id and durations are its own too). Bootstrap addresses
+    make a new one, with these settings, which the client owns: it enters it
+    and closes it itself.
     """
     if isinstance(cluster, Cluster):
         check_shared(security, cluster.security)
         return cluster, False
-    own = Cluster(cluster, client_id=client_id, request_timeout=request_timeout, security=security)
+    own = Cluster(
+        cluster,
+        client_id=client_id,
+        request_timeout=request_timeout,
+        connections_max_idle=connections_max_idle,
+        security=security,
+    )
     return own, True
