@@ -77,6 +77,12 @@ def check_cluster_timings(
         check_seconds("unreachable_timeout", unreachable_timeout)
 
 
+def check_idle_limit(connections_max_idle: float | None) -> None:
+    """``connections_max_idle``: None (never), or positive finite seconds, else a ConfigError."""
+    if connections_max_idle is not None:
+        check_seconds("connections_max_idle", connections_max_idle)
+
+
 def check_brokers_type(brokers: object, note: str = "") -> None:
     """Bootstrap addresses as a string or an iterable of them, else a ConfigError.
 
@@ -168,6 +174,11 @@ class GroupConfig(Security):
             (no broker can be the group's coordinator) before
             :class:`~gengroup.CoordinatorUnavailable` does; None keeps
             retrying forever.
+        connections_max_idle: seconds after which the member closes a
+            connection to a broker that has had no request in flight (the
+            next request opens a new one), before the broker's own
+            ``connections.max.idle.ms`` closes it under a request; None
+            keeps connections open until they break.
         fetch_max_wait: seconds a Fetch may wait on the broker for data.
         fetch_min_bytes: bytes a Fetch waits for (up to ``fetch_max_wait``);
             at most ``fetch_max_bytes`` and ``fetch_buffer_bytes``, since no
@@ -250,6 +261,10 @@ class GroupConfig(Security):
       typed error naming every address and why it failed), while a broker
       restart of a few seconds goes unnoticed; services that would rather
       wait out any outage pass None.
+    * ``connections_max_idle=540.0`` -- the Java client's default, a minute
+      below the brokers' default ``connections.max.idle.ms`` (600 s): the
+      client closes an idle connection first, so that no request is written
+      on one just as the broker closes it (a failure and a retry).
     * ``fetch_buffer_bytes=32 MiB`` -- the member's fetched memory stays
       flat however many partitions it is assigned: each partition's share is
       an equal part of it, and what a partition holds -- its buffered batches
@@ -302,6 +317,7 @@ class GroupConfig(Security):
     subscription_version: int | None = None
     request_timeout: float = 30.0
     unreachable_timeout: float | None = 60.0
+    connections_max_idle: float | None = 540.0
     fetch_max_wait: float = 0.5
     fetch_min_bytes: int = 1
     fetch_max_bytes: int = 50 * 1024 * 1024
@@ -392,6 +408,7 @@ class GroupConfig(Security):
             check_seconds(name, getattr(self, name), sent=name in _SENT)
         if self.unreachable_timeout is not None:
             check_seconds("unreachable_timeout", self.unreachable_timeout)
+        check_idle_limit(self.connections_max_idle)
         interval = self.commit_interval
         if (
             isinstance(interval, bool)
@@ -576,6 +593,7 @@ class GroupSettings(SecuritySettings, total=False):
     subscription_version: int | None
     request_timeout: float
     unreachable_timeout: float | None
+    connections_max_idle: float | None
     fetch_max_wait: float
     fetch_min_bytes: int
     fetch_max_bytes: int

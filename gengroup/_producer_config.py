@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._config import check_flag, check_seconds
+from ._config import check_flag, check_idle_limit, check_seconds
 from ._errors import ConfigError
 from .io.security import Security, SecuritySettings
 from .partitioner import Partitioner
@@ -78,6 +78,9 @@ class ProducerConfig(Security):
         metadata_max_age: seconds between background metadata refreshes.
         partitioner: strategy for null-key records, ``"sticky"`` or ``"round_robin"``.
         client_id: client id of an owned cluster.
+        connections_max_idle: seconds after which an owned cluster closes a
+            connection that has had no request in flight, before the broker's
+            own idle limit does (None: never).
         allow_auto_create_topics: let the broker create a topic this producer
             sends to that does not exist, where the broker allows it
             (``auto.create.topics.enable``), as the Java producer does.
@@ -105,6 +108,7 @@ class ProducerConfig(Security):
     metadata_max_age: float = 300.0
     partitioner: Partitioner = "sticky"
     client_id: str = "gengroup-producer"
+    connections_max_idle: float | None = 540.0
     allow_auto_create_topics: bool = True
 
     def __post_init__(self) -> None:
@@ -137,6 +141,7 @@ class ProducerConfig(Security):
         check_seconds("retry_backoff", self.retry_backoff)
         # The Produce request carries it (its ``timeout``, int32 milliseconds).
         check_seconds("request_timeout", self.request_timeout, sent=True)
+        check_idle_limit(self.connections_max_idle)
         if self.delivery_timeout <= self.linger:
             # Every record would expire while it lingers (Java's ConfigException).
             raise ConfigError(
@@ -175,4 +180,5 @@ class ProducerSettings(SecuritySettings, total=False):
     metadata_max_age: float
     partitioner: Partitioner
     client_id: str
+    connections_max_idle: float | None
     allow_auto_create_topics: bool

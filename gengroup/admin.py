@@ -51,7 +51,7 @@ from typing import Any, Self, TypeVar, Unpack
 from kio.schema.errors import ErrorCode
 
 from . import admin_groups as group_ops, admin_topics as topic_ops
-from ._config import check_seconds, config_or_default
+from ._config import check_idle_limit, check_seconds, config_or_default
 from ._errors import (
     BrokerError,
     GengroupError,
@@ -76,12 +76,13 @@ from .admin_types import (
     new_topics,
 )
 from .io import offsets
-from .io.cluster import Cluster, TopicInfo, shared_or_own
+from .io.cluster import Cluster, TopicInfo
 from .io.coordinator import CoordinatorClient
 from .io.offsets import OffsetSpec
 from .io.request import MakeRequest
 from .io.retry import GiveUp, retry, seconds_left
 from .io.security import Security, SecuritySettings
+from .io.shared import shared_or_own
 from .membership import requests
 from .protocol.framing import build, check_client_id, wait_ms
 from .protocol.versions import ApiKey
@@ -109,19 +110,25 @@ class AdminConfig(Security):
     Attributes:
         client_id: client id of a cluster the admin opens itself.
         timeout: default seconds an operation may take, including its metadata wait.
+        connections_max_idle: seconds after which a cluster the admin opens
+            itself closes a connection that has had no request in flight,
+            before the broker's own idle limit does (None: never).
         security_protocol, ssl_*, sasl_*: :class:`~gengroup.io.security.Security`'s, inherited.
 
     Raises:
-        ConfigError: ``timeout`` is not a positive number of seconds, or
+        ConfigError: ``timeout`` is not a positive number of seconds,
+            ``connections_max_idle`` neither that nor None, or
             ``client_id`` is not a string a request header holds.
     """
 
     client_id: str = "gengroup-admin"
     timeout: float = 30.0
+    connections_max_idle: float | None = 540.0
 
     def __post_init__(self) -> None:
         Security.__post_init__(self)
         check_seconds("timeout", self.timeout)
+        check_idle_limit(self.connections_max_idle)
         check_client_id(self.client_id)
 
 
@@ -130,6 +137,7 @@ class AdminSettings(SecuritySettings, total=False):
 
     client_id: str
     timeout: float
+    connections_max_idle: float | None
 
 
 class Admin:
@@ -175,7 +183,10 @@ class Admin:
         config = config_or_default(AdminConfig, config)
         self.config = replace(config, **settings) if settings else config
         self.cluster, self._owns_cluster = shared_or_own(
-            cluster, client_id=self.config.client_id, security=self.config
+            cluster,
+            client_id=self.config.client_id,
+            connections_max_idle=self.config.connections_max_idle,
+            security=self.config,
         )
         self._coordinators: dict[str, CoordinatorClient] = {}
         self._stack = AsyncExitStack()

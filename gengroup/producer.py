@@ -133,8 +133,9 @@ from ._producer_records import (
     produce_request,
 )
 from ._types import TopicPartition
-from .io.cluster import Cluster, shared_or_own
+from .io.cluster import Cluster
 from .io.retry import ClientClosed, backoff_delay
+from .io.shared import shared_or_own
 from .partitioner import KeylessPartitioner, murmur2, partition_for_key
 from .protocol.records import Compression, Header
 from .protocol.versions import ApiKey
@@ -205,7 +206,11 @@ class Producer:
         config = config_or_default(ProducerConfig, config)
         self.config = cfg = dataclasses.replace(config, **settings) if settings else config
         self.cluster, self._owns_cluster = shared_or_own(
-            cluster, client_id=cfg.client_id, request_timeout=cfg.request_timeout, security=cfg
+            cluster,
+            client_id=cfg.client_id,
+            request_timeout=cfg.request_timeout,
+            connections_max_idle=cfg.connections_max_idle,
+            security=cfg,
         )
         self._queues: dict[TopicPartition, Queue] = {}
         self._outstanding: set[Pending] = set()

@@ -24,6 +24,7 @@ from gengroup import (
 )
 from gengroup._config import GroupConfig, GroupSettings
 from gengroup._types import TopicPartition, checked_offset
+from gengroup.io.cluster import Cluster
 
 
 def make(**kw: Any) -> ConsumerGroup:
@@ -270,11 +271,46 @@ def test_a_rack_and_an_instance_id_a_request_holds_are_taken() -> None:
 
 def test_a_cluster_refuses_a_client_id_no_request_header_holds() -> None:
     # The producer and the admin open their clusters with their client ids.
-    from gengroup.io.cluster import Cluster
-
     Cluster("127.0.0.1:9092", client_id="é" * 16383)  # 32,766 bytes: fits
     with pytest.raises(ConfigError, match="client_id of 32768 bytes"):
         Cluster("127.0.0.1:9092", client_id="é" * 16384)
+
+
+#: Each client, made with these settings, and its cluster.
+CLIENTS = {
+    "group": lambda **kw: make(**kw).cluster,
+    "producer": lambda **kw: Producer("127.0.0.1:9092", **kw).cluster,
+    "admin": lambda **kw: Admin("127.0.0.1:9092", **kw).cluster,
+    "cluster": lambda **kw: Cluster("127.0.0.1:9092", **kw),
+}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_connections_max_idle_reaches_the_cluster(client: str) -> None:
+    """540 s by default (the Java client's, below the broker's 600 s); None: never."""
+    open_cluster = CLIENTS[client]
+    assert open_cluster().idle.limit == 540.0
+    assert open_cluster(connections_max_idle=30.0).idle.limit == 30.0
+    assert open_cluster(connections_max_idle=None).idle.limit is None
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (0, "must be a positive finite number of seconds, got 0"),
+        (-1.0, "must be a positive finite number of seconds, got -1.0"),
+        (float("nan"), "must be a positive finite number of seconds, got nan"),
+        (float("inf"), "must be a positive finite number of seconds, got inf"),
+        ("540", "must be a number of seconds, got '540'"),
+        (True, "must be a number of seconds, got True"),
+    ],
+)
+def test_connections_max_idle_must_be_positive_seconds_or_none(
+    client: str, value: Any, said: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"^connections_max_idle {re.escape(said)}$"):
+        CLIENTS[client](connections_max_idle=value)
 
 
 @pytest.mark.parametrize(

@@ -182,6 +182,7 @@ class GroupClient:
             client_id=config.client_id,
             request_timeout=config.request_timeout,
             unreachable_timeout=config.unreachable_timeout,
+            connections_max_idle=config.connections_max_idle,
             security=config,
         )
         self._missing_topics: set[str] = set()

@@ -57,6 +57,10 @@ that stopped refuses the next connection instead, which is said as that):
 in the :class:`~gengroup._errors.BrokenConnection` that request raises,
 and in the WARNING and the outage once every known address does it.
 
+A connection with no request in flight for ``connections_max_idle`` seconds
+is closed and dropped from the pool before the broker's own idle limit
+closes it under a request (:mod:`gengroup.io.idle`).
+
 Every request goes out through :meth:`Cluster.call` (version negotiated on
 the connection that carries it, see :mod:`gengroup.io.request`); every retry
 waits the one backoff of :mod:`gengroup.io.retry`, from ``retry_backoff``.
@@ -105,7 +109,7 @@ import anyio
 import anyio.abc
 from kio.schema.errors import ErrorCode
 
-from .._config import check_brokers_type, check_cluster_timings
+from .._config import check_brokers_type, check_cluster_timings, check_idle_limit
 from .._errors import (
     AuthenticationError,
     BrokenConnection,
@@ -122,9 +126,10 @@ from ..protocol.framing import build, check_client_id, ms
 from ..protocol.versions import ApiKey
 from . import request as _request
 from .connection import BrokerConnection
+from .idle import IdleReaper
 from .logins import Logins
 from .retry import ClientClosed, retry, unanswered
-from .security import PLAINTEXT, Security, SecuritySettings, check_shared
+from .security import PLAINTEXT, Security, SecuritySettings
 from .setups import Round, SetUps, connect_cause, format_address
 
 #: Seconds for which a broker's refusal of the client's login (TLS or SASL;
@@ -145,7 +150,6 @@ __all__ = [
     "TopicInfo",
     "ms",
     "parse_address",
-    "shared_or_own",
 ]
 
 log = logging.getLogger("gengroup.cluster")
@@ -231,6 +235,8 @@ class Cluster:
             COORDINATOR_NOT_AVAILABLE for a key before
             :class:`~gengroup._errors.CoordinatorUnavailable` does; None
             retries forever.
+        connections_max_idle: seconds after which a connection with no request
+            in flight is closed (None: never); below the brokers' own limit.
         security: TLS and SASL settings of every connection (default: plain TCP).
         **settings: the same settings by name instead (``security_protocol``,
             ``sasl_mechanism`` ..., see :class:`~gengroup.io.security.Security`).
@@ -259,6 +265,7 @@ class Cluster:
         request_timeout: float = 30.0,
         retry_backoff: float = 0.1,
         unreachable_timeout: float | None = None,
+        connections_max_idle: float | None = 540.0,
         security: Security | None = None,
         **settings: Unpack[SecuritySettings],
     ) -> None:
@@ -270,6 +277,7 @@ class Cluster:
         self.bootstrap = [parse_address(a) for a in bootstrap]
         check_client_id(client_id)
         check_cluster_timings(connect_timeout, request_timeout, retry_backoff, unreachable_timeout)
+        check_idle_limit(connections_max_idle)
         self.client_id = client_id
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
@@ -309,6 +317,8 @@ class Cluster:
         self._conns: dict[tuple[int | tuple[str, int], str], BrokerConnection] = {}
         self._locks: dict[tuple[int | tuple[str, int], str], anyio.Lock] = {}
         self._inflight: dict[BrokerConnection, int] = {}
+        #: Closes the connections idle for ``connections_max_idle`` (the one task that does).
+        self.idle = IdleReaper(connections_max_idle, self._conns, self._inflight)
         #: The attempts of the latest :meth:`any_connection` round that did not
         #: end with a connection or with every attempt failed: still going, or
         #: cancelled (until the next request to any broker).
@@ -322,6 +332,7 @@ class Cluster:
         if self._tg is not None or self._closed:
             raise GengroupError("a Cluster can be entered only once, and not after aclose()")
         self._tg = await self._stack.enter_async_context(anyio.create_task_group())
+        self.idle.start(self._tg)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -341,6 +352,7 @@ class Cluster:
         hence the flag, checked by every open.
         """
         self._closed = True
+        self.idle.stop()
         while self._conns:
             conns = list(self._conns.values())
             self._conns.clear()
@@ -364,12 +376,12 @@ class Cluster:
         slot = (key, channel)
         conn = self._conns.get(slot)
         if conn is not None and conn.is_usable:
-            return conn
+            return self.idle.lent(conn)
         lock = self._locks.setdefault(slot, anyio.Lock())
         async with lock:
             conn = self._conns.get(slot)
             if conn is not None and conn.is_usable:
-                return conn
+                return self.idle.lent(conn)
             if self._tg is None:
                 raise GengroupError("the Cluster is not open: use `async with Cluster(...)`")
             if self._closed:
@@ -877,24 +889,3 @@ class Cluster:
             log.warning("coordinator of %r not available for %.0f s%s", key, down, said)
         exhausted = limit is not None and down >= limit
         return CoordinatorUnavailable(key, down, exhausted=exhausted, message=message)
-
-
-def shared_or_own(
-    cluster: Cluster | Sequence[str] | str,
-    *,
-    client_id: str,
-    security: Security,
-    request_timeout: float = 30.0,
-) -> tuple[Cluster, bool]:
-    """The cluster a client runs on, and whether the client owns it.
-
-    A :class:`Cluster` is shared: whoever made it enters and closes it, and its
-    security settings are the only ones (a ConfigError if ``security`` sets
-    others). Bootstrap addresses make a new one, with these settings, which
-    the client owns: it enters it and closes it itself.
-    """
-    if isinstance(cluster, Cluster):
-        check_shared(security, cluster.security)
-        return cluster, False
-    own = Cluster(cluster, client_id=client_id, request_timeout=request_timeout, security=security)
-    return own, True

@@ -293,6 +293,9 @@ class BrokerConnection:
         #: which by the next connection.
         self.on_unanswered_close: Callable[[str], None] | None = None
         self._first_sent_at: float | None = None
+        #: When the set-up ended, a request was last written or answered, or the
+        #: owner last handed it out: what idleness counts from (:mod:`gengroup.io.idle`).
+        self.last_active = 0.0
         #: Called when a request went unanswered for its whole timeout (the
         #: connection is then closed).
         self.on_timed_out: Callable[[], None] | None = None
@@ -414,6 +417,7 @@ class BrokerConnection:
                     raise
                 else:
                     self._set_up, self.stage = True, "ready"
+                    self.last_active = anyio.current_time()
                     if self._tls is not None or self.security.uses_sasl:
                         self.logins.accepted(self.address)
                     if self.session_lifetime is not None:
@@ -688,6 +692,7 @@ class BrokerConnection:
                     if waiter is None:
                         raise ProtocolError(f"response with unknown correlation id {cid}")
                     waiter.frame = frame
+                    self.last_active = anyio.current_time()
                     waiter.event.set()
                     if self._set_up:
                         self.has_answered = True
@@ -787,6 +792,7 @@ class BrokerConnection:
                 deadline = anyio.current_time() + self.request_timeout
                 with anyio.CancelScope(shield=True, deadline=deadline) as send_scope:
                     await stream.send(frame)
+                self.last_active = anyio.current_time()
                 if send_scope.cancelled_caught:
                     err = RequestTimedOut(f"{self}: send blocked for {self.request_timeout} s")
                     self._fail(err)
