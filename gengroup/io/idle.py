@@ -6,9 +6,9 @@ A Kafka broker closes a connection on which nothing came for its own
 ``connections.max.idle.ms`` (10 minutes by default). A request the client
 writes just as the broker closes the connection goes down with it: it fails
 with :class:`~gengroup._errors.BrokenConnection` and is sent again on a new
-connection, with a WARNING for nothing. So, as the Java client and
-librdkafka do with their ``connections.max.idle.ms`` (9 minutes by default,
-below the broker's), a :class:`~gengroup.io.cluster.Cluster` closes a pooled
+connection, with a WARNING for nothing. So, as the Java client does with its
+``connections.max.idle.ms`` (9 minutes by default, below the broker's; in
+librdkafka the setting is off unless set), a :class:`~gengroup.io.cluster.Cluster` closes a pooled
 connection itself once it has had no request in flight for
 ``connections_max_idle`` seconds, and takes it out of the pool; the next
 request to that broker opens a new one, as after any close.
