@@ -42,8 +42,8 @@ Every response is settled per partition: success resolves each record with
 ``base_offset + index``; a retriable error (Kafka's ``retriable`` flag, stale
 metadata, a broken or timed-out connection) puts the batch back at the head of
 its partition with an exponential backoff and, for leadership errors, asks the
-metadata task for a refresh (a partition that starts failing is logged once,
-and once when written again: ``_producer_queue.py``); MESSAGE_TOO_LARGE for a
+metadata task for a refresh (logged once per broker and change of state, not
+per partition or retry: ``_producer_failures.py``); MESSAGE_TOO_LARGE for a
 batch of several records puts them back at the head of the queue, to go in
 batches of half as many (as the Java producer splits); anything else fails the
 batch's records with the typed error. ``delivery_timeout`` counts from the
@@ -111,6 +111,7 @@ from ._errors import (
 )
 from ._producer_buffer import BufferPool
 from ._producer_config import ProducerConfig, ProducerSettings
+from ._producer_failures import Failures
 from ._producer_idempotence import DUPLICATE_SEQUENCE, RESTART_CODES, Sequencer
 from ._producer_metadata import ProducerMetadata
 from ._producer_queue import (
@@ -209,6 +210,7 @@ class Producer:
         )
         self._queues: dict[TopicPartition, Queue] = {}
         self._outstanding: set[Pending] = set()
+        self._failures = Failures()  # the log of failing Produce requests
         self._buffer = BufferPool(cfg.buffer_bytes)
         self._wakeup = anyio.Event()
         self._metadata = ProducerMetadata(self.cluster, cfg, self._wake)
@@ -708,6 +710,7 @@ class Producer:
             queue.sending = batch
             wake_at = min(wake_at, batch.created + self.config.delivery_timeout)
             requests.add(leader, batch)
+        self._failures.report(now, self.config.retry_backoff)  # before the requests go out
         return requests.requests, wake_at
 
     def _expire_queued(self, queue: Queue, now: float) -> None:
@@ -855,7 +858,7 @@ class Producer:
             self._idem.acknowledged(batch)
         queue = self._queues.get(batch.tp)
         if queue is not None and queue.failing is not None:
-            queue.written(node)
+            self._failures.written(queue, node)
         results = batch.results(base_offset, append_time)
         for pending, result in zip(batch.records, results, strict=True):
             self._settle(pending, result, None)
@@ -865,6 +868,8 @@ class Producer:
         if self._idem is not None:
             self._idem.failed(batch)
         error = batch.closed_error(error)
+        if (queue := self._queues.get(batch.tp)) is not None:
+            self._failures.records_failed(queue, error)
         for pending in batch.records:
             self._settle(pending, None, error)
         self._freed()
@@ -888,4 +893,4 @@ class Producer:
         queue = self._queues[batch.tp]
         queue.retry = batch
         if node >= 0:
-            queue.failed(error, node)
+            self._failures.failed(queue, error, node, now)

@@ -6,8 +6,12 @@ import logging
 
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
+from gengroup._errors import RequestTimedOut
+from gengroup._producer_failures import partitions_named
+from gengroup._types import TopicPartition
 from gengroup.broker import Disconnect, Fail, FakeCluster, Intercepted
 from gengroup.producer import Producer
 from gengroup.protocol.versions import ApiKey
@@ -89,3 +93,173 @@ async def test_a_broken_connection_is_logged_as_its_partitions_failing(
     logged = _produce_logs(caplog)
     assert [level for level, _ in logged] == [logging.WARNING, logging.INFO], logged
     assert "t[0] on broker 0 failing" in logged[0][1] and "BrokenConnection" in logged[0][1]
+
+
+# ------------------------------------------------ a broker's event: a line, not one per partition
+
+
+def _producer_logs(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == level and r.getMessage().startswith("producer: ")
+    ]
+
+
+async def _send_to_each(producer: Producer, topic: str, count: int) -> list[BaseException]:
+    """Send a record to each of ``count`` partitions at once; the errors raised."""
+    errors: list[BaseException] = []
+
+    async def send(partition: int) -> None:
+        try:
+            await producer.send(topic, b"x", partition=partition)
+        except Exception as exc:
+            errors.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        for partition in range(count):
+            nursery.start_soon(send, partition)
+    return errors
+
+
+@pytest.mark.parametrize("max_request_bytes", [1_048_576, 200])
+async def test_partitions_failing_on_a_broker_are_one_warning_and_one_info_per_broker(
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+    max_request_bytes: int,
+) -> None:
+    """NOT_LEADER_OR_FOLLOWER for every partition a broker leads is one WARNING
+    for that broker (its count of partitions, a few named) and one INFO when
+    they are written again, the per-partition detail at DEBUG: also when the
+    partitions went in a request each (``max_request_bytes`` 200)."""
+    caplog.set_level(logging.DEBUG, logger="gengroup")
+    async with FakeCluster(brokers=2, topics={"orders": 50}) as fake:
+        tried: set[int] = set()
+
+        def answer(call: Intercepted) -> Fail | None:
+            """NOT_LEADER_OR_FOLLOWER for a request carrying a partition's first attempt."""
+            sent = {int(p.index) for t in call.request.topic_data for p in t.partition_data}
+            if sent <= tried:
+                return None
+            tried.update(sent)
+            return Fail(6)
+
+        async with Producer(
+            fake.bootstrap, retry_backoff=0.1, max_request_bytes=max_request_bytes
+        ) as producer:
+            assert await _send_to_each(producer, "orders", 50) == []  # warm-up
+            caplog.clear()
+            fake.control(ApiKey.PRODUCE, answer)
+            assert await _send_to_each(producer, "orders", 50) == []
+    warnings = sorted(_producer_logs(caplog, logging.WARNING))
+    infos = sorted(_producer_logs(caplog, logging.INFO))
+    assert len(warnings) == 2, warnings
+    for node, said in enumerate(warnings):
+        assert said.startswith(f"producer: Produce to 25 partitions (orders[{node}], "), said
+        assert f" and 22 more) on broker {node} failing, retrying until each record's " in said
+        assert "NOT_LEADER_OR_FOLLOWER" in said
+    assert len(infos) == 2, infos
+    for node, said in enumerate(infos):
+        assert said.startswith(f"producer: 25 partitions (orders[{node}], "), said
+        assert f" and 22 more) written again on broker {node}, after " in said
+    debug = _producer_logs(caplog, logging.DEBUG)
+    for partition in range(50):  # each partition's detail
+        assert any(f"Produce to orders[{partition}] on broker" in said for said in debug)
+        assert any(
+            said.startswith(f"producer: orders[{partition}] written again") for said in debug
+        )
+    assert all(len(fake.records("orders", p)) == 2 for p in range(50))
+
+
+async def test_a_broker_restart_is_a_warning_and_an_info_naming_the_brokers(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker stopping under the Produce requests of its partitions (their
+    leadership moves to the other broker) is one WARNING naming it, and one
+    INFO once its partitions are written on the other."""
+    caplog.set_level(logging.DEBUG, logger="gengroup")
+    async with FakeCluster(brokers=2) as fake:
+        fake.create_topic("orders", 50, replication_factor=2)
+        led = sorted(p for p in range(50) if fake.state.topics.partition("orders", p).leader == 0)
+        async with Producer(fake.bootstrap, retry_backoff=0.1) as producer:
+            assert await _send_to_each(producer, "orders", 50) == []
+            caplog.clear()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_send_to_each, producer, "orders", 50)
+                await trio.lowlevel.checkpoint()  # queued, not yet sent
+                await fake.restart_broker(0, downtime=2)
+    named = ", ".join(f"orders[{p}]" for p in led[:3])
+    warnings = _producer_logs(caplog, logging.WARNING)
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith(
+        f"producer: Produce to {len(led)} partitions ({named} and {len(led) - 3} more) "
+        "on broker 0 failing, retrying until each record's delivery_timeout: BrokenConnection"
+    ), warnings
+    assert _producer_logs(caplog, logging.INFO) == [
+        f"producer: {len(led)} partitions ({named} and {len(led) - 3} more) written again "
+        f"on broker 1, after {len(led)} failed attempt(s) since failing on broker 0"
+    ]
+    assert all(len(fake.records("orders", p)) == 2 for p in range(50))
+
+
+async def test_records_expiring_on_a_broker_down_are_one_warning_each_send_its_error(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker down past the delivery timeout: each send raises its
+    RequestTimedOut, as before, and the log has one WARNING when the
+    partitions start failing, one when their records failed (naming the
+    count and the error), and nothing when the broker is back."""
+    caplog.set_level(logging.DEBUG, logger="gengroup")
+    async with FakeCluster(topics={"orders": 20}) as fake:
+        async with Producer(fake.bootstrap, retry_backoff=0.1, delivery_timeout=3) as producer:
+            assert await _send_to_each(producer, "orders", 20) == []
+            caplog.clear()
+            await fake.stop_broker(0)
+            errors = await _send_to_each(producer, "orders", 20)
+            assert [type(e) for e in errors] == [RequestTimedOut] * 20, errors
+            warnings = _producer_logs(caplog, logging.WARNING)
+            assert _producer_logs(caplog, logging.INFO) == []
+            caplog.clear()
+            await fake.start_broker(0)
+            assert await _send_to_each(producer, "orders", 20) == []
+            assert _producer_logs(caplog, logging.WARNING) == []
+            assert _producer_logs(caplog, logging.INFO) == []
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith(
+        "producer: Produce to 20 partitions (orders[0], orders[1], orders[2] and 17 more) "
+        "on broker 0 failing, retrying until each record's delivery_timeout: BrokenConnection"
+    ), warnings
+    assert warnings[1].startswith(
+        "producer: gave up on 20 partitions (orders[0], orders[1], orders[2] and 17 more) "
+        "failing since Produce to broker 0 failed, after "
+    ), warnings
+    assert (
+        "each send raising its error (RequestTimedOut: orders[0]: 1 record(s) not " in (warnings[1])
+    )
+
+
+async def test_one_partition_giving_up_is_named(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    async with FakeCluster(topics={"t": 1}) as fake:
+        async with Producer(fake.bootstrap, retry_backoff=0.1, delivery_timeout=2) as producer:
+            await producer.send("t", b"warm-up")
+            fake.control(ApiKey.PRODUCE, lambda call: Fail(19))
+            with pytest.raises(RequestTimedOut):
+                await producer.send("t", b"a")
+    logged = _producer_logs(caplog, logging.WARNING)
+    assert len(logged) == 2, logged
+    assert logged[0].startswith("producer: Produce to t[0] on broker 0 failing (1 attempt(s))")
+    assert logged[1].startswith(
+        "producer: gave up on t[0] failing since Produce to broker 0 failed, after "
+    ), logged
+    assert "NOT_ENOUGH_REPLICAS" in logged[1]
+
+
+def test_partitions_are_named_a_few_then_counted() -> None:
+    tps = [TopicPartition("orders", p) for p in (7, 3, 12, 40, 5)]
+    assert partitions_named(tps[:1]) == "orders[7]"
+    assert partitions_named(tps[:2]) == "2 partitions (orders[3] and orders[7])"
+    assert partitions_named(tps[:3]) == "3 partitions (orders[3], orders[7] and orders[12])"
+    assert partitions_named(tps) == "5 partitions (orders[3], orders[5], orders[7] and 2 more)"
