@@ -2,7 +2,7 @@
 
 Plain state, no I/O: :mod:`gengroup.producer` moves records between these.
 A partition's queue says whether its Produce is failing (:attr:`Queue.failing`,
-the episode it belongs to); :mod:`gengroup._producer_failures` logs that.
+the wave it belongs to); :mod:`gengroup._producer_failures` logs that.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ._types import TopicPartition
 from .protocol.records import Compression, Header, encode_batch
 
 if TYPE_CHECKING:
-    from ._producer_failures import Episode
+    from ._producer_failures import Wave
 
 __all__ = [
     "BATCH_OVERHEAD",
@@ -306,14 +306,15 @@ class Queue:
         # for metadata or room; a split batch went back to the head): the
         # records are not in deadline order, and expiring them needs a scan.
         self.unordered = False
-        # The episode of failing Produce requests it belongs to (None: it is
+        # The wave of failing Produce requests it belongs to (None: it is
         # not failing), and how often it failed since it started failing.
-        self.failing: Episode | None = None
+        self.failing: Wave | None = None
         self.failures = 0
 
     def idle(self) -> bool:
-        """Nothing of the partition is queued, waiting for a retry or in flight."""
-        return not self.records and self.retry is None and not self.in_flight
+        """Nothing of the partition is left to send: queued, waiting for a retry,
+        or in flight within its delivery timeout (a batch in flight past it failed)."""
+        return not self.records and self.retry is None and self.sending is None
 
     def append(self, pending: Pending) -> None:
         """Queue ``pending`` last (its bytes counted)."""

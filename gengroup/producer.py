@@ -135,7 +135,7 @@ from ._producer_records import (
 )
 from ._types import TopicPartition
 from .io.cluster import Cluster, shared_or_own
-from .io.retry import ClientClosed, backoff_delay
+from .io.retry import DEFAULT_CAP, ClientClosed, backoff_delay
 from .partitioner import KeylessPartitioner, murmur2, partition_for_key
 from .protocol.records import Compression, Header
 from .protocol.versions import ApiKey
@@ -210,7 +210,7 @@ class Producer:
         )
         self._queues: dict[TopicPartition, Queue] = {}
         self._outstanding: set[Pending] = set()
-        self._failures = Failures()  # the log of failing Produce requests
+        self._failures = Failures(cfg.retry_backoff, 1.2 * max(cfg.retry_backoff, DEFAULT_CAP))
         self._buffer = BufferPool(cfg.buffer_bytes)
         self._wakeup = anyio.Event()
         self._metadata = ProducerMetadata(self.cluster, cfg, self._wake)
@@ -317,6 +317,7 @@ class Producer:
     def _shutdown(self, error: BaseException, unanswered: BaseException | None = None) -> None:
         self._closed = True
         self._buffer.close()  # the sends waiting for room raise ConnectionClosed
+        self._failures.close(error, unanswered)  # the log of failing Produce requests
         self._fail_outstanding(error, unanswered)
         for scope in self._shields:
             scope.cancel()
@@ -710,7 +711,7 @@ class Producer:
             queue.sending = batch
             wake_at = min(wake_at, batch.created + self.config.delivery_timeout)
             requests.add(leader, batch)
-        self._failures.report(now, self.config.retry_backoff)  # before the requests go out
+        wake_at = min(wake_at, self._failures.report(now))  # before the requests go out
         return requests.requests, wake_at
 
     def _expire_queued(self, queue: Queue, now: float) -> None:
