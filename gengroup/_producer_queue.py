@@ -1,26 +1,18 @@
 """The producer's bookkeeping: a pending record, a batch, a partition's queue, a waiter.
 
 Plain state, no I/O: :mod:`gengroup.producer` moves records between these.
-
-A partition's queue also logs its failures, once per change of state rather
-than per retry: a WARNING when its Produce starts failing with a retriable
-error (:meth:`Queue.failed`: naming the partition, the broker and the error),
-DEBUG for each retry after an error it already failed with since, INFO for
-an error it had not (so a partition whose errors alternate, as leadership
-moves, logs each kind once), and one INFO line when a batch of it is written
-again (:meth:`Queue.written`; the sender checks :attr:`Queue.failing` first,
-a plain attribute).
+A partition's queue says whether its Produce is failing (:attr:`Queue.failing`,
+the wave it belongs to); :mod:`gengroup._producer_failures` logs that.
 """
 
 from __future__ import annotations
 
 import datetime
-import logging
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.lowlevel
@@ -29,6 +21,9 @@ from ._errors import ClosedInFlight, ConnectionClosed, RequestTimedOut, copy_err
 from ._producer_records import RecordMetadata
 from ._types import TopicPartition
 from .protocol.records import Compression, Header, encode_batch
+
+if TYPE_CHECKING:
+    from ._producer_failures import Wave
 
 __all__ = [
     "BATCH_OVERHEAD",
@@ -46,8 +41,6 @@ __all__ = [
 
 #: The bytes of a record batch's header, counted against ``max_batch_bytes``.
 BATCH_OVERHEAD = 61
-
-log = logging.getLogger("gengroup")
 
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _ONE_MS: Final = datetime.timedelta(milliseconds=1)
@@ -313,47 +306,15 @@ class Queue:
         # for metadata or room; a split batch went back to the head): the
         # records are not in deadline order, and expiring them needs a scan.
         self.unordered = False
-        # The kinds of the errors its Produce has failed with since it last
-        # succeeded (None: it is not failing), and how often.
-        self.failing: set[object] | None = None
+        # The wave of failing Produce requests it belongs to (None: it is
+        # not failing), and how often it failed since it started failing.
+        self.failing: Wave | None = None
         self.failures = 0
 
-    def failed(self, error: BaseException, node: int) -> None:
-        """Log a retriable failure of the partition's Produce on broker ``node``
-        (the batch is retried): once per change of state, not per retry."""
-        kind = getattr(error, "code", None) or type(error)
-        self.failures += 1
-        if self.failing is None:
-            level, said = logging.WARNING, "failing"
-            self.failing = {kind}
-        elif kind in self.failing:
-            level, said = logging.DEBUG, "still failing"
-        else:
-            level, said = logging.INFO, "now failing"
-            self.failing.add(kind)
-        if log.isEnabledFor(level):
-            log.log(
-                level,
-                "producer: Produce to %s on broker %d %s (%d attempt(s)), retrying until each "
-                "record's delivery_timeout: %s: %s",
-                self.tp,
-                node,
-                said,
-                self.failures,
-                type(error).__name__,
-                error,
-            )
-
-    def written(self, node: int) -> None:
-        """A batch of the partition was written on broker ``node`` after failures: log it."""
-        log.info(
-            "producer: %s written again on broker %d, after %d failed attempt(s)",
-            self.tp,
-            node,
-            self.failures,
-        )
-        self.failing = None
-        self.failures = 0
+    def idle(self) -> bool:
+        """Nothing of the partition is left to send: queued, waiting for a retry,
+        or in flight within its delivery timeout (a batch in flight past it failed)."""
+        return not self.records and self.retry is None and self.sending is None
 
     def append(self, pending: Pending) -> None:
         """Queue ``pending`` last (its bytes counted)."""

@@ -42,11 +42,10 @@ Every response is settled per partition: success resolves each record with
 ``base_offset + index``; a retriable error (Kafka's ``retriable`` flag, stale
 metadata, a broken or timed-out connection) puts the batch back at the head of
 its partition with an exponential backoff and, for leadership errors, asks the
-metadata task for a refresh (a partition that starts failing is logged once,
-and once when written again: ``_producer_queue.py``); MESSAGE_TOO_LARGE for a
-batch of several records puts them back at the head of the queue, to go in
-batches of half as many (as the Java producer splits); anything else fails the
-batch's records with the typed error. ``delivery_timeout`` counts from the
+metadata task for a refresh (logged per broker and change of state, not per
+partition or retry: ``_producer_failures.py``); MESSAGE_TOO_LARGE for a batch
+of several records puts them back at the head of the queue, in batches of half
+as many (as the Java producer splits); anything else fails them, typed. ``delivery_timeout`` counts from the
 start of a record's ``send`` call and is a bound, neither crossed nor cut
 short: a backoff that would end past it ends at it, and the drain then fails a
 batch, or queued records, whose time is up with ``RequestTimedOut`` (the last
@@ -111,6 +110,7 @@ from ._errors import (
 )
 from ._producer_buffer import BufferPool
 from ._producer_config import ProducerConfig, ProducerSettings
+from ._producer_failures import Failures
 from ._producer_idempotence import DUPLICATE_SEQUENCE, RESTART_CODES, Sequencer
 from ._producer_metadata import ProducerMetadata
 from ._producer_queue import (
@@ -134,7 +134,7 @@ from ._producer_records import (
 )
 from ._types import TopicPartition
 from .io.cluster import Cluster
-from .io.retry import ClientClosed, backoff_delay
+from .io.retry import DEFAULT_CAP, ClientClosed, backoff_delay
 from .io.shared import shared_or_own
 from .partitioner import KeylessPartitioner, murmur2, partition_for_key
 from .protocol.records import Compression, Header
@@ -152,7 +152,6 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------------------- values
-
 
 _MESSAGE_TOO_LARGE: Final = 10
 #: NOT_ENOUGH_REPLICAS_AFTER_APPEND: retried, but the leader wrote the batch.
@@ -214,6 +213,7 @@ class Producer:
         )
         self._queues: dict[TopicPartition, Queue] = {}
         self._outstanding: set[Pending] = set()
+        self._failures = Failures(cfg.retry_backoff, 1.2 * max(cfg.retry_backoff, DEFAULT_CAP))
         self._buffer = BufferPool(cfg.buffer_bytes)
         self._wakeup = anyio.Event()
         self._metadata = ProducerMetadata(self.cluster, cfg, self._wake)
@@ -320,6 +320,7 @@ class Producer:
     def _shutdown(self, error: BaseException, unanswered: BaseException | None = None) -> None:
         self._closed = True
         self._buffer.close()  # the sends waiting for room raise ConnectionClosed
+        self._failures.close(error, unanswered)  # the log of failing Produce requests
         self._fail_outstanding(error, unanswered)
         for scope in self._shields:
             scope.cancel()
@@ -713,6 +714,7 @@ class Producer:
             queue.sending = batch
             wake_at = min(wake_at, batch.created + self.config.delivery_timeout)
             requests.add(leader, batch)
+        wake_at = min(wake_at, self._failures.report(now))  # before the requests go out
         return requests.requests, wake_at
 
     def _expire_queued(self, queue: Queue, now: float) -> None:
@@ -860,7 +862,7 @@ class Producer:
             self._idem.acknowledged(batch)
         queue = self._queues.get(batch.tp)
         if queue is not None and queue.failing is not None:
-            queue.written(node)
+            self._failures.written(queue, node)
         results = batch.results(base_offset, append_time)
         for pending, result in zip(batch.records, results, strict=True):
             self._settle(pending, result, None)
@@ -870,6 +872,8 @@ class Producer:
         if self._idem is not None:
             self._idem.failed(batch)
         error = batch.closed_error(error)
+        if (queue := self._queues.get(batch.tp)) is not None:
+            self._failures.records_failed(queue, error)
         for pending in batch.records:
             self._settle(pending, None, error)
         self._freed()
@@ -893,4 +897,4 @@ class Producer:
         queue = self._queues[batch.tp]
         queue.retry = batch
         if node >= 0:
-            queue.failed(error, node)
+            self._failures.failed(queue, error, node, now)

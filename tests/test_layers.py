@@ -38,6 +38,7 @@ SANS_IO = [
     *_modules("_types"),
     *_modules("_config"),
     *_modules("_producer_idempotence"),
+    *_modules("_producer_failures"),
 ]
 FORBIDDEN = {"trio", "anyio", "asyncio", "socket", "time", "selectors"}
 ALL_MODULES = sorted(ROOT.rglob("*.py"))

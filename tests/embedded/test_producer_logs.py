@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import Any
 
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
-from gengroup.broker import Disconnect, Fail, FakeCluster, Intercepted
+import gengroup.producer as producer_module
+from gengroup._errors import RequestTimedOut
+from gengroup._producer_failures import Failures, partitions_named
+from gengroup._types import TopicPartition
+from gengroup.broker import Disconnect, Drop, Fail, FakeCluster, Intercepted
 from gengroup.producer import Producer
 from gengroup.protocol.versions import ApiKey
 
@@ -60,10 +69,17 @@ async def test_a_partition_failing_is_logged_once_and_once_when_written_again(
         logging.INFO,  # written again
     ], second
     assert "now failing" in second[2][1] and "REQUEST_TIMED_OUT" in second[2][1]
-    # Each kind of error once, however they alternate.
-    assert [level for level, _ in third] == [logging.WARNING, logging.INFO] + [
-        logging.DEBUG
-    ] * 3 + [logging.INFO], third
+    # Each kind of error once, however they alternate (the ``now failing`` line
+    # waits up to the longest retry backoff, for other partitions to join it).
+    assert [level for level, _ in third if level > logging.DEBUG] == [
+        logging.WARNING,
+        logging.INFO,
+        logging.INFO,
+    ], third
+    assert [level for level, _ in third].count(logging.DEBUG) == 3, third
+    shifted = [said for level, said in third if level == logging.INFO and "now failing" in said]
+    assert len(shifted) == 1 and "t[0] on broker 0 now failing (2 attempt(s))" in shifted[0]
+    assert "REQUEST_TIMED_OUT" in shifted[0], third
     assert [r.value for r in fake.records("t", 0)] == [b"warm-up", b"a", b"b", b"c", b"d"]
 
 
@@ -89,3 +105,460 @@ async def test_a_broken_connection_is_logged_as_its_partitions_failing(
     logged = _produce_logs(caplog)
     assert [level for level, _ in logged] == [logging.WARNING, logging.INFO], logged
     assert "t[0] on broker 0 failing" in logged[0][1] and "BrokenConnection" in logged[0][1]
+
+
+# ------------------------------------------------ a broker's event: a line, not one per partition
+
+
+def _producer_logs(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == level and r.getMessage().startswith("producer: ")
+    ]
+
+
+async def _send_to_each(producer: Producer, topic: str, count: int) -> list[BaseException]:
+    """Send a record to each of ``count`` partitions at once; the errors raised."""
+    errors: list[BaseException] = []
+
+    async def send(partition: int) -> None:
+        try:
+            await producer.send(topic, b"x", partition=partition)
+        except Exception as exc:
+            errors.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        for partition in range(count):
+            nursery.start_soon(send, partition)
+    return errors
+
+
+@pytest.mark.parametrize("max_request_bytes", [1_048_576, 200])
+async def test_partitions_failing_on_a_broker_are_one_warning_and_one_info_per_broker(
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+    max_request_bytes: int,
+) -> None:
+    """NOT_LEADER_OR_FOLLOWER for every partition a broker leads is one WARNING
+    for that broker (its count of partitions, a few named) and one INFO when
+    they are written again, the per-partition detail at DEBUG: also when the
+    partitions went in a request each (``max_request_bytes`` 200)."""
+    caplog.set_level(logging.DEBUG, logger="gengroup")
+    async with FakeCluster(brokers=2, topics={"orders": 50}) as fake:
+        tried: set[int] = set()
+
+        def answer(call: Intercepted) -> Fail | None:
+            """NOT_LEADER_OR_FOLLOWER for a request carrying a partition's first attempt."""
+            sent = {int(p.index) for t in call.request.topic_data for p in t.partition_data}
+            if sent <= tried:
+                return None
+            tried.update(sent)
+            return Fail(6)
+
+        async with Producer(
+            fake.bootstrap, retry_backoff=0.1, max_request_bytes=max_request_bytes
+        ) as producer:
+            assert await _send_to_each(producer, "orders", 50) == []  # warm-up
+            caplog.clear()
+            fake.control(ApiKey.PRODUCE, answer)
+            assert await _send_to_each(producer, "orders", 50) == []
+    warnings = sorted(_producer_logs(caplog, logging.WARNING))
+    infos = sorted(_producer_logs(caplog, logging.INFO))
+    assert len(warnings) == 2, warnings
+    for node, said in enumerate(warnings):
+        assert said.startswith(f"producer: Produce to 25 partitions (orders[{node}], "), said
+        assert f" and 22 more) on broker {node} failing, retrying until each record's " in said
+        assert "NOT_LEADER_OR_FOLLOWER" in said
+    assert len(infos) == 2, infos
+    for node, said in enumerate(infos):
+        assert said.startswith(f"producer: 25 partitions (orders[{node}], "), said
+        assert f" and 22 more) written again on broker {node}, after " in said
+    debug = _producer_logs(caplog, logging.DEBUG)
+    for partition in range(50):  # each partition's detail
+        assert any(f"Produce to orders[{partition}] on broker" in said for said in debug)
+        assert any(
+            said.startswith(f"producer: orders[{partition}] written again") for said in debug
+        )
+    assert all(len(fake.records("orders", p)) == 2 for p in range(50))
+
+
+async def test_a_broker_restart_is_a_warning_and_an_info_naming_the_brokers(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker stopping under the Produce requests of its partitions (their
+    leadership moves to the other broker) is one WARNING naming it, and one
+    INFO once its partitions are written on the other."""
+    caplog.set_level(logging.DEBUG, logger="gengroup")
+    async with FakeCluster(brokers=2) as fake:
+        fake.create_topic("orders", 50, replication_factor=2)
+        led = sorted(p for p in range(50) if fake.state.topics.partition("orders", p).leader == 0)
+        async with Producer(fake.bootstrap, retry_backoff=0.1) as producer:
+            assert await _send_to_each(producer, "orders", 50) == []
+            caplog.clear()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_send_to_each, producer, "orders", 50)
+                await trio.lowlevel.checkpoint()  # queued, not yet sent
+                await fake.restart_broker(0, downtime=2)
+    named = ", ".join(f"orders[{p}]" for p in led[:3])
+    warnings = _producer_logs(caplog, logging.WARNING)
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith(
+        f"producer: Produce to {len(led)} partitions ({named} and {len(led) - 3} more) "
+        "on broker 0 failing, retrying until each record's delivery_timeout: BrokenConnection"
+    ), warnings
+    assert _producer_logs(caplog, logging.INFO) == [
+        f"producer: {len(led)} partitions ({named} and {len(led) - 3} more) written again "
+        f"on broker 1, after {len(led)} failed attempt(s) since failing on broker 0"
+    ]
+    assert all(len(fake.records("orders", p)) == 2 for p in range(50))
+
+
+async def test_records_expiring_on_a_broker_down_are_one_warning_each_send_its_error(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker down past the delivery timeout: each send raises its
+    RequestTimedOut, as before, and the log has one WARNING when the
+    partitions start failing, one when their records failed (naming the
+    count and the error), and nothing when the broker is back."""
+    caplog.set_level(logging.DEBUG, logger="gengroup")
+    async with FakeCluster(topics={"orders": 20}) as fake:
+        async with Producer(fake.bootstrap, retry_backoff=0.1, delivery_timeout=3) as producer:
+            assert await _send_to_each(producer, "orders", 20) == []
+            caplog.clear()
+            await fake.stop_broker(0)
+            errors = await _send_to_each(producer, "orders", 20)
+            assert [type(e) for e in errors] == [RequestTimedOut] * 20, errors
+            warnings = _producer_logs(caplog, logging.WARNING)
+            assert _producer_logs(caplog, logging.INFO) == []
+            caplog.clear()
+            await fake.start_broker(0)
+            assert await _send_to_each(producer, "orders", 20) == []
+            assert _producer_logs(caplog, logging.WARNING) == []
+            assert _producer_logs(caplog, logging.INFO) == []
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith(
+        "producer: Produce to 20 partitions (orders[0], orders[1], orders[2] and 17 more) "
+        "on broker 0 failing, retrying until each record's delivery_timeout: BrokenConnection"
+    ), warnings
+    assert warnings[1].startswith(
+        "producer: gave up on 20 partitions (orders[0], orders[1], orders[2] and 17 more) "
+        "failing since Produce to broker 0 failed, after "
+    ), warnings
+    assert (
+        "each send raising its error (RequestTimedOut: orders[0]: 1 record(s) not " in (warnings[1])
+    )
+
+
+async def test_one_partition_giving_up_is_named(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    async with FakeCluster(topics={"t": 1}) as fake:
+        async with Producer(fake.bootstrap, retry_backoff=0.1, delivery_timeout=2) as producer:
+            await producer.send("t", b"warm-up")
+            fake.control(ApiKey.PRODUCE, lambda call: Fail(19))
+            with pytest.raises(RequestTimedOut):
+                await producer.send("t", b"a")
+    logged = _producer_logs(caplog, logging.WARNING)
+    assert len(logged) == 2, logged
+    assert logged[0].startswith("producer: Produce to t[0] on broker 0 failing (1 attempt(s))")
+    assert logged[1].startswith(
+        "producer: gave up on t[0] failing since Produce to broker 0 failed, after "
+    ), logged
+    assert "NOT_ENOUGH_REPLICAS" in logged[1]
+
+
+def test_partitions_are_named_a_few_then_counted() -> None:
+    tps = [TopicPartition("orders", p) for p in (7, 3, 12, 40, 5)]
+    assert partitions_named(tps[:1]) == "orders[7]"
+    assert partitions_named(tps[:2]) == "2 partitions (orders[3] and orders[7])"
+    assert partitions_named(tps[:3]) == "3 partitions (orders[3], orders[7] and orders[12])"
+    assert partitions_named(tps) == "5 partitions (orders[3], orders[5], orders[7] and 2 more)"
+
+
+# ------------------------------------------------ each change of state reaches the log
+
+
+def _sent(call: Intercepted) -> set[int]:
+    return {int(p.index) for t in call.request.topic_data for p in t.partition_data}
+
+
+@pytest.mark.parametrize("code", [19, 6])
+async def test_partitions_starting_to_fail_while_another_fails_all_along_are_a_warning(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture, code: int
+) -> None:
+    """t[0] fails all along; each time the broker then fails the other
+    partitions for a while (with t[0]'s error or another), they are a WARNING
+    of their own (all of them named, counted) and an INFO when written again:
+    an older wave of the broker still open swallows nothing."""
+    caplog.set_level(logging.DEBUG, logger="gengroup")
+    event = {"on": False}
+
+    def answer(call: Intercepted) -> Fail | None:
+        if event["on"]:
+            return Fail(code)
+        return Fail(19) if 0 in _sent(call) else None  # t[0]: NOT_ENOUGH_REPLICAS
+
+    async with FakeCluster(topics={"t": 10}) as fake:
+        async with Producer(
+            fake.bootstrap, retry_backoff=0.1, delivery_timeout=120, max_request_bytes=200
+        ) as producer:
+            assert await _send_to_each(producer, "t", 10) == []  # warm-up
+            fake.control(ApiKey.PRODUCE, answer)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_send_to_each, producer, "t", 1)  # t[0], failing
+                await trio.sleep(30)
+                for _ in range(2):  # two events of the broker
+                    caplog.clear()
+                    event["on"] = True
+                    async with trio.open_nursery() as sends:
+                        for partition in range(1, 10):
+                            sends.start_soon(partial(producer.send, "t", b"x", partition=partition))
+                        await trio.sleep(5)
+                        event["on"] = False
+                    warnings = _producer_logs(caplog, logging.WARNING)
+                    assert len(warnings) == 1, warnings
+                    assert warnings[0].startswith(
+                        "producer: Produce to 9 partitions (t[1], t[2], t[3] and 6 more) "
+                        "on broker 0 failing, retrying until each record's delivery_timeout"
+                    ), warnings
+                    written = [
+                        said
+                        for said in _producer_logs(caplog, logging.INFO)
+                        if "written again" in said
+                    ]
+                    assert len(written) == 1, written
+                    assert written[0].startswith(
+                        "producer: 9 partitions (t[1], t[2], t[3] and 6 more) written again "
+                        "on broker 0, after "
+                    ), written
+                    await trio.sleep(10)
+                nursery.cancel_scope.cancel()
+
+
+async def test_a_partitions_lines_count_its_own_attempts(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """t[0] gives up, t[1] (failing with it, on the same broker) is written
+    again: the gave-up line counts t[0]'s failed attempts, not t[1]'s."""
+    caplog.set_level(logging.DEBUG, logger="gengroup")
+
+    def answer(call: Intercepted) -> Fail | None:
+        return Fail(19) if 0 in _sent(call) or trio.current_time() < 9 else None
+
+    async with FakeCluster(topics={"t": 2}) as fake:
+        async with Producer(
+            fake.bootstrap, retry_backoff=0.1, delivery_timeout=20, max_request_bytes=200
+        ) as producer:
+            fake.control(ApiKey.PRODUCE, answer)
+            errors = await _send_to_each(producer, "t", 2)
+    assert [type(error) for error in errors] == [RequestTimedOut]
+    debug = _producer_logs(caplog, logging.DEBUG)
+    own = [said for said in debug if said.startswith("producer: Produce to t[0] on broker 0 ")]
+    t1 = [said for said in debug if said.startswith("producer: t[1] written again")]
+    assert len(t1) == 1, t1
+    warnings = _producer_logs(caplog, logging.WARNING)
+    assert warnings[0].startswith("producer: Produce to 2 partitions (t[0] and t[1]) on broker 0")
+    assert warnings[1].startswith(
+        f"producer: gave up on t[0] failing since Produce to broker 0 failed, after {len(own)} "
+        "failed attempt(s): their records failed, each send raising its error (RequestTimedOut"
+    ), (warnings, len(own))
+    assert warnings[1].endswith("; t[1] written again on broker 0"), warnings
+
+
+async def test_a_new_error_of_a_brokers_partitions_is_one_info_naming_them_all(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """4 partitions failing with NOT_ENOUGH_REPLICAS, each in its own request,
+    then with NOT_LEADER_OR_FOLLOWER (their retries spread over the backoff):
+    one INFO ``now failing`` names the 4."""
+    caplog.set_level(logging.DEBUG, logger="gengroup")
+
+    def answer(call: Intercepted) -> Fail | None:
+        now = trio.current_time()
+        return Fail(19) if now < 3 else Fail(6) if now < 6 else None
+
+    async with FakeCluster(topics={"t": 4}) as fake:
+        async with Producer(
+            fake.bootstrap, retry_backoff=0.1, delivery_timeout=60, max_request_bytes=200
+        ) as producer:
+            fake.control(ApiKey.PRODUCE, answer)
+            assert await _send_to_each(producer, "t", 4) == []
+    named = "4 partitions (t[0], t[1], t[2] and 1 more)"
+    assert _producer_logs(caplog, logging.WARNING) == [
+        f"producer: Produce to {named} on broker 0 failing, retrying until each record's "
+        "delivery_timeout: RetriableBrokerError: NOT_ENOUGH_REPLICAS (19): Produce to t[0] "
+        "on broker 0: "
+    ]
+    infos = _producer_logs(caplog, logging.INFO)
+    assert len(infos) == 2, infos
+    assert infos[0].startswith(
+        f"producer: Produce to {named} on broker 0 now failing, retrying until each record's "
+        "delivery_timeout: NotLeaderOrFollower"
+    ), infos
+    assert infos[1].startswith(f"producer: {named} written again on broker 0, after "), infos
+
+
+async def test_a_batch_expiring_in_flight_gives_up_its_partition_when_it_expires(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A retry never answered fails its records at their delivery timeout (the
+    request still in flight): the gave-up WARNING comes then, not when the
+    request times out, and also if the Producer closes right after."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    async with FakeCluster(topics={"t": 1}) as fake:
+        calls: list[float] = []
+
+        def answer(call: Intercepted) -> Fail | Drop:
+            calls.append(trio.current_time())
+            return Fail(19) if len(calls) == 1 else Drop()
+
+        async with Producer(fake.bootstrap, retry_backoff=0.1, delivery_timeout=5) as producer:
+            await producer.send("t", b"warm-up")
+            fake.control(ApiKey.PRODUCE, answer)
+            with pytest.raises(RequestTimedOut):
+                await producer.send("t", b"a")
+    warnings = _producer_logs(caplog, logging.WARNING)
+    assert len(warnings) == 2, warnings
+    assert warnings[1].startswith(
+        "producer: gave up on t[0] failing since Produce to broker 0 failed, after 1 failed "
+        "attempt(s): their records failed, each send raising its error (RequestTimedOut: t[0]: "
+        "1 record(s) not acknowledged within delivery_timeout=5 s"
+    ), warnings
+
+
+def test_a_wave_open_at_close_is_said_to_give_up() -> None:
+    """The Producer closing with partitions failing: the WARNING held and the
+    gave-up line of their wave come out, with the close's error."""
+    failures = Failures(hold=0.1, settle=1.2)
+    queues = [_StubQueue(TopicPartition("t", p)) for p in range(2)]
+    for queue in queues:
+        failures.failed(queue, TimeoutError("slow"), 3, now=1.0)
+    with _capture() as logged:
+        failures.close(ConnectionError("closed"), ConnectionResetError("in flight"))
+    assert [level for level, _ in logged] == [logging.WARNING, logging.WARNING], logged
+    assert logged[0][1].startswith("producer: Produce to 2 partitions (t[0] and t[1]) on broker 3")
+    assert logged[1][1] == (
+        "producer: gave up on 2 partitions (t[0] and t[1]) failing since Produce to broker 3 "
+        "failed, after 2 failed attempt(s): their records failed, each send raising its error "
+        "(ConnectionError: closed)"
+    )
+    assert all(queue.failing is None and queue.failures == 0 for queue in queues)
+
+
+@pytest.mark.parametrize("backoff", [0.1, 1.0])
+async def test_the_held_warning_of_a_leaderless_partition_waits_no_longer_than_the_backoff(
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    backoff: float,
+) -> None:
+    """A partition failing as its broker stops, then without a leader (never
+    in flight again): its WARNING is logged ``retry_backoff`` after it failed."""
+    caplog.set_level(logging.WARNING, logger="gengroup")
+    monkeypatch.setattr(  # the shortest jitter: the retries come before the hold ends
+        producer_module,
+        "backoff_delay",
+        lambda attempt, base, cap=1.0: min(base * 2**attempt, cap) * 0.8,
+    )
+    failed: list[float] = []
+    original = Failures.failed
+
+    def failing(self: Failures, queue: Any, error: BaseException, node: int, now: float) -> None:
+        failed.append(now)
+        original(self, queue, error, node, now)
+
+    monkeypatch.setattr(Failures, "failed", failing)
+    logged: list[float] = []
+
+    class Timed(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno == logging.WARNING and "on broker 0 failing" in record.getMessage():
+                logged.append(trio.current_time())
+
+    handler = Timed()
+    logging.getLogger("gengroup").addHandler(handler)
+    try:
+        async with FakeCluster(brokers=2) as fake:
+            fake.create_topic("t", 1, replication_factor=1)
+            fake.state.topics.move_leader("t", 0, 0)
+            fake.state.notify()
+            async with Producer(
+                fake.bootstrap, retry_backoff=backoff, delivery_timeout=60
+            ) as producer:
+                await producer.send("t", b"w")
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(producer.send, "t", b"x")
+                    await trio.lowlevel.checkpoint()
+                    await fake.stop_broker(0)
+                    await trio.sleep(20)
+                    await fake.start_broker(0)
+    finally:
+        logging.getLogger("gengroup").removeHandler(handler)
+    assert len(logged) == 1 and failed, (logged, failed)
+    assert logged[0] - failed[0] <= backoff * 1.01, (failed, logged)
+
+
+async def test_partitions_moved_to_a_broker_failing_with_the_same_error_are_logged(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Partitions failing on broker 0 move to broker 1, which fails them with
+    the same error: an INFO names broker 1."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with FakeCluster(brokers=2) as fake:
+        fake.create_topic("t", 4, replication_factor=2)
+        for partition in range(4):
+            fake.state.topics.move_leader("t", partition, 0)
+        fake.state.notify()
+        failing = {"node": 0}
+
+        def answer(call: Intercepted) -> Fail | None:
+            failed = trio.current_time() < 30 and call.broker_id == failing["node"]
+            return Fail(19) if failed else None
+
+        async with Producer(fake.bootstrap, retry_backoff=0.1, delivery_timeout=120) as producer:
+            assert await _send_to_each(producer, "t", 4) == []
+            fake.control(ApiKey.PRODUCE, answer)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_send_to_each, producer, "t", 4)
+                await trio.sleep(5)
+                for partition in range(4):
+                    fake.state.topics.move_leader("t", partition, 1)
+                fake.state.notify()
+                failing["node"] = 1
+    infos = _producer_logs(caplog, logging.INFO)
+    assert any(" on broker 1 now failing, retrying " in said for said in infos), infos
+    assert infos[-1].startswith("producer: 4 partitions (t[0], t[1], t[2] and 1 more) written "), (
+        infos
+    )
+
+
+class _StubQueue:
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.failing: Any = None  # the wave it belongs to
+        self.failures = 0
+        self.in_flight = False
+
+    def idle(self) -> bool:
+        return False
+
+
+@contextmanager
+def _capture() -> Iterator[list[tuple[int, str]]]:
+    logged: list[tuple[int, str]] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            logged.append((record.levelno, record.getMessage()))
+
+    handler, logger = Capture(), logging.getLogger("gengroup")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield logged
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

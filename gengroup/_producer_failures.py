@@ -1,0 +1,320 @@
+"""The producer's log of failing Produce requests: a line per broker and change of state.
+
+A broker restarting, or leadership moving off it, fails the Produce of every
+partition it leads at once. Logged per partition, that is a line per
+partition (a hundred, for one event of one broker); this module logs a line
+per broker and change of state instead, as the Java producer and librdkafka
+do, and the per-partition detail at DEBUG. Plain state, no I/O.
+
+* A *wave* is the partitions starting to fail on broker N with one kind of
+  error (retried) together. One WARNING names the broker, the error, how many
+  partitions and a few of them (``Produce to 50 partitions (orders[0],
+  orders[1], orders[2] and 47 more) on broker 0 failing``) and says that
+  their records are retried. It waits until a retry of one of its partitions
+  goes out (or ``retry_backoff`` passed, or one gave up): the partitions of
+  every answer of the broker until then join it. A partition starting to
+  fail on N after that WARNING starts another wave, with its own WARNING,
+  however long an earlier wave of N stays open.
+* A retry of a failing partition failing on a broker with an error it
+  already failed with there is DEBUG. One failing on another broker, or with
+  another kind of error, is one INFO line (``now failing``) for the
+  partitions that did so within the longest retry backoff (so a broker's
+  partitions, retried at jittered times, make one line); it waits no longer
+  than until one of them is written again or gave up.
+* A partition leaves its wave when a batch of it is written again, or when
+  its records failed for good (delivery timeout, an error not retried) and
+  nothing of it is left to send (a batch in flight past its delivery timeout
+  counts as failed). Once the last one left, one line closes the wave: INFO
+  when all were written again (``50 partitions (...) written again on broker
+  1, after 100 failed attempt(s)``), a WARNING naming those whose records
+  failed otherwise (each ``send`` raises its own error), with their own
+  failed attempts. Closing the producer closes the waves still open.
+
+A single partition is named as itself: ``Produce to t[0] on broker 0 failing
+(1 attempt(s)) ...``, then ``t[0] written again on broker 0, after 6 failed
+attempt(s)``.
+
+The failures are collected as the answers come (:meth:`Failures.failed`) and
+logged by :meth:`Failures.report`, which the sender calls at the end of each
+drain, before the requests of the drain go out; it says when to call it
+again for a line held.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable
+from typing import Protocol
+
+from ._types import TopicPartition
+
+__all__ = ["Failure", "Failures", "Queue", "Wave", "partitions_named"]
+
+log = logging.getLogger("gengroup")
+
+#: How many partitions a line names before ``and N more``.
+NAMED = 3
+
+_FAILING = (
+    "producer: Produce to %s on broker %d %s%s, retrying until each record's "
+    "delivery_timeout: %s: %s"
+)
+_WRITTEN = "producer: %s written again on %s, after %d failed attempt(s)%s"
+
+
+def partitions_named(tps: Iterable[TopicPartition]) -> str:
+    """``t[0]`` for one partition, ``5 partitions (t[0], t[1], t[2] and 2 more)`` for more."""
+    names = [str(tp) for tp in sorted(tps)]
+    if len(names) == 1:
+        return names[0]
+    if len(names) <= NAMED:
+        listed = ", ".join(names[:-1]) + f" and {names[-1]}"
+    else:
+        listed = ", ".join(names[:NAMED]) + f" and {len(names) - NAMED} more"
+    return f"{len(names)} partitions ({listed})"
+
+
+def _brokers(nodes: Collection[int]) -> str:
+    ids = [str(node) for node in sorted(nodes)]
+    if len(ids) == 1:
+        return f"broker {ids[0]}"
+    return "brokers " + ", ".join(ids[:-1]) + f" and {ids[-1]}"
+
+
+def _kind(error: BaseException) -> object:
+    return getattr(error, "code", None) or type(error)
+
+
+class Queue(Protocol):
+    """What is logged of a partition's queue (:class:`gengroup._producer_queue.Queue`)."""
+
+    tp: TopicPartition
+    failing: Wave | None  # the wave it belongs to
+    failures: int  # its failed attempts since it started failing
+    in_flight: bool  # a Produce request carries a batch of it
+
+    def idle(self) -> bool:
+        """Nothing of the partition is left to send: queued, waiting for a
+        retry, or in flight within its delivery timeout."""
+        ...
+
+
+#: A failure to log: the partition's queue, the error, its failed attempts then.
+Failure = tuple[Queue, BaseException, int]
+
+
+class Wave:
+    """The partitions that started failing on one broker with one kind of
+    error together, until each is written again or gave up."""
+
+    __slots__ = (
+        "announced",
+        "errors",
+        "failing",
+        "first",
+        "gave_up",
+        "node",
+        "seen",
+        "started",
+        "written",
+        "written_on",
+    )
+
+    def __init__(self, node: int, started: float) -> None:
+        self.node = node  # the broker they started failing on
+        self.started = started  # when
+        self.first: list[Failure] = []  # the failure each started with
+        self.announced = False  # its WARNING was logged
+        self.failing: dict[TopicPartition, Queue] = {}  # the partitions still failing
+        # The (broker, kind of error) each failing partition failed with.
+        self.seen: dict[TopicPartition, set[tuple[int, object]]] = {}
+        self.written: dict[TopicPartition, int] = {}  # their failed attempts
+        self.written_on: set[int] = set()
+        self.gave_up: dict[TopicPartition, int] = {}  # their failed attempts
+        # The last error the records of a failing partition failed with for good.
+        self.errors: dict[TopicPartition, BaseException] = {}
+
+
+class _Shift:
+    """Failing partitions failing on a broker, or with a kind of error, not
+    seen before: one INFO line, held to gather them."""
+
+    __slots__ = ("failed", "started")
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.failed: list[Failure] = []
+
+
+class Failures:
+    """The waves of failing Produce requests, and their log lines.
+
+    Args:
+        hold: how long a wave's WARNING waits at most (``retry_backoff``).
+        settle: how long a ``now failing`` line waits at most (the longest
+            retry backoff, jitter included).
+    """
+
+    def __init__(self, hold: float, settle: float) -> None:
+        self._hold = hold
+        self._settle = settle
+        self._open: list[Wave] = []  # in the order they started
+        self._pending: dict[tuple[int, object], Wave] = {}  # not announced yet
+        self._shifts: dict[tuple[int, object], _Shift] = {}
+
+    def failed(self, queue: Queue, error: BaseException, node: int, now: float) -> None:
+        """The Produce of ``queue``'s partition failed on broker ``node`` with
+        ``error`` at ``now`` and is retried: logged now (DEBUG) or by :meth:`report`."""
+        queue.failures += 1
+        tp, key = queue.tp, (node, _kind(error))
+        wave = queue.failing
+        if wave is None:
+            wave = self._pending.get(key)
+            if wave is None:
+                wave = self._pending[key] = Wave(node, now)
+                self._open.append(wave)
+            queue.failing = wave
+            wave.failing[tp] = queue
+            wave.seen[tp] = {key}
+            wave.first.append((queue, error, queue.failures))
+        elif key in wave.seen[tp]:
+            attempts = f" ({queue.failures} attempt(s))"
+            log.debug(_FAILING, tp, node, "still failing", attempts, type(error).__name__, error)
+        else:
+            wave.seen[tp].add(key)
+            shift = self._shifts.get(key)
+            if shift is None:
+                shift = self._shifts[key] = _Shift(now)
+            shift.failed.append((queue, error, queue.failures))
+
+    def records_failed(self, queue: Queue, error: BaseException) -> None:
+        """Records of a failing partition failed for good with ``error`` (said
+        if the partition gives up)."""
+        if queue.failing is not None:
+            queue.failing.errors[queue.tp] = error
+
+    def written(self, queue: Queue, node: int) -> None:
+        """A batch of ``queue``'s failing partition was written on broker ``node``."""
+        wave, tp = queue.failing, queue.tp
+        if wave is None:
+            return
+        self._flush(tp)  # what it failed with is said before
+        failures, queue.failing, queue.failures = queue.failures, None, 0
+        self._leave(wave, tp)
+        wave.written[tp] = failures
+        wave.written_on.add(node)
+        if wave.failing or len(wave.first) > 1:
+            log.debug(_WRITTEN, tp, _brokers((node,)), failures, "")
+        if not wave.failing:
+            self._close(wave)
+
+    def report(self, now: float) -> float:
+        """Log the lines due: the WARNING of each new wave, the ``now failing``
+        lines, the end of the waves whose partitions all gave up.
+
+        Returns:
+            When to call it again at the latest, for a line held.
+        """
+        for wave in list(self._pending.values()):
+            due = now >= wave.started + self._hold
+            if due or any(q.in_flight or q.idle() for q in wave.failing.values()):
+                self._announce(wave)
+        for key, shift in list(self._shifts.items()):
+            if now >= shift.started + self._settle or any(q.idle() for q, _, _ in shift.failed):
+                self._log_shift(key, shift)
+        for wave in list(self._open):
+            for queue in [queue for queue in wave.failing.values() if queue.idle()]:
+                self._give_up(wave, queue)
+            if not wave.failing:
+                self._close(wave)
+        return min(
+            [wave.started + self._hold for wave in self._pending.values()]
+            + [shift.started + self._settle for shift in self._shifts.values()],
+            default=float("inf"),
+        )
+
+    def close(self, error: BaseException, unanswered: BaseException | None = None) -> None:
+        """The producer closed: log what is held and the end of every wave,
+        the records of its partitions failed with ``error`` (``unanswered``
+        for those in flight)."""
+        for wave in list(self._pending.values()):
+            self._announce(wave)
+        for key, shift in list(self._shifts.items()):
+            self._log_shift(key, shift)
+        for wave in list(self._open):
+            for queue in list(wave.failing.values()):
+                failed = unanswered if queue.in_flight and unanswered is not None else error
+                wave.errors.setdefault(queue.tp, failed)
+                self._give_up(wave, queue)
+            self._close(wave)
+
+    def _flush(self, tp: TopicPartition) -> None:
+        """Log the lines held that name ``tp``."""
+        for wave in list(self._pending.values()):
+            if tp in wave.failing:
+                self._announce(wave)
+        for key, shift in list(self._shifts.items()):
+            if any(queue.tp == tp for queue, _, _ in shift.failed):
+                self._log_shift(key, shift)
+
+    def _announce(self, wave: Wave) -> None:
+        wave.announced = True
+        key = (wave.node, _kind(wave.first[0][1]))
+        if self._pending.get(key) is wave:
+            del self._pending[key]
+        _log_failing(logging.WARNING, "failing", wave.node, wave.first)
+
+    def _log_shift(self, key: tuple[int, object], shift: _Shift) -> None:
+        del self._shifts[key]
+        _log_failing(logging.INFO, "now failing", key[0], shift.failed)
+
+    def _give_up(self, wave: Wave, queue: Queue) -> None:
+        wave.gave_up[queue.tp] = queue.failures
+        self._leave(wave, queue.tp)
+        queue.failing, queue.failures = None, 0
+
+    @staticmethod
+    def _leave(wave: Wave, tp: TopicPartition) -> None:
+        del wave.failing[tp]
+        del wave.seen[tp]
+
+    def _close(self, wave: Wave) -> None:
+        """Log the end of ``wave``: its partitions were written again or gave up."""
+        if not wave.announced:  # every failure is said at WARNING
+            self._announce(wave)
+        self._open.remove(wave)
+        written, gave_up = wave.written, wave.gave_up
+        where = _brokers(wave.written_on) if written else ""
+        if not gave_up:
+            since = (
+                f" since failing on broker {wave.node}" if {wave.node} != wave.written_on else ""
+            )
+            log.info(_WRITTEN, partitions_named(written), where, sum(written.values()), since)
+            return
+        error = next((wave.errors[tp] for tp in sorted(gave_up) if tp in wave.errors), None)
+        log.warning(
+            "producer: gave up on %s failing since Produce to broker %d failed, after %d "
+            "failed attempt(s): their records failed, each send raising its error (%s)%s",
+            partitions_named(gave_up),
+            wave.node,
+            sum(gave_up.values()),
+            "their delivery timeout, or an error not retried"
+            if error is None
+            else f"{type(error).__name__}: {error}",
+            f"; {partitions_named(written)} written again on {where}" if written else "",
+        )
+
+
+def _log_failing(level: int, said: str, node: int, failed: list[Failure]) -> None:
+    """One line for the partitions of ``failed`` (each named, at DEBUG, if several)."""
+    queue, error, attempts = min(failed, key=lambda failure: failure[0].tp)  # the first named
+    if len(failed) == 1:
+        counted = f" ({attempts} attempt(s))"
+        log.log(level, _FAILING, queue.tp, node, said, counted, type(error).__name__, error)
+        return
+    what = partitions_named(queue.tp for queue, _, _ in failed)
+    log.log(level, _FAILING, what, node, said, "", type(error).__name__, error)
+    if log.isEnabledFor(logging.DEBUG):
+        for queue, error, attempts in failed:
+            counted = f" ({attempts} attempt(s))"
+            log.debug(_FAILING, queue.tp, node, said, counted, type(error).__name__, error)
