@@ -45,11 +45,11 @@ its partition with an exponential backoff and, for leadership errors, asks the
 metadata task for a refresh (logged per broker and change of state, not per
 partition or retry: ``_producer_failures.py``); MESSAGE_TOO_LARGE for a batch
 of several records puts them back at the head of the queue, in batches of half
-as many (as the Java producer splits); anything else fails them, typed. ``delivery_timeout`` counts from the
-start of a record's ``send`` call and is a bound, neither crossed nor cut
-short: a backoff that would end past it ends at it, and the drain then fails a
-batch, or queued records, whose time is up with ``RequestTimedOut`` (the last
-error seen as its cause); a batch whose Produce request is still unanswered
+as many (as the Java producer splits); anything else fails them, typed.
+``delivery_timeout`` counts from the start of a record's ``send`` call and is a
+bound, neither crossed nor cut short: a backoff ending past it ends at it, and
+the drain fails a batch, or queued records, whose time is up with
+``RequestTimedOut`` (the last error as its cause); a batch whose Produce is unanswered
 then fails with ``RequestTimedOut`` too (its answer, if it comes, is ignored).
 Records whose leader is unknown wait for the metadata task
 (``_producer_metadata.py``), which refreshes the producer's topics on demand
