@@ -15,6 +15,9 @@ import confluent_kafka
 
 from gengroup import TopicPartition
 
+#: Seconds a librdkafka consumer's close may take (it leaves the group).
+CLOSE_LIMIT = 60.0
+
 
 def partitions_of(partitions: list[Any]) -> set[TopicPartition]:
     return {TopicPartition(p.topic, p.partition) for p in partitions}
@@ -78,13 +81,25 @@ class PolledMember:
             return set(self.assignment)
 
     def close(self) -> None:
-        """Stop polling and close the consumer (it leaves the group); idempotent."""
+        """Stop polling and close the consumer (it leaves the group); idempotent.
+
+        Raises:
+            AssertionError: librdkafka's close did not return within
+                :data:`CLOSE_LIMIT` (seen once: a blocking C call that
+                pytest-timeout's signal cannot interrupt would hang the run).
+        """
         if self._stop.is_set():
             return
         self._stop.set()
         if self.thread.is_alive():
             self.thread.join(10)
-        self.consumer.close()
+        closing = threading.Thread(target=self.consumer.close, daemon=True)
+        closing.start()
+        closing.join(CLOSE_LIMIT)
+        if closing.is_alive():
+            raise AssertionError(
+                f"confluent-kafka's Consumer.close() did not return within {CLOSE_LIMIT} s"
+            )
 
 
 class IncrementalMember(PolledMember):
