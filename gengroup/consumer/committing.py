@@ -215,11 +215,9 @@ class GenerationCommits:
     #: The partitions whose marks this generation said it left out (:meth:`_drop_gone`).
     _gone_said: frozenset[TopicPartition] = frozenset()
 
-    def know_topics(self, cluster: Cluster, assigned: Mapping[str, UUID] | None = None) -> None:
+    def know_topics(self, cluster: Cluster) -> None:
         """Remember the ids the generation's topics have in ``cluster``'s metadata
-        now, as it forms (or in the assignment, ``assigned``, which the consumer
-        protocol's coordinator names by id), and ``cluster``, to find them
-        deleted or re-created later.
+        now, as it forms, and ``cluster``, to find them deleted or re-created later.
 
         A partition whose span outlived its generation (retained, or being
         revoked) is checked against the id its span was opened with
@@ -229,9 +227,7 @@ class GenerationCommits:
         ids = {}
         for topic in {tp.topic for tp in self.assignments}:
             info = cluster.topics.get(topic)
-            if assigned is not None and topic in assigned:
-                ids[topic] = assigned[topic]
-            elif info is not None and info.topic_id is not None:
+            if info is not None and info.topic_id is not None:
                 ids[topic] = info.topic_id
         self._topic_ids = ids
 

@@ -379,7 +379,7 @@ class ConsumerProtocolMember:
             _retry_backoff=self.client.cluster.retry_backoff,
             _classic=False,
         )
-        gen.know_topics(self.client.cluster, self._target_ids)
+        gen.know_topics(self.client.cluster)
         prefetcher.on_reset = gen.offset_reset
         prefetcher.on_damage = gen.records_damaged
         prefetcher.on_gap = gen.gaps_found

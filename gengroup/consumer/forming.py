@@ -322,17 +322,8 @@ class GroupClient:
         protocol: str,
         assignments: Mapping[str, bytes],
         offsets_of: Sequence[TopicPartition] = (),
-        topics: set[str] | None = None,
     ) -> SyncAnswer:
         """SyncGroup: its answer, when it came, and committed offsets.
-
-        The metadata of ``topics`` (a follower's subscription) is refreshed
-        beside it too, and waited for once SyncGroup answered (for at most a
-        heartbeat interval more): the ids the
-        generation knows its topics by (its commits name them so) are then
-        as fresh as the JoinGroup's answer. The refresh beside JoinGroup was
-        sent with the JoinGroup, which the coordinator may have held while a
-        topic was deleted and created again.
 
         The committed offsets of ``offsets_of`` (every partition this member
         may be assigned) are fetched beside SyncGroup, while the coordinator
@@ -351,15 +342,12 @@ class GroupClient:
         """
         group_id = self.config.group_id
         fetch = _Beside[Committed](group_id, "offsets beside SyncGroup")
-        refresh = _Beside[dict[str, TopicInfo]](group_id, "metadata beside SyncGroup")
         async with self.said_if_slow("waiting for the coordinator to answer SyncGroup") as tg:
             if offsets_of:
                 tg.start_soon(
                     fetch.run,
                     partial(offsets.fetch_committed, self.cluster, node, group_id, offsets_of),
                 )
-            if topics:
-                tg.start_soon(refresh.run, partial(self.cluster.refresh_metadata, topics))
             resp = await self.cluster.call(
                 node,
                 ApiKey.SYNC_GROUP,
@@ -376,11 +364,6 @@ class GroupClient:
             code, raw = requests.parse_sync(resp)
             if offsets_of and not code:
                 await fetch.done.wait()
-            if topics and not code:
-                # At most a heartbeat interval: a slow Metadata answer does not
-                # hold the generation up (its ids are then the cached ones).
-                with anyio.move_on_after(self.config.heartbeat_interval):
-                    await refresh.done.wait()
         return SyncAnswer(code, raw, at, fetch.result)
 
     @property
@@ -651,14 +634,7 @@ async def form_generation(
             candidates = _assignable(joined, counts, member.subscribed_topics(), metadata)
             sync_sent = anyio.current_time()
             try:
-                answer = await client.sync(
-                    node,
-                    identity,
-                    joined.protocol,
-                    assignments,
-                    candidates,
-                    None if joined.is_leader else member.subscribed_topics(),
-                )
+                answer = await client.sync(node, identity, joined.protocol, assignments, candidates)
             except BaseException:
                 member.on_io_failure()
                 raise
