@@ -871,3 +871,39 @@ async def test_aclose_ends_a_send_waiting_for_its_topics_metadata(
         assert isinstance(error, ConnectionClosed), error
         assert "metadata of topic 'missing'" in str(error), error
         assert at - closing < 1.0, at - closing
+
+
+@pytest.mark.parametrize("where", ["_send_batches_once", "_drain"])
+async def test_an_interrupt_in_a_background_task_ends_the_producer_at_once(
+    autojump_clock: trio.testing.MockClock, where: str
+) -> None:
+    """On trio Ctrl-C raises KeyboardInterrupt in whichever task runs: one
+    raised in a task sending a Produce request (which took its records off
+    their queue) or in the sender loop shuts the producer down, failing the
+    records, instead of leaving the close to wait for them (nobody sends them
+    any more) until ``delivery_timeout``."""
+    outcome: list[BaseException] = []
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        producer = Producer(cluster.bootstrap, delivery_timeout=120, linger=0)
+        original = getattr(producer, where)
+
+        def interrupting(*args: Any) -> Any:
+            if producer._outstanding:
+                raise KeyboardInterrupt
+            return original(*args)
+
+        setattr(producer, where, interrupting)
+        start = trio.current_time()
+        with pytest.raises(BaseExceptionGroup) as raised:
+            async with producer:
+                try:
+                    await producer.send("t", b"x")
+                except Exception as exc:
+                    outcome.append(exc)
+        assert raised.group_contains(KeyboardInterrupt), raised.value
+        assert trio.current_time() - start < 1.0
+        # The send has its outcome at once: in flight, its record may have been written.
+        expected = ClosedInFlight if where == "_send_batches_once" else ConnectionClosed
+        assert [type(exc) for exc in outcome] == [expected], outcome
+        assert "the Producer was interrupted (KeyboardInterrupt())" in str(outcome[0])
+        assert cluster.records("t") == []
