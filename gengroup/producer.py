@@ -110,6 +110,7 @@ from ._errors import (
 )
 from ._producer_buffer import BufferPool
 from ._producer_config import ProducerConfig, ProducerSettings
+from ._producer_crash import crash_fails_all
 from ._producer_failures import Failures
 from ._producer_idempotence import DUPLICATE_SEQUENCE, RESTART_CODES, Sequencer
 from ._producer_metadata import ProducerMetadata
@@ -369,29 +370,11 @@ class Producer:
 
     async def _guarded(self, loop: Any) -> None:
         """Run a background loop; if it crashes, fail every waiting sender, then re-raise."""
-        with self._shielded(), self._crash_fails_all("the producer's background task failed"):
+        with (
+            self._shielded(),
+            crash_fails_all(self._shutdown, "the producer's background task failed"),
+        ):
             await loop()
-
-    @contextmanager
-    def _crash_fails_all(self, what: str) -> Iterator[None]:
-        """A background task's crash shuts the producer down, failing every record, then
-        propagates: an exception (a bug: Kafka errors are settled per batch), or a
-        KeyboardInterrupt or SystemExit (trio raises Ctrl-C in whichever task runs: the
-        close would otherwise wait until ``delivery_timeout`` for the records it held)."""
-        try:
-            yield
-        except Exception as exc:
-            err = GengroupError(f"{what}: {exc!r}")
-            err.__cause__ = exc
-            self._shutdown(err)
-            raise
-        except BaseException as exc:
-            if not isinstance(exc, anyio.get_cancelled_exc_class()):  # not the shutdown's
-                said = f"the Producer was interrupted ({exc!r}) before the"
-                answer = f"{said} broker answered the Produce request carrying the record"
-                closed = ConnectionClosed(f"{said} record was sent")
-                self._shutdown(closed, ClosedInFlight(f"{answer}: it may have been written"))
-            raise
 
     # ------------------------------------------------------------------ public API
 
@@ -766,7 +749,9 @@ class Producer:
     async def _send_batches(self, node: int, batches: list[Batch]) -> None:
         with self._shielded():
             try:  # the crash's shutdown sees these batches in flight
-                with self._crash_fails_all(f"sending to broker {node} failed unexpectedly"):
+                with crash_fails_all(
+                    self._shutdown, f"sending to broker {node} failed unexpectedly"
+                ):
                     await self._send_batches_once(node, batches)
             finally:
                 for batch in batches:
