@@ -320,17 +320,19 @@ class Producer:
 
     def _shutdown(self, error: BaseException, unanswered: BaseException | None = None) -> None:
         self._closed = True
-        self._buffer.close()  # the sends waiting for room raise ConnectionClosed
-        self._failures.close(error, unanswered)  # the log of failing Produce requests
-        self._fail_outstanding(error, unanswered)
-        for scope in self._shields:
-            scope.cancel()
-        if not self._shields:
-            self._ended.set()
-        if self._tg is not None and not self._closing:
-            # A crash (or a failed entry) cancels the block's body too; a close
-            # leaves it alone: aclose() may run inside it.
-            self._tg.cancel_scope.cancel()
+        try:
+            self._buffer.close()  # the sends waiting for room raise ConnectionClosed
+            self._fail_outstanding(error, unanswered)
+            for scope in self._shields:
+                scope.cancel()
+            if not self._shields:
+                self._ended.set()
+            if self._tg is not None and not self._closing:
+                # A crash (or a failed entry) cancels the block's body too; a close
+                # leaves it alone: aclose() may run inside it.
+                self._tg.cancel_scope.cancel()
+        finally:  # the log of failing Produce requests, last: a log filter that
+            self._failures.close(error, unanswered)  # raises stops nothing above
 
     def _fail_outstanding(self, error: BaseException, unanswered: BaseException | None) -> None:
         """Fail every record without an outcome: with ``unanswered`` (if given)

@@ -907,3 +907,38 @@ async def test_an_interrupt_in_a_background_task_ends_the_producer_at_once(
         assert [type(exc) for exc in outcome] == [expected], outcome
         assert "the Producer was interrupted (KeyboardInterrupt())" in str(outcome[0])
         assert cluster.records("t") == []
+
+
+async def test_a_log_filter_that_raises_does_not_hold_the_close(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An application's logging filter that raises on the producer's WARNING
+    crashes the sender loop; the shutdown that follows logs the failing
+    partitions again, which raises again, and must still fail the records and
+    end the tasks first, not leave the close to wait for ``delivery_timeout``."""
+
+    class Raising(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if record.levelno >= logging.WARNING and "producer:" in str(record.msg):
+                raise RuntimeError("a log filter's bug")
+            return True
+
+    logger = logging.getLogger("gengroup")
+    raising = Raising()
+    logger.addFilter(raising)
+    outcome: list[BaseException] = []
+    try:
+        async with FakeCluster(topics={"t": 1}) as cluster:
+            cluster.control(ApiKey.PRODUCE, lambda call: Fail(19))  # NOT_ENOUGH_REPLICAS
+            start = trio.current_time()
+            with pytest.raises(BaseExceptionGroup) as raised:
+                async with Producer(cluster.bootstrap, retry_backoff=0.1, delivery_timeout=10) as p:
+                    try:
+                        await p.send("t", b"x", partition=0)
+                    except Exception as exc:
+                        outcome.append(exc)
+            assert raised.group_contains(RuntimeError), raised.value
+            assert trio.current_time() - start < 5.0
+            assert len(outcome) == 1 and isinstance(outcome[0], GengroupError), outcome
+    finally:
+        logger.removeFilter(raising)
