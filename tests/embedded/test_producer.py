@@ -910,7 +910,7 @@ async def test_an_interrupt_in_a_background_task_ends_the_producer_at_once(
 
 
 async def test_a_log_filter_that_raises_does_not_hold_the_close(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An application's logging filter that raises on the producer's WARNING
     crashes the sender loop; the shutdown that follows logs the failing
@@ -923,9 +923,11 @@ async def test_a_log_filter_that_raises_does_not_hold_the_close(
                 raise RuntimeError("a log filter's bug")
             return True
 
+    caplog.set_level(logging.WARNING, logger="gengroup")
     logger = logging.getLogger("gengroup")
     raising = Raising()
     logger.addFilter(raising)
+    disabled, logger.disabled = logger.disabled, False  # another test's dictConfig may disable it
     outcome: list[BaseException] = []
     try:
         async with FakeCluster(topics={"t": 1}) as cluster:
@@ -942,3 +944,4 @@ async def test_a_log_filter_that_raises_does_not_hold_the_close(
             assert len(outcome) == 1 and isinstance(outcome[0], GengroupError), outcome
     finally:
         logger.removeFilter(raising)
+        logger.disabled = disabled
