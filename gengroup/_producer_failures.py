@@ -12,9 +12,20 @@ do, and the per-partition detail at DEBUG. Plain state, no I/O.
   orders[1], orders[2] and 47 more) on broker 0 failing``) and says that
   their records are retried. It waits until a retry of one of its partitions
   goes out (or ``retry_backoff`` passed, or one gave up): the partitions of
-  every answer of the broker until then join it. A partition starting to
-  fail on N after that WARNING starts another wave, with its own WARNING,
-  however long an earlier wave of N stays open.
+  every answer of the broker until then join it. Partitions starting to fail
+  on N with that error after that WARNING start another wave, with its own
+  WARNING, however long an earlier wave of N stays open; but a partition
+  starting to fail alone joins the open wave with an INFO line (``now
+  failing``), so partitions that a trickle of records brings to a failing
+  broker one at a time are not a WARNING each.
+* A partition whose records gave up and that fails again the same way (on
+  the broker, with the error it gave up with) within :data:`REMEMBER`
+  seconds, nothing of it written in between, is still failing: it joins the
+  open wave of that broker and error (or one opened without a line) at
+  DEBUG, and a wave whose partitions all gave up that way ends at DEBUG. A
+  broker failing for minutes while each record of a partition expires is
+  then a line when it starts, one when records first gave up, and one when
+  partitions are written again, not two per record.
 * A retry of a failing partition failing on a broker with an error it
   already failed with there is DEBUG. One failing on another broker, or with
   another kind of error, is one INFO line (``now failing``) for the
@@ -48,12 +59,19 @@ from typing import Protocol
 
 from ._types import TopicPartition
 
-__all__ = ["Failure", "Failures", "Queue", "Wave", "partitions_named"]
+__all__ = ["REMEMBER", "Failure", "Failures", "Queue", "Wave", "partitions_named"]
 
 log = logging.getLogger("gengroup")
 
 #: How many partitions a line names before ``and N more``.
 NAMED = 3
+
+#: How long (seconds) a partition whose records gave up, failing again the
+#: same way, is taken as still failing rather than as starting to fail.
+REMEMBER = 300.0
+
+#: A broker and a kind of error.
+Key = tuple[int, object]
 
 _FAILING = (
     "producer: Produce to %s on broker %d %s%s, retrying until each record's "
@@ -85,6 +103,10 @@ def _kind(error: BaseException) -> object:
     return getattr(error, "code", None) or type(error)
 
 
+def _name(error: BaseException) -> str:
+    return type(error).__name__
+
+
 class Queue(Protocol):
     """What is logged of a partition's queue (:class:`gengroup._producer_queue.Queue`)."""
 
@@ -112,22 +134,29 @@ class Wave:
         "errors",
         "failing",
         "first",
+        "follows",
         "gave_up",
+        "key",
         "node",
+        "rejoined",
         "seen",
         "started",
         "written",
         "written_on",
     )
 
-    def __init__(self, node: int, started: float) -> None:
-        self.node = node  # the broker they started failing on
+    def __init__(self, key: Key, started: float, follows: Wave | None = None) -> None:
+        self.key = key  # the broker they started failing on, the kind of error
+        self.node: int = key[0]
         self.started = started  # when
         self.first: list[Failure] = []  # the failure each started with
         self.announced = False  # its WARNING was logged
+        self.follows = follows  # an announced wave of the key, open when it started
+        # Its partitions that gave up before, still failing the same way.
+        self.rejoined: set[TopicPartition] = set()
         self.failing: dict[TopicPartition, Queue] = {}  # the partitions still failing
         # The (broker, kind of error) each failing partition failed with.
-        self.seen: dict[TopicPartition, set[tuple[int, object]]] = {}
+        self.seen: dict[TopicPartition, set[Key]] = {}
         self.written: dict[TopicPartition, int] = {}  # their failed attempts
         self.written_on: set[int] = set()
         self.gave_up: dict[TopicPartition, int] = {}  # their failed attempts
@@ -159,8 +188,10 @@ class Failures:
         self._hold = hold
         self._settle = settle
         self._open: list[Wave] = []  # in the order they started
-        self._pending: dict[tuple[int, object], Wave] = {}  # not announced yet
-        self._shifts: dict[tuple[int, object], _Shift] = {}
+        self._pending: dict[Key, Wave] = {}  # not announced yet
+        self._shifts: dict[Key, _Shift] = {}
+        # The partitions whose records gave up: how they failed, and when.
+        self._gave_up: dict[TopicPartition, tuple[set[Key], float]] = {}
 
     def failed(self, queue: Queue, error: BaseException, node: int, now: float) -> None:
         """The Produce of ``queue``'s partition failed on broker ``node`` with
@@ -169,17 +200,24 @@ class Failures:
         tp, key = queue.tp, (node, _kind(error))
         wave = queue.failing
         if wave is None:
-            wave = self._pending.get(key)
-            if wave is None:
-                wave = self._pending[key] = Wave(node, now)
-                self._open.append(wave)
+            keys, when = self._gave_up.pop(tp, (set(), 0.0))
+            if key in keys and now - when <= REMEMBER:  # still failing
+                wave = self._still_failing(key, now)
+                wave.rejoined.add(tp)
+                attempts = f" ({queue.failures} attempt(s))"
+                log.debug(_FAILING, tp, node, "still failing", attempts, _name(error), error)
+            else:
+                wave = self._pending.get(key)
+                if wave is None:
+                    wave = self._pending[key] = Wave(key, now, self._latest(key))
+                    self._open.append(wave)
+                wave.first.append((queue, error, queue.failures))
             queue.failing = wave
             wave.failing[tp] = queue
             wave.seen[tp] = {key}
-            wave.first.append((queue, error, queue.failures))
         elif key in wave.seen[tp]:
             attempts = f" ({queue.failures} attempt(s))"
-            log.debug(_FAILING, tp, node, "still failing", attempts, type(error).__name__, error)
+            log.debug(_FAILING, tp, node, "still failing", attempts, _name(error), error)
         else:
             wave.seen[tp].add(key)
             shift = self._shifts.get(key)
@@ -194,11 +232,14 @@ class Failures:
             queue.failing.errors[queue.tp] = error
 
     def written(self, queue: Queue, node: int) -> None:
-        """A batch of ``queue``'s failing partition was written on broker ``node``."""
-        wave, tp = queue.failing, queue.tp
-        if wave is None:
+        """A batch of ``queue``'s partition was written on broker ``node``."""
+        tp = queue.tp
+        if queue.failing is None:
+            if self._gave_up:
+                self._gave_up.pop(tp, None)
             return
-        self._flush(tp)  # what it failed with is said before
+        self._flush(tp)  # what it failed with is said before (its wave may change)
+        wave = queue.failing
         failures, queue.failing, queue.failures = queue.failures, None, 0
         self._leave(wave, tp)
         wave.written[tp] = failures
@@ -224,7 +265,7 @@ class Failures:
                 self._log_shift(key, shift)
         for wave in list(self._open):
             for queue in [queue for queue in wave.failing.values() if queue.idle()]:
-                self._give_up(wave, queue)
+                self._give_up(wave, queue, now)
             if not wave.failing:
                 self._close(wave)
         return min(
@@ -245,7 +286,7 @@ class Failures:
             for queue in list(wave.failing.values()):
                 failed = unanswered if queue.in_flight and unanswered is not None else error
                 wave.errors.setdefault(queue.tp, failed)
-                self._give_up(wave, queue)
+                self._give_up(wave, queue, -REMEMBER)
             self._close(wave)
 
     def _flush(self, tp: TopicPartition) -> None:
@@ -257,19 +298,45 @@ class Failures:
             if any(queue.tp == tp for queue, _, _ in shift.failed):
                 self._log_shift(key, shift)
 
+    def _latest(self, key: Key) -> Wave | None:
+        """The newest open wave of ``key``."""
+        return next((wave for wave in reversed(self._open) if wave.key == key), None)
+
+    def _still_failing(self, key: Key, now: float) -> Wave:
+        """The wave a partition failing again with ``key`` after giving up joins:
+        the newest open one of ``key``, or a new one without a line of its own."""
+        wave = self._latest(key)
+        if wave is None:
+            wave = Wave(key, now)
+            wave.announced = True  # said when its partitions first failed
+            self._open.append(wave)
+        return wave
+
     def _announce(self, wave: Wave) -> None:
         wave.announced = True
-        key = (wave.node, _kind(wave.first[0][1]))
-        if self._pending.get(key) is wave:
-            del self._pending[key]
+        if self._pending.get(wave.key) is wave:
+            del self._pending[wave.key]
+        joined = wave.follows
+        if len(wave.first) == 1 and joined is not None and joined in self._open:
+            # One partition starting to fail alone on a broker failing that way.
+            self._open.remove(wave)
+            for tp, queue in wave.failing.items():
+                queue.failing = joined
+                joined.failing[tp] = queue
+                joined.seen[tp] = wave.seen[tp]
+            joined.rejoined |= wave.rejoined
+            joined.errors.update(wave.errors)
+            _log_failing(logging.INFO, "now failing", wave.node, wave.first)
+            return
         _log_failing(logging.WARNING, "failing", wave.node, wave.first)
 
     def _log_shift(self, key: tuple[int, object], shift: _Shift) -> None:
         del self._shifts[key]
         _log_failing(logging.INFO, "now failing", key[0], shift.failed)
 
-    def _give_up(self, wave: Wave, queue: Queue) -> None:
+    def _give_up(self, wave: Wave, queue: Queue, now: float) -> None:
         wave.gave_up[queue.tp] = queue.failures
+        self._gave_up[queue.tp] = (wave.seen[queue.tp], now)
         self._leave(wave, queue.tp)
         queue.failing, queue.failures = None, 0
 
@@ -292,7 +359,10 @@ class Failures:
             log.info(_WRITTEN, partitions_named(written), where, sum(written.values()), since)
             return
         error = next((wave.errors[tp] for tp in sorted(gave_up) if tp in wave.errors), None)
-        log.warning(
+        # Partitions that gave up before, failing the same way since: said then.
+        again = not written and wave.rejoined.issuperset(gave_up)
+        log.log(
+            logging.DEBUG if again else logging.WARNING,
             "producer: gave up on %s failing since Produce to broker %d failed, after %d "
             "failed attempt(s): their records failed, each send raising its error (%s)%s",
             partitions_named(gave_up),
@@ -300,7 +370,7 @@ class Failures:
             sum(gave_up.values()),
             "their delivery timeout, or an error not retried"
             if error is None
-            else f"{type(error).__name__}: {error}",
+            else f"{_name(error)}: {error}",
             f"; {partitions_named(written)} written again on {where}" if written else "",
         )
 
@@ -310,11 +380,11 @@ def _log_failing(level: int, said: str, node: int, failed: list[Failure]) -> Non
     queue, error, attempts = min(failed, key=lambda failure: failure[0].tp)  # the first named
     if len(failed) == 1:
         counted = f" ({attempts} attempt(s))"
-        log.log(level, _FAILING, queue.tp, node, said, counted, type(error).__name__, error)
+        log.log(level, _FAILING, queue.tp, node, said, counted, _name(error), error)
         return
     what = partitions_named(queue.tp for queue, _, _ in failed)
-    log.log(level, _FAILING, what, node, said, "", type(error).__name__, error)
+    log.log(level, _FAILING, what, node, said, "", _name(error), error)
     if log.isEnabledFor(logging.DEBUG):
         for queue, error, attempts in failed:
             counted = f" ({attempts} attempt(s))"
-            log.debug(_FAILING, queue.tp, node, said, counted, type(error).__name__, error)
+            log.debug(_FAILING, queue.tp, node, said, counted, _name(error), error)

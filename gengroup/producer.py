@@ -857,7 +857,7 @@ class Producer:
         if self._idem is not None:
             self._idem.acknowledged(batch)
         queue = self._queues.get(batch.tp)
-        if queue is not None and queue.failing is not None:
+        if queue is not None:
             self._failures.written(queue, node)
         results = batch.results(base_offset, append_time)
         for pending, result in zip(batch.records, results, strict=True):

@@ -562,3 +562,78 @@ def _capture() -> Iterator[list[tuple[int, str]]]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+# ------------------------------------------------ a trickle of records to a broker failing for long
+
+
+async def _trickle(producer: Producer, partitions: int, every: float, until: float) -> int:
+    """Send a record to each partition in turn, ``every`` seconds apart, until
+    ``until``; how many sends raised RequestTimedOut."""
+    expired = 0
+
+    async def send(partition: int) -> None:
+        nonlocal expired
+        try:
+            await producer.send("t", b"x", partition=partition)
+        except RequestTimedOut:
+            expired += 1
+
+    async with trio.open_nursery() as nursery:
+        while trio.current_time() < until:
+            for partition in range(partitions):
+                nursery.start_soon(send, partition)
+                await trio.sleep(every)
+    return expired
+
+
+@pytest.mark.parametrize("idempotence", [True, False])
+@pytest.mark.parametrize("partitions", [20, 1])
+async def test_a_trickle_of_records_to_a_broker_failing_for_minutes_is_a_few_lines(
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+    partitions: int,
+    idempotence: bool,
+) -> None:
+    """A broker failing NOT_ENOUGH_REPLICAS for 300 s while partitions each get
+    a record every 40 s (one partition every 2 s), each record expiring after
+    30 s: a partition whose records gave up and that fails again the same way
+    is still failing, not starting to; the log says the broker failing, the
+    partitions joining it one at a time (INFO), and the end of the wave, not
+    a line per record."""
+    caplog.set_level(logging.DEBUG, logger="gengroup")
+    async with FakeCluster(topics={"t": partitions}) as fake:
+        async with Producer(
+            fake.bootstrap, retry_backoff=0.1, delivery_timeout=30, idempotence=idempotence
+        ) as producer:
+            assert await _send_to_each(producer, "t", partitions) == []  # warm-up
+            caplog.clear()
+            start = trio.current_time()
+            fake.control(
+                ApiKey.PRODUCE, lambda call: Fail(19) if trio.current_time() < start + 300 else None
+            )
+            expired = await _trickle(producer, partitions, 40 / partitions, start + 330)
+            assert expired >= 6 * partitions, expired  # most records of the outage
+    warnings = _producer_logs(caplog, logging.WARNING)
+    infos = _producer_logs(caplog, logging.INFO)
+    assert warnings[0].startswith("producer: Produce to t[0] on broker 0 failing (1 attempt(s))")
+    assert "NOT_ENOUGH_REPLICAS" in warnings[0], warnings
+    if partitions == 1:  # failing; its records gave up; its last written after the outage
+        assert len(warnings) == 2, warnings
+        assert warnings[1].startswith("producer: gave up on t[0] failing since "), warnings
+        assert len(infos) == 1, infos
+        assert infos[0].startswith("producer: t[0] written again on broker 0, after "), infos
+    else:  # failing; each other partition now failing; 20 gave up, the last ones written
+        assert len(warnings) == 2, warnings
+        assert warnings[1].startswith(
+            "producer: gave up on 20 partitions (t[0], t[1], t[2] and 17 more) failing since "
+        ), warnings
+        joined = [said for said in infos if " on broker 0 now failing " in said]
+        assert len(joined) == partitions - 1, infos
+        assert len(infos) == len(joined), infos
+    still = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.DEBUG and " on broker 0 still failing " in r.getMessage()
+    ]
+    assert still, "a partition failing again after giving up is said at DEBUG"
