@@ -7,19 +7,22 @@ failing every record without an outcome, and the crash propagates. An
 exception there is a bug (Kafka errors are settled per batch). A
 KeyboardInterrupt or SystemExit is an interrupt: trio raises Ctrl-C in
 whichever task runs, and without this the close would wait until
-``delivery_timeout`` for records no task sends any more.
+``delivery_timeout`` for records no task sends any more. The crash comes
+out of ``async with Producer`` as itself (:func:`lone`), not inside the
+exception group of the producer's task group.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import cast
 
 import anyio
 
 from ._errors import ClosedInFlight, ConnectionClosed, GengroupError
 
-__all__ = ["crash_fails_all"]
+__all__ = ["crash_fails_all", "lone"]
 
 
 @contextmanager
@@ -40,3 +43,11 @@ def crash_fails_all(shutdown: Callable[..., None], what: str) -> Iterator[None]:
             closed = ConnectionClosed(f"{said} record was sent")
             shutdown(closed, ClosedInFlight(f"{answer}: it may have been written"))
         raise
+
+
+def lone(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception ``group`` holds (in nested groups too), else ``group``."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup) and len(found.exceptions) == 1:
+        found = cast(BaseException, found.exceptions[0])
+    return found

@@ -110,7 +110,7 @@ from ._errors import (
 )
 from ._producer_buffer import BufferPool
 from ._producer_config import ProducerConfig, ProducerSettings
-from ._producer_crash import crash_fails_all
+from ._producer_crash import crash_fails_all, lone
 from ._producer_failures import Failures
 from ._producer_idempotence import DUPLICATE_SEQUENCE, RESTART_CODES, Sequencer
 from ._producer_metadata import ProducerMetadata
@@ -265,8 +265,11 @@ class Producer:
         finally:  # also when the close is interrupted (KeyboardInterrupt, asyncio)
             # The body's exception is not handed to the task groups: they would
             # wrap it. It propagates unchanged once they have exited; a crash of
-            # a background task propagates from here instead.
-            await stack.aclose()
+            # a background task (Ctrl-C raised in it) propagates from here, as itself.
+            try:
+                await stack.aclose()
+            except BaseExceptionGroup as group:
+                raise lone(group) from None
         return None
 
     async def aclose(self) -> None:

@@ -894,13 +894,12 @@ async def test_an_interrupt_in_a_background_task_ends_the_producer_at_once(
 
         setattr(producer, where, interrupting)
         start = trio.current_time()
-        with pytest.raises(BaseExceptionGroup) as raised:
+        with pytest.raises(KeyboardInterrupt):  # as itself, not in an exception group
             async with producer:
                 try:
                     await producer.send("t", b"x")
                 except Exception as exc:
                     outcome.append(exc)
-        assert raised.group_contains(KeyboardInterrupt), raised.value
         assert trio.current_time() - start < 1.0
         # The send has its outcome at once: in flight, its record may have been written.
         expected = ClosedInFlight if where == "_send_batches_once" else ConnectionClosed
@@ -933,13 +932,12 @@ async def test_a_log_filter_that_raises_does_not_hold_the_close(
         async with FakeCluster(topics={"t": 1}) as cluster:
             cluster.control(ApiKey.PRODUCE, lambda call: Fail(19))  # NOT_ENOUGH_REPLICAS
             start = trio.current_time()
-            with pytest.raises(BaseExceptionGroup) as raised:
+            with pytest.raises(RuntimeError):  # the filter's, as itself
                 async with Producer(cluster.bootstrap, retry_backoff=0.1, delivery_timeout=10) as p:
                     try:
                         await p.send("t", b"x", partition=0)
                     except Exception as exc:
                         outcome.append(exc)
-            assert raised.group_contains(RuntimeError), raised.value
             assert trio.current_time() - start < 5.0
             assert len(outcome) == 1 and isinstance(outcome[0], GengroupError), outcome
     finally:
