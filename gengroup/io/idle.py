@@ -26,7 +26,8 @@ One :class:`IdleReaper` task per cluster does the work, not a timer per
 request. It sleeps until the earliest moment a connection could have been
 idle for the limit: the expiry of the oldest idle one, else a whole limit
 from now (a connection in use now, or opened later, is active at some time
-after now, so it cannot expire sooner). Then it checks the pool again. A
+after now, so it cannot expire sooner), and no sooner than :data:`LOOK_AGAIN`
+(a limit of a few microseconds must not make it spin). Then it checks the pool again. A
 connection found idle is taken out of the pool in the same step as the
 check, with no await between: once found idle, no caller can take it. It is
 closed after that; nobody waits on it, and its reader ends. Nor is a
@@ -53,9 +54,13 @@ import anyio.abc
 
 from .connection import BrokerConnection
 
-__all__ = ["IdleReaper"]
+__all__ = ["LOOK_AGAIN", "IdleReaper"]
 
 log = logging.getLogger("gengroup.cluster")
+
+#: The least time (seconds) between two looks at the pool: a connection
+#: idle past a smaller limit is closed up to this much late.
+LOOK_AGAIN = 0.01
 
 
 class IdleReaper:
@@ -134,4 +139,4 @@ class IdleReaper:
                 limit,
             )
             await conn.aclose()
-        return wake
+        return max(wake, now + LOOK_AGAIN)

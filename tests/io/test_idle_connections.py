@@ -23,6 +23,7 @@ from gengroup.broker.faults import Delay
 from gengroup.io.cluster import Cluster
 from gengroup.io.connection import BrokerConnection
 from gengroup.io.fetch import fetch_once
+from gengroup.io.idle import LOOK_AGAIN, IdleReaper
 from gengroup.protocol.fetch_session import FetchSession
 from gengroup.protocol.versions import ApiKey
 from tests.consumer.helpers import EMBEDDED_SETTINGS, Ledger
@@ -177,3 +178,35 @@ async def test_a_group_without_records_keeps_working_past_the_idle_limit(
                     tg.cancel_scope.cancel()
     assert not ledger.overlaps
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_tiny_limit_does_not_make_the_reaper_spin(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A limit of a nanosecond (any positive value is accepted) closes idle
+    connections, but the reaper looks at the pool at most every LOOK_AGAIN,
+    however busy the connections are: 100 looks in a virtual second, not a
+    loop that never sleeps."""
+    looks = 0
+    reap = IdleReaper.reap
+
+    async def counted(self: IdleReaper, limit: float) -> float:
+        nonlocal looks
+        looks += 1
+        if looks > 10_000:
+            raise AssertionError("the reaper spins")
+        return await reap(self, limit)
+
+    monkeypatch.setattr(IdleReaper, "reap", counted)
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        async with Cluster(
+            cluster.bootstrap, connections_max_idle=1e-9, request_timeout=100.0
+        ) as client:
+            await client.refresh_metadata(["t"])
+            cluster.control(ApiKey.METADATA, lambda call: Delay(1.0), once=True)
+            start, before = trio.current_time(), looks
+            await client.refresh_metadata(["t"])  # a request in flight for a second
+            assert trio.current_time() - start == pytest.approx(1.0)
+            assert looks - before <= 1.0 / LOOK_AGAIN + 2, looks - before
+            await anyio.sleep(1.0)
+            assert client.idle.closed >= 1
