@@ -22,9 +22,9 @@ do, and the per-partition detail at DEBUG. Plain state, no I/O.
   the broker, with the error it gave up with) within :data:`REMEMBER`
   seconds, nothing of it written in between, is still failing: it joins the
   open wave of that broker and error (or one opened without a line) at
-  DEBUG, and a wave whose partitions all gave up that way ends at DEBUG. A
-  broker failing for minutes while each record of a partition expires is
-  then a line when it starts, one when records first gave up, and one when
+  DEBUG, and its records giving up again are not said again. A broker
+  failing for minutes while each record of a partition expires is then a
+  line when it starts, one when records first gave up, and one when
   partitions are written again, not two per record.
 * A retry of a failing partition failing on a broker with an error it
   already failed with there is DEBUG. One failing on another broker, or with
@@ -35,11 +35,15 @@ do, and the per-partition detail at DEBUG. Plain state, no I/O.
 * A partition leaves its wave when a batch of it is written again, or when
   its records failed for good (delivery timeout, an error not retried) and
   nothing of it is left to send (a batch in flight past its delivery timeout
-  counts as failed). Once the last one left, one line closes the wave: INFO
-  when all were written again (``50 partitions (...) written again on broker
-  1, after 100 failed attempt(s)``), a WARNING naming those whose records
-  failed otherwise (each ``send`` raises its own error), with their own
-  failed attempts. Closing the producer closes the waves still open.
+  counts as failed). Partitions giving up are a WARNING (``gave up on ...``)
+  at once, naming those giving up together, with their own failed attempts
+  (each ``send`` raises its own error); those of a wave giving up later are
+  gathered into one such line at most every :data:`GAVE_UP_EVERY` seconds
+  (or when the wave ends). Once the last partition left, the wave ends:
+  INFO when partitions were written again (``50 partitions (...) written
+  again on broker 1, after 100 failed attempt(s)``), the gave-up WARNING if
+  some gave up unsaid. Closing the producer ends the waves still open, the
+  partitions still failing said to give up.
 
 A single partition is named as itself: ``Produce to t[0] on broker 0 failing
 (1 attempt(s)) ...``, then ``t[0] written again on broker 0, after 6 failed
@@ -59,7 +63,7 @@ from typing import Protocol
 
 from ._types import TopicPartition
 
-__all__ = ["REMEMBER", "Failure", "Failures", "Queue", "Wave", "partitions_named"]
+__all__ = ["GAVE_UP_EVERY", "REMEMBER", "Failure", "Failures", "Queue", "Wave", "partitions_named"]
 
 log = logging.getLogger("gengroup")
 
@@ -69,6 +73,9 @@ NAMED = 3
 #: How long (seconds) a partition whose records gave up, failing again the
 #: same way, is taken as still failing rather than as starting to fail.
 REMEMBER = 300.0
+
+#: The least time (seconds) between two gave-up WARNINGs of a wave.
+GAVE_UP_EVERY = 60.0
 
 #: A broker and a kind of error.
 Key = tuple[int, object]
@@ -139,8 +146,10 @@ class Wave:
         "key",
         "node",
         "rejoined",
+        "said_at",
         "seen",
         "started",
+        "unsaid",
         "written",
         "written_on",
     )
@@ -160,6 +169,8 @@ class Wave:
         self.written: dict[TopicPartition, int] = {}  # their failed attempts
         self.written_on: set[int] = set()
         self.gave_up: dict[TopicPartition, int] = {}  # their failed attempts
+        self.unsaid: dict[TopicPartition, int] = {}  # those not said yet
+        self.said_at: float | None = None  # its last gave-up WARNING
         # The last error the records of a failing partition failed with for good.
         self.errors: dict[TopicPartition, BaseException] = {}
 
@@ -192,6 +203,7 @@ class Failures:
         self._shifts: dict[Key, _Shift] = {}
         # The partitions whose records gave up: how they failed, and when.
         self._gave_up: dict[TopicPartition, tuple[set[Key], float]] = {}
+        self._pruned = 0.0  # when _gave_up was last rid of its old entries
 
     def failed(self, queue: Queue, error: BaseException, node: int, now: float) -> None:
         """The Produce of ``queue``'s partition failed on broker ``node`` with
@@ -268,9 +280,16 @@ class Failures:
                 self._give_up(wave, queue, now)
             if not wave.failing:
                 self._close(wave)
+            elif wave.unsaid and (wave.said_at is None or now >= wave.said_at + GAVE_UP_EVERY):
+                self._say_gave_up(wave, now)
+        if now >= self._pruned + REMEMBER:
+            self._pruned = now
+            for tp in [tp for tp, (_, at) in self._gave_up.items() if now - at > REMEMBER]:
+                del self._gave_up[tp]
         return min(
             [wave.started + self._hold for wave in self._pending.values()]
-            + [shift.started + self._settle for shift in self._shifts.values()],
+            + [shift.started + self._settle for shift in self._shifts.values()]
+            + [w.said_at + GAVE_UP_EVERY for w in self._open if w.unsaid and w.said_at is not None],
             default=float("inf"),
         )
 
@@ -286,6 +305,7 @@ class Failures:
             for queue in list(wave.failing.values()):
                 failed = unanswered if queue.in_flight and unanswered is not None else error
                 wave.errors.setdefault(queue.tp, failed)
+                wave.rejoined.discard(queue.tp)  # its records fail for another reason
                 self._give_up(wave, queue, -REMEMBER)
             self._close(wave)
 
@@ -335,15 +355,19 @@ class Failures:
         _log_failing(logging.INFO, "now failing", key[0], shift.failed)
 
     def _give_up(self, wave: Wave, queue: Queue, now: float) -> None:
-        wave.gave_up[queue.tp] = queue.failures
-        self._gave_up[queue.tp] = (wave.seen[queue.tp], now)
-        self._leave(wave, queue.tp)
+        tp = queue.tp
+        wave.gave_up[tp] = queue.failures
+        if tp not in wave.rejoined:  # a partition giving up again was said the first time
+            wave.unsaid[tp] = queue.failures
+        self._gave_up[tp] = (wave.seen[tp], now)
+        self._leave(wave, tp)
         queue.failing, queue.failures = None, 0
 
     @staticmethod
     def _leave(wave: Wave, tp: TopicPartition) -> None:
         del wave.failing[tp]
         del wave.seen[tp]
+        wave.rejoined.discard(tp)
 
     def _close(self, wave: Wave) -> None:
         """Log the end of ``wave``: its partitions were written again or gave up."""
@@ -352,26 +376,35 @@ class Failures:
         self._open.remove(wave)
         written, gave_up = wave.written, wave.gave_up
         where = _brokers(wave.written_on) if written else ""
-        if not gave_up:
+        if wave.unsaid:
+            also = f"; {partitions_named(written)} written again on {where}" if written else ""
+            self._say_gave_up(wave, None, also)
+        elif written:
             since = (
                 f" since failing on broker {wave.node}" if {wave.node} != wave.written_on else ""
             )
+            if gave_up:
+                since += f"; the records of {partitions_named(gave_up)} failed before"
             log.info(_WRITTEN, partitions_named(written), where, sum(written.values()), since)
-            return
-        error = next((wave.errors[tp] for tp in sorted(gave_up) if tp in wave.errors), None)
-        # Partitions that gave up before, failing the same way since: said then.
-        again = not written and wave.rejoined.issuperset(gave_up)
-        log.log(
-            logging.DEBUG if again else logging.WARNING,
+        else:  # every partition gave up, said already
+            log.debug("producer: the partitions failing on broker %d all gave up", wave.node)
+
+    def _say_gave_up(self, wave: Wave, now: float | None, also: str = "") -> None:
+        """The WARNING of ``wave``'s partitions that gave up since the last."""
+        unsaid, wave.unsaid, wave.said_at = wave.unsaid, {}, now
+        error = next((wave.errors[tp] for tp in sorted(unsaid) if tp in wave.errors), None)
+        if now is not None and wave.failing:
+            also = f"; {partitions_named(wave.failing)} still failing"
+        log.warning(
             "producer: gave up on %s failing since Produce to broker %d failed, after %d "
             "failed attempt(s): their records failed, each send raising its error (%s)%s",
-            partitions_named(gave_up),
+            partitions_named(unsaid),
             wave.node,
-            sum(gave_up.values()),
+            sum(unsaid.values()),
             "their delivery timeout, or an error not retried"
             if error is None
             else f"{_name(error)}: {error}",
-            f"; {partitions_named(written)} written again on {where}" if written else "",
+            also,
         )
 
 

@@ -91,6 +91,10 @@ _NO_TIMEOUT: Final = datetime.timedelta(milliseconds=-1)
 #: Seconds of failing to get a producer id before a WARNING says so.
 _WARN_AFTER: Final = 1.0
 
+#: The least time (seconds) between two INFO lines of epoch bumps (each
+#: record expiring in a long outage bumps the epoch: the others are DEBUG).
+_BUMPS_EVERY: Final = 300.0
+
 
 def add_sequence(sequence: int, count: int) -> int:
     """``sequence`` advanced by ``count`` records, wrapping after ``2**31 - 1`` as Kafka's."""
@@ -135,6 +139,8 @@ class Sequencer:
         self.last_error: BaseException | None = None
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._bump = False
+        self._bumped_said: float | None = None  # the last INFO line of a bump
+        self._bumps_unsaid = 0  # bumps at DEBUG since
         self._backoff = retry_backoff
         self._asked_at: float | None = None  # the attempt under way started then
         self._failing_since: float | None = None  # the first attempt of the failures
@@ -245,12 +251,13 @@ class Sequencer:
             )
         return error_for_code(code, said)
 
-    def bump_if_wanted(self) -> None:
+    def bump_if_wanted(self, now: float) -> None:
         """Bump the epoch if a partition's sequences became uncertain since
         the last call (a new producer id is needed once the epoch is exhausted).
 
-        Called before each drain: the partitions then restart at sequence 0
-        with their next batch (:meth:`assign`).
+        Called before each drain (``now``): the partitions then restart at
+        sequence 0 with their next batch (:meth:`assign`). A bump is an INFO
+        line at most every :data:`_BUMPS_EVERY` seconds, else DEBUG.
         """
         if not self._bump or self.needs_id:
             return
@@ -262,10 +269,19 @@ class Sequencer:
             self.producer_id = self.epoch = -1
             return
         self.epoch += 1
-        log.info(
-            "idempotent producer: epoch bumped to %d (producer id %d); sequences restart at 0",
+        said, unsaid = self._bumped_said, self._bumps_unsaid
+        quiet = said is not None and now - said < _BUMPS_EVERY
+        self._bumps_unsaid = unsaid + 1 if quiet else 0
+        if not quiet:
+            self._bumped_said = now
+        log.log(
+            logging.DEBUG if quiet else logging.INFO,
+            "idempotent producer: epoch bumped to %d (producer id %d); sequences restart at 0%s",
             self.epoch,
             self.producer_id,
+            f" ({unsaid} bump(s) at DEBUG since the last such line)"
+            if unsaid and not quiet
+            else "",
         )
 
     def assign(self, batch: Batch) -> None:

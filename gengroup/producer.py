@@ -650,7 +650,7 @@ class Producer:
         urgent = self._flushing > 0 or self._closed or closed is not None
         idem = self._idem
         if idem is not None:
-            idem.bump_if_wanted()
+            idem.bump_if_wanted(now)
             if idem.needs_id and (refused := idem.refused(now)) is not None:
                 self._fail_unsent(refused)  # not asked again before a backoff
             elif idem.needs_id and not self._asking_id and self._outstanding:

@@ -29,7 +29,7 @@ def batch(tp: TopicPartition, count: int) -> Batch:
 def sent(seq: Sequencer, tp: TopicPartition, count: int) -> Batch:
     """A new batch of ``count`` records, drained (sequenced) as the sender does."""
     b = batch(tp, count)
-    seq.bump_if_wanted()
+    seq.bump_if_wanted(0.0)
     seq.assign(b)
     return b
 
@@ -101,7 +101,7 @@ def test_restart_bumps_the_epoch_and_sends_the_batch_again_from_zero() -> None:
     assert identity(failing) == (7, 0, 5) and identity(retrying) == (7, 0, 5)
     seq.restart(failing)
     assert identity(failing) == (-1, -1, -1) and failing.encoded is None
-    seq.bump_if_wanted()
+    seq.bump_if_wanted(0.0)
     assert seq.epoch == 1
     seq.assign(failing)
     assert identity(failing) == (7, 1, 0)
@@ -121,11 +121,11 @@ def test_a_sent_batch_that_failed_bumps_the_epoch_once() -> None:
     seq.acknowledged(sent(seq, A, 4))
     expired = sent(seq, A, 2)
     seq.failed(expired)
-    seq.bump_if_wanted()
+    seq.bump_if_wanted(0.0)
     assert seq.epoch == 1
     seq.failed(expired)  # its late answer
     seq.acknowledged(expired)
-    seq.bump_if_wanted()
+    seq.bump_if_wanted(0.0)
     assert seq.epoch == 1
     assert identity(sent(seq, A, 1)) == (7, 1, 0)
 
@@ -133,14 +133,14 @@ def test_a_sent_batch_that_failed_bumps_the_epoch_once() -> None:
 def test_a_batch_never_sequenced_fails_without_a_bump() -> None:
     seq = started()
     seq.failed(batch(A, 3))  # expired while queued: never sent
-    seq.bump_if_wanted()
+    seq.bump_if_wanted(0.0)
     assert seq.epoch == 0
 
 
 def test_an_exhausted_epoch_asks_for_a_new_producer_id() -> None:
     seq = started(epoch=MAX_EPOCH)
     seq.failed(sent(seq, A, 1))
-    seq.bump_if_wanted()
+    seq.bump_if_wanted(0.0)
     assert seq.needs_id
     b = batch(A, 1)
     seq.set_id(8, 0)

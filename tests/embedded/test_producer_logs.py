@@ -15,7 +15,7 @@ import trio.testing
 
 import gengroup.producer as producer_module
 from gengroup._errors import RequestTimedOut
-from gengroup._producer_failures import Failures, partitions_named
+from gengroup._producer_failures import GAVE_UP_EVERY, Failures, partitions_named
 from gengroup._types import TopicPartition
 from gengroup.broker import Disconnect, Drop, Fail, FakeCluster, Intercepted
 from gengroup.producer import Producer
@@ -540,9 +540,10 @@ class _StubQueue:
         self.failing: Any = None  # the wave it belongs to
         self.failures = 0
         self.in_flight = False
+        self.is_idle = False
 
     def idle(self) -> bool:
-        return False
+        return self.is_idle
 
 
 @contextmanager
@@ -587,53 +588,146 @@ async def _trickle(producer: Producer, partitions: int, every: float, until: flo
     return expired
 
 
+class _Timed(logging.Handler):
+    """The gengroup lines of INFO and above, with the trio time they were logged at."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[tuple[float, int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((trio.current_time(), record.levelno, record.getMessage()))
+
+
+@contextmanager
+def _timed() -> Iterator[_Timed]:
+    handler, logger = _Timed(), logging.getLogger("gengroup")
+    level, disabled = logger.level, logger.disabled
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.disabled = False  # another test's dictConfig may disable it
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.disabled = disabled
+
+
 @pytest.mark.parametrize("idempotence", [True, False])
 @pytest.mark.parametrize("partitions", [20, 1])
 async def test_a_trickle_of_records_to_a_broker_failing_for_minutes_is_a_few_lines(
-    autojump_clock: trio.testing.MockClock,
-    caplog: pytest.LogCaptureFixture,
-    partitions: int,
-    idempotence: bool,
+    autojump_clock: trio.testing.MockClock, partitions: int, idempotence: bool
 ) -> None:
     """A broker failing NOT_ENOUGH_REPLICAS for 300 s while partitions each get
     a record every 40 s (one partition every 2 s), each record expiring after
     30 s: a partition whose records gave up and that fails again the same way
     is still failing, not starting to; the log says the broker failing, the
-    partitions joining it one at a time (INFO), and the end of the wave, not
-    a line per record."""
-    caplog.set_level(logging.DEBUG, logger="gengroup")
-    async with FakeCluster(topics={"t": partitions}) as fake:
-        async with Producer(
-            fake.bootstrap, retry_backoff=0.1, delivery_timeout=30, idempotence=idempotence
-        ) as producer:
-            assert await _send_to_each(producer, "t", partitions) == []  # warm-up
-            caplog.clear()
-            start = trio.current_time()
-            fake.control(
-                ApiKey.PRODUCE, lambda call: Fail(19) if trio.current_time() < start + 300 else None
-            )
-            expired = await _trickle(producer, partitions, 40 / partitions, start + 330)
-            assert expired >= 6 * partitions, expired  # most records of the outage
-    warnings = _producer_logs(caplog, logging.WARNING)
-    infos = _producer_logs(caplog, logging.INFO)
-    assert warnings[0].startswith("producer: Produce to t[0] on broker 0 failing (1 attempt(s))")
-    assert "NOT_ENOUGH_REPLICAS" in warnings[0], warnings
-    if partitions == 1:  # failing; its records gave up; its last written after the outage
+    partitions joining it one at a time (INFO), records giving up (at once,
+    then those gathered since at most every GAVE_UP_EVERY) and the partitions
+    written again, not a line per record (nor an epoch bump's INFO each)."""
+    with _timed() as timed:
+        async with FakeCluster(topics={"t": partitions}) as fake:
+            async with Producer(
+                fake.bootstrap, retry_backoff=0.1, delivery_timeout=30, idempotence=idempotence
+            ) as producer:
+                assert await _send_to_each(producer, "t", partitions) == []  # warm-up
+                timed.lines.clear()
+                start = trio.current_time()
+                fake.control(
+                    ApiKey.PRODUCE,
+                    lambda call: Fail(19) if trio.current_time() < start + 300 else None,
+                )
+                expired = await _trickle(producer, partitions, 40 / partitions, start + 330)
+                assert expired >= 6 * partitions, expired  # most records of the outage
+    warnings = [(at - start, said) for at, level, said in timed.lines if level == logging.WARNING]
+    infos = [said for _, level, said in timed.lines if level == logging.INFO]
+    said = [said for _, said in warnings]
+    assert said[0].startswith("producer: Produce to t[0] on broker 0 failing (1 attempt(s))")
+    assert "NOT_ENOUGH_REPLICAS" in said[0], said
+    # t[0]'s first record gives up at +30 s, said then.
+    assert said[1].startswith("producer: gave up on t[0] failing since "), said
+    assert 30 <= warnings[1][0] <= 31, warnings
+    written = [line for line in infos if " written again on broker 0, after " in line]
+    assert len(written) == 1, infos
+    bumps = [line for line in infos if "epoch bumped" in line]
+    assert len(bumps) == (1 if idempotence else 0), bumps
+    if partitions == 1:
         assert len(warnings) == 2, warnings
-        assert warnings[1].startswith("producer: gave up on t[0] failing since "), warnings
-        assert len(infos) == 1, infos
-        assert infos[0].startswith("producer: t[0] written again on broker 0, after "), infos
-    else:  # failing; each other partition now failing; 20 gave up, the last ones written
-        assert len(warnings) == 2, warnings
-        assert warnings[1].startswith(
-            "producer: gave up on 20 partitions (t[0], t[1], t[2] and 17 more) failing since "
-        ), warnings
-        joined = [said for said in infos if " on broker 0 now failing " in said]
+        assert written[0].startswith("producer: t[0] written again on broker 0, after "), infos
+        assert len(infos) == 1 + len(bumps), infos
+    else:  # the 19 others gave up within the next minute: one line, GAVE_UP_EVERY later
+        assert len(warnings) == 3, warnings
+        assert said[2].startswith(
+            "producer: gave up on 19 partitions (t[1], t[2], t[3] and 16 more) failing since "
+        ), said
+        assert warnings[2][0] - warnings[1][0] == pytest.approx(GAVE_UP_EVERY, abs=1.0)
+        assert written[0].endswith(
+            "; the records of 20 partitions (t[0], t[1], t[2] and 17 more) failed before"
+        ), written
+        joined = [line for line in infos if " on broker 0 now failing " in line]
         assert len(joined) == partitions - 1, infos
-        assert len(infos) == len(joined), infos
-    still = [
-        r.getMessage()
-        for r in caplog.records
-        if r.levelno == logging.DEBUG and " on broker 0 still failing " in r.getMessage()
-    ]
-    assert still, "a partition failing again after giving up is said at DEBUG"
+        assert len(infos) == len(joined) + 1 + len(bumps), infos
+
+
+async def test_a_partition_starting_to_fail_beside_an_old_wave_says_when_it_gives_up(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """t[0] fails all along; 100 s later the broker fails t[1] for one record
+    of it: t[1] joins t[0]'s wave (INFO), and its record giving up is a
+    WARNING when it gives up, not when t[0]'s wave ends (which it does not)."""
+
+    def answer(call: Intercepted) -> Fail | None:
+        return Fail(19) if 0 in _sent(call) or event["on"] else None
+
+    event = {"on": False}
+    with _timed() as timed:
+        async with FakeCluster(topics={"t": 2}) as fake:
+            async with Producer(
+                fake.bootstrap,
+                retry_backoff=0.1,
+                delivery_timeout=30,
+                idempotence=False,
+                max_request_bytes=200,
+            ) as producer:
+                assert await _send_to_each(producer, "t", 2) == []  # warm-up
+                fake.control(ApiKey.PRODUCE, answer)
+                async with trio.open_nursery() as nursery:  # t[0]: a record every 10 s
+                    nursery.start_soon(_trickle, producer, 1, 10.0, trio.current_time() + 600)
+                    await trio.sleep(100)
+                    event["on"] = True
+                    with pytest.raises(RequestTimedOut):
+                        await producer.send("t", b"y", partition=1)
+                    gave_up = trio.current_time()
+                    event["on"] = False
+                    await trio.sleep(1)
+                    nursery.cancel_scope.cancel()
+    t1 = [(at, level, said) for at, level, said in timed.lines if "t[1]" in said]
+    assert [level for _, level, _ in t1] == [logging.INFO, logging.WARNING], t1
+    assert " on broker 0 now failing " in t1[0][2], t1
+    assert t1[1][2].startswith("producer: gave up on t[1] failing since Produce to broker 0 ")
+    assert t1[1][0] - gave_up <= 0.5, t1
+
+
+def test_closing_says_the_partitions_still_failing_give_up_even_those_that_did_before() -> None:
+    """A partition that gave up and fails again the same way is still failing
+    (DEBUG); closing the producer then fails its records for another reason,
+    said at WARNING."""
+
+    class NotEnoughReplicas(Exception):
+        code = 19
+
+    failures, queue = Failures(hold=0.1, settle=1.2), _StubQueue(TopicPartition("t", 0))
+    with _capture() as logged:
+        failures.failed(queue, NotEnoughReplicas(), 0, 1.0)
+        failures.report(2.0)
+        queue.is_idle = True
+        failures.report(31.0)  # its records gave up
+        queue.is_idle = False
+        failures.failed(queue, NotEnoughReplicas(), 0, 40.0)  # still failing
+        assert [level for level, _ in logged] == [logging.WARNING, logging.WARNING], logged
+        failures.report(41.0)
+        failures.close(ConnectionError("the producer closed"))
+    assert [level for level, _ in logged] == [logging.WARNING] * 3, logged
+    assert logged[2][1].startswith("producer: gave up on t[0] failing since "), logged
+    assert "ConnectionError: the producer closed" in logged[2][1], logged
