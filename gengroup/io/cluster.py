@@ -141,8 +141,12 @@ from .setups import Round, SetUps, connect_cause, format_address
 #: client keeps a node's authentication failure for its reconnect backoff.
 AUTH_REFUSAL_MEMORY: Final = 10.0
 
+#: Seconds after an outage said at WARNING in which another is DEBUG (flapping).
+FLAPPING: Final = 60.0
+
 __all__ = [
     "CONNECT_STAGGER",
+    "FLAPPING",
     "LONG_UNAVAILABLE",
     "BrokerInfo",
     "Cluster",
@@ -289,6 +293,8 @@ class Cluster:
         self._tls = self.security.tls_context()
         #: When the cluster was first found unreachable (None: reachable, or not tried yet).
         self.unreachable_since: float | None = None
+        # When an outage was last said at WARNING; how to say the latest's end.
+        self._outage_said, self._back_level = -FLAPPING, logging.INFO
         #: Addresses whose connections the broker closed on their first request
         #: after the set-up, with no answer since: when, and what to say of it.
         self._unanswered: dict[tuple[str, int], tuple[float, str]] = {}
@@ -607,10 +613,7 @@ class Cluster:
         now = anyio.current_time()
         if self.unreachable_since is None:
             self.unreachable_since = tried_from
-            log.warning(
-                "cluster unreachable: %s",
-                "; ".join(f"{a}: {c}" for a, c in causes.items()),
-            )
+            self._say_unreachable("; ".join(f"{a}: {c}" for a, c in causes.items()))
         down = now - self.unreachable_since
         limit = self.unreachable_timeout
         return ClusterUnreachable(causes, down, exhausted=limit is not None and down >= limit)
@@ -662,7 +665,14 @@ class Cluster:
             # Since the last of them began to: an address that did so long ago
             # (a broker gone since) does not make a new outage old at once.
             self.unreachable_since = max(at for at, _ in self._unanswered.values())
-            log.warning("cluster unreachable: %s", "; ".join(self._unanswered_causes().values()))
+            self._say_unreachable("; ".join(self._unanswered_causes().values()))
+
+    def _say_unreachable(self, causes: str) -> None:
+        """Log an outage: WARNING, or DEBUG within :data:`FLAPPING` of the last WARNING."""
+        if not (quiet := anyio.current_time() - self._outage_said < FLAPPING):
+            self._outage_said = anyio.current_time()
+        self._back_level = logging.DEBUG if quiet else logging.INFO
+        log.log(logging.DEBUG if quiet else logging.WARNING, "cluster unreachable: %s", causes)
 
     def _all_unanswered(self) -> bool:
         return (self._broker_addresses() | set(self.bootstrap)) <= self._unanswered.keys()
@@ -681,10 +691,9 @@ class Cluster:
         return ClusterUnreachable(self._unanswered_causes(), down, exhausted=True)
 
     def _reachable_again(self) -> None:
-        if self.unreachable_since is not None:
-            down = anyio.current_time() - self.unreachable_since
-            self.unreachable_since = None
-            log.info("cluster reachable again after %.1f s", down)
+        if (since := self.unreachable_since) is not None:
+            self.unreachable_since, down = None, anyio.current_time() - since
+            log.log(self._back_level, "cluster reachable again after %.1f s", down)
 
     async def call(
         self,

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from gengroup._errors import RequestTimedOut
 from gengroup._producer_failures import GAVE_UP_EVERY, Failures, partitions_named
 from gengroup._types import TopicPartition
 from gengroup.broker import Disconnect, Drop, Fail, FakeCluster, Intercepted
+from gengroup.io.cluster import FLAPPING
 from gengroup.producer import Producer
 from gengroup.protocol.versions import ApiKey
 
@@ -731,3 +733,33 @@ def test_closing_says_the_partitions_still_failing_give_up_even_those_that_did_b
     assert [level for level, _ in logged] == [logging.WARNING] * 3, logged
     assert logged[2][1].startswith("producer: gave up on t[0] failing since "), logged
     assert "ConnectionError: the producer closed" in logged[2][1], logged
+
+
+async def test_a_broker_closing_every_produce_connection_for_minutes_is_a_few_lines(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The broker closes each connection on its Produce request for 300 s and
+    answers the rest (Metadata): the cluster goes unreachable and reachable
+    again at each retry, which the log says at WARNING at most every
+    FLAPPING seconds (the rest at DEBUG), not a WARNING and an INFO per retry."""
+    with _timed() as timed:
+        async with FakeCluster(topics={"t": 20}) as fake:
+            async with Producer(
+                fake.bootstrap, retry_backoff=0.1, delivery_timeout=30, idempotence=False
+            ) as producer:
+                assert await _send_to_each(producer, "t", 20) == []  # warm-up
+                timed.lines.clear()
+                start = trio.current_time()
+                fake.control(
+                    ApiKey.PRODUCE,
+                    lambda call: Disconnect() if trio.current_time() < start + 300 else None,
+                )
+                expired = await _trickle(producer, 20, 2.0, start + 330)
+                assert expired >= 100, expired
+    outages = [(at, level) for at, level, said in timed.lines if "cluster unreachable" in said]
+    back = [level for _, level, said in timed.lines if "cluster reachable again" in said]
+    assert outages, "the flapping is said"
+    warned = [at for at, level in outages if level == logging.WARNING]
+    assert len(warned) <= 300 / FLAPPING + 1, warned
+    assert all(later - earlier >= FLAPPING for earlier, later in pairwise(warned)), warned
+    assert back.count(logging.INFO) <= len(warned), back
