@@ -20,7 +20,8 @@ do, and the per-partition detail at DEBUG. Plain state, no I/O.
   broker one at a time are not a WARNING each.
 * A partition whose records gave up and that fails again the same way (on
   the broker, with the error it gave up with) within :data:`REMEMBER`
-  seconds, nothing of it written in between, is still failing: it joins the
+  seconds, nothing of it written in between (nor, for a connection's error,
+  a broker-wide one, anything on that broker), is still failing: it joins the
   open wave of that broker and error (or one opened without a line) at
   DEBUG, and its records giving up again are not said again. A broker
   failing for minutes while each record of a partition expires is then a
@@ -35,11 +36,14 @@ do, and the per-partition detail at DEBUG. Plain state, no I/O.
 * A partition leaves its wave when a batch of it is written again, or when
   its records failed for good (delivery timeout, an error not retried) and
   nothing of it is left to send (a batch in flight past its delivery timeout
-  counts as failed). Partitions giving up are a WARNING (``gave up on ...``)
-  at once, naming those giving up together, with their own failed attempts
-  (each ``send`` raises its own error); those of a wave giving up later are
-  gathered into one such line at most every :data:`GAVE_UP_EVERY` seconds
-  (or when the wave ends). Once the last partition left, the wave ends:
+  counts as failed). A partition's records failing for good (or its giving
+  up) is a WARNING (``gave up on ...``) at once, naming the partitions of
+  the wave doing so together, with their own failed attempts (each ``send``
+  raises its own error), once per partition and wave, whether the partition
+  gave up or goes on failing with records sent after them; those of a wave
+  doing so later are gathered into one such line at most every
+  :data:`GAVE_UP_EVERY` seconds (or when the wave ends). Once the last
+  partition left, the wave ends:
   INFO when partitions were written again (``50 partitions (...) written
   again on broker 1, after 100 failed attempt(s)``), the gave-up WARNING if
   some gave up unsaid. Closing the producer ends the waves still open, the
@@ -146,6 +150,7 @@ class Wave:
         "key",
         "node",
         "rejoined",
+        "said",
         "said_at",
         "seen",
         "started",
@@ -170,6 +175,7 @@ class Wave:
         self.written_on: set[int] = set()
         self.gave_up: dict[TopicPartition, int] = {}  # their failed attempts
         self.unsaid: dict[TopicPartition, int] = {}  # those not said yet
+        self.said: set[TopicPartition] = set()  # those said
         self.said_at: float | None = None  # its last gave-up WARNING
         # The last error the records of a failing partition failed with for good.
         self.errors: dict[TopicPartition, BaseException] = {}
@@ -204,6 +210,8 @@ class Failures:
         # The partitions whose records gave up: how they failed, and when.
         self._gave_up: dict[TopicPartition, tuple[set[Key], float]] = {}
         self._pruned = 0.0  # when _gave_up was last rid of its old entries
+        # By broker: those of them that gave up on a connection's error there.
+        self._broker_wide: dict[int, set[TopicPartition]] = {}
 
     def failed(self, queue: Queue, error: BaseException, node: int, now: float) -> None:
         """The Produce of ``queue``'s partition failed on broker ``node`` with
@@ -238,14 +246,27 @@ class Failures:
             shift.failed.append((queue, error, queue.failures))
 
     def records_failed(self, queue: Queue, error: BaseException) -> None:
-        """Records of a failing partition failed for good with ``error`` (said
-        if the partition gives up)."""
-        if queue.failing is not None:
-            queue.failing.errors[queue.tp] = error
+        """Records of a failing partition failed for good with ``error``: said
+        by :meth:`report` (once per partition and wave)."""
+        wave, tp = queue.failing, queue.tp
+        if wave is not None:
+            wave.errors[tp] = error
+            self._records_failed(wave, queue)
+
+    @staticmethod
+    def _records_failed(wave: Wave, queue: Queue) -> None:
+        tp = queue.tp
+        wave.gave_up[tp] = queue.failures
+        # Not said again in the wave, nor for a partition said when it first gave up.
+        if tp not in wave.said and tp not in wave.rejoined:
+            wave.unsaid[tp] = queue.failures
 
     def written(self, queue: Queue, node: int) -> None:
         """A batch of ``queue``'s partition was written on broker ``node``."""
         tp = queue.tp
+        if self._broker_wide and (recovered := self._broker_wide.pop(node, None)):
+            for other in recovered:  # the broker answers: it failed them no more
+                self._gave_up.pop(other, None)
         if queue.failing is None:
             if self._gave_up:
                 self._gave_up.pop(tp, None)
@@ -304,8 +325,9 @@ class Failures:
         for wave in list(self._open):
             for queue in list(wave.failing.values()):
                 failed = unanswered if queue.in_flight and unanswered is not None else error
-                wave.errors.setdefault(queue.tp, failed)
-                wave.rejoined.discard(queue.tp)  # its records fail for another reason
+                wave.errors[queue.tp] = failed  # its records fail for another reason
+                wave.rejoined.discard(queue.tp)
+                wave.said.discard(queue.tp)
                 self._give_up(wave, queue, -REMEMBER)
             self._close(wave)
 
@@ -346,6 +368,8 @@ class Failures:
                 joined.seen[tp] = wave.seen[tp]
             joined.rejoined |= wave.rejoined
             joined.errors.update(wave.errors)
+            joined.gave_up.update(wave.gave_up)
+            joined.unsaid.update(wave.unsaid)
             _log_failing(logging.INFO, "now failing", wave.node, wave.first)
             return
         _log_failing(logging.WARNING, "failing", wave.node, wave.first)
@@ -355,12 +379,12 @@ class Failures:
         _log_failing(logging.INFO, "now failing", key[0], shift.failed)
 
     def _give_up(self, wave: Wave, queue: Queue, now: float) -> None:
-        tp = queue.tp
-        wave.gave_up[tp] = queue.failures
-        if tp not in wave.rejoined:  # a partition giving up again was said the first time
-            wave.unsaid[tp] = queue.failures
-        self._gave_up[tp] = (wave.seen[tp], now)
-        self._leave(wave, tp)
+        self._records_failed(wave, queue)
+        self._gave_up[queue.tp] = (wave.seen[queue.tp], now)
+        for node, kind in wave.seen[queue.tp]:
+            if isinstance(kind, type):  # a connection's error, not the partition's
+                self._broker_wide.setdefault(node, set()).add(queue.tp)
+        self._leave(wave, queue.tp)
         queue.failing, queue.failures = None, 0
 
     @staticmethod
@@ -368,6 +392,7 @@ class Failures:
         del wave.failing[tp]
         del wave.seen[tp]
         wave.rejoined.discard(tp)
+        wave.said.discard(tp)
 
     def _close(self, wave: Wave) -> None:
         """Log the end of ``wave``: its partitions were written again or gave up."""
@@ -392,6 +417,7 @@ class Failures:
     def _say_gave_up(self, wave: Wave, now: float | None, also: str = "") -> None:
         """The WARNING of ``wave``'s partitions that gave up since the last."""
         unsaid, wave.unsaid, wave.said_at = wave.unsaid, {}, now
+        wave.said |= unsaid.keys() & wave.failing.keys()
         error = next((wave.errors[tp] for tp in sorted(unsaid) if tp in wave.errors), None)
         if now is not None and wave.failing:
             also = f"; {partitions_named(wave.failing)} still failing"

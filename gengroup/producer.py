@@ -263,13 +263,15 @@ class Producer:
         try:
             await self.aclose()  # nothing more if it ran already
         finally:  # also when the close is interrupted (KeyboardInterrupt, asyncio)
-            # The body's exception is not handed to the task groups: they would
-            # wrap it. It propagates unchanged once they have exited; a crash of
-            # a background task (Ctrl-C raised in it) propagates from here, as itself.
+            # The body's exception is not handed to the task groups (they would wrap it):
+            # it comes out unchanged; a background task's crash (Ctrl-C in it) as itself.
+            crash = None
             try:
                 await stack.aclose()
             except BaseExceptionGroup as group:
-                raise lone(group) from None
+                crash = lone(group)
+            if crash is not None:
+                raise crash  # its cause kept; the body's exception its context
         return None
 
     async def aclose(self) -> None:
@@ -889,8 +891,7 @@ class Producer:
         if now >= deadline:
             self._fail_batch(batch, batch.timeout_error(self.config.delivery_timeout))
             return
-        # A backoff that would end past the deadline ends at it: the drain then
-        # fails the batch, on time and not before.
+        # A backoff ending past the deadline ends at it: the drain then fails the batch.
         delay = backoff_delay(batch.attempts - 1, self.config.retry_backoff)
         batch.not_before = min(now + delay, deadline)
         queue = self._queues[batch.tp]

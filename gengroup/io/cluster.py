@@ -128,6 +128,7 @@ from . import request as _request
 from .connection import BrokerConnection
 from .idle import IdleReaper
 from .logins import Logins
+from .outage import Outage
 from .retry import ClientClosed, retry, unanswered
 from .security import PLAINTEXT, Security, SecuritySettings
 from .setups import Round, SetUps, connect_cause, format_address
@@ -141,12 +142,8 @@ from .setups import Round, SetUps, connect_cause, format_address
 #: client keeps a node's authentication failure for its reconnect backoff.
 AUTH_REFUSAL_MEMORY: Final = 10.0
 
-#: Seconds after an outage said at WARNING in which another is DEBUG (flapping).
-FLAPPING: Final = 60.0
-
 __all__ = [
     "CONNECT_STAGGER",
-    "FLAPPING",
     "LONG_UNAVAILABLE",
     "BrokerInfo",
     "Cluster",
@@ -291,10 +288,8 @@ class Cluster:
             raise ConfigError(f"pass either security or {', '.join(settings)}, not both")
         self.security = Security(**settings) if settings else Security.of(security or PLAINTEXT)
         self._tls = self.security.tls_context()
-        #: When the cluster was first found unreachable (None: reachable, or not tried yet).
-        self.unreachable_since: float | None = None
-        # When an outage was last said at WARNING; how to say the latest's end.
-        self._outage_said, self._back_level = -FLAPPING, logging.INFO
+        #: Whether the cluster is unreachable, since when, and its log.
+        self.outage = Outage()
         #: Addresses whose connections the broker closed on their first request
         #: after the set-up, with no answer since: when, and what to say of it.
         self._unanswered: dict[tuple[str, int], tuple[float, str]] = {}
@@ -435,7 +430,7 @@ class Cluster:
                 raise ClientClosed(_CLOSED)
             self._conns[slot] = new
             if (host, port) not in self._unanswered:
-                self._reachable_again()  # any broker answering means the cluster is reachable
+                self.outage.ended()  # any broker answering means the cluster is reachable
             return new
 
     async def connection(self, node_id: int, channel: str = "default") -> BrokerConnection:
@@ -482,7 +477,7 @@ class Cluster:
         ]
         if usable:
             if any(c.has_answered for c in usable):
-                self._reachable_again()
+                self.outage.ended()
             # Requests whose callers gave up count too: the answer comes after theirs.
             return min(usable, key=lambda c: (self._inflight.get(c, 0), c.awaiting))
         tried_from = anyio.current_time()
@@ -610,11 +605,10 @@ class Cluster:
         connections and never answers) would otherwise add a round of
         ``connect_timeout`` to ``unreachable_timeout``.
         """
-        now = anyio.current_time()
-        if self.unreachable_since is None:
-            self.unreachable_since = tried_from
-            self._say_unreachable("; ".join(f"{a}: {c}" for a, c in causes.items()))
-        down = now - self.unreachable_since
+        said = "; ".join(f"{a}: {c}" for a, c in causes.items())
+        if self.outage.since is None:
+            self.outage.began(tried_from, said)
+        down = self.outage.lasts(lambda: said)
         limit = self.unreachable_timeout
         return ClusterUnreachable(causes, down, exhausted=limit is not None and down >= limit)
 
@@ -637,8 +631,8 @@ class Cluster:
         if self._unanswered or self._closed_once:
             self._unanswered.pop(address, None)
             self._closed_once.pop(address, None)
-        if self.unreachable_since is not None:
-            self._reachable_again()
+        if self.outage.since is not None:
+            self.outage.ended()
 
     def _closed_unanswered(self, address: tuple[str, int], serial: int, said: str) -> None:
         """Connection number ``serial``, to ``address``, was closed on its first
@@ -661,18 +655,11 @@ class Cluster:
         if not self.security.uses_sasl:
             said += " (does the listener require SASL? check security_protocol)"
         self._unanswered.setdefault(address, (once[0], said))
-        if self.unreachable_since is None and self._all_unanswered():
+        if self.outage.since is None and self._all_unanswered():
             # Since the last of them began to: an address that did so long ago
             # (a broker gone since) does not make a new outage old at once.
-            self.unreachable_since = max(at for at, _ in self._unanswered.values())
-            self._say_unreachable("; ".join(self._unanswered_causes().values()))
-
-    def _say_unreachable(self, causes: str) -> None:
-        """Log an outage: WARNING, or DEBUG within :data:`FLAPPING` of the last WARNING."""
-        if not (quiet := anyio.current_time() - self._outage_said < FLAPPING):
-            self._outage_said = anyio.current_time()
-        self._back_level = logging.DEBUG if quiet else logging.INFO
-        log.log(logging.DEBUG if quiet else logging.WARNING, "cluster unreachable: %s", causes)
+            since = max(at for at, _ in self._unanswered.values())
+            self.outage.began(since, "; ".join(self._unanswered_causes().values()))
 
     def _all_unanswered(self) -> bool:
         return (self._broker_addresses() | set(self.bootstrap)) <= self._unanswered.keys()
@@ -682,18 +669,13 @@ class Cluster:
 
     def _unanswered_outage(self) -> ClusterUnreachable | None:
         """The exhausted outage of brokers that close every connection unanswered, if it is one."""
-        since, limit = self.unreachable_since, self.unreachable_timeout
-        if since is None or limit is None or not self._all_unanswered():
+        if self.outage.since is None or not self._all_unanswered():
             return None
-        down = anyio.current_time() - since
-        if down < limit:
+        down = self.outage.lasts(lambda: "; ".join(self._unanswered_causes().values()))
+        limit = self.unreachable_timeout
+        if limit is None or down < limit:
             return None
         return ClusterUnreachable(self._unanswered_causes(), down, exhausted=True)
-
-    def _reachable_again(self) -> None:
-        if (since := self.unreachable_since) is not None:
-            self.unreachable_since, down = None, anyio.current_time() - since
-            log.log(self._back_level, "cluster reachable again after %.1f s", down)
 
     async def call(
         self,

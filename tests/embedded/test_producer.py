@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import traceback
 from typing import Any
 
 import anyio
@@ -943,3 +944,36 @@ async def test_a_log_filter_that_raises_does_not_hold_the_close(
     finally:
         logger.removeFilter(raising)
         logger.disabled = disabled
+
+
+async def test_a_background_crash_comes_out_with_its_cause_and_the_body_error_as_context(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A bug in a background task comes out of the block as itself, with its
+    own cause (not in an exception group, and not stripped of its chain);
+    an exception the block raised meanwhile is its context, not lost."""
+
+    class InTheBody(Exception):
+        pass
+
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        producer = Producer(cluster.bootstrap, delivery_timeout=120, linger=0)
+        original = producer._drain
+
+        def crashing(*args: Any) -> Any:
+            if producer._outstanding:
+                try:
+                    raise ValueError("the root cause")
+                except ValueError as exc:
+                    raise RuntimeError("a bug in a background task") from exc
+            return original(*args)
+
+        producer._drain = crashing  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError) as raised:
+            async with producer:
+                with pytest.raises(GengroupError):
+                    await producer.send("t", b"x")
+                raise InTheBody
+    assert isinstance(raised.value.__cause__, ValueError), raised.value.__cause__
+    assert isinstance(raised.value.__context__, InTheBody), raised.value.__context__
+    assert "the root cause" in "".join(traceback.format_exception(raised.value))

@@ -19,7 +19,7 @@ from gengroup._errors import RequestTimedOut
 from gengroup._producer_failures import GAVE_UP_EVERY, Failures, partitions_named
 from gengroup._types import TopicPartition
 from gengroup.broker import Disconnect, Drop, Fail, FakeCluster, Intercepted
-from gengroup.io.cluster import FLAPPING
+from gengroup.io.outage import FLAPPING, LOUD_AFTER
 from gengroup.producer import Producer
 from gengroup.protocol.versions import ApiKey
 
@@ -763,3 +763,83 @@ async def test_a_broker_closing_every_produce_connection_for_minutes_is_a_few_li
     assert len(warned) <= 300 / FLAPPING + 1, warned
     assert all(later - earlier >= FLAPPING for earlier, later in pairwise(warned)), warned
     assert back.count(logging.INFO) <= len(warned), back
+
+
+@pytest.mark.parametrize("idempotence", [True, False])
+async def test_records_expiring_back_to_back_are_said_when_the_first_fail(
+    autojump_clock: trio.testing.MockClock, idempotence: bool
+) -> None:
+    """A record every 20 s to a partition whose broker fails it for 400 s,
+    each expiring after 30 s: the partition never runs out of records to
+    send (it never gives up), yet its records failing are a WARNING when the
+    first do, once, not when the stream stops."""
+    expired: list[float] = []
+    with _timed() as timed:
+        async with FakeCluster(topics={"t": 1}) as fake:
+            async with Producer(
+                fake.bootstrap, retry_backoff=0.1, delivery_timeout=30, idempotence=idempotence
+            ) as producer:
+                assert await _send_to_each(producer, "t", 1) == []  # warm-up
+                start = trio.current_time()
+                fake.control(
+                    ApiKey.PRODUCE,
+                    lambda call: Fail(19) if trio.current_time() < start + 400 else None,
+                )
+
+                async def send() -> None:
+                    try:
+                        await producer.send("t", b"x", partition=0)
+                    except RequestTimedOut:
+                        expired.append(trio.current_time() - start)
+
+                async with trio.open_nursery() as nursery:
+                    for _ in range(22):
+                        nursery.start_soon(send)
+                        await trio.sleep(20)
+    gave_up = [
+        (at - start, said)
+        for at, level, said in timed.lines
+        if level == logging.WARNING and said.startswith("producer: gave up on t[0] ")
+    ]
+    assert len(expired) >= 18 and expired[0] == pytest.approx(30, abs=0.5), expired
+    assert len(gave_up) == 1, gave_up
+    assert gave_up[0][0] - expired[0] <= 0.5, (expired[0], gave_up)
+    assert "RequestTimedOut" in gave_up[0][1], gave_up
+
+
+async def test_a_second_outage_soon_after_a_first_is_a_warning_once_it_lasts(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The only broker down 40 s, back 10 s, then down 600 s: the second
+    outage begins within FLAPPING of the first's WARNING, so it begins at
+    DEBUG, but is a WARNING once it lasted LOUD_AFTER, and so is its end's
+    INFO; its records failing are said too."""
+    with _timed() as timed:
+        async with FakeCluster(topics={"t": 2}) as fake:
+            async with Producer(
+                fake.bootstrap, retry_backoff=0.1, delivery_timeout=30, idempotence=False
+            ) as producer:
+                assert await _send_to_each(producer, "t", 2) == []  # warm-up
+                async with trio.open_nursery() as nursery:
+                    await fake.stop_broker(0)
+                    nursery.start_soon(_trickle, producer, 1, 40.0, trio.current_time() + 40)
+                    await trio.sleep(40)
+                    await fake.start_broker(0)
+                    await producer.send("t", b"x", partition=1)  # answered again
+                    await trio.sleep(10)
+                    second = trio.current_time()
+                    await fake.stop_broker(0)
+                    nursery.start_soon(_trickle, producer, 1, 40.0, second + 600)
+                    await trio.sleep(600)
+                    await fake.start_broker(0)
+                    await producer.send("t", b"x", partition=1)
+    during = [
+        (at - second, level, said)
+        for at, level, said in timed.lines
+        if at >= second and level >= logging.INFO
+    ]
+    outage = [(at, said) for at, level, said in during if "cluster unreachable" in said]
+    assert len(outage) == 1 and outage[0][1].startswith("cluster unreachable for "), during
+    assert LOUD_AFTER <= outage[0][0] <= LOUD_AFTER + 2, outage
+    assert any("cluster reachable again after 6" in said for _, _, said in during), during
+    assert any(said.startswith("producer: gave up on t[0] ") for _, _, said in during), during
