@@ -85,7 +85,13 @@ if TYPE_CHECKING:
         topic_id: UUID | None
 
 
-__all__ = ["FENCED", "GenerationCommits", "retriable_refusal", "send_offset_commit"]
+__all__ = [
+    "FENCED",
+    "GenerationCommits",
+    "commit_lock",
+    "retriable_refusal",
+    "send_offset_commit",
+]
 
 log = logging.getLogger("gengroup")
 
@@ -112,6 +118,18 @@ def retriable_refusal(exc: BaseException) -> bool:
     if isinstance(exc, FENCED):
         return False
     return is_retriable(exc) or isinstance(exc, TimeoutError)
+
+
+def commit_lock() -> anyio.Lock:
+    """A generation's commit lock: one commit at a time.
+
+    Taken without a schedule point when free (``fast_acquire``): a commit
+    that finds it free goes on to write its request at once. The final
+    commit's first pass is sent the moment a rebalance is heard of, before
+    the generation's cancelled tasks (fetches, workers) run their way out;
+    the task switch a plain acquire makes would let them run first.
+    """
+    return anyio.Lock(fast_acquire=True)
 
 
 async def send_offset_commit(

@@ -64,7 +64,7 @@ from .._errors import GenerationEnded, ProtocolError
 from .._types import GenerationIdentity, IdentityNames, TopicPartition, checked_offset
 from ..membership.member import Outcome
 from .commits import CommitCodes, Committer, OffsetMetadata, Offsets
-from .committing import GenerationCommits
+from .committing import GenerationCommits, commit_lock
 from .detached import (
     IN_USER_TASK,
     UserTask,
@@ -313,7 +313,7 @@ class Generation(IdentityNames, GenerationCommits):
     #: What its tasks raised (each logged as it happened), the first first.
     _failures: list[BaseException] = field(default_factory=list, repr=False)
     _ended: anyio.Event = field(default_factory=anyio.Event, repr=False)
-    _commit_lock: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
+    _commit_lock: anyio.Lock = field(default_factory=commit_lock, repr=False)
     _ending: anyio.Event = field(default_factory=anyio.Event, repr=False)
     end_outcome: Outcome | None = None
     end_reason: str | None = None

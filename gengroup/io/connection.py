@@ -312,7 +312,13 @@ class BrokerConnection:
         self._stream: anyio.abc.ByteStream | None = None
         self._waiters: dict[int, _Waiter] = {}
         self._cids = itertools.count(1)
-        self._send_lock = anyio.Lock()
+        #: One frame written at a time. Taken without a schedule point when
+        #: free (``fast_acquire``): a request is written before any task
+        #: started beside it runs (the refresh beside JoinGroup, the
+        #: OffsetFetch beside SyncGroup) and before the tasks a rebalance
+        #: cancelled run their way out; each task switch on a rebalance's
+        #: path lets every runnable task of the process run first.
+        self._send_lock = anyio.Lock(fast_acquire=True)
         self._failure: KafkaConnectionError | None = None
         #: Whether this process closed the connection (:meth:`aclose`).
         self._closed_here = False

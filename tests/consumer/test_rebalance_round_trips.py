@@ -19,14 +19,17 @@ import pytest
 import trio
 import trio.testing
 
-from gengroup import RangeBalancer
+from gengroup import Generation, RangeBalancer, TopicPartition
+from gengroup._types import GenerationIdentity
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Intercepted
 from gengroup.consumer import forming
+from gengroup.consumer.commits import CommitCodes, OffsetMetadata, Offsets, TopicIds
+from gengroup.consumer.generation import RebalanceTimings
 from gengroup.protocol.versions import ApiKey
 
 from .cooperative import SpanLedger
-from .helpers import all_partitions, wait_until
+from .helpers import all_partitions, unstarted_prefetcher, wait_until
 
 JOIN_WAIT = 2.0  # a JoinGroup with a member id is answered this late
 SYNC_WAIT = 0.5  # the leader's SyncGroup (after a JoinGroup that waited) arrives this late
@@ -107,3 +110,52 @@ async def test_past_the_limit_the_offsets_are_fetched_once_sync_group_answered(
         assert keys == [ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.OFFSET_FETCH, ApiKey.FETCH]
         at = {key: t for t, key in path}
         assert at[ApiKey.OFFSET_FETCH] >= at[ApiKey.SYNC_GROUP] + SYNC_WAIT, (name, path)
+
+
+class TaskSteps(trio.abc.Instrument):
+    """Counts the task steps trio runs: a schedule point starts a new one."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+
+
+async def test_a_commit_finding_its_lock_free_is_sent_without_a_task_switch() -> None:
+    # The final commit's first pass is sent the moment the heartbeat hears
+    # of the rebalance; a task switch before it let every task the end
+    # cancelled (fetches, workers) run its way out first.
+    tp = TopicPartition("t", 0)
+    steps = TaskSteps()
+    sent_at: list[int] = []
+
+    class Committer:
+        async def commit_offsets(
+            self,
+            identity: GenerationIdentity,
+            offsets: Offsets,
+            metadata: OffsetMetadata | None = None,
+            topic_ids: TopicIds | None = None,
+        ) -> CommitCodes:
+            sent_at.append(steps.steps)
+            return dict.fromkeys(offsets, 0)
+
+    gen = Generation(
+        identity=GenerationIdentity("g", 1, "m", None, 1),
+        is_leader=False,
+        protocol="range",
+        assignments={tp: 0},
+        timings=RebalanceTimings(),
+        _committer=Committer(),
+        _prefetcher=unstarted_prefetcher({tp: 0}),
+    )
+    gen.mark(tp, 5)
+    trio.lowlevel.add_instrument(steps)
+    try:
+        before = steps.steps
+        await gen._commit(None, None, forwarded=False)
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    assert sent_at == [before]
+    assert gen.committed == {tp: 5}

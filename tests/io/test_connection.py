@@ -233,6 +233,56 @@ async def test_out_of_order_responses_reach_their_own_waiters() -> None:
         assert conn.is_usable
 
 
+class TaskSteps(trio.abc.Instrument):
+    """Counts the task steps trio runs: a schedule point starts a new one."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+
+
+async def test_a_request_on_a_free_connection_is_written_without_a_task_switch() -> None:
+    # A free send lock is taken without a schedule point: the request is
+    # written in the caller's task step, before a task started beside it (the
+    # refresh beside JoinGroup, the OffsetFetch beside SyncGroup) or the tasks
+    # a rebalance cancelled run. Each switch on a rebalance's path let every
+    # runnable task of the process run first.
+    async def on_request(stream: anyio.abc.ByteStream, header: Any, request: Any) -> None:
+        answer = metadata_response("c")
+        await stream.send(encode_response(answer, correlation_id=header.correlation_id))
+
+    async with fake_broker(on_request) as port, open_connection("127.0.0.1", port) as conn:
+        stream = conn._stream
+        assert stream is not None
+        send = stream.send
+        steps = TaskSteps()
+        written_at: list[int] = []
+        ran_beside: list[int] = []
+
+        async def counted(data: bytes) -> None:
+            written_at.append(steps.steps)
+            await send(data)
+
+        async def beside() -> None:
+            ran_beside.append(len(written_at))
+
+        stream.send = counted  # type: ignore[method-assign]
+        trio.lowlevel.add_instrument(steps)
+        try:
+            with anyio.fail_after(HANG_GUARD):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(beside)
+                    before = steps.steps
+                    resp = await conn.request(metadata_request())
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+        assert resp.cluster_id == "c"
+        assert written_at == [before]
+        assert ran_beside == [1]  # the task beside ran once the request was written
+
+
 @pytest.mark.parametrize(
     ("garbage", "what"),
     [
