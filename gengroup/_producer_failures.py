@@ -20,8 +20,7 @@ do, and the per-partition detail at DEBUG. Plain state, no I/O.
   broker one at a time are not a WARNING each.
 * A partition whose records gave up and that fails again the same way (on
   the broker, with the error it gave up with) within :data:`REMEMBER`
-  seconds, nothing of it written in between (nor, for a connection's error,
-  a broker-wide one, anything on that broker), is still failing: it joins the
+  seconds, nothing of it written in between, is still failing: it joins the
   open wave of that broker and error (or one opened without a line) at
   DEBUG, and its records giving up again are not said again. A broker
   failing for minutes while each record of a partition expires is then a
@@ -210,8 +209,6 @@ class Failures:
         # The partitions whose records gave up: how they failed, and when.
         self._gave_up: dict[TopicPartition, tuple[set[Key], float]] = {}
         self._pruned = 0.0  # when _gave_up was last rid of its old entries
-        # By broker: those of them that gave up on a connection's error there.
-        self._broker_wide: dict[int, set[TopicPartition]] = {}
 
     def failed(self, queue: Queue, error: BaseException, node: int, now: float) -> None:
         """The Produce of ``queue``'s partition failed on broker ``node`` with
@@ -264,15 +261,14 @@ class Failures:
     def written(self, queue: Queue, node: int) -> None:
         """A batch of ``queue``'s partition was written on broker ``node``."""
         tp = queue.tp
-        if self._broker_wide and (recovered := self._broker_wide.pop(node, None)):
-            for other in recovered:  # the broker answers: it failed them no more
-                self._gave_up.pop(other, None)
         if queue.failing is None:
             if self._gave_up:
                 self._gave_up.pop(tp, None)
             return
         self._flush(tp)  # what it failed with is said before (its wave may change)
         wave = queue.failing
+        if tp in wave.unsaid:  # its records that failed, before it leaves
+            self._say_gave_up(wave, None)
         failures, queue.failing, queue.failures = queue.failures, None, 0
         self._leave(wave, tp)
         wave.written[tp] = failures
@@ -301,6 +297,8 @@ class Failures:
                 self._give_up(wave, queue, now)
             if not wave.failing:
                 self._close(wave)
+            elif not wave.announced:  # its failing is said first
+                continue
             elif wave.unsaid and (wave.said_at is None or now >= wave.said_at + GAVE_UP_EVERY):
                 self._say_gave_up(wave, now)
         if now >= self._pruned + REMEMBER:
@@ -370,6 +368,7 @@ class Failures:
             joined.errors.update(wave.errors)
             joined.gave_up.update(wave.gave_up)
             joined.unsaid.update(wave.unsaid)
+            joined.said |= wave.said
             _log_failing(logging.INFO, "now failing", wave.node, wave.first)
             return
         _log_failing(logging.WARNING, "failing", wave.node, wave.first)
@@ -381,9 +380,6 @@ class Failures:
     def _give_up(self, wave: Wave, queue: Queue, now: float) -> None:
         self._records_failed(wave, queue)
         self._gave_up[queue.tp] = (wave.seen[queue.tp], now)
-        for node, kind in wave.seen[queue.tp]:
-            if isinstance(kind, type):  # a connection's error, not the partition's
-                self._broker_wide.setdefault(node, set()).add(queue.tp)
         self._leave(wave, queue.tp)
         queue.failing, queue.failures = None, 0
 
@@ -416,7 +412,8 @@ class Failures:
 
     def _say_gave_up(self, wave: Wave, now: float | None, also: str = "") -> None:
         """The WARNING of ``wave``'s partitions that gave up since the last."""
-        unsaid, wave.unsaid, wave.said_at = wave.unsaid, {}, now
+        unsaid, wave.unsaid = wave.unsaid, {}
+        wave.said_at = now if now is not None else wave.said_at
         wave.said |= unsaid.keys() & wave.failing.keys()
         error = next((wave.errors[tp] for tp in sorted(unsaid) if tp in wave.errors), None)
         if now is not None and wave.failing:

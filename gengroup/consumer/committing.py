@@ -124,7 +124,9 @@ def commit_lock() -> anyio.Lock:
     """A generation's commit lock: one commit at a time.
 
     Taken without a schedule point when free (``fast_acquire``): a commit
-    that finds it free goes on to write its request at once. The final
+    that finds it free goes on to write its request at once (one with
+    nothing to send passes a schedule point of its own, as every async call
+    must: a loop of such commits would otherwise hold the event loop). The final
     commit's first pass is sent the moment a rebalance is heard of, before
     the generation's cancelled tasks (fetches, workers) run their way out;
     the task switch a plain acquire makes would let them run first.
@@ -364,6 +366,8 @@ class GenerationCommits:
                 due = {tp: o for tp, o in due.items() if tp not in gone}
             if due:
                 await self._send(due, carried, metadata, gone)
+            else:  # nothing sent: still a schedule point (the lock gave none)
+                await anyio.lowlevel.checkpoint()
             if gone and explicit:
                 why = "; ".join(sorted({f"{tp.topic} {w}" for tp, w in gone.items()}))
                 raise TopicDeleted(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
 from gengroup import Generation, RangeBalancer, TopicPartition
@@ -159,3 +160,38 @@ async def test_a_commit_finding_its_lock_free_is_sent_without_a_task_switch() ->
         trio.lowlevel.remove_instrument(steps)
     assert sent_at == [before]
     assert gen.committed == {tp: 5}
+
+
+async def test_a_commit_with_nothing_to_send_is_still_a_schedule_point() -> None:
+    """The commit lock gives no schedule point when free; a commit with
+    nothing due must pass one itself, or a loop of them (``while True: await
+    gen.commit()``) would hold the event loop, beats and fetches included."""
+    tp = TopicPartition("t", 0)
+
+    class Committer:
+        async def commit_offsets(self, *args: object) -> CommitCodes:
+            raise AssertionError("nothing is due: nothing is sent")
+
+    gen = Generation(
+        identity=GenerationIdentity("g", 1, "m", None, 1),
+        is_leader=False,
+        protocol="range",
+        assignments={tp: 0},
+        timings=RebalanceTimings(),
+        _committer=Committer(),
+        _prefetcher=unstarted_prefetcher({tp: 0}),
+    )
+    others = 0
+
+    async def other() -> None:
+        nonlocal others
+        while True:
+            others += 1
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)
+        for _ in range(100):
+            await gen._commit(None, None, forwarded=False)
+        nursery.cancel_scope.cancel()
+    assert others >= 50, others

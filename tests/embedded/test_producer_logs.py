@@ -825,7 +825,7 @@ async def test_a_second_outage_soon_after_a_first_is_a_warning_once_it_lasts(
                     nursery.start_soon(_trickle, producer, 1, 40.0, trio.current_time() + 40)
                     await trio.sleep(40)
                     await fake.start_broker(0)
-                    await producer.send("t", b"x", partition=1)  # answered again
+                    await producer.send("t", b"x", partition=0)  # written again
                     await trio.sleep(10)
                     second = trio.current_time()
                     await fake.stop_broker(0)
@@ -843,3 +843,32 @@ async def test_a_second_outage_soon_after_a_first_is_a_warning_once_it_lasts(
     assert LOUD_AFTER <= outage[0][0] <= LOUD_AFTER + 2, outage
     assert any("cluster reachable again after 6" in said for _, _, said in during), during
     assert any(said.startswith("producer: gave up on t[0] ") for _, _, said in during), during
+
+
+def test_a_partition_merged_into_an_older_wave_is_said_failing_then_giving_up_once() -> None:
+    """t[0] starts failing alone beside t[1]'s wave and its first records fail
+    for good before its line is due: the line saying it fails comes first,
+    then one saying its records gave up, and no second one while it stays in
+    that wave (the merge keeps what was said)."""
+
+    class NotLeader(Exception):
+        code = 6
+
+    failures = Failures(hold=0.1, settle=1.2)
+    older, lone = _StubQueue(TopicPartition("t", 1)), _StubQueue(TopicPartition("t", 0))
+    with _capture() as logged:
+        failures.failed(older, NotLeader(), 0, 0.0)
+        failures.report(0.2)  # t[1]'s wave: a WARNING
+        failures.failed(lone, NotLeader(), 0, 10.0)
+        failures.records_failed(lone, RequestTimedOut("expired"))
+        failures.report(10.0)  # not due yet
+        failures.report(10.2)  # joins t[1]'s wave; its records' failure said after
+        for at in (20.0, 100.0, 200.0):
+            failures.records_failed(lone, RequestTimedOut("expired again"))
+            failures.report(at)
+    said = [(level, line.split(",")[0]) for level, line in logged]
+    assert said == [
+        (logging.WARNING, "producer: Produce to t[1] on broker 0 failing (1 attempt(s))"),
+        (logging.INFO, "producer: Produce to t[0] on broker 0 now failing (1 attempt(s))"),
+        (logging.WARNING, "producer: gave up on t[0] failing since Produce to broker 0 failed"),
+    ], logged
