@@ -14,6 +14,8 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
+import trio
+import trio.lowlevel
 
 from gengroup import Admin, ConsumerGroup, FetchedBatch, Generation, Producer, TopicPartition
 from gengroup._config import GroupConfig
@@ -356,3 +358,13 @@ async def broker_under_test(
     async with FakeCluster(brokers=brokers, settings=settings) as cluster:
         yield cluster.bootstrap
         assert not cluster.state.errors, cluster.state.errors
+
+
+class TaskSteps(trio.abc.Instrument):
+    """Counts the task steps trio runs: a schedule point starts a new one."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1

@@ -30,7 +30,7 @@ from gengroup.consumer.generation import RebalanceTimings
 from gengroup.protocol.versions import ApiKey
 
 from .cooperative import SpanLedger
-from .helpers import all_partitions, unstarted_prefetcher, wait_until
+from .helpers import TaskSteps, all_partitions, unstarted_prefetcher, wait_until
 
 JOIN_WAIT = 2.0  # a JoinGroup with a member id is answered this late
 SYNC_WAIT = 0.5  # the leader's SyncGroup (after a JoinGroup that waited) arrives this late
@@ -113,14 +113,17 @@ async def test_past_the_limit_the_offsets_are_fetched_once_sync_group_answered(
         assert at[ApiKey.OFFSET_FETCH] >= at[ApiKey.SYNC_GROUP] + SYNC_WAIT, (name, path)
 
 
-class TaskSteps(trio.abc.Instrument):
-    """Counts the task steps trio runs: a schedule point starts a new one."""
-
-    def __init__(self) -> None:
-        self.steps = 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        self.steps += 1
+def _generation(tp: TopicPartition, committer: object) -> Generation:
+    """A generation of ``tp`` alone, committing through ``committer``."""
+    return Generation(
+        identity=GenerationIdentity("g", 1, "m", None, 1),
+        is_leader=False,
+        protocol="range",
+        assignments={tp: 0},
+        timings=RebalanceTimings(),
+        _committer=committer,  # type: ignore[arg-type]
+        _prefetcher=unstarted_prefetcher({tp: 0}),
+    )
 
 
 async def test_a_commit_finding_its_lock_free_is_sent_without_a_task_switch() -> None:
@@ -142,15 +145,7 @@ async def test_a_commit_finding_its_lock_free_is_sent_without_a_task_switch() ->
             sent_at.append(steps.steps)
             return dict.fromkeys(offsets, 0)
 
-    gen = Generation(
-        identity=GenerationIdentity("g", 1, "m", None, 1),
-        is_leader=False,
-        protocol="range",
-        assignments={tp: 0},
-        timings=RebalanceTimings(),
-        _committer=Committer(),
-        _prefetcher=unstarted_prefetcher({tp: 0}),
-    )
+    gen = _generation(tp, Committer())
     gen.mark(tp, 5)
     trio.lowlevel.add_instrument(steps)
     try:
@@ -172,15 +167,7 @@ async def test_a_commit_with_nothing_to_send_is_still_a_schedule_point() -> None
         async def commit_offsets(self, *args: object) -> CommitCodes:
             raise AssertionError("nothing is due: nothing is sent")
 
-    gen = Generation(
-        identity=GenerationIdentity("g", 1, "m", None, 1),
-        is_leader=False,
-        protocol="range",
-        assignments={tp: 0},
-        timings=RebalanceTimings(),
-        _committer=Committer(),
-        _prefetcher=unstarted_prefetcher({tp: 0}),
-    )
+    gen = _generation(tp, Committer())
     others = 0
 
     async def other() -> None:

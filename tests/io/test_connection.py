@@ -36,6 +36,7 @@ from gengroup.protocol.framing import (
     response_module,
 )
 from gengroup.protocol.versions import ApiKey
+from tests.consumer.helpers import TaskSteps
 from tests.embedded import api_versions, list_offsets, metadata
 from tests.io import create_topic, long_poll_fetch
 
@@ -231,16 +232,6 @@ async def test_out_of_order_responses_reach_their_own_waiters() -> None:
         assert answers == {i: f"cid-{parked[i]}" for i in range(5)}
         assert order == [4, 3, 2, 1, 0]
         assert conn.is_usable
-
-
-class TaskSteps(trio.abc.Instrument):
-    """Counts the task steps trio runs: a schedule point starts a new one."""
-
-    def __init__(self) -> None:
-        self.steps = 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        self.steps += 1
 
 
 async def test_a_request_on_a_free_connection_is_written_without_a_task_switch() -> None:
