@@ -373,6 +373,13 @@ class LakeSink:
             # Another worker already raised this storage failure, which ends the
             # generation and the sink: this one ends without raising it a second time.
             log.debug("%s: %s", tp, again)
+        except GenerationEnded as ended:
+            if not gen.ending:
+                raise
+            # The generation ended between two steps of the worker (its lease ran
+            # out while the member was frozen, say): nothing is lost, the next
+            # owner takes the partition and the staged file over.
+            log.debug("%s: %s", tp, ended)
         # Anything else that ended the worker (a refused commit, a storage
         # failure, a fetch error) leaves the buffer to the next owner.
 

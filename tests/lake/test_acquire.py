@@ -14,7 +14,7 @@ from typing import Any, cast
 import anyio
 import pytest
 
-from gengroup import Admin, Producer, TopicPartition
+from gengroup import Admin, GenerationEnded, Producer, TopicPartition
 from gengroup.broker import FakeCluster
 from gengroup.lake import LakeConfig, LakeError, LakeSink, LakeStore, Landed
 from gengroup.lake.acquire import plan, uncovered, unsettled
@@ -465,3 +465,36 @@ async def test_a_stale_file_across_offsets_committed_past_without_a_file_is_no_l
         await _land_all(cluster.bootstrap, "gap", LakeSink(_config(tmp_path)))
     assert staged_files(tmp_path) == []
     assert await _committed(cluster.bootstrap, "gap") == 150
+
+
+@pytest.mark.parametrize("ending", [True, False])
+async def test_a_worker_told_its_generation_ended_ends_quietly(
+    ending: bool, tmp_path: Path
+) -> None:
+    """The generation ends (its lease ran out: a member woken after a freeze)
+    between the worker's survey of the folder and its first fetch, which
+    raises GenerationEnded: the worker ends, as the generation's cancellation
+    would have ended it, instead of failing the sink; a GenerationEnded from
+    a generation not ending is a failure still."""
+    gen = SimpleNamespace(
+        assignments={TP: 0},
+        committed={TP: 0},
+        committed_metadata={},
+        ending=False,
+        end_reason=None,
+        label="7",
+        group_id="g",
+        lease_expired=lambda: False,
+    )
+
+    def fetch(tp: TopicPartition) -> Any:
+        gen.ending = ending  # the lease found run out here ends the generation
+        raise GenerationEnded(f"fetch: generation 7 of g has ended ({tp})")
+
+    gen.fetch = fetch
+    sink = LakeSink(_config(tmp_path), store=LakeStore(str(tmp_path)))
+    if ending:
+        await sink.land(cast(Any, gen), TP)
+    else:
+        with pytest.raises(GenerationEnded):
+            await sink.land(cast(Any, gen), TP)
