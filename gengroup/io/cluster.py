@@ -605,10 +605,13 @@ class Cluster:
         connections and never answers) would otherwise add a round of
         ``connect_timeout`` to ``unreachable_timeout``.
         """
-        said = "; ".join(f"{a}: {c}" for a, c in causes.items())
+
+        def said() -> str:
+            return "; ".join(f"{a}: {c}" for a, c in causes.items())
+
         if self.outage.since is None:
-            self.outage.began(tried_from, said)
-        down = self.outage.lasts(lambda: said)
+            self.outage.began(tried_from, said())
+        down = self.outage.lasts(said)
         limit = self.unreachable_timeout
         return ClusterUnreachable(causes, down, exhausted=limit is not None and down >= limit)
 

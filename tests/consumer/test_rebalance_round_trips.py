@@ -15,6 +15,8 @@ rebalance, and the leader's SyncGroup late as when it takes time to assign.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 import trio.lowlevel
@@ -25,12 +27,13 @@ from gengroup._types import GenerationIdentity
 from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Delay, Intercepted
 from gengroup.consumer import forming
-from gengroup.consumer.commits import CommitCodes, OffsetMetadata, Offsets, TopicIds
+from gengroup.consumer.commits import CommitCodes
 from gengroup.consumer.generation import RebalanceTimings
 from gengroup.protocol.versions import ApiKey
 
 from .cooperative import SpanLedger
 from .helpers import TaskSteps, all_partitions, unstarted_prefetcher, wait_until
+from .test_span_commits import Recorder
 
 JOIN_WAIT = 2.0  # a JoinGroup with a member id is answered this late
 SYNC_WAIT = 0.5  # the leader's SyncGroup (after a JoinGroup that waited) arrives this late
@@ -134,16 +137,10 @@ async def test_a_commit_finding_its_lock_free_is_sent_without_a_task_switch() ->
     steps = TaskSteps()
     sent_at: list[int] = []
 
-    class Committer:
-        async def commit_offsets(
-            self,
-            identity: GenerationIdentity,
-            offsets: Offsets,
-            metadata: OffsetMetadata | None = None,
-            topic_ids: TopicIds | None = None,
-        ) -> CommitCodes:
+    class Committer(Recorder):
+        async def commit_offsets(self, *args: Any, **kwargs: Any) -> CommitCodes:
             sent_at.append(steps.steps)
-            return dict.fromkeys(offsets, 0)
+            return await super().commit_offsets(*args, **kwargs)
 
     gen = _generation(tp, Committer())
     gen.mark(tp, 5)
