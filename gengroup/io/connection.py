@@ -345,12 +345,8 @@ class BrokerConnection:
 
     @property
     def awaiting(self) -> int:
-        """Requests sent on this connection whose answer has not come yet.
-
-        Those whose caller stopped waiting count too: the broker answers a
-        connection's requests in order, so a request sent now comes after
-        every one of them.
-        """
+        """Requests sent on this connection whose answer has not come yet, whether
+        or not their caller still waits (a request sent now is answered after them)."""
         return len(self._waiters)
 
     @property
@@ -536,25 +532,17 @@ class BrokerConnection:
         """Run the SASL exchange again on this connection; the new session's lifetime.
 
         Under the send lock, so that no request arrives after the session
-        expired (the broker would close the connection): the exchange first
-        waits for the answers to the requests already sent. The broker answers
-        a connection's requests in order, and one of them may be parked (a
-        JoinGroup for up to ``rebalance_timeout``, a long poll), each bounded
-        by its own deadline. Only then does the exchange start, within
-        ``connect_timeout``, with the mechanism ``fetched`` ahead of it (an
-        OAUTHBEARER token asked of its provider :data:`_FETCH_LEAD` of the
-        session before): if the provider has not answered yet, the exchange
-        waits for it within that timeout. A mechanism the provider gave more
-        than :data:`_FETCHED_MAX_AGE` of the ending session (``lifetime``)
-        ago (the wait for the sent requests made it that old) is made again, under
-        the lock: with OAUTHBEARER the broker ends a session when its token
-        expires, so the provider's tokens live about a session or more, and
-        one at most half a session old still has half a session to live,
-        where one older than a session has likely expired, and its refusal
-        would not be retried. Without a wait the token is :data:`_FETCH_LEAD`
-        old (a quarter of the session at most), used as fetched. A SaslHandshake
-        arriving after the session expired still re-authenticates: Kafka closes
-        an expired session's connection at its next request of another kind.
+        expired (the broker would close the connection), once the requests
+        already sent were answered (in order; one may be parked, a JoinGroup,
+        a long poll, each bounded by its deadline). The exchange then runs
+        within ``connect_timeout`` with the mechanism ``fetched`` ahead of it,
+        made again if the wait made it older than :data:`_FETCHED_MAX_AGE` of
+        the ending session (``lifetime``): with OAUTHBEARER the broker ends a
+        session when its token expires, and a token at most half a session
+        old still has half a session to live, where a refused one would not
+        be retried. A SaslHandshake after the session expired still
+        re-authenticates: Kafka closes an expired session's connection at its
+        next request of another kind.
 
         Raises:
             TimeoutError: no answer within ``connect_timeout`` (it says so).
@@ -781,13 +769,13 @@ class BrokerConnection:
             if self._first_sent_at is None and self._set_up:
                 self._first_sent_at = anyio.current_time()
         lock = None if _lock_held else self._send_lock
+        sending = False
         try:
             if lock is not None:
                 await lock.acquire()
             try:
-                # The connection may have ended while this request waited for
-                # the lock: the broker dropped it (a restart, a reaped idle
-                # connection) or this process closed it; say which.
+                # Ended while this request waited for the lock (dropped by the
+                # broker, or closed here): say which.
                 stream = self._stream
                 if stream is None or self._failure is not None:
                     raise self._unusable()
@@ -797,6 +785,7 @@ class BrokerConnection:
                 # deadline still ends a send that blocks.
                 deadline = anyio.current_time() + self.request_timeout
                 with anyio.CancelScope(shield=True, deadline=deadline) as send_scope:
+                    sending = True
                     await stream.send(frame)
                 self.last_active = anyio.current_time()
                 if send_scope.cancelled_caught:
@@ -816,13 +805,16 @@ class BrokerConnection:
             # the connection, or by this process.
             raise self._unusable() from exc
         except BaseException:
-            self._waiters.pop(cid, None)
+            # Cancelled before the frame was written, or by asyncio's own task.cancel()
+            # (no shield stops it) in the send's yield after it was: then it is answered.
+            if not sending:
+                self._waiters.pop(cid, None)
+            elif expect_response:
+                self._sent(waiter, abandoned=True)
             raise
         if not expect_response:
             return None
-        waiter.deadline = anyio.current_time() + limit
-        if waiter.deadline < self._watching:
-            self._wake.set()
+        self._sent(waiter)
         # If the caller is cancelled, the waiter stays registered so that the
         # late response is recognised and dropped by the reader, and
         # _watch_deadlines times it.
@@ -842,6 +834,12 @@ class BrokerConnection:
         assert waiter.frame is not None
         _, response = decode_response(waiter.response_cls, waiter.frame)
         return response
+
+    def _sent(self, waiter: _Waiter, *, abandoned: bool = False) -> None:
+        waiter.abandoned = abandoned
+        waiter.deadline = anyio.current_time() + waiter.limit
+        if waiter.deadline < self._watching:
+            self._wake.set()
 
 
 class _Locked:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import gc
@@ -519,6 +520,40 @@ def test_the_asyncio_reader_leaves_a_bad_frame_length_to_the_read_loop() -> None
     protocol.buffer_updated(4)
     with pytest.raises(ProtocolError):
         buf.next_frame()
+
+
+def test_a_request_cancelled_natively_once_written_keeps_the_connection_usable() -> None:
+    # asyncio's own cancellation (task.cancel(): asyncio.timeout, wait_for)
+    # is stopped by no shield: it lands at the send's yield right after the
+    # frame went into the transport. The broker answers that request; its
+    # answer must be dropped as a cancelled caller's, not break the
+    # connection as an unknown correlation id.
+    answered: list[int] = []
+
+    async def on_request(stream: anyio.abc.ByteStream, header: Any, request: Any) -> None:
+        answered.append(header.correlation_id)
+        answer = metadata_response(f"cid-{header.correlation_id}")
+        await stream.send(encode_response(answer, correlation_id=header.correlation_id))
+
+    async def scenario() -> None:
+        async with fake_broker(on_request) as port, open_connection("127.0.0.1", port) as conn:
+            task = asyncio.current_task()
+            assert task is not None
+
+            async def cancelled() -> None:
+                asyncio.get_running_loop().call_soon(task.cancel)
+                await conn.request(metadata_request())
+
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled()
+            task.uncancel()
+            with anyio.fail_after(HANG_GUARD):
+                resp = await conn.request(metadata_request())
+            assert resp.cluster_id == f"cid-{answered[-1]}"
+            assert len(answered) == 2  # the cancelled request was written and answered
+            assert conn.is_usable
+
+    anyio.run(scenario, backend="asyncio")
 
 
 # ---------------------------------------------------------------------------- sends that block
