@@ -155,6 +155,7 @@ class Requests:
     def add(self, node: int, batch: Batch) -> None:
         """Add ``batch`` to the last request to ``node``, or to a new one if it does not fit."""
         size = BATCH_OVERHEAD + sum(p.size for p in batch.records)
+        batch.node = node
         batches = self._filling.get(node)
         if batches is None or self._used[node] + size > self.limit:
             batches = self._filling[node] = []
@@ -173,6 +174,7 @@ class Batch:
         "created",
         "encoded",
         "last_error",
+        "node",
         "not_before",
         "producer_epoch",
         "producer_id",
@@ -189,6 +191,7 @@ class Batch:
         self.attempts = 0
         self.not_before = 0.0
         self.last_error: BaseException | None = None
+        self.node = -1  # the broker of its last request
         # Idempotence (_producer_idempotence.py): what it is sent with, -1 if nothing.
         self.producer_id = -1
         self.producer_epoch = -1

@@ -666,9 +666,9 @@ class Producer:
             if queue.in_flight:
                 expired, deadline = queue.expire_sending(now, self.config.delivery_timeout)
                 if expired is not None:  # the answer may still come (and the records be written)
-                    self._fail_batch(
-                        expired, expired.unanswered_error(self.config.delivery_timeout)
-                    )
+                    error = expired.unanswered_error(self.config.delivery_timeout)
+                    self._failures.failed(queue, error, expired.node, now)  # said if not yet
+                    self._fail_batch(expired, error)
                 wake_at = min(wake_at, deadline)
                 continue
             batch = queue.retry

@@ -424,10 +424,36 @@ async def test_a_batch_expiring_in_flight_gives_up_its_partition_when_it_expires
     warnings = _producer_logs(caplog, logging.WARNING)
     assert len(warnings) == 2, warnings
     assert warnings[1].startswith(
-        "producer: gave up on t[0] failing since Produce to broker 0 failed, after 1 failed "
+        "producer: gave up on t[0] failing since Produce to broker 0 failed, after 2 failed "
         "attempt(s): their records failed, each send raising its error (RequestTimedOut: t[0]: "
         "1 record(s) not acknowledged within delivery_timeout=5 s"
     ), warnings
+
+
+async def test_a_first_attempt_never_answered_is_said_failing_and_giving_up(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A delivery timeout below the request's: the broker never answers the
+    first attempt, whose records fail in flight at their delivery timeout
+    before the request times out. The partition is said failing and giving
+    up then, as after a failed attempt (it was DEBUG only)."""
+    with _timed() as timed:
+        async with FakeCluster(topics={"t": 1}) as fake:
+            async with Producer(fake.bootstrap, delivery_timeout=5, request_timeout=30) as p:
+                await p.send("t", b"warm-up")
+                fake.control(ApiKey.PRODUCE, lambda call: Drop())
+                start = trio.current_time()
+                with pytest.raises(RequestTimedOut):
+                    await p.send("t", b"a")
+                assert trio.current_time() - start == pytest.approx(5, abs=0.1)
+    warnings = [(at, said) for at, level, said in timed.lines if level == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    (failing_at, failing), (gave_up_at, gave_up) = warnings
+    assert failing.startswith("producer: Produce to t[0] on broker 0 failing"), failing
+    assert "RequestTimedOut" in failing, failing
+    assert gave_up.startswith("producer: gave up on t[0]"), gave_up
+    assert "not acknowledged within delivery_timeout=5 s" in gave_up, gave_up
+    assert failing_at - start == gave_up_at - start == pytest.approx(5, abs=0.1)
 
 
 def test_a_wave_open_at_close_is_said_to_give_up() -> None:
