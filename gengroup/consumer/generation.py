@@ -7,10 +7,11 @@ The group forms a :class:`Generation` after SyncGroup and OffsetFetch
 (:mod:`~gengroup.consumer.running`) opens the generation's task group inside
 its cancel scope (:meth:`Generation.task_group`), starts the internal tasks
 (heartbeat, partition watcher, committer, prefetcher) in it and hands the object
-to the user over a channel. Tasks the user starts with :meth:`Generation.start_soon` run in
-the same task group, wrapped so that the first one to exit -- returning or
-raising -- cancels the generation's scope (kafka-go's "the first goroutine to
-return closes the generation"). Each user task is hosted
+to the user. Tasks the user starts with :meth:`Generation.start_soon` run in the
+same task group, wrapped so that the first one to exit -- returning or raising
+-- cancels the generation's scope (kafka-go's "the first goroutine to return
+closes the generation"); a :class:`GenerationEnded` out of a task of an ending
+generation is an exit. Each user task is hosted
 (:mod:`~gengroup.consumer.detached`): its host in the task group waits for it,
 so that after :class:`~gengroup.TaskStuckError` the group can stop waiting for
 a task that ignores cancellation (:meth:`Generation.abandon_tasks`).
@@ -587,19 +588,17 @@ class Generation(IdentityNames, GenerationCommits):
             The value passed to ``task_status.started``.
 
         Raises:
-            Exception: what ``fn`` raised before it started, as itself on
-                every backend (never wrapped in an exception group; one only if
-                ``fn`` raised one), to the caller alone. Called from the block,
-                the generation then ends as when a task returns; called from
-                one of the generation's (or a partition's) tasks, it goes on,
-                so that the caller gets the exception, not a cancellation
-                (under asyncio a caller cancelled by something else at that
-                moment gets the cancellation, and the exception is logged).
+            Exception: what ``fn`` raised before it started, as itself (no
+                exception group but ``fn``'s own), to the caller alone. Called
+                from the block, the generation then ends as when a task returns;
+                from one of its tasks, it goes on, so that the caller gets the
+                exception (under asyncio a caller cancelled by something else at
+                that moment gets the cancellation, and the exception is logged).
                 Raised after it started, it ends the generation as a failure,
                 as a ``start_soon`` task's does.
-            KeyboardInterrupt, SystemExit: raised by ``fn`` before it started
-                (also from inside a task group of its own), as itself on every
-                backend; leaving ``async with`` then commits, leaves and raises it.
+            KeyboardInterrupt, SystemExit: raised by ``fn`` before it started (also
+                inside a task group of its own), as itself; ``async with`` then
+                commits, leaves and raises it.
         """
         tg = self._check_live("start")
         if self.ending:
@@ -617,18 +616,19 @@ class Generation(IdentityNames, GenerationCommits):
         except (Exception, BaseExceptionGroup) as exc:  # detached.Interrupted
             if task.starting:  # raised to the caller of start(), which may handle it
                 raise
+            if isinstance(exc, GenerationEnded) and self.ending:
+                return  # told so before its cancellation came: it exits as cancelled
             self._failures.append(exc)
             task_failed(f"group {self.group_id} generation {self.label}", task.name, exc)
             self.end(Outcome.FATAL, f"task {task.name!r} raised {exc!r}")
             raise
         finally:
             task.done = True
-            # A task that never started, whose caller is one of the
-            # application's tasks, leaves the generation to that caller:
-            # ending it would cancel the caller, which asyncio would hand the
-            # cancellation instead of the task's exception. Called from the
-            # block, it ends the generation as a task that returns does (a
-            # loop that handles the failure gets the next generation).
+            # A task that never started, whose caller is one of the application's
+            # tasks, leaves the generation to that caller: ending it would cancel
+            # the caller, which asyncio would hand the cancellation instead of the
+            # task's exception. Called from the block, it ends the generation as a
+            # returning task does (a loop handling the failure gets the next one).
             if not (task.starting and task.caller_in_task):
                 self.end(Outcome.REJOIN, f"task {task.name!r} exited")
 

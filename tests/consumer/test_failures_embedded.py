@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from gengroup import (
     ConsumerGroup,
     Generation,
+    GenerationEnded,
     GenerationIdentity,
     GengroupError,
     GroupClosed,
@@ -850,3 +851,39 @@ async def test_no_second_pass_is_made_without_time_to_try_and_the_first_is_repor
 
 def _is_commit_timeout(error: BaseException | None) -> bool:
     return error is not None and "did not complete within" in str(error)
+
+
+@pytest.mark.parametrize("during", ["ending", "live"])
+async def test_a_task_letting_its_ending_generations_generation_ended_out_is_no_failure(
+    during: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A worker whose generation ends under it (its fetch finds the lease run
+    out: the process was frozen past the session timeout) is told so by
+    GenerationEnded; one that lets it out ends as a cancelled one does, and
+    the member goes on with its next generation. The same exception from a
+    generation not ending (a task using an older generation) is a failure."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, 1)
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            first = await group.next()
+            ended = first
+
+            async def worker(gen: Generation) -> None:
+                if during == "ending":
+                    autojump_clock.jump(2 * SETTINGS["session_timeout"])  # frozen
+                async for _batch in ended.fetch(TP):
+                    pass
+
+            if during == "live":
+                first.cancel("the next one")
+                second = await group.next()
+                second.start_soon(worker, second)
+                with pytest.raises(GenerationEnded):
+                    async for _gen in group:
+                        pass
+                return
+            first.start_soon(worker, first)
+            second = await group.next()
+            assert second.id > first.id
+            assert first.end_reason is not None and "local lease expired" in first.end_reason
+            second.cancel()
