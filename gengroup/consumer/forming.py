@@ -479,13 +479,20 @@ class GroupClient:
     # ------------------------------------------------------------------ the running generation
 
     async def heartbeat(self, node: int, identity: GenerationIdentity) -> int:
-        """Heartbeat; its error code."""
+        """Heartbeat; its error code.
+
+        On the connection of JoinGroup and SyncGroup, free while a generation
+        runs: the beats keep it from being closed as idle (the next rebalance
+        would open it again on its path: TCP, TLS, SASL), and are not held
+        behind a slow commit or metadata request on the other one.
+        """
         cfg = self.config
         resp = await self.cluster.call(
             node,
             ApiKey.HEARTBEAT,
             partial(requests.heartbeat_request, identity=identity),
             timeout=min(cfg.request_timeout, cfg.session_timeout),
+            channel="group",
         )
         return requests.error_code(resp)
 

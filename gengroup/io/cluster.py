@@ -441,9 +441,9 @@ class Cluster:
             channel: which of the broker's connections. A broker answers the
                 requests of one connection strictly in order, so traffic that
                 waits on the broker -- Fetch long polls (``"fetch"``), parked
-                JoinGroup/SyncGroup (``"group"``) -- gets a connection of its
-                own and never delays heartbeats, commits or metadata (as the
-                Java client keeps a separate coordinator connection).
+                JoinGroup/SyncGroup and the heartbeats between them
+                (``"group"``) -- gets a connection of its own and never delays
+                commits or metadata, nor waits behind them.
         """
         return await self._open(node_id, channel)
 

@@ -471,7 +471,9 @@ async def test_span_batches_stop_once_the_lease_ran_out_between_generations(
     at the broker past the session timeout. A record produced at once still
     reaches the retained partition's worker; one produced after the lease ran
     out (the coordinator may have evicted the member) reaches no worker
-    before the next generation is handed out.
+    before the next generation is handed out. (Whether the first record's
+    mark made it into the ending generation's final commit is a race of real
+    sockets; if not, the evicted member's next generation hands it again.)
     """
     tp = TopicPartition("t", 0)
     log = Receipts()
@@ -502,9 +504,15 @@ async def test_span_batches_stop_once_the_lease_ran_out_between_generations(
         one(cluster, tp, b"late")
         await wait_until(lambda: b"late" in log.values("m"), "the late record", 120)
         tg.cancel_scope.cancel()
-    (within,) = [n for _, _, _, n, v in log.got if v == b"within"]
+    within = [n for _, _, _, n, v in log.got if v == b"within"]
     (late,) = [n for _, _, _, n, v in log.got if v == b"late"]
-    assert within == 1 and late >= 2
+    assert within[0] == 1 and late >= 2
+    if within[1:]:
+        # Handed again: its mark came after the first generation's final
+        # commit, and the member was evicted (a new member id) before another
+        # could carry it; its next generation starts from the committed offset.
+        first_gen, *later = log.handed["m"]
+        assert within[1:] == [2] and later[0].member_id != first_gen.member_id
 
 
 async def test_a_shielded_generation_fetch_stops_when_the_generation_ends(

@@ -887,3 +887,22 @@ async def test_a_task_letting_its_ending_generations_generation_ended_out_is_no_
             assert second.id > first.id
             assert first.end_reason is not None and "local lease expired" in first.end_reason
             second.cancel()
+
+
+async def test_a_classic_members_rebalance_connection_is_kept_open_by_its_heartbeats(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A generation lasting longer than ``connections_max_idle`` does not get
+    its JoinGroup connection closed as idle, to be opened again on the next
+    rebalance's path (TCP, and TLS and SASL where the cluster asks for them):
+    the heartbeats go on it."""
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        settings = {**SETTINGS, "connections_max_idle": 5.0}
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+            gen = await group.next()
+            (joined,) = [c for (_, ch), c in group.cluster._conns.items() if ch == "group"]
+            await trio.sleep(60)
+            gen.cancel("a rejoin")
+            second = await group.next()
+            assert [c for (_, ch), c in group.cluster._conns.items() if ch == "group"] == [joined]
+            second.cancel()

@@ -135,9 +135,10 @@ async def test_a_fetch_session_goes_on_over_the_next_connection(
 async def test_a_group_without_records_keeps_working_past_the_idle_limit(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Heartbeats and long polls keep their connections busy; the connection
-    of JoinGroup and SyncGroup goes idle once the group formed, is closed, and
-    the next rebalance opens a new one."""
+    """Heartbeats keep the connection of JoinGroup and SyncGroup busy, and
+    long polls theirs: the next rebalance finds its connection open. The
+    coordinator's other connection (commits), with nothing to commit, goes
+    idle and is closed."""
     caplog.set_level(logging.WARNING, logger="gengroup")
     caplog.set_level(logging.DEBUG, logger="gengroup.cluster")
     limit = 30.0
@@ -154,15 +155,16 @@ async def test_a_group_without_records_keeps_working_past_the_idle_limit(
                 await anyio.sleep(5 * limit)  # no records
                 closed = [r.getMessage() for r in caplog.records if "idle for" in r.getMessage()]
                 assert first.cluster.idle.closed == len(closed)
-                assert any("group connection: closed, idle for 30.0 s" in m for m in closed)
-                assert not any("default connection" in m for m in closed)  # heartbeats
+                assert any("default connection: closed, idle for 30.0 s" in m for m in closed)
+                assert not any("group connection" in m for m in closed)  # heartbeats
+                (joined,) = [c for (_, ch), c in first.cluster._conns.items() if ch == "group"]
                 assert len(ledger.formed) == 1  # the same generation all along
                 generation = ledger.formed[0][2]
                 assert not generation.ended
                 assert trio.current_time() - formed >= 5 * limit
                 produce(cluster, "t", 2, 3)
                 await ledger.wait_for(lambda: len(ledger.processed) == 6, "the records")
-                # A rebalance: JoinGroup and SyncGroup on a new connection.
+                # A rebalance: JoinGroup and SyncGroup on the same connection.
                 second = ConsumerGroup("g", ["t"], cluster.bootstrap, **settings)
                 async with second:
                     tg.start_soon(ledger.member, "b", second)
@@ -173,6 +175,9 @@ async def test_a_group_without_records_keeps_working_past_the_idle_limit(
                         ),
                         "the second generation",
                     )
+                    assert [c for (_, ch), c in first.cluster._conns.items() if ch == "group"] == [
+                        joined
+                    ]
                     produce(cluster, "t", 2, 3, start=3)
                     await ledger.wait_for(lambda: len(ledger.processed) == 12, "more records")
                     tg.cancel_scope.cancel()
