@@ -255,8 +255,18 @@ class DeserializationError(GengroupError):
 class GenerationEnded(GengroupError):
     """An operation was attempted on a generation that has already ended.
 
-    Raised locally: nothing was sent to the broker.
+    Raised locally: nothing was sent to the broker. A task of a generation
+    that lets its own generation's one out while the generation is ending
+    exits as its cancellation would have made it (no failure).
+
+    Attributes:
+        identity: the generation that had ended (a ``GenerationIdentity``;
+            None if not known).
     """
+
+    def __init__(self, message: str, identity: Any = None) -> None:
+        super().__init__(message)
+        self.identity: Any = identity
 
 
 class TopicDeleted(GengroupError):

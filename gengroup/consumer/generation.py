@@ -10,8 +10,8 @@ its cancel scope (:meth:`Generation.task_group`), starts the internal tasks
 to the user. Tasks the user starts with :meth:`Generation.start_soon` run in the
 same task group, wrapped so that the first one to exit -- returning or raising
 -- cancels the generation's scope (kafka-go's "the first goroutine to return
-closes the generation"); a :class:`GenerationEnded` out of a task of an ending
-generation is an exit. Each user task is hosted
+closes the generation"); its own :class:`GenerationEnded` out of one of its
+tasks while it is ending is an exit. Each user task is hosted
 (:mod:`~gengroup.consumer.detached`): its host in the task group waits for it,
 so that after :class:`~gengroup.TaskStuckError` the group can stop waiting for
 a task that ignores cancellation (:meth:`Generation.abandon_tasks`).
@@ -515,9 +515,13 @@ class Generation(IdentityNames, GenerationCommits):
 
     # ------------------------------------------------------------------ tasks
 
+    def _ended_error(self, what: str, how: str = "has ended") -> GenerationEnded:
+        message = f"{what}: generation {self.label} of {self.group_id} {how}"
+        return GenerationEnded(message, self.identity)
+
     def _check_live(self, what: str) -> anyio.abc.TaskGroup:
         if self.ended or self._tg is None or self.lease_expired():
-            raise GenerationEnded(f"{what}: generation {self.label} of {self.group_id} has ended")
+            raise self._ended_error(what)
         return self._tg
 
     def start_soon(
@@ -554,9 +558,7 @@ class Generation(IdentityNames, GenerationCommits):
             self._start_in_generation(task, fn, args)
             return
         if self.ended:
-            raise GenerationEnded(
-                f"start_soon: generation {self.label} of {self.group_id} has ended"
-            )
+            raise self._ended_error("start_soon")
         if partition not in self.assignments:
             raise self._unassigned(partition)
         if self._span_host is None:
@@ -571,9 +573,7 @@ class Generation(IdentityNames, GenerationCommits):
     ) -> None:
         tg = self._tg
         if self.ended or self.lease_expired() or (tg is None and not self.ending):
-            raise GenerationEnded(
-                f"start_soon: generation {self.label} of {self.group_id} has ended"
-            )
+            raise self._ended_error("start_soon")
         if not start_or_drop(tg, task, awaitable(fn, fn(*args)), self._run_task, self.ending):
             log.debug("generation %s: task %r not started (ending)", self.label, task.name)
 
@@ -602,7 +602,7 @@ class Generation(IdentityNames, GenerationCommits):
         """
         tg = self._check_live("start")
         if self.ending:
-            raise GenerationEnded(f"start: generation {self.label} of {self.group_id} is ending")
+            raise self._ended_error("start", "is ending")
         task = UserTask(name or str(getattr(fn, "__qualname__", repr(fn))))
         task.caller_in_task = IN_USER_TASK.get()
         where = f"group {self.group_id} generation {self.label}"
@@ -616,7 +616,7 @@ class Generation(IdentityNames, GenerationCommits):
         except (Exception, BaseExceptionGroup) as exc:  # detached.Interrupted
             if task.starting:  # raised to the caller of start(), which may handle it
                 raise
-            if isinstance(exc, GenerationEnded) and self.ending:
+            if isinstance(exc, GenerationEnded) and exc.identity == self.identity and self.ending:
                 return  # told so before its cancellation came: it exits as cancelled
             self._failures.append(exc)
             task_failed(f"group {self.group_id} generation {self.label}", task.name, exc)
@@ -752,10 +752,7 @@ class Generation(IdentityNames, GenerationCommits):
         if tp not in self.assignments:
             raise self._unassigned(tp)
         if self.ended:
-            raise GenerationEnded(
-                f"mark: generation {self.label} of {self.group_id} has ended; "
-                "its marks were already committed"
-            )
+            raise self._ended_error("mark", "has ended; its marks were already committed")
         if offset > self._marks.get(tp, -1):
             self._marks[tp] = self._prefetcher.past_gaps(tp, offset)
 

@@ -853,15 +853,16 @@ def _is_commit_timeout(error: BaseException | None) -> bool:
     return error is not None and "did not complete within" in str(error)
 
 
-@pytest.mark.parametrize("during", ["ending", "live"])
+@pytest.mark.parametrize("during", ["ending", "live", "stale"])
 async def test_a_task_letting_its_ending_generations_generation_ended_out_is_no_failure(
     during: str, autojump_clock: trio.testing.MockClock
 ) -> None:
     """A worker whose generation ends under it (its fetch finds the lease run
     out: the process was frozen past the session timeout) is told so by
     GenerationEnded; one that lets it out ends as a cancelled one does, and
-    the member goes on with its next generation. The same exception from a
-    generation not ending (a task using an older generation) is a failure."""
+    the member goes on with its next generation. The same exception of an
+    older generation (a task using an older generation's object, a bug) is
+    a failure, whether or not its own generation is ending then."""
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
         produce(cluster, 1)
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
@@ -871,10 +872,12 @@ async def test_a_task_letting_its_ending_generations_generation_ended_out_is_no_
             async def worker(gen: Generation) -> None:
                 if during == "ending":
                     autojump_clock.jump(2 * SETTINGS["session_timeout"])  # frozen
+                if during == "stale":
+                    gen.cancel("a rebalance")  # ending, its cancellation not delivered yet
                 async for _batch in ended.fetch(TP):
                     pass
 
-            if during == "live":
+            if during != "ending":
                 first.cancel("the next one")
                 second = await group.next()
                 second.start_soon(worker, second)
