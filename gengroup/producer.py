@@ -862,7 +862,7 @@ class Producer:
         if self._idem is not None:
             self._idem.acknowledged(batch)
         queue = self._queues.get(batch.tp)
-        if queue is not None:
+        if queue is not None and not batch.records[0].done:  # not failed in flight before
             self._failures.written(queue, node)
         results = batch.results(base_offset, append_time)
         for pending, result in zip(batch.records, results, strict=True):

@@ -18,7 +18,7 @@ import gengroup.producer as producer_module
 from gengroup._errors import RequestTimedOut
 from gengroup._producer_failures import GAVE_UP_EVERY, Failures, partitions_named
 from gengroup._types import TopicPartition
-from gengroup.broker import Disconnect, Drop, Fail, FakeCluster, Intercepted
+from gengroup.broker import Delay, Disconnect, Drop, Fail, FakeCluster, Intercepted
 from gengroup.io.outage import FLAPPING, LOUD_AFTER
 from gengroup.producer import Producer
 from gengroup.protocol.versions import ApiKey
@@ -454,6 +454,48 @@ async def test_a_first_attempt_never_answered_is_said_failing_and_giving_up(
     assert gave_up.startswith("producer: gave up on t[0]"), gave_up
     assert "not acknowledged within delivery_timeout=5 s" in gave_up, gave_up
     assert failing_at - start == gave_up_at - start == pytest.approx(5, abs=0.1)
+
+
+@pytest.mark.parametrize("idempotence", [True, False])
+async def test_a_broker_answering_after_the_delivery_timeout_is_a_few_lines(
+    autojump_clock: trio.testing.MockClock, idempotence: bool
+) -> None:
+    """A broker answering every Produce 8 s late, for two minutes, a record a
+    second, delivery_timeout 5 s: each batch fails in flight, and its late
+    answer is not the partition written again (which would make each batch
+    a new pair of WARNINGs). Failing and giving up are said once; written
+    again (INFO) when the broker answers in time, if the partition is still
+    failing then (one that gave up and waits for no retry is not)."""
+    with _timed() as timed:
+        async with FakeCluster(topics={"t": 1}) as fake:
+            async with Producer(
+                fake.bootstrap, delivery_timeout=5, request_timeout=30, idempotence=idempotence
+            ) as p:
+                await p.send("t", b"warm-up")
+                start = trio.current_time()
+                fake.control(
+                    ApiKey.PRODUCE,
+                    lambda call: Delay(8) if trio.current_time() - start < 120 else None,
+                )
+                outcomes: list[bool] = []
+
+                async def one(i: int) -> None:
+                    try:
+                        await p.send("t", b"r%d" % i)
+                        outcomes.append(True)
+                    except RequestTimedOut:
+                        outcomes.append(False)
+
+                async with trio.open_nursery() as nursery:
+                    for i in range(160):
+                        nursery.start_soon(one, i)
+                        await trio.sleep(1)
+    assert outcomes.count(False) >= 100 and outcomes[-1], outcomes
+    warnings = [said for _, level, said in timed.lines if level == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert "t[0] on broker 0 failing" in warnings[0] and "gave up on t[0]" in warnings[1]
+    assert max(level for _, level, _ in timed.lines) == logging.WARNING
+    assert len([said for _, _, said in timed.lines if "written again" in said]) <= 1
 
 
 def test_a_wave_open_at_close_is_said_to_give_up() -> None:
