@@ -72,7 +72,7 @@ import math
 import random
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, TypeVar, Unpack
@@ -99,7 +99,7 @@ from ..protocol import framing
 from ..protocol.framing import FrameBuffer, decode_response, encode_request, read_correlation_id
 from ..protocol.versions import ApiKey, negotiate
 from . import sasl
-from .inplace import frame_reader
+from .inplace import frame_reader, frame_writer
 from .logins import Logins
 from .security import PLAINTEXT, Security
 
@@ -310,6 +310,7 @@ class BrokerConnection:
         #: api key -> (min, max) the broker advertised.
         self.broker_versions: dict[int, tuple[int, int]] = {}
         self._stream: anyio.abc.ByteStream | None = None
+        self._write: Callable[[bytes], Awaitable[None]] | None = None  # inplace.frame_writer
         self._waiters: dict[int, _Waiter] = {}
         self._cids = itertools.count(1)
         #: One frame written at a time. Taken without a schedule point when
@@ -387,6 +388,7 @@ class BrokerConnection:
             raise BrokenConnection(
                 f"cannot connect to {self.host}:{self.port}: {describe_connect_failure(exc)}"
             ) from exc
+        self._write = frame_writer(self._stream)
         failure: BaseException | None = None
         phase = "version negotiation"
         self.stage = "ApiVersions"
@@ -786,7 +788,7 @@ class BrokerConnection:
                 deadline = anyio.current_time() + self.request_timeout
                 with anyio.CancelScope(shield=True, deadline=deadline) as send_scope:
                     sending = True
-                    await stream.send(frame)
+                    await (stream.send(frame) if self._write is None else self._write(frame))
                 self.last_active = anyio.current_time()
                 if send_scope.cancelled_caught:
                     err = RequestTimedOut(f"{self}: send blocked for {self.request_timeout} s")

@@ -27,6 +27,16 @@ for more bytes, which receives into that view where the transport allows it:
 Nothing else changes: the connection's reader task still routes each complete
 frame, and the errors are the stream's (``EndOfStream``,
 ``BrokenResourceError``, ``ClosedResourceError``).
+
+Writing (:func:`frame_writer`), on asyncio over plain TCP only: the frame goes
+into the transport's buffer at once, before any await, and only then does the
+writer wait while the transport asks it to (``pause_writing``). anyio's
+``send`` may wait before writing, and asyncio's own cancellation
+(``task.cancel()``: ``asyncio.timeout``, ``wait_for``), which no cancel scope's
+shield stops, could then stop a frame that was never written, or one that was:
+the connection could not tell which, so it could not tell whether an answer
+would come. Here a cancellation always comes after the frame is written. (On
+trio a shield stops every cancellation; TLS writes through the stream.)
 """
 
 from __future__ import annotations
@@ -44,7 +54,7 @@ import sniffio
 from .._errors import ProtocolError
 from ..protocol.framing import FrameBuffer
 
-__all__ = ["frame_reader"]
+__all__ = ["frame_reader", "frame_writer"]
 
 _SCRATCH = 256 * 1024  # what asyncio reads at once when no frame is received in place
 
@@ -101,6 +111,41 @@ def frame_reader(
         transport.resume_reading()
         return protocol.wait
     return through_the_stream
+
+
+def frame_writer(stream: anyio.abc.ByteStream) -> Callable[[bytes], Awaitable[None]] | None:
+    """The function that writes one whole frame to ``stream`` on asyncio over
+    plain TCP (see the module doc); None elsewhere: write with ``stream.send``.
+
+    It raises ``anyio.ClosedResourceError`` when this process closed the
+    stream, ``anyio.BrokenResourceError`` when the connection was lost.
+    """
+    if not isinstance(stream, anyio.abc.SocketStream):
+        return None
+    if sniffio.current_async_library() != "asyncio":
+        return None
+    transport = getattr(stream, "_transport", None)
+    inner: Any = getattr(stream, "_protocol", None)  # its write_event: a new one at each pause
+    if not isinstance(transport, asyncio.Transport) or not hasattr(inner, "write_event"):
+        return None
+
+    def check() -> None:
+        if getattr(stream, "_closed", False):
+            raise anyio.ClosedResourceError
+        if transport.is_closing() or getattr(inner, "exception", None) is not None:
+            raise anyio.BrokenResourceError
+
+    async def write(frame: bytes) -> None:
+        check()
+        transport.write(frame)  # whole, into the transport's buffer: no await before
+        writable = inner.write_event
+        if writable.is_set():
+            await anyio.lowlevel.cancel_shielded_checkpoint()  # a schedule point, as send's
+        else:
+            await writable.wait()
+            check()
+
+    return write
 
 
 async def _recv_into(sock: socket.socket, into: memoryview) -> int:

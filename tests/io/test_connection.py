@@ -556,6 +556,58 @@ def test_a_request_cancelled_natively_once_written_keeps_the_connection_usable()
     anyio.run(scenario, backend="asyncio")
 
 
+def test_requests_cancelled_natively_under_back_pressure_are_written_and_answered() -> None:
+    # The broker stops reading: the transport asks the writer to wait. A
+    # request cancelled natively then (task.cancel()) was written all the
+    # same, into the transport's buffer before any wait: its answer comes and
+    # is dropped, and nothing is left waiting for an answer that cannot come
+    # (which would close the connection at its deadline, failing the requests
+    # then in flight).
+    gate = anyio.Event()
+    seen: list[int] = []
+
+    async def on_request(stream: anyio.abc.ByteStream, header: Any, request: Any) -> None:
+        seen.append(header.correlation_id)
+        if len(seen) == 1:
+            await gate.wait()  # reads nothing more meanwhile
+        answer = metadata_response(f"cid-{header.correlation_id}")
+        await stream.send(encode_response(answer, correlation_id=header.correlation_id))
+
+    async def scenario() -> None:
+        async with fake_broker(on_request) as port, open_connection("127.0.0.1", port) as conn:
+            protocol: Any = conn._stream
+            protocol = protocol._protocol  # anyio's asyncio stream's
+
+            def writable() -> bool:
+                return bool(protocol.write_event.is_set())  # a new event at each pause
+
+            first = asyncio.create_task(conn.request(metadata(12, ["x"], auto=False)))
+            await asyncio.sleep(0.05)
+            names = [f"topic-{i:06d}-" + "y" * 200 for i in range(40000)]
+            big = asyncio.create_task(conn.request(metadata(12, names, auto=False)))
+            with anyio.fail_after(HANG_GUARD):
+                while writable():
+                    await asyncio.sleep(0.01)
+            big.cancel()
+            small = asyncio.create_task(conn.request(metadata(12, ["b"], auto=False), timeout=2))
+            await asyncio.sleep(0.05)
+            assert not writable()  # still waiting: the small one came after the wait
+            small.cancel()
+            for task in (big, small):
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            gate.set()
+            with anyio.fail_after(HANG_GUARD):
+                await first
+                resp = await conn.request(metadata(12, ["c"], auto=False))
+            assert resp.cluster_id == f"cid-{seen[-1]}"
+            assert len(seen) == 4 and conn.awaiting == 0
+            await asyncio.sleep(2.5)  # past the small one's timeout
+            assert conn.is_usable
+
+    anyio.run(scenario, backend="asyncio")
+
+
 # ---------------------------------------------------------------------------- sends that block
 
 
