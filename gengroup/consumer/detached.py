@@ -55,6 +55,8 @@ import anyio.abc
 import sniffio
 import trio
 
+from .._errors import GenerationEnded
+
 __all__ = [
     "INTERRUPTS",
     "HeldStatus",
@@ -72,6 +74,7 @@ __all__ = [
     "interrupt_in",
     "start_and_wait",
     "start_or_drop",
+    "told_it_ended",
 ]
 
 log = logging.getLogger("gengroup")
@@ -442,6 +445,13 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
     return [exc]
+
+
+def told_it_ended(exc: BaseException, identity: object) -> bool:
+    """Whether ``exc`` is the :class:`~gengroup.GenerationEnded` of the
+    generation ``identity``, alone or in (nested) groups of its own."""
+    ended = [e for e in _leaves(exc) if isinstance(e, GenerationEnded) and e.identity == identity]
+    return len(ended) == len(_leaves(exc))
 
 
 def task_failed(where: str, name: str, exc: BaseException) -> None:

@@ -75,6 +75,7 @@ from .detached import (
     start_and_wait,
     start_or_drop,
     task_failed,
+    told_it_ended,
 )
 from .span_commits import commit_in_spans
 from .timings import RebalanceTimings
@@ -616,7 +617,7 @@ class Generation(IdentityNames, GenerationCommits):
         except (Exception, BaseExceptionGroup) as exc:  # detached.Interrupted
             if task.starting:  # raised to the caller of start(), which may handle it
                 raise
-            if isinstance(exc, GenerationEnded) and exc.identity == self.identity and self.ending:
+            if self.ending and told_it_ended(exc, self.identity):
                 return  # told so before its cancellation came: it exits as cancelled
             self._failures.append(exc)
             task_failed(f"group {self.group_id} generation {self.label}", task.name, exc)

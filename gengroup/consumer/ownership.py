@@ -109,7 +109,7 @@ class Ownership:
         if refused is not None:
             if hasattr(coro, "close"):
                 coro.close()
-            raise GenerationEnded(f"start_soon: {refused}")
+            raise GenerationEnded(f"start_soon: {refused}", gen.identity)
         assert self._tg is not None
         if span is None:
             span = self.spans[tp] = Span(tp, gen, position=gen.assignments[tp])

@@ -133,7 +133,7 @@ def frame_writer(stream: anyio.abc.ByteStream) -> Callable[[bytes], Awaitable[No
         if getattr(stream, "_closed", False):
             raise anyio.ClosedResourceError
         if transport.is_closing() or getattr(inner, "exception", None) is not None:
-            raise anyio.BrokenResourceError
+            raise anyio.BrokenResourceError from getattr(inner, "exception", None)
 
     async def write(frame: bytes) -> None:
         check()

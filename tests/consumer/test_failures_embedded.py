@@ -853,14 +853,16 @@ def _is_commit_timeout(error: BaseException | None) -> bool:
     return error is not None and "did not complete within" in str(error)
 
 
-@pytest.mark.parametrize("during", ["ending", "live", "stale"])
+@pytest.mark.parametrize("during", ["ending", "nested", "span start", "live", "stale"])
 async def test_a_task_letting_its_ending_generations_generation_ended_out_is_no_failure(
     during: str, autojump_clock: trio.testing.MockClock
 ) -> None:
     """A worker whose generation ends under it (its fetch finds the lease run
     out: the process was frozen past the session timeout) is told so by
     GenerationEnded; one that lets it out ends as a cancelled one does, and
-    the member goes on with its next generation. The same exception of an
+    the member goes on with its next generation: also out of a task group of
+    the worker's own, or from starting a partition's task once a span task
+    gave the partition up (the generation ending). The same exception of an
     older generation (a task using an older generation's object, a bug) is
     a failure, whether or not its own generation is ending then."""
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
@@ -869,26 +871,42 @@ async def test_a_task_letting_its_ending_generations_generation_ended_out_is_no_
             first = await group.next()
             ended = first
 
+            async def fetch_all(gen: Generation) -> None:
+                async for _batch in gen.fetch(TP):
+                    pass
+
+            async def gives_up() -> None:
+                return  # a span task returning gives its partition up, ending the generation
+
             async def worker(gen: Generation) -> None:
-                if during == "ending":
+                if during in ("ending", "nested"):
                     autojump_clock.jump(2 * SETTINGS["session_timeout"])  # frozen
                 if during == "stale":
                     gen.cancel("a rebalance")  # ending, its cancellation not delivered yet
-                async for _batch in ended.fetch(TP):
-                    pass
+                if during == "span start":
+                    gen.start_soon(gives_up, partition=TP)
+                    with trio.CancelScope(shield=True):  # some shielded work meanwhile
+                        await trio.sleep(1)
+                    gen.start_soon(gives_up, partition=TP)  # refused: the partition is gone
+                if during == "nested":
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(fetch_all, ended)
+                await fetch_all(ended)
 
-            if during != "ending":
+            if during in ("live", "stale"):
                 first.cancel("the next one")
                 second = await group.next()
                 second.start_soon(worker, second)
-                with pytest.raises(GenerationEnded):
-                    async for _gen in group:
+                with anyio.fail_after(60), pytest.raises(GenerationEnded):
+                    async for _gen in group:  # (a failure let off: generation after generation)
                         pass
                 return
             first.start_soon(worker, first)
             second = await group.next()
             assert second.id > first.id
-            assert first.end_reason is not None and "local lease expired" in first.end_reason
+            assert first.end_reason is not None
+            if during != "span start":
+                assert "local lease expired" in first.end_reason
             second.cancel()
 
 
