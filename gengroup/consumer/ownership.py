@@ -42,7 +42,7 @@ from .._errors import GenerationEnded
 from .._types import TopicPartition
 from ..io.cluster import Cluster
 from ..membership.member import Outcome
-from .detached import UserTask, first_failure, host, task_failed
+from .detached import UserTask, first_failure, host, task_failed, told_it_ended
 from .generation import Generation, Span, SpanHost
 from .prefetch import Prefetcher
 
@@ -129,7 +129,10 @@ class Ownership:
                     await host(task.hosted, coro)
                     returned = True
                 except (Exception, BaseExceptionGroup) as exc:  # detached.Interrupted too
-                    self._failed(span, task, exc)
+                    # Its holder's own GenerationEnded as the holder ends: as a return.
+                    returned = span.gen.ending and told_it_ended(exc, span.gen.identity)
+                    if not returned:
+                        self._failed(span, task, exc)
         finally:
             task.done = True
             span.running -= 1

@@ -927,3 +927,33 @@ async def test_a_classic_members_rebalance_connection_is_kept_open_by_its_heartb
             second = await group.next()
             assert [c for (_, ch), c in group.cluster._conns.items() if ch == "group"] == [joined]
             second.cancel()
+
+
+async def test_a_partition_task_letting_its_ending_generations_generation_ended_out_gives_it_up(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """As the "span start" case above, the task refused being a partition's
+    task (as run_workers' workers are): its own generation's GenerationEnded
+    as the generation ends is no failure; as when it returns, its partition
+    is given up."""
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+    async def gives_up() -> None:
+        return
+
+    async with FakeCluster(topics={"t": 2}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **SETTINGS) as group:
+            first = await group.next()
+
+            async def worker(gen: Generation) -> None:
+                gen.start_soon(gives_up, partition=tp1)  # gives t[1] up: the generation ends
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(1)
+                assert gen.ending
+                gen.start_soon(gives_up, partition=tp1)  # refused: its own GenerationEnded
+
+            first.start_soon(worker, first, partition=tp0)
+            with anyio.fail_after(60):
+                second = await group.next()
+            assert second.id > first.id
+            second.cancel()
