@@ -667,7 +667,8 @@ class Producer:
                 expired, deadline = queue.expire_sending(now, self.config.delivery_timeout)
                 if expired is not None:  # the answer may still come (and the records be written)
                     error = expired.unanswered_error(self.config.delivery_timeout)
-                    self._failures.failed(queue, error, expired.node, now)  # said if not yet
+                    if queue.failing is None:  # no attempt failed before: said as one failing
+                        self._failures.failed(queue, error, expired.node, now)
                     self._fail_batch(expired, error)
                 wake_at = min(wake_at, deadline)
                 continue
@@ -688,8 +689,7 @@ class Producer:
                 )
             else:
                 continue
-            # As computed, not rearranged: rounding would make the sender spin.
-            if batch.created + self.config.delivery_timeout <= now:
+            if batch.created + self.config.delivery_timeout <= now:  # (rounding: not rearranged)
                 error = batch.timeout_error(self.config.delivery_timeout)
                 self._fail_batch(batch, error if idem is None else idem.waited_error(error, now))
                 wake_at = now
