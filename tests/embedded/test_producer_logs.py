@@ -424,7 +424,7 @@ async def test_a_batch_expiring_in_flight_gives_up_its_partition_when_it_expires
     warnings = _producer_logs(caplog, logging.WARNING)
     assert len(warnings) == 2, warnings
     assert warnings[1].startswith(
-        "producer: gave up on t[0] failing since Produce to broker 0 failed, after 2 failed "
+        "producer: gave up on t[0] failing since Produce to broker 0 failed, after 1 failed "
         "attempt(s): their records failed, each send raising its error (RequestTimedOut: t[0]: "
         "1 record(s) not acknowledged within delivery_timeout=5 s"
     ), warnings
