@@ -450,8 +450,7 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 def told_it_ended(exc: BaseException, identity: object) -> bool:
     """Whether ``exc`` is the :class:`~gengroup.GenerationEnded` of the
     generation ``identity``, alone or in (nested) groups of its own."""
-    ended = [e for e in _leaves(exc) if isinstance(e, GenerationEnded) and e.identity == identity]
-    return len(ended) == len(_leaves(exc))
+    return all(isinstance(e, GenerationEnded) and e.identity == identity for e in _leaves(exc))
 
 
 def task_failed(where: str, name: str, exc: BaseException) -> None:
