@@ -97,6 +97,10 @@ log = logging.getLogger("gengroup")
 _HEARTBEAT = ApiKey.CONSUMER_GROUP_HEARTBEAT
 #: Commit attempts when the member epoch moves while a commit is in flight.
 _STALE_RETRIES = 3
+#: How long before the coordinator's revocation deadline the member stops
+#: trying to commit what it revokes, at most: the acknowledging heartbeat's
+#: time (a tenth of ``rebalance_timeout`` if that is shorter).
+REVOKE_MARGIN = 1.0
 
 
 def new_member_id() -> str:
@@ -184,6 +188,9 @@ class ConsumerProtocolMember:
         self._topic_ids: dict[str, uuid.UUID] = {}
         #: What the heartbeat reports as owned: the newest generation's partitions.
         self._owned: frozenset[TopicPartition] = frozenset()
+        #: When an answer first asked for partitions still reported as owned
+        #: (the coordinator fences the member ``rebalance_timeout`` after it).
+        self._revoke_asked_at: float | None = None
         self._current: Generation | None = None
         self._current_incarnation = -1
         self._changed = anyio.Event()
@@ -329,6 +336,7 @@ class ConsumerProtocolMember:
                 gen._span_host = own
                 gen.know_spans()
                 formed.acknowledge = partial(self._acknowledge, gen, incarnation)
+            formed.revoke_deadline = self.revoke_deadline
             return formed
         return None
 
@@ -337,6 +345,8 @@ class ConsumerProtocolMember:
         if incarnation != self.incarnation:
             return  # fenced meanwhile: it owns nothing
         self._owned = frozenset(gen.assignments)
+        if not self._owned - (self._target or frozenset()):
+            self._revoke_asked_at = None
         if gen.revoked:
             log.info(
                 "group %s member %s: revoked [%s] at epoch %d; acknowledging",
@@ -346,6 +356,15 @@ class ConsumerProtocolMember:
                 self.epoch,
             )
             self._wake.set()
+
+    def revoke_deadline(self) -> float | None:
+        """When a commit of partitions being revoked must give up (``anyio.current_time()``
+        terms), so that the acknowledging heartbeat comes before the coordinator's
+        ``rebalance_timeout`` runs out; None if nothing is being revoked."""
+        if self._revoke_asked_at is None:
+            return None
+        timeout = self.config.rebalance_timeout
+        return self._revoke_asked_at + timeout - min(REVOKE_MARGIN, timeout / 10)
 
     def _formed(
         self,
@@ -638,6 +657,7 @@ class ConsumerProtocolMember:
     async def _reconcile(self) -> None:
         """Resolve the assignment's topic ids; end the generation if it changed."""
         cfg = self.config
+        answered_at = anyio.current_time()
         assigned = self._assigned or {}
         names = self._names()
         if any(tid not in names for tid in assigned):
@@ -670,6 +690,8 @@ class ConsumerProtocolMember:
             return
         old = self._target
         self._target = target
+        if self._revoke_asked_at is None and self._owned - target:
+            self._revoke_asked_at = answered_at
         self._changed.set()
         self._changed = anyio.Event()
         gen = self._current
@@ -734,6 +756,7 @@ class ConsumerProtocolMember:
         self._unresolved = set()
         self._target_ids = {}
         self._owned = frozenset()
+        self._revoke_asked_at = None
         self._dropped = anyio.Event()
         gen = self._current
         if gen is not None:

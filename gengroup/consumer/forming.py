@@ -559,6 +559,9 @@ class Formed:
             released (their tasks returned, their marks committed), before it
             is handed out: the consumer protocol then reports the smaller
             owned set (None under the classic protocol).
+        revoke_deadline: under the consumer protocol, when commits on the
+            way to acknowledging a revocation must give up (None: nothing
+            is being revoked; the attribute is None under the classic one).
         synced_at: when SyncGroup answered (``anyio.current_time()``): a
             classic generation's first heartbeat (and a cooperative one's
             early beats) count from there (None: from the heartbeat loop's
@@ -570,6 +573,7 @@ class Formed:
     partition_counts: dict[str, int]
     classic: bool = True
     acknowledge: Callable[[], None] | None = None
+    revoke_deadline: Callable[[], float | None] | None = None
     synced_at: float | None = None
 
 

@@ -67,7 +67,12 @@ membership lives in the heartbeat beside the generations, so every end but a
 lost membership (``RESET_MEMBER``), a failure or closing keeps the spans;
 after revoking, the runner calls ``Formed.acknowledge`` (the heartbeat stops
 reporting the revoked partitions) and does not end the generation: the
-coordinator assigns the released partitions without a second rebalance.
+coordinator assigns the released partitions without a second rebalance. The
+coordinator fences a member that has not acknowledged within its
+``rebalance_timeout``, so the commits on the way (the ending generation's
+second pass, the revocation's) give up by ``Formed.revoke_deadline``, and the
+revoked partitions' marks not stored by then are dropped: no later commit
+under the member's newest epoch may move their new owner's offsets.
 """
 
 from __future__ import annotations
@@ -236,6 +241,12 @@ class _Run:
             if torn_down_at is None:
                 torn_down_at = anyio.current_time()
             left = torn_down_at + cfg.request_timeout - anyio.current_time()
+            revoke_by = self._revoke_deadline()
+            revoking = revoke_by is not None and revoke_by - anyio.current_time() < left
+            if revoke_by is not None and revoking:
+                # Partitions kept beside the revoked ones carry what is not
+                # stored to the next generation, the revoked ones to the revocation.
+                left = revoke_by - anyio.current_time()
             first = self.first_pass_failure
             # With nothing left (no mark since the first pass) there is no
             # second pass: its shielded retry loop would send nothing.
@@ -250,7 +261,7 @@ class _Run:
                 # Too little time left to try (the first pass, still retrying,
                 # held the teardown up): a second pass could only fail, and
                 # say less than the first did.
-                self._commit_failed(first or self._no_time_left(left))
+                self._commit_failed(first or self._no_time_left(left, revoking))
             elif pending:
                 second = await self._final_commit(left, refused=self.end_refusals, report=False)
                 if second is not None:
@@ -390,8 +401,55 @@ class _Run:
         # end's final commit sends these marks instead (running.py's
         # docstring), so the teardown is not held up by a commit that may
         # retry for request_timeout (a lost coordinator, an expired lease).
-        await self._final_commit(shielded=False)
+        revoke_by = self._revoke_deadline()
+        if revoke_by is None:
+            await self._final_commit(shielded=False)
+        else:
+            # The consumer protocol: the acknowledgement must reach the
+            # coordinator before it fences the member (rebalance_timeout).
+            left = min(self.config.request_timeout, revoke_by - anyio.current_time())
+            failure: BaseException | None = self._no_time_left(left, True)
+            if left >= self.client.cluster.retry_backoff:
+                failure = await self._final_commit(left, shielded=False, report=False)
+            if failure is not None:
+                self._drop_revoked_marks(failure)
         gen.timings.revocation = anyio.current_time() - started
+
+    def _revoke_deadline(self) -> float | None:
+        """When commits on the way to acknowledging a revocation give up (consumer protocol)."""
+        deadline = self.formed.revoke_deadline
+        return None if deadline is None else deadline()
+
+    def _drop_revoked_marks(self, failure: BaseException) -> None:
+        """The revoked partitions' marks were not stored in time: drop them.
+
+        Once the revocation is acknowledged another member owns them, and a
+        later commit of this generation (it carries the newest epoch) would
+        move that member's committed offsets.
+        """
+        gen = self.gen
+        dropped = sorted(
+            tp
+            for tp in gen.revoked
+            if max(gen._marks.get(tp, -1), gen._start_marks.get(tp, -1))
+            > gen._committed.get(tp, -1)
+        )
+        for tp in gen.revoked:
+            gen._marks.pop(tp, None)
+            gen._start_marks.pop(tp, None)
+        if not dropped:
+            return
+        gen.commit_error = failure
+        log.warning(
+            "group %s generation %s member %s: commit of revoked [%s] failed: %s; "
+            "acknowledging the revocation without it (their new owner processes "
+            "their records from the offsets committed before)",
+            gen.group_id,
+            gen.label,
+            gen.member_id,
+            show_partitions(dropped),
+            failure,
+        )
 
     async def _settle_spans(self) -> None:
         """At the generation's end: keep the spans (cooperative rebalance) or revoke them all.
@@ -508,12 +566,18 @@ class _Run:
             self._commit_failed(failure)
         return failure
 
-    def _no_time_left(self, left: float) -> RequestTimedOut:
+    def _no_time_left(self, left: float, revoking: bool = False) -> RequestTimedOut:
         gen = self.gen
+        of = (
+            f"before the coordinator's rebalance_timeout={self.config.rebalance_timeout} s "
+            "for the revocation runs out"
+            if revoking
+            else f"of request_timeout={self.config.request_timeout} s after the teardown"
+        )
         return RequestTimedOut(
-            f"final commit of group {gen.group_id} generation {gen.label}: "
-            f"{max(left, 0.0):.3f} s were left of request_timeout={self.config.request_timeout} s "
-            "after the teardown, too little to send the marks made during it"
+            f"{'commit' if revoking else 'final commit'} of group {gen.group_id} generation "
+            f"{gen.label}: {max(left, 0.0):.3f} s were left {of}, too little to send "
+            + ("the revoked partitions' marks" if revoking else "the marks made during it")
         )
 
     def _commit_failed(self, failure: BaseException) -> None:

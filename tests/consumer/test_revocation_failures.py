@@ -12,12 +12,14 @@ with a TaskStuckError naming no task.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
 import anyio.abc
 import pytest
 import trio.testing
+from kio.schema.errors import ErrorCode
 
 from gengroup import (
     ClusterUnreachable,
@@ -26,9 +28,10 @@ from gengroup import (
     Generation,
     TopicPartition,
 )
-from gengroup.broker import FakeCluster
+from gengroup.broker import Fail, FakeCluster, Intercepted
 from gengroup.broker.state import BrokerSettings
 from gengroup.protocol.records import NewRecord
+from gengroup.protocol.versions import ApiKey
 
 from .helpers import EMBEDDED_SETTINGS, all_partitions, wait_until
 from .test_span_commits import cluster_for, member
@@ -230,3 +233,81 @@ async def test_an_outage_during_a_revocation_ends_the_group_with_its_own_error(
     error = outcome["a"]
     assert isinstance(error, ClusterUnreachable), repr(error)
     assert failed_after <= overrides["unreachable_timeout"] + 10.0
+
+
+async def test_a_revocation_whose_commit_is_refused_is_acknowledged_in_time(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The consumer protocol: the coordinator fences a member that has not acknowledged
+    a revocation within its rebalance_timeout (10 s here), and the commits on the way
+    (the ending generation's, then the revoked partitions') would retry a refusal for
+    request_timeout (30 s). They give up before the deadline instead: the member
+    acknowledges in time and is not fenced (its retained workers run on), and the
+    revoked partitions' marks, not stored, are dropped, so no later commit of the
+    member (under the newest epoch, which the coordinator accepts) moves the offsets
+    of their new owner."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    every = set(all_partitions("t", 4))
+    started: dict[TopicPartition, int] = dict.fromkeys(every, 0)
+    handed_out: list[Generation] = []
+    refusing = {"on": False}
+    commits: list[tuple[float, frozenset[int]]] = []  # a's, once no longer refused
+
+    async def worker(gen: Generation, tp: TopicPartition) -> None:
+        started[tp] += 1
+        async for batch in gen.fetch(tp):
+            gen.mark(tp, batch.next_offset)
+
+    def a_commits(req: Intercepted) -> Fail | None:
+        if req.client_id != "a":
+            return None
+        if refusing["on"]:
+            return Fail(ErrorCode.coordinator_load_in_progress)
+        parts = frozenset(p.partition_index for t in req.request.topics for p in t.partitions)
+        commits.append((anyio.current_time(), parts))
+        return None
+
+    async def run_a(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        async with member(cluster, "consumer", "a") as group:
+            task_status.started()
+            async for gen in group:
+                handed_out.append(gen)
+                for tp in gen.added:
+                    gen.start_soon(worker, gen, tp, partition=tp)
+
+    async def run_b(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        async with member(cluster, "consumer", "b") as group:
+            task_status.started()
+            async for _gen in group:
+                pass
+
+    async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+        cluster.control(ApiKey.OFFSET_COMMIT, a_commits)
+        for p in range(4):
+            cluster.produce("t", [NewRecord(None, b"x", (), 0)] * 10, partition=p)
+        await tg.start(run_a)
+        await wait_until(lambda: bool(handed_out) and len(handed_out[0].marks) == 4, "marks", 60)
+        refusing["on"] = True
+        await tg.start(run_b)
+        await wait_until(lambda: any(g.revoked for g in handed_out), "a's revocation", 60)
+        revoked = next(g for g in handed_out if g.revoked).revoked
+        await anyio.sleep(12)  # past the deadline: a fenced member would have been by now
+        refusing["on"] = False
+        lifted = anyio.current_time()
+        for p in range(4):
+            cluster.produce("t", [NewRecord(None, b"y", (), 0)] * 5, partition=p)
+        await handed_out[-1].commit()  # a retained worker's records, from here on stored
+        await anyio.sleep(3)
+        tg.cancel_scope.cancel()
+    # Acknowledged before a's rebalance_timeout ran out: a was never fenced.
+    assert not [r for r in caplog.records if "fenced" in r.getMessage()]
+    assert len(revoked) == 2
+    assert all(started[tp] == 1 for tp in every - revoked), started
+    # Said once, with what was dropped.
+    (dropped,) = [r for r in caplog.records if "commit of revoked" in r.getMessage()]
+    assert dropped.levelno == logging.WARNING
+    # a's commits once the coordinator accepts them again never name a revoked partition.
+    later = [parts for at, parts in commits if at >= lifted]
+    assert later, "a committed nothing after the refusals ended"
+    revoked_ids = {tp.partition for tp in revoked}
+    assert not [parts for parts in later if parts & revoked_ids], later
