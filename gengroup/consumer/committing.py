@@ -234,6 +234,9 @@ class GenerationCommits:
     _span_ids: Mapping[TopicPartition, UUID] = MappingProxyType({})
     #: The partitions whose marks this generation said it left out (:meth:`_drop_gone`).
     _gone_said: frozenset[TopicPartition] = frozenset()
+    #: Partitions it revoked that another member may own now (the consumer
+    #: protocol, once the revocation is acknowledged): no commit names them.
+    _released: frozenset[TopicPartition] = frozenset()
 
     def know_topics(self, cluster: Cluster) -> None:
         """Remember the ids the generation's topics have in ``cluster``'s metadata
@@ -354,6 +357,14 @@ class GenerationCommits:
             wanted, carried = to_commit(
                 offsets, forwarded, self._marks, self._start_marks, self._committed_metadata
             )
+            if given := [tp for tp in wanted if tp in self._released]:
+                if explicit:
+                    raise KeyError(
+                        f"{show_partitions(given)} revoked by generation {self.label}, whose "
+                        "revocation is acknowledged: another member may own them and commit "
+                        "their offsets now"
+                    )
+                wanted = {tp: o for tp, o in wanted.items() if tp not in self._released}
             for tp in wanted:
                 if tp not in self.assignments and tp not in self.revoked:
                     raise KeyError(f"{tp} is not assigned in generation {self.label}")

@@ -185,12 +185,14 @@ class Span:
             if not self.running:
                 self.idle.set()
         else:
-            old, self.gen = self.gen, gen
-            carried = max(self.pending, old._marks.get(self.tp, -1))
-            if carried > gen._marks.get(self.tp, -1):
-                gen._marks[self.tp] = carried
+            old, self.gen, tp = self.gen, gen, self.tp
+            if (carried := max(self.pending, old._marks.get(tp, -1))) > gen._marks.get(tp, -1):
+                gen._marks[tp] = carried
+            # What ``old`` knew stored (a revoker fetched only its own partitions' offsets).
+            if (stored := old._committed.get(tp, -1)) > gen._committed.get(tp, -1):
+                gen._committed[tp] = stored
             if self.reset >= 0:  # what the next generation found committed is stale
-                gen._committed[self.tp] = min(gen._committed.get(self.tp, -1), self.reset - 1)
+                gen._committed[tp] = min(gen._committed.get(tp, -1), self.reset - 1)
             self.pending = -1
         self.moved.set()
         self.moved = anyio.Event()

@@ -101,7 +101,7 @@ from .beating import Heartbeats
 from .committing import FENCED, retriable_refusal
 from .detached import INTERRUPTS, UserTask, bare, describe_stack, first_failure, interrupt_in
 from .forming import Formed, GroupClient
-from .generation import Generation
+from .generation import Generation, Span
 from .ownership import Ownership
 
 __all__ = ["CLOSED_UNDER_THE_GROUP", "run_generation"]
@@ -262,6 +262,20 @@ class _Run:
                 # held the teardown up): a second pass could only fail, and
                 # say less than the first did.
                 self._commit_failed(first or self._no_time_left(left, revoking))
+            elif pending and revoking and gen.keeps_spans():
+                # What is not stored goes with the revocation's commit (revoked
+                # partitions) or the next generation's (retained ones).
+                carried = await self._final_commit(left, refused=self.end_refusals, report=False)
+                if carried is not None:
+                    gen.commit_error = carried
+                    log.info(
+                        "group %s generation %s member %s: final commit failed before the "
+                        "revocation's deadline: %s; its marks go with the next commit",
+                        gen.group_id,
+                        gen.label,
+                        gen.member_id,
+                        carried,
+                    )
             elif pending:
                 second = await self._final_commit(left, refused=self.end_refusals, report=False)
                 if second is not None:
@@ -317,6 +331,7 @@ class _Run:
                 await self._revoke_first(report_stuck)
                 if self.formed.acknowledge is not None:
                     self.formed.acknowledge()
+                    gen._released = gen.revoked  # their new owner commits them
                 self.own.adopt(gen)
                 if self.own.failures:  # a revoked partition's task raised: it ends the group
                     gen.end(Outcome.FATAL, f"task raised {self.own.failures[0]!r}")
@@ -394,9 +409,7 @@ class _Run:
             await self.own.wait_released()
             watch.cancel_scope.cancel()
         for span in closed:
-            carried = max(span.pending, span.gen._marks.get(span.tp, -1))
-            if span.tp in gen.revoked and carried > gen._marks.get(span.tp, -1):
-                gen._marks[span.tp] = carried
+            _carry(span, gen, only_revoked=True)
         # Not shielded from the generation's end: an end stops it, and the
         # end's final commit sends these marks instead (running.py's
         # docstring), so the teardown is not held up by a commit that may
@@ -412,7 +425,7 @@ class _Run:
             if left >= self.client.cluster.retry_backoff:
                 failure = await self._final_commit(left, shielded=False, report=False)
             if failure is not None:
-                self._drop_revoked_marks(failure)
+                self._revocation_commit_failed(failure)
         gen.timings.revocation = anyio.current_time() - started
 
     def _revoke_deadline(self) -> float | None:
@@ -420,14 +433,17 @@ class _Run:
         deadline = self.formed.revoke_deadline
         return None if deadline is None else deadline()
 
-    def _drop_revoked_marks(self, failure: BaseException) -> None:
-        """The revoked partitions' marks were not stored in time: drop them.
+    def _revocation_commit_failed(self, failure: BaseException) -> None:
+        """The revocation's commit failed (the consumer protocol): drop the revoked
+        partitions' marks not stored, and say so.
 
         Once the revocation is acknowledged another member owns them, and a
         later commit of this generation (it carries the newest epoch) would
-        move that member's committed offsets.
+        move that member's committed offsets. The retained partitions' marks
+        go with the next commit.
         """
         gen = self.gen
+        gen.commit_error = failure
         dropped = sorted(
             tp
             for tp in gen.revoked
@@ -437,19 +453,17 @@ class _Run:
         for tp in gen.revoked:
             gen._marks.pop(tp, None)
             gen._start_marks.pop(tp, None)
-        if not dropped:
-            return
-        gen.commit_error = failure
-        log.warning(
-            "group %s generation %s member %s: commit of revoked [%s] failed: %s; "
-            "acknowledging the revocation without it (their new owner processes "
-            "their records from the offsets committed before)",
-            gen.group_id,
-            gen.label,
-            gen.member_id,
-            show_partitions(dropped),
-            failure,
-        )
+        where = f"group {gen.group_id} generation {gen.label} member {gen.member_id}"
+        if dropped:
+            log.warning(
+                "%s: commit of revoked [%s] failed: %s; their marks are dropped (their new "
+                "owner processes their records since the last commit again)",
+                where,
+                show_partitions(dropped),
+                failure,
+            )
+        else:
+            log.info("%s: commit at the revocation failed: %s", where, failure)
 
     async def _settle_spans(self) -> None:
         """At the generation's end: keep the spans (cooperative rebalance) or revoke them all.
@@ -470,9 +484,7 @@ class _Run:
         interrupted = [s for s in self.own.spans.values() if s.closed and s.tp in gen.revoked]
         await self.own.wait_released()
         for span in interrupted:
-            carried = max(span.pending, span.gen._marks.get(span.tp, -1))
-            if carried > gen._marks.get(span.tp, -1):
-                gen._marks[span.tp] = carried
+            _carry(span, gen)
         self.own.lease_from = gen._lease_from
         if self.formed.classic and gen.rebalance_protocol == "cooperative":
             self.member.retain_owned(self.own.owned)
@@ -761,3 +773,13 @@ class _Run:
                 self._log_retry("periodic commit", exc, "will retry", long)
             else:
                 self._log_recovered("periodic commit")
+
+
+def _carry(span: Span, gen: Generation, *, only_revoked: bool = False) -> None:
+    """Carry a closed span's last mark into ``gen``, which commits it."""
+    tp = span.tp
+    if only_revoked and tp not in gen.revoked:
+        return
+    carried = max(span.pending, span.gen._marks.get(tp, -1))
+    if carried > gen._marks.get(tp, -1):
+        gen._marks[tp] = carried

@@ -296,18 +296,72 @@ async def test_a_revocation_whose_commit_is_refused_is_acknowledged_in_time(
         lifted = anyio.current_time()
         for p in range(4):
             cluster.produce("t", [NewRecord(None, b"y", (), 0)] * 5, partition=p)
-        await handed_out[-1].commit()  # a retained worker's records, from here on stored
+        revoking = handed_out[-1]
+        await revoking.commit()  # a retained worker's records, from here on stored
+        # The application committing a revoked partition itself: refused, typed.
+        with pytest.raises(KeyError, match="revocation is acknowledged"):
+            await revoking.commit({min(revoked): 10})
         await anyio.sleep(3)
         tg.cancel_scope.cancel()
     # Acknowledged before a's rebalance_timeout ran out: a was never fenced.
     assert not [r for r in caplog.records if "fenced" in r.getMessage()]
     assert len(revoked) == 2
     assert all(started[tp] == 1 for tp in every - revoked), started
-    # Said once, with what was dropped.
-    (dropped,) = [r for r in caplog.records if "commit of revoked" in r.getMessage()]
-    assert dropped.levelno == logging.WARNING
+    # One WARNING, the dropped marks (the ending generation's commit that gave up
+    # first is an INFO: its marks went with the revocation's commit).
+    (dropped,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "commit of revoked [t[2-3]] failed" in dropped.getMessage()
     # a's commits once the coordinator accepts them again never name a revoked partition.
     later = [parts for at, parts in commits if at >= lifted]
     assert later, "a committed nothing after the refusals ended"
     revoked_ids = {tp.partition for tp in revoked}
     assert not [parts for parts in later if parts & revoked_ids], later
+
+
+async def test_a_revocation_refused_after_its_marks_were_stored_drops_nothing(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every mark is committed before the revocation, then every commit of the member
+    is refused: the revoking generation knows the revoked partitions' committed offsets
+    (their previous holder's), so nothing is due for them, nothing is said dropped,
+    and the committed offsets stay the marks."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    every = dict.fromkeys(all_partitions("t", 4), 10)
+    handed_out: list[Generation] = []
+    refusing = {"on": False}
+
+    async def worker(gen: Generation, tp: TopicPartition) -> None:
+        async for batch in gen.fetch(tp):
+            gen.mark(tp, batch.next_offset)
+
+    def a_commits(req: Intercepted) -> Fail | None:
+        if req.client_id == "a" and refusing["on"]:
+            return Fail(ErrorCode.coordinator_load_in_progress)
+        return None
+
+    async def run(name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        async with member(cluster, "consumer", name) as group:
+            task_status.started()
+            async for gen in group:
+                if name == "a":
+                    handed_out.append(gen)
+                    for tp in gen.added:
+                        gen.start_soon(worker, gen, tp, partition=tp)
+
+    async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+        cluster.control(ApiKey.OFFSET_COMMIT, a_commits)
+        for p in range(4):
+            cluster.produce("t", [NewRecord(None, b"x", (), 0)] * 10, partition=p)
+        await tg.start(run, "a")
+        await wait_until(lambda: bool(handed_out) and handed_out[0].marks == every, "marks", 60)
+        await handed_out[0].commit()
+        refusing["on"] = True
+        await tg.start(run, "b")
+        await wait_until(lambda: any(g.revoked for g in handed_out), "a's revocation", 60)
+        revoking = next(g for g in handed_out if g.revoked)
+        await anyio.sleep(12)
+        assert cluster.committed_offsets("g") == every
+        tg.cancel_scope.cancel()
+    assert all(revoking.committed[tp] == 10 for tp in revoking.revoked)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [r for r in caplog.records if "fenced" in r.getMessage()]
