@@ -28,21 +28,24 @@ Nothing else changes: the connection's reader task still routes each complete
 frame, and the errors are the stream's (``EndOfStream``,
 ``BrokenResourceError``, ``ClosedResourceError``).
 
-Writing (:func:`frame_writer`), on asyncio over plain TCP only: the frame goes
-into the transport's buffer at once, before any await, and only then does the
-writer wait while the transport asks it to (``pause_writing``). anyio's
-``send`` may wait before writing, and asyncio's own cancellation
-(``task.cancel()``: ``asyncio.timeout``, ``wait_for``), which no cancel scope's
-shield stops, could then stop a frame that was never written, or one that was:
-the connection could not tell which, so it could not tell whether an answer
-would come. Here a cancellation always comes after the frame is written. (On
-trio a shield stops every cancellation; TLS writes through the stream.)
+Writing (:func:`frame_writer`), on asyncio over TCP: the frame goes into the
+transport's buffer at once, before any await (over TLS: its records, encrypted
+in the same step), and only then does the writer wait while the transport
+asks it to (``pause_writing``). anyio's ``send`` may wait before writing, and
+asyncio's own cancellation (``task.cancel()``: ``asyncio.timeout``,
+``wait_for``), which no cancel scope's shield stops, could then stop a frame
+that was never written, or one that was: the connection could not tell
+which, so it could not tell whether an answer would come; over TLS it broke
+the stream (records encrypted, never written). Here a cancellation always
+comes after the frame is written. (On trio a shield stops every
+cancellation.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -50,6 +53,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import sniffio
+from anyio.streams.tls import TLSStream
 
 from .._errors import ProtocolError
 from ..protocol.framing import FrameBuffer
@@ -115,29 +119,41 @@ def frame_reader(
 
 def frame_writer(stream: anyio.abc.ByteStream) -> Callable[[bytes], Awaitable[None]] | None:
     """The function that writes one whole frame to ``stream`` on asyncio over
-    plain TCP (see the module doc); None elsewhere: write with ``stream.send``.
+    TCP, plain or TLS (see the module doc); None elsewhere: write with ``stream.send``.
 
     It raises ``anyio.ClosedResourceError`` when this process closed the
     stream, ``anyio.BrokenResourceError`` when the connection was lost.
     """
-    if not isinstance(stream, anyio.abc.SocketStream):
-        return None
     if sniffio.current_async_library() != "asyncio":
+        return None
+    tls: TLSStream | None = None
+    if isinstance(stream, TLSStream):
+        tls, stream = stream, stream.transport_stream  # type: ignore[assignment]
+    if not isinstance(stream, anyio.abc.SocketStream):
         return None
     transport = getattr(stream, "_transport", None)
     inner: Any = getattr(stream, "_protocol", None)  # its write_event: a new one at each pause
     if not isinstance(transport, asyncio.Transport) or not hasattr(inner, "write_event"):
         return None
+    encrypt = _encrypter(tls) if tls is not None else None
+    if tls is not None and encrypt is None:
+        return None
+    sock = stream
 
     def check() -> None:
-        if getattr(stream, "_closed", False):
+        if getattr(sock, "_closed", False):
             raise anyio.ClosedResourceError
         if transport.is_closing() or getattr(inner, "exception", None) is not None:
             raise anyio.BrokenResourceError from getattr(inner, "exception", None)
 
     async def write(frame: bytes) -> None:
         check()
-        transport.write(frame)  # whole, into the transport's buffer: no await before
+        data = frame if encrypt is None else encrypt(frame)
+        if data is None:  # TLS wants to read first (a renegotiation): its stream does it
+            assert tls is not None
+            await tls.send(frame)
+            return
+        transport.write(data)  # whole, into the transport's buffer: no await before
         writable = inner.write_event
         if writable.is_set():
             await anyio.lowlevel.cancel_shielded_checkpoint()  # a schedule point, as send's
@@ -146,6 +162,34 @@ def frame_writer(stream: anyio.abc.ByteStream) -> Callable[[bytes], Awaitable[No
             check()
 
     return write
+
+
+def _encrypter(tls: TLSStream) -> Callable[[bytes], bytes | None] | None:
+    """What encrypts a frame for ``tls``'s transport at once, without an await:
+    its TLS records, or None if TLS must read first; None if ``tls`` is not as expected.
+
+    Every write of the connection goes through it. anyio's own ``send`` takes
+    the encrypted bytes from the memory BIO and yields before writing them,
+    and a cancellation there (which it must then count as breaking the
+    stream) would leave the records unwritten and the TLS sequence broken.
+    """
+    ssl_object = getattr(tls, "_ssl_object", None)
+    bio = getattr(tls, "_write_bio", None)
+    if not isinstance(ssl_object, ssl.SSLObject) or not isinstance(bio, ssl.MemoryBIO):
+        return None
+
+    def encrypt(frame: bytes) -> bytes | None:
+        if getattr(tls, "_broken", False):
+            raise anyio.BrokenResourceError
+        try:
+            ssl_object.write(frame)  # all of it, or nothing (no partial writes)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return None
+        except ssl.SSLError as exc:
+            raise anyio.BrokenResourceError from exc
+        return bio.read()
+
+    return encrypt
 
 
 async def _recv_into(sock: socket.socket, into: memoryview) -> int:

@@ -11,6 +11,7 @@ stream, to check the SASL states Kafka's authenticator has (and
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import ssl
@@ -53,11 +54,14 @@ from gengroup import (
 )
 from gengroup.broker import BrokerSettings, Fail, FakeCluster, ServerSecurity
 from gengroup.io.cluster import AUTH_REFUSAL_MEMORY
+from gengroup.io.connection import open_connection
+from gengroup.io.security import Security
 from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import Certificates, make_certificates
 
 from ..conformance.client import CLOSED, RawConnection
 from ..io import first_request
+from ..io.test_connection import metadata_request
 from . import api_versions, metadata
 from .test_cli import command
 
@@ -148,6 +152,54 @@ async def test_admin_producer_and_group_with_each_mechanism(
         assert cluster.servers[0].authentications >= 3
         assert cluster.failed_authentications == 0
         assert cluster.errors == []
+
+
+@pytest.mark.parametrize("protocol", ["SSL", "SASL_SSL"])
+def test_tls_on_asyncio(certs: Certificates, protocol: str) -> None:
+    """The same clients on asyncio, real time: over TLS every frame is encrypted and
+    written in one step by the connection (io/inplace.py), not through anyio's send."""
+
+    async def scenario() -> None:
+        security = server(certs, protocol)
+        async with FakeCluster(security=security, initial_rebalance_delay_ms=0) as cluster:
+            with anyio.fail_after(REAL_HANG_GUARD):
+                await produce_and_consume(cluster.bootstrap, client(certs, protocol))
+            assert cluster.errors == []
+
+    anyio.run(scenario, backend="asyncio")
+
+
+def test_a_request_cancelled_natively_over_tls_keeps_the_connection_usable(
+    certs: Certificates,
+) -> None:
+    """asyncio's own cancellation (``task.cancel()``: ``asyncio.timeout``, ``wait_for``),
+    which no shield stops, landing right after a request was written: anyio's TLS
+    stream counted it as breaking the stream (the records encrypted, not yet written),
+    so every such cancellation failed the connection and the requests in flight on it.
+    Now the request is written, its answer dropped, and the connection goes on."""
+
+    async def scenario() -> None:
+        security = server(certs, "SSL")
+        async with FakeCluster(security=security) as cluster:
+            host, port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
+            settings = Security(security_protocol="SSL", ssl_cafile=certs.ca)
+            async with open_connection(host, int(port), security=settings) as conn:
+                task = asyncio.current_task()
+                assert task is not None
+                for _ in range(10):
+
+                    async def cancelled() -> None:
+                        asyncio.get_running_loop().call_soon(task.cancel)
+                        await conn.request(metadata_request())
+
+                    with pytest.raises(asyncio.CancelledError):
+                        await cancelled()
+                    task.uncancel()
+                    with anyio.fail_after(REAL_HANG_GUARD):
+                        await conn.request(metadata_request())
+                assert conn.is_usable
+
+    anyio.run(scenario, backend="asyncio")
 
 
 async def test_tls_only(autojump_clock: trio.testing.MockClock, certs: Certificates) -> None:
