@@ -149,10 +149,6 @@ def frame_writer(stream: anyio.abc.ByteStream) -> Callable[[bytes], Awaitable[No
     async def write(frame: bytes) -> None:
         check()
         data = frame if encrypt is None else encrypt(frame)
-        if data is None:  # TLS wants to read first (a renegotiation): its stream does it
-            assert tls is not None
-            await tls.send(frame)
-            return
         transport.write(data)  # whole, into the transport's buffer: no await before
         writable = inner.write_event
         if writable.is_set():
@@ -164,9 +160,9 @@ def frame_writer(stream: anyio.abc.ByteStream) -> Callable[[bytes], Awaitable[No
     return write
 
 
-def _encrypter(tls: TLSStream) -> Callable[[bytes], bytes | None] | None:
-    """What encrypts a frame for ``tls``'s transport at once, without an await:
-    its TLS records, or None if TLS must read first; None if ``tls`` is not as expected.
+def _encrypter(tls: TLSStream) -> Callable[[bytes], bytes] | None:
+    """What encrypts a frame for ``tls``'s transport at once, without an await
+    (its TLS records); None if ``tls`` is not as expected.
 
     Every write of the connection goes through it. anyio's own ``send`` takes
     the encrypted bytes from the memory BIO and yields before writing them,
@@ -178,14 +174,16 @@ def _encrypter(tls: TLSStream) -> Callable[[bytes], bytes | None] | None:
     if not isinstance(ssl_object, ssl.SSLObject) or not isinstance(bio, ssl.MemoryBIO):
         return None
 
-    def encrypt(frame: bytes) -> bytes | None:
+    def encrypt(frame: bytes) -> bytes:
         if getattr(tls, "_broken", False):
             raise anyio.BrokenResourceError
         try:
             ssl_object.write(frame)  # all of it, or nothing (no partial writes)
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-            return None
         except ssl.SSLError as exc:
+            # Also a write that must wait for a read (a renegotiation the peer
+            # started, which Kafka brokers do not, and which the reader task,
+            # the stream's only reader, could not serve in time): the
+            # connection fails, typed, rather than hang or write out of order.
             raise anyio.BrokenResourceError from exc
         return bio.read()
 

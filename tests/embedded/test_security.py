@@ -184,6 +184,7 @@ def test_a_request_cancelled_natively_over_tls_keeps_the_connection_usable(
             host, port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
             settings = Security(security_protocol="SSL", ssl_cafile=certs.ca)
             async with open_connection(host, int(port), security=settings) as conn:
+                assert conn._write is not None  # the connection encrypts and writes itself
                 task = asyncio.current_task()
                 assert task is not None
                 for _ in range(10):
