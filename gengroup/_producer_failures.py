@@ -45,8 +45,11 @@ do, and the per-partition detail at DEBUG. Plain state, no I/O.
   partition left, the wave ends:
   INFO when partitions were written again (``50 partitions (...) written
   again on broker 1, after 100 failed attempt(s)``), the gave-up WARNING if
-  some gave up unsaid. Closing the producer ends the waves still open, the
-  partitions still failing said to give up.
+  some gave up unsaid. A wave whose partitions all gave up ends without a
+  line; the next write on its broker (within :data:`REMEMBER` seconds) is
+  then an INFO naming them (``t[3] written on broker 1 again; the records
+  of 50 partitions (...) failed before``). Closing the producer ends the
+  waves still open, the partitions still failing said to give up.
 
 A single partition is named as itself: ``Produce to t[0] on broker 0 failing
 (1 attempt(s)) ...``, then ``t[0] written again on broker 0, after 6 failed
@@ -88,6 +91,7 @@ _FAILING = (
     "delivery_timeout: %s: %s"
 )
 _WRITTEN = "producer: %s written again on %s, after %d failed attempt(s)%s"
+_WRITTEN_AFTER = "producer: %s written on broker %d again; the records of %s failed before"
 
 
 def partitions_named(tps: Iterable[TopicPartition]) -> str:
@@ -209,10 +213,15 @@ class Failures:
         # The partitions whose records gave up: how they failed, and when.
         self._gave_up: dict[TopicPartition, tuple[set[Key], float]] = {}
         self._pruned = 0.0  # when _gave_up was last rid of its old entries
+        # The brokers whose waves ended with every partition giving up, not
+        # written on since: the partitions, and when the last such wave ended.
+        self._silent: dict[int, tuple[set[TopicPartition], float]] = {}
+        self._now = 0.0  # the time of the last call that told it
 
     def failed(self, queue: Queue, error: BaseException, node: int, now: float) -> None:
         """The Produce of ``queue``'s partition failed on broker ``node`` with
         ``error`` at ``now`` and is retried: logged now (DEBUG) or by :meth:`report`."""
+        self._now = now
         queue.failures += 1
         tp, key = queue.tp, (node, _kind(error))
         wave = queue.failing
@@ -258,9 +267,18 @@ class Failures:
         if tp not in wave.said and tp not in wave.rejoined:
             wave.unsaid[tp] = queue.failures
 
-    def written(self, queue: Queue, node: int) -> None:
-        """A batch of ``queue``'s partition was written on broker ``node``."""
+    def written(self, queue: Queue, node: int, now: float) -> None:
+        """A batch of ``queue``'s partition was written on broker ``node`` at ``now``."""
         tp = queue.tp
+        self._now = now
+        silent = self._silent.pop(node, None)
+        if (
+            silent is not None
+            and now - silent[1] <= REMEMBER
+            and not any(wave.node == node for wave in self._open)  # (its end says it)
+        ):
+            # The first write on a broker whose failing partitions all gave up.
+            log.info(_WRITTEN_AFTER, tp, node, partitions_named(silent[0]))
         if queue.failing is None:
             if self._gave_up:
                 self._gave_up.pop(tp, None)
@@ -285,6 +303,7 @@ class Failures:
         Returns:
             When to call it again at the latest, for a line held.
         """
+        self._now = now
         for wave in list(self._pending.values()):
             due = now >= wave.started + self._hold
             if due or any(q.in_flight or q.idle() for q in wave.failing.values()):
@@ -409,6 +428,9 @@ class Failures:
             log.info(_WRITTEN, partitions_named(written), where, sum(written.values()), since)
         else:  # every partition gave up, said already
             log.debug("producer: the partitions failing on broker %d all gave up", wave.node)
+        if not written:  # the next write on its broker says it written again
+            before, _ = self._silent.get(wave.node, (set(), 0.0))
+            self._silent[wave.node] = (before | gave_up.keys(), self._now)
 
     def _say_gave_up(self, wave: Wave, now: float | None, also: str = "") -> None:
         """The WARNING of ``wave``'s partitions that gave up since the last."""
