@@ -263,10 +263,12 @@ class _Run:
                 # say less than the first did.
                 self._commit_failed(first or self._no_time_left(left, revoking))
             elif pending and revoking and gen.keeps_spans():
-                # What is not stored goes with the revocation's commit (revoked
+                # What open spans hold goes with the revocation's commit (revoked
                 # partitions) or the next generation's (retained ones).
                 carried = await self._final_commit(left, refused=self.end_refusals, report=False)
-                if carried is not None:
+                if carried is not None and not self._carried_by_spans():
+                    self._commit_failed(carried)  # (marks of generation-scoped tasks)
+                elif carried is not None:
                     gen.commit_error = carried
                     log.info(
                         "group %s generation %s member %s: final commit failed before the "
@@ -427,6 +429,17 @@ class _Run:
             if failure is not None:
                 self._revocation_commit_failed(failure)
         gen.timings.revocation = anyio.current_time() - started
+
+    def _carried_by_spans(self) -> bool:
+        """Whether every mark not stored is of an open span, which carries it to
+        the next generation (a generation-scoped task's marks end with it)."""
+        gen = self.gen
+        return all(
+            (span := self.own.spans.get(tp)) is not None and not span.closed
+            for marks in (gen._marks, gen._start_marks)
+            for tp, offset in marks.items()
+            if offset > gen._committed.get(tp, -1)
+        )
 
     def _revoke_deadline(self) -> float | None:
         """When commits on the way to acknowledging a revocation give up (consumer protocol)."""

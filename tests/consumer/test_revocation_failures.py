@@ -365,3 +365,56 @@ async def test_a_revocation_refused_after_its_marks_were_stored_drops_nothing(
     assert all(revoking.committed[tp] == 10 for tp in revoking.revoked)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert not [r for r in caplog.records if "fenced" in r.getMessage()]
+
+
+async def test_marks_of_generation_scoped_tasks_lost_at_the_revocation_deadline_are_a_warning(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The ending generation's commit that gives up at the revocation's deadline is
+    an INFO only when open spans carry its marks on. Marks of generation-scoped tasks
+    (``gen.start_soon(worker, gen, tp)``, the lake sink's way) end with their
+    generation: their records are processed again, and the final commit's WARNING
+    says so."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    every = dict.fromkeys(all_partitions("t", 4), 10)
+    handed_out: list[Generation] = []
+    refusing = {"on": False}
+
+    async def worker(gen: Generation, tp: TopicPartition) -> None:
+        async for batch in gen.fetch(tp):
+            gen.mark(tp, batch.next_offset)
+
+    def a_commits(req: Intercepted) -> Fail | None:
+        if req.client_id == "a" and refusing["on"]:
+            return Fail(ErrorCode.coordinator_load_in_progress)
+        return None
+
+    async def run(name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        async with member(cluster, "consumer", name) as group:
+            task_status.started()
+            async for gen in group:
+                if name == "a":
+                    handed_out.append(gen)
+                    for tp in gen.assignments:  # generation-scoped: no span
+                        gen.start_soon(worker, gen, tp)
+
+    async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+        cluster.control(ApiKey.OFFSET_COMMIT, a_commits)
+        for p in range(4):
+            cluster.produce("t", [NewRecord(None, b"x", (), 0)] * 10, partition=p)
+        await tg.start(run, "a")
+        await wait_until(lambda: bool(handed_out) and handed_out[0].marks == every, "marks", 60)
+        refusing["on"] = True  # nothing of a's is stored from here on
+        await tg.start(run, "b")
+        await wait_until(lambda: len(handed_out) >= 2, "a's next generation", 60)
+        tg.cancel_scope.cancel()
+    first = handed_out[0]
+    assert first.commit_error is not None
+    said = [
+        r
+        for r in caplog.records
+        if f"generation {first.label} member" in r.getMessage()
+        and "final commit failed" in r.getMessage()
+    ]
+    assert [r.levelno for r in said] == [logging.WARNING], [r.getMessage() for r in said]
+    assert not [r for r in caplog.records if "fenced" in r.getMessage()]
