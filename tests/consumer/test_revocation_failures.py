@@ -235,6 +235,61 @@ async def test_an_outage_during_a_revocation_ends_the_group_with_its_own_error(
     assert failed_after <= overrides["unreachable_timeout"] + 10.0
 
 
+class RefusedMember:
+    """Member "a" of a consumer-protocol group, whose commits the coordinator refuses
+    (COORDINATOR_LOAD_IN_PROGRESS) while :attr:`refusing`; "b" joins to take two of
+    its four partitions. a's workers mark every batch: partition tasks
+    (``partition=tp``), or generation-scoped ones (``spans=False``)."""
+
+    def __init__(self, cluster: FakeCluster, *, spans: bool = True) -> None:
+        self.cluster = cluster
+        self.spans = spans
+        self.refusing = False
+        self.handed_out: list[Generation] = []
+        self.started: dict[TopicPartition, int] = dict.fromkeys(all_partitions("t", 4), 0)
+        #: a's commits the coordinator was let to take: when, and their partitions.
+        self.commits: list[tuple[float, frozenset[int]]] = []
+        cluster.control(ApiKey.OFFSET_COMMIT, self._commit)
+        for p in range(4):
+            cluster.produce("t", [NewRecord(None, b"x", (), 0)] * 10, partition=p)
+
+    def _commit(self, req: Intercepted) -> Fail | None:
+        if req.client_id != "a":
+            return None
+        if self.refusing:
+            return Fail(ErrorCode.coordinator_load_in_progress)
+        parts = frozenset(p.partition_index for t in req.request.topics for p in t.partitions)
+        self.commits.append((anyio.current_time(), parts))
+        return None
+
+    async def worker(self, gen: Generation, tp: TopicPartition) -> None:
+        self.started[tp] += 1
+        async for batch in gen.fetch(tp):
+            gen.mark(tp, batch.next_offset)
+
+    async def run(self, name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        async with member(self.cluster, "consumer", name) as group:
+            task_status.started()
+            async for gen in group:
+                if name != "a":
+                    continue
+                self.handed_out.append(gen)
+                if self.spans:
+                    for tp in gen.added:
+                        gen.start_soon(self.worker, gen, tp, partition=tp)
+                else:  # generation-scoped: no span
+                    for tp in gen.assignments:
+                        gen.start_soon(self.worker, gen, tp)
+
+    async def marked(self, tg: anyio.abc.TaskGroup) -> None:
+        """Start a; wait until its first generation marked all it read."""
+        every = dict.fromkeys(all_partitions("t", 4), 10)
+        await tg.start(self.run, "a")
+        await wait_until(
+            lambda: bool(self.handed_out) and self.handed_out[0].marks == every, "marks", 60
+        )
+
+
 async def test_a_revocation_whose_commit_is_refused_is_acknowledged_in_time(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -247,56 +302,19 @@ async def test_a_revocation_whose_commit_is_refused_is_acknowledged_in_time(
     member (under the newest epoch, which the coordinator accepts) moves the offsets
     of their new owner."""
     caplog.set_level(logging.INFO, logger="gengroup")
-    every = set(all_partitions("t", 4))
-    started: dict[TopicPartition, int] = dict.fromkeys(every, 0)
-    handed_out: list[Generation] = []
-    refusing = {"on": False}
-    commits: list[tuple[float, frozenset[int]]] = []  # a's, once no longer refused
-
-    async def worker(gen: Generation, tp: TopicPartition) -> None:
-        started[tp] += 1
-        async for batch in gen.fetch(tp):
-            gen.mark(tp, batch.next_offset)
-
-    def a_commits(req: Intercepted) -> Fail | None:
-        if req.client_id != "a":
-            return None
-        if refusing["on"]:
-            return Fail(ErrorCode.coordinator_load_in_progress)
-        parts = frozenset(p.partition_index for t in req.request.topics for p in t.partitions)
-        commits.append((anyio.current_time(), parts))
-        return None
-
-    async def run_a(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-        async with member(cluster, "consumer", "a") as group:
-            task_status.started()
-            async for gen in group:
-                handed_out.append(gen)
-                for tp in gen.added:
-                    gen.start_soon(worker, gen, tp, partition=tp)
-
-    async def run_b(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-        async with member(cluster, "consumer", "b") as group:
-            task_status.started()
-            async for _gen in group:
-                pass
-
     async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
-        cluster.control(ApiKey.OFFSET_COMMIT, a_commits)
-        for p in range(4):
-            cluster.produce("t", [NewRecord(None, b"x", (), 0)] * 10, partition=p)
-        await tg.start(run_a)
-        await wait_until(lambda: bool(handed_out) and len(handed_out[0].marks) == 4, "marks", 60)
-        refusing["on"] = True
-        await tg.start(run_b)
-        await wait_until(lambda: any(g.revoked for g in handed_out), "a's revocation", 60)
-        revoked = next(g for g in handed_out if g.revoked).revoked
+        a = RefusedMember(cluster)
+        await a.marked(tg)
+        a.refusing = True
+        await tg.start(a.run, "b")
+        await wait_until(lambda: any(g.revoked for g in a.handed_out), "a's revocation", 60)
+        revoked = next(g for g in a.handed_out if g.revoked).revoked
         await anyio.sleep(12)  # past the deadline: a fenced member would have been by now
-        refusing["on"] = False
+        a.refusing = False
         lifted = anyio.current_time()
         for p in range(4):
             cluster.produce("t", [NewRecord(None, b"y", (), 0)] * 5, partition=p)
-        revoking = handed_out[-1]
+        revoking = a.handed_out[-1]
         await revoking.commit()  # a retained worker's records, from here on stored
         # The application committing a revoked partition itself: refused, typed.
         with pytest.raises(KeyError, match="revocation is acknowledged"):
@@ -306,13 +324,13 @@ async def test_a_revocation_whose_commit_is_refused_is_acknowledged_in_time(
     # Acknowledged before a's rebalance_timeout ran out: a was never fenced.
     assert not [r for r in caplog.records if "fenced" in r.getMessage()]
     assert len(revoked) == 2
-    assert all(started[tp] == 1 for tp in every - revoked), started
+    assert all(a.started[tp] == 1 for tp in set(a.started) - revoked), a.started
     # One WARNING, the dropped marks (the ending generation's commit that gave up
     # first is an INFO: its marks went with the revocation's commit).
     (dropped,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "commit of revoked [t[2-3]] failed" in dropped.getMessage()
     # a's commits once the coordinator accepts them again never name a revoked partition.
-    later = [parts for at, parts in commits if at >= lifted]
+    later = [parts for at, parts in a.commits if at >= lifted]
     assert later, "a committed nothing after the refusals ended"
     revoked_ids = {tp.partition for tp in revoked}
     assert not [parts for parts in later if parts & revoked_ids], later
@@ -326,41 +344,17 @@ async def test_a_revocation_refused_after_its_marks_were_stored_drops_nothing(
     (their previous holder's), so nothing is due for them, nothing is said dropped,
     and the committed offsets stay the marks."""
     caplog.set_level(logging.INFO, logger="gengroup")
-    every = dict.fromkeys(all_partitions("t", 4), 10)
-    handed_out: list[Generation] = []
-    refusing = {"on": False}
-
-    async def worker(gen: Generation, tp: TopicPartition) -> None:
-        async for batch in gen.fetch(tp):
-            gen.mark(tp, batch.next_offset)
-
-    def a_commits(req: Intercepted) -> Fail | None:
-        if req.client_id == "a" and refusing["on"]:
-            return Fail(ErrorCode.coordinator_load_in_progress)
-        return None
-
-    async def run(name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        async with member(cluster, "consumer", name) as group:
-            task_status.started()
-            async for gen in group:
-                if name == "a":
-                    handed_out.append(gen)
-                    for tp in gen.added:
-                        gen.start_soon(worker, gen, tp, partition=tp)
-
     async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
-        cluster.control(ApiKey.OFFSET_COMMIT, a_commits)
-        for p in range(4):
-            cluster.produce("t", [NewRecord(None, b"x", (), 0)] * 10, partition=p)
-        await tg.start(run, "a")
-        await wait_until(lambda: bool(handed_out) and handed_out[0].marks == every, "marks", 60)
-        await handed_out[0].commit()
-        refusing["on"] = True
-        await tg.start(run, "b")
-        await wait_until(lambda: any(g.revoked for g in handed_out), "a's revocation", 60)
-        revoking = next(g for g in handed_out if g.revoked)
+        a = RefusedMember(cluster)
+        await a.marked(tg)
+        await a.handed_out[0].commit()
+        stored = cluster.committed_offsets("g")
+        a.refusing = True
+        await tg.start(a.run, "b")
+        await wait_until(lambda: any(g.revoked for g in a.handed_out), "a's revocation", 60)
+        revoking = next(g for g in a.handed_out if g.revoked)
         await anyio.sleep(12)
-        assert cluster.committed_offsets("g") == every
+        assert cluster.committed_offsets("g") == stored == dict.fromkeys(a.started, 10)
         tg.cancel_scope.cancel()
     assert all(revoking.committed[tp] == 10 for tp in revoking.revoked)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
@@ -376,39 +370,14 @@ async def test_marks_of_generation_scoped_tasks_lost_at_the_revocation_deadline_
     generation: their records are processed again, and the final commit's WARNING
     says so."""
     caplog.set_level(logging.INFO, logger="gengroup")
-    every = dict.fromkeys(all_partitions("t", 4), 10)
-    handed_out: list[Generation] = []
-    refusing = {"on": False}
-
-    async def worker(gen: Generation, tp: TopicPartition) -> None:
-        async for batch in gen.fetch(tp):
-            gen.mark(tp, batch.next_offset)
-
-    def a_commits(req: Intercepted) -> Fail | None:
-        if req.client_id == "a" and refusing["on"]:
-            return Fail(ErrorCode.coordinator_load_in_progress)
-        return None
-
-    async def run(name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        async with member(cluster, "consumer", name) as group:
-            task_status.started()
-            async for gen in group:
-                if name == "a":
-                    handed_out.append(gen)
-                    for tp in gen.assignments:  # generation-scoped: no span
-                        gen.start_soon(worker, gen, tp)
-
     async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
-        cluster.control(ApiKey.OFFSET_COMMIT, a_commits)
-        for p in range(4):
-            cluster.produce("t", [NewRecord(None, b"x", (), 0)] * 10, partition=p)
-        await tg.start(run, "a")
-        await wait_until(lambda: bool(handed_out) and handed_out[0].marks == every, "marks", 60)
-        refusing["on"] = True  # nothing of a's is stored from here on
-        await tg.start(run, "b")
-        await wait_until(lambda: len(handed_out) >= 2, "a's next generation", 60)
+        a = RefusedMember(cluster, spans=False)
+        await a.marked(tg)
+        a.refusing = True  # nothing of a's is stored from here on
+        await tg.start(a.run, "b")
+        await wait_until(lambda: len(a.handed_out) >= 2, "a's next generation", 60)
         tg.cancel_scope.cancel()
-    first = handed_out[0]
+    first = a.handed_out[0]
     assert first.commit_error is not None
     said = [
         r

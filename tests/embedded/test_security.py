@@ -11,7 +11,6 @@ stream, to check the SASL states Kafka's authenticator has (and
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import signal
 import ssl
@@ -61,7 +60,7 @@ from gengroup.testing.kafka import Certificates, make_certificates
 
 from ..conformance.client import CLOSED, RawConnection
 from ..io import first_request
-from ..io.test_connection import metadata_request
+from ..io.test_connection import cancelled_natively, metadata_request
 from . import api_versions, metadata
 from .test_cli import command
 
@@ -185,17 +184,8 @@ def test_a_request_cancelled_natively_over_tls_keeps_the_connection_usable(
             settings = Security(security_protocol="SSL", ssl_cafile=certs.ca)
             async with open_connection(host, int(port), security=settings) as conn:
                 assert conn._write is not None  # the connection encrypts and writes itself
-                task = asyncio.current_task()
-                assert task is not None
                 for _ in range(10):
-
-                    async def cancelled() -> None:
-                        asyncio.get_running_loop().call_soon(task.cancel)
-                        await conn.request(metadata_request())
-
-                    with pytest.raises(asyncio.CancelledError):
-                        await cancelled()
-                    task.uncancel()
+                    await cancelled_natively(conn)
                     with anyio.fail_after(REAL_HANG_GUARD):
                         await conn.request(metadata_request())
                 assert conn.is_usable

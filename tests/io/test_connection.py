@@ -522,6 +522,21 @@ def test_the_asyncio_reader_leaves_a_bad_frame_length_to_the_read_loop() -> None
         buf.next_frame()
 
 
+async def cancelled_natively(conn: BrokerConnection) -> None:
+    """Send a Metadata request on asyncio and cancel its task as asyncio does
+    (``task.cancel()``: ``asyncio.timeout``, ``wait_for``), at the first yield."""
+    task = asyncio.current_task()
+    assert task is not None
+
+    async def cancelled() -> None:
+        asyncio.get_running_loop().call_soon(task.cancel)
+        await conn.request(metadata_request())
+
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled()
+    task.uncancel()
+
+
 def test_a_request_cancelled_natively_once_written_keeps_the_connection_usable() -> None:
     # asyncio's own cancellation (task.cancel(): asyncio.timeout, wait_for)
     # is stopped by no shield: it lands at the send's yield right after the
@@ -537,16 +552,7 @@ def test_a_request_cancelled_natively_once_written_keeps_the_connection_usable()
 
     async def scenario() -> None:
         async with fake_broker(on_request) as port, open_connection("127.0.0.1", port) as conn:
-            task = asyncio.current_task()
-            assert task is not None
-
-            async def cancelled() -> None:
-                asyncio.get_running_loop().call_soon(task.cancel)
-                await conn.request(metadata_request())
-
-            with pytest.raises(asyncio.CancelledError):
-                await cancelled()
-            task.uncancel()
+            await cancelled_natively(conn)
             with anyio.fail_after(HANG_GUARD):
                 resp = await conn.request(metadata_request())
             assert resp.cluster_id == f"cid-{answered[-1]}"
