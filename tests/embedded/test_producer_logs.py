@@ -223,7 +223,7 @@ async def test_records_expiring_on_a_broker_down_are_one_warning_each_send_its_e
     RequestTimedOut, as before, and the log has one WARNING when the
     partitions start failing, one when their records failed (naming the
     count and the error), and one INFO when the broker is back (the first
-    write on it: an operator who saw records fail learns it is over)."""
+    of them written again: an operator who saw records fail learns it is over)."""
     caplog.set_level(logging.DEBUG, logger="gengroup")
     async with FakeCluster(topics={"orders": 20}) as fake:
         async with Producer(fake.bootstrap, retry_backoff=0.1, delivery_timeout=3) as producer:
@@ -241,7 +241,7 @@ async def test_records_expiring_on_a_broker_down_are_one_warning_each_send_its_e
             (back,) = _producer_logs(caplog, logging.INFO)
             assert back.startswith("producer: orders["), back
             assert back.endswith(
-                " written on broker 0 again; the records of 20 partitions "
+                " written again on broker 0; the records of 20 partitions "
                 "(orders[0], orders[1], orders[2] and 17 more) failed before"
             ), back
     assert len(warnings) == 2, warnings
@@ -471,8 +471,8 @@ async def test_a_broker_answering_after_the_delivery_timeout_is_a_few_lines(
     answer is not the partition written again (which would make each batch
     a new pair of WARNINGs). Failing and giving up are said once; written
     again (INFO) once when the broker answers in time (by the partition's
-    wave if it is still failing then, else by the first write on the broker
-    after every failing partition gave up)."""
+    wave if it is still failing then, else when it is first written again
+    after its records gave up)."""
     with _timed() as timed:
         async with FakeCluster(topics={"t": 1}) as fake:
             async with Producer(
@@ -502,7 +502,7 @@ async def test_a_broker_answering_after_the_delivery_timeout_is_a_few_lines(
     assert len(warnings) == 2, warnings
     assert "t[0] on broker 0 failing" in warnings[0] and "gave up on t[0]" in warnings[1]
     assert max(level for _, level, _ in timed.lines) == logging.WARNING
-    back = [said for _, _, said in timed.lines if " written again " in said or " again; " in said]
+    back = [said for _, _, said in timed.lines if " written again " in said]
     assert len(back) == 1, back
 
 
@@ -951,3 +951,107 @@ def test_a_partition_merged_into_an_older_wave_is_said_failing_then_giving_up_on
         (logging.INFO, "producer: Produce to t[0] on broker 0 now failing (1 attempt(s))"),
         (logging.WARNING, "producer: gave up on t[0] failing since Produce to broker 0 failed"),
     ], logged
+
+
+# ------------------------------------------------ written again after records gave up
+
+
+class _Down(ConnectionError):
+    pass
+
+
+def _all_gave_up(failures: Failures, queues: list[_StubQueue], node: int) -> None:
+    """``queues`` start failing on ``node`` together (a WARNING), then all give up:
+    their wave ends without a line."""
+    for queue in queues:
+        failures.failed(queue, _Down("down"), node, 1.0)
+    failures.report(1.2)
+    for queue in queues:
+        queue.is_idle = True
+    failures.report(31.0)
+    for queue in queues:
+        queue.is_idle = False
+
+
+def test_partitions_that_gave_up_written_again_elsewhere_are_said_once() -> None:
+    """Broker 0 down, t[0..3] give up; leadership moves and they are written on
+    broker 1 while broker 0 stays down: the first of them written again says so,
+    naming them all, once."""
+    failures = Failures(hold=0.1, settle=1.2)
+    queues = [_StubQueue(TopicPartition("t", p)) for p in range(4)]
+    with _capture() as logged:
+        _all_gave_up(failures, queues, 0)
+        before = len(logged)
+        for at in (40.0, 50.0):
+            for queue in queues:
+                failures.written(queue, 1, at)
+    assert logged[before:] == [
+        (
+            logging.INFO,
+            "producer: t[0] written again on broker 1; the records of 4 partitions "
+            "(t[0], t[1], t[2] and 1 more) failed before (since failing on broker 0)",
+        )
+    ]
+
+
+def test_partitions_that_gave_up_are_said_written_again_beside_another_failing() -> None:
+    """t[0..3] give up on broker 0 (its wave ends silently); back, broker 0 fails
+    t[4] alone, on and on: t[0..3] written again there are said so all the same."""
+    failures = Failures(hold=0.1, settle=1.2)
+    queues = [_StubQueue(TopicPartition("t", p)) for p in range(4)]
+    lone = _StubQueue(TopicPartition("t", 4))
+    with _capture() as logged:
+        _all_gave_up(failures, queues, 0)
+        failures.failed(lone, _Down("again"), 0, 50.0)
+        failures.report(50.2)
+        before = len(logged)
+        for queue in queues:
+            failures.written(queue, 0, 51.0)
+        failures.report(60.0)
+    assert [said for _, said in logged[before:]] == [
+        "producer: t[0] written again on broker 0; the records of 4 partitions "
+        "(t[0], t[1], t[2] and 1 more) failed before"
+    ]
+
+
+@pytest.mark.parametrize("idempotence", [True, False])
+async def test_a_partition_failing_for_good_beside_healthy_ones_gets_no_all_clear(
+    autojump_clock: trio.testing.MockClock, idempotence: bool
+) -> None:
+    """t[0] fails NOT_ENOUGH_REPLICAS for 600 s, a record every minute, each giving
+    up after 30 s; t[1], on the same broker, is written every 5 s. t[0] is still
+    failing after its first records gave up (DEBUG): nothing says it, or the
+    broker, written again, neither once nor each minute. (A request holds one
+    partition's batch: the control fails t[0]'s, as a broker failing one
+    partition would.)"""
+    with _timed() as timed:
+        async with FakeCluster(topics={"t": 2}) as fake:
+            async with Producer(
+                fake.bootstrap,
+                retry_backoff=0.1,
+                delivery_timeout=30,
+                idempotence=idempotence,
+                max_request_bytes=400,
+            ) as producer:
+                assert await _send_to_each(producer, "t", 2) == []  # warm-up
+                timed.lines.clear()
+                fake.control(ApiKey.PRODUCE, lambda call: Fail(19) if 0 in _sent(call) else None)
+                expired: list[int] = []
+
+                async def send(partition: int) -> None:
+                    try:
+                        await producer.send("t", b"x" * 200, partition=partition)
+                    except RequestTimedOut:
+                        expired.append(partition)
+
+                async with trio.open_nursery() as nursery:
+                    for i in range(120):
+                        if i % 12 == 0:
+                            nursery.start_soon(send, 0)
+                        nursery.start_soon(send, 1)
+                        await trio.sleep(5)
+    assert expired == [0] * 10, expired
+    warnings = [said for _, level, said in timed.lines if level == logging.WARNING]
+    assert len(warnings) == 2, warnings  # failing; gave up
+    back = [said for _, _, said in timed.lines if " again" in said or "failed before" in said]
+    assert not back, back
