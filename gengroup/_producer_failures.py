@@ -45,14 +45,8 @@ do, and the per-partition detail at DEBUG. Plain state, no I/O.
   partition left, the wave ends:
   INFO when partitions were written again (``50 partitions (...) written
   again on broker 1, after 100 failed attempt(s)``), the gave-up WARNING if
-  some gave up unsaid. A wave of its own WARNING whose partitions all gave
-  up ends without a line; the first of them written again (within
-  :data:`REMEMBER` seconds, on any broker) is then an INFO naming them all
-  (``t[3] written again on broker 1; the records of 50 partitions (...)
-  failed before``), once per wave however many of them come back later,
-  unless it is written as a partition of another wave, whose end says so.
-  Closing the producer ends the waves still open, the partitions still
-  failing said to give up.
+  some gave up unsaid. Closing the producer ends the waves still open, the
+  partitions still failing said to give up.
 
 A single partition is named as itself: ``Produce to t[0] on broker 0 failing
 (1 attempt(s)) ...``, then ``t[0] written again on broker 0, after 6 failed
@@ -94,7 +88,6 @@ _FAILING = (
     "delivery_timeout: %s: %s"
 )
 _WRITTEN = "producer: %s written again on %s, after %d failed attempt(s)%s"
-_WRITTEN_AFTER = "producer: %s written again on broker %d; the records of %s failed before%s"
 
 
 def partitions_named(tps: Iterable[TopicPartition]) -> str:
@@ -216,15 +209,10 @@ class Failures:
         # The partitions whose records gave up: how they failed, and when.
         self._gave_up: dict[TopicPartition, tuple[set[Key], float]] = {}
         self._pruned = 0.0  # when _gave_up was last rid of its old entries
-        # The waves said at WARNING that ended with every partition giving up,
-        # none written since: their partitions, broker, and when they ended.
-        self._silent: list[tuple[set[TopicPartition], int, float]] = []
-        self._now = 0.0  # the time of the last call that told it
 
     def failed(self, queue: Queue, error: BaseException, node: int, now: float) -> None:
         """The Produce of ``queue``'s partition failed on broker ``node`` with
         ``error`` at ``now`` and is retried: logged now (DEBUG) or by :meth:`report`."""
-        self._now = now
         queue.failures += 1
         tp, key = queue.tp, (node, _kind(error))
         wave = queue.failing
@@ -270,17 +258,9 @@ class Failures:
         if tp not in wave.said and tp not in wave.rejoined:
             wave.unsaid[tp] = queue.failures
 
-    def written(self, queue: Queue, node: int, now: float) -> None:
-        """A batch of ``queue``'s partition was written on broker ``node`` at ``now``."""
+    def written(self, queue: Queue, node: int) -> None:
+        """A batch of ``queue``'s partition was written on broker ``node``."""
         tp = queue.tp
-        self._now = now
-        for i, (gave_up, failed_on, ended) in enumerate(self._silent):
-            if tp in gave_up:  # the first of a silent wave's partitions written again
-                del self._silent[i]
-                if queue.failing is None and now - ended <= REMEMBER:  # (else its wave says it)
-                    moved = f" (since failing on broker {failed_on})" if node != failed_on else ""
-                    log.info(_WRITTEN_AFTER, tp, node, partitions_named(gave_up), moved)
-                break
         if queue.failing is None:
             if self._gave_up:
                 self._gave_up.pop(tp, None)
@@ -305,7 +285,6 @@ class Failures:
         Returns:
             When to call it again at the latest, for a line held.
         """
-        self._now = now
         for wave in list(self._pending.values()):
             due = now >= wave.started + self._hold
             if due or any(q.in_flight or q.idle() for q in wave.failing.values()):
@@ -326,7 +305,6 @@ class Failures:
             self._pruned = now
             for tp in [tp for tp, (_, at) in self._gave_up.items() if now - at > REMEMBER]:
                 del self._gave_up[tp]
-            self._silent = [silent for silent in self._silent if now - silent[2] <= REMEMBER]
         return min(
             [wave.started + self._hold for wave in self._pending.values()]
             + [shift.started + self._settle for shift in self._shifts.values()]
@@ -431,8 +409,6 @@ class Failures:
             log.info(_WRITTEN, partitions_named(written), where, sum(written.values()), since)
         else:  # every partition gave up, said already
             log.debug("producer: the partitions failing on broker %d all gave up", wave.node)
-        if not written and wave.first:  # said when the first of them is written again
-            self._silent.append((set(gave_up), wave.node, self._now))
 
     def _say_gave_up(self, wave: Wave, now: float | None, also: str = "") -> None:
         """The WARNING of ``wave``'s partitions that gave up since the last."""

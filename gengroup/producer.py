@@ -863,7 +863,7 @@ class Producer:
             self._idem.acknowledged(batch)
         queue = self._queues.get(batch.tp)
         if queue is not None and not batch.records[0].done:  # not failed in flight before
-            self._failures.written(queue, node, anyio.current_time())
+            self._failures.written(queue, node)
         results = batch.results(base_offset, append_time)
         for pending, result in zip(batch.records, results, strict=True):
             self._settle(pending, result, None)
