@@ -255,17 +255,17 @@ class _Run:
                 for marks in (gen._marks, gen._start_marks)
                 for tp, offset in marks.items()
             )
+            too_late = left < self.client.cluster.retry_backoff
             if isinstance(first, FENCED):
                 self._commit_failed(first)
-            elif pending and left < self.client.cluster.retry_backoff:
-                # Too little time left to try (the first pass, still retrying,
-                # held the teardown up): a second pass could only fail, and
-                # say less than the first did.
-                self._commit_failed(first or self._no_time_left(left, revoking))
             elif pending and revoking and gen.keeps_spans():
                 # What open spans hold goes with the revocation's commit (revoked
                 # partitions) or the next generation's (retained ones).
-                carried = await self._final_commit(left, refused=self.end_refusals, report=False)
+                carried = (
+                    self._no_time_left(left, "its marks")
+                    if too_late
+                    else await self._final_commit(left, refused=self.end_refusals, report=False)
+                )
                 if carried is not None and not self._carried_by_spans():
                     self._commit_failed(carried)  # (marks of generation-scoped tasks)
                 elif carried is not None:
@@ -278,6 +278,13 @@ class _Run:
                         gen.member_id,
                         carried,
                     )
+            elif pending and too_late:
+                # Too little time left to try (the first pass, still retrying,
+                # held the teardown up): a second pass could only fail, and
+                # say less than the first did.
+                self._commit_failed(
+                    first or self._no_time_left(left, "its marks" if revoking else "")
+                )
             elif pending:
                 second = await self._final_commit(left, refused=self.end_refusals, report=False)
                 if second is not None:
@@ -423,7 +430,7 @@ class _Run:
             # The consumer protocol: the acknowledgement must reach the
             # coordinator before it fences the member (rebalance_timeout).
             left = min(self.config.request_timeout, revoke_by - anyio.current_time())
-            failure: BaseException | None = self._no_time_left(left, True)
+            failure: BaseException | None = self._no_time_left(left, "the revoked marks")
             if left >= self.client.cluster.retry_backoff:
                 failure = await self._final_commit(left, shielded=False, report=False)
             if failure is not None:
@@ -591,7 +598,10 @@ class _Run:
             self._commit_failed(failure)
         return failure
 
-    def _no_time_left(self, left: float, revoking: bool = False) -> RequestTimedOut:
+    def _no_time_left(self, left: float, revoking: str = "") -> RequestTimedOut:
+        """Why a commit was not tried: too little time left of ``request_timeout``
+        after the teardown, or before a revocation's deadline (``revoking``: what
+        it would have sent)."""
         gen = self.gen
         of = (
             f"before the coordinator's rebalance_timeout={self.config.rebalance_timeout} s "
@@ -602,7 +612,7 @@ class _Run:
         return RequestTimedOut(
             f"{'commit' if revoking else 'final commit'} of group {gen.group_id} generation "
             f"{gen.label}: {max(left, 0.0):.3f} s were left {of}, too little to send "
-            + ("the revoked partitions' marks" if revoking else "the marks made during it")
+            + (revoking or "the marks made during it")
         )
 
     def _commit_failed(self, failure: BaseException) -> None:
