@@ -126,19 +126,17 @@ def frame_writer(stream: anyio.abc.ByteStream) -> Callable[[bytes], Awaitable[No
     """
     if sniffio.current_async_library() != "asyncio":
         return None
-    tls: TLSStream | None = None
-    if isinstance(stream, TLSStream):
-        tls, stream = stream, stream.transport_stream  # type: ignore[assignment]
-    if not isinstance(stream, anyio.abc.SocketStream):
+    tls = stream if isinstance(stream, TLSStream) else None
+    sock = stream if tls is None else tls.transport_stream  # the TCP stream
+    if not isinstance(sock, anyio.abc.SocketStream):
         return None
-    transport = getattr(stream, "_transport", None)
-    inner: Any = getattr(stream, "_protocol", None)  # its write_event: a new one at each pause
+    transport = getattr(sock, "_transport", None)
+    inner: Any = getattr(sock, "_protocol", None)  # its write_event: a new one at each pause
     if not isinstance(transport, asyncio.Transport) or not hasattr(inner, "write_event"):
         return None
     encrypt = _encrypter(tls) if tls is not None else None
     if tls is not None and encrypt is None:
         return None
-    sock = stream
 
     def check() -> None:
         if getattr(sock, "_closed", False):

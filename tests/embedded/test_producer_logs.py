@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from itertools import pairwise
 from typing import Any
@@ -280,6 +280,24 @@ def test_partitions_are_named_a_few_then_counted() -> None:
 
 
 # ------------------------------------------------ each change of state reaches the log
+
+
+@asynccontextmanager
+async def _batch_a_request(
+    *, idempotence: bool, request_bytes: int
+) -> AsyncIterator[tuple[FakeCluster, Producer]]:
+    """A topic t of two partitions and a producer (delivery_timeout 30 s) whose
+    requests are small enough to hold one partition's batch each, warmed up."""
+    async with FakeCluster(topics={"t": 2}) as fake:
+        async with Producer(
+            fake.bootstrap,
+            retry_backoff=0.1,
+            delivery_timeout=30,
+            idempotence=idempotence,
+            max_request_bytes=request_bytes,
+        ) as producer:
+            assert await _send_to_each(producer, "t", 2) == []  # warm-up
+            yield fake, producer
 
 
 def _sent(call: Intercepted) -> set[int]:
@@ -755,26 +773,18 @@ async def test_a_partition_starting_to_fail_beside_an_old_wave_says_when_it_give
 
     event = {"on": False}
     with _timed() as timed:
-        async with FakeCluster(topics={"t": 2}) as fake:
-            async with Producer(
-                fake.bootstrap,
-                retry_backoff=0.1,
-                delivery_timeout=30,
-                idempotence=False,
-                max_request_bytes=200,
-            ) as producer:
-                assert await _send_to_each(producer, "t", 2) == []  # warm-up
-                fake.control(ApiKey.PRODUCE, answer)
-                async with trio.open_nursery() as nursery:  # t[0]: a record every 10 s
-                    nursery.start_soon(_trickle, producer, 1, 10.0, trio.current_time() + 600)
-                    await trio.sleep(105)
-                    event["on"] = True
-                    with pytest.raises(RequestTimedOut):
-                        await producer.send("t", b"y", partition=1)
-                    gave_up = trio.current_time()
-                    event["on"] = False
-                    await trio.sleep(1)
-                    nursery.cancel_scope.cancel()
+        async with _batch_a_request(idempotence=False, request_bytes=200) as (fake, producer):
+            fake.control(ApiKey.PRODUCE, answer)
+            async with trio.open_nursery() as nursery:  # t[0]: a record every 10 s
+                nursery.start_soon(_trickle, producer, 1, 10.0, trio.current_time() + 600)
+                await trio.sleep(105)
+                event["on"] = True
+                with pytest.raises(RequestTimedOut):
+                    await producer.send("t", b"y", partition=1)
+                gave_up = trio.current_time()
+                event["on"] = False
+                await trio.sleep(1)
+                nursery.cancel_scope.cancel()
     t1 = [(at, level, said) for at, level, said in timed.lines if "t[1]" in said]
     assert [level for _, level, _ in t1] == [logging.INFO, logging.WARNING], t1
     assert " on broker 0 now failing " in t1[0][2], t1
@@ -958,31 +968,23 @@ async def test_a_partition_failing_for_good_beside_healthy_ones_gets_no_all_clea
     partition's batch: the control fails t[0]'s, as a broker failing one
     partition would.)"""
     with _timed() as timed:
-        async with FakeCluster(topics={"t": 2}) as fake:
-            async with Producer(
-                fake.bootstrap,
-                retry_backoff=0.1,
-                delivery_timeout=30,
-                idempotence=idempotence,
-                max_request_bytes=400,
-            ) as producer:
-                assert await _send_to_each(producer, "t", 2) == []  # warm-up
-                timed.lines.clear()
-                fake.control(ApiKey.PRODUCE, lambda call: Fail(19) if 0 in _sent(call) else None)
-                expired: list[int] = []
+        async with _batch_a_request(idempotence=idempotence, request_bytes=400) as (fake, producer):
+            timed.lines.clear()
+            fake.control(ApiKey.PRODUCE, lambda call: Fail(19) if 0 in _sent(call) else None)
+            expired: list[int] = []
 
-                async def send(partition: int) -> None:
-                    try:
-                        await producer.send("t", b"x" * 200, partition=partition)
-                    except RequestTimedOut:
-                        expired.append(partition)
+            async def send(partition: int) -> None:
+                try:
+                    await producer.send("t", b"x" * 200, partition=partition)
+                except RequestTimedOut:
+                    expired.append(partition)
 
-                async with trio.open_nursery() as nursery:
-                    for i in range(120):
-                        if i % 12 == 0:
-                            nursery.start_soon(send, 0)
-                        nursery.start_soon(send, 1)
-                        await trio.sleep(5)
+            async with trio.open_nursery() as nursery:
+                for i in range(120):
+                    if i % 12 == 0:
+                        nursery.start_soon(send, 0)
+                    nursery.start_soon(send, 1)
+                    await trio.sleep(5)
     assert expired == [0] * 10, expired
     warnings = [said for _, level, said in timed.lines if level == logging.WARNING]
     assert len(warnings) == 2, warnings  # failing; gave up
