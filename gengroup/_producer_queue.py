@@ -224,6 +224,12 @@ class Batch:
             for index, p in enumerate(self.records)
         ]
 
+    def may_be_written(self) -> None:
+        """A request carrying the batch may have written it (no answer, or an
+        answer saying the leader wrote it anyway)."""
+        for pending in self.records:
+            pending.maybe_written = True
+
     def closed_error(self, error: BaseException) -> BaseException:
         """``error`` to fail the batch with, as :class:`ClosedInFlight` if it is a
         :class:`ConnectionClosed` (never sent this time) while an earlier Produce

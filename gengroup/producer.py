@@ -43,7 +43,9 @@ Every response is settled per partition: success resolves each record with
 metadata, a broken or timed-out connection) puts the batch back at the head of
 its partition with an exponential backoff and, for leadership errors, asks the
 metadata task for a refresh (logged per broker and change of state, not per
-partition or retry: ``_producer_failures.py``); MESSAGE_TOO_LARGE for a batch
+partition or retry: ``_producer_failures.py``); a NOT_LEADER_OR_FOLLOWER naming
+a newer leader (KIP-951, ``io/metadata.py``) is retried there at once, without
+the backoff or waiting for the refresh; MESSAGE_TOO_LARGE for a batch
 of several records puts them back at the head of the queue, in batches of half
 as many (as the Java producer splits); anything else fails them, typed.
 ``delivery_timeout`` counts from the start of a record's ``send`` call and is a
@@ -154,16 +156,12 @@ __all__ = [
 
 # ---------------------------------------------------------------------------- values
 
+_NOT_LEADER: Final = 6  # NOT_LEADER_OR_FOLLOWER, with a hint of the leader (v10+)
 _MESSAGE_TOO_LARGE: Final = 10
 #: NOT_ENOUGH_REPLICAS_AFTER_APPEND: retried, but the leader wrote the batch.
 _WRITTEN_ANYWAY: Final = 20
 
 log = logging.getLogger("gengroup")
-
-
-def _now_ms() -> int:
-    # Record timestamps are wall-clock time by definition (not the event loop's clock).
-    return time.time_ns() // 1_000_000
 
 
 #: Records ``send_many`` queues between two checkpoints.
@@ -591,7 +589,8 @@ class Producer:
             await self._metadata.check_partition(topic, partition, count)
         await self._reserve(rec.size, start)
         now = anyio.current_time()
-        timestamp = _now_ms() if rec.timestamp_ms is None else rec.timestamp_ms
+        # Record timestamps are wall-clock time by definition (not the event loop's clock).
+        timestamp = time.time_ns() // 1_000_000 if rec.timestamp_ms is None else rec.timestamp_ms
         pending = Pending(key, value, headers, timestamp, rec.size, start)
         tp = TopicPartition(topic, partition)
         queue = self._queues.get(tp)
@@ -785,16 +784,13 @@ class Producer:
         except (BrokenConnection, RequestTimedOut) as exc:
             self._metadata.want()
             for batch, _ in sendable.values():
-                for pending in batch.records:
-                    pending.maybe_written = True  # the request may have reached the broker
+                batch.may_be_written()  # the request may have reached the broker
                 self._retry_or_fail(batch, exc, node)
             return
         except ConnectionClosed as exc:
+            sent = not isinstance(exc, ClientClosed)  # (closed before: nothing was sent)
             for batch, _ in sendable.values():
-                if isinstance(exc, ClientClosed):  # closed before: nothing was sent
-                    self._fail_batch(batch, exc)
-                    continue
-                self._fail_batch(batch, batch.closed_in_flight(node, exc))
+                self._fail_batch(batch, batch.closed_in_flight(node, exc) if sent else exc)
             return
         except (ProtocolError, GengroupError) as exc:
             for batch, _ in sendable.values():
@@ -817,19 +813,20 @@ class Producer:
                     self._complete(batch, int(part.base_offset), part.log_append_time, node)
                     continue
                 if code == _WRITTEN_ANYWAY:
-                    for pending in batch.records:
-                        pending.maybe_written = True
+                    batch.may_be_written()
                 if code == _MESSAGE_TOO_LARGE and len(batch.records) > 1:
                     self._queues[batch.tp].put_back(batch, self.config.delivery_timeout)
                     continue
                 err = produce_error(part, f"Produce to {tp} on broker {node}")
                 if err.action == "refresh_metadata":
                     self._metadata.want()
+                # To a new leader the broker names, the retry goes at once.
+                moved = code == _NOT_LEADER and self.cluster.take_leader_hint(tp, part, response)
                 if self._idem is not None and code in RESTART_CODES:
                     self._idem.restart(batch)  # again under a bumped epoch, from sequence 0
                     self._retry_or_fail(batch, err)
                 elif is_retriable(err):
-                    self._retry_or_fail(batch, err, node)
+                    self._retry_or_fail(batch, err, node, at_once=moved)
                 else:
                     self._fail_batch(batch, err)
         for batch, _ in sendable.values():
@@ -879,8 +876,11 @@ class Producer:
             self._settle(pending, None, error)
         self._freed()
 
-    def _retry_or_fail(self, batch: Batch, error: BaseException, node: int = -1) -> None:
-        """Retry ``batch`` after ``error`` (logged for the partition if on broker ``node``)."""
+    def _retry_or_fail(
+        self, batch: Batch, error: BaseException, node: int = -1, *, at_once: bool = False
+    ) -> None:
+        """Retry ``batch`` after ``error`` (logged for the partition if on broker
+        ``node``), after a backoff unless ``at_once`` (its leader moved, and is known)."""
         now = anyio.current_time()
         batch.last_error = error
         batch.attempts += 1
@@ -893,7 +893,7 @@ class Producer:
             return
         # A backoff ending past the deadline ends at it: the drain then fails the batch.
         delay = backoff_delay(batch.attempts - 1, self.config.retry_backoff)
-        batch.not_before = min(now + delay, deadline)
+        batch.not_before = now if at_once else min(now + delay, deadline)
         queue = self._queues[batch.tp]
         queue.retry = batch
         if node >= 0:

@@ -23,7 +23,9 @@ round's attempts, the set-up of a connection to a leader or coordinator,
 each with its step) is recorded by :mod:`gengroup.io.setups`.
 
 Metadata is fetched on demand and cached: the broker map (node id -> address),
-and per topic its id and each partition's leader and epoch. Callers that get
+and per topic its id and each partition's leader and epoch, never taken back
+to an older epoch, and updated by the leader a refusal names
+(:mod:`~gengroup.io.metadata`). Callers that get
 NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION (any
 :class:`~gengroup._errors.StaleMetadataError`), or cannot reach a partition's
 leader, call :meth:`Cluster.refresh_metadata` and retry. Requests that may go
@@ -100,10 +102,9 @@ import logging
 import random
 from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, Self, Unpack
-from uuid import UUID
 
 import anyio
 import anyio.abc
@@ -128,6 +129,7 @@ from . import request as _request
 from .connection import BrokerConnection
 from .idle import IdleReaper
 from .logins import Logins
+from .metadata import BrokerInfo, PartitionInfo, TopicInfo, apply_leader_hint, keep_newer
 from .outage import Outage
 from .retry import ClientClosed, retry, unanswered
 from .security import PLAINTEXT, Security, SecuritySettings
@@ -178,47 +180,6 @@ class CoordinatorOutage:
     since: float
     last: float
     warned: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerInfo:
-    """A broker from the metadata."""
-
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    """One partition's leadership as last seen in metadata."""
-
-    partition: int
-    leader: int
-    leader_epoch: int
-    replicas: tuple[int, ...] = ()
-    error_code: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    """One topic as last seen in metadata (what :meth:`Admin.metadata
-    <gengroup.admin.Admin.metadata>` returns).
-
-    Attributes:
-        name: the topic name.
-        topic_id: the topic's id (None if the broker did not say).
-        partitions: each partition's :class:`PartitionInfo` (leader, replicas), by index.
-        error_code: 0, or the topic's error (3: UNKNOWN_TOPIC_OR_PARTITION).
-        is_internal: an internal topic (``__consumer_offsets`` ...).
-    """
-
-    name: str
-    topic_id: UUID | None
-    partitions: dict[int, PartitionInfo] = field(default_factory=dict)
-    error_code: int = 0
-    is_internal: bool = False
 
 
 class Cluster:
@@ -779,11 +740,12 @@ class Cluster:
                 }
                 topic_id = t.topic_id if getattr(t, "topic_id", None) else None
                 info = TopicInfo(t.name, topic_id, parts, int(t.error_code), bool(t.is_internal))
-                result[t.name] = info
                 if info.error_code == 0:
+                    info = keep_newer(self.topics.get(t.name), info)
                     self.topics[t.name] = info
                 else:
                     self.topics.pop(t.name, None)
+                result[t.name] = info
             if names is None:
                 for gone in set(self.topics) - set(result):
                     del self.topics[gone]
@@ -796,6 +758,16 @@ class Cluster:
             return -1
         part = topic.partitions.get(tp.partition)
         return -1 if part is None else part.leader
+
+    def take_leader_hint(self, tp: TopicPartition, part: Any, response: Any) -> bool:
+        """A broker's word on who leads ``tp`` now (KIP-951: ``part`` of a
+        ``response`` refusing it), taken if newer than the cache
+        (:func:`~gengroup.io.metadata.apply_leader_hint`): whether it was."""
+        hint = getattr(part, "current_leader", None)  # Produce v10+
+        if hint is None:
+            return False
+        endpoints = getattr(response, "node_endpoints", ())
+        return apply_leader_hint(self.topics, self.brokers, tp, hint, endpoints)
 
     def partition_count(self, topic: str) -> int | None:
         """The cached partition count of ``topic`` (None if unknown)."""

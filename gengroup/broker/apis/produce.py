@@ -6,7 +6,9 @@ topics by id only and is not served). ``acks`` must be -1, 0 or 1; with
 partition failed so the producer refreshes its metadata (Kafka's
 behaviour). Transactional batches are refused (INVALID_TXN_STATE). v8 adds
 record errors and an error message per partition; v10+ may carry leader
-hints (``node_endpoints``, left empty).
+hints: a partition refused NOT_LEADER_OR_FOLLOWER names its current leader and
+epoch (``current_leader``), and ``node_endpoints`` that leader's address when
+it is up (KIP-951, as Kafka answers).
 
 Idempotent batches (a producer id, from InitProducerId) are checked against
 the partition's producer state (:mod:`gengroup.broker.producer_state`): a
@@ -26,6 +28,7 @@ from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
 from ..log import LogError
 from ..producer_state import SequenceError
+from ..state import ClusterState
 from ._base import CLOSE, NO_RESPONSE, ZERO, ApiSpec, Context, ec, epoch_datetime, per_partition
 
 __all__ = ["SPEC", "error_response", "handle"]
@@ -44,8 +47,10 @@ def _partition(
     code: int,
     message: str | None = None,
     result: tuple[int, int, int] = (-1, -1, -1),
+    leader: tuple[int, int] = (-1, -1),
 ) -> Any:
     base_offset, append_time, start_offset = result
+    hint = getattr(mod, "LeaderIdAndEpoch", None)  # v10+
     return build(
         mod.PartitionProduceResponse,
         index=index,
@@ -55,10 +60,19 @@ def _partition(
         log_start_offset=start_offset,
         record_errors=(),
         error_message=message,
+        current_leader=None if hint is None else hint(leader_id=leader[0], leader_epoch=leader[1]),
     )
 
 
-def _response(mod: Any, req: Any, answer: Any) -> Any:
+def _response(
+    mod: Any,
+    req: Any,
+    answer: Any,
+    state: ClusterState | None = None,
+    leaders: set[int] | None = None,
+) -> Any:
+    """The response of ``answer`` per partition; the leaders it named (``leaders``,
+    filled by ``answer``) given as ``node_endpoints`` when up."""
     topics = per_partition(
         mod.TopicProduceResponse,
         req.topic_data,
@@ -66,7 +80,14 @@ def _response(mod: Any, req: Any, answer: Any) -> Any:
         partitions="partition_data",
         answers="partition_responses",
     )
-    return build(mod.ProduceResponse, responses=topics, throttle_time=ZERO, node_endpoints=())
+    endpoints = tuple(
+        build(mod.NodeEndpoint, node_id=b, host=state.addresses[b][0], port=state.addresses[b][1])
+        for b in sorted(leaders or ())
+        if state is not None and b in state.online
+    )
+    return build(
+        mod.ProduceResponse, responses=topics, throttle_time=ZERO, node_endpoints=endpoints
+    )
 
 
 def error_response(version: int, request: Any, code: int, message: str | None = None) -> Any:
@@ -83,12 +104,14 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
     now = state.wall_ms()
     errors: list[int] = []
     appended: list[bool] = []
+    leaders: set[int] = set()  # named in NOT_LEADER_OR_FOLLOWER answers
 
     def answer(tdata: Any, pdata: Any) -> Any:
         index = int(pdata.index)
         code = 0
         message: str | None = None
         result: tuple[int, int, int] = (-1, -1, -1)
+        leader = (-1, -1)
         topic = state.topics.get(tdata.name)
         part = state.topics.partition(tdata.name, index)
         if acks not in (-1, 0, 1):
@@ -99,7 +122,9 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
             code = ErrorCode.invalid_topic_exception
             message = f"cannot append to internal topic {topic.name}"
         elif (code := ctx.leader_error(part)) != 0:
-            pass
+            if code == ErrorCode.not_leader_or_follower:
+                leader = (part.leader, part.leader_epoch)
+                leaders.add(part.leader)
         elif pdata.records is None:
             code = ErrorCode.invalid_record
             message = "a produce request must carry exactly one record batch"
@@ -127,9 +152,9 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
                 appended.append(True)
         if code:
             errors.append(code)
-        return _partition(mod, index, code, message, result)
+        return _partition(mod, index, code, message, result, leader)
 
-    response = _response(mod, req, answer)
+    response = _response(mod, req, answer, state, leaders if v >= 10 else None)
     if appended:
         state.notify()
     if acks == 0:

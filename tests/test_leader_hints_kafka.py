@@ -1,0 +1,107 @@
+"""Leader hints (KIP-951) from real Apache Kafka: the producer retries on the
+leader a NOT_LEADER_OR_FOLLOWER names.
+
+The partition's leadership is moved while every node stays up (the replicas
+reordered, then a preferred-leader election), so the only way the producer
+learns of the move before its metadata is refreshed is the hint in the old
+leader's refusal.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Any
+
+import anyio
+import pytest
+from kio.schema.alter_partition_reassignments.v0 import (
+    request as reassign_req,
+    response as reassign_resp,
+)
+from kio.schema.elect_leaders.v2 import request as elect_req, response as elect_resp
+from kio.schema.types import BrokerId, TopicName
+
+from gengroup import Admin, Producer, TopicPartition
+from gengroup.admin import NewTopic
+from gengroup.testing.kafka import KafkaCluster
+from gengroup.testing.kafka.probe import exchange
+from gengroup.testing.pytest_plugin import make_unique_name
+
+pytestmark = pytest.mark.kafka
+
+TIMEOUT = datetime.timedelta(seconds=30)
+
+
+def _move_leader(cluster: KafkaCluster, topic: str, replicas: list[int]) -> None:
+    """Make ``replicas[0]`` lead ``topic[0]``: reorder the replicas, elect the preferred one."""
+    node = cluster.node(cluster.running[0])
+    reassigned = exchange(
+        node.host,
+        node.port,
+        reassign_req.AlterPartitionReassignmentsRequest(
+            timeout=TIMEOUT,
+            topics=(
+                reassign_req.ReassignableTopic(
+                    name=TopicName(topic),
+                    partitions=(
+                        reassign_req.ReassignablePartition(
+                            partition_index=0, replicas=tuple(BrokerId(r) for r in replicas)
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        reassign_resp.AlterPartitionReassignmentsResponse,
+        timeout=30.0,
+    )
+    assert reassigned.error_code == 0, reassigned
+    deadline = time.monotonic() + 60
+    while True:
+        elected = exchange(
+            node.host,
+            node.port,
+            elect_req.ElectLeadersRequest(
+                election_type=0,  # preferred
+                topic_partitions=(
+                    elect_req.TopicPartitions(topic=TopicName(topic), partitions=(0,)),
+                ),
+                timeout=TIMEOUT,
+            ),
+            elect_resp.ElectLeadersResponse,
+            timeout=30.0,
+        )
+        if cluster.node_of_leader(topic, 0) == replicas[0]:
+            return
+        assert time.monotonic() < deadline, elected
+        time.sleep(0.2)
+
+
+async def test_the_producer_takes_the_new_leader_from_the_old_ones_refusal(
+    healed_cluster: KafkaCluster,
+) -> None:
+    cluster = healed_cluster
+    topic = make_unique_name("hints")
+    tp = TopicPartition(topic, 0)
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, 1, replication_factor=3)])
+    old = cluster.node_of_leader(topic, 0)
+    new = next(n for n in cluster.running if n != old)
+    taken: list[bool] = []
+    with anyio.fail_after(120):
+        async with Producer(cluster.bootstrap, linger=0) as producer:
+            await producer.send(topic, b"before", partition=0)
+            assert producer.cluster.leader_for(tp) == old
+            take = producer.cluster.take_leader_hint
+
+            def spy(tp: TopicPartition, part: Any, response: Any) -> bool:
+                taken.append(took := take(tp, part, response))
+                return took
+
+            producer.cluster.take_leader_hint = spy  # type: ignore[method-assign]
+            rest = [n for n in cluster.running if n not in (old, new)]
+            await anyio.to_thread.run_sync(_move_leader, cluster, topic, [new, old, *rest])
+            written = await producer.send(topic, b"after", partition=0)
+            assert written.offset == 1
+            assert producer.cluster.leader_for(tp) == new
+    assert taken[:1] == [True], "the old leader's refusal named the new one, and it was taken"
