@@ -174,6 +174,7 @@ class Batch:
         "created",
         "encoded",
         "last_error",
+        "moved",
         "node",
         "not_before",
         "producer_epoch",
@@ -192,6 +193,7 @@ class Batch:
         self.not_before = 0.0
         self.last_error: BaseException | None = None
         self.node = -1  # the broker of its last request
+        self.moved = False  # retried at once on a leader a refusal named
         # Idempotence (_producer_idempotence.py): what it is sent with, -1 if nothing.
         self.producer_id = -1
         self.producer_epoch = -1
@@ -223,6 +225,14 @@ class Batch:
             )
             for index, p in enumerate(self.records)
         ]
+
+    def at_once(self, moved: bool) -> bool:
+        """Whether a retry goes without a backoff: the first after its leader moved
+        (a refusal named a newer one) only, so that brokers naming each other
+        with rising epochs cannot make a loop without backoff."""
+        at_once = moved and not self.moved
+        self.moved = self.moved or at_once
+        return at_once
 
     def may_be_written(self) -> None:
         """A request carrying the batch may have written it (no answer, or an

@@ -265,6 +265,8 @@ class Admin:
         Returns:
             Each topic in the answer (its partitions, leaders, ``is_internal``),
             a topic that does not exist with error code UNKNOWN_TOPIC_OR_PARTITION.
+            A partition the cache knows at a newer leader epoch (a broker that
+            has not heard of a leadership change yet answered) is as cached.
 
         Raises:
             TypeError: ``topics`` is one string, not a list of them.

@@ -880,7 +880,7 @@ class Producer:
         self, batch: Batch, error: BaseException, node: int = -1, *, at_once: bool = False
     ) -> None:
         """Retry ``batch`` after ``error`` (logged for the partition if on broker
-        ``node``), after a backoff unless ``at_once`` (its leader moved, and is known)."""
+        ``node``), after a backoff unless ``at_once`` (its leader moved: :meth:`Batch.at_once`)."""
         now = anyio.current_time()
         batch.last_error = error
         batch.attempts += 1
@@ -893,7 +893,7 @@ class Producer:
             return
         # A backoff ending past the deadline ends at it: the drain then fails the batch.
         delay = backoff_delay(batch.attempts - 1, self.config.retry_backoff)
-        batch.not_before = now if at_once else min(now + delay, deadline)
+        batch.not_before = now if batch.at_once(at_once) else min(now + delay, deadline)
         queue = self._queues[batch.tp]
         queue.retry = batch
         if node >= 0:

@@ -24,11 +24,54 @@ from kio.schema.types import BrokerId, TopicName
 
 from gengroup import Admin, Producer, TopicPartition
 from gengroup.admin import NewTopic
+from gengroup.io.cluster import Cluster
+from gengroup.protocol.framing import build
+from gengroup.protocol.records import encode_batch
+from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import KafkaCluster
 from gengroup.testing.kafka.probe import exchange
 from gengroup.testing.pytest_plugin import make_unique_name
 
 pytestmark = pytest.mark.kafka
+
+
+async def refusal_from_a_follower(bootstrap: str, topic: str) -> None:
+    """A Produce v11 sent to a follower of ``topic[0]`` is refused
+    NOT_LEADER_OR_FOLLOWER naming the leader, its epoch and its address."""
+    async with Cluster(bootstrap) as client:
+        part = (await client.refresh_metadata([topic]))[topic].partitions[0]
+        follower = next(b for b in part.replicas if b != part.leader)
+
+        def request(mod: Any) -> Any:
+            data = build(
+                mod.PartitionProduceData, index=0, records=encode_batch([(None, b"x", (), 1)])
+            )
+            return build(
+                mod.ProduceRequest,
+                transactional_id=None,
+                acks=-1,
+                timeout=datetime.timedelta(seconds=5),
+                topic_data=(build(mod.TopicProduceData, name=topic, partition_data=(data,)),),
+            )
+
+        resp = await client.call(follower, ApiKey.PRODUCE, request)
+        ((answer,),) = (t.partition_responses for t in resp.responses)
+        assert int(answer.error_code) == 6  # NOT_LEADER_OR_FOLLOWER
+        hint = answer.current_leader
+        assert (int(hint.leader_id), int(hint.leader_epoch)) == (part.leader, part.leader_epoch)
+        leader = client.brokers[part.leader]
+        assert [(int(e.node_id), e.host, int(e.port)) for e in resp.node_endpoints] == [
+            (leader.node_id, leader.host, leader.port)
+        ]
+
+
+async def test_kafka_names_the_leader_in_a_followers_refusal(healed_cluster: KafkaCluster) -> None:
+    topic = make_unique_name("refusal")
+    async with Admin(healed_cluster.bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, 1, replication_factor=3)])
+    healed_cluster.node_of_leader(topic, 0)
+    await refusal_from_a_follower(healed_cluster.bootstrap, topic)
+
 
 TIMEOUT = datetime.timedelta(seconds=30)
 

@@ -273,6 +273,8 @@ class Cluster:
         self.coordinator_outages: dict[tuple[str, int], CoordinatorOutage] = {}
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
+        #: By topic, the partitions whose cached leader a hint gave (io/metadata.py).
+        self._hinted: dict[str, set[int]] = {}
         self.cluster_id: str | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._stack = AsyncExitStack()
@@ -740,8 +742,9 @@ class Cluster:
                 }
                 topic_id = t.topic_id if getattr(t, "topic_id", None) else None
                 info = TopicInfo(t.name, topic_id, parts, int(t.error_code), bool(t.is_internal))
+                hinted = self._hinted.pop(t.name, ())  # a Metadata answer replaces hints
                 if info.error_code == 0:
-                    info = keep_newer(self.topics.get(t.name), info)
+                    info = keep_newer(self.topics.get(t.name), info, hinted)
                     self.topics[t.name] = info
                 else:
                     self.topics.pop(t.name, None)
@@ -749,6 +752,7 @@ class Cluster:
             if names is None:
                 for gone in set(self.topics) - set(result):
                     del self.topics[gone]
+                    self._hinted.pop(gone, None)
             return result
 
     def leader_for(self, tp: TopicPartition) -> int:
@@ -767,7 +771,7 @@ class Cluster:
         if hint is None:
             return False
         endpoints = getattr(response, "node_endpoints", ())
-        return apply_leader_hint(self.topics, self.brokers, tp, hint, endpoints)
+        return apply_leader_hint(self.topics, self.brokers, self._hinted, tp, hint, endpoints)
 
     def partition_count(self, topic: str) -> int | None:
         """The cached partition count of ``topic`` (None if unknown)."""

@@ -17,14 +17,19 @@ leader and leader epoch. Two rules keep that cache from going backwards:
   refusing a Produce with NOT_LEADER_OR_FOLLOWER (Produce v10+) says who
   leads the partition now, at which epoch, and how to reach that broker;
   :func:`apply_leader_hint` puts it in the cache, so that the retry goes to
-  the new leader at once instead of after a Metadata round trip.
+  the new leader at once instead of after a Metadata round trip. A hint
+  names the topic only (Produce carries no topic id): one from a broker
+  that has not yet heard the topic was deleted and created again names the
+  old topic's leader and epoch. So a hinted epoch binds nothing: the next
+  Metadata answer replaces it whatever its epoch (``hinted``), and only an
+  epoch a Metadata answer gave is kept against an older one.
 
 Plain state, no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID
@@ -75,31 +80,31 @@ class TopicInfo:
     is_internal: bool = False
 
 
-def keep_newer(cached: TopicInfo | None, answered: TopicInfo) -> TopicInfo:
+def keep_newer(
+    cached: TopicInfo | None, answered: TopicInfo, hinted: Collection[int] = ()
+) -> TopicInfo:
     """``answered``, but with each partition whose cached leader epoch is newer kept
-    as cached (same topic id only)."""
-    if (
-        cached is None
-        or answered.topic_id is None
-        or cached.topic_id != answered.topic_id
-        or not any(
-            (old := cached.partitions.get(i)) is not None and old.leader_epoch > p.leader_epoch
-            for i, p in answered.partitions.items()
-        )
-    ):
+    as cached (same topic id only; not the ``hinted`` partitions, whose cached
+    epoch a leader hint gave)."""
+    if cached is None or answered.topic_id is None or cached.topic_id != answered.topic_id:
         return answered
-    parts = {
-        i: old
-        if (old := cached.partitions.get(i)) is not None and old.leader_epoch > p.leader_epoch
-        else p
-        for i, p in answered.partitions.items()
+
+    def newer(i: int, p: PartitionInfo) -> PartitionInfo | None:
+        old = cached.partitions.get(i)
+        return old if old is not None and old.leader_epoch > p.leader_epoch else None
+
+    kept = {
+        i: old for i, p in answered.partitions.items() if i not in hinted and (old := newer(i, p))
     }
-    return replace(answered, partitions=parts)
+    if not kept:
+        return answered
+    return replace(answered, partitions={**answered.partitions, **kept})
 
 
 def apply_leader_hint(
     topics: dict[str, TopicInfo],
     brokers: dict[int, BrokerInfo],
+    hinted: dict[str, set[int]],
     tp: TopicPartition,
     hint: Any,
     endpoints: Iterable[Any],
@@ -111,6 +116,8 @@ def apply_leader_hint(
         topics: the cache's topics (the partition's topic replaced by one with the hint).
         brokers: the cache's brokers (the hinted leader added if unknown, or
             its address updated from ``endpoints``).
+        hinted: by topic, the partitions whose cached epoch a hint gave (``tp``
+            added), which the next Metadata answer replaces (:func:`keep_newer`).
         tp: the partition.
         hint: the answer's ``current_leader`` (``leader_id``, ``leader_epoch``;
             -1 when the broker does not know).
@@ -131,6 +138,7 @@ def apply_leader_hint(
             brokers[leader] = BrokerInfo(leader, e.host, int(e.port), e.rack)
     if leader not in brokers:
         return False  # no address to send the retry to: the metadata's refresh says
-    hinted = replace(part, leader=leader, leader_epoch=epoch, error_code=0)
-    topics[tp.topic] = replace(topic, partitions={**topic.partitions, tp.partition: hinted})
+    taken = replace(part, leader=leader, leader_epoch=epoch, error_code=0)
+    topics[tp.topic] = replace(topic, partitions={**topic.partitions, tp.partition: taken})
+    hinted.setdefault(tp.topic, set()).add(tp.partition)
     return True
