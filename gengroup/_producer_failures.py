@@ -47,6 +47,18 @@ do, and the per-partition detail at DEBUG. Plain state, no I/O.
   again on broker 1, after 100 failed attempt(s)``), the gave-up WARNING if
   some gave up unsaid. Closing the producer ends the waves still open, the
   partitions still failing said to give up.
+* A partition whose records gave up keeps the time it last did so
+  (refreshed at each give-up, also of a partition still failing), until a
+  batch of it is written or that time is :data:`REMEMBER` seconds old. A
+  batch of it written in a wave is said by the wave's end; one written
+  outside any wave (its records all gave up, then a record of it goes
+  through at once) is said by the all-clear of the broker it was written
+  on: an INFO (``5 partitions (...) written again on broker 1 since their
+  records gave up on broker 0``) at once for the first, then gathering
+  those written since at most every :data:`GAVE_UP_EVERY` seconds, so that
+  partitions coming back one record at a time are a line or two. A
+  partition is named once for an outage (its state is dropped at the
+  write); one whose records last gave up longer ago is named by none.
 
 A single partition is named as itself: ``Produce to t[0] on broker 0 failing
 (1 attempt(s)) ...``, then ``t[0] written again on broker 0, after 6 failed
@@ -88,6 +100,7 @@ _FAILING = (
     "delivery_timeout: %s: %s"
 )
 _WRITTEN = "producer: %s written again on %s, after %d failed attempt(s)%s"
+_BACK = "producer: %s written again on broker %d since %s records gave up%s"
 
 
 def partitions_named(tps: Iterable[TopicPartition]) -> str:
@@ -209,6 +222,15 @@ class Failures:
         # The partitions whose records gave up: how they failed, and when.
         self._gave_up: dict[TopicPartition, tuple[set[Key], float]] = {}
         self._pruned = 0.0  # when _gave_up was last rid of its old entries
+        # The partitions whose records gave up, not written since: the wave they
+        # last gave up in and when (None: since the last report, stamped then).
+        self._down: dict[TopicPartition, tuple[Wave, float | None]] = {}
+        self._unstamped: list[TopicPartition] = []
+        # Per broker, the partitions written on it outside a wave after giving
+        # up, not said yet: the broker each failed on; its last such line.
+        self._back: dict[int, dict[TopicPartition, int]] = {}
+        self._back_at: dict[int, float] = {}
+        self._now = 0.0  # the time of the last report
 
     def failed(self, queue: Queue, error: BaseException, node: int, now: float) -> None:
         """The Produce of ``queue``'s partition failed on broker ``node`` with
@@ -250,17 +272,28 @@ class Failures:
             wave.errors[tp] = error
             self._records_failed(wave, queue)
 
-    @staticmethod
-    def _records_failed(wave: Wave, queue: Queue) -> None:
+    def _records_failed(self, wave: Wave, queue: Queue, now: float | None = None) -> None:
         tp = queue.tp
+        self._down[tp] = (wave, now)  # (stamped by the next report, if not now)
+        if now is None:
+            self._unstamped.append(tp)
         wave.gave_up[tp] = queue.failures
         # Not said again in the wave, nor for a partition said when it first gave up.
         if tp not in wave.said and tp not in wave.rejoined:
             wave.unsaid[tp] = queue.failures
 
     def written(self, queue: Queue, node: int) -> None:
-        """A batch of ``queue``'s partition was written on broker ``node``."""
+        """A batch of ``queue``'s partition was written on broker ``node``: if
+        its records gave up, said by its wave's end, or (outside a wave) by the
+        broker's all-clear line, logged by :meth:`report`."""
         tp = queue.tp
+        down = self._down.pop(tp, None) if self._down else None
+        if down is not None and queue.failing is None:  # (in a wave: said by its end)
+            wave, at = down
+            if at is None or self._now - at <= REMEMBER:  # else of an outage long over
+                if tp in wave.unsaid:  # its records giving up are said first
+                    self._say_gave_up(wave, None)
+                self._back.setdefault(node, {})[tp] = wave.node
         if queue.failing is None:
             if self._gave_up:
                 self._gave_up.pop(tp, None)
@@ -280,11 +313,18 @@ class Failures:
 
     def report(self, now: float) -> float:
         """Log the lines due: the WARNING of each new wave, the ``now failing``
-        lines, the end of the waves whose partitions all gave up.
+        lines, the end of the waves whose partitions all gave up, the
+        all-clear of partitions written again after giving up.
 
         Returns:
             When to call it again at the latest, for a line held.
         """
+        self._now = now
+        for tp in self._unstamped:
+            down = self._down.get(tp)
+            if down is not None and down[1] is None:
+                self._down[tp] = (down[0], now)
+        self._unstamped.clear()
         for wave in list(self._pending.values()):
             due = now >= wave.started + self._hold
             if due or any(q.in_flight or q.idle() for q in wave.failing.values()):
@@ -305,10 +345,18 @@ class Failures:
             self._pruned = now
             for tp in [tp for tp, (_, at) in self._gave_up.items() if now - at > REMEMBER]:
                 del self._gave_up[tp]
+            for tp, (_, at) in list(self._down.items()):
+                if at is not None and now - at > REMEMBER:
+                    del self._down[tp]
+        for node in list(self._back):
+            if now >= self._back_at.get(node, -GAVE_UP_EVERY) + GAVE_UP_EVERY:
+                self._back_at[node] = now
+                self._say_back(node)
         return min(
             [wave.started + self._hold for wave in self._pending.values()]
             + [shift.started + self._settle for shift in self._shifts.values()]
-            + [w.said_at + GAVE_UP_EVERY for w in self._open if w.unsaid and w.said_at is not None],
+            + [w.said_at + GAVE_UP_EVERY for w in self._open if w.unsaid and w.said_at is not None]
+            + [self._back_at[node] + GAVE_UP_EVERY for node in self._back],
             default=float("inf"),
         )
 
@@ -328,6 +376,8 @@ class Failures:
                 wave.said.discard(queue.tp)
                 self._give_up(wave, queue, -REMEMBER)
             self._close(wave)
+        for node in list(self._back):
+            self._say_back(node)
 
     def _flush(self, tp: TopicPartition) -> None:
         """Log the lines held that name ``tp``."""
@@ -378,7 +428,7 @@ class Failures:
         _log_failing(logging.INFO, "now failing", key[0], shift.failed)
 
     def _give_up(self, wave: Wave, queue: Queue, now: float) -> None:
-        self._records_failed(wave, queue)
+        self._records_failed(wave, queue, now)
         self._gave_up[queue.tp] = (wave.seen[queue.tp], now)
         self._leave(wave, queue.tp)
         queue.failing, queue.failures = None, 0
@@ -409,6 +459,13 @@ class Failures:
             log.info(_WRITTEN, partitions_named(written), where, sum(written.values()), since)
         else:  # every partition gave up, said already
             log.debug("producer: the partitions failing on broker %d all gave up", wave.node)
+
+    def _say_back(self, node: int) -> None:
+        """The all-clear of the partitions written on broker ``node`` after giving up."""
+        back = self._back.pop(node)
+        failed_on = set(back.values())
+        where = f" on {_brokers(failed_on)}" if failed_on != {node} else ""
+        log.info(_BACK, partitions_named(back), node, "its" if len(back) == 1 else "their", where)
 
     def _say_gave_up(self, wave: Wave, now: float | None, also: str = "") -> None:
         """The WARNING of ``wave``'s partitions that gave up since the last."""

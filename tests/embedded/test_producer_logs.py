@@ -222,7 +222,8 @@ async def test_records_expiring_on_a_broker_down_are_one_warning_each_send_its_e
     """A broker down past the delivery timeout: each send raises its
     RequestTimedOut, as before, and the log has one WARNING when the
     partitions start failing, one when their records failed (naming the
-    count and the error), and nothing when the broker is back."""
+    count and the error), and one INFO when the broker is back and they are
+    written again (their records all gave up: no wave's end says it)."""
     caplog.set_level(logging.DEBUG, logger="gengroup")
     async with FakeCluster(topics={"orders": 20}) as fake:
         async with Producer(fake.bootstrap, retry_backoff=0.1, delivery_timeout=3) as producer:
@@ -237,7 +238,10 @@ async def test_records_expiring_on_a_broker_down_are_one_warning_each_send_its_e
             await fake.start_broker(0)
             assert await _send_to_each(producer, "orders", 20) == []
             assert _producer_logs(caplog, logging.WARNING) == []
-            assert _producer_logs(caplog, logging.INFO) == []
+            assert _producer_logs(caplog, logging.INFO) == [
+                "producer: 20 partitions (orders[0], orders[1], orders[2] and 17 more) written "
+                "again on broker 0 since their records gave up"
+            ]
     assert len(warnings) == 2, warnings
     assert warnings[0].startswith(
         "producer: Produce to 20 partitions (orders[0], orders[1], orders[2] and 17 more) "
@@ -676,6 +680,12 @@ async def _trickle(producer: Producer, partitions: int, every: float, until: flo
     return expired
 
 
+def _named(line: str) -> int:
+    """How many partitions a line names first (``t[0]``: 1, ``5 partitions (...)``: 5)."""
+    said = line.removeprefix("producer: ")
+    return int(said.split(" ", 1)[0]) if said.split(" ", 2)[1] == "partitions" else 1
+
+
 class _Timed(logging.Handler):
     """The gengroup lines of INFO and above, with the trio time they were logged at."""
 
@@ -755,7 +765,14 @@ async def test_a_trickle_of_records_to_a_broker_failing_for_minutes_is_a_few_lin
         ), written
         joined = [line for line in infos if " on broker 0 now failing " in line]
         assert len(joined) == partitions - 1, infos
-        assert len(infos) == len(joined) + 1 + len(bumps), infos
+        # The partitions idle when the broker answers again (their records all
+        # gave up) are written outside the wave: the all-clear says them, at
+        # once for the first, the others gathered a minute later.
+        back = [line for line in infos if " records gave up" in line]
+        assert len(back) == 2, infos
+        assert back[0].startswith("producer: t[") and " partitions " not in back[0], back
+        assert sum(_named(line) for line in written + back) == partitions, (written, back)
+        assert len(infos) == len(joined) + 1 + len(back) + len(bumps), infos
 
 
 async def test_a_partition_starting_to_fail_beside_an_old_wave_says_when_it_gives_up(
@@ -990,3 +1007,252 @@ async def test_a_partition_failing_for_good_beside_healthy_ones_gets_no_all_clea
     assert len(warnings) == 2, warnings  # failing; gave up
     back = [said for _, _, said in timed.lines if " again" in said or "failed before" in said]
     assert not back, back
+
+
+# ------------------------------------------------ the all-clear after records gave up
+
+
+def _all_clear(lines: list[tuple[float, int, str]]) -> list[tuple[float, str]]:
+    """The INFO lines saying partitions written again after their records gave up."""
+    return [
+        (at, said)
+        for at, level, said in lines
+        if level == logging.INFO and " records gave up" in said and " written again " in said
+    ]
+
+
+@pytest.mark.parametrize("idempotence", [True, False])
+async def test_an_outage_longer_than_remember_is_one_all_clear_when_written_again(
+    autojump_clock: trio.testing.MockClock, idempotence: bool
+) -> None:
+    """The broker fails NOT_ENOUGH_REPLICAS for 395 s (longer than REMEMBER)
+    while each of 4 partitions gets a record every 40 s, each giving up after
+    30 s (still failing, after the first): the first records after it are
+    written at once, outside any wave, and one INFO says the 4 written again
+    then (their last records gave up 10 s before, their first 370 s before)."""
+    with _timed() as timed:
+        async with FakeCluster(topics={"t": 4}) as fake:
+            async with Producer(
+                fake.bootstrap, retry_backoff=0.1, delivery_timeout=30, idempotence=idempotence
+            ) as producer:
+                assert await _send_to_each(producer, "t", 4) == []  # warm-up
+                timed.lines.clear()
+                start = trio.current_time()
+                fake.control(
+                    ApiKey.PRODUCE,
+                    lambda call: Fail(19) if trio.current_time() < start + 395 else None,
+                )
+                for _ in range(10):  # at +0, +40, ... +360 s
+                    errors = await _send_to_each(producer, "t", 4)
+                    assert [type(e) for e in errors] == [RequestTimedOut] * 4, errors
+                    await trio.sleep(10)
+                written = trio.current_time()
+                assert written - start == pytest.approx(400, abs=1)
+                for _ in range(3):
+                    assert await _send_to_each(producer, "t", 4) == []
+                    await trio.sleep(20)
+    assert [(at - written, said) for at, said in _all_clear(timed.lines)] == [
+        (
+            pytest.approx(0, abs=0.5),
+            "producer: 4 partitions (t[0], t[1], t[2] and 1 more) written again on broker 0 "
+            "since their records gave up",
+        )
+    ], timed.lines
+    back = [said for _, _, said in timed.lines if " written again " in said]
+    assert len(back) == 1, back
+    warnings = [said for _, level, said in timed.lines if level == logging.WARNING]
+    assert len(warnings) == 2, warnings  # failing; gave up
+
+
+async def test_a_partition_is_said_written_again_once_for_an_outage(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """t[0] and t[1] give up as their broker fails for 100 s; a record of t[1]
+    sent at +80 s fails (still failing) until the broker is back, then t[1] is
+    written in that wave, whose end says it; t[0] is written at once at +110 s
+    (the all-clear). Written every 5 s after that, neither is said again, nor
+    t[1] by an all-clear besides its wave's line."""
+    with _timed() as timed:
+        async with _batch_a_request(idempotence=False, request_bytes=200) as (fake, producer):
+            timed.lines.clear()
+            start = trio.current_time()
+            fake.control(
+                ApiKey.PRODUCE,
+                lambda call: Fail(19) if trio.current_time() < start + 100 else None,
+            )
+            errors = await _send_to_each(producer, "t", 2)
+            assert [type(e) for e in errors] == [RequestTimedOut] * 2, errors
+            await trio.sleep_until(start + 80)
+            await producer.send("t", b"y", partition=1)  # written at +100 s
+            await trio.sleep_until(start + 110)
+            for _ in range(40):
+                assert await _send_to_each(producer, "t", 2) == []
+                await trio.sleep(5)
+    after = [(at - start, said) for at, level, said in timed.lines if at >= start + 100]
+    t0 = [(at, said) for at, said in after if "t[0]" in said]
+    t1 = [(at, said) for at, said in after if "t[1]" in said]
+    assert len(t0) == 1 and t0[0][0] == pytest.approx(110, abs=0.5), t0
+    assert t0[0][1] == "producer: t[0] written again on broker 0 since its records gave up", t0
+    assert len(t1) == 1 and 100 <= t1[0][0] <= 102, t1  # its next retry (backoff up to 1.2 s)
+    assert t1[0][1].startswith("producer: t[1] written again on broker 0, after "), t1
+    assert [said for _, said in after if " again" in said] == [t1[0][1], t0[0][1]], after
+
+
+def test_partitions_joining_a_wave_without_a_line_of_their_own_get_their_all_clear() -> None:
+    """t[0] joins t[1]'s wave (INFO ``now failing``) and gives up; after t[1]'s
+    wave ended, it fails again (still failing: a wave without a line, DEBUG)
+    and gives up again at 330 s; written at 400 s (370 s after it first gave
+    up), outside any wave: the all-clear names it."""
+
+    class NotLeader(Exception):
+        code = 6
+
+    failures = Failures(hold=0.1, settle=1.2)
+    t0, t1 = _StubQueue(TopicPartition("t", 0)), _StubQueue(TopicPartition("t", 1))
+    with _capture() as logged:
+        failures.failed(t1, NotLeader(), 0, 0.0)
+        failures.report(0.2)  # t[1]'s wave: a WARNING
+        failures.failed(t0, NotLeader(), 0, 10.0)
+        failures.report(10.2)  # t[0] joins it: INFO
+        t0.is_idle = True
+        failures.report(40.0)  # t[0] gave up: a WARNING
+        failures.written(t1, 0)  # t[1]'s wave ends
+        t0.is_idle = False
+        failures.failed(t0, NotLeader(), 0, 100.0)  # still failing: DEBUG
+        failures.report(100.0)
+        t0.is_idle = True
+        failures.report(330.0)  # gave up again, not said again
+        assert len(logged) == 4, logged
+        failures.report(400.0)
+        failures.written(t0, 0)
+        failures.report(400.0)
+    said = [(level, line.split(",")[0]) for level, line in logged]
+    assert said == [
+        (logging.WARNING, "producer: Produce to t[1] on broker 0 failing (1 attempt(s))"),
+        (logging.INFO, "producer: Produce to t[0] on broker 0 now failing (1 attempt(s))"),
+        (logging.WARNING, "producer: gave up on t[0] failing since Produce to broker 0 failed"),
+        (logging.INFO, "producer: t[1] written again on broker 0"),
+        (logging.INFO, "producer: t[0] written again on broker 0 since its records gave up"),
+    ], logged
+
+
+async def test_a_partition_that_gave_up_on_a_broker_written_on_another_gets_its_all_clear(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """t[0]'s record gives up as broker 0 fails it; its leadership then moves
+    to broker 1, where its next record is written at once: the all-clear
+    names broker 1, and broker 0 it failed on."""
+    with _timed() as timed:
+        async with FakeCluster(brokers=2) as fake:
+            fake.create_topic("t", 1, replication_factor=2)
+            fake.state.topics.move_leader("t", 0, 0)
+            fake.state.notify()
+            async with Producer(
+                fake.bootstrap, retry_backoff=0.1, delivery_timeout=5, metadata_max_age=10
+            ) as producer:
+                await producer.send("t", b"warm-up")
+                fake.control(ApiKey.PRODUCE, lambda call: Fail(19) if call.broker_id == 0 else None)
+                with pytest.raises(RequestTimedOut):
+                    await producer.send("t", b"x")
+                fake.state.topics.move_leader("t", 0, 1)
+                fake.state.notify()
+                await trio.sleep(15)  # the producer's metadata refreshed
+                await producer.send("t", b"y")
+                await producer.send("t", b"z")
+    assert [said for _, said in _all_clear(timed.lines)] == [
+        "producer: t[0] written again on broker 1 since its records gave up on broker 0"
+    ], timed.lines
+    assert [r.value for r in fake.records("t", 0)] == [b"warm-up", b"y", b"z"]
+
+
+async def test_a_partition_that_gave_up_hours_ago_is_not_said_written_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """t[0]'s record gave up two hours ago, t[1]'s a minute ago: both written
+    now, the all-clear names t[1] only (t[0]'s outage is long over)."""
+    failing: set[int] = set()
+    with _timed() as timed:
+        async with _batch_a_request(idempotence=False, request_bytes=200) as (fake, producer):
+            fake.control(ApiKey.PRODUCE, lambda call: Fail(19) if _sent(call) & failing else None)
+            failing.add(0)
+            with pytest.raises(RequestTimedOut):
+                await producer.send("t", b"x", partition=0)
+            failing.clear()
+            await trio.sleep(7200)
+            failing.add(1)
+            with pytest.raises(RequestTimedOut):
+                await producer.send("t", b"x", partition=1)
+            failing.clear()
+            await trio.sleep(60)
+            assert await _send_to_each(producer, "t", 2) == []
+    assert [said for _, said in _all_clear(timed.lines)] == [
+        "producer: t[1] written again on broker 0 since its records gave up"
+    ], timed.lines
+
+
+def test_a_give_up_older_than_remember_not_yet_forgotten_is_not_said_written_again() -> None:
+    """t[0] gave up at 31 s, still remembered at 320 s (then 289 s old), t[1]
+    at 370 s; both written at 400 s, before t[0] is forgotten: the all-clear
+    names t[1] only."""
+
+    class NotEnoughReplicas(Exception):
+        code = 19
+
+    failures = Failures(hold=0.1, settle=1.2)
+    t0, t1 = _StubQueue(TopicPartition("t", 0)), _StubQueue(TopicPartition("t", 1))
+    with _capture() as logged:
+        failures.failed(t0, NotEnoughReplicas(), 0, 1.0)
+        failures.report(2.0)
+        t0.is_idle = True
+        failures.report(31.0)  # t[0] gave up
+        failures.report(320.0)
+        failures.failed(t1, NotEnoughReplicas(), 0, 340.0)
+        failures.report(341.0)
+        t1.is_idle = True
+        failures.report(370.0)  # t[1] gave up
+        failures.report(400.0)
+        del logged[:]
+        failures.written(t0, 0)
+        failures.written(t1, 0)
+        failures.report(400.5)
+    assert logged == [
+        (logging.INFO, "producer: t[1] written again on broker 0 since its records gave up")
+    ], logged
+
+
+async def test_partitions_coming_back_one_record_at_a_time_are_one_all_clear_a_minute(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The broker fails NOT_ENOUGH_REPLICAS for 120 s while 50 partitions get a
+    record a second in turn (each every 50 s, giving up after 30 s): those
+    whose records all gave up come back one record at a time once it is over,
+    outside any wave; the all-clear says the first at once, those written in
+    the next minute in one line then, not a line each."""
+    with _timed() as timed:
+        async with FakeCluster(topics={"t": 50}) as fake:
+            async with Producer(
+                fake.bootstrap, retry_backoff=0.1, delivery_timeout=30, idempotence=False
+            ) as producer:
+                assert await _send_to_each(producer, "t", 50) == []  # warm-up
+                timed.lines.clear()
+                start = trio.current_time()
+                fake.control(
+                    ApiKey.PRODUCE,
+                    lambda call: Fail(19) if trio.current_time() < start + 120 else None,
+                )
+                expired = await _trickle(producer, 50, 1.0, start + 250)
+                assert expired >= 50, expired
+    back = [(at - start, said) for at, said in _all_clear(timed.lines)]
+    assert len(back) == 2, back
+    assert 120 <= back[0][0] <= 121 and _named(back[0][1]) == 1, back
+    assert back[1][0] - back[0][0] == pytest.approx(GAVE_UP_EVERY, abs=1), back
+    assert _named(back[1][1]) > 10, back
+    written = [
+        said
+        for _, level, said in timed.lines
+        if level == logging.INFO and " written again on broker 0, after " in said
+    ]
+    assert sum(_named(said) for said in written) + sum(_named(s) for _, s in back) == 50, (
+        written,
+        back,
+    )
