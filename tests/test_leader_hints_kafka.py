@@ -10,17 +10,11 @@ leader's refusal.
 from __future__ import annotations
 
 import datetime
-import time
+from functools import partial
 from typing import Any
 
 import anyio
 import pytest
-from kio.schema.alter_partition_reassignments.v0 import (
-    request as reassign_req,
-    response as reassign_resp,
-)
-from kio.schema.elect_leaders.v2 import request as elect_req, response as elect_resp
-from kio.schema.types import BrokerId, TopicName
 
 from gengroup import Admin, Producer, TopicPartition
 from gengroup.admin import NewTopic
@@ -29,7 +23,6 @@ from gengroup.protocol.framing import build
 from gengroup.protocol.records import encode_batch
 from gengroup.protocol.versions import ApiKey
 from gengroup.testing.kafka import KafkaCluster
-from gengroup.testing.kafka.probe import exchange
 from gengroup.testing.pytest_plugin import make_unique_name
 
 pytestmark = pytest.mark.kafka
@@ -73,53 +66,6 @@ async def test_kafka_names_the_leader_in_a_followers_refusal(healed_cluster: Kaf
     await refusal_from_a_follower(healed_cluster.bootstrap, topic)
 
 
-TIMEOUT = datetime.timedelta(seconds=30)
-
-
-def _move_leader(cluster: KafkaCluster, topic: str, replicas: list[int]) -> None:
-    """Make ``replicas[0]`` lead ``topic[0]``: reorder the replicas, elect the preferred one."""
-    node = cluster.node(cluster.running[0])
-    reassigned = exchange(
-        node.host,
-        node.port,
-        reassign_req.AlterPartitionReassignmentsRequest(
-            timeout=TIMEOUT,
-            topics=(
-                reassign_req.ReassignableTopic(
-                    name=TopicName(topic),
-                    partitions=(
-                        reassign_req.ReassignablePartition(
-                            partition_index=0, replicas=tuple(BrokerId(r) for r in replicas)
-                        ),
-                    ),
-                ),
-            ),
-        ),
-        reassign_resp.AlterPartitionReassignmentsResponse,
-        timeout=30.0,
-    )
-    assert reassigned.error_code == 0, reassigned
-    deadline = time.monotonic() + 60
-    while True:
-        elected = exchange(
-            node.host,
-            node.port,
-            elect_req.ElectLeadersRequest(
-                election_type=0,  # preferred
-                topic_partitions=(
-                    elect_req.TopicPartitions(topic=TopicName(topic), partitions=(0,)),
-                ),
-                timeout=TIMEOUT,
-            ),
-            elect_resp.ElectLeadersResponse,
-            timeout=30.0,
-        )
-        if cluster.node_of_leader(topic, 0) == replicas[0]:
-            return
-        assert time.monotonic() < deadline, elected
-        time.sleep(0.2)
-
-
 async def test_the_producer_takes_the_new_leader_from_the_old_ones_refusal(
     healed_cluster: KafkaCluster,
 ) -> None:
@@ -142,8 +88,7 @@ async def test_the_producer_takes_the_new_leader_from_the_old_ones_refusal(
                 return took
 
             producer.cluster.take_leader_hint = spy  # type: ignore[method-assign]
-            rest = [n for n in cluster.running if n not in (old, new)]
-            await anyio.to_thread.run_sync(_move_leader, cluster, topic, [new, old, *rest])
+            await anyio.to_thread.run_sync(partial(cluster.move_leader, topic, 0, new))
             written = await producer.send(topic, b"after", partition=0)
             assert written.offset == 1
             assert producer.cluster.leader_for(tp) == new

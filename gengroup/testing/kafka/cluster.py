@@ -23,6 +23,7 @@ not through the client under test.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -30,12 +31,25 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, Unpack
 
+from kio.schema.alter_partition_reassignments.v0.request import (
+    AlterPartitionReassignmentsRequest,
+    ReassignablePartition,
+    ReassignableTopic,
+)
+from kio.schema.alter_partition_reassignments.v0.response import (
+    AlterPartitionReassignmentsResponse,
+)
+from kio.schema.elect_leaders.v2.request import (
+    ElectLeadersRequest,
+    TopicPartitions as ElectTopicPartitions,
+)
+from kio.schema.elect_leaders.v2.response import ElectLeadersResponse
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.find_coordinator.v4.response import FindCoordinatorResponse
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.metadata.v12.response import MetadataResponse
-from kio.schema.types import TopicName
-from kio.static.primitive import i8
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i32Timedelta
 
 from . import process
 from ._base import (
@@ -374,6 +388,61 @@ class KafkaCluster(StartedInBlock):
             return int(entry.node_id) if entry.error_code == 0 else None
 
         return self._until(f"no coordinator of group {group!r}", timeout, coordinator)
+
+    def move_leader(
+        self, topic: str, partition: int, node: int, *, timeout: float | None = None
+    ) -> None:
+        """Make ``node`` lead ``topic[partition]`` while every node stays up, as
+        an operator's preferred-leader election does: the partition's replicas
+        reordered with ``node`` first (AlterPartitionReassignments, which only
+        reorders them), then the preferred replica elected (ElectLeaders).
+
+        Raises:
+            KafkaHarnessError: ``node`` is not a replica of the partition, a
+                request was refused, or ``node`` did not lead it within
+                ``timeout`` (default: ``start_timeout``).
+        """
+        _, states = self.partitions([topic])
+        now = [s.replicas for s in states if s.partition == partition]
+        if not now or node not in now[0]:
+            raise KafkaHarnessError(f"node {node} is not a replica of {topic}[{partition}]")
+        replicas = (node, *(r for r in now[0] if r != node))
+        wait = datetime.timedelta(seconds=_ASK_TIMEOUT)
+        moved = self._ask(
+            AlterPartitionReassignmentsRequest(
+                timeout=i32Timedelta.parse(wait),
+                topics=(
+                    ReassignableTopic(
+                        name=TopicName(topic),
+                        partitions=(
+                            ReassignablePartition(
+                                partition_index=i32(partition),
+                                replicas=tuple(BrokerId(r) for r in replicas),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            AlterPartitionReassignmentsResponse,
+        )
+        if moved.error_code != 0:
+            raise KafkaHarnessError(f"reordering the replicas of {topic}[{partition}]: {moved}")
+
+        def elected() -> bool | None:
+            self._ask(
+                ElectLeadersRequest(
+                    election_type=i8(0),  # the preferred replica
+                    topic_partitions=(
+                        ElectTopicPartitions(topic=TopicName(topic), partitions=(i32(partition),)),
+                    ),
+                    timeout=i32Timedelta.parse(wait),
+                ),
+                ElectLeadersResponse,
+            )
+            leader = [s.leader for s in self.partitions([topic])[1] if s.partition == partition]
+            return True if leader == [node] else None
+
+        self._until(f"node {node} does not lead {topic}[{partition}]", timeout, elected)
 
     def wait_healthy(self, timeout: float | None = None) -> None:
         """Wait until every node runs, and each one's metadata shows every node
