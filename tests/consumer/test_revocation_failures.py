@@ -387,3 +387,55 @@ async def test_marks_of_generation_scoped_tasks_lost_at_the_revocation_deadline_
     ]
     assert [r.levelno for r in said] == [logging.WARNING], [r.getMessage() for r in said]
     assert not [r for r in caplog.records if "fenced" in r.getMessage()]
+
+
+@pytest.mark.parametrize("stored", [True, False])
+async def test_a_revocation_whose_offset_fetch_is_refused_is_acknowledged_in_time(
+    stored: bool, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The consumer protocol: forming the generation that revokes two of a's
+    partitions fetches the committed offsets of the ones it keeps, and the
+    coordinator refuses OffsetFetch (loading) past a's rebalance_timeout (10 s).
+    a releases the revoked partitions without that generation, before the
+    deadline (their tasks return first), and acknowledges: it is not fenced,
+    and its retained workers run on. Marks not stored (commits refused too) are
+    named in the WARNING."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    refusing: list[bool] = []
+
+    def offset_fetch(req: Intercepted) -> Fail | None:
+        if req.client_id == "a" and refusing:
+            return Fail(ErrorCode.coordinator_load_in_progress)
+        return None
+
+    async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+        a = RefusedMember(cluster)
+        await a.marked(tg)
+        if stored:
+            await a.handed_out[0].commit()
+        else:
+            a.refusing = True  # commits too
+        cluster.control(ApiKey.OFFSET_FETCH, offset_fetch)
+        refusing.append(True)
+        asked = len(a.handed_out)
+        await tg.start(a.run, "b")
+        await anyio.sleep(15)  # past the deadline: a fenced member would have been by now
+        assert len(a.handed_out) == asked  # no generation formed meanwhile
+        refusing.clear()
+        a.refusing = False
+        await wait_until(lambda: len(a.handed_out) > asked, "a's next generation", 60)
+        kept = a.handed_out[-1]
+        tg.cancel_scope.cancel()
+    assert not [r for r in caplog.records if "fenced" in r.getMessage()]
+    assert len(kept.assignments) == 2
+    assert all(a.started[tp] == 1 for tp in kept.assignments), a.started
+    (said,) = [r.getMessage() for r in caplog.records if "without a generation" in r.getMessage()]
+    if stored:
+        assert cluster.committed_offsets("g") == dict.fromkeys(a.started, 10)
+        assert "nothing of theirs was left to commit" in said, said
+    else:
+        assert "the marks of [t[2-3]] were not committed" in said, said
+        assert not set(cluster.committed_offsets("g")) & {
+            TopicPartition("t", 2),
+            TopicPartition("t", 3),
+        }
