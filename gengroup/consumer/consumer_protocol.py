@@ -369,9 +369,9 @@ class ConsumerProtocolMember:
         """Release ``revoked`` and acknowledge it without a generation: forming the
         one that revokes them failed (``why``: the coordinator refusing OffsetFetch,
         which it needs for the partitions kept or added) until too close to the
-        revocation's deadline. Their tasks return first (as in
-        :meth:`~gengroup.consumer.ownership.Ownership.drop_all`); their marks not
-        committed are lost, said in one WARNING."""
+        revocation's deadline. Their tasks return first (not acknowledged while
+        one runs on past ``rebalance_timeout``: the member is fenced then); their
+        marks not committed are lost, said in one WARNING."""
         spans = own.release(sorted(revoked), why="revoked without a generation")
         unstored = sorted(
             s.tp
@@ -380,9 +380,10 @@ class ConsumerProtocolMember:
         )
         with anyio.move_on_after(self.config.rebalance_timeout):
             await own.wait_released()
-        for task in own.closing_tasks():
-            task.hosted.abandon()
-        await own.wait_released()
+        if own.closing_tasks():
+            # Not acknowledged while a task may still run (two owners): the member
+            # is fenced by now, and the next attempt drops what is left, as then.
+            return
         self._owned -= revoked
         if not self._owned - (self._target or frozenset()):
             self._revoke_asked_at = None
