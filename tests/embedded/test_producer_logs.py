@@ -85,6 +85,21 @@ async def test_a_partition_failing_is_logged_once_and_once_when_written_again(
     assert [r.value for r in fake.records("t", 0)] == [b"warm-up", b"a", b"b", b"c", b"d"]
 
 
+class NotLeader(Exception):
+    """NOT_LEADER_OR_FOLLOWER, as the failures log reads an error (its ``code``)."""
+
+    code = 6
+
+
+def _refuse_produce_for(fake: FakeCluster, seconds: float) -> float:
+    """Every Produce answered NOT_ENOUGH_REPLICAS for ``seconds`` from now: when it started."""
+    start = trio.current_time()
+    fake.control(
+        ApiKey.PRODUCE, lambda call: Fail(19) if trio.current_time() < start + seconds else None
+    )
+    return start
+
+
 def _produce_logs(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
     return [
         (r.levelno, r.getMessage())
@@ -731,11 +746,7 @@ async def test_a_trickle_of_records_to_a_broker_failing_for_minutes_is_a_few_lin
             ) as producer:
                 assert await _send_to_each(producer, "t", partitions) == []  # warm-up
                 timed.lines.clear()
-                start = trio.current_time()
-                fake.control(
-                    ApiKey.PRODUCE,
-                    lambda call: Fail(19) if trio.current_time() < start + 300 else None,
-                )
+                start = _refuse_produce_for(fake, 300)
                 expired = await _trickle(producer, partitions, 40 / partitions, start + 330)
                 assert expired >= 6 * partitions, expired  # most records of the outage
     warnings = [(at - start, said) for at, level, said in timed.lines if level == logging.WARNING]
@@ -878,11 +889,7 @@ async def test_records_expiring_back_to_back_are_said_when_the_first_fail(
                 fake.bootstrap, retry_backoff=0.1, delivery_timeout=30, idempotence=idempotence
             ) as producer:
                 assert await _send_to_each(producer, "t", 1) == []  # warm-up
-                start = trio.current_time()
-                fake.control(
-                    ApiKey.PRODUCE,
-                    lambda call: Fail(19) if trio.current_time() < start + 400 else None,
-                )
+                start = _refuse_produce_for(fake, 400)
 
                 async def send() -> None:
                     try:
@@ -948,9 +955,6 @@ def test_a_partition_merged_into_an_older_wave_is_said_failing_then_giving_up_on
     for good before its line is due: the line saying it fails comes first,
     then one saying its records gave up, and no second one while it stays in
     that wave (the merge keeps what was said)."""
-
-    class NotLeader(Exception):
-        code = 6
 
     failures = Failures(hold=0.1, settle=1.2)
     older, lone = _StubQueue(TopicPartition("t", 1)), _StubQueue(TopicPartition("t", 0))
@@ -1037,11 +1041,7 @@ async def test_an_outage_longer_than_remember_is_one_all_clear_when_written_agai
             ) as producer:
                 assert await _send_to_each(producer, "t", 4) == []  # warm-up
                 timed.lines.clear()
-                start = trio.current_time()
-                fake.control(
-                    ApiKey.PRODUCE,
-                    lambda call: Fail(19) if trio.current_time() < start + 395 else None,
-                )
+                start = _refuse_produce_for(fake, 395)
                 for _ in range(10):  # at +0, +40, ... +360 s
                     errors = await _send_to_each(producer, "t", 4)
                     assert [type(e) for e in errors] == [RequestTimedOut] * 4, errors
@@ -1075,11 +1075,7 @@ async def test_a_partition_is_said_written_again_once_for_an_outage(
     with _timed() as timed:
         async with _batch_a_request(idempotence=False, request_bytes=200) as (fake, producer):
             timed.lines.clear()
-            start = trio.current_time()
-            fake.control(
-                ApiKey.PRODUCE,
-                lambda call: Fail(19) if trio.current_time() < start + 100 else None,
-            )
+            start = _refuse_produce_for(fake, 100)
             errors = await _send_to_each(producer, "t", 2)
             assert [type(e) for e in errors] == [RequestTimedOut] * 2, errors
             await trio.sleep_until(start + 80)
@@ -1103,9 +1099,6 @@ def test_partitions_joining_a_wave_without_a_line_of_their_own_get_their_all_cle
     wave ended, it fails again (still failing: a wave without a line, DEBUG)
     and gives up again at 330 s; written at 400 s (370 s after it first gave
     up), outside any wave: the all-clear names it."""
-
-    class NotLeader(Exception):
-        code = 6
 
     failures = Failures(hold=0.1, settle=1.2)
     t0, t1 = _StubQueue(TopicPartition("t", 0)), _StubQueue(TopicPartition("t", 1))
@@ -1235,11 +1228,7 @@ async def test_partitions_coming_back_one_record_at_a_time_are_one_all_clear_a_m
             ) as producer:
                 assert await _send_to_each(producer, "t", 50) == []  # warm-up
                 timed.lines.clear()
-                start = trio.current_time()
-                fake.control(
-                    ApiKey.PRODUCE,
-                    lambda call: Fail(19) if trio.current_time() < start + 120 else None,
-                )
+                start = _refuse_produce_for(fake, 120)
                 expired = await _trickle(producer, 50, 1.0, start + 250)
                 assert expired >= 50, expired
     back = [(at - start, said) for at, said in _all_clear(timed.lines)]
