@@ -45,7 +45,8 @@ import os
 import select
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import IO, Any, Literal, cast
 
@@ -351,11 +352,14 @@ async def _read_directly(
     positions: _Positions,
 ) -> None:
     admin = Admin(cluster, timeout=args.timeout)
-    tps = await _partitions(cluster, args.topics, args.partition, args.timeout)
-    starts = await admin.list_offsets(tps, "earliest" if args.from_beginning else "latest")
-    ends = _Ends(
-        await admin.list_offsets(tps, "latest", read_committed=True) if args.until_end else None
-    )
+    async with _until_stopped(stop):
+        tps = await _partitions(cluster, args.topics, args.partition, args.timeout)
+        starts = await admin.list_offsets(tps, "earliest" if args.from_beginning else "latest")
+        ends = _Ends(
+            await admin.list_offsets(tps, "latest", read_committed=True) if args.until_end else None
+        )
+    if stop.is_set():
+        return
 
     async def follow(tp: TopicPartition) -> None:
         position = starts[tp]
@@ -410,11 +414,16 @@ async def _read_as_member(
         **settings,
     )
     async with group:
-        tps = await _partitions(group.cluster, args.topics, None, args.timeout)
-        admin = Admin(group.cluster, timeout=args.timeout)
-        ends = _Ends(
-            await admin.list_offsets(tps, "latest", read_committed=True) if args.until_end else None
-        )
+        async with _until_stopped(stop):
+            tps = await _partitions(group.cluster, args.topics, None, args.timeout)
+            admin = Admin(group.cluster, timeout=args.timeout)
+            ends = _Ends(
+                await admin.list_offsets(tps, "latest", read_committed=True)
+                if args.until_end
+                else None
+            )
+        if stop.is_set():
+            return
 
         async def worker(gen: Generation, tp: TopicPartition) -> None:
             owned = list(gen.assignments)
@@ -493,6 +502,23 @@ async def _fail_when_unreachable(cluster: Cluster, period: float = 1.0) -> None:
             if exc.exhausted:
                 raise
             # Not for long enough yet: ask again after the period.
+
+
+@asynccontextmanager
+async def _until_stopped(stop: anyio.Event) -> AsyncIterator[None]:
+    """Run the body until it ends or ``stop`` is set (then it is cancelled and
+    the block exits quietly): the set-up before anything is read, which a
+    cluster not reachable yet holds up to ``--timeout``. Nothing is read or
+    committed there, so Ctrl-C ends it at once."""
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            await stop.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        yield
+        tg.cancel_scope.cancel()
 
 
 async def _stop_on(events: Sequence[anyio.Event], then: Any) -> None:

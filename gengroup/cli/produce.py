@@ -23,7 +23,8 @@ command with exit code 1 (records before it were sent: an unreadable line
 ends the input, and the lines before it are sent and acknowledged before it
 is said). Input without a
 record still asks the cluster whether the topic exists (without creating it),
-so that a wrong address or topic is said as with input. On a terminal, stderr
+so that a wrong address or topic is said as with input (not when Ctrl-C or
+SIGTERM ended it: the command ends at once). On a terminal, stderr
 shows the records sent and acknowledged so far and the rate while it runs
 (:mod:`._progress`).
 """
@@ -201,6 +202,11 @@ class _Input:
         self._stopped = False
         self._reading: anyio.CancelScope | None = None
 
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` ended the input (a signal), not its end."""
+        return self._stopped
+
     def stop(self) -> None:
         """End the input: a read under way is abandoned; what was read is still handed out."""
         self._stopped = True
@@ -324,9 +330,10 @@ async def _produce(args: argparse.Namespace, stream: BinaryIO) -> Counter[int]:
                     except OSError as exc:
                         failure = exc
                     watch.cancel_scope.cancel()
-            if not sent and failure is None:
+            if not sent and failure is None and not given.stopped:
                 # Nothing to send made no request: say nothing of a cluster
-                # or topic that was never asked.
+                # or topic that was never asked. (Stopped by Ctrl-C before any
+                # record: the user wants out, not a wait for a cluster.)
                 await topic_metadata(producer.cluster, [args.topic], args.timeout)
     if failure is not None:
         raise failure

@@ -456,3 +456,32 @@ async def test_a_group_member_starting_right_before_markers_commits_past_them(
         out = await member_until_end(broker)
         assert broker.committed_offsets("g") == {tp: recordless.END}
     assert out.getvalue() == b""
+
+
+@pytest.mark.parametrize("group", [False, True])
+def test_ctrl_c_while_the_cluster_is_unreachable_ends_the_command_at_once(group: bool) -> None:
+    """A wrong address: Ctrl-C ends the command at once (exit 0, nothing read), not
+    once ``--timeout`` has passed (it used to wait for all of it)."""
+    cmd = command("consume", "t", "--bootstrap", f"127.0.0.1:{free_port()}", "--timeout", "120")
+    if group:
+        cmd += ["--group", "g"]
+    # SIGINT ignored until the command's own handler takes it (a signal sent
+    # while the interpreter starts would otherwise be a KeyboardInterrupt).
+    with subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    ) as proc:
+        try:
+            deadline = time.monotonic() + 60  # half the --timeout
+            while proc.poll() is None:
+                assert time.monotonic() < deadline, "Ctrl-C did not end the command"
+                proc.send_signal(signal.SIGINT)
+                time.sleep(0.5)
+            assert proc.returncode == 0
+            assert proc.communicate() == ("", "")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
