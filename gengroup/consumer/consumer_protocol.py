@@ -49,14 +49,6 @@ assignment. Closing leaves with epoch -1, or -2 for a static member
 (``group_instance_id``), whose partitions the coordinator then keeps for the
 session timeout.
 
-The coordinator fences a member that has not acknowledged a revocation
-within its ``rebalance_timeout``. The commits on the way give up by
-:meth:`ConsumerProtocolMember.revoke_deadline` (``running.py``); so does
-forming the revoking generation (its OffsetFetch): when the next attempt
-would come after the deadline, the revoked spans are released without a
-generation (their tasks awaited, their marks not stored lost, said once)
-and acknowledged.
-
 A fenced member revokes every span without committing (the generation's
 end does it, or, if the member was fenced between generations, the next
 :meth:`~ConsumerProtocolMember.form_generation`) and rejoins only after
@@ -82,7 +74,6 @@ from .._errors import (
     GroupProtocolUnsupported,
     KafkaConnectionError,
     ProtocolError,
-    RequestTimedOut,
     UnsupportedVersion,
     error_for_code,
     exhausted_unreachable,
@@ -96,8 +87,8 @@ from ..protocol.versions import ApiKey
 from .cadence import FIRST_EARLY_BEAT, beat_period, until_grid
 from .commits import TopicIds
 from .forming import Formed, GroupClient, generation_identity
-from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings
-from .ownership import Ownership, kept_partitions
+from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
+from .ownership import kept_partitions
 
 __all__ = ["ConsumerProtocolMember"]
 
@@ -180,7 +171,7 @@ class ConsumerProtocolMember:
             generation formed before the newest fencing are refused locally.
     """
 
-    def __init__(self, client: GroupClient, ownership: Ownership | None = None) -> None:
+    def __init__(self, client: GroupClient, ownership: SpanHost | None = None) -> None:
         self.client = client
         self.ownership = ownership
         self.config = client.config
@@ -301,20 +292,10 @@ class ConsumerProtocolMember:
             t1 = anyio.current_time()
             node: int | None = None
             fetch_sent = t1
-            # Revoking partitions: forming must not outlast the revocation's deadline
-            # (an attempt gets half the margin the deadline leaves, if it passed).
-            revoke_by = self.revoke_deadline() if own is not None and owned - target else None
-            limit = None if revoke_by is None else max(revoke_by - t1, self._revoke_margin() / 2)
             try:
-                with anyio.move_on_after(limit) as bounded:
-                    node = await self.client.find_coordinator(timings)
-                    fetch_sent = anyio.current_time()
-                    positions, committed = await self.client.start_positions(node, sorted(target))
-                if bounded.cancelled_caught:
-                    raise RequestTimedOut(
-                        f"the start offsets of [{show_partitions(target)}] were not fetched "
-                        "before the revocation's deadline"
-                    )
+                node = await self.client.find_coordinator(timings)
+                fetch_sent = anyio.current_time()
+                positions, committed = await self.client.start_positions(node, sorted(target))
             except (KafkaConnectionError, BrokerError, TimeoutError) as exc:
                 if exhausted_unreachable(exc) is not None or (
                     isinstance(exc, BrokerError) and outcome_for(exc.code) is Outcome.FATAL
@@ -329,11 +310,7 @@ class ConsumerProtocolMember:
                         "group %s: fetching start offsets failed (%s); again", cfg.group_id, exc
                     )
                 self.client.forget_coordinator()
-                delay = backoff.next_delay()
-                late = revoke_by is not None and anyio.current_time() + delay >= revoke_by
-                if own is not None and late:
-                    await self._release_unformed(own, owned - target, exc)
-                await anyio.sleep(delay)
+                await backoff.sleep()
                 continue
             timings.offset_fetch = anyio.current_time() - t1
             self.client.coordinator.accepted()
@@ -363,46 +340,6 @@ class ConsumerProtocolMember:
             return formed
         return None
 
-    async def _release_unformed(
-        self, own: Ownership, revoked: frozenset[TopicPartition], why: BaseException
-    ) -> None:
-        """Release ``revoked`` and acknowledge it without a generation: forming the
-        one that revokes them failed (``why``: the coordinator refusing OffsetFetch,
-        which it needs for the partitions kept or added) until too close to the
-        revocation's deadline. Their tasks return first (not acknowledged while
-        one runs on past ``rebalance_timeout``: the member is fenced then); their
-        marks not committed are lost, said in one WARNING."""
-        spans = own.release(sorted(revoked), why="revoked without a generation")
-        unstored = sorted(
-            s.tp
-            for s in spans
-            if max(s.pending, s.gen._marks.get(s.tp, -1)) > s.gen._committed.get(s.tp, -1)
-        )
-        with anyio.move_on_after(self.config.rebalance_timeout):
-            await own.wait_released()
-        if own.closing_tasks():
-            # Not acknowledged while a task may still run (two owners): the member
-            # is fenced by now, and the next attempt drops what is left, as then.
-            return
-        self._owned -= revoked
-        if not self._owned - (self._target or frozenset()):
-            self._revoke_asked_at = None
-        self._wake.set()
-        log.warning(
-            "group %s member %s: revoked [%s] at epoch %d without a generation, before the "
-            "coordinator's rebalance_timeout for the revocation ran out: forming one kept "
-            "failing (%s); %s",
-            self.config.group_id,
-            self.member_id,
-            show_partitions(revoked),
-            self.epoch,
-            why,
-            f"the marks of [{show_partitions(unstored)}] were not committed: their records "
-            "will be processed again"
-            if unstored
-            else "nothing of theirs was left to commit",
-        )
-
     def _acknowledge(self, gen: Generation, incarnation: int) -> None:
         """``gen``'s revoked partitions were released: stop reporting them."""
         if incarnation != self.incarnation:
@@ -426,11 +363,8 @@ class ConsumerProtocolMember:
         ``rebalance_timeout`` runs out; None if nothing is being revoked."""
         if self._revoke_asked_at is None:
             return None
-        return self._revoke_asked_at + self.config.rebalance_timeout - self._revoke_margin()
-
-    def _revoke_margin(self) -> float:
-        """Seconds before ``rebalance_timeout`` runs out kept for the acknowledging heartbeat."""
-        return min(REVOKE_MARGIN, self.config.rebalance_timeout / 10)
+        timeout = self.config.rebalance_timeout
+        return self._revoke_asked_at + timeout - min(REVOKE_MARGIN, timeout / 10)
 
     def _formed(
         self,
