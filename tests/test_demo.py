@@ -92,7 +92,12 @@ def test_a_second_ctrl_c_does_not_cut_the_members_final_commits(
     monkeypatch.setattr(Scoreboard, "generation", generation)
     monkeypatch.setattr(_Run, "_final_commit", commit)
     args = argparse.Namespace(duration=8.0, rate=1000, partitions=8, plain=True)
-    assert demo.run(args) == 130
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        assert demo.run(args) == 130
+    finally:  # an interrupted demo leaves SIGINT ignored (its process is ending)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        signal.signal(signal.SIGINT, previous)
     assert len(interrupts) == 2
     assert outcomes
     assert outcomes == [None] * len(outcomes)
@@ -101,3 +106,30 @@ def test_a_second_ctrl_c_does_not_cut_the_members_final_commits(
         "(Ctrl-C again to quit at once)",
         "gengroup demo: interrupted",
     ]
+
+
+def test_a_third_ctrl_c_quits_the_demo_at_once_in_one_line() -> None:
+    """Three Ctrl-Cs 50 ms apart while the members work: exit code 130 and the
+    demo's lines only (a KeyboardInterrupt raised at the third went out through
+    asyncio's shutdown, which printed tracebacks of the cancelled tasks)."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "gengroup.cli", "demo", "--plain", "--duration", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if "generation 2 formed" in line:
+                    break
+            for _ in range(3):
+                proc.send_signal(signal.SIGINT)
+                time.sleep(0.05)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130
+    assert "Traceback" not in err and "Error" not in err, err
+    assert err.splitlines()[-1] == "gengroup demo: interrupted", err

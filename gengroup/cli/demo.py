@@ -29,6 +29,7 @@ short or find their connections closed. A third quits at once.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections import Counter, deque
@@ -320,8 +321,13 @@ async def run_until_interrupted(cfg: DemoConfig = DemoConfig()) -> Scoreboard:
     the members close as leaving ``async with`` does (their final commits,
     their leaves) while the embedded broker still serves, then
     KeyboardInterrupt is raised. A second one meanwhile is said on stderr
-    and ignored; a third raises KeyboardInterrupt at once (the members'
-    teardown is cut short).
+    and ignored, and so is any after the members closed (SIGINT is left
+    ignored: the process is ending); a third meanwhile ends the process at
+    once, exit code 130, with the
+    one line ``gengroup demo: interrupted`` (the members' teardown is cut
+    short: a KeyboardInterrupt raised here went out through asyncio's
+    shutdown, which cancels every task, shielded or not, and printed their
+    tracebacks).
 
     Raises:
         KeyboardInterrupt: Ctrl-C stopped the demo.
@@ -345,12 +351,18 @@ async def run_until_interrupted(cfg: DemoConfig = DemoConfig()) -> Scoreboard:
                             flush=True,
                         )
                     else:
-                        raise KeyboardInterrupt
+                        print("gengroup demo: interrupted", file=sys.stderr, flush=True)
+                        sys.stdout.flush()
+                        os._exit(130)
 
             tg.start_soon(receive)
             board = await run_demo(cfg, stop)
             tg.cancel_scope.cancel()
     if interrupts:
+        # The demo ends as interrupted: a Ctrl-C from here on (the receiver
+        # gave SIGINT back to the interpreter) is ignored, not a KeyboardInterrupt
+        # out of the event loop's shutdown.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise KeyboardInterrupt
     return board
 
