@@ -58,7 +58,8 @@ do, and the per-partition detail at DEBUG. Plain state, no I/O.
   those written since at most every :data:`GAVE_UP_EVERY` seconds, so that
   partitions coming back one record at a time are a line or two. A
   partition is named once for an outage (its state is dropped at the
-  write); one whose records last gave up longer ago is named by none.
+  write); one whose records last gave up longer ago is named by none. A
+  partition failing again before its all-clear is said is dropped from it.
 
 A single partition is named as itself: ``Produce to t[0] on broker 0 failing
 (1 attempt(s)) ...``, then ``t[0] written again on broker 0, after 6 failed
@@ -239,6 +240,9 @@ class Failures:
         tp, key = queue.tp, (node, _kind(error))
         wave = queue.failing
         if wave is None:
+            for on, back in list(self._back.items()):  # its all-clear held, no longer true
+                if back.pop(tp, None) is not None and not back:
+                    del self._back[on]
             keys, when = self._gave_up.pop(tp, (set(), 0.0))
             if key in keys and now - when <= REMEMBER:  # still failing
                 wave = self._still_failing(key, now)

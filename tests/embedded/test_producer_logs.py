@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+import re
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from itertools import pairwise
@@ -1245,3 +1246,104 @@ async def test_partitions_coming_back_one_record_at_a_time_are_one_all_clear_a_m
         written,
         back,
     )
+
+
+# ------------------------------------------------ the all-clear and the gave-up WARNINGs, in order
+
+
+class NotEnoughReplicas(Exception):
+    """NOT_ENOUGH_REPLICAS, as the failures log reads an error (its ``code``)."""
+
+    code = 19
+
+
+def _heads(lines: Iterable[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Each line up to its error or attempts (``..., retrying``, ``..., after``)."""
+    return [(level, re.split(r", (?:retrying|after) ", said)[0]) for level, said in lines]
+
+
+@pytest.mark.parametrize("closing", [False, True])
+def test_a_held_all_clear_is_not_said_once_its_partition_fails_again(closing: bool) -> None:
+    """t[0] and t[1] give up on broker 0; t[0] is written again at 40 s (its
+    all-clear at once), t[1] at 50 s (held until 100 s). t[1] fails again at
+    60 s, then gives up at 90 s (or the producer closes at 70 s): its held
+    all-clear, no longer true, is not said; the last line on t[1] says it gave up."""
+    failures = Failures(hold=0.1, settle=1.2)
+    t0, t1 = _StubQueue(TopicPartition("t", 0)), _StubQueue(TopicPartition("t", 1))
+    with _capture() as logged:
+        for queue in (t0, t1):
+            failures.failed(queue, NotEnoughReplicas(), 0, 1.0)
+        failures.report(1.2)
+        t0.is_idle = t1.is_idle = True
+        failures.report(31.0)  # both gave up
+        t0.is_idle = t1.is_idle = False
+        failures.report(40.0)
+        failures.written(t0, 0)
+        failures.report(40.1)  # t[0]'s all-clear, at once
+        failures.report(50.0)
+        failures.written(t1, 0)
+        assert failures.report(50.1) == pytest.approx(100.1)  # t[1]'s, held
+        failures.failed(t1, NotEnoughReplicas(), 0, 60.0)
+        failures.report(60.2)  # a new wave
+        if closing:
+            failures.close(ConnectionError("closed"))
+        else:
+            t1.is_idle = True
+            failures.report(90.0)  # gave up again
+            t1.is_idle = False
+            assert failures.report(101.0) == float("inf")
+    assert _heads(logged) == [
+        (logging.WARNING, "producer: Produce to 2 partitions (t[0] and t[1]) on broker 0 failing"),
+        (
+            logging.WARNING,
+            "producer: gave up on 2 partitions (t[0] and t[1]) failing since Produce to broker 0 "
+            "failed",
+        ),
+        (logging.INFO, "producer: t[0] written again on broker 0 since its records gave up"),
+        (logging.WARNING, "producer: Produce to t[1] on broker 0 failing (1 attempt(s))"),
+        (logging.WARNING, "producer: gave up on t[1] failing since Produce to broker 0 failed"),
+    ], logged
+
+
+async def test_a_partition_written_then_failing_again_gets_no_all_clear_after_it_gave_up_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """t[0] and t[1] fail on broker 0 until 35 s, their records (sent at 0 s)
+    giving up at 30 s. t[0]'s record at 40 s is written: its all-clear at once;
+    t[1]'s at 50 s too, its all-clear held (broker 0 said one at 40 s). t[1]
+    fails again from 55 s and its record sent at 60 s gives up at 90 s: the
+    last line on t[1] says so, none says it written again."""
+    with _timed() as timed:
+        async with _batch_a_request(idempotence=False, request_bytes=200) as (fake, producer):
+            start = trio.current_time()
+
+            def answer(call: Intercepted) -> Fail | None:
+                now = trio.current_time() - start
+                return Fail(19) if now < 35 or (now >= 55 and 1 in _sent(call)) else None
+
+            fake.control(ApiKey.PRODUCE, answer)
+
+            async def send(at: float, partition: int, expires: bool) -> None:
+                await trio.sleep_until(start + at)
+                if expires:
+                    with pytest.raises(RequestTimedOut):
+                        await producer.send("t", b"x", partition=partition)
+                else:
+                    await producer.send("t", b"x", partition=partition)
+
+            async with trio.open_nursery() as nursery:
+                for at, partition, expires in [
+                    (0, 0, True), (0, 1, True), (40, 0, False), (50, 1, False), (60, 1, True)
+                ]:  # fmt: skip
+                    nursery.start_soon(send, at, partition, expires)
+            await trio.sleep_until(start + 200)
+    t1 = [(round(at - start), said) for at, level, said in timed.lines if "t[1]" in said]
+    assert [said.split(" failing")[0] for _, said in t1] == [
+        "producer: Produce to 2 partitions (t[0] and t[1]) on broker 0",
+        "producer: gave up on 2 partitions (t[0] and t[1])",
+        "producer: Produce to t[1] on broker 0",
+        "producer: gave up on t[1]",
+    ], t1
+    assert [said for _, said in _all_clear(timed.lines)] == [
+        "producer: t[0] written again on broker 0 since its records gave up"
+    ], timed.lines
