@@ -18,7 +18,7 @@ import trio.testing
 
 import gengroup.producer as producer_module
 from gengroup._errors import RequestTimedOut
-from gengroup._producer_failures import GAVE_UP_EVERY, Failures, partitions_named
+from gengroup._producer_failures import GAVE_UP_EVERY, REMEMBER, Failures, partitions_named
 from gengroup._types import TopicPartition
 from gengroup.broker import Delay, Disconnect, Drop, Fail, FakeCluster, Intercepted
 from gengroup.io.outage import FLAPPING, LOUD_AFTER
@@ -1551,3 +1551,23 @@ def test_the_all_clear_comes_after_the_gave_up_warning_it_answers() -> None:
         (logging.WARNING, "producer: gave up on t[1] failing since Produce to broker 0 failed"),
         (logging.INFO, "producer: t[1] written again on broker 0 since its records gave up"),
     ], logged
+
+
+def test_partitions_never_written_again_are_forgotten() -> None:
+    """1000 partitions give up, then their topic is deleted: after REMEMBER
+    seconds, nothing of them is kept."""
+    failures = Failures(hold=0.1, settle=1.2)
+    queues = [_StubQueue(TopicPartition("gone", p)) for p in range(1000)]
+    with _capture():
+        for queue in queues:
+            failures.failed(queue, NotEnoughReplicas(), 0, 1.0)
+        failures.report(1.2)
+        for queue in queues:
+            queue.is_idle = True
+        failures.report(30.0)
+        assert len(vars(failures)["_down"]) == 1000
+        failures.report(30.0 + REMEMBER + 1)
+    kept = {
+        name: len(value) for name, value in vars(failures).items() if isinstance(value, dict | list)
+    }
+    assert not any(kept.values()), kept
