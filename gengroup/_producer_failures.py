@@ -58,7 +58,10 @@ do, and the per-partition detail at DEBUG. Plain state, no I/O.
   those written since at most every :data:`GAVE_UP_EVERY` seconds, so that
   partitions coming back one record at a time are a line or two. A
   partition is named once for an outage (its state is dropped at the
-  write); one whose records last gave up longer ago is named by none.
+  write); one whose records last gave up longer ago is named by none. Its
+  all-clear waits, as long as an open wave has yet to say that it gave up,
+  for that wave's gave-up WARNING (which keeps its own pace); a partition
+  failing again before its all-clear is said is dropped from it.
 
 A single partition is named as itself: ``Produce to t[0] on broker 0 failing
 (1 attempt(s)) ...``, then ``t[0] written again on broker 0, after 6 failed
@@ -239,6 +242,9 @@ class Failures:
         tp, key = queue.tp, (node, _kind(error))
         wave = queue.failing
         if wave is None:
+            for on, back in list(self._back.items()):  # its all-clear held, no longer true
+                if back.pop(tp, None) is not None and not back:
+                    del self._back[on]
             keys, when = self._gave_up.pop(tp, (set(), 0.0))
             if key in keys and now - when <= REMEMBER:  # still failing
                 wave = self._still_failing(key, now)
@@ -291,8 +297,6 @@ class Failures:
         if down is not None and queue.failing is None:  # (in a wave: said by its end)
             wave, at = down
             if at is None or self._now - at <= REMEMBER:  # else of an outage long over
-                if tp in wave.unsaid:  # its records giving up are said first
-                    self._say_gave_up(wave, None)
                 self._back.setdefault(node, {})[tp] = wave.node
         if queue.failing is None:
             if self._gave_up:
@@ -349,14 +353,19 @@ class Failures:
                 if at is not None and now - at > REMEMBER:
                     del self._down[tp]
         for node in list(self._back):
-            if now >= self._back_at.get(node, -GAVE_UP_EVERY) + GAVE_UP_EVERY:
+            due = now >= self._back_at.get(node, -GAVE_UP_EVERY) + GAVE_UP_EVERY
+            if due and self._say_back(node):
                 self._back_at[node] = now
-                self._say_back(node)
         return min(
             [wave.started + self._hold for wave in self._pending.values()]
             + [shift.started + self._settle for shift in self._shifts.values()]
             + [w.said_at + GAVE_UP_EVERY for w in self._open if w.unsaid and w.said_at is not None]
-            + [self._back_at[node] + GAVE_UP_EVERY for node in self._back],
+            # (one past due waits for a gave-up WARNING of a wave, whose time is above)
+            + [
+                a + GAVE_UP_EVERY
+                for n, a in self._back_at.items()
+                if n in self._back and a > now - GAVE_UP_EVERY
+            ],
             default=float("inf"),
         )
 
@@ -460,12 +469,24 @@ class Failures:
         else:  # every partition gave up, said already
             log.debug("producer: the partitions failing on broker %d all gave up", wave.node)
 
-    def _say_back(self, node: int) -> None:
-        """The all-clear of the partitions written on broker ``node`` after giving up."""
-        back = self._back.pop(node)
+    def _say_back(self, node: int) -> bool:
+        """The all-clear of the partitions written on broker ``node`` after giving
+        up, but those an open wave has yet to say gave up (said after it): whether
+        a line was logged."""
+        held = self._back.pop(node)
+        back = {tp: failed_on for tp, failed_on in held.items() if not self._unsaid(tp)}
+        if len(back) < len(held):
+            self._back[node] = {tp: on for tp, on in held.items() if tp not in back}
+        if not back:
+            return False
         failed_on = set(back.values())
         where = f" on {_brokers(failed_on)}" if failed_on != {node} else ""
         log.info(_BACK, partitions_named(back), node, "its" if len(back) == 1 else "their", where)
+        return True
+
+    def _unsaid(self, tp: TopicPartition) -> bool:
+        """An open wave has yet to say that ``tp``'s records gave up."""
+        return any(tp in wave.unsaid for wave in self._open)
 
     def _say_gave_up(self, wave: Wave, now: float | None, also: str = "") -> None:
         """The WARNING of ``wave``'s partitions that gave up since the last."""

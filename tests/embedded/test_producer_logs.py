@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
+import re
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from itertools import pairwise
@@ -16,7 +18,7 @@ import trio.testing
 
 import gengroup.producer as producer_module
 from gengroup._errors import RequestTimedOut
-from gengroup._producer_failures import GAVE_UP_EVERY, Failures, partitions_named
+from gengroup._producer_failures import GAVE_UP_EVERY, REMEMBER, Failures, partitions_named
 from gengroup._types import TopicPartition
 from gengroup.broker import Delay, Disconnect, Drop, Fail, FakeCluster, Intercepted
 from gengroup.io.outage import FLAPPING, LOUD_AFTER
@@ -1245,3 +1247,327 @@ async def test_partitions_coming_back_one_record_at_a_time_are_one_all_clear_a_m
         written,
         back,
     )
+
+
+# ------------------------------------------------ the all-clear and the gave-up WARNINGs, in order
+
+
+class NotEnoughReplicas(Exception):
+    """NOT_ENOUGH_REPLICAS, as the failures log reads an error (its ``code``)."""
+
+    code = 19
+
+
+def _heads(lines: Iterable[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Each line up to its error or attempts (``..., retrying``, ``..., after``)."""
+    return [(level, re.split(r", (?:retrying|after) ", said)[0]) for level, said in lines]
+
+
+@pytest.mark.parametrize("closing", [False, True])
+def test_a_held_all_clear_is_not_said_once_its_partition_fails_again(closing: bool) -> None:
+    """t[0] and t[1] give up on broker 0; t[0] is written again at 40 s (its
+    all-clear at once), t[1] at 50 s (held until 100 s). t[1] fails again at
+    60 s, then gives up at 90 s (or the producer closes at 70 s): its held
+    all-clear, no longer true, is not said; the last line on t[1] says it gave up."""
+    failures = Failures(hold=0.1, settle=1.2)
+    t0, t1 = _StubQueue(TopicPartition("t", 0)), _StubQueue(TopicPartition("t", 1))
+    with _capture() as logged:
+        for queue in (t0, t1):
+            failures.failed(queue, NotEnoughReplicas(), 0, 1.0)
+        failures.report(1.2)
+        t0.is_idle = t1.is_idle = True
+        failures.report(31.0)  # both gave up
+        t0.is_idle = t1.is_idle = False
+        failures.report(40.0)
+        failures.written(t0, 0)
+        failures.report(40.1)  # t[0]'s all-clear, at once
+        failures.report(50.0)
+        failures.written(t1, 0)
+        assert failures.report(50.1) == pytest.approx(100.1)  # t[1]'s, held
+        failures.failed(t1, NotEnoughReplicas(), 0, 60.0)
+        failures.report(60.2)  # a new wave
+        if closing:
+            failures.close(ConnectionError("closed"))
+        else:
+            t1.is_idle = True
+            failures.report(90.0)  # gave up again
+            t1.is_idle = False
+            assert failures.report(101.0) == float("inf")
+    assert _heads(logged) == [
+        (logging.WARNING, "producer: Produce to 2 partitions (t[0] and t[1]) on broker 0 failing"),
+        (
+            logging.WARNING,
+            "producer: gave up on 2 partitions (t[0] and t[1]) failing since Produce to broker 0 "
+            "failed",
+        ),
+        (logging.INFO, "producer: t[0] written again on broker 0 since its records gave up"),
+        (logging.WARNING, "producer: Produce to t[1] on broker 0 failing (1 attempt(s))"),
+        (logging.WARNING, "producer: gave up on t[1] failing since Produce to broker 0 failed"),
+    ], logged
+
+
+async def test_a_partition_written_then_failing_again_gets_no_all_clear_after_it_gave_up_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """t[0] and t[1] fail on broker 0 until 35 s, their records (sent at 0 s)
+    giving up at 30 s. t[0]'s record at 40 s is written: its all-clear at once;
+    t[1]'s at 50 s too, its all-clear held (broker 0 said one at 40 s). t[1]
+    fails again from 55 s and its record sent at 60 s gives up at 90 s: the
+    last line on t[1] says so, none says it written again."""
+    with _timed() as timed:
+        async with _batch_a_request(idempotence=False, request_bytes=200) as (fake, producer):
+            start = trio.current_time()
+
+            def answer(call: Intercepted) -> Fail | None:
+                now = trio.current_time() - start
+                return Fail(19) if now < 35 or (now >= 55 and 1 in _sent(call)) else None
+
+            fake.control(ApiKey.PRODUCE, answer)
+
+            async def send(at: float, partition: int, expires: bool) -> None:
+                await trio.sleep_until(start + at)
+                if expires:
+                    with pytest.raises(RequestTimedOut):
+                        await producer.send("t", b"x", partition=partition)
+                else:
+                    await producer.send("t", b"x", partition=partition)
+
+            async with trio.open_nursery() as nursery:
+                for at, partition, expires in [
+                    (0, 0, True), (0, 1, True), (40, 0, False), (50, 1, False), (60, 1, True)
+                ]:  # fmt: skip
+                    nursery.start_soon(send, at, partition, expires)
+            await trio.sleep_until(start + 200)
+    t1 = [(round(at - start), said) for at, level, said in timed.lines if "t[1]" in said]
+    assert [said.split(" failing")[0] for _, said in t1] == [
+        "producer: Produce to 2 partitions (t[0] and t[1]) on broker 0",
+        "producer: gave up on 2 partitions (t[0] and t[1])",
+        "producer: Produce to t[1] on broker 0",
+        "producer: gave up on t[1]",
+    ], t1
+    assert [said for _, said in _all_clear(timed.lines)] == [
+        "producer: t[0] written again on broker 0 since its records gave up"
+    ], timed.lines
+
+
+def test_an_all_clear_waits_for_an_earlier_wave_to_say_its_partition_gave_up() -> None:
+    """t[0..2] fail NOT_LEADER on broker 0: t[0] gives up at 30 s (said at
+    once), t[1] at 31 s (held until the wave's next gave-up line, at 90 s).
+    t[1] then fails on broker 1, gives up there (said at once) and is written
+    on broker 1 at 40 s: its all-clear waits for broker 0's wave to say at
+    90 s that t[1] gave up, so that it comes after."""
+    failures = Failures(hold=0.1, settle=1.2)
+    t0, t1, t2 = (_StubQueue(TopicPartition("t", p)) for p in range(3))
+    with _capture() as logged:
+        for queue in (t0, t1, t2):
+            failures.failed(queue, NotLeader(), 0, 1.0)
+        failures.report(1.2)
+        t0.is_idle = True
+        failures.report(30.0)  # t[0] gave up: said at once
+        t0.is_idle, t1.is_idle = False, True
+        failures.report(31.0)  # t[1] gave up: held
+        t1.is_idle = False
+        failures.failed(t1, NotEnoughReplicas(), 1, 35.0)  # leadership moved to broker 1
+        failures.report(35.2)
+        t1.is_idle = True
+        failures.report(36.0)  # gave up there too: said at once
+        t1.is_idle = False
+        failures.report(40.0)
+        failures.written(t1, 1)
+        assert failures.report(40.1) == pytest.approx(90.0)  # held for broker 0's wave
+        del logged[:4]
+        failures.report(90.0)
+    assert _heads(logged) == [
+        (logging.WARNING, "producer: gave up on t[1] failing since Produce to broker 0 failed"),
+        (logging.INFO, "producer: t[1] written again on broker 1 since its records gave up"),
+    ], logged
+
+
+async def test_a_partition_giving_up_on_two_brokers_gets_its_all_clear_after_both_warnings(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Broker 0 refuses t[0..2] (NOT_LEADER_OR_FOLLOWER) until 120 s: t[0]'s
+    record gives up at 30 s (said at once), t[1]'s at 31 s (held for the
+    wave's next gave-up line, at 90 s). t[1]'s leadership moves to broker 1 at
+    32 s, which fails it NOT_ENOUGH_REPLICAS until 72 s: its record at 40 s
+    gives up there at 70 s, its record at 75 s is written. Its all-clear comes
+    after broker 0's wave said, at 90 s, that t[1] gave up."""
+    with _timed() as timed:
+        async with FakeCluster(brokers=2) as fake:
+            fake.create_topic("t", 3, replication_factor=2)
+            for partition in range(3):
+                fake.move_partition_leader("t", partition, 0)
+            async with Producer(
+                fake.bootstrap,
+                retry_backoff=0.1,
+                delivery_timeout=30,
+                idempotence=False,
+                max_request_bytes=200,
+            ) as producer:
+                assert await _send_to_each(producer, "t", 3) == []  # warm-up
+                start = trio.current_time()
+
+                def answer(call: Intercepted) -> Fail | None:
+                    now = trio.current_time() - start
+                    if call.broker_id == 0 and now < 120:
+                        return Fail(6)
+                    return Fail(19) if call.broker_id == 1 and now < 72 else None
+
+                fake.control(ApiKey.PRODUCE, answer)
+
+                async def send(at: float, partition: int) -> None:
+                    await trio.sleep_until(start + at)
+                    with contextlib.suppress(RequestTimedOut):
+                        await producer.send("t", b"x", partition=partition)
+
+                async def move() -> None:
+                    await trio.sleep_until(start + 32)
+                    fake.move_partition_leader("t", 1, 1)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(move)
+                    for at, partition in [(0, 0), (1, 1), (40, 1), (75, 1)]:
+                        nursery.start_soon(send, at, partition)
+                    for at in (0, 25, 50, 75, 100):
+                        nursery.start_soon(send, at, 2)
+                await trio.sleep_until(start + 130)
+    heads = [
+        (round(at - start), re.split(r" failing since|, (?:retrying|after) ", said)[0])
+        for at, _, said in timed.lines
+    ]
+    t1 = [(at, head) for at, head in heads if "t[1]" in head]
+    assert [head for _, head in t1[-3:]] == [
+        "producer: gave up on t[1]",  # on broker 1, at 70 s
+        "producer: gave up on t[1]",  # on broker 0, held until 90 s
+        "producer: t[1] written again on broker 1 since its records gave up",
+    ], t1
+    assert t1[-1][0] == 90, t1
+
+
+def test_partitions_coming_back_one_at_a_time_keep_the_gave_up_warnings_a_minute_apart() -> None:
+    """20 partitions of a wave fail on broker 0; from 30 s one a time gives
+    up, then its next record is written (outside the wave) 2 s later: the
+    wave's gave-up WARNING keeps its pace (the first at once, the next a
+    minute later), and each partition's all-clear waits for it."""
+    failures = Failures(hold=0.1, settle=1.2)
+    queues = [_StubQueue(TopicPartition("t", p)) for p in range(20)]
+    with _capture() as logged:
+        for queue in queues:
+            failures.failed(queue, NotEnoughReplicas(), 0, 1.0)
+        failures.report(1.2)
+        for i, queue in enumerate(queues[:10]):
+            queue.is_idle = True
+            failures.report(30.0 + 3 * i)  # it gave up
+            queue.is_idle = False
+            failures.report(32.0 + 3 * i)
+            failures.written(queue, 0)  # its next record goes through
+            failures.report(32.1 + 3 * i)
+        for now in (90.0, 92.1):
+            failures.report(now)
+    assert [(level, said.split(" failing since")[0]) for level, said in _heads(logged[1:])] == [
+        (logging.WARNING, "producer: gave up on t[0]"),  # at 30 s
+        (logging.INFO, "producer: t[0] written again on broker 0 since its records gave up"),
+        (
+            logging.WARNING,
+            "producer: gave up on 9 partitions (t[1], t[2], t[3] and 6 more)",
+        ),  # 90 s
+        (
+            logging.INFO,
+            "producer: 9 partitions (t[1], t[2], t[3] and 6 more) written again on broker 0 "
+            "since their records gave up",
+        ),  # 92.1 s
+    ], logged
+
+
+async def test_followers_catching_up_one_partition_at_a_time_are_a_few_gave_up_warnings(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Broker 0 fails 20 partitions NOT_ENOUGH_REPLICAS; its followers then
+    catch up one partition at a time (t[p] until 40 + 3p s). Each partition
+    gets a record at 3p s (it gives up 30 s later) and one at 3p + 45 s
+    (written): the give-ups, over 57 s, are a few WARNINGs, not one each."""
+    with _timed() as timed:
+        async with FakeCluster(topics={"t": 20}) as fake:
+            async with Producer(
+                fake.bootstrap,
+                retry_backoff=0.1,
+                delivery_timeout=30,
+                idempotence=False,
+                max_request_bytes=200,  # a request per partition: the fault is per partition
+            ) as producer:
+                assert await _send_to_each(producer, "t", 20) == []  # warm-up
+                start = trio.current_time()
+
+                def answer(call: Intercepted) -> Fail | None:
+                    now = trio.current_time() - start
+                    return Fail(19) if any(now < 40 + 3 * p for p in _sent(call)) else None
+
+                fake.control(ApiKey.PRODUCE, answer)
+                expired = 0
+
+                async def send(at: float, partition: int) -> None:
+                    nonlocal expired
+                    await trio.sleep_until(start + at)
+                    try:
+                        await producer.send("t", b"x", partition=partition)
+                    except RequestTimedOut:
+                        expired += 1
+
+                async with trio.open_nursery() as nursery:
+                    for partition in range(20):
+                        nursery.start_soon(send, 3 * partition, partition)
+                        nursery.start_soon(send, 3 * partition + 45, partition)
+                assert expired == 20
+    gave_up = [
+        at - start
+        for at, level, said in timed.lines
+        if level == logging.WARNING and " gave up on " in said
+    ]
+    assert len(gave_up) <= 3, gave_up  # (a line each before: 10 in 30 s)
+    assert 1 <= len(_all_clear(timed.lines)) <= 3, timed.lines
+
+
+def test_the_all_clear_comes_after_the_gave_up_warning_it_answers() -> None:
+    """t[1] gives up in a wave whose gave-up WARNING is held (t[0]'s was said
+    at 30 s), then is written outside it: its all-clear waits for that
+    WARNING, a minute after the last."""
+    failures = Failures(hold=0.1, settle=1.2)
+    t0, t1, t2 = (_StubQueue(TopicPartition("t", p)) for p in range(3))
+    with _capture() as logged:
+        for queue in (t0, t1, t2):
+            failures.failed(queue, NotEnoughReplicas(), 0, 1.0)
+        failures.report(1.2)
+        t0.is_idle = True
+        failures.report(30.0)  # t[0] gave up: said at once
+        t0.is_idle, t1.is_idle = False, True
+        failures.report(31.0)  # t[1] gave up: held until 90 s
+        t1.is_idle = False
+        failures.report(35.0)
+        failures.written(t1, 0)  # outside the wave (t[2] still failing)
+        assert failures.report(35.1) == pytest.approx(90.0)
+        del logged[:2]
+        failures.report(90.0)
+    assert _heads(logged) == [
+        (logging.WARNING, "producer: gave up on t[1] failing since Produce to broker 0 failed"),
+        (logging.INFO, "producer: t[1] written again on broker 0 since its records gave up"),
+    ], logged
+
+
+def test_partitions_never_written_again_are_forgotten() -> None:
+    """1000 partitions give up, then their topic is deleted: after REMEMBER
+    seconds, nothing of them is kept."""
+    failures = Failures(hold=0.1, settle=1.2)
+    queues = [_StubQueue(TopicPartition("gone", p)) for p in range(1000)]
+    with _capture():
+        for queue in queues:
+            failures.failed(queue, NotEnoughReplicas(), 0, 1.0)
+        failures.report(1.2)
+        for queue in queues:
+            queue.is_idle = True
+        failures.report(30.0)
+        assert len(vars(failures)["_down"]) == 1000
+        failures.report(30.0 + REMEMBER + 1)
+    kept = {
+        name: len(value) for name, value in vars(failures).items() if isinstance(value, dict | list)
+    }
+    assert not any(kept.values()), kept
