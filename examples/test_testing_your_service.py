@@ -5,7 +5,9 @@ In your project the top-level ``conftest.py`` holds
 ``kafka`` fixture (a real Apache Kafka for the session; ``kafka.bootstrap``)
 and ``unique_name`` (fresh names, so tests sharing the broker never collide),
 and registers the ``kafka`` marker. The embedded broker needs no fixture.
-With pytest-trio (``trio_mode = true``) the tests are plain async functions.
+With pytest-trio and ``trio_mode = true`` in your pytest configuration the
+tests are plain async functions. To run this file outside this repository,
+copy ``testing_your_service.py`` and ``_common.py`` (which it imports) beside it.
 """
 
 from __future__ import annotations
