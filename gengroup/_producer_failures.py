@@ -61,7 +61,8 @@ do, and the per-partition detail at DEBUG. Plain state, no I/O.
   write); one whose records last gave up longer ago is named by none. Its
   all-clear waits, as long as an open wave has yet to say that it gave up,
   for that wave's gave-up WARNING (which keeps its own pace); a partition
-  failing again before its all-clear is said is dropped from it.
+  failing again before its all-clear is said (a Produce refused, or records
+  failing while they wait for a leader) is dropped from it.
 
 A single partition is named as itself: ``Produce to t[0] on broker 0 failing
 (1 attempt(s)) ...``, then ``t[0] written again on broker 0, after 6 failed
@@ -242,9 +243,7 @@ class Failures:
         tp, key = queue.tp, (node, _kind(error))
         wave = queue.failing
         if wave is None:
-            for on, back in list(self._back.items()):  # its all-clear held, no longer true
-                if back.pop(tp, None) is not None and not back:
-                    del self._back[on]
+            self._unheld(tp)
             keys, when = self._gave_up.pop(tp, (set(), 0.0))
             if key in keys and now - when <= REMEMBER:  # still failing
                 wave = self._still_failing(key, now)
@@ -277,6 +276,14 @@ class Failures:
         if wave is not None:
             wave.errors[tp] = error
             self._records_failed(wave, queue)
+        else:  # (e.g. waiting for a leader): its held all-clear is no longer true
+            self._unheld(tp)
+
+    def _unheld(self, tp: TopicPartition) -> None:
+        """Take ``tp`` out of the all-clear lines held: it fails again."""
+        for on, back in list(self._back.items()):
+            if back.pop(tp, None) is not None and not back:
+                del self._back[on]
 
     def _records_failed(self, wave: Wave, queue: Queue, now: float | None = None) -> None:
         tp = queue.tp
@@ -364,7 +371,7 @@ class Failures:
             + [
                 a + GAVE_UP_EVERY
                 for n, a in self._back_at.items()
-                if n in self._back and a > now - GAVE_UP_EVERY
+                if n in self._back and now < a + GAVE_UP_EVERY  # (as "due" is decided)
             ],
             default=float("inf"),
         )

@@ -93,11 +93,14 @@ class NotLeader(Exception):
     code = 6
 
 
-def _refuse_produce_for(fake: FakeCluster, seconds: float) -> float:
-    """Every Produce answered NOT_ENOUGH_REPLICAS for ``seconds`` from now: when it started."""
+def _refuse_produce_for(fake: FakeCluster, seconds: float, broker: int | None = None) -> float:
+    """Every Produce (to ``broker``, if given) answered NOT_ENOUGH_REPLICAS for
+    ``seconds`` from now: when it started."""
     start = trio.current_time()
     fake.control(
-        ApiKey.PRODUCE, lambda call: Fail(19) if trio.current_time() < start + seconds else None
+        ApiKey.PRODUCE,
+        lambda call: Fail(19) if trio.current_time() < start + seconds else None,
+        broker_id=broker,
     )
     return start
 
@@ -1571,3 +1574,104 @@ def test_partitions_never_written_again_are_forgotten() -> None:
         name: len(value) for name, value in vars(failures).items() if isinstance(value, dict | list)
     }
     assert not any(kept.values()), kept
+
+
+def test_a_held_all_clear_does_not_ask_to_be_woken_at_the_time_it_is_asked() -> None:
+    """Broker 0's all-clear is said at 40.1 s; t[6], written on broker 0 at 56 s,
+    is held until 100.1 s and then still by broker 1's wave (whose next gave-up
+    WARNING is due at 110 s). report(100.1) does not return 100.1, which would
+    make the sender drain again at once, for ever in virtual time (the held
+    line's time was decided as ``a > now - 60``, its being due as ``now >= a + 60``:
+    as floats, 100.1 - 60 < 40.1 while 100.1 >= 40.1 + 60)."""
+    failures = Failures(hold=0.1, settle=1.2)
+    t0, t1, t5, t6, t7 = (_StubQueue(TopicPartition("t", p)) for p in (0, 1, 5, 6, 7))
+    with _capture():
+        for queue in (t0, t1):
+            failures.failed(queue, NotLeader(), 0, 1.0)
+        failures.report(1.2)
+        t0.is_idle = True
+        failures.report(30.0)  # t[0] gave up: said
+        t0.is_idle = False
+        failures.report(35.0)
+        failures.written(t0, 0)  # outside any wave
+        failures.report(40.1)  # its all-clear at once: broker 0's last at 40.1
+        for queue in (t5, t6, t7):
+            failures.failed(queue, NotEnoughReplicas(), 1, 41.0)
+        failures.report(41.2)
+        t5.is_idle = True
+        failures.report(50.0)  # t[5] gave up: said (broker 1's wave, said at 50)
+        t5.is_idle, t6.is_idle = False, True
+        failures.report(55.0)  # t[6] gave up: held until 110
+        t6.is_idle = False
+        failures.report(55.5)
+        failures.written(t6, 0)  # leadership moved to broker 0: its all-clear held
+        failures.report(56.0)
+        wakes = [failures.report(100.1) for _ in range(3)]
+    assert all(wake > 100.1 for wake in wakes), wakes
+
+
+async def test_a_held_all_clear_is_not_said_once_its_partition_lost_its_leader(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Two partitions with one replica each, on broker 0, fail NOT_ENOUGH_REPLICAS
+    until 35 s and their records at 0 s give up at 30 s; one is written at 40 s
+    (broker 0's all-clear at once), the other at 50 s (its all-clear held). Broker
+    0 stops at 55 s: the second has no leader, and its record at 60 s fails
+    waiting for one. The held line does not then say it written again."""
+    with _timed() as timed:
+        async with FakeCluster(brokers=2) as fake:
+            fake.create_topic("t", 4, replication_factor=1)
+            led = [p for p in range(4) if fake.state.topics.partition("t", p).leader == 0]  # type: ignore[union-attr]
+            held, first = led[:2]
+            async with Producer(
+                fake.bootstrap,
+                retry_backoff=0.1,
+                delivery_timeout=30,
+                idempotence=False,
+                max_request_bytes=200,  # a request a partition
+            ) as producer:
+                for p in range(4):
+                    await producer.send("t", b"w", partition=p)
+                timed.lines.clear()
+                start = _refuse_produce_for(fake, 35, broker=0)
+                outcomes: dict[tuple[float, int], bool] = {}
+
+                async def send_at(when: float, p: int) -> None:
+                    await trio.sleep_until(start + when)
+                    try:
+                        await producer.send("t", b"x", partition=p)
+                    except RequestTimedOut:
+                        outcomes[when, p] = False
+                    else:
+                        outcomes[when, p] = True
+
+                async def stop() -> None:
+                    await trio.sleep_until(start + 55)
+                    await fake.stop_broker(0)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(stop)
+                    # The other partition's record at 56 s finds broker 0 gone: the
+                    # metadata refreshed then has no leader for either partition.
+                    sends = [
+                        (0, held),
+                        (0, first),
+                        (40, first),
+                        (50, held),
+                        (56, first),
+                        (60, held),
+                    ]
+                    for when, p in sends:
+                        nursery.start_soon(send_at, when, p)
+                await trio.sleep_until(start + 130)
+    assert outcomes == {
+        (0, held): False, (0, first): False, (40, first): True, (50, held): True,
+        (56, first): False, (60, held): False,
+    }  # fmt: skip
+    name = f"t[{held}]"
+    back = [
+        at - start
+        for at, _, line in timed.lines
+        if line.startswith(f"producer: {name} written again") and "since" in line
+    ]
+    assert not [at for at in back if at > 60], back
