@@ -311,8 +311,13 @@ class Failures:
             return
         self._flush(tp)  # what it failed with is said before (its wave may change)
         wave = queue.failing
-        if tp in wave.unsaid:  # its records that failed, before it leaves
-            self._say_gave_up(wave, None)
+        # Its records that gave up, if not said yet, keep the wave's pace (at
+        # most every GAVE_UP_EVERY): the wave's end says them before its own line.
+        # An older wave that has yet to say it gave up there says it now: the
+        # line saying it written again must not come first (a rare case: a
+        # partition that gave up on one broker, then failed on another).
+        for older in [w for w in self._open if w is not wave and tp in w.unsaid]:
+            self._say_gave_up(older, None)
         failures, queue.failing, queue.failures = queue.failures, None, 0
         self._leave(wave, tp)
         wave.written[tp] = failures

@@ -1675,3 +1675,83 @@ async def test_a_held_all_clear_is_not_said_once_its_partition_lost_its_leader(
         if line.startswith(f"producer: {name} written again") and "since" in line
     ]
     assert not [at for at in back if at > 60], back
+
+
+def test_partitions_written_again_inside_their_wave_keep_the_gave_up_warnings_a_minute_apart() -> (
+    None
+):
+    """6 partitions of a wave on broker 0; from 30 s, every 10 s, one's first
+    records give up (more of it queued: it stays in the wave), and 5 s later its
+    next batch is written inside the wave. Its gave-up WARNING keeps the wave's
+    pace (the write forced it out: a WARNING a partition, 10 s apart)."""
+    failures = Failures(hold=0.1, settle=1.2)
+    queues = [_StubQueue(TopicPartition("t", p)) for p in range(6)]
+    with _capture() as logged:
+        for queue in queues:
+            failures.failed(queue, NotEnoughReplicas(), 0, 1.0)
+        failures.report(1.2)
+        for i, queue in enumerate(queues[:5]):
+            failures.records_failed(queue, TimeoutError("delivery timeout"))
+            failures.report(30.0 + 10 * i)
+            failures.written(queue, 0)
+            failures.report(35.0 + 10 * i)
+    gave_up = [line for _, line in logged if "gave up on" in line]
+    assert len(gave_up) <= 2, gave_up
+
+
+async def test_a_partition_written_on_a_second_broker_is_said_to_give_up_on_the_first_before(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Broker 0 refuses t[0..2] NOT_LEADER for 120 s: t[0]'s record gives up at
+    30 s (said), t[1]'s at 31 s (held until 90 s). t[1]'s leader moves to broker 1
+    at 32 s, which refuses it NOT_ENOUGH_REPLICAS until 45 s: its record at 40 s
+    fails there, a new wave, which ends as it is written at 45 s. Broker 0's
+    WARNING that t[1] gave up comes before that wave's ``written again`` line,
+    not after it (the last line on a healthy partition)."""
+    with _timed() as timed:
+        async with FakeCluster(brokers=2) as fake:
+            fake.create_topic("t", 3, replication_factor=2)
+            for p in range(3):
+                fake.move_partition_leader("t", p, 0)
+            async with Producer(
+                fake.bootstrap,
+                retry_backoff=0.1,
+                delivery_timeout=30,
+                idempotence=False,
+                max_request_bytes=200,  # a request a partition
+            ) as producer:
+                assert await _send_to_each(producer, "t", 3) == []
+                timed.lines.clear()
+                start = trio.current_time()
+
+                def answer(call: Intercepted) -> Fail | None:
+                    now = trio.current_time() - start
+                    if call.broker_id == 0 and now < 120:
+                        return Fail(6)
+                    return Fail(19) if call.broker_id == 1 and now < 45 else None
+
+                fake.control(ApiKey.PRODUCE, answer)
+
+                async def send_at(when: float, p: int) -> None:
+                    await trio.sleep_until(start + when)
+                    with contextlib.suppress(RequestTimedOut):
+                        await producer.send("t", b"x", partition=p)
+
+                async def move() -> None:
+                    await trio.sleep_until(start + 32)
+                    fake.move_partition_leader("t", 1, 1)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(move)
+                    for when, p in [(0, 0), (1, 1), (40, 1)] + [(w, 2) for w in range(0, 101, 25)]:
+                        nursery.start_soon(send_at, when, p)
+                await trio.sleep_until(start + 130)
+    said = [(at - start, line) for at, level, line in timed.lines if level >= logging.INFO]
+    # In the order said (the two lines may come at the same instant).
+    back = [
+        i for i, (_, line) in enumerate(said) if line.startswith("producer: t[1] written again")
+    ]
+    assert back, said
+    heads = [line.split(" failing since")[0] for _, line in said]
+    gave_up = [i for i, head in enumerate(heads) if "gave up on" in head and "t[1]" in head]
+    assert gave_up and max(gave_up) < back[0], said
