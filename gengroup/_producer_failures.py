@@ -62,7 +62,11 @@ do, and the per-partition detail at DEBUG. Plain state, no I/O.
   all-clear waits, as long as an open wave has yet to say that it gave up,
   for that wave's gave-up WARNING (which keeps its own pace); a partition
   failing again before its all-clear is said (a Produce refused, or records
-  failing while they wait for a leader) is dropped from it.
+  failing while they wait for a leader) is dropped from it, and said by a
+  later one when it is written again. A wave's held gave-up WARNING naming a
+  partition is said early, out of the wave's pace, when a line about that
+  partition's next state would come first (it fails in another wave, or
+  another wave says it written again): the log stays in order.
 
 A single partition is named as itself: ``Produce to t[0] on broker 0 failing
 (1 attempt(s)) ...``, then ``t[0] written again on broker 0, after 6 failed
@@ -232,7 +236,7 @@ class Failures:
         self._unstamped: list[TopicPartition] = []
         # Per broker, the partitions written on it outside a wave after giving
         # up, not said yet: the broker each failed on; its last such line.
-        self._back: dict[int, dict[TopicPartition, int]] = {}
+        self._back: dict[int, dict[TopicPartition, Wave]] = {}
         self._back_at: dict[int, float] = {}
         self._now = 0.0  # the time of the last report
 
@@ -256,6 +260,7 @@ class Failures:
                     wave = self._pending[key] = Wave(key, now, self._latest(key))
                     self._open.append(wave)
                 wave.first.append((queue, error, queue.failures))
+                self._say_older(tp, wave, now)  # its gave-up before its new failing
             queue.failing = wave
             wave.failing[tp] = queue
             wave.seen[tp] = {key}
@@ -276,14 +281,20 @@ class Failures:
         if wave is not None:
             wave.errors[tp] = error
             self._records_failed(wave, queue)
-        else:  # (e.g. waiting for a leader): its held all-clear is no longer true
-            self._unheld(tp)
+        elif (held := self._unheld(tp)) is not None:
+            # (e.g. waiting for a leader): its held all-clear is no longer true,
+            # and its next write outside a wave is said by one again.
+            self._down[tp] = (held, self._now)
 
-    def _unheld(self, tp: TopicPartition) -> None:
-        """Take ``tp`` out of the all-clear lines held: it fails again."""
+    def _unheld(self, tp: TopicPartition) -> Wave | None:
+        """Take ``tp`` out of the all-clear lines held (it fails again): the wave
+        it gave up in, if it was held."""
         for on, back in list(self._back.items()):
-            if back.pop(tp, None) is not None and not back:
-                del self._back[on]
+            if (wave := back.pop(tp, None)) is not None:
+                if not back:
+                    del self._back[on]
+                return wave
+        return None
 
     def _records_failed(self, wave: Wave, queue: Queue, now: float | None = None) -> None:
         tp = queue.tp
@@ -304,7 +315,7 @@ class Failures:
         if down is not None and queue.failing is None:  # (in a wave: said by its end)
             wave, at = down
             if at is None or self._now - at <= REMEMBER:  # else of an outage long over
-                self._back.setdefault(node, {})[tp] = wave.node
+                self._back.setdefault(node, {})[tp] = wave
         if queue.failing is None:
             if self._gave_up:
                 self._gave_up.pop(tp, None)
@@ -316,8 +327,7 @@ class Failures:
         # An older wave that has yet to say it gave up there says it now: the
         # line saying it written again must not come first (a rare case: a
         # partition that gave up on one broker, then failed on another).
-        for older in [w for w in self._open if w is not wave and tp in w.unsaid]:
-            self._say_gave_up(older, None)
+        self._say_older(tp, wave, self._now)
         failures, queue.failing, queue.failures = queue.failures, None, 0
         self._leave(wave, tp)
         wave.written[tp] = failures
@@ -486,15 +496,22 @@ class Failures:
         up, but those an open wave has yet to say gave up (said after it): whether
         a line was logged."""
         held = self._back.pop(node)
-        back = {tp: failed_on for tp, failed_on in held.items() if not self._unsaid(tp)}
+        back = {tp: wave for tp, wave in held.items() if not self._unsaid(tp)}
         if len(back) < len(held):
             self._back[node] = {tp: on for tp, on in held.items() if tp not in back}
         if not back:
             return False
-        failed_on = set(back.values())
+        failed_on = {wave.node for wave in back.values()}
         where = f" on {_brokers(failed_on)}" if failed_on != {node} else ""
         log.info(_BACK, partitions_named(back), node, "its" if len(back) == 1 else "their", where)
         return True
+
+    def _say_older(self, tp: TopicPartition, wave: Wave | None, now: float) -> None:
+        """Say the held gave-up WARNING of every open wave but ``wave`` that has
+        yet to say ``tp`` gave up (its pace restarts from ``now``): a line about
+        ``tp``'s next state must not come before it."""
+        for older in [w for w in self._open if w is not wave and tp in w.unsaid]:
+            self._say_gave_up(older, now)
 
     def _unsaid(self, tp: TopicPartition) -> bool:
         """An open wave has yet to say that ``tp``'s records gave up."""

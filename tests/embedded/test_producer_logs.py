@@ -1356,9 +1356,9 @@ async def test_a_partition_written_then_failing_again_gets_no_all_clear_after_it
 def test_an_all_clear_waits_for_an_earlier_wave_to_say_its_partition_gave_up() -> None:
     """t[0..2] fail NOT_LEADER on broker 0: t[0] gives up at 30 s (said at
     once), t[1] at 31 s (held until the wave's next gave-up line, at 90 s).
-    t[1] then fails on broker 1, gives up there (said at once) and is written
-    on broker 1 at 40 s: its all-clear waits for broker 0's wave to say at
-    90 s that t[1] gave up, so that it comes after."""
+    t[1] then fails on broker 1 (broker 0's wave says first that it gave up
+    there), gives up there (said at once) and is written on broker 1 at 40 s:
+    the lines come in that order, the all-clear last."""
     failures = Failures(hold=0.1, settle=1.2)
     t0, t1, t2 = (_StubQueue(TopicPartition("t", p)) for p in range(3))
     with _capture() as logged:
@@ -1370,6 +1370,7 @@ def test_an_all_clear_waits_for_an_earlier_wave_to_say_its_partition_gave_up() -
         t0.is_idle, t1.is_idle = False, True
         failures.report(31.0)  # t[1] gave up: held
         t1.is_idle = False
+        del logged[:3]
         failures.failed(t1, NotEnoughReplicas(), 1, 35.0)  # leadership moved to broker 1
         failures.report(35.2)
         t1.is_idle = True
@@ -1377,12 +1378,13 @@ def test_an_all_clear_waits_for_an_earlier_wave_to_say_its_partition_gave_up() -
         t1.is_idle = False
         failures.report(40.0)
         failures.written(t1, 1)
-        assert failures.report(40.1) == pytest.approx(90.0)  # held for broker 0's wave
-        del logged[:4]
+        failures.report(40.1)
         failures.report(90.0)
-    assert _heads(logged) == [
-        (logging.WARNING, "producer: gave up on t[1] failing since Produce to broker 0 failed"),
-        (logging.INFO, "producer: t[1] written again on broker 1 since its records gave up"),
+    assert [head for _, head in _heads(logged)] == [
+        "producer: gave up on t[1] failing since Produce to broker 0 failed",
+        "producer: Produce to t[1] on broker 1 failing (1 attempt(s))",
+        "producer: gave up on t[1] failing since Produce to broker 1 failed",
+        "producer: t[1] written again on broker 1 since its records gave up",
     ], logged
 
 
@@ -1392,9 +1394,9 @@ async def test_a_partition_giving_up_on_two_brokers_gets_its_all_clear_after_bot
     """Broker 0 refuses t[0..2] (NOT_LEADER_OR_FOLLOWER) until 120 s: t[0]'s
     record gives up at 30 s (said at once), t[1]'s at 31 s (held for the
     wave's next gave-up line, at 90 s). t[1]'s leadership moves to broker 1 at
-    32 s, which fails it NOT_ENOUGH_REPLICAS until 72 s: its record at 40 s
-    gives up there at 70 s, its record at 75 s is written. Its all-clear comes
-    after broker 0's wave said, at 90 s, that t[1] gave up."""
+    32 s, which fails it NOT_ENOUGH_REPLICAS until 72 s: broker 0's wave says
+    t[1] gave up as it starts failing there; its record at 40 s gives up there
+    at 70 s, its record at 75 s is written, and its all-clear comes then."""
     with _timed() as timed:
         async with FakeCluster(brokers=2) as fake:
             fake.create_topic("t", 3, replication_factor=2)
@@ -1439,12 +1441,13 @@ async def test_a_partition_giving_up_on_two_brokers_gets_its_all_clear_after_bot
         for at, _, said in timed.lines
     ]
     t1 = [(at, head) for at, head in heads if "t[1]" in head]
-    assert [head for _, head in t1[-3:]] == [
+    assert [head for _, head in t1[-4:]] == [
+        "producer: gave up on t[1]",  # on broker 0, said as it starts failing on broker 1
+        "producer: Produce to t[1] on broker 1 failing (1 attempt(s))",
         "producer: gave up on t[1]",  # on broker 1, at 70 s
-        "producer: gave up on t[1]",  # on broker 0, held until 90 s
         "producer: t[1] written again on broker 1 since its records gave up",
     ], t1
-    assert t1[-1][0] == 90, t1
+    assert t1[-1][0] == 75, t1
 
 
 def test_partitions_coming_back_one_at_a_time_keep_the_gave_up_warnings_a_minute_apart() -> None:
@@ -1755,3 +1758,69 @@ async def test_a_partition_written_on_a_second_broker_is_said_to_give_up_on_the_
     heads = [line.split(" failing since")[0] for _, line in said]
     gave_up = [i for i, head in enumerate(heads) if "gave up on" in head and "t[1]" in head]
     assert gave_up and max(gave_up) < back[0], said
+
+
+def test_a_partition_back_after_its_records_failed_waiting_for_a_leader_gets_its_all_clear() -> (
+    None
+):
+    """t[0] and t[2] give up on broker 0 at 30 s; t[2] is written at 40 s (its
+    all-clear at once), t[0] at 50 s (held). A record of t[0] then fails waiting
+    for a leader (no wave): the held line is dropped, and once t[0] is written
+    again its all-clear comes then."""
+    failures = Failures(hold=0.1, settle=1.2)
+    t0, t2 = (_StubQueue(TopicPartition("t", p)) for p in (0, 2))
+    with _capture() as logged:
+        for queue in (t0, t2):
+            failures.failed(queue, NotEnoughReplicas(), 0, 1.0)
+        failures.report(1.2)
+        t0.is_idle = t2.is_idle = True
+        failures.report(30.0)
+        t0.is_idle = t2.is_idle = False
+        failures.written(t2, 0)
+        failures.report(40.0)
+        failures.written(t0, 0)
+        failures.report(50.0)
+        failures.records_failed(t0, RequestTimedOut("waited for a leader"))
+        failures.report(90.0)
+        failures.report(100.0)
+        assert not [line for _, line in logged if line.startswith("producer: t[0] written")]
+        failures.written(t0, 1)  # its leader is back, on broker 1
+        for now in (120.0, 180.0):
+            failures.report(now)
+    back = [line for _, line in logged if line.startswith("producer: t[0] written again")]
+    assert back == [
+        "producer: t[0] written again on broker 1 since its records gave up on broker 0"
+    ], logged
+
+
+def test_a_gave_up_warning_held_by_a_write_in_its_wave_comes_before_the_partitions_next_lines() -> (
+    None
+):
+    """t[0] and t[1] fail on broker 0 (wave A); t[1] gives up at 30 s (said), t[0]
+    at 31 s (held by A's pace) and is written inside A at 32 s. t[0] then fails
+    on broker 1, gives up there and is written there: A says t[0] gave up on
+    broker 0 before any of those lines."""
+    failures = Failures(hold=0.1, settle=1.2)
+    t0, t1 = (_StubQueue(TopicPartition("t", p)) for p in (0, 1))
+    with _capture() as logged:
+        for queue in (t0, t1):
+            failures.failed(queue, NotEnoughReplicas(), 0, 1.0)
+        failures.report(1.2)
+        failures.records_failed(t1, RequestTimedOut("delivery timeout"))
+        failures.report(30.0)
+        failures.records_failed(t0, RequestTimedOut("delivery timeout"))
+        failures.report(31.0)
+        failures.written(t0, 0)  # inside A
+        failures.report(32.0)
+        failures.failed(t0, NotLeader(), 1, 34.0)
+        failures.report(34.2)
+        t0.is_idle = True
+        failures.report(64.0)
+        t0.is_idle = False
+        failures.written(t0, 1)  # outside any wave
+        for now in (65.0, 90.0, 100.0):
+            failures.report(now)
+    said = [line for _, line in logged]
+    on0 = [i for i, line in enumerate(said) if "gave up on t[0]" in line and "broker 0" in line]
+    on1 = [i for i, line in enumerate(said) if "t[0]" in line and "broker 1" in line]
+    assert on0 and on1 and max(on0) < min(on1), said
