@@ -1388,15 +1388,11 @@ def test_an_all_clear_waits_for_an_earlier_wave_to_say_its_partition_gave_up() -
     ], logged
 
 
-async def test_a_partition_giving_up_on_two_brokers_gets_its_all_clear_after_both_warnings(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    """Broker 0 refuses t[0..2] (NOT_LEADER_OR_FOLLOWER) until 120 s: t[0]'s
-    record gives up at 30 s (said at once), t[1]'s at 31 s (held for the
-    wave's next gave-up line, at 90 s). t[1]'s leadership moves to broker 1 at
-    32 s, which fails it NOT_ENOUGH_REPLICAS until 72 s: broker 0's wave says
-    t[1] gave up as it starts failing there; its record at 40 s gives up there
-    at 70 s, its record at 75 s is written, and its all-clear comes then."""
+async def _moved_during_an_outage(broker_1_until: float, t1_sends: list[float]) -> list[Any]:
+    """Broker 0 refuses t[0..2] NOT_LEADER_OR_FOLLOWER for 120 s (t[0] sends at
+    0 s, t[2] every 25 s); t[1]'s leader moves to broker 1 at 32 s, which
+    refuses it NOT_ENOUGH_REPLICAS until ``broker_1_until``; t[1] sends at 1 s
+    and at ``t1_sends``. The lines logged: (seconds from the start, level, line)."""
     with _timed() as timed:
         async with FakeCluster(brokers=2) as fake:
             fake.create_topic("t", 3, replication_factor=2)
@@ -1407,16 +1403,17 @@ async def test_a_partition_giving_up_on_two_brokers_gets_its_all_clear_after_bot
                 retry_backoff=0.1,
                 delivery_timeout=30,
                 idempotence=False,
-                max_request_bytes=200,
+                max_request_bytes=200,  # a request a partition
             ) as producer:
                 assert await _send_to_each(producer, "t", 3) == []  # warm-up
+                timed.lines.clear()
                 start = trio.current_time()
 
                 def answer(call: Intercepted) -> Fail | None:
                     now = trio.current_time() - start
                     if call.broker_id == 0 and now < 120:
                         return Fail(6)
-                    return Fail(19) if call.broker_id == 1 and now < 72 else None
+                    return Fail(19) if call.broker_id == 1 and now < broker_1_until else None
 
                 fake.control(ApiKey.PRODUCE, answer)
 
@@ -1431,14 +1428,27 @@ async def test_a_partition_giving_up_on_two_brokers_gets_its_all_clear_after_bot
 
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(move)
-                    for at, partition in [(0, 0), (1, 1), (40, 1), (75, 1)]:
+                    for at, partition in [(0, 0), (1, 1)] + [(at, 1) for at in t1_sends]:
                         nursery.start_soon(send, at, partition)
                     for at in (0, 25, 50, 75, 100):
                         nursery.start_soon(send, at, 2)
                 await trio.sleep_until(start + 130)
+    return [(at - start, level, line) for at, level, line in timed.lines]
+
+
+async def test_a_partition_giving_up_on_two_brokers_gets_its_all_clear_after_both_warnings(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Broker 0 refuses t[0..2] (NOT_LEADER_OR_FOLLOWER) until 120 s: t[0]'s
+    record gives up at 30 s (said at once), t[1]'s at 31 s (held for the
+    wave's next gave-up line, at 90 s). t[1]'s leadership moves to broker 1 at
+    32 s, which fails it NOT_ENOUGH_REPLICAS until 72 s: broker 0's wave says
+    t[1] gave up as it starts failing there; its record at 40 s gives up there
+    at 70 s, its record at 75 s is written, and its all-clear comes then."""
+    lines = await _moved_during_an_outage(72, [40, 75])
     heads = [
-        (round(at - start), re.split(r" failing since|, (?:retrying|after) ", said)[0])
-        for at, _, said in timed.lines
+        (round(at), re.split(r" failing since|, (?:retrying|after) ", said)[0])
+        for at, _, said in lines
     ]
     t1 = [(at, head) for at, head in heads if "t[1]" in head]
     assert [head for _, head in t1[-4:]] == [
@@ -1711,45 +1721,8 @@ async def test_a_partition_written_on_a_second_broker_is_said_to_give_up_on_the_
     fails there, a new wave, which ends as it is written at 45 s. Broker 0's
     WARNING that t[1] gave up comes before that wave's ``written again`` line,
     not after it (the last line on a healthy partition)."""
-    with _timed() as timed:
-        async with FakeCluster(brokers=2) as fake:
-            fake.create_topic("t", 3, replication_factor=2)
-            for p in range(3):
-                fake.move_partition_leader("t", p, 0)
-            async with Producer(
-                fake.bootstrap,
-                retry_backoff=0.1,
-                delivery_timeout=30,
-                idempotence=False,
-                max_request_bytes=200,  # a request a partition
-            ) as producer:
-                assert await _send_to_each(producer, "t", 3) == []
-                timed.lines.clear()
-                start = trio.current_time()
-
-                def answer(call: Intercepted) -> Fail | None:
-                    now = trio.current_time() - start
-                    if call.broker_id == 0 and now < 120:
-                        return Fail(6)
-                    return Fail(19) if call.broker_id == 1 and now < 45 else None
-
-                fake.control(ApiKey.PRODUCE, answer)
-
-                async def send_at(when: float, p: int) -> None:
-                    await trio.sleep_until(start + when)
-                    with contextlib.suppress(RequestTimedOut):
-                        await producer.send("t", b"x", partition=p)
-
-                async def move() -> None:
-                    await trio.sleep_until(start + 32)
-                    fake.move_partition_leader("t", 1, 1)
-
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(move)
-                    for when, p in [(0, 0), (1, 1), (40, 1)] + [(w, 2) for w in range(0, 101, 25)]:
-                        nursery.start_soon(send_at, when, p)
-                await trio.sleep_until(start + 130)
-    said = [(at - start, line) for at, level, line in timed.lines if level >= logging.INFO]
+    lines = await _moved_during_an_outage(45, [40])
+    said = [(at, line) for at, level, line in lines if level >= logging.INFO]
     # In the order said (the two lines may come at the same instant).
     back = [
         i for i, (_, line) in enumerate(said) if line.startswith("producer: t[1] written again")
