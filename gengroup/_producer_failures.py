@@ -235,7 +235,7 @@ class Failures:
         self._down: dict[TopicPartition, tuple[Wave, float | None]] = {}
         self._unstamped: list[TopicPartition] = []
         # Per broker, the partitions written on it outside a wave after giving
-        # up, not said yet: the broker each failed on; its last such line.
+        # up, not said yet: the wave each gave up in; its last such line.
         self._back: dict[int, dict[TopicPartition, Wave]] = {}
         self._back_at: dict[int, float] = {}
         self._now = 0.0  # the time of the last report
@@ -510,7 +510,8 @@ class Failures:
         """Say the held gave-up WARNING of every open wave but ``wave`` that has
         yet to say ``tp`` gave up (its pace restarts from ``now``): a line about
         ``tp``'s next state must not come before it."""
-        for older in [w for w in self._open if w is not wave and tp in w.unsaid]:
+        # (Not a wave whose failing WARNING is held: that is said first, by report.)
+        for older in [w for w in self._open if w is not wave and w.announced and tp in w.unsaid]:
             self._say_gave_up(older, now)
 
     def _unsaid(self, tp: TopicPartition) -> bool:
