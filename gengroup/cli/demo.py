@@ -323,11 +323,10 @@ async def run_until_interrupted(cfg: DemoConfig = DemoConfig()) -> Scoreboard:
     KeyboardInterrupt is raised. A second one meanwhile is said on stderr
     and ignored, and so is any after the members closed (SIGINT is left
     ignored: the process is ending); a third meanwhile ends the process at
-    once, exit code 130, with the
-    one line ``gengroup demo: interrupted`` (the members' teardown is cut
-    short: a KeyboardInterrupt raised here went out through asyncio's
-    shutdown, which cancels every task, shielded or not, and printed their
-    tracebacks).
+    once, exit code 130, with the one line ``gengroup demo: interrupted``
+    (the members' teardown is cut short: a KeyboardInterrupt raised here
+    went out through asyncio's shutdown, which cancels every task, shielded
+    or not, and printed their tracebacks).
 
     Raises:
         KeyboardInterrupt: Ctrl-C stopped the demo.
