@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -74,3 +76,29 @@ def target(request: pytest.FixtureRequest) -> Target:
         kafka = request.getfixturevalue("kafka")
         return Target(kafka.bootstrap, request.getfixturevalue("unique_name"))
     return Target(request.getfixturevalue("served"), lambda base: base)
+
+
+def ctrl_c_until_it_ends(cmd: list[str], *, within: float = 60.0) -> tuple[int, str, str]:
+    """Run ``cmd`` (stdin an open, empty pipe) and press Ctrl-C every half second
+    until it exits: its exit code, stdout and stderr. Fails if it runs ``within``
+    seconds. SIGINT is ignored until the command's own handler takes it (a
+    signal sent while the interpreter starts would be a KeyboardInterrupt)."""
+    with subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    ) as proc:
+        try:
+            deadline = time.monotonic() + within
+            while proc.poll() is None:
+                assert time.monotonic() < deadline, "Ctrl-C did not end the command"
+                proc.send_signal(signal.SIGINT)
+                time.sleep(0.5)
+            out, err = proc.communicate()
+            return proc.returncode, out, err
+        finally:
+            if proc.poll() is None:
+                proc.kill()

@@ -28,7 +28,7 @@ from gengroup.io.fetch import read_partition
 from gengroup.producer import ProducerRecord
 from gengroup.protocol.records import Record, encode_batch, with_base_offset
 from gengroup.protocol.versions import ApiKey
-from tests.cli.conftest import Target, gengroup
+from tests.cli.conftest import Target, ctrl_c_until_it_ends, gengroup
 from tests.consumer import test_recordless_offsets as recordless
 from tests.consumer.helpers import EMBEDDED_SETTINGS
 from tests.embedded import damaged_batch, fetch_answer
@@ -465,23 +465,6 @@ def test_ctrl_c_while_the_cluster_is_unreachable_ends_the_command_at_once(group:
     cmd = command("consume", "t", "--bootstrap", f"127.0.0.1:{free_port()}", "--timeout", "120")
     if group:
         cmd += ["--group", "g"]
-    # SIGINT ignored until the command's own handler takes it (a signal sent
-    # while the interpreter starts would otherwise be a KeyboardInterrupt).
-    with subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    ) as proc:
-        try:
-            deadline = time.monotonic() + 60  # half the --timeout
-            while proc.poll() is None:
-                assert time.monotonic() < deadline, "Ctrl-C did not end the command"
-                proc.send_signal(signal.SIGINT)
-                time.sleep(0.5)
-            assert proc.returncode == 0
-            assert proc.communicate() == ("", "")
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    code, out, err = ctrl_c_until_it_ends(cmd)  # within half the --timeout
+    assert code == 0
+    assert (out, err) == ("", "")

@@ -21,7 +21,7 @@ from gengroup.io.fetch import read_partition
 from gengroup.partitioner import partition_for_key
 from gengroup.protocol.records import Record
 from gengroup.protocol.versions import ApiKey
-from tests.cli.conftest import Target, gengroup
+from tests.cli.conftest import Target, ctrl_c_until_it_ends, gengroup
 from tests.cli.test_consume import free_port
 from tests.embedded.test_cli import command
 
@@ -382,25 +382,6 @@ def test_ctrl_c_before_any_record_ends_the_command_at_once() -> None:
     input, and the command at once (it asked the cluster for the topic first,
     for up to ``--timeout``)."""
     cmd = command("produce", "t", "--bootstrap", f"127.0.0.1:{free_port()}", "--timeout", "120")
-    # SIGINT ignored until the command's own handler takes it (a signal sent
-    # while the interpreter starts would otherwise be a KeyboardInterrupt).
-    with subprocess.Popen(
-        cmd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    ) as proc:
-        try:
-            deadline = time.monotonic() + 60  # half the --timeout
-            while proc.poll() is None:
-                assert time.monotonic() < deadline, "Ctrl-C did not end the command"
-                proc.send_signal(signal.SIGINT)
-                time.sleep(0.5)
-            _, err = proc.communicate()
-            assert proc.returncode == 0, err
-            assert err == "produced 0 records to t (0 partitions; none)\n", err
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    code, _, err = ctrl_c_until_it_ends(cmd)  # within half the --timeout
+    assert code == 0, err
+    assert err == "produced 0 records to t (0 partitions; none)\n", err
