@@ -32,6 +32,7 @@ __all__ = [
     "RecordMetadata",
     "check_partition",
     "check_record",
+    "check_records",
     "check_topic",
     "estimate",
     "produce_error",
@@ -197,6 +198,22 @@ def check_record(
     return Checked(
         key_b, value_b, checked_headers, part, stamp, estimate(key_b, value_b, checked_headers)
     )
+
+
+def check_records(records: Iterable[ProducerRecord | bytes | None]) -> list[Checked]:
+    """Check every record of ``send_many`` (a bare value is a record without a key).
+
+    Raises:
+        TypeError, ValueError: a bad record, its index in the message.
+    """
+    checked: list[Checked] = []
+    for index, item in enumerate(records):
+        r = item if isinstance(item, ProducerRecord) else ProducerRecord(item)
+        try:
+            checked.append(check_record(r.key, r.value, r.headers, r.partition, r.timestamp_ms))
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"records[{index}]: {exc}") from None
+    return checked
 
 
 def produce_request(mod: Any, batches: Mapping[TopicPartition, bytes], cfg: ProducerConfig) -> Any:

@@ -131,6 +131,7 @@ from ._producer_records import (
     ProducerRecord,
     RecordMetadata,
     check_record,
+    check_records,
     check_topic,
     produce_error,
     produce_request,
@@ -510,13 +511,7 @@ class Producer:
         """
         start = anyio.current_time()
         topic = check_topic(topic)
-        checked: list[Checked] = []
-        for index, item in enumerate(records):
-            r = item if isinstance(item, ProducerRecord) else ProducerRecord(item)
-            try:
-                checked.append(check_record(r.key, r.value, r.headers, r.partition, r.timestamp_ms))
-            except (TypeError, ValueError) as exc:
-                raise type(exc)(f"records[{index}]: {exc}") from None
+        checked = check_records(records)
         if self._closed or self._closing or self._tg is None:
             raise ConnectionClosed("the Producer is not open")
         if not checked:
