@@ -62,11 +62,28 @@ do, and the per-partition detail at DEBUG. Plain state, no I/O.
   all-clear waits, as long as an open wave has yet to say that it gave up,
   for that wave's gave-up WARNING (which keeps its own pace); a partition
   failing again before its all-clear is said (a Produce refused, or records
-  failing while they wait for a leader) is dropped from it, and said by a
-  later one when it is written again. A wave's held gave-up WARNING naming a
-  partition is said early, out of the wave's pace, when a line about that
-  partition's next state would come first (it fails in another wave, or
-  another wave says it written again): the log stays in order.
+  failing while they wait for a leader: below) is dropped from it, and said
+  by a later one when it is written again. A wave's held gave-up WARNING
+  naming a partition is said early, out of the wave's pace, when a line
+  about that partition's next state would come first (it fails in another
+  wave, or another wave says it written again): the log stays in order.
+* Records that waited for a leader (none known: the metadata names none, or
+  the refresh fails) and expire unsent, their partition failing in no wave
+  (:meth:`Failures.no_leader`), are never a failing Produce: no wave says
+  them. A partition doing so is a WARNING (``gave up on 5 partitions (...)
+  waiting for a leader: none known for 30.0 s (...)``) once until it is
+  written again (or :data:`REMEMBER` seconds passed since its records last
+  did so), not once per batch: the first at once, those doing so later
+  gathered into one line at most every :data:`GAVE_UP_EVERY` seconds, as a
+  wave's gave-up lines are. They are records giving up as above, so such a
+  partition is dropped from a held all-clear, and its next write is said by
+  an all-clear (``... since its records gave up waiting for a leader``),
+  which waits for that WARNING if it is held; that WARNING is said early,
+  out of its pace, when a line about the partition's next state would come
+  first, and a wave's held gave-up WARNING naming the partition before it;
+  closing the producer says it if held. Such a partition failing on a broker
+  afterwards starts to fail anew (a wave's WARNING), even the way its records
+  gave up there before: that is no longer its last state.
 
 A single partition is named as itself: ``Produce to t[0] on broker 0 failing
 (1 attempt(s)) ...``, then ``t[0] written again on broker 0, after 6 failed
@@ -86,7 +103,16 @@ from typing import Protocol
 
 from ._types import TopicPartition
 
-__all__ = ["GAVE_UP_EVERY", "REMEMBER", "Failure", "Failures", "Queue", "Wave", "partitions_named"]
+__all__ = [
+    "GAVE_UP_EVERY",
+    "NO_LEADER",
+    "REMEMBER",
+    "Failure",
+    "Failures",
+    "Queue",
+    "Wave",
+    "partitions_named",
+]
 
 log = logging.getLogger("gengroup")
 
@@ -100,6 +126,9 @@ REMEMBER = 300.0
 #: The least time (seconds) between two gave-up WARNINGs of a wave.
 GAVE_UP_EVERY = 60.0
 
+#: Where records gave up that waited for a leader (none known), in place of a broker.
+NO_LEADER = -1
+
 #: A broker and a kind of error.
 Key = tuple[int, object]
 
@@ -109,6 +138,10 @@ _FAILING = (
 )
 _WRITTEN = "producer: %s written again on %s, after %d failed attempt(s)%s"
 _BACK = "producer: %s written again on broker %d since %s records gave up%s"
+_NO_LEADER = (
+    "producer: gave up on %s waiting for a leader: none known for %.1f s (%s: %s); their "
+    "records failed, each send raising its error (%s)"
+)
 
 
 def partitions_named(tps: Iterable[TopicPartition]) -> str:
@@ -230,14 +263,19 @@ class Failures:
         # The partitions whose records gave up: how they failed, and when.
         self._gave_up: dict[TopicPartition, tuple[set[Key], float]] = {}
         self._pruned = 0.0  # when _gave_up was last rid of its old entries
-        # The partitions whose records gave up, not written since: the wave they
-        # last gave up in and when (None: since the last report, stamped then).
-        self._down: dict[TopicPartition, tuple[Wave, float | None]] = {}
+        # The partitions whose records gave up, not written since: the broker
+        # of the wave they last gave up in (NO_LEADER: waiting for a leader) and
+        # when (None: since the last report, stamped then).
+        self._down: dict[TopicPartition, tuple[int, float | None]] = {}
         self._unstamped: list[TopicPartition] = []
         # Per broker, the partitions written on it outside a wave after giving
-        # up, not said yet: the wave each gave up in; its last such line.
-        self._back: dict[int, dict[TopicPartition, Wave]] = {}
+        # up, not said yet: where each gave up (as in _down); its last such line.
+        self._back: dict[int, dict[TopicPartition, int]] = {}
         self._back_at: dict[int, float] = {}
+        # The partitions whose records gave up waiting for a leader, not said yet:
+        # the error and how long they waited; the last such line.
+        self._leaderless: dict[TopicPartition, tuple[BaseException, float]] = {}
+        self._leaderless_at: float | None = None
         self._now = 0.0  # the time of the last report
 
     def failed(self, queue: Queue, error: BaseException, node: int, now: float) -> None:
@@ -282,23 +320,41 @@ class Failures:
             wave.errors[tp] = error
             self._records_failed(wave, queue)
         elif (held := self._unheld(tp)) is not None:
-            # (e.g. waiting for a leader): its held all-clear is no longer true,
+            # (e.g. the Cluster closed): its held all-clear is no longer true,
             # and its next write outside a wave is said by one again.
             self._down[tp] = (held, self._now)
 
-    def _unheld(self, tp: TopicPartition) -> Wave | None:
-        """Take ``tp`` out of the all-clear lines held (it fails again): the wave
-        it gave up in, if it was held."""
+    def no_leader(self, queue: Queue, error: BaseException, waited: float, now: float) -> None:
+        """Records of ``queue``'s partition failed for good with ``error`` at
+        ``now`` (their delivery timeout), after waiting ``waited`` seconds for a
+        leader, unsent since: if no wave says it (the partition is failing in
+        none), said by :meth:`report`, once until the partition is written again."""
+        if queue.failing is not None:  # said by its wave (records_failed)
+            return
+        tp = queue.tp
+        self._unheld(tp)  # its held all-clear is no longer true
+        self._gave_up.pop(tp, None)  # failing on a broker again is a change of state
+        where, at = self._down.get(tp, (None, None))
+        self._down[tp] = (NO_LEADER, now)  # its next write is said by an all-clear
+        if where == NO_LEADER and at is not None and now - at <= REMEMBER:  # still without one
+            log.debug("producer: %s still without a leader: %s: %s", tp, _name(error), error)
+            return
+        self._say_older(tp, None, now)  # its gave-up WARNING of a wave first
+        self._leaderless[tp] = (error, waited)
+
+    def _unheld(self, tp: TopicPartition) -> int | None:
+        """Take ``tp`` out of the all-clear lines held (it fails again): where
+        it gave up, if it was held."""
         for on, back in list(self._back.items()):
-            if (wave := back.pop(tp, None)) is not None:
+            if (where := back.pop(tp, None)) is not None:
                 if not back:
                     del self._back[on]
-                return wave
+                return where
         return None
 
     def _records_failed(self, wave: Wave, queue: Queue, now: float | None = None) -> None:
         tp = queue.tp
-        self._down[tp] = (wave, now)  # (stamped by the next report, if not now)
+        self._down[tp] = (wave.node, now)  # (stamped by the next report, if not now)
         if now is None:
             self._unstamped.append(tp)
         wave.gave_up[tp] = queue.failures
@@ -313,9 +369,9 @@ class Failures:
         tp = queue.tp
         down = self._down.pop(tp, None) if self._down else None
         if down is not None and queue.failing is None:  # (in a wave: said by its end)
-            wave, at = down
+            where, at = down
             if at is None or self._now - at <= REMEMBER:  # else of an outage long over
-                self._back.setdefault(node, {})[tp] = wave
+                self._back.setdefault(node, {})[tp] = where
         if queue.failing is None:
             if self._gave_up:
                 self._gave_up.pop(tp, None)
@@ -367,6 +423,10 @@ class Failures:
                 continue
             elif wave.unsaid and (wave.said_at is None or now >= wave.said_at + GAVE_UP_EVERY):
                 self._say_gave_up(wave, now)
+        if self._leaderless and (
+            self._leaderless_at is None or now >= self._leaderless_at + GAVE_UP_EVERY
+        ):
+            self._say_leaderless(now)
         if now >= self._pruned + REMEMBER:
             self._pruned = now
             for tp in [tp for tp, (_, at) in self._gave_up.items() if now - at > REMEMBER]:
@@ -378,10 +438,12 @@ class Failures:
             due = now >= self._back_at.get(node, -GAVE_UP_EVERY) + GAVE_UP_EVERY
             if due and self._say_back(node):
                 self._back_at[node] = now
+        held = self._leaderless_at if self._leaderless else None  # a line held
         return min(
             [wave.started + self._hold for wave in self._pending.values()]
             + [shift.started + self._settle for shift in self._shifts.values()]
             + [w.said_at + GAVE_UP_EVERY for w in self._open if w.unsaid and w.said_at is not None]
+            + ([held + GAVE_UP_EVERY] if held is not None else [])
             # (one past due waits for a gave-up WARNING of a wave, whose time is above)
             + [
                 a + GAVE_UP_EVERY
@@ -407,6 +469,8 @@ class Failures:
                 wave.said.discard(queue.tp)
                 self._give_up(wave, queue, -REMEMBER)
             self._close(wave)
+        if self._leaderless:
+            self._say_leaderless(None)
         for node in list(self._back):
             self._say_back(node)
 
@@ -496,13 +560,17 @@ class Failures:
         up, but those an open wave has yet to say gave up (said after it): whether
         a line was logged."""
         held = self._back.pop(node)
-        back = {tp: wave for tp, wave in held.items() if not self._unsaid(tp)}
+        back = {tp: where for tp, where in held.items() if not self._unsaid(tp)}
         if len(back) < len(held):
             self._back[node] = {tp: on for tp, on in held.items() if tp not in back}
         if not back:
             return False
-        failed_on = {wave.node for wave in back.values()}
-        where = f" on {_brokers(failed_on)}" if failed_on != {node} else ""
+        failed_on = set(back.values())
+        brokers = failed_on - {NO_LEADER}
+        said = [f" on {_brokers(brokers)}"] if brokers and failed_on != {node} else []
+        if NO_LEADER in failed_on:
+            said.append(" waiting for a leader")
+        where = " or".join(said)
         log.info(_BACK, partitions_named(back), node, "its" if len(back) == 1 else "their", where)
         return True
 
@@ -513,10 +581,23 @@ class Failures:
         # (Not a wave whose failing WARNING is held: that is said first, by report.)
         for older in [w for w in self._open if w is not wave and w.announced and tp in w.unsaid]:
             self._say_gave_up(older, now)
+        if tp in self._leaderless:  # nor the line that it gave up waiting for a leader
+            self._say_leaderless(now)
 
     def _unsaid(self, tp: TopicPartition) -> bool:
-        """An open wave has yet to say that ``tp``'s records gave up."""
-        return any(tp in wave.unsaid for wave in self._open)
+        """An open wave, or the line of partitions that gave up waiting for a
+        leader, has yet to say that ``tp``'s records gave up."""
+        return tp in self._leaderless or any(tp in wave.unsaid for wave in self._open)
+
+    def _say_leaderless(self, now: float | None) -> None:
+        """The WARNING of the partitions that gave up waiting for a leader since the last."""
+        leaderless, self._leaderless = self._leaderless, {}
+        self._leaderless_at = now if now is not None else self._leaderless_at
+        error, _ = leaderless[min(leaderless)]
+        why = error.__cause__ or error
+        waited = max(waited for _, waited in leaderless.values())
+        named = partitions_named(leaderless)
+        log.warning(_NO_LEADER, named, waited, _name(why), why, _name(error))
 
     def _say_gave_up(self, wave: Wave, now: float | None, also: str = "") -> None:
         """The WARNING of ``wave``'s partitions that gave up since the last."""

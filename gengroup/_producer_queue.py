@@ -174,6 +174,7 @@ class Batch:
         "created",
         "encoded",
         "last_error",
+        "leaderless",
         "moved",
         "node",
         "not_before",
@@ -192,6 +193,8 @@ class Batch:
         self.attempts = 0
         self.not_before = 0.0
         self.last_error: BaseException | None = None
+        # Since when its records wait for a leader (none known; None: they do not).
+        self.leaderless: float | None = None
         self.node = -1  # the broker of its last request
         self.moved = False  # retried at once on a leader a refusal named
         # Idempotence (_producer_idempotence.py): what it is sent with, -1 if nothing.
@@ -276,11 +279,17 @@ class Batch:
 
     def timeout_error(self, delivery_timeout: float) -> RequestTimedOut:
         """The error of the batch once its delivery timeout passed: always
-        :class:`RequestTimedOut`, whatever its last attempt failed with (its cause)."""
-        last = self.last_error
+        :class:`RequestTimedOut`, whatever its last attempt failed with (its
+        cause), saying how long it waited for a leader if it does."""
+        last, since = self.last_error, self.leaderless
         error = RequestTimedOut(
             f"{self.tp}: {len(self.records)} record(s) not delivered within "
             f"delivery_timeout={delivery_timeout} s"
+            + (
+                ""
+                if since is None
+                else f": no leader known for {self.created + delivery_timeout - since:.1f} s"
+            )
             + ("" if last is None else f" (last error: {type(last).__name__}: {last})")
         )
         error.__cause__ = last
@@ -297,6 +306,7 @@ class Queue:
         "failures",
         "first_arrival",
         "in_flight",
+        "leaderless",
         "records",
         "retry",
         "sending",
@@ -329,6 +339,24 @@ class Queue:
         # not failing), and how often it failed since it started failing.
         self.failing: Wave | None = None
         self.failures = 0
+        # Since when no leader is known for it, none of its batches sent since.
+        self.leaderless: float | None = None
+
+    def sent(self, batch: Batch) -> None:
+        """A Produce request carries ``batch`` (to the leader known)."""
+        self.in_flight = True
+        self.sending = batch
+        self.leaderless = batch.leaderless = None
+
+    def no_leader(self, batch: Batch, error: BaseException, now: float) -> None:
+        """``batch`` found no leader known at ``now`` (``error`` says why): it
+        waits for one, as its records did since they were sent or, if later,
+        since the partition has none known."""
+        batch.last_error = error
+        if self.leaderless is None:
+            self.leaderless = now
+        if batch.leaderless is None:
+            batch.leaderless = max(batch.created, self.leaderless)
 
     def idle(self) -> bool:
         """Nothing of the partition is left to send: queued, waiting for a retry,

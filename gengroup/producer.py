@@ -56,7 +56,9 @@ then fails with ``RequestTimedOut`` too (its answer, if it comes, is ignored).
 Records whose leader is unknown wait for the metadata task
 (``_producer_metadata.py``), which refreshes the producer's topics on demand
 and every ``metadata_max_age``, at least a ``retry_backoff`` apart, growing
-with jitter while a refresh leaves a partition without a leader.
+with jitter while a refresh leaves a partition without a leader; their
+``RequestTimedOut`` says how long none was known, and the log says such
+partitions once, not per batch (``Failures.no_leader``).
 
 Null-key records use the *sticky* strategy by default (KIP-480): every null-key
 record of a topic goes to one randomly chosen partition with a leader until a
@@ -685,16 +687,19 @@ class Producer:
                 continue
             if batch.created + self.config.delivery_timeout <= now:  # (rounding: not rearranged)
                 error = batch.timeout_error(self.config.delivery_timeout)
-                self._fail_batch(batch, error if idem is None else idem.waited_error(error, now))
+                error = error if idem is None else idem.waited_error(error, now)
+                if batch.leaderless is not None:  # not sent since: said if no wave says it
+                    self._failures.no_leader(queue, error, now - batch.leaderless, now)
+                self._fail_batch(batch, error)
                 wake_at = now
                 continue
             if idem is not None and idem.needs_id:  # the InitProducerId task wakes the sender
-                queue.retry = batch
+                queue.retry, batch.leaderless = batch, None  # (it waits for the id now)
                 wake_at = min(wake_at, batch.created + self.config.delivery_timeout)
                 continue
             leader = self.cluster.leader_for(batch.tp)
             if leader < 0:
-                batch.last_error = self._metadata.leader_error(batch.tp)
+                queue.no_leader(batch, self._metadata.leader_error(batch.tp), now)
                 if closed is not None:  # nothing reopens it: no use waiting for a leader
                     self._fail_batch(batch, closed)
                     wake_at = now
@@ -709,8 +714,7 @@ class Producer:
                 continue
             if idem is not None:
                 idem.assign(batch)
-            queue.in_flight = True
-            queue.sending = batch
+            queue.sent(batch)
             wake_at = min(wake_at, batch.created + self.config.delivery_timeout)
             requests.add(leader, batch)
         wake_at = min(wake_at, self._failures.report(now))  # before the requests go out

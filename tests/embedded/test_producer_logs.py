@@ -1797,3 +1797,318 @@ def test_a_gave_up_warning_held_by_a_write_in_its_wave_comes_before_the_partitio
     on0 = [i for i, line in enumerate(said) if "gave up on t[0]" in line and "broker 0" in line]
     on1 = [i for i, line in enumerate(said) if "t[0]" in line and "broker 1" in line]
     assert on0 and on1 and max(on0) < min(on1), said
+
+
+# ------------------------------------------------ records expiring while they wait for a leader
+
+
+async def _without_a_leader(
+    sends: Iterable[tuple[float, int]], back_at: float, written_at: float
+) -> tuple[list[tuple[float, int, str]], dict[tuple[float, int], BaseException | None]]:
+    """3 partitions with one replica each, on broker 0, which is down from the
+    start (no leader known, never sent to); records sent at ``sends`` (seconds,
+    partition), broker 0 back at ``back_at``, a record to each partition at
+    ``written_at``, the producer closed 70 s later. The producer's lines
+    (seconds from the start) and each send's error (None: written)."""
+    outcomes: dict[tuple[float, int], BaseException | None] = {}
+    with _timed() as timed:
+        async with FakeCluster(brokers=2) as fake:
+            fake.state.create_topic("t", 3, 1, assignments=[[0]] * 3)
+            await fake.stop_broker(0)
+            async with Producer(fake.bootstrap, retry_backoff=0.1, delivery_timeout=30) as producer:
+                start = trio.current_time()
+
+                async def send_at(when: float, p: int) -> None:
+                    await trio.sleep_until(start + when)
+                    try:
+                        await producer.send("t", b"x", partition=p)
+                    except RequestTimedOut as exc:
+                        outcomes[when, p] = exc
+                    else:
+                        outcomes[when, p] = None
+
+                async def restart() -> None:
+                    await trio.sleep_until(start + back_at)
+                    await fake.start_broker(0)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(restart)
+                    for when, p in [*sends, *((written_at, p) for p in range(3))]:
+                        nursery.start_soon(send_at, when, p)
+                await trio.sleep_until(start + written_at + 70)
+    lines = [(at - start, level, said) for at, level, said in timed.lines]
+    return [line for line in lines if line[2].startswith("producer: ")], outcomes
+
+
+def _said_back_once(lines: list[tuple[float, int, str]], after: float) -> None:
+    """After ``after``, t[0], t[1] and t[2] are each said written again once,
+    since their records gave up waiting for a leader, in a line or two (one
+    at once, the others gathered: their retries go at jittered times)."""
+    back = [(at, said) for at, level, said in lines if level == logging.INFO]
+    assert 1 <= len(back) <= 2, lines
+    for at, said in back:
+        assert at >= after, lines
+        assert re.fullmatch(
+            r"producer: .* written again on broker 0 since (its|their) records gave up "
+            r"waiting for a leader",
+            said,
+        ), said
+    for p in range(3):
+        assert sum(f"t[{p}]" in said for _, said in back) == 1, (p, back)
+
+
+async def test_records_expiring_without_a_leader_are_one_warning_then_an_all_clear(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """3 partitions without a leader (their broker down, none elected) get a
+    record each at 0, 10, 40 and 70 s, each expiring unsent: one WARNING when
+    the first expire, naming the partitions and why, none per batch after it;
+    each send raises RequestTimedOut naming its partition and how long no
+    leader was known. The records after the broker is back are written, and
+    said so (an INFO)."""
+    sends = [(when, p) for when in (0, 10, 40, 70) for p in range(3)]
+    lines, outcomes = await _without_a_leader(sends, back_at=110, written_at=115)
+    assert len(outcomes) == 15, outcomes
+    for (when, p), error in outcomes.items():
+        if when < 110:
+            assert isinstance(error, RequestTimedOut), (when, p, error)
+            said = str(error)
+            assert said.startswith(  # (also the records queued behind an earlier batch)
+                f"t[{p}]: 1 record(s) not delivered within delivery_timeout=30 s: "
+                "no leader known for 30.0 s (last error: "
+            ), said
+            assert "LEADER_NOT_AVAILABLE" in said, said
+        else:
+            assert error is None, (when, p, error)
+    warnings = [(round(at, 1), said) for at, level, said in lines if level >= logging.WARNING]
+    assert warnings == [
+        (
+            30.0,
+            "producer: gave up on 3 partitions (t[0], t[1] and t[2]) waiting for a leader: "
+            "none known for 30.0 s (StaleMetadataError: LEADER_NOT_AVAILABLE (5): no leader "
+            "known for t[0]); their records failed, each send raising its error "
+            "(RequestTimedOut)",
+        )
+    ], lines
+    _said_back_once(lines, after=115)
+
+
+async def test_partitions_expiring_without_a_leader_one_after_another_are_a_warning_a_minute(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Without a leader, t[0]'s record expires at 30 s, t[1]'s at 40 s, t[2]'s
+    at 50 s: a WARNING at 30 s for t[0], one at 90 s for the other two (the pace
+    of a wave's gave-up lines); each is said written again once its broker is
+    back, after those WARNINGs."""
+    lines, _ = await _without_a_leader([(0, 0), (10, 1), (20, 2)], back_at=95, written_at=100)
+    warnings = [
+        (round(at, 1), said.split(": none")[0])
+        for at, level, said in lines
+        if level >= logging.WARNING
+    ]
+    assert warnings == [
+        (30.0, "producer: gave up on t[0] waiting for a leader"),
+        (90.0, "producer: gave up on 2 partitions (t[1] and t[2]) waiting for a leader"),
+    ], lines
+    _said_back_once(lines, after=100)
+
+
+async def test_a_partition_dropped_from_a_held_all_clear_as_it_loses_its_leader_is_said(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Two partitions with one replica each, on broker 0, fail NOT_ENOUGH_REPLICAS
+    until 35 s and their records at 0 s give up at 30 s; one is written at 40 s,
+    the other at 50 s (its all-clear held). Broker 0 stops at 55 s: the second's
+    record at 60 s waits for a leader and expires at 90 s, which drops the held
+    all-clear: a WARNING says it gave up waiting for a leader (the first's
+    record at 56 s, failing on broker 0 before, gives up in that wave's line),
+    and the INFO once it is written again, broker 0 back, says so."""
+    with _timed() as timed:
+        async with FakeCluster(brokers=2) as fake:
+            fake.create_topic("t", 4, replication_factor=1)
+            led = [p for p in range(4) if fake.state.topics.partition("t", p).leader == 0]  # type: ignore[union-attr]
+            held, first = led[:2]
+            async with Producer(
+                fake.bootstrap,
+                retry_backoff=0.1,
+                delivery_timeout=30,
+                idempotence=False,
+                max_request_bytes=200,  # a request a partition
+            ) as producer:
+                for p in range(4):
+                    await producer.send("t", b"w", partition=p)
+                timed.lines.clear()
+                start = _refuse_produce_for(fake, 35, broker=0)
+
+                async def send_at(when: float, p: int) -> None:
+                    await trio.sleep_until(start + when)
+                    with contextlib.suppress(RequestTimedOut):
+                        await producer.send("t", b"x", partition=p)
+
+                async def stop_then_start() -> None:
+                    await trio.sleep_until(start + 55)
+                    await fake.stop_broker(0)
+                    await trio.sleep_until(start + 100)
+                    await fake.start_broker(0)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(stop_then_start)
+                    for when, p in [(0, held), (0, first), (40, first), (50, held), (56, first)]:
+                        nursery.start_soon(send_at, when, p)
+                    nursery.start_soon(send_at, 60, held)
+                    nursery.start_soon(send_at, 105, held)
+    name = f"t[{held}]"
+    said = [
+        (round(at - start), level, line)
+        for at, level, line in timed.lines
+        if line.startswith("producer: ") and name in line.split(" failing")[0]
+    ]
+    assert [(at, level, line) for at, level, line in said if at >= 50] == [
+        (
+            90,
+            logging.WARNING,
+            f"producer: gave up on {name} waiting for a leader: none known for 30.0 s ("
+            f"StaleMetadataError: LEADER_NOT_AVAILABLE (5): no leader known for {name}); "
+            "their records failed, each send raising its error (RequestTimedOut)",
+        ),
+        (
+            pytest.approx(105, abs=2),
+            logging.INFO,
+            f"producer: {name} written again on broker 0 since its records gave up waiting "
+            "for a leader",
+        ),
+    ], said
+    other = f"t[{first}]"
+    assert not [
+        line
+        for _, _, line in timed.lines
+        if line.startswith(f"producer: gave up on {other} waiting for a leader")
+    ], timed.lines
+
+
+def test_a_held_warning_of_records_expiring_without_a_leader_comes_before_the_next_lines() -> None:
+    """t[0]'s records expire without a leader at 30 s (said at once), t[1]'s at
+    40 s (held until 90 s): t[1] written at 50 s gets its all-clear at 90 s,
+    after that WARNING. t[2]'s expire at 95 s (held until 150 s), then its Produce
+    fails on broker 0 at 100 s: the WARNING held comes out first, before the
+    wave's. The producer closing says the last one held."""
+    failures = Failures(hold=0.1, settle=1.2)
+    t0, t1, t2, t3 = (_StubQueue(TopicPartition("t", p)) for p in range(4))
+    no_leader = RequestTimedOut("t[x]: no leader known for 30.0 s")
+    no_leader.__cause__ = NotLeader("no leader known")
+    with _capture() as logged:
+        failures.no_leader(t0, no_leader, 30.0, 30.0)
+        assert failures.report(30.0) == float("inf")
+        failures.no_leader(t1, no_leader, 30.0, 40.0)
+        assert failures.report(40.0) == pytest.approx(90.0)
+        failures.written(t1, 1)
+        assert failures.report(50.0) == pytest.approx(90.0)
+        assert len(logged) == 1, logged
+        failures.report(90.0)
+        failures.no_leader(t2, no_leader, 30.0, 95.0)
+        failures.report(95.0)
+        failures.failed(t2, NotEnoughReplicas(), 0, 100.0)
+        failures.report(100.2)
+        failures.no_leader(t3, no_leader, 30.0, 110.0)
+        failures.report(110.0)
+        failures.close(ConnectionError("closed"))
+    assert _heads((level, said.split(": none")[0]) for level, said in logged) == [
+        (logging.WARNING, "producer: gave up on t[0] waiting for a leader"),
+        (logging.WARNING, "producer: gave up on t[1] waiting for a leader"),
+        (
+            logging.INFO,
+            "producer: t[1] written again on broker 1 since its records gave up "
+            "waiting for a leader",
+        ),
+        (logging.WARNING, "producer: gave up on t[2] waiting for a leader"),
+        (logging.WARNING, "producer: Produce to t[2] on broker 0 failing (1 attempt(s))"),
+        (logging.WARNING, "producer: gave up on t[2] failing since Produce to broker 0 failed"),
+        (logging.WARNING, "producer: gave up on t[3] waiting for a leader"),
+    ], logged
+
+
+async def test_a_partition_failing_on_its_broker_after_it_had_no_leader_is_said_failing_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """t[0] and t[1] (one replica each, on broker 0) are refused NOT_ENOUGH_REPLICAS
+    until 200 s: t[0]'s record at 0 s gives up at 30 s. Broker 0 stops at 35 s
+    (t[1]'s record at 36 s finds it gone: no leader known then) and is back at
+    75 s: t[0]'s record at 40 s gives up waiting for a leader at 70 s; the one at
+    80 s is refused again, which is said (a WARNING, then its giving up), not
+    taken as still failing since 30 s; the one at 205 s is written."""
+    with _timed() as timed:
+        async with FakeCluster(brokers=2) as fake:
+            fake.state.create_topic("t", 2, 1, assignments=[[0], [0]])
+            async with Producer(
+                fake.bootstrap, retry_backoff=0.1, delivery_timeout=30, idempotence=False
+            ) as producer:
+                await producer.send("t", b"w", partition=0)
+                timed.lines.clear()
+                start = _refuse_produce_for(fake, 200)
+
+                async def send_at(when: float, p: int) -> None:
+                    await trio.sleep_until(start + when)
+                    with contextlib.suppress(RequestTimedOut):
+                        await producer.send("t", b"x", partition=p)
+
+                async def stop_then_start() -> None:
+                    await trio.sleep_until(start + 35)
+                    await fake.stop_broker(0)
+                    await trio.sleep_until(start + 75)
+                    await fake.start_broker(0)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(stop_then_start)
+                    for when, p in [(0, 0), (36, 1), (40, 0), (80, 0), (205, 0)]:
+                        nursery.start_soon(send_at, when, p)
+    heads = [
+        (round(at - start), level, re.split(r", (?:retrying|after) |: none", line)[0])
+        for at, level, line in timed.lines
+        if line.startswith("producer: ")
+    ]
+    said = [(at, level, head) for at, level, head in heads if "t[0]" in head]
+    assert said == [
+        (0, logging.WARNING, "producer: Produce to t[0] on broker 0 failing (1 attempt(s))"),
+        (30, logging.WARNING, "producer: gave up on t[0] failing since Produce to broker 0 failed"),
+        (70, logging.WARNING, "producer: gave up on t[0] waiting for a leader"),
+        (80, logging.WARNING, "producer: Produce to t[0] on broker 0 failing (1 attempt(s))"),
+        (
+            110,
+            logging.WARNING,
+            "producer: gave up on t[0] failing since Produce to broker 0 failed",
+        ),
+        (205, logging.INFO, "producer: t[0] written again on broker 0 since its records gave up"),
+    ], timed.lines
+
+
+def test_an_all_clear_names_where_its_partitions_gave_up_a_leader_missing_too() -> None:
+    """t[0]'s records give up on broker 0 at 30 s, t[1]'s waiting for a leader
+    at 35 s; both are written on broker 1 at 40 s: one all-clear names both causes."""
+    failures = Failures(hold=0.1, settle=1.2)
+    t0, t1 = (_StubQueue(TopicPartition("t", p)) for p in range(2))
+    no_leader = RequestTimedOut("t[1]: no leader known for 30.0 s")
+    with _capture() as logged:
+        failures.failed(t0, NotEnoughReplicas(), 0, 1.0)
+        failures.report(1.2)
+        t0.is_idle = True
+        failures.report(30.0)
+        t0.is_idle = False
+        failures.no_leader(t1, no_leader, 30.0, 35.0)
+        failures.report(35.0)
+        failures.written(t0, 1)
+        failures.written(t1, 1)
+        failures.report(40.0)
+    assert _heads(logged)[1:] == [
+        (logging.WARNING, "producer: gave up on t[0] failing since Produce to broker 0 failed"),
+        (
+            logging.WARNING,
+            "producer: gave up on t[1] waiting for a leader: none known for 30.0 s ("
+            "RequestTimedOut: t[1]: no leader known for 30.0 s); their records failed, each send "
+            "raising its error (RequestTimedOut)",
+        ),
+        (
+            logging.INFO,
+            "producer: 2 partitions (t[0] and t[1]) written again on broker 1 since their records "
+            "gave up on broker 0 or waiting for a leader",
+        ),
+    ], logged
