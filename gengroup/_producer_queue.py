@@ -409,14 +409,20 @@ class Queue:
 
     def expire_queued(self, now: float, timeout: float) -> tuple[list[Pending], RequestTimedOut]:
         """The queued records whose ``timeout`` passed by ``now``, taken out
-        (:meth:`take_expired`), and the error to fail them with."""
+        (:meth:`take_expired`), and the error to fail them with (saying how
+        long no leader was known, if none is)."""
         expired = self.take_expired(now, timeout)
+        ahead = self.retry or self.sending  # what held them up, if known
+        last = None if ahead is None else ahead.last_error
         why = " (the partition's previous batch is still unanswered)" if self.in_flight else ""
+        if self.leaderless is not None and not self.in_flight and expired:  # (behind a batch)
+            since = max(self.leaderless, min(p.created for p in expired))
+            why = f": no leader known for {now - since:.1f} s"
+            why += "" if last is None else f" (last error: {type(last).__name__}: {last})"
         error = RequestTimedOut(
             f"{self.tp}: {len(expired)} record(s) not sent within delivery_timeout={timeout} s{why}"
         )
-        ahead = self.retry or self.sending  # what held them up, if known
-        error.__cause__ = None if ahead is None else ahead.last_error
+        error.__cause__ = last
         return expired, error
 
     def clear(self) -> list[Pending]:

@@ -2112,3 +2112,33 @@ def test_an_all_clear_names_where_its_partitions_gave_up_a_leader_missing_too() 
             "gave up on broker 0 or waiting for a leader",
         ),
     ], logged
+
+
+async def test_records_queued_behind_a_batch_waiting_for_a_leader_say_so_as_they_expire(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``send_many`` of more records than a batch takes, to a partition without a
+    leader: the first batch and the records queued behind it expire together,
+    each raising RequestTimedOut saying how long no leader was known, the
+    leader's error on its cause chain; one WARNING says the partition."""
+    with _timed() as timed:
+        async with FakeCluster(brokers=2) as fake:
+            fake.state.create_topic("t", 1, 1, assignments=[[0]])
+            await fake.stop_broker(0)
+            async with Producer(
+                fake.bootstrap, retry_backoff=0.1, delivery_timeout=30, max_batch_bytes=1000
+            ) as producer:
+                outcomes = await producer.send_many("t", [b"x" * 100] * 30, return_exceptions=True)
+    assert all(isinstance(error, RequestTimedOut) for error in outcomes), outcomes
+    for error in outcomes:
+        assert isinstance(error, BaseException)
+        assert "t[0]: " in str(error) and ": no leader known for 30.0 s" in str(error), error
+        chain, cause = [], error.__cause__
+        while cause is not None:
+            chain.append(str(cause))
+            cause = cause.__cause__
+        assert any("LEADER_NOT_AVAILABLE" in said for said in chain), (error, chain)
+    warnings = [said for _, level, said in timed.lines if level >= logging.WARNING]
+    assert [said.split(": none")[0] for said in warnings] == [
+        "producer: gave up on t[0] waiting for a leader"
+    ], warnings
