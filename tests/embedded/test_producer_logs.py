@@ -1738,8 +1738,9 @@ def test_a_partition_back_after_its_records_failed_waiting_for_a_leader_gets_its
 ):
     """t[0] and t[2] give up on broker 0 at 30 s; t[2] is written at 40 s (its
     all-clear at once), t[0] at 50 s (held). A record of t[0] then fails waiting
-    for a leader (no wave): the held line is dropped, and once t[0] is written
-    again its all-clear comes then."""
+    for a leader (no wave; the producer says so to ``no_leader``, then
+    ``records_failed``): the held line is dropped, a WARNING says t[0] gave up
+    waiting for a leader, and once t[0] is written again its all-clear comes then."""
     failures = Failures(hold=0.1, settle=1.2)
     t0, t2 = (_StubQueue(TopicPartition("t", p)) for p in (0, 2))
     with _capture() as logged:
@@ -1753,16 +1754,19 @@ def test_a_partition_back_after_its_records_failed_waiting_for_a_leader_gets_its
         failures.report(40.0)
         failures.written(t0, 0)
         failures.report(50.0)
-        failures.records_failed(t0, RequestTimedOut("waited for a leader"))
+        waited = RequestTimedOut("waited for a leader")
+        failures.no_leader(t0, waited, 30.0, 90.0)
+        failures.records_failed(t0, waited)
         failures.report(90.0)
         failures.report(100.0)
         assert not [line for _, line in logged if line.startswith("producer: t[0] written")]
         failures.written(t0, 1)  # its leader is back, on broker 1
         for now in (120.0, 180.0):
             failures.report(now)
-    back = [line for _, line in logged if line.startswith("producer: t[0] written again")]
-    assert back == [
-        "producer: t[0] written again on broker 1 since its records gave up on broker 0"
+    said = [line.split(": none")[0] for _, line in logged if "t[0]" in line.split(" failing")[0]]
+    assert said[-2:] == [
+        "producer: gave up on t[0] waiting for a leader",
+        "producer: t[0] written again on broker 1 since its records gave up waiting for a leader",
     ], logged
 
 
