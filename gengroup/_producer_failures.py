@@ -83,7 +83,10 @@ do, and the per-partition detail at DEBUG. Plain state, no I/O.
   first, and a wave's held gave-up WARNING naming the partition before it;
   closing the producer says it if held. Such a partition failing on a broker
   afterwards starts to fail anew (a wave's WARNING), even the way its records
-  gave up there before: that is no longer its last state.
+  gave up there before: that is no longer its last state. A failing
+  partition's records that give up waiting for a leader are said by their
+  wave, and leave it in this state: its next records doing so outside the
+  wave are DEBUG (a crashed leader is first a broken connection, then none).
 
 A single partition is named as itself: ``Produce to t[0] on broker 0 failing
 (1 attempt(s)) ...``, then ``t[0] written again on broker 0, after 6 failed
@@ -276,6 +279,9 @@ class Failures:
         # the error and how long they waited; the last such line.
         self._leaderless: dict[TopicPartition, tuple[BaseException, float]] = {}
         self._leaderless_at: float | None = None
+        # The partitions of a wave whose records give up waiting for a leader
+        # (no_leader), until records_failed says them given up.
+        self._waited: set[TopicPartition] = set()
         self._now = 0.0  # the time of the last report
 
     def failed(self, queue: Queue, error: BaseException, node: int, now: float) -> None:
@@ -329,7 +335,8 @@ class Failures:
         ``now`` (their delivery timeout), after waiting ``waited`` seconds for a
         leader, unsent since: if no wave says it (the partition is failing in
         none), said by :meth:`report`, once until the partition is written again."""
-        if queue.failing is not None:  # said by its wave (records_failed)
+        if queue.failing is not None:  # said by its wave (records_failed, next)
+            self._waited.add(queue.tp)  # as records that gave up waiting for a leader
             return
         tp = queue.tp
         self._unheld(tp)  # its held all-clear is no longer true
@@ -354,7 +361,14 @@ class Failures:
 
     def _records_failed(self, wave: Wave, queue: Queue, now: float | None = None) -> None:
         tp = queue.tp
-        self._down[tp] = (wave.node, now)  # (stamped by the next report, if not now)
+        # (Stamped by the next report, if not now.) Records that gave up while
+        # waiting for a leader (no_leader, just before) leave the partition in
+        # that state: its next records doing so are not a change of state.
+        waited = tp in self._waited
+        self._waited.discard(tp)
+        if now is not None and not waited:  # it leaves the wave: as its records last gave up
+            waited = self._down.get(tp, (None, None))[0] == NO_LEADER
+        self._down[tp] = (NO_LEADER if waited else wave.node, now)
         if now is None:
             self._unstamped.append(tp)
         wave.gave_up[tp] = queue.failures

@@ -88,6 +88,15 @@ class Pending:
     result: RecordMetadata | None = None
     error: BaseException | None = None
 
+    def settle(self, result: RecordMetadata | None, error: BaseException | None) -> bool:
+        """Give it its outcome and wake its waiters: whether it had none yet."""
+        if self.done:
+            return False
+        self.result, self.error, self.done = result, error, True
+        for waiter in self.waiters or ():
+            waiter.one_done()
+        return True
+
 
 async def wait_for(pendings: Sequence[Pending]) -> None:
     """Return once every one of ``pendings`` has its outcome."""
@@ -193,7 +202,8 @@ class Batch:
         self.attempts = 0
         self.not_before = 0.0
         self.last_error: BaseException | None = None
-        # Since when its records wait for a leader (none known; None: they do not).
+        # Since when no leader is known for the partition, its records waiting
+        # for one (None: they do not).
         self.leaderless: float | None = None
         self.node = -1  # the broker of its last request
         self.moved = False  # retried at once on a leader a refusal named
@@ -280,7 +290,7 @@ class Batch:
     def timeout_error(self, delivery_timeout: float) -> RequestTimedOut:
         """The error of the batch once its delivery timeout passed: always
         :class:`RequestTimedOut`, whatever its last attempt failed with (its
-        cause), saying how long it waited for a leader if it does."""
+        cause), saying how long no leader was known if it waits for one."""
         last, since = self.last_error, self.leaderless
         error = RequestTimedOut(
             f"{self.tp}: {len(self.records)} record(s) not delivered within "
@@ -339,7 +349,8 @@ class Queue:
         # not failing), and how often it failed since it started failing.
         self.failing: Wave | None = None
         self.failures = 0
-        # Since when no leader is known for it, none of its batches sent since.
+        # Since when no leader is known for it (None: one is): set by the first
+        # metadata refresh or drain finding none, cleared by one finding a leader.
         self.leaderless: float | None = None
 
     def sent(self, batch: Batch) -> None:
@@ -348,15 +359,24 @@ class Queue:
         self.sending = batch
         self.leaderless = batch.leaderless = None
 
+    def leader(self, leader: int, now: float) -> None:
+        """A metadata refresh at ``now`` names ``leader`` as the partition's
+        (-1: none): since when none is known, whether or not records wait."""
+        if leader >= 0:
+            self.leaderless = None
+            if self.retry is not None:  # (it is sent once its backoff ends)
+                self.retry.leaderless = None
+        elif self.leaderless is None:
+            self.leaderless = now
+
     def no_leader(self, batch: Batch, error: BaseException, now: float) -> None:
         """``batch`` found no leader known at ``now`` (``error`` says why): it
-        waits for one, as its records did since they were sent or, if later,
-        since the partition has none known."""
+        waits for one, as the partition did since none is known (its records
+        may have been sent before: the time is the partition's, not theirs)."""
         batch.last_error = error
         if self.leaderless is None:
             self.leaderless = now
-        if batch.leaderless is None:
-            batch.leaderless = max(batch.created, self.leaderless)
+        batch.leaderless = self.leaderless
 
     def idle(self) -> bool:
         """Nothing of the partition is left to send: queued, waiting for a retry,
@@ -415,12 +435,12 @@ class Queue:
         ahead = self.retry or self.sending  # what held them up, if known
         last = None if ahead is None else ahead.last_error
         why = " (the partition's previous batch is still unanswered)" if self.in_flight else ""
-        if self.leaderless is not None and not self.in_flight and expired:  # (behind a batch)
-            since = max(self.leaderless, min(p.created for p in expired))
-            why = f": no leader known for {now - since:.1f} s"
+        if self.leaderless is not None and not self.in_flight and expired:  # (unsent)
+            why = f": no leader known for {now - self.leaderless:.1f} s"
             why += "" if last is None else f" (last error: {type(last).__name__}: {last})"
         error = RequestTimedOut(
-            f"{self.tp}: {len(expired)} record(s) not sent within delivery_timeout={timeout} s{why}"
+            f"{self.tp}: {len(expired)} record(s) not delivered within delivery_timeout={timeout} s"
+            + why
         )
         error.__cause__ = last
         return expired, error

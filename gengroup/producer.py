@@ -57,8 +57,8 @@ Records whose leader is unknown wait for the metadata task
 (``_producer_metadata.py``), which refreshes the producer's topics on demand
 and every ``metadata_max_age``, at least a ``retry_backoff`` apart, growing
 with jitter while a refresh leaves a partition without a leader; their
-``RequestTimedOut`` says how long none was known, and the log says such
-partitions once, not per batch (``Failures.no_leader``).
+``RequestTimedOut`` says how long none was known (``Queue.leader``), the log
+says such partitions once, not per batch (``Failures.no_leader``).
 
 Null-key records use the *sticky* strategy by default (KIP-480): every null-key
 record of a topic goes to one randomly chosen partition with a leader until a
@@ -218,7 +218,7 @@ class Producer:
         self._failures = Failures(cfg.retry_backoff, 1.2 * max(cfg.retry_backoff, DEFAULT_CAP))
         self._buffer = BufferPool(cfg.buffer_bytes)
         self._wakeup = anyio.Event()
-        self._metadata = ProducerMetadata(self.cluster, cfg, self._wake)
+        self._metadata = ProducerMetadata(self.cluster, cfg, self._refreshed)
         self._keyless = KeylessPartitioner(cfg.partitioner)
         self._idem = Sequencer(cfg.retry_backoff) if cfg.idempotent else None
         self._asking_id = False  # an InitProducerId task runs
@@ -628,6 +628,13 @@ class Producer:
     def _wake(self) -> None:
         self._wakeup.set()
 
+    def _refreshed(self) -> None:
+        """A background metadata refresh: since when each partition has no leader, and a drain."""
+        now = anyio.current_time()
+        for queue in self._queues.values():
+            queue.leader(self.cluster.leader_for(queue.tp), now)
+        self._wakeup.set()
+
     async def _sender_loop(self) -> None:
         assert self._tg is not None
         while True:
@@ -839,16 +846,9 @@ class Producer:
         self, pending: Pending, result: RecordMetadata | None, error: BaseException | None
     ) -> None:
         """Give ``pending`` its outcome; the caller then calls :meth:`_freed`."""
-        if pending.done:
-            return
-        pending.result = result
-        pending.error = error
-        pending.done = True
-        if pending.waiters is not None:
-            for waiter in pending.waiters:
-                waiter.one_done()
-        self._outstanding.discard(pending)
-        self._buffer.release(pending.size)
+        if pending.settle(result, error):
+            self._outstanding.discard(pending)
+            self._buffer.release(pending.size)
 
     def _freed(self) -> None:
         """Wake the ``send`` calls waiting for room in the buffer (once per batch)."""

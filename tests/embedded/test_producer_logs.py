@@ -1868,8 +1868,8 @@ async def test_records_expiring_without_a_leader_are_one_warning_then_an_all_cle
     record each at 0, 10, 40 and 70 s, each expiring unsent: one WARNING when
     the first expire, naming the partitions and why, none per batch after it;
     each send raises RequestTimedOut naming its partition and how long no
-    leader was known. The records after the broker is back are written, and
-    said so (an INFO)."""
+    leader was known: since the start, not since the record was sent. The
+    records after the broker is back are written, and said so (an INFO)."""
     sends = [(when, p) for when in (0, 10, 40, 70) for p in range(3)]
     lines, outcomes = await _without_a_leader(sends, back_at=110, written_at=115)
     assert len(outcomes) == 15, outcomes
@@ -1879,7 +1879,7 @@ async def test_records_expiring_without_a_leader_are_one_warning_then_an_all_cle
             said = str(error)
             assert said.startswith(  # (also the records queued behind an earlier batch)
                 f"t[{p}]: 1 record(s) not delivered within delivery_timeout=30 s: "
-                "no leader known for 30.0 s (last error: "
+                f"no leader known for {when + 30:.1f} s (last error: "
             ), said
             assert "LEADER_NOT_AVAILABLE" in said, said
         else:
@@ -1967,11 +1967,16 @@ async def test_a_partition_dropped_from_a_held_all_clear_as_it_loses_its_leader_
         for at, level, line in timed.lines
         if line.startswith("producer: ") and name in line.split(" failing")[0]
     ]
+    # None known since broker 0 stopped (the refresh after 55 s), before the record at 60 s.
+    known = [
+        float(n) for _, _, line in said for n in re.findall(r"none known for ([0-9.]+) s", line)
+    ]
+    assert len(known) == 1 and 34.0 <= known[0] <= 35.0, said
     assert [(at, level, line) for at, level, line in said if at >= 50] == [
         (
             90,
             logging.WARNING,
-            f"producer: gave up on {name} waiting for a leader: none known for 30.0 s ("
+            f"producer: gave up on {name} waiting for a leader: none known for {known[0]:.1f} s ("
             f"StaleMetadataError: LEADER_NOT_AVAILABLE (5): no leader known for {name}); "
             "their records failed, each send raising its error (RequestTimedOut)",
         ),
@@ -2136,7 +2141,12 @@ async def test_records_queued_behind_a_batch_waiting_for_a_leader_say_so_as_they
     assert all(isinstance(error, RequestTimedOut) for error in outcomes), outcomes
     for error in outcomes:
         assert isinstance(error, BaseException)
-        assert "t[0]: " in str(error) and ": no leader known for 30.0 s" in str(error), error
+        said = str(error)  # (those queued behind the batch too: docs/failures.md says so)
+        assert re.match(
+            r"t\[0\]: \d+ record\(s\) not delivered within delivery_timeout=30 s: "
+            r"no leader known for 30\.0 s \(last error: ",
+            said,
+        ), said
         chain, cause = [], error.__cause__
         while cause is not None:
             chain.append(str(cause))
@@ -2146,3 +2156,128 @@ async def test_records_queued_behind_a_batch_waiting_for_a_leader_say_so_as_they
     assert [said.split(": none")[0] for said in warnings] == [
         "producer: gave up on t[0] waiting for a leader"
     ], warnings
+
+
+async def test_a_crashed_leader_of_a_partition_sent_to_now_and_then_is_one_warning_for_no_leader(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A partition with one replica, its leader (broker 0) known to the producer,
+    which crashes at 5 s; a record every 40 s from 10 s. The first fails to
+    connect (its WARNING) and gives up at 40 s while it waits for a leader (the
+    wave's gave-up WARNING); the next records expiring so (80 s, 120 s) are the
+    same state, not a WARNING of their own. Broker 0 back at 125 s, the record
+    at 130 s is written: an INFO says so."""
+    with _timed() as timed:
+        async with FakeCluster(brokers=2) as fake:
+            fake.state.create_topic("t", 1, 1, assignments=[[0]])
+            async with Producer(
+                fake.bootstrap, retry_backoff=0.1, delivery_timeout=30, idempotence=False
+            ) as producer:
+                await producer.send("t", b"w", partition=0)
+                timed.lines.clear()
+                start = trio.current_time()
+                outcomes: dict[float, BaseException | None] = {}
+
+                async def send_at(when: float) -> None:
+                    await trio.sleep_until(start + when)
+                    try:
+                        await producer.send("t", b"x", partition=0)
+                    except RequestTimedOut as exc:
+                        outcomes[when] = exc
+                    else:
+                        outcomes[when] = None
+
+                async def stop_then_start() -> None:
+                    await trio.sleep_until(start + 5)
+                    await fake.stop_broker(0)
+                    await trio.sleep_until(start + 125)
+                    await fake.start_broker(0)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(stop_then_start)
+                    for when in (10, 50, 90, 130):
+                        nursery.start_soon(send_at, when)
+    assert sorted(outcomes) == [10, 50, 90, 130], outcomes
+    assert [when for when, error in outcomes.items() if error is None] == [130], outcomes
+    said = [
+        (round(at - start), level, re.split(r", (?:retrying|after) |: none", line)[0])
+        for at, level, line in timed.lines
+        if line.startswith("producer: ") and level >= logging.INFO
+    ]
+    assert said == [
+        (10, logging.WARNING, "producer: Produce to t[0] on broker 0 failing (1 attempt(s))"),
+        (40, logging.WARNING, "producer: gave up on t[0] failing since Produce to broker 0 failed"),
+        (
+            pytest.approx(130, abs=2),
+            logging.INFO,
+            "producer: t[0] written again on broker 0 since its records gave up waiting for a "
+            "leader",
+        ),
+    ], timed.lines
+
+
+async def test_records_sent_before_their_leader_is_lost_say_how_long_none_was_known(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A partition with one replica on broker 0, down from the start: the record
+    at 0 s expires at 30 s, none known for 30 s. Broker 0 is back at 40 s (a
+    metadata refresh finds its leader, nothing sent), stops again at 105 s: the
+    record sent at 100 s (lingering until 110 s) expires at 130 s saying no
+    leader was known since the refresh found none (at most 1 s after 105 s),
+    not since its send call, nor since the first outage."""
+    outcomes: dict[float, BaseException | None] = {}
+    async with FakeCluster(brokers=2) as fake:
+        fake.state.create_topic("t", 1, 1, assignments=[[0]])
+        await fake.stop_broker(0)
+        async with Producer(
+            fake.bootstrap, retry_backoff=0.1, delivery_timeout=30, linger=10, metadata_max_age=1
+        ) as producer:
+            start = trio.current_time()
+
+            async def send_at(when: float) -> None:
+                await trio.sleep_until(start + when)
+                try:
+                    await producer.send("t", b"x", partition=0)
+                except RequestTimedOut as exc:
+                    outcomes[when] = exc
+                else:
+                    outcomes[when] = None
+
+            async def start_then_stop() -> None:
+                await trio.sleep_until(start + 40)
+                await fake.start_broker(0)
+                await trio.sleep_until(start + 105)
+                await fake.stop_broker(0)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(start_then_stop)
+                for when in (0, 100):
+                    nursery.start_soon(send_at, when)
+    waited = {}
+    for when, error in outcomes.items():
+        found = re.search(r"no leader known for ([0-9.]+) s", str(error))
+        assert found is not None, (when, error)
+        waited[when] = float(found.group(1))
+    assert 29.0 <= waited[0] <= 30.0, outcomes  # (from the first refresh: lingering till 10 s)
+    assert 23.9 <= waited[100] <= 25.0, outcomes
+
+
+def test_records_expiring_without_a_leader_five_minutes_after_the_last_are_a_warning_again() -> (
+    None
+):
+    """t[0]'s records expire without a leader at 30 s (a WARNING), at 100 s
+    (DEBUG: still without one) and at 500 s, more than five minutes after the
+    last did so: a WARNING again."""
+    failures = Failures(hold=0.1, settle=1.2)
+    t0 = _StubQueue(TopicPartition("t", 0))
+    no_leader = RequestTimedOut("t[0]: no leader known for 30.0 s")
+    with _capture() as logged:
+        logging.getLogger("gengroup").setLevel(logging.DEBUG)
+        for now in (30.0, 100.0, 500.0):
+            failures.no_leader(t0, no_leader, now, now)
+            failures.report(now)
+    assert [(level, said.split(": none")[0].split(":")[0:2]) for level, said in logged] == [
+        (logging.WARNING, ["producer", " gave up on t[0] waiting for a leader"]),
+        (logging.DEBUG, ["producer", " t[0] still without a leader"]),
+        (logging.WARNING, ["producer", " gave up on t[0] waiting for a leader"]),
+    ], logged
