@@ -49,6 +49,13 @@ assignment. Closing leaves with epoch -1, or -2 for a static member
 (``group_instance_id``), whose partitions the coordinator then keeps for the
 session timeout.
 
+The coordinator fences a member that has not acknowledged a revocation
+within its ``rebalance_timeout``. Forming the revoking generation needs an
+OffsetFetch the coordinator may refuse (loading) for longer; so at the first
+failed attempt the revoked spans are released at once, and acknowledged once
+their tasks returned and their marks were committed, or taken over by the
+generation if it forms first (:mod:`~gengroup.consumer.early_revocation`).
+
 A fenced member revokes every span without committing (the generation's
 end does it, or, if the member was fenced between generations, the next
 :meth:`~ConsumerProtocolMember.form_generation`) and rejoins only after
@@ -66,6 +73,7 @@ from functools import partial
 from typing import Any
 
 import anyio
+import anyio.abc
 from kio.schema.errors import ErrorCode
 
 from .._errors import (
@@ -86,9 +94,10 @@ from ..membership.member import Outcome, outcome_for
 from ..protocol.versions import ApiKey
 from .cadence import FIRST_EARLY_BEAT, beat_period, until_grid
 from .commits import TopicIds
+from .early_revocation import EarlyRevocation
 from .forming import Formed, GroupClient, generation_identity
-from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
-from .ownership import kept_partitions
+from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings
+from .ownership import Ownership, kept_partitions
 
 __all__ = ["ConsumerProtocolMember"]
 
@@ -171,7 +180,7 @@ class ConsumerProtocolMember:
             generation formed before the newest fencing are refused locally.
     """
 
-    def __init__(self, client: GroupClient, ownership: SpanHost | None = None) -> None:
+    def __init__(self, client: GroupClient, ownership: Ownership | None = None) -> None:
         self.client = client
         self.ownership = ownership
         self.config = client.config
@@ -193,6 +202,10 @@ class ConsumerProtocolMember:
         self._revoke_asked_at: float | None = None
         self._current: Generation | None = None
         self._current_incarnation = -1
+        #: Revocations begun before the generation revoking them formed, and
+        #: the task group beside the run loop they run in (early_revocation.py).
+        self._early: list[EarlyRevocation] = []
+        self._tg: anyio.abc.TaskGroup | None = None
         self._changed = anyio.Event()
         #: Set once the spans of the newest fenced incarnation were revoked.
         self._dropped = anyio.Event()
@@ -216,6 +229,7 @@ class ConsumerProtocolMember:
         error: Exception | None = None
         try:
             async with anyio.create_task_group() as tg:
+                self._tg = tg
                 tg.start_soon(
                     self._heartbeat_loop, name=f"gengroup-heartbeat-{self.config.group_id}"
                 )
@@ -285,8 +299,12 @@ class ConsumerProtocolMember:
                 continue
             incarnation, epoch = self.incarnation, self.epoch
             owned = frozenset(own.owned) if own is not None else frozenset()
+            early = frozenset().union(*(e.partitions for e in self._early))
+            unacknowledged = frozenset().union(
+                *(e.partitions for e in self._early if not e.acknowledged)
+            )
             # Partitions being revoked stay reported until their spans are revoked.
-            self._owned = target | owned
+            self._owned = target | owned | unacknowledged
             self._wake.set()
             timings.join = anyio.current_time() - t0
             t1 = anyio.current_time()
@@ -310,6 +328,8 @@ class ConsumerProtocolMember:
                         "group %s: fetching start offsets failed (%s); again", cfg.group_id, exc
                     )
                 self.client.forget_coordinator()
+                if own is not None and (revoking := owned - target - early):
+                    self._revoke_early(own, revoking, incarnation, exc)
                 await backoff.sleep()
                 continue
             timings.offset_fetch = anyio.current_time() - t1
@@ -331,31 +351,94 @@ class ConsumerProtocolMember:
                 kept = kept_partitions(owned, own, self._target_ids)
                 gen.added = target - kept
                 gen.retained = target & kept
-                gen.revoked = owned - target
+                gen.revoked = (owned | early) - target
                 gen._spans = own.spans
                 gen._span_host = own
                 gen.know_spans()
-                formed.acknowledge = partial(self._acknowledge, gen, incarnation)
+                for revocation in self._early:
+                    if not revocation.acknowledged:
+                        revocation.hand_to(gen)  # gen commits their marks, then acknowledges
+                said = early - unacknowledged  # acknowledged already
+                self._early = []
+                formed.acknowledge = partial(self._acknowledge, gen, incarnation, said)
             formed.revoke_deadline = self.revoke_deadline
             return formed
         return None
 
-    def _acknowledge(self, gen: Generation, incarnation: int) -> None:
-        """``gen``'s revoked partitions were released: stop reporting them."""
+    def _acknowledge(
+        self, gen: Generation, incarnation: int, said: frozenset[TopicPartition] = frozenset()
+    ) -> None:
+        """``gen``'s revoked partitions were released: stop reporting them
+        (``said``: those acknowledged before ``gen`` formed)."""
         if incarnation != self.incarnation:
             return  # fenced meanwhile: it owns nothing
         self._owned = frozenset(gen.assignments)
         if not self._owned - (self._target or frozenset()):
             self._revoke_asked_at = None
-        if gen.revoked:
+        if gen.revoked - said:
             log.info(
                 "group %s member %s: revoked [%s] at epoch %d; acknowledging",
                 self.config.group_id,
                 self.member_id,
-                show_partitions(gen.revoked),
+                show_partitions(gen.revoked - said),
                 self.epoch,
             )
             self._wake.set()
+
+    def _revoke_early(
+        self,
+        own: Ownership,
+        partitions: frozenset[TopicPartition],
+        incarnation: int,
+        why: BaseException,
+    ) -> None:
+        """Forming the generation that revokes ``partitions`` failed (``why``): release
+        them now, acknowledging once their tasks returned (early_revocation.py)."""
+        held_by = self._current
+        fenced = incarnation != self.incarnation or self._current_incarnation != incarnation
+        if self._tg is None or held_by is None or fenced:
+            return  # (a fenced member drops every span)
+        log.info(
+            "group %s member %s: forming the generation that revokes [%s] failed (%s): "
+            "their tasks are cancelled now",
+            self.config.group_id,
+            self.member_id,
+            show_partitions(partitions),
+            why,
+        )
+        revocation = EarlyRevocation.release(
+            own, partitions, held_by, incarnation, why=f"revoked at member epoch {self.epoch}"
+        )
+        self._early.append(revocation)
+        self._tg.start_soon(
+            revocation.run,
+            own,
+            self.config,
+            self.revoke_deadline,
+            self._acknowledge_early,
+            name=f"gengroup-revoke-{self.config.group_id}",
+        )
+
+    def _acknowledge_early(self, revocation: EarlyRevocation) -> bool:
+        """``revocation``'s tasks returned and its marks were committed (or dropped):
+        stop reporting its partitions. False if the member was fenced since."""
+        if revocation.incarnation != self.incarnation or revocation not in self._early:
+            return False
+        revocation.acknowledged = True
+        target = self._target or frozenset()
+        self._owned -= revocation.partitions - target
+        if not self._owned - target:
+            self._revoke_asked_at = None
+        log.info(
+            "group %s member %s: revoked [%s] at epoch %d, before the generation revoking "
+            "them formed; acknowledging",
+            self.config.group_id,
+            self.member_id,
+            show_partitions(revocation.partitions),
+            self.epoch,
+        )
+        self._wake.set()
+        return True
 
     def revoke_deadline(self) -> float | None:
         """When a commit of partitions being revoked must give up (``anyio.current_time()``
@@ -757,6 +840,9 @@ class ConsumerProtocolMember:
         self._target_ids = {}
         self._owned = frozenset()
         self._revoke_asked_at = None
+        for revocation in self._early:
+            revocation.scope.cancel()  # nothing acknowledged nor said: the spans are lost
+        self._early = []
         self._dropped = anyio.Event()
         gen = self._current
         if gen is not None:

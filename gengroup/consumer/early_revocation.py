@@ -1,0 +1,180 @@
+"""A revocation begun before the generation revoking it formed (the consumer protocol).
+
+Theory of operation:
+
+Under the consumer protocol (KIP-848) the coordinator fences a member that
+has not acknowledged a revocation (a heartbeat no longer naming the
+partitions) within its ``rebalance_timeout``. The generation that revokes
+them forms only once the coordinator answered OffsetFetch for the
+partitions it keeps or adds; one that refuses it (loading) for longer would
+get the member fenced, and its retained partitions' workers restarted.
+
+So at the first failed attempt to form that generation
+(:meth:`~gengroup.consumer.consumer_protocol.ConsumerProtocolMember.form_generation`)
+the member releases the revoked spans at once (they are revoked whatever
+happens): an :class:`EarlyRevocation` cancels their tasks, and its
+:meth:`~EarlyRevocation.run`, beside the member's heartbeat, waits for them
+to return, commits the marks they made (under the member's newest epoch,
+through the ended generation that held them, its retriable refusals retried
+until the revocation's deadline), then acknowledges: the heartbeat reported
+the partitions as owned until then. Marks left unstored by the deadline are
+dropped and named in one WARNING: the partitions' new owner processes their
+records again. The member may have been fenced meanwhile (a task that took
+longer than ``rebalance_timeout`` to return): then nothing is acknowledged
+nor said, and the fencing revokes what is left. The retained partitions'
+workers run on throughout.
+
+If the generation forms first, it takes the revocation over
+(:meth:`EarlyRevocation.hand_to`): it holds the spans (their tasks are
+awaited under the teardown watchdog, timed from their cancellation) and
+commits their marks with its own before acknowledging, as it does for the
+spans it revokes itself (``running.py``). Either way the generation names
+the partitions in ``revoked``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+import anyio
+
+from .._config import GroupConfig
+from .._errors import BrokerError, KafkaConnectionError, ProtocolError, RequestTimedOut
+from .._types import TopicPartition, show_partitions
+from .generation import Generation, Span
+from .ownership import Ownership
+
+__all__ = ["EarlyRevocation"]
+
+log = logging.getLogger("gengroup")
+
+
+@dataclass(eq=False)
+class EarlyRevocation:
+    """Partitions revoked before the generation revoking them formed.
+
+    Attributes:
+        partitions: the partitions revoked.
+        held_by: the ended generation that held their spans (its committer
+            sends under the member's newest epoch).
+        incarnation: the member's incarnation when they were released.
+        spans: their spans, closed (their tasks cancelled) when released.
+        acknowledged: the heartbeat no longer reports them.
+    """
+
+    partitions: frozenset[TopicPartition]
+    held_by: Generation
+    incarnation: int
+    spans: list[Span] = field(default_factory=list)
+    acknowledged: bool = False
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+
+    @classmethod
+    def release(
+        cls,
+        own: Ownership,
+        partitions: frozenset[TopicPartition],
+        held_by: Generation,
+        incarnation: int,
+        why: str,
+    ) -> EarlyRevocation:
+        """Close the spans of ``partitions`` now (cancelling their tasks)."""
+        spans = own.release(sorted(partitions), why=why)
+        return cls(partitions, held_by, incarnation, spans)
+
+    def hand_to(self, gen: Generation) -> None:
+        """``gen``, the generation revoking the partitions, formed before the
+        revocation was acknowledged: it holds their spans from here (their
+        marks, and those made as their tasks return, go into its commit)."""
+        self.scope.cancel()
+        for span in self.spans:
+            if span.gen is not gen:
+                span.hand_to(gen)
+
+    async def run(
+        self,
+        own: Ownership,
+        config: GroupConfig,
+        deadline: Callable[[], float | None],
+        acknowledge: Callable[[EarlyRevocation], bool],
+    ) -> None:
+        """Wait for the spans' tasks, commit their marks by ``deadline()``, acknowledge.
+
+        ``acknowledge`` returns False if the member was fenced since (then
+        nothing is said).
+        """
+        gen = self.held_by
+        with self.scope:
+            for span in self.spans:
+                await span.idle.wait()
+            marks: dict[TopicPartition, int] = {}
+            for span in self.spans:
+                tp = span.tp
+                if span.gen is not gen:
+                    span.hand_to(gen)
+                marks[tp] = max(span.pending, gen._marks.get(tp, -1))
+                if marks[tp] > gen._marks.get(tp, -1):
+                    gen._marks[tp] = marks[tp]
+                span.pending = -1
+                if own.spans.get(tp) is span:
+                    del own.spans[tp]  # its tasks returned: the partition is free
+            failure = await self._commit(marks, config, deadline)
+            unstored = sorted(
+                tp
+                for tp in marks
+                if max(gen._marks.get(tp, -1), gen._start_marks.get(tp, -1))
+                > gen._committed.get(tp, -1)
+            )
+            # Acknowledged, another member may own them: nothing commits them from here.
+            gen._released = gen._released | self.partitions
+            for tp in self.partitions:
+                gen._marks.pop(tp, None)
+                gen._start_marks.pop(tp, None)
+            if not acknowledge(self):
+                return  # fenced meanwhile: the fencing said it
+            if failure is not None and unstored:
+                log.warning(
+                    "group %s member %s: commit of revoked [%s] failed before the generation "
+                    "revoking them formed: %s; their marks are dropped (their new owner "
+                    "processes their records since the last commit again)",
+                    gen.group_id,
+                    gen.member_id,
+                    show_partitions(unstored),
+                    failure,
+                )
+
+    async def _commit(
+        self,
+        marks: dict[TopicPartition, int],
+        config: GroupConfig,
+        deadline: Callable[[], float | None],
+    ) -> BaseException | None:
+        """Commit ``marks`` (those not stored yet) until ``deadline()``; why it failed, or None."""
+        gen = self.held_by
+        # As marks: the generation's commit adds their start marks (consumer/recordless.py).
+        due = {
+            tp: m
+            for tp, m in marks.items()
+            if max(m, gen._start_marks.get(tp, -1)) > gen._committed.get(tp, -1)
+        }
+        if not due:
+            return None
+        by = deadline()
+        left = config.request_timeout if by is None else by - anyio.current_time()
+        left = min(left, config.request_timeout)
+        if left < gen._retry_backoff:
+            return RequestTimedOut(
+                f"commit of group {gen.group_id} member {gen.member_id}: {max(left, 0.0):.3f} s "
+                f"were left before the coordinator's rebalance_timeout="
+                f"{config.rebalance_timeout} s for the revocation runs out, too little to "
+                "send the revoked marks"
+            )
+        what = f"commit of revoked [{show_partitions(due)}] of group {gen.group_id}"
+        try:
+            await gen._retried(partial(gen._commit, due, None, forwarded=True), what, timeout=left)
+        except (BrokerError, KafkaConnectionError, ProtocolError, TimeoutError) as exc:
+            return exc
+        return None

@@ -1,0 +1,246 @@
+"""A revocation whose generation cannot form: the coordinator refuses OffsetFetch.
+
+Under the consumer protocol the coordinator fences a member that has not
+acknowledged a revocation within its rebalance_timeout (10 s here). The
+generation that revokes partitions forms once OffsetFetch of the partitions
+it keeps answered; the coordinator refusing it (loading) for longer must not
+get the member fenced: at the first refusal the revoked partitions' tasks are
+cancelled, their marks (made as they return) committed, and the revocation
+acknowledged, while the retained partitions' workers run on
+(gengroup/consumer/early_revocation.py).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import anyio.abc
+import pytest
+import trio.testing
+from kio.schema.errors import ErrorCode
+
+from gengroup import Generation, TopicPartition
+from gengroup._types import show_partitions
+from gengroup.broker import Fail, FakeCluster, Intercepted
+from gengroup.protocol.records import NewRecord
+from gengroup.protocol.versions import ApiKey
+
+from .helpers import all_partitions, wait_until
+from .test_span_commits import cluster_for, member
+
+EVERY = frozenset(all_partitions("t", 4))
+
+
+class FlushingMember:
+    """Member "a" of a consumer-protocol group; "b" joins to take two of its four
+    partitions. a's partition workers mark what they processed only as they return;
+    the first two to return once b was started (the revoked ones) flush for
+    :attr:`flush` seconds (shielded) first. The
+    coordinator refuses a's OffsetFetch while :attr:`refusing_fetch`, its OffsetCommit
+    while :attr:`refusing_commit` (COORDINATOR_LOAD_IN_PROGRESS)."""
+
+    def __init__(self, cluster: FakeCluster, flush: float) -> None:
+        self.cluster = cluster
+        self.flush = flush
+        self.joined = False
+        self.refusing_fetch = False
+        self.refusing_commit = False
+        self.handed_out: list[Generation] = []
+        self.started: dict[TopicPartition, int] = dict.fromkeys(EVERY, 0)
+        self.processed: dict[TopicPartition, int] = {}
+        #: When each revoked worker returned, having marked what it processed.
+        self.returned: dict[TopicPartition, float] = {}
+        #: a's commits the coordinator took and its heartbeats, in the order the
+        #: coordinator got them: when, and the partitions committed (or named as owned).
+        self.commits: list[tuple[float, frozenset[int]]] = []
+        self.beats: list[tuple[float, frozenset[int]]] = []
+        self.requests: list[tuple[str, frozenset[int]]] = []
+        cluster.control(ApiKey.OFFSET_COMMIT, self._commit)
+        cluster.control(ApiKey.OFFSET_FETCH, self._fetch)
+        cluster.control(ApiKey.CONSUMER_GROUP_HEARTBEAT, self._beat)
+        for p in range(4):
+            cluster.produce("t", [NewRecord(None, b"x", (), 0)] * 10, partition=p)
+
+    def _commit(self, req: Intercepted) -> Fail | None:
+        if req.client_id != "a":
+            return None
+        if self.refusing_commit:
+            return Fail(ErrorCode.coordinator_load_in_progress)
+        parts = frozenset(p.partition_index for t in req.request.topics for p in t.partitions)
+        self.commits.append((anyio.current_time(), parts))
+        self.requests.append(("commit", parts))
+        return None
+
+    def _fetch(self, req: Intercepted) -> Fail | None:
+        if req.client_id == "a" and self.refusing_fetch:
+            return Fail(ErrorCode.coordinator_load_in_progress)
+        return None
+
+    def _beat(self, req: Intercepted) -> None:
+        if req.client_id == "a" and req.request.member_epoch > 0:
+            owned = req.request.topic_partitions or ()
+            parts = frozenset(p for t in owned for p in t.partitions)
+            self.beats.append((anyio.current_time(), parts))
+            self.requests.append(("beat", parts))
+
+    async def worker(self, gen: Generation, tp: TopicPartition) -> None:
+        self.started[tp] += 1
+        try:
+            async for batch in gen.fetch(tp):
+                self.processed[tp] = batch.next_offset
+        finally:
+            if self.joined and len(self.returned) < 2:
+                self.returned[tp] = -1.0
+                with anyio.CancelScope(shield=True):
+                    await anyio.sleep(self.flush)
+                    if tp in self.processed:
+                        gen.mark(tp, self.processed[tp])
+                    self.returned[tp] = anyio.current_time()
+
+    async def run(self, name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        async with member(self.cluster, "consumer", name) as group:
+            task_status.started()
+            async for gen in group:
+                if name != "a":
+                    continue
+                self.handed_out.append(gen)
+                for tp in gen.added:
+                    gen.start_soon(self.worker, gen, tp, name=f"a {tp}", partition=tp)
+
+    async def revoking_while_refused(self, tg: anyio.abc.TaskGroup) -> None:
+        """Start a, let it process everything, then refuse its OffsetFetch and start b."""
+        await tg.start(self.run, "a")
+        await wait_until(lambda: self.processed == dict.fromkeys(EVERY, 10), "a's batches", 60)
+        self.refusing_fetch = True
+        self.joined = True
+        await tg.start(self.run, "b")
+
+    def revoked_returned(self) -> bool:
+        return len(self.returned) == 2 and min(self.returned.values()) >= 0
+
+    def committed_before_acknowledged(self, revoked: set[TopicPartition]) -> bool:
+        """Whether a commit naming ``revoked`` came before a's first heartbeat that
+        named none of them, having named them (the acknowledgement)."""
+        ids = {tp.partition for tp in revoked}
+        named = next(i for i, (what, p) in enumerate(self.requests) if what == "beat" and p & ids)
+        acknowledged = next(
+            i
+            for i, (what, parts) in enumerate(self.requests)
+            if i > named and what == "beat" and not parts & ids
+        )
+        return any(what == "commit" and p & ids for what, p in self.requests[:acknowledged])
+
+
+@pytest.mark.parametrize("flush", [0.0, 2.0])
+@pytest.mark.parametrize("stored", [True, False])
+async def test_a_revocation_whose_offset_fetch_is_refused_is_acknowledged_in_time(
+    flush: float,
+    stored: bool,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """OffsetFetch is refused for 15 s, past rebalance_timeout, as a forms the
+    generation that revokes two of its partitions. Their workers are cancelled at
+    the first refusal; as they return (after a flush of ``flush`` s) they mark what
+    they processed, and those marks are committed before the revocation is
+    acknowledged, in time: a is not fenced and its retained workers never restart.
+    With commits refused too (``stored`` False), the marks are named in one WARNING,
+    and no later commit names the revoked partitions."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+        a = FlushingMember(cluster, flush)
+        a.refusing_commit = not stored
+        await a.revoking_while_refused(tg)
+        asked = len(a.handed_out)
+        await wait_until(a.revoked_returned, "the revoked workers' return", 60)
+        revoked = set(a.returned)
+        await anyio.sleep(15)  # past the deadline: a fenced member would have been by now
+        assert len(a.handed_out) == asked  # no generation formed meanwhile
+        a.refusing_fetch = a.refusing_commit = False
+        lifted = anyio.current_time()
+        await wait_until(lambda: len(a.handed_out) > asked, "a's next generation", 60)
+        await anyio.sleep(2)
+        tg.cancel_scope.cancel()
+    assert not [r for r in caplog.records if "fenced" in r.getMessage()]
+    assert all(a.started[tp] == 1 for tp in EVERY), a.started
+    (kept,) = a.handed_out[asked:]
+    assert kept.revoked == revoked and set(kept.assignments) == EVERY - revoked
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    ids = {tp.partition for tp in revoked}
+    committed = cluster.committed_offsets("g")
+    if stored:
+        assert {tp: committed.get(tp) for tp in revoked} == dict.fromkeys(revoked, 10)
+        (at,) = [at for at, parts in a.commits if parts & ids]
+        assert at >= max(a.returned[tp] for tp in revoked)
+        assert a.committed_before_acknowledged(revoked), a.requests
+        assert not warnings, warnings
+    else:
+        assert not set(committed) & revoked
+        (said,) = warnings
+        assert f"commit of revoked [{show_partitions(revoked)}] failed" in said, said
+        assert "marks are dropped" in said, said
+        assert not [parts for at, parts in a.commits if at >= lifted and parts & ids]
+
+
+async def test_a_revoked_task_outliving_rebalance_timeout_gets_the_member_fenced_quietly(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As above, but the revoked workers flush for 12 s, past rebalance_timeout: the
+    revocation cannot be acknowledged in time and the coordinator fences a. Nothing
+    is said of the marks they make as they return (the fencing lost them; no commit
+    of a names them), and, cancelled at the first refusal, they return before the
+    fenced member's wait for them ends: no task is abandoned."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+        a = FlushingMember(cluster, 12.0)
+        await a.revoking_while_refused(tg)
+        await anyio.sleep(25)  # fenced at 10 s; the revoked workers return at 12 s
+        returned = a.revoked_returned()
+        fenced = len(a.handed_out)
+        a.refusing_fetch = False
+        await wait_until(lambda: len(a.handed_out) > fenced, "a's generation once fenced", 60)
+        await anyio.sleep(2)
+        tg.cancel_scope.cancel()
+    assert [r for r in caplog.records if "fenced" in r.getMessage()]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not warnings, warnings
+    assert returned, a.returned
+    revoked = set(a.returned)
+    ids = {tp.partition for tp in revoked}
+    assert not [parts for _, parts in a.commits if parts & ids]
+    assert not set(cluster.committed_offsets("g")) & revoked
+
+
+async def test_a_generation_formed_while_the_revoked_tasks_return_takes_the_revocation_over(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """OffsetFetch is refused for 4 s and the revoked workers flush for 7 s: the
+    revoking generation forms while they return (cancelled at the first refusal,
+    they would return past rebalance_timeout if cancelled only then). It holds
+    them, commits the marks they make as they return, then acknowledges: a is not
+    fenced, its retained workers never restart, nothing is lost."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+        a = FlushingMember(cluster, 7.0)
+        await a.revoking_while_refused(tg)
+        asked = len(a.handed_out)
+        await anyio.sleep(4)
+        a.refusing_fetch = False
+        await wait_until(lambda: len(a.handed_out) > asked, "a's next generation", 60)
+        await anyio.sleep(2)
+        tg.cancel_scope.cancel()
+    assert not [r for r in caplog.records if "fenced" in r.getMessage()]
+    assert all(a.started[tp] == 1 for tp in EVERY), a.started
+    assert a.revoked_returned()
+    revoked = set(a.returned)
+    (kept,) = a.handed_out[asked:]
+    assert kept.revoked == revoked and set(kept.assignments) == EVERY - revoked
+    committed = cluster.committed_offsets("g")
+    assert {tp: committed.get(tp) for tp in revoked} == dict.fromkeys(revoked, 10)
+    assert a.committed_before_acknowledged(revoked), a.requests
+    said = [r.getMessage() for r in caplog.records if "; acknowledging" in r.getMessage()]
+    (by_kept,) = said  # by the generation, not before it formed
+    assert f"{kept.member_id}: revoked" in by_kept and "before" not in by_kept, by_kept
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not warnings, warnings
