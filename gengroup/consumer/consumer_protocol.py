@@ -398,17 +398,7 @@ class ConsumerProtocolMember:
         fenced = incarnation != self.incarnation or self._current_incarnation != incarnation
         if self._tg is None or held_by is None or fenced:
             return  # (a fenced member drops every span)
-        log.info(
-            "group %s member %s: forming the generation that revokes [%s] failed (%s): "
-            "their tasks are cancelled now",
-            self.config.group_id,
-            self.member_id,
-            show_partitions(partitions),
-            why,
-        )
-        revocation = EarlyRevocation.release(
-            own, partitions, held_by, incarnation, why=f"revoked at member epoch {self.epoch}"
-        )
+        revocation = EarlyRevocation.release(own, partitions, held_by, incarnation, self.epoch, why)
         self._early.append(revocation)
         self._tg.start_soon(
             revocation.run,
@@ -419,26 +409,18 @@ class ConsumerProtocolMember:
             name=f"gengroup-revoke-{self.config.group_id}",
         )
 
-    def _acknowledge_early(self, revocation: EarlyRevocation) -> bool:
+    def _acknowledge_early(self, revocation: EarlyRevocation) -> int | None:
         """``revocation``'s tasks returned and its marks were committed (or dropped):
-        stop reporting its partitions. False if the member was fenced since."""
+        stop reporting its partitions. The member epoch, or None if fenced since."""
         if revocation.incarnation != self.incarnation or revocation not in self._early:
-            return False
+            return None
         revocation.acknowledged = True
         target = self._target or frozenset()
         self._owned -= revocation.partitions - target
         if not self._owned - target:
             self._revoke_asked_at = None
-        log.info(
-            "group %s member %s: revoked [%s] at epoch %d, before the generation revoking "
-            "them formed; acknowledging",
-            self.config.group_id,
-            self.member_id,
-            show_partitions(revocation.partitions),
-            self.epoch,
-        )
         self._wake.set()
-        return True
+        return self.epoch
 
     def revoke_deadline(self) -> float | None:
         """When a commit of partitions being revoked must give up (``anyio.current_time()``

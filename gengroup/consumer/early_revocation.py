@@ -79,10 +79,20 @@ class EarlyRevocation:
         partitions: frozenset[TopicPartition],
         held_by: Generation,
         incarnation: int,
-        why: str,
+        epoch: int,
+        why: BaseException,
     ) -> EarlyRevocation:
-        """Close the spans of ``partitions`` now (cancelling their tasks)."""
-        spans = own.release(sorted(partitions), why=why)
+        """Close the spans of ``partitions`` now (cancelling their tasks): forming
+        the generation revoking them at member epoch ``epoch`` failed (``why``)."""
+        log.info(
+            "group %s member %s: forming the generation that revokes [%s] failed (%s): "
+            "their tasks are cancelled now",
+            held_by.group_id,
+            held_by.member_id,
+            show_partitions(partitions),
+            why,
+        )
+        spans = own.release(sorted(partitions), why=f"revoked at member epoch {epoch}")
         return cls(partitions, held_by, incarnation, spans)
 
     def hand_to(self, gen: Generation) -> None:
@@ -99,12 +109,12 @@ class EarlyRevocation:
         own: Ownership,
         config: GroupConfig,
         deadline: Callable[[], float | None],
-        acknowledge: Callable[[EarlyRevocation], bool],
+        acknowledge: Callable[[EarlyRevocation], int | None],
     ) -> None:
         """Wait for the spans' tasks, commit their marks by ``deadline()``, acknowledge.
 
-        ``acknowledge`` returns False if the member was fenced since (then
-        nothing is said).
+        ``acknowledge`` returns the member epoch, or None if the member was
+        fenced since (then nothing is said).
         """
         gen = self.held_by
         with self.scope:
@@ -133,8 +143,17 @@ class EarlyRevocation:
             for tp in self.partitions:
                 gen._marks.pop(tp, None)
                 gen._start_marks.pop(tp, None)
-            if not acknowledge(self):
+            epoch = acknowledge(self)
+            if epoch is None:
                 return  # fenced meanwhile: the fencing said it
+            log.info(
+                "group %s member %s: revoked [%s] at epoch %d, before the generation revoking "
+                "them formed; acknowledging",
+                gen.group_id,
+                gen.member_id,
+                show_partitions(self.partitions),
+                epoch,
+            )
             if failure is not None and unstored:
                 log.warning(
                     "group %s member %s: commit of revoked [%s] failed before the generation "
