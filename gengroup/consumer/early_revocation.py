@@ -103,6 +103,10 @@ class EarlyRevocation:
         for span in self.spans:
             if span.gen is not gen:
                 span.hand_to(gen)
+        # Their commits name the topic ids the spans were opened with
+        # (``gen.know_spans`` saw only those its host still had).
+        ids = {s.tp: s.topic_id for s in self.spans if s.topic_id is not None}
+        gen._span_ids = {**ids, **gen._span_ids}
 
     async def run(
         self,
