@@ -398,13 +398,14 @@ class ConsumerProtocolMember:
         fenced = incarnation != self.incarnation or self._current_incarnation != incarnation
         if self._tg is None or held_by is None or fenced:
             return  # (a fenced member drops every span)
-        revocation = EarlyRevocation.release(own, partitions, held_by, incarnation, self.epoch, why)
+        revocation = EarlyRevocation.release(
+            own, partitions, held_by, incarnation, self.epoch, why, self.revoke_deadline
+        )
         self._early.append(revocation)
         self._tg.start_soon(
             revocation.run,
             own,
             self.config,
-            self.revoke_deadline,
             self._acknowledge_early,
             name=f"gengroup-revoke-{self.config.group_id}",
         )
@@ -823,6 +824,7 @@ class ConsumerProtocolMember:
         self._owned = frozenset()
         self._revoke_asked_at = None
         for revocation in self._early:
+            revocation.lost = True
             revocation.scope.cancel()  # nothing acknowledged nor said: the spans are lost
         self._early = []
         self._dropped = anyio.Event()

@@ -24,6 +24,13 @@ longer than ``rebalance_timeout`` to return): then nothing is acknowledged
 nor said, and the fencing revokes what is left. The retained partitions'
 workers run on throughout.
 
+Until then the revocation holds the spans (``Span.revoker``): offsets a task
+gives for their partitions as it returns (``gen.commit({tp: offset})`` on
+the ended generation) are sent through it at once (:meth:`EarlyRevocation.commit`,
+under the newest epoch, by its deadline), not after the generation revoking
+them formed; a commit of marks leaves theirs to :meth:`~EarlyRevocation.run`
+(:mod:`~gengroup.consumer.span_commits`).
+
 If the generation forms first, it takes the revocation over
 (:meth:`EarlyRevocation.hand_to`): it holds the spans (their tasks are
 awaited under the teardown watchdog, timed from their cancellation) and
@@ -35,15 +42,22 @@ the partitions in ``revoked``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
 import anyio
 
 from .._config import GroupConfig
-from .._errors import BrokerError, KafkaConnectionError, ProtocolError, RequestTimedOut
+from .._errors import (
+    BrokerError,
+    GenerationEnded,
+    KafkaConnectionError,
+    ProtocolError,
+    RequestTimedOut,
+)
 from .._types import TopicPartition, show_partitions
+from .commits import OffsetMetadata
 from .generation import Generation, Span
 from .ownership import Ownership
 
@@ -62,14 +76,20 @@ class EarlyRevocation:
             sends under the member's newest epoch).
         incarnation: the member's incarnation when they were released.
         spans: their spans, closed (their tasks cancelled) when released.
+        deadline: when its commits must give up (``anyio.current_time()``
+            terms; None: no revocation pending), so that the acknowledgement
+            comes before the coordinator's ``rebalance_timeout``.
         acknowledged: the heartbeat no longer reports them.
+        lost: the member was fenced before it acknowledged them.
     """
 
     partitions: frozenset[TopicPartition]
     held_by: Generation
     incarnation: int
+    deadline: Callable[[], float | None]
     spans: list[Span] = field(default_factory=list)
     acknowledged: bool = False
+    lost: bool = False
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
     @classmethod
@@ -81,6 +101,7 @@ class EarlyRevocation:
         incarnation: int,
         epoch: int,
         why: BaseException,
+        deadline: Callable[[], float | None],
     ) -> EarlyRevocation:
         """Close the spans of ``partitions`` now (cancelling their tasks): forming
         the generation revoking them at member epoch ``epoch`` failed (``why``)."""
@@ -93,7 +114,10 @@ class EarlyRevocation:
             why,
         )
         spans = own.release(sorted(partitions), why=f"revoked at member epoch {epoch}")
-        return cls(partitions, held_by, incarnation, spans)
+        revocation = cls(partitions, held_by, incarnation, deadline, spans)
+        for span in spans:
+            span.revoker = revocation  # its commits go through it (span_commits.py)
+        return revocation
 
     def hand_to(self, gen: Generation) -> None:
         """``gen``, the generation revoking the partitions, formed before the
@@ -101,6 +125,7 @@ class EarlyRevocation:
         marks, and those made as their tasks return, go into its commit)."""
         self.scope.cancel()
         for span in self.spans:
+            span.revoker = None
             if span.gen is not gen:
                 span.hand_to(gen)
         # Their commits name the topic ids the spans were opened with
@@ -112,10 +137,9 @@ class EarlyRevocation:
         self,
         own: Ownership,
         config: GroupConfig,
-        deadline: Callable[[], float | None],
         acknowledge: Callable[[EarlyRevocation], int | None],
     ) -> None:
-        """Wait for the spans' tasks, commit their marks by ``deadline()``, acknowledge.
+        """Wait for the spans' tasks, commit their marks by :attr:`deadline`, acknowledge.
 
         ``acknowledge`` returns the member epoch, or None if the member was
         fenced since (then nothing is said).
@@ -135,7 +159,7 @@ class EarlyRevocation:
                 span.pending = -1
                 if own.spans.get(tp) is span:
                     del own.spans[tp]  # its tasks returned: the partition is free
-            failure = await self._commit(marks, config, deadline)
+            failure = await self._commit(marks, config)
             unstored = sorted(
                 tp
                 for tp in marks
@@ -173,7 +197,6 @@ class EarlyRevocation:
         self,
         marks: dict[TopicPartition, int],
         config: GroupConfig,
-        deadline: Callable[[], float | None],
     ) -> BaseException | None:
         """Commit ``marks`` (those not stored yet) until ``deadline()``; why it failed, or None."""
         gen = self.held_by
@@ -185,7 +208,7 @@ class EarlyRevocation:
         }
         if not due:
             return None
-        by = deadline()
+        by = self.deadline()
         left = config.request_timeout if by is None else by - anyio.current_time()
         left = min(left, config.request_timeout)
         if left < gen._retry_backoff:
@@ -201,3 +224,45 @@ class EarlyRevocation:
         except (BrokerError, KafkaConnectionError, ProtocolError, TimeoutError) as exc:
             return exc
         return None
+
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int], metadata: OffsetMetadata | None, *, once: bool
+    ) -> None:
+        """Offsets given for its partitions while their tasks return (a task's
+        ``gen.commit({tp: offset})`` on its way out: span_commits.py).
+
+        Sent at once, under the member's newest epoch, without waiting for the
+        generation revoking them; its retriable refusals retried until
+        :attr:`deadline` (at most ``request_timeout``; ``once``: one attempt).
+
+        Raises:
+            KeyError: the revocation was acknowledged: another member may own
+                the partitions.
+            GenerationEnded: the member was fenced first (the held generation's
+                own: a task raising it on its way out returned).
+            BrokerError, KafkaConnectionError, RequestTimedOut: as
+                ``Generation.commit``.
+        """
+        gen, given = self.held_by, show_partitions(offsets)
+        if self.acknowledged:
+            raise KeyError(
+                f"{given} of group {gen.group_id} were revoked and their revocation "
+                "acknowledged: another member may own them and commit their offsets now"
+            )
+        if self.lost:
+            raise GenerationEnded(
+                f"commit: {given} of group {gen.group_id} were lost with the membership "
+                "(fenced); nothing was sent",
+                gen.identity,
+            )
+        attempt = partial(gen._commit, dict(offsets), metadata, forwarded=False)
+        if once:
+            await attempt()
+            return
+        by = self.deadline()
+        left = gen._request_timeout
+        if by is not None:
+            left = max(min(left, by - anyio.current_time()), 0.0)
+        await gen._retried(
+            attempt, f"commit of revoked [{given}] of group {gen.group_id}", timeout=left
+        )

@@ -244,3 +244,133 @@ async def test_a_generation_formed_while_the_revoked_tasks_return_takes_the_revo
     assert f"{kept.member_id}: revoked" in by_kept and "before" not in by_kept, by_kept
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert not warnings, warnings
+
+
+class PeriodicCommitter(FlushingMember):
+    """As :class:`FlushingMember`, with a second task for each partition calling
+    ``gen.commit()`` (its marks) every second; what a commit raised is kept."""
+
+    def __init__(self, cluster: FakeCluster, flush: float) -> None:
+        super().__init__(cluster, flush)
+        self.commit_errors: list[tuple[TopicPartition, BaseException]] = []
+
+    async def committer(self, gen: Generation, tp: TopicPartition) -> None:
+        while True:
+            await anyio.sleep(1.0)
+            try:
+                await gen.commit()
+            except Exception as exc:
+                self.commit_errors.append((tp, exc))
+                raise
+
+    async def run(self, name: str, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        async with member(self.cluster, "consumer", name) as group:
+            task_status.started()
+            async for gen in group:
+                if name != "a":
+                    continue
+                self.handed_out.append(gen)
+                for tp in gen.added:
+                    gen.start_soon(self.worker, gen, tp, name=f"a {tp}", partition=tp)
+                    gen.start_soon(self.committer, gen, tp, name=f"a commits {tp}", partition=tp)
+
+
+@pytest.mark.parametrize("refused", [5.0, 15.0])
+async def test_a_retained_tasks_commit_goes_on_through_an_early_revocation(
+    refused: float, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each partition has a task calling ``gen.commit()`` every second; OffsetFetch
+    is refused for ``refused`` s and the revoked workers take 2 s to return. The
+    retained partitions' commits asked between generations wait for the next one,
+    as they do without a refusal: the revocation acknowledged meanwhile does not make
+    them fail (its partitions' marks are its own to commit). No task raises, the
+    retained workers never restart, and the revoked marks are committed."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+        a = PeriodicCommitter(cluster, 2.0)
+        await a.revoking_while_refused(tg)
+        asked = len(a.handed_out)
+        await anyio.sleep(refused)
+        a.refusing_fetch = False
+        await wait_until(lambda: len(a.handed_out) > asked, "a's next generation", 60)
+        await anyio.sleep(3)
+        tg.cancel_scope.cancel()
+    assert not a.commit_errors, a.commit_errors
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not [r for r in caplog.records if "fenced" in r.getMessage()]
+    assert all(a.started[tp] == 1 for tp in EVERY), a.started
+    revoked = set(a.returned)
+    committed = cluster.committed_offsets("g")
+    assert {tp: committed.get(tp) for tp in revoked} == dict.fromkeys(revoked, 10)
+    (kept,) = a.handed_out[asked:]
+    assert kept.revoked == revoked
+
+
+class CommitOnRevoke(FlushingMember):
+    """Member "a" whose partition workers mark each batch and commit, shielded, in
+    their cleanup (commit on revoke): their offsets (``explicit``) or their marks."""
+
+    def __init__(self, cluster: FakeCluster, explicit: bool) -> None:
+        super().__init__(cluster, 0.0)
+        self.explicit = explicit
+        #: Each cleanup commit of a revoked worker: its partition and what it raised (None).
+        self.cleanups: list[tuple[TopicPartition, BaseException | None]] = []
+
+    async def worker(self, gen: Generation, tp: TopicPartition) -> None:
+        self.started[tp] += 1
+        try:
+            async for batch in gen.fetch(tp):
+                self.processed[tp] = batch.next_offset
+                gen.mark(tp, batch.next_offset)
+        finally:
+            if self.joined and len(self.returned) < 2:
+                self.returned[tp] = -1.0
+                with anyio.CancelScope(shield=True):
+                    try:
+                        if self.explicit:
+                            await gen.commit({tp: self.processed[tp]})
+                        else:
+                            await gen.commit()
+                    except Exception as exc:
+                        self.cleanups.append((tp, exc))
+                        raise
+                    self.cleanups.append((tp, None))
+                    self.returned[tp] = anyio.current_time()
+
+
+@pytest.mark.parametrize(
+    ("explicit", "refused"), [(True, 3.0), (True, 15.0), (False, 3.0)], ids=str
+)
+async def test_a_revoked_tasks_commit_in_its_cleanup_is_stored(
+    explicit: bool,
+    refused: float,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The revoked workers commit in their shielded cleanup while OffsetFetch is
+    refused for ``refused`` s. Offsets they give (``explicit``) are committed at
+    once, under the member's newest epoch, and the revocation is acknowledged in
+    time even when the refusal outlasts rebalance_timeout; a commit of marks waits,
+    as any commit between generations does, for the next generation. No task
+    raises, a is not fenced, the revoked partitions' offsets are stored."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+        a = CommitOnRevoke(cluster, explicit)
+        await a.revoking_while_refused(tg)
+        asked = len(a.handed_out)
+        await anyio.sleep(refused)
+        a.refusing_fetch = False
+        await wait_until(lambda: len(a.handed_out) > asked, "a's next generation", 60)
+        await anyio.sleep(2)
+        tg.cancel_scope.cancel()
+    assert a.revoked_returned(), a.returned
+    assert sorted(a.cleanups) == [(tp, None) for tp in sorted(a.returned)], a.cleanups
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not [r for r in caplog.records if "fenced" in r.getMessage()]
+    assert all(a.started[tp] == 1 for tp in EVERY), a.started
+    revoked = set(a.returned)
+    committed = cluster.committed_offsets("g")
+    assert {tp: committed.get(tp) for tp in revoked} == dict.fromkeys(revoked, 10)
+    assert a.committed_before_acknowledged(revoked), a.requests
+    if explicit:  # stored before the generation formed
+        assert max(a.returned.values()) < refused
