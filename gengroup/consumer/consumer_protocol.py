@@ -206,6 +206,9 @@ class ConsumerProtocolMember:
         #: the task group beside the run loop they run in (early_revocation.py).
         self._early: list[EarlyRevocation] = []
         self._tg: anyio.abc.TaskGroup | None = None
+        #: When the newest answered heartbeat was sent; set at each answer (or fencing).
+        self._beat_sent_at = 0.0
+        self._heard = anyio.Event()
         self._changed = anyio.Event()
         #: Set once the spans of the newest fenced incarnation were revoked.
         self._dropped = anyio.Event()
@@ -410,9 +413,20 @@ class ConsumerProtocolMember:
             name=f"gengroup-revoke-{self.config.group_id}",
         )
 
-    def _acknowledge_early(self, revocation: EarlyRevocation) -> int | None:
+    async def _acknowledge_early(self, revocation: EarlyRevocation) -> int | None:
         """``revocation``'s tasks returned and its marks were committed (or dropped):
-        stop reporting its partitions. The member epoch, or None if fenced since."""
+        stop reporting its partitions. The member epoch, or None if fenced since.
+
+        Past the coordinator's ``rebalance_timeout`` it may have fenced the
+        member already, which the member hears at its next heartbeat: only
+        the answer to one sent from now on tells (nothing is said if fenced).
+        """
+        now = anyio.current_time()
+        asked = self._revoke_asked_at
+        if asked is not None and now >= asked + self.config.rebalance_timeout:
+            self._wake.set()
+            while self._beat_sent_at < now and revocation.incarnation == self.incarnation:
+                await self._heard.wait()
         if revocation.incarnation != self.incarnation or revocation not in self._early:
             return None
         revocation.acknowledged = True
@@ -602,6 +616,9 @@ class ConsumerProtocolMember:
                 continue  # fenced while it was in flight: rejoin
             assigned = _as_sets(self._assigned)
             await self._on_heartbeat(resp, sent_at)
+            self._beat_sent_at = sent_at
+            self._heard.set()
+            self._heard = anyio.Event()
             # A reconciliation under way beats early: after a new epoch or
             # assignment, the partitions other members still own come with a
             # later answer, once they noticed (at their next heartbeat, within
@@ -816,6 +833,8 @@ class ConsumerProtocolMember:
             reason,
         )
         self.incarnation += 1
+        self._heard.set()
+        self._heard = anyio.Event()
         self.epoch = 0
         self._assigned = None
         self._target = None

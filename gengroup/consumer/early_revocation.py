@@ -20,8 +20,9 @@ until the revocation's deadline), then acknowledges: the heartbeat reported
 the partitions as owned until then. Marks left unstored by the deadline are
 dropped and named in one WARNING: the partitions' new owner processes their
 records again. The member may have been fenced meanwhile (a task that took
-longer than ``rebalance_timeout`` to return): then nothing is acknowledged
-nor said, and the fencing revokes what is left. The retained partitions'
+longer than ``rebalance_timeout`` to return; past it, the member waits for
+its next heartbeat's answer to know): then nothing is acknowledged nor said,
+and the fencing revokes what is left. The retained partitions'
 workers run on throughout.
 
 Until then the revocation holds the spans (``Span.revoker``): offsets a task
@@ -42,7 +43,7 @@ the partitions in ``revoked``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -137,12 +138,13 @@ class EarlyRevocation:
         self,
         own: Ownership,
         config: GroupConfig,
-        acknowledge: Callable[[EarlyRevocation], int | None],
+        acknowledge: Callable[[EarlyRevocation], Awaitable[int | None]],
     ) -> None:
         """Wait for the spans' tasks, commit their marks by :attr:`deadline`, acknowledge.
 
         ``acknowledge`` returns the member epoch, or None if the member was
-        fenced since (then nothing is said).
+        fenced since (then nothing is said): past the coordinator's
+        ``rebalance_timeout`` it waits for a heartbeat's answer to tell.
         """
         gen = self.held_by
         with self.scope:
@@ -166,12 +168,12 @@ class EarlyRevocation:
                 if max(gen._marks.get(tp, -1), gen._start_marks.get(tp, -1))
                 > gen._committed.get(tp, -1)
             )
-            # Acknowledged, another member may own them: nothing commits them from here.
+            epoch = await acknowledge(self)  # (past rebalance_timeout: after a heartbeat)
+            # Acknowledged (or lost), another member may own them: nothing commits them from here.
             gen._released = gen._released | self.partitions
             for tp in self.partitions:
                 gen._marks.pop(tp, None)
                 gen._start_marks.pop(tp, None)
-            epoch = acknowledge(self)
             if epoch is None:
                 return  # fenced meanwhile: the fencing said it
             log.info(

@@ -183,17 +183,20 @@ async def test_a_revocation_whose_offset_fetch_is_refused_is_acknowledged_in_tim
         assert not [parts for at, parts in a.commits if at >= lifted and parts & ids]
 
 
+@pytest.mark.parametrize("flush", [10.1, 12.0])
 async def test_a_revoked_task_outliving_rebalance_timeout_gets_the_member_fenced_quietly(
-    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+    flush: float, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """As above, but the revoked workers flush for 12 s, past rebalance_timeout: the
-    revocation cannot be acknowledged in time and the coordinator fences a. Nothing
-    is said of the marks they make as they return (the fencing lost them; no commit
-    of a names them), and, cancelled at the first refusal, they return before the
+    """As above, but the revoked workers flush for ``flush`` s, past rebalance_timeout:
+    the revocation cannot be acknowledged in time and the coordinator fences a.
+    Nothing is said of the marks they make as they return (the fencing lost them; no
+    commit of a names them), not even when they return just after the fencing,
+    before a heard of it (10.1 s: a waits for a heartbeat's answer before it
+    acknowledges), and, cancelled at the first refusal, they return before the
     fenced member's wait for them ends: no task is abandoned."""
     caplog.set_level(logging.INFO, logger="gengroup")
     async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
-        a = FlushingMember(cluster, 12.0)
+        a = FlushingMember(cluster, flush)
         await a.revoking_while_refused(tg)
         await anyio.sleep(25)  # fenced at 10 s; the revoked workers return at 12 s
         returned = a.revoked_returned()
@@ -205,6 +208,7 @@ async def test_a_revoked_task_outliving_rebalance_timeout_gets_the_member_fenced
     assert [r for r in caplog.records if "fenced" in r.getMessage()]
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert not warnings, warnings
+    assert not [r for r in caplog.records if "before the generation revoking" in r.getMessage()]
     assert returned, a.returned
     revoked = set(a.returned)
     ids = {tp.partition for tp in revoked}
