@@ -358,10 +358,12 @@ class ConsumerProtocolMember:
                 gen._spans = own.spans
                 gen._span_host = own
                 gen.know_spans()
+                said: frozenset[TopicPartition] = frozenset()  # acknowledged already
                 for revocation in self._early:
-                    if not revocation.acknowledged:
+                    if revocation.acknowledged:  # (perhaps while OffsetFetch was answered)
+                        said |= revocation.partitions
+                    else:
                         revocation.hand_to(gen)  # gen commits their marks, then acknowledges
-                said = early - unacknowledged  # acknowledged already
                 self._early = []
                 formed.acknowledge = partial(self._acknowledge, gen, incarnation, said)
             formed.revoke_deadline = self.revoke_deadline

@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from gengroup import Generation, TopicPartition
 from gengroup._types import show_partitions
-from gengroup.broker import Fail, FakeCluster, Intercepted
+from gengroup.broker import Delay, Fail, FakeCluster, Intercepted
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -378,3 +378,44 @@ async def test_a_revoked_tasks_commit_in_its_cleanup_is_stored(
     assert a.committed_before_acknowledged(revoked), a.requests
     if explicit:  # stored before the generation formed
         assert max(a.returned.values()) < refused
+
+
+class SlowFetch(FlushingMember):
+    """As :class:`FlushingMember`; while :attr:`delay_fetch`, a's OffsetFetch that
+    is not refused is answered 3 s late."""
+
+    delay_fetch = False
+
+    def _fetch(self, req: Intercepted) -> Fail | Delay | None:
+        if req.client_id == "a" and self.delay_fetch and not self.refusing_fetch:
+            return Delay(3.0)
+        return super()._fetch(req)
+
+
+async def test_a_revocation_acknowledged_while_offset_fetch_is_answered_is_said_once(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The refusal ends 1 s after the revocation began; the OffsetFetch answered
+    then takes 3 s, and the revoked workers, 2.5 s to return: the revocation is
+    acknowledged before the generation forms, with that answer. It is said once,
+    and the generation names the partitions in ``revoked``."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+        a = SlowFetch(cluster, 2.5)
+        a.delay_fetch = True
+        await a.revoking_while_refused(tg)
+        asked = len(a.handed_out)
+        await anyio.sleep(1.0)
+        a.refusing_fetch = False
+        await wait_until(lambda: len(a.handed_out) > asked, "a's next generation", 60)
+        a.delay_fetch = False
+        await anyio.sleep(2)
+        tg.cancel_scope.cancel()
+    said = [r.getMessage() for r in caplog.records if "; acknowledging" in r.getMessage()]
+    (early,) = said
+    assert "before the generation revoking them formed" in early, early
+    revoked = set(a.returned)
+    (kept,) = a.handed_out[asked:]
+    assert kept.revoked == revoked
+    committed = cluster.committed_offsets("g")
+    assert {tp: committed.get(tp) for tp in revoked} == dict.fromkeys(revoked, 10)
