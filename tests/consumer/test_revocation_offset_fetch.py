@@ -419,3 +419,23 @@ async def test_a_revocation_acknowledged_while_offset_fetch_is_answered_is_said_
     assert kept.revoked == revoked
     committed = cluster.committed_offsets("g")
     assert {tp: committed.get(tp) for tp in revoked} == dict.fromkeys(revoked, 10)
+
+
+async def test_a_group_closing_while_its_revoked_tasks_return_ends_cleanly(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The group closes 2 s into the refusal, while the revoked workers (cancelled
+    at the first refusal) flush for 5 s: closing waits for them, nothing is
+    acknowledged nor said of their marks, and nothing fails."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    with anyio.fail_after(60):
+        async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+            a = FlushingMember(cluster, 5.0)
+            await a.revoking_while_refused(tg)
+            await anyio.sleep(2)
+            assert len(a.returned) == 2 and max(a.returned.values()) < 0  # returning
+            tg.cancel_scope.cancel()
+    assert a.revoked_returned(), a.returned
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not said, said
+    assert not [r for r in caplog.records if "before the generation revoking" in r.getMessage()]
