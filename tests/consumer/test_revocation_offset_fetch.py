@@ -439,3 +439,38 @@ async def test_a_group_closing_while_its_revoked_tasks_return_ends_cleanly(
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert not said, said
     assert not [r for r in caplog.records if "before the generation revoking" in r.getMessage()]
+
+
+async def test_two_successive_early_revocations_are_each_acknowledged(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While a's OffsetFetch is refused, b joins, then c and d: two revocations of a's
+    partitions, each begun early (its tasks cancelled at a failed attempt to form
+    the generation), each acknowledged once its tasks returned, each said once. a
+    is not fenced and its remaining workers never restart; the generation formed
+    once the refusal ends names both in ``revoked``."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+        a = FlushingMember(cluster, 0.0)
+        await a.revoking_while_refused(tg)
+        asked = len(a.handed_out)
+        await wait_until(a.revoked_returned, "the first revoked workers' return", 60)
+        await anyio.sleep(3)
+        await tg.start(a.run, "c")
+        await tg.start(a.run, "d")  # (a keeps one partition of four)
+        await anyio.sleep(12)
+        a.refusing_fetch = False
+        await wait_until(lambda: len(a.handed_out) > asked, "a's next generation", 60)
+        await anyio.sleep(2)
+        tg.cancel_scope.cancel()
+    by_a = f"member {a.handed_out[0].member_id}: revoked"
+    said = [r.getMessage() for r in caplog.records if by_a in r.getMessage()]
+    early = [m for m in said if "before the generation revoking them formed" in m]
+    assert len(early) == 2 and len(said) == 2, said
+    assert not [r for r in caplog.records if "fenced" in r.getMessage()]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    (kept,) = a.handed_out[asked:]
+    assert len(kept.revoked) == 3 and not kept.revoked & set(kept.assignments), kept.revoked
+    assert all(a.started[tp] == 1 for tp in EVERY), a.started
+    committed = cluster.committed_offsets("g")
+    assert {tp: committed.get(tp) for tp in a.returned} == dict.fromkeys(a.returned, 10)
