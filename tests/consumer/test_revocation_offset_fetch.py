@@ -474,3 +474,48 @@ async def test_two_successive_early_revocations_are_each_acknowledged(
     assert all(a.started[tp] == 1 for tp in EVERY), a.started
     committed = cluster.committed_offsets("g")
     assert {tp: committed.get(tp) for tp in a.returned} == dict.fromkeys(a.returned, 10)
+
+
+class FencedWhileCommitting(FlushingMember):
+    """As :class:`FlushingMember`; a's first commit naming a revoked partition is held
+    3 s, then refused UNKNOWN_MEMBER_ID, and a's heartbeats meanwhile are answered
+    so (a fencing while the early revocation's commit is in flight)."""
+
+    fencing = False
+    fenced_beats = 0
+
+    def _commit(self, req: Intercepted) -> Fail | Delay | None:
+        parts = {p.partition_index for t in req.request.topics for p in t.partitions}
+        if req.client_id == "a" and self.joined and parts & {2, 3} and not self.fenced_beats:
+            self.fencing = True
+            return Delay(3.0, then=Fail(ErrorCode.unknown_member_id))
+        return super()._commit(req)
+
+    def _beat(self, req: Intercepted) -> Fail | None:  # type: ignore[override]
+        if req.client_id == "a" and self.fencing and req.request.member_epoch > 0:
+            self.fenced_beats += 1
+            self.fencing = False
+            return Fail(ErrorCode.unknown_member_id)
+        super()._beat(req)
+        return None
+
+
+async def test_a_member_fenced_while_its_early_revocation_commits_says_nothing(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The early revocation's commit is in flight when a is fenced: the revocation
+    is not acknowledged, nothing is said of its marks, no task fails, and a rejoins."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+        a = FencedWhileCommitting(cluster, 0.0)
+        await a.revoking_while_refused(tg)
+        asked = len(a.handed_out)
+        await anyio.sleep(8)
+        a.refusing_fetch = False
+        await wait_until(lambda: len(a.handed_out) > asked, "a's generation once fenced", 60)
+        await anyio.sleep(2)
+        tg.cancel_scope.cancel()
+    assert a.fenced_beats == 1
+    assert [r for r in caplog.records if "fenced at" in r.getMessage()]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [r for r in caplog.records if "before the generation revoking" in r.getMessage()]
