@@ -62,7 +62,7 @@ class FlushingMember:
         for p in range(4):
             cluster.produce("t", [NewRecord(None, b"x", (), 0)] * 10, partition=p)
 
-    def _commit(self, req: Intercepted) -> Fail | None:
+    def _commit(self, req: Intercepted) -> Fail | Delay | None:
         if req.client_id != "a":
             return None
         if self.refusing_commit:
@@ -72,17 +72,18 @@ class FlushingMember:
         self.requests.append(("commit", parts))
         return None
 
-    def _fetch(self, req: Intercepted) -> Fail | None:
+    def _fetch(self, req: Intercepted) -> Fail | Delay | None:
         if req.client_id == "a" and self.refusing_fetch:
             return Fail(ErrorCode.coordinator_load_in_progress)
         return None
 
-    def _beat(self, req: Intercepted) -> None:
+    def _beat(self, req: Intercepted) -> Fail | None:
         if req.client_id == "a" and req.request.member_epoch > 0:
             owned = req.request.topic_partitions or ()
             parts = frozenset(p for t in owned for p in t.partitions)
             self.beats.append((anyio.current_time(), parts))
             self.requests.append(("beat", parts))
+        return None
 
     async def worker(self, gen: Generation, tp: TopicPartition) -> None:
         self.started[tp] += 1
@@ -491,13 +492,12 @@ class FencedWhileCommitting(FlushingMember):
             return Delay(3.0, then=Fail(ErrorCode.unknown_member_id))
         return super()._commit(req)
 
-    def _beat(self, req: Intercepted) -> Fail | None:  # type: ignore[override]
+    def _beat(self, req: Intercepted) -> Fail | None:
         if req.client_id == "a" and self.fencing and req.request.member_epoch > 0:
             self.fenced_beats += 1
             self.fencing = False
             return Fail(ErrorCode.unknown_member_id)
-        super()._beat(req)
-        return None
+        return super()._beat(req)
 
 
 async def test_a_member_fenced_while_its_early_revocation_commits_says_nothing(
