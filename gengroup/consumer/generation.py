@@ -847,7 +847,8 @@ class Generation(IdentityNames, GenerationCommits):
         generation it started in. Between generations the commit waits until
         the next generation holds the span (there is no generation whose id it
         could carry meanwhile); while the span is being revoked, it is
-        committed under the generation revoking it.
+        committed under the generation revoking it (before that one formed,
+        see ``docs/incremental-rebalancing.md``, the consumer protocol).
 
         A refusal worth retrying (COORDINATOR_LOAD_IN_PROGRESS,
         NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, REQUEST_TIMED_OUT, a
