@@ -28,8 +28,11 @@ workers run on throughout.
 Until then the revocation holds the spans (``Span.revoker``): offsets a task
 gives for their partitions as it returns (``gen.commit({tp: offset})`` on
 the ended generation) are sent through it at once (:meth:`EarlyRevocation.commit`,
-under the newest epoch, by its deadline), not after the generation revoking
-them formed; a commit of marks leaves theirs to :meth:`~EarlyRevocation.run`
+under the newest epoch, by its deadline; past it still once: the
+coordinator's member epoch check protects a new owner; refused then, they
+raise the held generation's ``GenerationEnded``, so the task returns, and
+are named in the WARNING), not after the generation revoking them formed;
+a commit of marks leaves theirs to :meth:`~EarlyRevocation.run`
 (:mod:`~gengroup.consumer.span_commits`).
 
 If the generation forms first, it takes the revocation over
@@ -59,6 +62,7 @@ from .._errors import (
 )
 from .._types import TopicPartition, show_partitions
 from .commits import OffsetMetadata
+from .committing import retriable_refusal
 from .generation import Generation, Span
 from .ownership import Ownership
 
@@ -91,6 +95,10 @@ class EarlyRevocation:
     spans: list[Span] = field(default_factory=list)
     acknowledged: bool = False
     lost: bool = False
+    #: Offsets given for its partitions whose commit failed at its deadline
+    #: (named in its WARNING), and why.
+    given_up: dict[TopicPartition, int] = field(default_factory=dict)
+    given_up_why: BaseException | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
     @classmethod
@@ -184,15 +192,17 @@ class EarlyRevocation:
                 show_partitions(self.partitions),
                 epoch,
             )
-            if failure is not None and unstored:
+            dropped = set(self.given_up) | (set(unstored) if failure is not None else set())
+            if dropped:
                 log.warning(
                     "group %s member %s: commit of revoked [%s] failed before the generation "
-                    "revoking them formed: %s; their marks are dropped (their new owner "
-                    "processes their records since the last commit again)",
+                    "revoking them formed: %s; their marks are dropped, as are offsets given "
+                    "for them (their new owner processes their records since the last commit "
+                    "again)",
                     gen.group_id,
                     gen.member_id,
-                    show_partitions(unstored),
-                    failure,
+                    show_partitions(dropped),
+                    failure or self.given_up_why,
                 )
 
     async def _commit(
@@ -242,6 +252,10 @@ class EarlyRevocation:
                 the partitions.
             GenerationEnded: the member was fenced first (the held generation's
                 own: a task raising it on its way out returned).
+            GenerationEnded: its retriable refusals went on until the
+                revocation's deadline (at least one attempt is made): the
+                offsets are dropped as its marks would be, and named in its
+                WARNING.
             BrokerError, KafkaConnectionError, RequestTimedOut: as
                 ``Generation.commit``.
         """
@@ -264,7 +278,27 @@ class EarlyRevocation:
         by = self.deadline()
         left = gen._request_timeout
         if by is not None:
-            left = max(min(left, by - anyio.current_time()), 0.0)
-        await gen._retried(
-            attempt, f"commit of revoked [{given}] of group {gen.group_id}", timeout=left
-        )
+            left = min(left, by - anyio.current_time())
+        what = f"commit of revoked [{given}] of group {gen.group_id}"
+        once = left < gen._retry_backoff
+        try:
+            if once:
+                # Past the deadline still one attempt: until the acknowledgement the
+                # coordinator assigns the partitions to no other member, and once it
+                # fenced this one its member epoch check refuses the commit.
+                await attempt()
+            else:
+                await gen._retried(attempt, what, timeout=left)
+        except (BrokerError, KafkaConnectionError, ProtocolError, TimeoutError) as exc:
+            late = by is not None and (once or anyio.current_time() >= by)
+            if not late or not (retriable_refusal(exc) or isinstance(exc, RequestTimedOut)):
+                raise
+            # As the revocation's marks left unstored: dropped, named in its WARNING;
+            # the task returns (the held generation's own GenerationEnded).
+            self.given_up.update(offsets)
+            self.given_up_why = exc
+            raise GenerationEnded(
+                f"commit: {given} of group {gen.group_id} were revoked and their commit "
+                f"failed by the revocation's deadline ({exc}); nothing was stored",
+                gen.identity,
+            ) from exc

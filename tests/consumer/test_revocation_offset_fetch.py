@@ -20,7 +20,7 @@ import pytest
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from gengroup import Generation, TopicPartition
+from gengroup import Generation, GenerationEnded, TopicPartition
 from gengroup._types import show_partitions
 from gengroup.broker import Delay, Fail, FakeCluster, Intercepted
 from gengroup.protocol.records import NewRecord
@@ -519,3 +519,70 @@ async def test_a_member_fenced_while_its_early_revocation_commits_says_nothing(
     assert [r for r in caplog.records if "fenced at" in r.getMessage()]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert not [r for r in caplog.records if "before the generation revoking" in r.getMessage()]
+
+
+class LateCleanupCommit(FlushingMember):
+    """As :class:`FlushingMember`, but the revoked workers, having flushed, commit
+    their offsets (``gen.commit({tp: offset})``) instead of marking them; the
+    coordinator refuses a's commits from then on if :attr:`refuse_late`."""
+
+    refuse_late = False
+
+    def __init__(self, cluster: FakeCluster, flush: float) -> None:
+        super().__init__(cluster, flush)
+        self.cleanups: list[tuple[TopicPartition, BaseException | None]] = []
+
+    async def worker(self, gen: Generation, tp: TopicPartition) -> None:
+        self.started[tp] += 1
+        try:
+            async for batch in gen.fetch(tp):
+                self.processed[tp] = batch.next_offset
+        finally:
+            if self.joined and len(self.returned) < 2:
+                self.returned[tp] = -1.0
+                with anyio.CancelScope(shield=True):
+                    await anyio.sleep(self.flush)
+                    self.refusing_commit = self.refuse_late
+                    try:
+                        await gen.commit({tp: self.processed[tp]})
+                    except Exception as exc:
+                        self.cleanups.append((tp, exc))
+                        raise
+                    finally:
+                        self.returned[tp] = anyio.current_time()
+                    self.cleanups.append((tp, None))
+
+
+@pytest.mark.parametrize("refused", [False, True], ids=["answered", "refused"])
+async def test_a_revoked_tasks_late_cleanup_commit_is_tried(
+    refused: bool, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The revoked workers commit their offsets in their cleanup 9.3 s after their
+    cancellation: past the revocation's own deadline (a second before the
+    coordinator's rebalance_timeout), yet before a is fenced. The commit is sent
+    all the same, and stored; if the coordinator refuses it, the workers' commit
+    raises GenerationEnded (they return, the group goes on), and the revocation's
+    one WARNING names their partitions. Never a RequestTimedOut of no attempt."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+        a = LateCleanupCommit(cluster, 9.3)
+        a.refuse_late = refused
+        await a.revoking_while_refused(tg)
+        await wait_until(a.revoked_returned, "a's revoked workers", 60)
+        await anyio.sleep(3)
+        tg.cancel_scope.cancel()
+    revoked = sorted(a.returned)
+    assert [tp for tp, _ in sorted(a.cleanups)] == revoked, a.cleanups
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not [r for r in caplog.records if "fenced" in r.getMessage()]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    committed = cluster.committed_offsets("g")
+    if refused:
+        assert all(type(exc) is GenerationEnded for _, exc in a.cleanups), a.cleanups
+        (warning,) = warnings
+        assert f"[{show_partitions(revoked)}]" in warning, warning
+        assert all(committed.get(tp) != 10 for tp in revoked), committed
+    else:
+        assert all(exc is None for _, exc in a.cleanups), a.cleanups
+        assert not warnings, warnings
+        assert {tp: committed.get(tp) for tp in revoked} == dict.fromkeys(revoked, 10)
