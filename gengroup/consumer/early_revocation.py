@@ -237,6 +237,15 @@ class EarlyRevocation:
             return exc
         return None
 
+    def ended(self, given: str) -> GenerationEnded:
+        """What a commit naming ``given`` of its partitions raises once :attr:`lost`:
+        the held generation's own (a task raising it on its way out returned)."""
+        return GenerationEnded(
+            f"commit: {given} of group {self.held_by.group_id} were lost with the membership "
+            "(fenced); nothing was sent",
+            self.held_by.identity,
+        )
+
     async def commit(
         self, offsets: Mapping[TopicPartition, int], metadata: OffsetMetadata | None, *, once: bool
     ) -> None:
@@ -266,11 +275,7 @@ class EarlyRevocation:
                 "acknowledged: another member may own them and commit their offsets now"
             )
         if self.lost:
-            raise GenerationEnded(
-                f"commit: {given} of group {gen.group_id} were lost with the membership "
-                "(fenced); nothing was sent",
-                gen.identity,
-            )
+            raise self.ended(given)
         attempt = partial(gen._commit, dict(offsets), metadata, forwarded=False)
         if once:
             await attempt()

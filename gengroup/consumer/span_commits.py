@@ -24,7 +24,9 @@ its partition are committed through the revocation at once, under the
 member's newest epoch (after its acknowledgement they raise ``KeyError``, as
 in a generation whose revocation is acknowledged); its marks are left to
 the revocation, which commits them before acknowledging, so a commit of
-marks never waits for them nor fails for them.
+marks never waits for them nor fails for them. Once the member was fenced
+(the revocation ``lost``), a commit naming its partition raises the held
+generation's ``GenerationEnded``, marks or offsets.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Protocol
 import anyio
 
 from .._errors import GenerationEnded
-from .._types import TopicPartition, checked_offset
+from .._types import TopicPartition, checked_offset, show_partitions
 from .commits import OffsetMetadata, Offsets
 
 __all__ = ["Revoker", "commit_in_spans"]
@@ -63,6 +65,9 @@ class Revoker(Protocol):
     """What of a revocation begun before the generation revoking it formed
     (consumer/early_revocation.py) a commit uses."""
 
+    @property
+    def lost(self) -> bool: ...
+    def ended(self, given: str) -> GenerationEnded: ...
     async def commit(
         self, offsets: Mapping[TopicPartition, int], metadata: OffsetMetadata | None, *, once: bool
     ) -> None: ...
@@ -128,6 +133,11 @@ async def commit_in_spans(
     # Between generations: until the next one is formed (or the span is given up).
     while waiting := [s for s in spans.values() if s.holder() is None and not s.closed]:
         await waiting[0].moved.wait()
+    # The member was fenced while it revoked one: the held generation's own
+    # (a task raising it on its way out returned), whatever else is given up.
+    lost = {tp: s.revoker for tp, s in spans.items() if s.revoker is not None and s.revoker.lost}
+    for revoker in lost.values():
+        raise revoker.ended(show_partitions(lost))
     holders: dict[_Holder, dict[TopicPartition, int]] = {}
     revokers: dict[Revoker, dict[TopicPartition, int]] = {}
     for tp, span in spans.items():

@@ -586,3 +586,46 @@ async def test_a_revoked_tasks_late_cleanup_commit_is_tried(
         assert all(exc is None for _, exc in a.cleanups), a.cleanups
         assert not warnings, warnings
         assert {tp: committed.get(tp) for tp in revoked} == dict.fromkeys(revoked, 10)
+
+
+class CommitAfterFencing(FlushingMember):
+    """As :class:`FlushingMember`, the revoked workers, having flushed and marked,
+    commit their marks (``gen.commit()``)."""
+
+    def __init__(self, cluster: FakeCluster, flush: float) -> None:
+        super().__init__(cluster, flush)
+        self.cleanups: list[tuple[TopicPartition, BaseException | None]] = []
+
+    async def worker(self, gen: Generation, tp: TopicPartition) -> None:
+        try:
+            await super().worker(gen, tp)
+        finally:
+            if tp in self.returned:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await gen.commit()
+                    except Exception as exc:
+                        self.cleanups.append((tp, exc))
+                        raise
+                    self.cleanups.append((tp, None))
+
+
+async def test_a_revoked_tasks_commit_of_marks_after_the_fencing_raises_generation_ended(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The revoked workers return 14 s after their cancellation, past
+    rebalance_timeout: a was fenced meanwhile (and its retained workers returned).
+    Their commit of marks then raises GenerationEnded, as a fenced member's commit
+    does, not returning as if stored; the workers count as returned."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+        a = CommitAfterFencing(cluster, 14.0)
+        await a.revoking_while_refused(tg)
+        await wait_until(lambda: len(a.cleanups) == 2, "a's revoked workers' commits", 60)
+        await anyio.sleep(2)
+        tg.cancel_scope.cancel()
+    assert [r for r in caplog.records if "fenced at" in r.getMessage()]
+    assert all(type(exc) is GenerationEnded for _, exc in a.cleanups), a.cleanups
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    committed = cluster.committed_offsets("g")
+    assert all(committed.get(tp) != 10 for tp in a.returned), committed
