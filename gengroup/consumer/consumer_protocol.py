@@ -775,6 +775,9 @@ class ConsumerProtocolMember:
             return
         old = self._target
         self._target = target
+        # Kept from the first revocation while one is unacknowledged: conservative,
+        # as Kafka's timer starts with it, or later (restarted as the member record
+        # changes, or at load); the deadline comes early (marks dropped), never late.
         if self._revoke_asked_at is None and self._owned - target:
             self._revoke_asked_at = answered_at
         self._changed.set()
