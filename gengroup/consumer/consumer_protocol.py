@@ -337,6 +337,10 @@ class ConsumerProtocolMember:
                 continue
             timings.offset_fetch = anyio.current_time() - t1
             self.client.coordinator.accepted()
+            early_wait = any(e.awaiting > self._beat_sent_at for e in self._early)
+            while early_wait and incarnation == self.incarnation:  # past rebalance_timeout:
+                await self._heard.wait()  # an early revocation waits for a heartbeat's answer
+                early_wait = any(e.awaiting > self._beat_sent_at for e in self._early)
             if incarnation != self.incarnation or target != self._target:
                 continue  # fenced or reassigned meanwhile
             if own is not None:
@@ -426,6 +430,7 @@ class ConsumerProtocolMember:
         now = anyio.current_time()
         asked = self._revoke_asked_at
         if asked is not None and now >= asked + self.config.rebalance_timeout:
+            revocation.awaiting = now
             self._wake.set()
             while self._beat_sent_at < now and revocation.incarnation == self.incarnation:
                 await self._heard.wait()

@@ -21,7 +21,8 @@ the partitions as owned until then. Marks left unstored by the deadline are
 dropped and named in one WARNING: the partitions' new owner processes their
 records again. The member may have been fenced meanwhile (a task that took
 longer than ``rebalance_timeout`` to return; past it, the member waits for
-its next heartbeat's answer to know): then nothing is acknowledged nor said,
+its next heartbeat's answer to know, and so does a generation forming
+meanwhile before it takes the revocation over): then nothing is acknowledged nor said,
 and the fencing revokes what is left. The retained partitions'
 workers run on throughout.
 
@@ -95,6 +96,9 @@ class EarlyRevocation:
     spans: list[Span] = field(default_factory=list)
     acknowledged: bool = False
     lost: bool = False
+    #: Past ``rebalance_timeout``: the acknowledgement waits for the answer to a
+    #: heartbeat sent from then on (so does a generation taking it over).
+    awaiting: float = float("-inf")
     #: Offsets given for its partitions whose commit failed at its deadline
     #: (named in its WARNING), and why.
     given_up: dict[TopicPartition, int] = field(default_factory=dict)

@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from gengroup import Generation, GenerationEnded, TopicPartition
 from gengroup._types import show_partitions
-from gengroup.broker import Delay, Fail, FakeCluster, Intercepted
+from gengroup.broker import Delay, Drop, Fail, FakeCluster, Intercepted
 from gengroup.protocol.records import NewRecord
 from gengroup.protocol.versions import ApiKey
 
@@ -629,3 +629,46 @@ async def test_a_revoked_tasks_commit_of_marks_after_the_fencing_raises_generati
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     committed = cluster.committed_offsets("g")
     assert all(committed.get(tp) != 10 for tp in a.returned), committed
+
+
+class DroppedBeats(FlushingMember):
+    """As :class:`FlushingMember`; a's heartbeats are dropped while :attr:`dropping`."""
+
+    dropping = False
+
+    def _beat(self, req: Intercepted) -> Fail | Drop | None:
+        super()._beat(req)
+        if req.client_id == "a" and self.dropping and req.request.member_epoch > 0:
+            return Drop()
+        return None
+
+
+async def test_a_generation_taking_over_a_revocation_past_rebalance_timeout_waits_to_know(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The revoked workers return 10.1 s after their cancellation, past
+    rebalance_timeout: the coordinator fenced a, which has not heard it yet (its
+    heartbeats are dropped from 10.9 s). OffsetFetch is answered again as they
+    return, so the generation revoking them forms while the revocation waits for a
+    heartbeat's answer: it waits for it too, and nothing is said of the revoked
+    partitions (no acknowledgement, no WARNING) before a knows it was fenced."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    async with cluster_for("consumer") as cluster, anyio.create_task_group() as tg:
+        a = DroppedBeats(cluster, 10.1)
+        await a.revoking_while_refused(tg)
+        await anyio.sleep(10.9)
+        a.dropping = True
+        await wait_until(a.revoked_returned, "a's revoked workers", 60)
+        a.refusing_fetch = False
+        await wait_until(
+            lambda: any("fenced at" in r.getMessage() for r in caplog.records), "a's fencing", 60
+        )
+        await anyio.sleep(2)
+        tg.cancel_scope.cancel()
+    said = [r.getMessage() for r in caplog.records]
+    fenced = next(i for i, m in enumerate(said) if "fenced at" in m)
+    revoked = f"[{show_partitions(a.returned)}]"
+    early = [m for m in said[:fenced] if revoked in m and "acknowledging" in m]
+    assert not early, early
+    warned = [r.getMessage() for r in caplog.records[:fenced] if r.levelno >= logging.WARNING]
+    assert not warned, warned
