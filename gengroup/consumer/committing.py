@@ -83,6 +83,10 @@ if TYPE_CHECKING:
 
     class _OpenedSpan(Protocol):
         topic_id: UUID | None
+        reset: int
+
+        @property
+        def gen(self) -> object: ...
 
 
 __all__ = [
@@ -223,7 +227,6 @@ class GenerationCommits:
         def _spans(self) -> Mapping[TopicPartition, _OpenedSpan]: ...
 
         def end(self, outcome: Outcome, reason: str, *, release: bool = False) -> None: ...
-        def _offset_stored(self, tp: TopicPartition) -> None: ...
         def _span(self, tp: TopicPartition) -> _Span | None: ...
 
     #: The cluster whose metadata tells whether a topic of the generation was
@@ -237,6 +240,11 @@ class GenerationCommits:
     #: Partitions it revoked that another member may own now (the consumer
     #: protocol, once the revocation is acknowledged): no commit names them.
     _released: frozenset[TopicPartition] = frozenset()
+
+    def _offset_stored(self, tp: TopicPartition) -> None:
+        """A commit of ``tp`` was stored: a reset its span carried is over."""
+        if (span := self._spans.get(tp)) is not None and span.gen is self:
+            span.reset = -1  # the coordinator holds an offset of the new log
 
     def know_topics(self, cluster: Cluster) -> None:
         """Remember the ids the generation's topics have in ``cluster``'s metadata

@@ -49,6 +49,13 @@ assignment. Closing leaves with epoch -1, or -2 for a static member
 (``group_instance_id``), whose partitions the coordinator then keeps for the
 session timeout.
 
+The coordinator fences a member that has not acknowledged a revocation
+within its ``rebalance_timeout``. Forming the revoking generation needs an
+OffsetFetch the coordinator may refuse (loading) for longer; so at the first
+failed attempt the revoked spans are released at once, and acknowledged once
+their tasks returned and their marks were committed, or taken over by the
+generation if it forms first (:mod:`~gengroup.consumer.early_revocation`).
+
 A fenced member revokes every span without committing (the generation's
 end does it, or, if the member was fenced between generations, the next
 :meth:`~ConsumerProtocolMember.form_generation`) and rejoins only after
@@ -66,6 +73,7 @@ from functools import partial
 from typing import Any
 
 import anyio
+import anyio.abc
 from kio.schema.errors import ErrorCode
 
 from .._errors import (
@@ -86,9 +94,10 @@ from ..membership.member import Outcome, outcome_for
 from ..protocol.versions import ApiKey
 from .cadence import FIRST_EARLY_BEAT, beat_period, until_grid
 from .commits import TopicIds
+from .early_revocation import EarlyRevocation
 from .forming import Formed, GroupClient, generation_identity
-from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings, SpanHost
-from .ownership import kept_partitions
+from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings
+from .ownership import Ownership, kept_partitions
 
 __all__ = ["ConsumerProtocolMember"]
 
@@ -171,7 +180,7 @@ class ConsumerProtocolMember:
             generation formed before the newest fencing are refused locally.
     """
 
-    def __init__(self, client: GroupClient, ownership: SpanHost | None = None) -> None:
+    def __init__(self, client: GroupClient, ownership: Ownership | None = None) -> None:
         self.client = client
         self.ownership = ownership
         self.config = client.config
@@ -193,6 +202,13 @@ class ConsumerProtocolMember:
         self._revoke_asked_at: float | None = None
         self._current: Generation | None = None
         self._current_incarnation = -1
+        #: Revocations begun before the generation revoking them formed, and
+        #: the task group beside the run loop they run in (early_revocation.py).
+        self._early: list[EarlyRevocation] = []
+        self._tg: anyio.abc.TaskGroup | None = None
+        #: When the newest answered heartbeat was sent; set at each answer (or fencing).
+        self._beat_sent_at = 0.0
+        self._heard = anyio.Event()
         self._changed = anyio.Event()
         #: Set once the spans of the newest fenced incarnation were revoked.
         self._dropped = anyio.Event()
@@ -216,6 +232,7 @@ class ConsumerProtocolMember:
         error: Exception | None = None
         try:
             async with anyio.create_task_group() as tg:
+                self._tg = tg
                 tg.start_soon(
                     self._heartbeat_loop, name=f"gengroup-heartbeat-{self.config.group_id}"
                 )
@@ -285,8 +302,12 @@ class ConsumerProtocolMember:
                 continue
             incarnation, epoch = self.incarnation, self.epoch
             owned = frozenset(own.owned) if own is not None else frozenset()
+            early = frozenset().union(*(e.partitions for e in self._early))
+            unacknowledged = frozenset().union(
+                *(e.partitions for e in self._early if not e.acknowledged)
+            )
             # Partitions being revoked stay reported until their spans are revoked.
-            self._owned = target | owned
+            self._owned = target | owned | unacknowledged
             self._wake.set()
             timings.join = anyio.current_time() - t0
             t1 = anyio.current_time()
@@ -310,10 +331,16 @@ class ConsumerProtocolMember:
                         "group %s: fetching start offsets failed (%s); again", cfg.group_id, exc
                     )
                 self.client.forget_coordinator()
+                if own is not None and (revoking := owned - target - early):
+                    self._revoke_early(own, revoking, incarnation, exc)
                 await backoff.sleep()
                 continue
             timings.offset_fetch = anyio.current_time() - t1
             self.client.coordinator.accepted()
+            early_wait = any(e.awaiting > self._beat_sent_at for e in self._early)
+            while early_wait and incarnation == self.incarnation:  # past rebalance_timeout:
+                await self._heard.wait()  # an early revocation waits for a heartbeat's answer
+                early_wait = any(e.awaiting > self._beat_sent_at for e in self._early)
             if incarnation != self.incarnation or target != self._target:
                 continue  # fenced or reassigned meanwhile
             if own is not None:
@@ -331,31 +358,91 @@ class ConsumerProtocolMember:
                 kept = kept_partitions(owned, own, self._target_ids)
                 gen.added = target - kept
                 gen.retained = target & kept
-                gen.revoked = owned - target
+                gen.revoked = (owned | early) - target
                 gen._spans = own.spans
                 gen._span_host = own
                 gen.know_spans()
-                formed.acknowledge = partial(self._acknowledge, gen, incarnation)
+                said: frozenset[TopicPartition] = frozenset()  # acknowledged already
+                for revocation in self._early:
+                    if revocation.acknowledged:  # (perhaps while OffsetFetch was answered)
+                        said |= revocation.partitions
+                    else:
+                        revocation.hand_to(gen)  # gen commits their marks, then acknowledges
+                self._early = []
+                formed.acknowledge = partial(self._acknowledge, gen, incarnation, said)
             formed.revoke_deadline = self.revoke_deadline
             return formed
         return None
 
-    def _acknowledge(self, gen: Generation, incarnation: int) -> None:
-        """``gen``'s revoked partitions were released: stop reporting them."""
+    def _acknowledge(
+        self, gen: Generation, incarnation: int, said: frozenset[TopicPartition] = frozenset()
+    ) -> None:
+        """``gen``'s revoked partitions were released: stop reporting them
+        (``said``: those acknowledged before ``gen`` formed)."""
         if incarnation != self.incarnation:
             return  # fenced meanwhile: it owns nothing
         self._owned = frozenset(gen.assignments)
         if not self._owned - (self._target or frozenset()):
             self._revoke_asked_at = None
-        if gen.revoked:
+        if gen.revoked - said:
             log.info(
                 "group %s member %s: revoked [%s] at epoch %d; acknowledging",
                 self.config.group_id,
                 self.member_id,
-                show_partitions(gen.revoked),
+                show_partitions(gen.revoked - said),
                 self.epoch,
             )
             self._wake.set()
+
+    def _revoke_early(
+        self,
+        own: Ownership,
+        partitions: frozenset[TopicPartition],
+        incarnation: int,
+        why: BaseException,
+    ) -> None:
+        """Forming the generation that revokes ``partitions`` failed (``why``): release
+        them now, acknowledging once their tasks returned (early_revocation.py)."""
+        held_by = self._current
+        fenced = incarnation != self.incarnation or self._current_incarnation != incarnation
+        if self._tg is None or held_by is None or fenced:
+            return  # (a fenced member drops every span)
+        revocation = EarlyRevocation.release(
+            own, partitions, held_by, incarnation, self.epoch, why, self.revoke_deadline
+        )
+        self._early.append(revocation)
+        self._tg.start_soon(
+            revocation.run,
+            own,
+            self.config,
+            self._acknowledge_early,
+            name=f"gengroup-revoke-{self.config.group_id}",
+        )
+
+    async def _acknowledge_early(self, revocation: EarlyRevocation) -> int | None:
+        """``revocation``'s tasks returned and its marks were committed (or dropped):
+        stop reporting its partitions. The member epoch, or None if fenced since.
+
+        Past the coordinator's ``rebalance_timeout`` it may have fenced the
+        member already, which the member hears at its next heartbeat: only
+        the answer to one sent from now on tells (nothing is said if fenced).
+        """
+        now = anyio.current_time()
+        asked = self._revoke_asked_at
+        if asked is not None and now >= asked + self.config.rebalance_timeout:
+            revocation.awaiting = now
+            self._wake.set()
+            while self._beat_sent_at < now and revocation.incarnation == self.incarnation:
+                await self._heard.wait()
+        if revocation.incarnation != self.incarnation or revocation not in self._early:
+            return None
+        revocation.acknowledged = True
+        target = self._target or frozenset()
+        self._owned -= revocation.partitions - target
+        if not self._owned - target:
+            self._revoke_asked_at = None
+        self._wake.set()
+        return self.epoch
 
     def revoke_deadline(self) -> float | None:
         """When a commit of partitions being revoked must give up (``anyio.current_time()``
@@ -536,6 +623,9 @@ class ConsumerProtocolMember:
                 continue  # fenced while it was in flight: rejoin
             assigned = _as_sets(self._assigned)
             await self._on_heartbeat(resp, sent_at)
+            self._beat_sent_at = sent_at
+            self._heard.set()
+            self._heard = anyio.Event()
             # A reconciliation under way beats early: after a new epoch or
             # assignment, the partitions other members still own come with a
             # later answer, once they noticed (at their next heartbeat, within
@@ -690,6 +780,9 @@ class ConsumerProtocolMember:
             return
         old = self._target
         self._target = target
+        # Kept from the first revocation while one is unacknowledged: conservative,
+        # as Kafka's timer starts with it, or later (restarted as the member record
+        # changes, or at load); the deadline comes early (marks dropped), never late.
         if self._revoke_asked_at is None and self._owned - target:
             self._revoke_asked_at = answered_at
         self._changed.set()
@@ -750,6 +843,8 @@ class ConsumerProtocolMember:
             reason,
         )
         self.incarnation += 1
+        self._heard.set()
+        self._heard = anyio.Event()
         self.epoch = 0
         self._assigned = None
         self._target = None
@@ -757,6 +852,10 @@ class ConsumerProtocolMember:
         self._target_ids = {}
         self._owned = frozenset()
         self._revoke_asked_at = None
+        for revocation in self._early:
+            revocation.lost = True
+            revocation.scope.cancel()  # nothing acknowledged nor said: the spans are lost
+        self._early = []
         self._dropped = anyio.Event()
         gen = self._current
         if gen is not None:

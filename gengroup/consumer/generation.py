@@ -77,7 +77,7 @@ from .detached import (
     task_failed,
     told_it_ended,
 )
-from .span_commits import commit_in_spans
+from .span_commits import Revoker, commit_in_spans
 from .timings import RebalanceTimings
 
 if TYPE_CHECKING:
@@ -147,6 +147,8 @@ class Span:
         topic_id: the id its topic had for that generation (None: not known).
         reset: where the partition was reset for an out-of-range offset, until
             a commit of it is stored (-1: none); see :meth:`Generation.offset_reset`.
+        revoker: the revocation holding it, begun before the generation revoking
+            it formed (the consumer protocol: consumer/early_revocation.py).
     """
 
     tp: TopicPartition
@@ -164,6 +166,7 @@ class Span:
     first: int = field(init=False)
     topic_id: UUID | None = field(init=False)
     reset: int = -1
+    revoker: Revoker | None = None
 
     def __post_init__(self) -> None:
         self.first = self.gen.sequence
@@ -808,11 +811,6 @@ class Generation(IdentityNames, GenerationCommits):
             return None  # (a span opened later, after ``tp`` was revoked and added again)
         return span
 
-    def _offset_stored(self, tp: TopicPartition) -> None:
-        """A commit of ``tp`` was stored: a reset its span carried is over."""
-        if (span := self._spans.get(tp)) is not None and span.gen is self:
-            span.reset = -1  # the coordinator holds an offset of the new log
-
     @property
     def marks(self) -> Mapping[TopicPartition, int]:
         """The offsets marked so far."""
@@ -849,7 +847,8 @@ class Generation(IdentityNames, GenerationCommits):
         generation it started in. Between generations the commit waits until
         the next generation holds the span (there is no generation whose id it
         could carry meanwhile); while the span is being revoked, it is
-        committed under the generation revoking it.
+        committed under the generation revoking it (before that one formed,
+        see ``docs/incremental-rebalancing.md``, the consumer protocol).
 
         A refusal worth retrying (COORDINATOR_LOAD_IN_PROGRESS,
         NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, REQUEST_TIMED_OUT, a

@@ -72,7 +72,10 @@ coordinator fences a member that has not acknowledged within its
 ``rebalance_timeout``, so the commits on the way (the ending generation's
 second pass, the revocation's) give up by ``Formed.revoke_deadline``, and the
 revoked partitions' marks not stored by then are dropped: no later commit
-under the member's newest epoch may move their new owner's offsets.
+under the member's newest epoch may move their new owner's offsets. Spans
+the member released before the generation formed (its forming failed at
+first: :mod:`~gengroup.consumer.early_revocation`) and handed to it are
+revoked as its own: awaited, their marks committed, then acknowledged.
 """
 
 from __future__ import annotations
@@ -382,7 +385,10 @@ class _Run:
         generation is handed out.
         """
         gen = self.gen
-        closed = self.own.release(
+        # Spans released before ``gen`` formed, which it took over (the consumer
+        # protocol: early_revocation.py).
+        closed = [s for s in self.own.spans.values() if s.closed and s.gen is gen]
+        closed += self.own.release(
             [tp for tp in self.own.spans if tp not in gen.assignments],
             gen,
             why=f"generation {gen.label} revoked its partition",
@@ -407,7 +413,9 @@ class _Run:
             closed += self.own.release(
                 recreated, gen, why=f"generation {gen.label} found its topic created again"
             )
-        if not closed and not self.own.closing_tasks():
+        # The marks of spans released before ``gen`` formed whose tasks returned already.
+        carried = [tp for tp in gen.revoked if gen._marks.get(tp, -1) > gen._committed.get(tp, -1)]
+        if not closed and not self.own.closing_tasks() and not carried:
             return
         # The retained spans are served meanwhile: their batches come from
         # ``gen``'s prefetcher, their marks and commits go under its id.

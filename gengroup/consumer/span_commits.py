@@ -16,6 +16,17 @@ one in the holder: it carries the holder's start marks of those partitions
 application chose, does not drop them. A generation's own commit that is
 being retried when it ends goes on the same way (``once``: one attempt per
 holder, its retry loop and deadline the generation's, committing.py).
+
+Under the consumer protocol a span may be revoked before the generation
+revoking it formed (:mod:`~gengroup.consumer.early_revocation`): its
+:class:`Revoker` holds it until that generation forms. Offsets given for
+its partition are committed through the revocation at once, under the
+member's newest epoch (after its acknowledgement they raise ``KeyError``, as
+in a generation whose revocation is acknowledged); its marks are left to
+the revocation, which commits them before acknowledging, so a commit of
+marks never waits for them nor fails for them. Once the member was fenced
+(the revocation ``lost``), a commit naming its partition raises the held
+generation's ``GenerationEnded``, marks or offsets.
 """
 
 from __future__ import annotations
@@ -26,10 +37,10 @@ from typing import Protocol
 import anyio
 
 from .._errors import GenerationEnded
-from .._types import TopicPartition, checked_offset
+from .._types import TopicPartition, checked_offset, show_partitions
 from .commits import OffsetMetadata, Offsets
 
-__all__ = ["commit_in_spans"]
+__all__ = ["Revoker", "commit_in_spans"]
 
 
 class _Holder(Protocol):
@@ -50,6 +61,18 @@ class _Holder(Protocol):
     ) -> None: ...
 
 
+class Revoker(Protocol):
+    """What of a revocation begun before the generation revoking it formed
+    (consumer/early_revocation.py) a commit uses."""
+
+    @property
+    def lost(self) -> bool: ...
+    def ended(self, given: str) -> GenerationEnded: ...
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int], metadata: OffsetMetadata | None, *, once: bool
+    ) -> None: ...
+
+
 class _Span(Protocol):
     """What of an ownership span a commit uses (a generation's Span)."""
 
@@ -61,6 +84,8 @@ class _Span(Protocol):
     def closed(self) -> bool: ...
     @property
     def moved(self) -> anyio.Event: ...
+    @property
+    def revoker(self) -> Revoker | None: ...
     def holder(self) -> _Holder | None: ...
 
 
@@ -87,6 +112,8 @@ async def commit_in_spans(
     Raises:
         GenerationEnded: a partition to commit has no span that outlived
             ``gen``, or none has; nothing (more) was sent.
+        KeyError: offsets given for a partition revoked before the
+            generation revoking it formed, whose revocation is acknowledged.
         BrokerError, KafkaConnectionError: what the holder's commit raises
             (unless ``once``, its retriable refusals retried for
             ``request_timeout`` first).
@@ -106,8 +133,18 @@ async def commit_in_spans(
     # Between generations: until the next one is formed (or the span is given up).
     while waiting := [s for s in spans.values() if s.holder() is None and not s.closed]:
         await waiting[0].moved.wait()
+    # The member was fenced while it revoked one: the held generation's own
+    # (a task raising it on its way out returned), whatever else is given up.
+    lost = {tp: s.revoker for tp, s in spans.items() if s.revoker is not None and s.revoker.lost}
+    for revoker in lost.values():
+        raise revoker.ended(show_partitions(lost))
     holders: dict[_Holder, dict[TopicPartition, int]] = {}
+    revokers: dict[Revoker, dict[TopicPartition, int]] = {}
     for tp, span in spans.items():
+        if span.revoker is not None:  # revoked before the generation revoking it formed
+            if wanted is not None:  # (its marks: the revocation commits them)
+                revokers.setdefault(span.revoker, {})[tp] = wanted[tp]
+            continue
         holder = span.holder()
         if holder is None:  # given up with every other span (the membership may be lost)
             raise ended
@@ -115,6 +152,8 @@ async def commit_in_spans(
         offset = marked if wanted is None else wanted[tp]
         if offset >= 0:
             holders.setdefault(holder, {})[tp] = offset
+    for revoker, given in revokers.items():
+        await revoker.commit(given, metadata, once=once)
     for holder, due in holders.items():
         if holder.ended:  # while an earlier holder's commit was sent: under the next one
             again = None if wanted is None else due
