@@ -14,13 +14,26 @@ failure, so it is never left expecting an answer that will not come);
 :func:`read_partition` is a convenience for tests and tools that reads a range
 of offsets, following leadership changes by refreshing metadata, with the
 client's retry helper (:mod:`gengroup.io.retry`).
+
+Topic ids. A broker that speaks Fetch v13+ is sent topic ids, not names:
+the caller's (``topic_ids``: a consumer keeps the ids its positions belong
+to) or, without them, the cluster's metadata cache's. A request whose topics
+do not all have an id (no Metadata named one yet, or the broker's Metadata
+does not send ids) goes as v12, by name, for that request only: a request
+is not held back waiting for a Metadata answer, and a broker that speaks
+v13 speaks v12 too. The answer's topic ids are mapped back to names through
+the ids that request used (:func:`parse_fetch_response`). A fetch session
+the broker created for requests by id refuses one by name and the other
+way round (FETCH_SESSION_TOPIC_ID_ERROR): that answer is dropped as the
+other session errors are, and the next request is full.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any, Final
+from uuid import UUID
 
 import anyio
 from kio.schema.errors import ErrorCode
@@ -35,7 +48,7 @@ from ..protocol.fetch import (
     isolation_code,
     parse_fetch_response,
 )
-from ..protocol.fetch_request import encode_fetch_request
+from ..protocol.fetch_request import TOPIC_IDS_FROM, encode_fetch_request
 from ..protocol.fetch_session import FetchPlan, FetchSession, PartitionParams
 from ..protocol.records import Record
 from ..protocol.versions import ApiKey
@@ -44,8 +57,14 @@ from .retry import Backoff, retry
 
 _LEADER_NOT_AVAILABLE: Final = int(ErrorCode.leader_not_available)
 _SESSION_ERRORS: Final = frozenset(
-    {int(ErrorCode.fetch_session_id_not_found), int(ErrorCode.invalid_fetch_session_epoch)}
+    {
+        int(ErrorCode.fetch_session_id_not_found),
+        int(ErrorCode.invalid_fetch_session_epoch),
+        int(ErrorCode.fetch_session_topic_id_error),
+    }
 )
+#: The newest Fetch version that names topics by name.
+_BY_NAME: Final = TOPIC_IDS_FROM - 1
 
 __all__ = [
     "IsolationLevelArg",
@@ -72,6 +91,7 @@ async def fetch_once(
     decode: bool = True,
     channel: str = "fetch",
     session: FetchSession | None = None,
+    topic_ids: Mapping[str, UUID] | None = None,
 ) -> dict[TopicPartition, PartitionFetch]:
     """Send one Fetch to broker ``node_id`` and parse the answer.
 
@@ -90,6 +110,10 @@ async def fetch_once(
     (the broker lost the session, an epoch out of order) is dropped whole:
     the result is empty and the session's next request is full.
 
+    ``topic_ids`` are the ids the request names its topics by, if the broker
+    speaks Fetch v13+ (default: the cluster's metadata cache's); a request
+    with a topic of unknown id goes by name, as v12.
+
     Returns:
         See :func:`parse_fetch_response`.
 
@@ -103,17 +127,23 @@ async def fetch_once(
     if not positions:
         return {}
     plan: FetchPlan | None = None
+    #: The topic of each id the request named (empty: it named topics by name).
+    names: dict[UUID, str] = {}
+    if topic_ids is None:
+        topic_ids = _cached_ids(cluster)
     if session is None:
 
         def make(mod: Any) -> object:
+            version = _version(mod, topic_ids, positions, names)
             return encode_fetch_request(
-                mod.FetchRequest.__version__,
+                version,
                 positions,
                 max_wait=max_wait,
                 min_bytes=min_bytes,
                 max_bytes=max_bytes,
                 partition_max_bytes=partition_max_bytes,
                 isolation_level=isolation_level,
+                topic_ids=topic_ids,
             )
     else:
         plan = session.plan(
@@ -134,6 +164,8 @@ async def fetch_once(
             min_bytes=min_bytes,
             max_bytes=max_bytes,
             isolation_level=isolation_level,
+            topic_ids=topic_ids,
+            names=names,
         )
     try:
         resp = await cluster.call(
@@ -145,7 +177,7 @@ async def fetch_once(
         raise
     if session is None or plan is None:
         return parse_fetch_response(
-            resp, isolation_level=isolation_level, positions=positions, decode=decode
+            resp, isolation_level=isolation_level, positions=positions, decode=decode, names=names
         )
     code = int(resp.error_code)
     try:
@@ -153,7 +185,7 @@ async def fetch_once(
             code,
             int(resp.session_id),
             (
-                TopicPartition(t.topic, int(p.partition_index))
+                TopicPartition(_answered_topic(t, names), int(p.partition_index))
                 for t in resp.responses
                 for p in t.partitions
             ),
@@ -168,8 +200,44 @@ async def fetch_once(
             raise ProtocolError(f"broker {node_id} rejected a full Fetch: {rejected}")
         return {}
     return parse_fetch_response(
-        resp, isolation_level=isolation_level, positions=positions, decode=decode
+        resp, isolation_level=isolation_level, positions=positions, decode=decode, names=names
     )
+
+
+def _cached_ids(cluster: Cluster) -> dict[str, UUID]:
+    """The topic ids the cluster's metadata cache holds, by topic name."""
+    return {name: t.topic_id for name, t in cluster.topics.items() if t.topic_id is not None}
+
+
+def _version(
+    mod: Any,
+    topic_ids: Mapping[str, UUID],
+    partitions: Iterable[TopicPartition],
+    names: dict[UUID, str],
+) -> int:
+    """The version to send: the negotiated one (``mod``'s), or v12 if it names
+    topics by id and a topic of ``partitions`` (those the request fetches or
+    forgets, named in it or kept by its session) has none; ``names`` gets the
+    ids of their topics, by which the answer names them."""
+    version = int(mod.FetchRequest.__version__)
+    if version < TOPIC_IDS_FROM:
+        return version
+    for tp in partitions:
+        topic_id = topic_ids.get(tp.topic)
+        if topic_id is None:
+            names.clear()
+            return _BY_NAME
+        names[topic_id] = tp.topic
+    return version
+
+
+def _answered_topic(topic: Any, names: Mapping[UUID, str]) -> str:
+    """A response topic's name (v13+: its id's, as the request named it; an id
+    the request did not name: the id itself, which the session finds stray)."""
+    name = getattr(topic, "topic", None)
+    if name is not None:
+        return str(name)
+    return names.get(topic.topic_id, str(topic.topic_id))
 
 
 def _session_request(
@@ -180,11 +248,14 @@ def _session_request(
     min_bytes: int,
     max_bytes: int,
     isolation_level: IsolationLevelArg | int,
+    topic_ids: Mapping[str, UUID],
+    names: dict[UUID, str],
 ) -> object:
-    """The Fetch request of a session's ``plan``, in the version of ``mod``."""
+    """The Fetch request of a session's ``plan``, in the version of ``mod`` (v12
+    if a topic has no id in ``topic_ids``; ``names`` gets the ids named)."""
     send = plan.send
     return encode_fetch_request(
-        mod.FetchRequest.__version__,
+        _version(mod, topic_ids, (*plan.desired, *plan.forgotten), names),
         {tp: p.offset for tp, p in send.items()},
         max_wait=max_wait,
         min_bytes=min_bytes,
@@ -195,6 +266,7 @@ def _session_request(
         session_id=plan.session_id,
         session_epoch=plan.epoch,
         forgotten=plan.forgotten,
+        topic_ids=topic_ids,
     )
 
 

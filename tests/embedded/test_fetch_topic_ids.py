@@ -1,0 +1,151 @@
+"""Fetch v13-v16 on the embedded broker: topics named by id, and the leader
+hints of v16 (KIP-951), as Kafka answers them; and the client's choice of
+version (by id when every topic's id is known, else v12 by name).
+
+``tests/conformance/test_fetch_session_conformance.py`` compares the same
+answers with Apache Kafka's.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import trio.testing
+
+from gengroup._types import TopicPartition
+from gengroup.broker import FakeCluster
+from gengroup.broker.faults import Intercepted
+from gengroup.io.cluster import Cluster
+from gengroup.io.fetch import fetch_once
+from gengroup.protocol.records import NewRecord, decode_batches
+from gengroup.protocol.versions import ApiKey
+
+from . import batch, connect, fetch, produce
+
+UNKNOWN_TOPIC_ID = 100
+NOT_LEADER = 6
+FETCH_SESSION_TOPIC_ID_ERROR = 106
+
+
+def _values(part: object) -> list[bytes | None]:
+    return [r.value for b in decode_batches(part.records) for r in b.records]  # type: ignore[attr-defined]
+
+
+async def test_a_fetch_by_topic_id_reads_the_topic_of_that_id_only(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """v13-v16 name the topic by id, and the answer too; the id of a topic
+    deleted and created again under the same name is UNKNOWN_TOPIC_ID, never
+    the new topic's log."""
+    async with FakeCluster(topics={"t": 1}) as cluster, connect(cluster) as conn:
+        old = cluster.state.topics.by_name["t"].topic_id
+        await conn.request(produce(9, "t", 0, batch(b"old")))
+        for v in range(13, 17):
+            resp = await conn.request(fetch(v, "t", 0, 0, topic_ids={"t": old}))
+            (topic,) = resp.responses
+            assert topic.topic_id == old
+            (part,) = topic.partitions
+            assert (int(part.error_code), _values(part)) == (0, [b"old"]), v
+        cluster.delete_topic("t")
+        cluster.create_topic("t", 1)
+        await conn.request(produce(9, "t", 0, batch(b"new0", b"new1")))
+        new = cluster.state.topics.by_name["t"].topic_id
+        assert new != old
+        for v in range(13, 17):
+            resp = await conn.request(fetch(v, "t", 0, 1, topic_ids={"t": old}))
+            ((part,),) = (t.partitions for t in resp.responses)
+            assert int(part.error_code) == UNKNOWN_TOPIC_ID, v
+            assert (part.high_watermark, part.log_start_offset, part.records) == (-1, -1, b"")
+            resp = await conn.request(fetch(v, "t", 0, 0, topic_ids={"t": new}))
+            ((part,),) = (t.partitions for t in resp.responses)
+            assert _values(part) == [b"new0", b"new1"]
+        assert not cluster.errors
+
+
+async def test_a_session_refuses_requests_of_the_other_kind(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A session made by v12 (by name) refuses an incremental v13+ request, and
+    one made by id a v12 one: FETCH_SESSION_TOPIC_ID_ERROR, as Kafka's FetchManager."""
+    async with FakeCluster(topics={"t": 1}) as cluster, connect(cluster) as conn:
+        ids = {"t": cluster.state.topics.by_name["t"].topic_id}
+        for first, then in ((12, 16), (16, 12), (13, 12)):
+            resp = await conn.request(fetch(first, "t", 0, 0, session_epoch=0, topic_ids=ids))
+            session = int(resp.session_id)
+            assert session and int(resp.error_code) == 0
+            again = await conn.request(
+                fetch(then, "t", 0, 0, session_id=session, session_epoch=1, topic_ids=ids)
+            )
+            assert int(again.error_code) == FETCH_SESSION_TOPIC_ID_ERROR, (first, then)
+            assert (int(again.session_id), again.responses) == (0, ())
+            same = await conn.request(
+                fetch(first, "t", 0, 0, session_id=session, session_epoch=1, topic_ids=ids)
+            )
+            assert int(same.error_code) == 0  # the session is kept
+        assert not cluster.errors
+
+
+async def test_a_fetch_refused_by_a_former_leader_names_the_new_one_from_v16(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(brokers=2) as cluster:
+        cluster.create_topic("t", 1, replication_factor=2)
+        cluster.move_partition_leader("t", 0, 1)
+        ids = {"t": cluster.state.topics.by_name["t"].topic_id}
+        epoch = cluster.state.topics.partition("t", 0).leader_epoch  # type: ignore[union-attr]
+        async with connect(cluster, 0) as conn:
+            for v in (12, 15, 16):
+                resp = await conn.request(fetch(v, "t", 0, 0, topic_ids=ids))
+                ((part,),) = (t.partitions for t in resp.responses)
+                assert int(part.error_code) == NOT_LEADER
+                hint = (int(part.current_leader.leader_id), int(part.current_leader.leader_epoch))
+                if v < 16:
+                    assert hint == (-1, -1)
+                    assert getattr(resp, "node_endpoints", ()) == ()
+                    continue
+                assert hint == (1, epoch)
+                (node,) = resp.node_endpoints
+                assert (int(node.node_id), node.host, int(node.port)) == (1, *cluster.address(1))
+            # A fenced epoch names the leader too.
+            resp = await conn.request(fetch(16, "t", 0, 0, leader_epoch=epoch - 1, topic_ids=ids))
+            ((part,),) = (t.partitions for t in resp.responses)
+            assert int(part.error_code) == 74  # FENCED_LEADER_EPOCH
+            assert int(part.current_leader.leader_id) == 1
+        assert not cluster.errors
+
+
+async def test_the_client_fetches_by_id_and_by_name_only_without_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """With the topic's id in the metadata cache the Fetch is v16 by id; a
+    topic the cache has no id for goes by name, as v12 (that request only);
+    the answer is the topic's either way."""
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        cluster.produce("t", [NewRecord(None, b"a", (), 0)])
+        sent: list[tuple[int, object]] = []
+
+        def note(call: Intercepted) -> None:
+            (topic,) = call.request.topics
+            sent.append((call.api_version, getattr(topic, "topic_id", None) or topic.topic))
+
+        cluster.control(ApiKey.FETCH, note)
+        tp = TopicPartition("t", 0)
+        async with Cluster(cluster.bootstrap) as client:
+            await client.refresh_metadata(["t"])
+            topic_id = client.topics["t"].topic_id
+            assert topic_id is not None
+            by_id = await fetch_once(client, 0, {tp: 0}, max_wait=0)
+            by_name = await fetch_once(client, 0, {tp: 0}, max_wait=0, topic_ids={})
+            unknown = await fetch_once(
+                client, 0, {tp: 0}, max_wait=0, topic_ids={"t": uuid.uuid4()}
+            )
+        assert sent == [(16, topic_id), (12, "t"), (16, unknown_id(sent))]
+        assert [r.value for r in by_id[tp].records] == [b"a"]
+        assert [r.value for r in by_name[tp].records] == [b"a"]
+        assert unknown[tp].error is not None and unknown[tp].error.code == UNKNOWN_TOPIC_ID  # type: ignore[attr-defined]
+        assert not cluster.errors
+
+
+def unknown_id(sent: list[tuple[int, object]]) -> object:
+    """The id the last request named (made up by the test)."""
+    return sent[-1][1]
