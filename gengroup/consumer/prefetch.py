@@ -89,7 +89,19 @@ for a batch (told ``on_gap`` then too).
 
 Each partition starts at the leader the cluster's metadata cache names (a
 partition the cache lacks is looked up first), so a new generation's first
-Fetch waits for no Metadata round trip. Errors are handled where they are
+Fetch waits for no Metadata round trip. A topic's id is taken once, the
+first time the cache names one, and every Fetch names the topic by it (v13+,
+:mod:`gengroup.io.fetch`): a topic deleted and created again under the same
+name while the prefetcher runs is answered UNKNOWN_TOPIC_ID, never read at
+the old topic's positions (its partitions wait, fetched again after their
+backoff, until the generation ends for the change). A leader moving is
+followed at once when the broker refusing a Fetch names the new one (a
+leader hint, KIP-951, Fetch v16: NOT_LEADER_OR_FOLLOWER or
+FENCED_LEADER_EPOCH with a newer epoch than the cache's): the partition goes
+to that leader's loop with no backoff, while a Metadata refresh is still
+asked for beside it. Only the first retry after such a move goes at once
+(until the partition's next good answer), so that two brokers naming each
+other cannot make a loop without backoff. Errors are handled where they are
 understood, as :mod:`gengroup.consumer.fetch_errors` says from the client's
 error table (:mod:`gengroup._error_table`): stale leadership (action
 ``refresh_metadata``, which a leader that moved since it was cached answers)
@@ -126,6 +138,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Final, NamedTuple
+from uuid import UUID
 
 import anyio
 import anyio.abc
@@ -204,6 +217,8 @@ class _Partition:
     handed: int = -1
     #: The ranges the position moved past with no record to hand out.
     gaps: Gaps = field(default_factory=Gaps)
+    #: A leader hint moved it since its last good answer (the next move backs off).
+    moved: bool = False
 
 
 def _lagging(part: _Partition) -> bool:
@@ -263,6 +278,11 @@ class Prefetcher:
         self._sessions = FetchSessions(
             config.group_id, config.fetch_sessions, self._metrics, retired
         )
+        #: The id each topic's positions belong to, taken once from the cache.
+        self._topic_ids: dict[str, UUID] = {}
+        self._pin_topic_ids()
+        #: Topics whose leaders a hint moved: their metadata is to be refreshed.
+        self._hinted: set[str] = set()
 
     # ------------------------------------------------------------------ workers' side
 
@@ -417,6 +437,27 @@ class Prefetcher:
                 part.queue.clear()
         self.wake()
 
+    def _pin_topic_ids(self) -> None:
+        """Take the id of each topic that has none yet from the metadata cache."""
+        for tp in self._parts:
+            if tp.topic not in self._topic_ids:
+                info = self._cluster.topics.get(tp.topic)
+                if info is not None and info.topic_id is not None:
+                    self._topic_ids[tp.topic] = info.topic_id
+
+    async def _refresh(self, topics: set[str]) -> None:
+        """Refresh the metadata of ``topics``; a failure is logged once, until one works."""
+        try:
+            await self._cluster.refresh_metadata(topics)
+        except (KafkaConnectionError, BrokerError, ProtocolError) as exc:
+            if not self._metadata_failing:
+                self._metadata_failing = True
+                log.warning("group %s: metadata refresh failed: %s", self._config.group_id, exc)
+        else:
+            if self._metadata_failing:
+                self._metadata_failing = False
+                log.info("group %s: metadata refresh works again", self._config.group_id)
+
     async def _assign_leaders(self) -> None:
         """Look up the leaders of the partitions without one (metadata is
         refreshed no more often than the cluster's retry backoff: partitions
@@ -430,16 +471,8 @@ class Prefetcher:
                 await anyio.sleep(wait)
             missing = [p for p in self._parts.values() if p.leader < 0]
             self._refreshed = anyio.current_time()
-            try:
-                await self._cluster.refresh_metadata({p.tp.topic for p in missing})
-            except (KafkaConnectionError, BrokerError, ProtocolError) as exc:
-                if not self._metadata_failing:
-                    self._metadata_failing = True
-                    log.warning("group %s: metadata refresh failed: %s", self._config.group_id, exc)
-            else:
-                if self._metadata_failing:
-                    self._metadata_failing = False
-                    log.info("group %s: metadata refresh works again", self._config.group_id)
+            await self._refresh({p.tp.topic for p in missing})
+            self._pin_topic_ids()
             for part in missing:
                 part.leader = self._cluster.leader_for(part.tp)
             if all(p.leader >= 0 for p in self._parts.values()):
@@ -449,7 +482,25 @@ class Prefetcher:
         for node in {p.leader for p in self._parts.values()} - self._loops:
             self._loops.add(node)
             self._tg.start_soon(self._broker_loop, node, name=f"gengroup-fetch-{node}")
+        if self._hinted:  # the refresh a leader hint still asks for, beside the move
+            self._tg.start_soon(self._refresh, set(self._hinted))
+            self._hinted.clear()
         self._changed()  # running loops pick up the partitions they lead now
+
+    def _follow_hint(self, part: _Partition, pf: PartitionFetch) -> bool:
+        """Move ``part`` to the leader its refusal names, if newer than the cache's
+        (KIP-951): at once, unless a hint moved it since its last good answer.
+        Its metadata is refreshed beside it. Whether it moved."""
+        # The result carries the hint and the response's endpoints both.
+        if not self._cluster.take_leader_hint(part.tp, pf, pf):
+            return False
+        part.leader = self._cluster.leader_for(part.tp)
+        if not part.moved:
+            part.moved = True
+            part.not_before = 0.0
+        self._hinted.add(part.tp.topic)
+        self._reroute.set()
+        return True
 
     def _stale(self, part: _Partition) -> None:
         part.leader = -1
@@ -623,6 +674,7 @@ class Prefetcher:
                 decode=False,
                 channel=channel,
                 session=session,
+                topic_ids=self._topic_ids,
             )
         except Exception as exc:
             # A top-level error code already dropped the connection's fetch
@@ -657,6 +709,7 @@ class Prefetcher:
                 part = self._parts[tp]
                 if tp not in result and part.position == position:
                     self._errors.partition_ok(tp)
+                    part.moved = False
                     self._grow_if_held_back(part, part.position, left >= asks[tp])
         self._errors.flush(node)
 
@@ -679,10 +732,11 @@ class Prefetcher:
             action = partition_action(error, self._config.start_offset)
             if action in ("refresh_metadata", "retry"):
                 # Fetched again once its backoff has passed (stale leadership:
-                # once its leader was looked up again, too).
+                # once its leader was looked up again, too, or at once on the
+                # leader a hint names).
                 delay = self._errors.partition_failed(node, part.tp, error)
                 part.not_before = anyio.current_time() + delay
-                if action == "refresh_metadata":
+                if action == "refresh_metadata" and not self._follow_hint(part, pf):
                     self._stale(part)
                 return
             self._errors.partition_stopped(part.tp)
@@ -717,6 +771,7 @@ class Prefetcher:
                 part.wake.set()
             return
         self._errors.partition_ok(part.tp)
+        part.moved = False
         part.high_watermark = max(part.high_watermark, pf.high_watermark)
         stable = pf.last_stable_offset
         committed = self._config.isolation_level == "read_committed"
