@@ -1,5 +1,5 @@
 """Leader hints (KIP-951) from real Apache Kafka: the producer retries on the
-leader a NOT_LEADER_OR_FOLLOWER names.
+leader a NOT_LEADER_OR_FOLLOWER names, and the consumer fetches from it.
 
 The partition's leadership is moved while every node stays up (the replicas
 reordered, then a preferred-leader election), so the only way the producer
@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from gengroup import Admin, Producer, TopicPartition
+from gengroup import Admin, ConsumerGroup, Generation, Producer, TopicPartition
 from gengroup.admin import NewTopic
 from gengroup.io.cluster import Cluster
 from gengroup.protocol.framing import build
@@ -92,4 +92,58 @@ async def test_the_producer_takes_the_new_leader_from_the_old_ones_refusal(
             written = await producer.send(topic, b"after", partition=0)
             assert written.offset == 1
             assert producer.cluster.leader_for(tp) == new
+    assert taken[:1] == [True], "the old leader's refusal named the new one, and it was taken"
+
+
+async def test_the_consumer_takes_the_new_leader_from_the_old_ones_refusal(
+    healed_cluster: KafkaCluster,
+) -> None:
+    """A consumer fetching from the old leader is refused (Fetch v16) with the
+    new leader named: it takes the hint, and the record written after the move
+    is read from the new leader."""
+    cluster = healed_cluster
+    topic = make_unique_name("fetch-hints")
+    tp = TopicPartition(topic, 0)
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, 1, replication_factor=3)])
+    old = cluster.node_of_leader(topic, 0)
+    new = next(n for n in cluster.running if n != old)
+    taken: list[bool] = []
+    values: list[bytes | None] = []
+    with anyio.fail_after(120):
+        async with (
+            Producer(cluster.bootstrap, linger=0) as producer,
+            ConsumerGroup(make_unique_name("g"), [topic], cluster.bootstrap) as group,
+        ):
+            await producer.send(topic, b"before", partition=0)
+            moved = anyio.Event()
+
+            async def member() -> None:
+                async for gen in group:
+                    for part in gen.added:
+                        gen.start_soon(work, gen, part, partition=part)
+
+            async def work(gen: Generation, part: TopicPartition) -> None:
+                async for batch in gen.fetch(part):
+                    values.extend(r.value for r in batch.records)
+                    if len(values) == 1:
+                        moved.set()
+
+            take = group.cluster.take_leader_hint
+
+            def spy(tp: TopicPartition, part: Any, response: Any) -> bool:
+                taken.append(took := take(tp, part, response))
+                return took
+
+            group.cluster.take_leader_hint = spy  # type: ignore[method-assign]
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(member)
+                await moved.wait()
+                assert group.cluster.leader_for(tp) == old
+                await anyio.to_thread.run_sync(partial(cluster.move_leader, topic, 0, new))
+                await producer.send(topic, b"after", partition=0)
+                while len(values) < 2:
+                    await anyio.sleep(0.05)
+                tg.cancel_scope.cancel()
+    assert values == [b"before", b"after"]
     assert taken[:1] == [True], "the old leader's refusal named the new one, and it was taken"

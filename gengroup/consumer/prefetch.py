@@ -89,12 +89,17 @@ for a batch (told ``on_gap`` then too).
 
 Each partition starts at the leader the cluster's metadata cache names (a
 partition the cache lacks is looked up first), so a new generation's first
-Fetch waits for no Metadata round trip. A topic's id is taken once, the
-first time the cache names one, and every Fetch names the topic by it (v13+,
-:mod:`gengroup.io.fetch`): a topic deleted and created again under the same
-name while the prefetcher runs is answered UNKNOWN_TOPIC_ID, never read at
-the old topic's positions (its partitions wait, fetched again after their
-backoff, until the generation ends for the change). A leader moving is
+Fetch waits for no Metadata round trip. Fetch names topics by id (v13+,
+:mod:`gengroup.io.fetch`): the id the metadata cache holds, until a
+partition of the topic first gets records or an answer without error; from
+then on the id of that request, for the prefetcher's life. So a topic
+deleted and created again under the same name once the prefetcher read it is
+answered UNKNOWN_TOPIC_ID, never read at the old topic's positions (its
+partitions wait, fetched again after their backoff, until the generation
+ends for the change), while a generation that formed on metadata not yet
+showing the new topic (its positions are the new topic's, as no offsets were
+read from the old one) takes the new id from the refresh its first
+UNKNOWN_TOPIC_ID asks for. A leader moving is
 followed at once when the broker refusing a Fetch names the new one (a
 leader hint, KIP-951, Fetch v16: NOT_LEADER_OR_FOLLOWER or
 FENCED_LEADER_EPOCH with a newer epoch than the cache's): the partition goes
@@ -278,9 +283,8 @@ class Prefetcher:
         self._sessions = FetchSessions(
             config.group_id, config.fetch_sessions, self._metrics, retired
         )
-        #: The id each topic's positions belong to, taken once from the cache.
+        #: The id each topic's positions belong to: that of its first good answer.
         self._topic_ids: dict[str, UUID] = {}
-        self._pin_topic_ids()
         #: Topics whose leaders a hint moved: their metadata is to be refreshed.
         self._hinted: set[str] = set()
 
@@ -437,13 +441,20 @@ class Prefetcher:
                 part.queue.clear()
         self.wake()
 
-    def _pin_topic_ids(self) -> None:
-        """Take the id of each topic that has none yet from the metadata cache."""
-        for tp in self._parts:
-            if tp.topic not in self._topic_ids:
-                info = self._cluster.topics.get(tp.topic)
-                if info is not None and info.topic_id is not None:
-                    self._topic_ids[tp.topic] = info.topic_id
+    def _ids_for(self, partitions: Mapping[TopicPartition, int]) -> dict[str, UUID]:
+        """The id a Fetch of ``partitions`` names each topic by: the one its
+        positions belong to, or (none yet) the metadata cache's."""
+        ids: dict[str, UUID] = {}
+        cached = self._cluster.topics
+        for tp in partitions:
+            topic = tp.topic
+            if topic not in ids:
+                found = self._topic_ids.get(topic)
+                if found is None and (info := cached.get(topic)) is not None:
+                    found = info.topic_id
+                if found is not None:
+                    ids[topic] = found
+        return ids
 
     async def _refresh(self, topics: set[str]) -> None:
         """Refresh the metadata of ``topics``; a failure is logged once, until one works."""
@@ -472,7 +483,6 @@ class Prefetcher:
             missing = [p for p in self._parts.values() if p.leader < 0]
             self._refreshed = anyio.current_time()
             await self._refresh({p.tp.topic for p in missing})
-            self._pin_topic_ids()
             for part in missing:
                 part.leader = self._cluster.leader_for(part.tp)
             if all(p.leader >= 0 for p in self._parts.values()):
@@ -661,6 +671,7 @@ class Prefetcher:
         cfg = self._config
         session = self._sessions.session(node, channel)
         resets = session.resets
+        ids = self._ids_for(ready)
         try:
             result = await fetch_once(
                 self._cluster,
@@ -674,7 +685,7 @@ class Prefetcher:
                 decode=False,
                 channel=channel,
                 session=session,
-                topic_ids=self._topic_ids,
+                topic_ids=ids,
             )
         except Exception as exc:
             # A top-level error code already dropped the connection's fetch
@@ -699,6 +710,8 @@ class Prefetcher:
         # ask would have fitted in that.
         left = limit - sum(pf.size for pf in result.values())
         for tp, pf in result.items():
+            if pf.error is None and tp.topic in ids:  # the positions are that topic's now
+                self._topic_ids.setdefault(tp.topic, ids[tp.topic])
             part = self._parts.get(tp)
             if part is None or part.position != ready.get(tp):
                 continue
