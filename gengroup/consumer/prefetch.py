@@ -102,7 +102,9 @@ read from the old one) takes the new id from the refresh its first
 UNKNOWN_TOPIC_ID asks for. A leader moving is
 followed at once when the broker refusing a Fetch names the new one (a
 leader hint, KIP-951, Fetch v16: NOT_LEADER_OR_FOLLOWER or
-FENCED_LEADER_EPOCH with a newer epoch than the cache's): the partition goes
+FENCED_LEADER_EPOCH with a newer epoch than the cache's; each Fetch carries
+the cached leader epoch, KIP-320, so a former leader refuses it instead of
+serving it as a follower): the partition goes
 to that leader's loop with no backoff, while a Metadata refresh is still
 asked for beside it. Only the first retry after such a move goes at once
 (until the partition's next good answer), so that two brokers naming each
@@ -153,7 +155,7 @@ from .._config import GroupConfig
 from .._errors import BrokerError, KafkaConnectionError, ProtocolError
 from .._types import TopicPartition
 from ..io.cluster import Cluster
-from ..io.fetch import fetch_once
+from ..io.fetch import cached_epochs, fetch_once
 from ..io.retry import Backoff, backoff_delay
 from ..protocol.fetch import PartitionFetch, split_batches
 from .fetch_budget import FetchBudget
@@ -686,6 +688,7 @@ class Prefetcher:
                 channel=channel,
                 session=session,
                 topic_ids=ids,
+                leader_epochs=cached_epochs(self._cluster, ready),
             )
         except Exception as exc:
             # A top-level error code already dropped the connection's fetch

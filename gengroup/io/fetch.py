@@ -70,6 +70,7 @@ __all__ = [
     "IsolationLevelArg",
     "PartitionFetch",
     "build_fetch_request",
+    "cached_epochs",
     "fetch_once",
     "fetch_partition",
     "isolation_code",
@@ -92,6 +93,7 @@ async def fetch_once(
     channel: str = "fetch",
     session: FetchSession | None = None,
     topic_ids: Mapping[str, UUID] | None = None,
+    leader_epochs: Mapping[TopicPartition, int] | None = None,
 ) -> dict[TopicPartition, PartitionFetch]:
     """Send one Fetch to broker ``node_id`` and parse the answer.
 
@@ -112,7 +114,10 @@ async def fetch_once(
 
     ``topic_ids`` are the ids the request names its topics by, if the broker
     speaks Fetch v13+ (default: the cluster's metadata cache's); a request
-    with a topic of unknown id goes by name, as v12.
+    with a topic of unknown id goes by name, as v12. ``leader_epochs``: the
+    leader epoch to send per partition (KIP-320; default: none, -1), which a
+    broker no longer leading at that epoch refuses (FENCED_LEADER_EPOCH) rather
+    than answering as a follower (:func:`cached_epochs`).
 
     Returns:
         See :func:`parse_fetch_response`.
@@ -143,9 +148,11 @@ async def fetch_once(
                 max_bytes=max_bytes,
                 partition_max_bytes=partition_max_bytes,
                 isolation_level=isolation_level,
+                leader_epochs=leader_epochs,
                 topic_ids=topic_ids,
             )
     else:
+        epochs = leader_epochs or {}
         plan = session.plan(
             {
                 tp: PartitionParams(
@@ -153,6 +160,7 @@ async def fetch_once(
                     partition_max_bytes
                     if isinstance(partition_max_bytes, int)
                     else partition_max_bytes[tp],
+                    epochs.get(tp, -1),
                 )
                 for tp, offset in positions.items()
             }
@@ -202,6 +210,21 @@ async def fetch_once(
     return parse_fetch_response(
         resp, isolation_level=isolation_level, positions=positions, decode=decode, names=names
     )
+
+
+def cached_epochs(
+    cluster: Cluster, partitions: Iterable[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """The leader epoch the cluster's metadata cache holds for each of ``partitions``
+    (those it knows)."""
+    out: dict[TopicPartition, int] = {}
+    topics = cluster.topics
+    for tp in partitions:
+        topic = topics.get(tp.topic)
+        part = None if topic is None else topic.partitions.get(tp.partition)
+        if part is not None and part.leader_epoch >= 0:
+            out[tp] = part.leader_epoch
+    return out
 
 
 def _cached_ids(cluster: Cluster) -> dict[str, UUID]:
