@@ -19,6 +19,7 @@ import pytest
 from gengroup import Admin, ConsumerGroup, Generation, Producer, TopicPartition
 from gengroup.admin import NewTopic
 from gengroup.io.cluster import Cluster
+from gengroup.protocol.fetch import build_fetch_request
 from gengroup.protocol.framing import build
 from gengroup.protocol.records import encode_batch
 from gengroup.protocol.versions import ApiKey
@@ -56,6 +57,54 @@ async def refusal_from_a_follower(bootstrap: str, topic: str) -> None:
         assert [(int(e.node_id), e.host, int(e.port)) for e in resp.node_endpoints] == [
             (leader.node_id, leader.host, leader.port)
         ]
+
+
+async def fenced_fetch_at_a_follower(bootstrap: str, topic: str) -> None:
+    """A Fetch v16 (by topic id) sent to a follower of ``topic[0]`` with a leader
+    epoch older than the leader's is refused FENCED_LEADER_EPOCH naming the
+    leader, its epoch and its address (the partition's leader moved once, so
+    its epoch is at least 1)."""
+    tp = TopicPartition(topic, 0)
+    async with Cluster(bootstrap) as client:
+        info = (await client.refresh_metadata([topic]))[topic]
+        part = info.partitions[0]
+        assert part.leader_epoch >= 1 and info.topic_id is not None
+        follower = next(b for b in part.replicas if b != part.leader)
+
+        def request(mod: Any) -> Any:
+            assert mod.FetchRequest.__version__ == 16
+            return build_fetch_request(
+                16,
+                {tp: 0},
+                max_wait=0.1,
+                min_bytes=1,
+                max_bytes=1 << 20,
+                partition_max_bytes=1 << 20,
+                isolation_level=0,
+                leader_epochs={tp: part.leader_epoch - 1},
+                topic_ids={topic: info.topic_id},
+            )
+
+        resp = await client.call(follower, ApiKey.FETCH, request)
+        ((answer,),) = (t.partitions for t in resp.responses)
+        assert resp.responses[0].topic_id == info.topic_id
+        assert int(answer.error_code) == 74  # FENCED_LEADER_EPOCH
+        hint = answer.current_leader
+        assert (int(hint.leader_id), int(hint.leader_epoch)) == (part.leader, part.leader_epoch)
+        leader = client.brokers[part.leader]
+        assert [(int(e.node_id), e.host, int(e.port)) for e in resp.node_endpoints] == [
+            (leader.node_id, leader.host, leader.port)
+        ]
+
+
+async def test_kafka_names_the_leader_in_a_fenced_fetch(healed_cluster: KafkaCluster) -> None:
+    topic = make_unique_name("fenced")
+    async with Admin(healed_cluster.bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, 1, replication_factor=3)])
+    old = healed_cluster.node_of_leader(topic, 0)
+    new = next(n for n in healed_cluster.running if n != old)
+    await anyio.to_thread.run_sync(partial(healed_cluster.move_leader, topic, 0, new))
+    await fenced_fetch_at_a_follower(healed_cluster.bootstrap, topic)
 
 
 async def test_kafka_names_the_leader_in_a_followers_refusal(healed_cluster: KafkaCluster) -> None:
