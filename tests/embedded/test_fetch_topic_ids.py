@@ -17,6 +17,7 @@ from gengroup.broker import FakeCluster
 from gengroup.broker.faults import Intercepted
 from gengroup.io.cluster import Cluster
 from gengroup.io.fetch import fetch_once
+from gengroup.protocol.fetch_session import FetchSession
 from gengroup.protocol.records import NewRecord, decode_batches
 from gengroup.protocol.versions import ApiKey
 
@@ -149,3 +150,28 @@ async def test_the_client_fetches_by_id_and_by_name_only_without_one(
 def unknown_id(sent: list[tuple[int, object]]) -> object:
     """The id the last request named (made up by the test)."""
     return sent[-1][1]
+
+
+async def test_a_session_refusing_a_request_by_name_is_started_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A fetch session made by id, then a request by name (a topic's id unknown):
+    the broker refuses it FETCH_SESSION_TOPIC_ID_ERROR; the answer is dropped,
+    the session's next request is full and fetches."""
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        cluster.produce("t", [NewRecord(None, b"a", (), 0)])
+        tp = TopicPartition("t", 0)
+        session = FetchSession()
+        async with Cluster(cluster.bootstrap) as client:
+            await client.refresh_metadata(["t"])
+            first = await fetch_once(client, 0, {tp: 0}, max_wait=0, session=session)
+            assert [r.value for r in first[tp].records] == [b"a"] and session.established
+            refused = await fetch_once(
+                client, 0, {tp: 1}, max_wait=0, session=session, topic_ids={}
+            )
+            assert refused == {}
+            assert session.reset_reason == "FETCH_SESSION_TOPIC_ID_ERROR"
+            assert not session.established
+            again = await fetch_once(client, 0, {tp: 0}, max_wait=0, session=session, topic_ids={})
+            assert [r.value for r in again[tp].records] == [b"a"]
+        assert not cluster.errors
