@@ -38,7 +38,9 @@ only when an answer is read:
 * answered with a session id: incremental requests follow;
 * ``FETCH_SESSION_ID_NOT_FOUND``: the session is gone; the next request is
   full with no session id;
-* ``INVALID_FETCH_SESSION_EPOCH``, any other top-level error, an answer that
+* ``INVALID_FETCH_SESSION_EPOCH``, ``FETCH_SESSION_TOPIC_ID_ERROR`` (a
+  session made by requests naming topics by id, Fetch v13+, got one by name,
+  or the other way round), any other top-level error, an answer that
   names a partition the request did not ask for, a failed request (broken
   connection, timeout, undecodable answer) or one never answered (cancelled):
   the next request is full with epoch 0 and the old session id, which makes
@@ -49,6 +51,14 @@ only when an answer is read:
 After a reset nothing is lost nor repeated: the answer that caused it is
 dropped whole and the next (full) request names every desired partition at
 the caller's positions.
+
+Partitions are keyed here by topic name; the request names them by the ids
+the caller gives (:mod:`gengroup.io.fetch`), forgotten ones included, so a
+session's partitions keep their topic's id as long as the caller does. Should
+a topic's id change under a session (a topic created again, before the
+consumer took its id), the broker's session still holds the old id's
+partition and answers for it under an id the request did not name: a stray
+partition, which resets the session as above.
 
 Nothing here touches a socket or a clock; :mod:`gengroup.io.fetch` sends.
 """
