@@ -90,37 +90,36 @@ for a batch (told ``on_gap`` then too).
 Each partition starts at the leader the cluster's metadata cache names (a
 partition the cache lacks is looked up first), so a new generation's first
 Fetch waits for no Metadata round trip. Fetch names topics by id (v13+,
-:mod:`gengroup.io.fetch`): the id the metadata cache holds, until a
-partition of the topic first gets records or an answer without error; from
-then on the id of that request, for the prefetcher's life. So a topic
-deleted and created again under the same name once the prefetcher read it is
-answered UNKNOWN_TOPIC_ID, never read at the old topic's positions (its
-partitions wait, fetched again after their backoff, until the generation
-ends for the change), while a generation that formed on metadata not yet
-showing the new topic (its positions are the new topic's, as no offsets were
-read from the old one) takes the new id from the refresh its first
-UNKNOWN_TOPIC_ID asks for. A leader moving is
-followed at once when the broker refusing a Fetch names the new one (a
-leader hint, KIP-951, Fetch v16: NOT_LEADER_OR_FOLLOWER or
-FENCED_LEADER_EPOCH with a newer epoch than the cache's; each Fetch carries
-the cached leader epoch, KIP-320, so a former leader refuses it instead of
-serving it as a follower): the partition goes
-to that leader's loop with no backoff, while a Metadata refresh is still
-asked for beside it. Only the first retry after such a move goes at once
-(until the partition's next good answer), so that two brokers naming each
+:mod:`gengroup.io.fetch`): the id the metadata cache holds, until a partition
+of the topic first gets records or an answer without error; from then on the
+id of that request, for the prefetcher's life. So a topic deleted and created
+again under the same name once the prefetcher read it is answered
+UNKNOWN_TOPIC_ID, never read at the old topic's positions: once the refresh
+that answer asks for shows another id, the generation is told
+(``on_recreated``) and ends, whatever else watches the topics. A generation
+that formed on metadata not yet showing the new topic (its positions are the
+new topic's, as no offsets were read from the old one) takes the new id from
+the refresh its first UNKNOWN_TOPIC_ID asks for. A leader moving is followed
+at once when the broker refusing a Fetch names the new one (a leader hint,
+KIP-951, Fetch v16: NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH with a newer
+epoch than the cache's; each Fetch carries the cached leader epoch, KIP-320,
+so a former leader refuses it instead of serving it as a follower): the
+partition goes to that leader's loop with no backoff, while a Metadata refresh
+is still asked for beside it. Only the first retry after such a move goes at
+once (until the partition's next good answer), so that two brokers naming each
 other cannot make a loop without backoff. Errors are handled where they are
 understood, as :mod:`gengroup.consumer.fetch_errors` says from the client's
 error table (:mod:`gengroup._error_table`): stale leadership (action
 ``refresh_metadata``, which a leader that moved since it was cached answers)
 refreshes metadata (no more often than the cluster's retry backoff) and moves
 the partition to its new leader's loop, as does a Fetch that fails as a whole
-with such an error, a broken connection or an undecodable answer; a
-transient error (``retry``, and UNKNOWN_SERVER_ERROR) is fetched again. Each
-waits a backoff of :mod:`gengroup.io.retry` first: the broker's for a request
-that failed as a whole, the partition's own for a partition's error (its
-broker's other partitions are fetched meanwhile); every one is counted in
-``fetch_errors`` and logged once per change of state.
-OFFSET_OUT_OF_RANGE resets the position per ``start_offset`` or, with ``"error"``, is delivered to
+with such an error, a broken connection or an undecodable answer; a transient
+error (``retry``, and UNKNOWN_SERVER_ERROR) is fetched again. Each waits a
+backoff of :mod:`gengroup.io.retry` first: the broker's for a request that
+failed as a whole, the partition's own for a partition's error (its broker's
+other partitions are fetched meanwhile); every one is counted in
+``fetch_errors`` and logged once per change of state. OFFSET_OUT_OF_RANGE
+resets the position per ``start_offset`` or, with ``"error"``, is delivered to
 the partition's worker, like any other non-retriable error, and like
 CORRUPT_MESSAGE (the broker's log is damaged there), which the worker gets as
 a :class:`~gengroup.CorruptRecordError` naming the partition and the offset,
@@ -159,7 +158,7 @@ from ..io.fetch import cached_epochs, fetch_once
 from ..io.retry import Backoff, backoff_delay
 from ..protocol.fetch import PartitionFetch, split_batches
 from .fetch_budget import FetchBudget
-from .fetch_errors import FetchErrors, corrupt_message, partition_action, request_action
+from .fetch_errors import FetchErrors, corrupt_message, id_refused, partition_action, request_action
 from .fetch_sessions import FetchSessions
 from .fetched import Damage, FetchedBatch
 from .metrics import GroupMetrics
@@ -269,6 +268,8 @@ class Prefetcher:
         self.on_damage: Callable[[TopicPartition, int, ProtocolError], None] = lambda *_: None
         #: Told of a partition's offsets moved past with no record to hand out: the generation.
         self.on_gap: Callable[[TopicPartition], None] = lambda tp: None
+        #: Told of a topic created again since its kept id was read: the generation.
+        self.on_recreated: Callable[[str], None] = lambda topic: None
         self._on_first_batch = on_first_batch
         self._loops: set[int] = set()
         self._space = anyio.Event()
@@ -289,6 +290,8 @@ class Prefetcher:
         self._topic_ids: dict[str, UUID] = {}
         #: Topics whose leaders a hint moved: their metadata is to be refreshed.
         self._hinted: set[str] = set()
+        #: Topics whose kept id a Fetch refused: is it another id now? (the next refresh says)
+        self._id_refused: set[str] = set()
 
     # ------------------------------------------------------------------ workers' side
 
@@ -485,6 +488,7 @@ class Prefetcher:
             missing = [p for p in self._parts.values() if p.leader < 0]
             self._refreshed = anyio.current_time()
             await self._refresh({p.tp.topic for p in missing})
+            self._find_recreated()
             for part in missing:
                 part.leader = self._cluster.leader_for(part.tp)
             if all(p.leader >= 0 for p in self._parts.values()):
@@ -498,6 +502,15 @@ class Prefetcher:
             self._tg.start_soon(self._refresh, set(self._hinted))
             self._hinted.clear()
         self._changed()  # running loops pick up the partitions they lead now
+
+    def _find_recreated(self) -> None:
+        """Tell the generation of each topic whose kept id a Fetch refused and whose
+        metadata shows another id now: created again, only a new generation reads it."""
+        for topic in self._id_refused:
+            info = self._cluster.topics.get(topic)
+            if info is not None and info.topic_id not in (None, self._topic_ids[topic]):
+                self.on_recreated(topic)
+        self._id_refused.clear()
 
     def _follow_hint(self, part: _Partition, pf: PartitionFetch) -> bool:
         """Move ``part`` to the leader its refusal names, if newer than the cache's
@@ -752,6 +765,8 @@ class Prefetcher:
                 # leader a hint names).
                 delay = self._errors.partition_failed(node, part.tp, error)
                 part.not_before = anyio.current_time() + delay
+                if id_refused(error) and part.tp.topic in self._topic_ids:
+                    self._id_refused.add(part.tp.topic)
                 if action == "refresh_metadata" and not self._follow_hint(part, pf):
                     self._stale(part)
                 return

@@ -201,3 +201,44 @@ async def test_brokers_naming_each_other_in_fetch_refusals_back_off(
     assert [b for b, _ in within[:2]] == [0, 1]  # the first retry went at once, to the other
     assert within[1][1] == start
     assert 2 <= len(within) <= 10, within
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+async def test_a_topic_created_again_ends_the_generation_with_no_watcher(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture, protocol: str
+) -> None:
+    """A generation whose Fetch got good (empty) answers for a topic keeps that
+    topic's id; once the topic is deleted and created again, its Fetch is
+    refused UNKNOWN_TOPIC_ID. With no partition watcher and no mark to commit,
+    nothing else ends the generation: the refresh that refusal asks for shows
+    the new id, and the generation ends for it (one WARNING), so the next one
+    reads the new topic from its start instead of stalling for ever."""
+    caplog.set_level(logging.INFO, logger="gengroup")
+    settings = {**EMBEDDED_SETTINGS, "watch_partition_changes": False, "group_protocol": protocol}
+    handed: list[bytes] = []
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+
+            async def worker(gen: Generation, tp: TopicPartition) -> None:
+                async for batch in gen.fetch(tp):
+                    handed.extend(r.value or b"" for r in batch.records)
+                    gen.mark(tp, batch.next_offset)
+
+            async def member() -> None:
+                async for gen in group:
+                    for tp in gen.added:
+                        gen.start_soon(worker, gen, tp, partition=tp)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(member)
+                await anyio.sleep(5.0)  # empty answers: the prefetcher keeps the id
+                cluster.delete_topic("t")
+                cluster.create_topic("t", 1)
+                produce(cluster, "new", 5)
+                new = [f"new-{i}".encode() for i in range(5)]
+                await wait_until(lambda: handed == new, "the new topic's records", 120.0)
+                await anyio.sleep(10.0)  # nothing handed twice
+                tg.cancel_scope.cancel()
+    assert handed == [f"new-{i}".encode() for i in range(5)]
+    warned = [r for r in caplog.records if "created again" in r.getMessage()]
+    assert [r.levelno for r in warned] == [logging.WARNING], [r.getMessage() for r in warned]
