@@ -163,7 +163,8 @@ async def fetch_once(
                     epochs.get(tp, -1),
                 )
                 for tp, offset in positions.items()
-            }
+            },
+            topic_ids,
         )
         make = partial(
             _session_request,
@@ -277,8 +278,11 @@ def _session_request(
     """The Fetch request of a session's ``plan``, in the version of ``mod`` (v12
     if a topic has no id in ``topic_ids``; ``names`` gets the ids named)."""
     send = plan.send
+    version = _version(mod, topic_ids, plan.desired, names)
+    if version >= TOPIC_IDS_FROM:  # forgotten topics go by the ids the session added them under
+        version = _version(mod, plan.forgotten_ids, plan.forgotten, names)
     return encode_fetch_request(
-        _version(mod, topic_ids, (*plan.desired, *plan.forgotten), names),
+        version,
         {tp: p.offset for tp, p in send.items()},
         max_wait=max_wait,
         min_bytes=min_bytes,
@@ -290,6 +294,7 @@ def _session_request(
         session_epoch=plan.epoch,
         forgotten=plan.forgotten,
         topic_ids=topic_ids,
+        forgotten_ids=plan.forgotten_ids,
     )
 
 

@@ -89,9 +89,14 @@ def encode_fetch_request(
     session_epoch: int = -1,
     forgotten: Iterable[TopicPartition] = (),
     topic_ids: Mapping[str, UUID] | None = None,
+    forgotten_ids: Mapping[str, UUID] | None = None,
 ) -> EncodedRequest:
     """The Fetch request :func:`~gengroup.protocol.fetch.build_fetch_request`
     builds from the same arguments, already encoded.
+
+    ``forgotten_ids`` (v13+): the ids that forgotten topics are named by, where
+    they differ from ``topic_ids`` (a session forgets a topic under the id it
+    was added with, which a topic created again no longer has).
 
     Raises:
         ValueError: ``version`` is not one this encoder writes (11 to 16), or
@@ -100,17 +105,20 @@ def encode_fetch_request(
     if version not in _VERSIONS:
         raise ValueError(f"Fetch v{version} is not written here (v11 to v16 are)")
     flexible = version >= FLEXIBLE_FROM
+    gone: Mapping[str, UUID] = {}  # the ids of forgotten topics (v13+)
     if version >= TOPIC_IDS_FROM:
         ids = topic_ids or {}
 
-        def name(topic: str) -> bytes:
+        def name(topic: str, ids: Mapping[str, UUID] = ids) -> bytes:
             found = ids.get(topic)
             if found is None:
                 raise ValueError(f"Fetch v{version} names topics by id: no id for {topic!r}")
             return found.bytes
+
+        gone = {**ids, **(forgotten_ids or {})}
     else:
 
-        def name(topic: str) -> bytes:
+        def name(topic: str, ids: Mapping[str, UUID] = gone) -> bytes:
             return _string(topic, flexible)
 
     epochs = leader_epochs or {}
@@ -149,7 +157,7 @@ def encode_fetch_request(
         dropped.setdefault(tp.topic, []).append(tp.partition)
     out.append(_count(len(dropped), flexible))
     for topic, partitions in dropped.items():
-        out.append(name(topic))
+        out.append(name(topic, gone))
         out.append(_count(len(partitions), flexible))
         out.append(struct.pack(f">{len(partitions)}i", *partitions))
         out.append(end)

@@ -175,3 +175,49 @@ async def test_a_session_refusing_a_request_by_name_is_started_again(
             again = await fetch_once(client, 0, {tp: 0}, max_wait=0, session=session, topic_ids={})
             assert [r.value for r in again[tp].records] == [b"a"]
         assert not cluster.errors
+
+
+def _spy(cluster: FakeCluster) -> list[tuple[int, int, list[object], list[object]]]:
+    """Each Fetch's version, session epoch, topics and forgotten topics (ids from v13)."""
+    seen: list[tuple[int, int, list[object], list[object]]] = []
+
+    def spy(call: Intercepted) -> None:
+        req = call.request
+        seen.append(
+            (
+                call.api_version,
+                int(req.session_epoch),
+                [getattr(t, "topic_id", None) or t.topic for t in req.topics],
+                [getattr(t, "topic_id", None) or t.topic for t in req.forgotten_topics_data],
+            )
+        )
+
+    cluster.control(ApiKey.FETCH, spy)
+    return seen
+
+
+async def test_a_topic_leaving_a_session_is_forgotten_by_its_id(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The caller names only the ids of the topics it fetches now (as the
+    prefetcher does); a topic that leaves the request (its buffer is full) is
+    forgotten by the id the session added it under, in a request by id, which
+    the broker's session takes: no FETCH_SESSION_TOPIC_ID_ERROR, no reset."""
+    a, b = TopicPartition("a", 0), TopicPartition("b", 0)
+    async with FakeCluster(topics={"a": 1, "b": 1}) as cluster:
+        seen = _spy(cluster)
+        session = FetchSession()
+        async with Cluster(cluster.bootstrap) as client:
+            await client.refresh_metadata(["a", "b"])
+            ids = {n: t.topic_id for n, t in client.topics.items() if t.topic_id is not None}
+            await fetch_once(client, 0, {a: 0, b: 0}, max_wait=0, session=session, topic_ids=ids)
+            assert session.established
+            b_only = {"b": ids["b"]}
+            for _ in range(2):
+                await fetch_once(client, 0, {b: 0}, max_wait=0, session=session, topic_ids=b_only)
+            assert (session.resets, session.reset_reason) == (0, "")
+            assert set(session.partitions) == {b}
+        assert not cluster.errors
+    assert [v for v, *_ in seen] == [16, 16, 16]
+    assert seen[1][1:] == (1, [], [ids["a"]])
+    assert seen[2][1:] == (2, [], [])
