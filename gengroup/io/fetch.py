@@ -257,11 +257,11 @@ def _version(
 
 def _answered_topic(topic: Any, names: Mapping[UUID, str]) -> str:
     """A response topic's name (v13+: its id's, as the request named it; an id
-    the request did not name: the id itself, which the session finds stray)."""
+    the request did not name: "topic id <id>", which the session finds stray)."""
     name = getattr(topic, "topic", None)
     if name is not None:
         return str(name)
-    return names.get(topic.topic_id, str(topic.topic_id))
+    return names.get(topic.topic_id, f"topic id {topic.topic_id}")
 
 
 def _session_request(

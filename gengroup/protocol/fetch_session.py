@@ -57,7 +57,10 @@ the caller gives for the topics it fetches (``ids``, Fetch v13+:
 :mod:`gengroup.io.fetch`), and the session keeps the id each of its topics
 was added under (as Java's ``FetchSessionHandler`` does): a topic that
 leaves the request is forgotten by that id (the caller need not know it
-any more).
+any more), and a topic whose id changed under the session (a topic created
+again, before the consumer took its id) is forgotten under its old id and
+added under its new one in the same request, so the broker's session never
+holds the old id's partitions once the caller names the new id.
 
 Nothing here touches a socket or a clock; :mod:`gengroup.io.fetch` sends.
 """
@@ -71,7 +74,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from .._types import TopicPartition
+from .._types import TopicPartition, show_partitions
 
 __all__ = [
     "FINAL_EPOCH",
@@ -228,8 +231,9 @@ class FetchSession:
             plan = FetchPlan(self._session_id, self._epoch, wanted, (), wanted, named)
         else:
             cached, was = self._cached, self._cached_ids
-            send = {tp: p for tp, p in wanted.items() if cached.get(tp) != p}
-            forgotten = tuple(tp for tp in cached if tp not in wanted)
+            moved = {t for t, old in was.items() if named.get(t, old) != old}
+            send = {tp: p for tp, p in wanted.items() if tp.topic in moved or cached.get(tp) != p}
+            forgotten = tuple(tp for tp in cached if tp not in wanted or tp.topic in moved)
             gone = {tp.topic: was[tp.topic] for tp in forgotten if tp.topic in was}
             plan = FetchPlan(self._session_id, self._epoch, send, forgotten, wanted, named, gone)
         self._pending = self.last_plan = plan
@@ -271,7 +275,8 @@ class FetchSession:
             return None
         stray = [tp for tp in partitions if tp not in plan.desired]
         if stray:
-            return self._reset(f"answer for partitions not asked for: {stray[:3]}")
+            shown = show_partitions(stray[:3])
+            return self._reset(f"answer for partitions not asked for: {shown}")
         if plan.full:
             # 0: the broker declined; the next request asks again.
             self._session_id = session_id

@@ -8,8 +8,10 @@ answers with Apache Kafka's.
 
 from __future__ import annotations
 
+import logging
 import uuid
 
+import pytest
 import trio.testing
 
 from gengroup._types import TopicPartition
@@ -221,3 +223,39 @@ async def test_a_topic_leaving_a_session_is_forgotten_by_its_id(
     assert [v for v, *_ in seen] == [16, 16, 16]
     assert seen[1][1:] == (1, [], [ids["a"]])
     assert seen[2][1:] == (2, [], [])
+
+
+async def test_a_topic_id_changing_in_a_session_forgets_the_old_id_and_adds_the_new(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session made under a topic's old id (the topic created again before
+    the caller took the new id from a refresh): the next request forgets the
+    old id's partition and adds the new one's, in the same request, so the
+    broker answers for the new topic at once, without a dropped answer nor a
+    reset (and no log names a topic by its id)."""
+    caplog.set_level(logging.DEBUG, logger="gengroup")
+    tp = TopicPartition("t", 0)
+    async with FakeCluster(topics={"t": 1}) as cluster:
+        seen = _spy(cluster)
+        session = FetchSession()
+        async with Cluster(cluster.bootstrap) as client:
+            await client.refresh_metadata(["t"])
+            old = client.topics["t"].topic_id
+            assert old is not None
+            cluster.delete_topic("t")
+            cluster.create_topic("t", 1)
+            cluster.produce("t", [NewRecord(None, b"new-0", (), 0)])
+            new = cluster.state.topics.by_name["t"].topic_id
+            first = await fetch_once(
+                client, 0, {tp: 0}, max_wait=0, session=session, topic_ids={"t": old}
+            )
+            assert first[tp].error is not None and first[tp].error.code == UNKNOWN_TOPIC_ID
+            assert session.established
+            second = await fetch_once(
+                client, 0, {tp: 0}, max_wait=0, session=session, topic_ids={"t": new}
+            )
+            assert [r.value for r in second[tp].records] == [b"new-0"]
+            assert (session.resets, session.reset_reason) == (0, "")
+        assert not cluster.errors
+    assert seen[1][1:] == (1, [new], [old])
+    assert not [r for r in caplog.records if str(old) in r.getMessage()]
