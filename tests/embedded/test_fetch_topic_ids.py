@@ -2,8 +2,11 @@
 hints of v16 (KIP-951), as Kafka answers them; and the client's choice of
 version (by id when every topic's id is known, else v12 by name).
 
-``tests/conformance/test_fetch_session_conformance.py`` compares the same
-answers with Apache Kafka's.
+Against Apache Kafka, ``tests/conformance/test_fetch_session_conformance.py``
+(scenario ``session_by_topic_id``) compares a session by id, a topic forgotten
+by id, an unknown topic id and FETCH_SESSION_TOPIC_ID_ERROR, and
+``tests/test_leader_hints_kafka.py`` the v16 leader hints; the re-created
+topic and the client's choices here are checked on the embedded broker only.
 """
 
 from __future__ import annotations
