@@ -246,12 +246,17 @@ def _version(
     version = int(mod.FetchRequest.__version__)
     if version < TOPIC_IDS_FROM:
         return version
+    last = None
     for tp in partitions:
-        topic_id = topic_ids.get(tp.topic)
+        topic = tp.topic
+        if topic == last:  # a topic's partitions mostly come together: one look-up
+            continue
+        last = topic
+        topic_id = topic_ids.get(topic)
         if topic_id is None:
             names.clear()
             return _BY_NAME
-        names[topic_id] = tp.topic
+        names[topic_id] = topic
     return version
 
 
