@@ -13,7 +13,9 @@ A Fetch request names a session with ``(session_id, session_epoch)``:
   session may be evicted, the full request is answered with session id 0.
 * any other epoch is *incremental*: an unknown session id is
   FETCH_SESSION_ID_NOT_FOUND, an epoch other than the session's is
-  INVALID_FETCH_SESSION_EPOCH (both answered with session id 0 and no
+  INVALID_FETCH_SESSION_EPOCH, and a request naming topics by id (Fetch
+  v13+) to a session created by name, or the other way round, is
+  FETCH_SESSION_TOPIC_ID_ERROR (all answered with session id 0 and no
   partitions; the session is kept). Otherwise the request's partitions are
   added (at the end) or updated in place, ``forgotten_topics_data`` removed;
   a session left empty is closed and the request answered without a session;
@@ -87,6 +89,7 @@ DEFAULT_EVICTION_MS: Final = 120_000
 _INT32_MAX: Final = 2**31 - 1
 _FETCH_SESSION_ID_NOT_FOUND: Final = 70
 _INVALID_FETCH_SESSION_EPOCH: Final = 71
+_FETCH_SESSION_TOPIC_ID_ERROR: Final = 106
 
 TopicPartition = tuple[str, int]
 
@@ -192,6 +195,8 @@ class FetchSession:
         partitions: its partitions, in fetch order.
         cached_size: its size at its last use (the eviction order).
         evictable: whether it was older than the eviction time at its last use.
+        by_id: whether its requests name topics by id (Fetch v13+): its
+            partitions' topics are then topic ids' text.
     """
 
     id: int
@@ -201,6 +206,7 @@ class FetchSession:
     partitions: dict[TopicPartition, CachedPartition] = field(default_factory=dict)
     cached_size: int = 0
     evictable: bool = False
+    by_id: bool = False
 
     def update(
         self, fetch_data: Sequence[PartitionRequest], forgotten: Iterable[TopicPartition]
@@ -239,6 +245,7 @@ class FetchContext:
         error_code: the session error (ERROR only).
         session: the session used (INCREMENTAL only).
         request_epoch: the request's session epoch.
+        by_id: whether the request names topics by id.
     """
 
     kind: ContextKind
@@ -246,6 +253,7 @@ class FetchContext:
     error_code: int = 0
     session: FetchSession | None = None
     request_epoch: int = FINAL_EPOCH
+    by_id: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +323,8 @@ class FetchSessionCache:
         fetch_data: Iterable[PartitionRequest],
         forgotten: Iterable[TopicPartition],
         now_ms: int,
+        *,
+        by_id: bool = False,
     ) -> FetchContext:
         """Decide how to answer a Fetch request (Kafka's ``FetchManager.newContext``).
 
@@ -324,6 +334,7 @@ class FetchSessionCache:
             fetch_data: the request's partitions, in request order.
             forgotten: the request's ``forgotten_topics_data``, flattened.
             now_ms: the current time.
+            by_id: the request names topics by id (Fetch v13+).
 
         Returns:
             The context: what to read, and how :meth:`respond` will answer.
@@ -333,7 +344,7 @@ class FetchSessionCache:
             if session_id != INVALID_SESSION_ID:
                 self.remove(session_id)
             kind = ContextKind.SESSIONLESS if epoch == FINAL_EPOCH else ContextKind.FULL
-            return FetchContext(kind, data, request_epoch=epoch)
+            return FetchContext(kind, data, request_epoch=epoch, by_id=by_id)
         session = self._sessions.get(session_id)
         if session is None:
             return FetchContext(
@@ -343,14 +354,20 @@ class FetchSessionCache:
             return FetchContext(
                 ContextKind.ERROR, error_code=_INVALID_FETCH_SESSION_EPOCH, request_epoch=epoch
             )
+        if session.by_id != by_id:
+            return FetchContext(
+                ContextKind.ERROR, error_code=_FETCH_SESSION_TOPIC_ID_ERROR, request_epoch=epoch
+            )
         session.update(data, forgotten)
         if not session.partitions:
             self.remove(session.id)
-            return FetchContext(ContextKind.SESSIONLESS, data, request_epoch=epoch)
+            return FetchContext(ContextKind.SESSIONLESS, data, request_epoch=epoch, by_id=by_id)
         self._touch(session, now_ms)
         session.epoch = next_epoch(session.epoch)
         parts = tuple(c.request for c in session.partitions.values())
-        return FetchContext(ContextKind.INCREMENTAL, parts, session=session, request_epoch=epoch)
+        return FetchContext(
+            ContextKind.INCREMENTAL, parts, session=session, request_epoch=epoch, by_id=by_id
+        )
 
     def respond(
         self,
@@ -374,7 +391,7 @@ class FetchSessionCache:
         if context.kind is ContextKind.SESSIONLESS:
             return FetchAnswer(0, INVALID_SESSION_ID, tuple(r[2] for r in results))
         if context.kind is ContextKind.FULL:
-            session_id = self._maybe_create(results, now_ms)
+            session_id = self._maybe_create(results, now_ms, context.by_id)
             return FetchAnswer(0, session_id, tuple(r[2] for r in results))
         session = context.session
         assert session is not None
@@ -417,12 +434,17 @@ class FetchSessionCache:
                 return candidate
 
     def _maybe_create(
-        self, results: Sequence[tuple[PartitionRequest, PartitionOutcome, object]], now_ms: int
+        self,
+        results: Sequence[tuple[PartitionRequest, PartitionOutcome, object]],
+        now_ms: int,
+        by_id: bool,
     ) -> int:
         size = len({req.key for req, _, _ in results})
         if len(self._sessions) >= self.max_slots and not self._try_evict(size, now_ms):
             return INVALID_SESSION_ID
-        session = FetchSession(self._new_id(), next_epoch(INITIAL_EPOCH), now_ms, now_ms)
+        session = FetchSession(
+            self._new_id(), next_epoch(INITIAL_EPOCH), now_ms, now_ms, by_id=by_id
+        )
         for req, outcome, _ in results:
             session.partitions[req.key] = CachedPartition(
                 req, outcome.high_watermark, outcome.log_start_offset

@@ -204,6 +204,7 @@ class GenerationCommits:
         commit_error: BaseException | None
         commits_ok: int
         commits_failed: int
+        end_outcome: Outcome | None
         _committer: Committer
         _commit_lock: anyio.Lock
         _marks: dict[TopicPartition, int]
@@ -261,6 +262,23 @@ class GenerationCommits:
             if info is not None and info.topic_id is not None:
                 ids[topic] = info.topic_id
         self._topic_ids = ids
+
+    def topic_recreated(self, topic: str) -> None:
+        """The prefetcher found ``topic`` created again under its name (its Fetch
+        by the id the positions belong to was refused, and the metadata shows
+        another id): the generation ends, so that the next one reads the new
+        topic from its start (said once, as a WARNING)."""
+        if self.end_outcome is not None:
+            return
+        log.warning(
+            "group %s generation %s member %s: topic %s was created again (another topic "
+            "id): its positions are the old topic's; the generation ends",
+            self.group_id,
+            self.label,
+            self.member_id,
+            topic,
+        )
+        self.end(Outcome.REJOIN, f"topic(s) re-created: {topic}")
 
     def know_spans(self) -> None:
         """Remember the ids the spans this generation took over (retained, or

@@ -489,6 +489,7 @@ class ConsumerProtocolMember:
         prefetcher.on_reset = gen.offset_reset
         prefetcher.on_damage = gen.records_damaged
         prefetcher.on_gap = gen.gaps_found
+        prefetcher.on_recreated = gen.topic_recreated
         # A range without records at a committed start offset is passed (consumer/recordless.py).
         prefetcher.start_from({tp: off for tp, (off, _) in committed.items()})
         gen.renew_lease(self._last_ok if self._last_ok is not None else t_ready)

@@ -74,6 +74,9 @@ __all__ = [
 log = logging.getLogger("gengroup")
 
 _CORRUPT_MESSAGE: Final = int(ErrorCode.corrupt_message)
+_ID_REFUSALS: Final = frozenset(
+    {int(ErrorCode.unknown_topic_id), int(ErrorCode.inconsistent_topic_id)}
+)
 
 #: What the prefetcher does about an error: look the leader up again
 #: (``"refresh_metadata"``), fetch again after a backoff (``"retry"``), reset
@@ -119,6 +122,12 @@ def partition_action(error: BaseException, start_offset: str) -> PartitionAction
     if isinstance(error, BrokerError) and error.code == _CORRUPT_MESSAGE:
         return "fail"
     return _broker_action(error)
+
+
+def id_refused(error: BaseException) -> bool:
+    """Whether a partition's ``error`` refuses the topic id the Fetch named it by
+    (UNKNOWN_TOPIC_ID, INCONSISTENT_TOPIC_ID): the topic may have been created again."""
+    return isinstance(error, BrokerError) and error.code in _ID_REFUSALS
 
 
 def corrupt_message(tp: TopicPartition, offset: int, error: BaseException) -> BaseException:

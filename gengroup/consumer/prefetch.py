@@ -89,19 +89,37 @@ for a batch (told ``on_gap`` then too).
 
 Each partition starts at the leader the cluster's metadata cache names (a
 partition the cache lacks is looked up first), so a new generation's first
-Fetch waits for no Metadata round trip. Errors are handled where they are
+Fetch waits for no Metadata round trip. Fetch names topics by id (v13+,
+:mod:`gengroup.io.fetch`): the id the metadata cache holds, until a partition
+of the topic first gets records or an answer without error; from then on the
+id of that request, for the prefetcher's life. So a topic deleted and created
+again under the same name once the prefetcher read it is answered
+UNKNOWN_TOPIC_ID, never read at the old topic's positions: once the refresh
+that answer asks for shows another id, the generation is told
+(``on_recreated``) and ends, whatever else watches the topics. A generation
+that formed on metadata not yet showing the new topic (its positions are the
+new topic's, as no offsets were read from the old one) takes the new id from
+the refresh its first UNKNOWN_TOPIC_ID asks for. A leader moving is followed
+at once when the broker refusing a Fetch names the new one (a leader hint,
+KIP-951, Fetch v16: NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH with a newer
+epoch than the cache's; each Fetch carries the cached leader epoch, KIP-320,
+so a former leader refuses it instead of serving it as a follower): the
+partition goes to that leader's loop with no backoff, while a Metadata refresh
+is still asked for beside it. Only the first retry after such a move goes at
+once (until the partition's next good answer), so that two brokers naming each
+other cannot make a loop without backoff. Errors are handled where they are
 understood, as :mod:`gengroup.consumer.fetch_errors` says from the client's
 error table (:mod:`gengroup._error_table`): stale leadership (action
 ``refresh_metadata``, which a leader that moved since it was cached answers)
 refreshes metadata (no more often than the cluster's retry backoff) and moves
 the partition to its new leader's loop, as does a Fetch that fails as a whole
-with such an error, a broken connection or an undecodable answer; a
-transient error (``retry``, and UNKNOWN_SERVER_ERROR) is fetched again. Each
-waits a backoff of :mod:`gengroup.io.retry` first: the broker's for a request
-that failed as a whole, the partition's own for a partition's error (its
-broker's other partitions are fetched meanwhile); every one is counted in
-``fetch_errors`` and logged once per change of state.
-OFFSET_OUT_OF_RANGE resets the position per ``start_offset`` or, with ``"error"``, is delivered to
+with such an error, a broken connection or an undecodable answer; a transient
+error (``retry``, and UNKNOWN_SERVER_ERROR) is fetched again. Each waits a
+backoff of :mod:`gengroup.io.retry` first: the broker's for a request that
+failed as a whole, the partition's own for a partition's error (its broker's
+other partitions are fetched meanwhile); every one is counted in
+``fetch_errors`` and logged once per change of state. OFFSET_OUT_OF_RANGE
+resets the position per ``start_offset`` or, with ``"error"``, is delivered to
 the partition's worker, like any other non-retriable error, and like
 CORRUPT_MESSAGE (the broker's log is damaged there), which the worker gets as
 a :class:`~gengroup.CorruptRecordError` naming the partition and the offset,
@@ -126,6 +144,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Final, NamedTuple
+from uuid import UUID
 
 import anyio
 import anyio.abc
@@ -135,11 +154,11 @@ from .._config import GroupConfig
 from .._errors import BrokerError, KafkaConnectionError, ProtocolError
 from .._types import TopicPartition
 from ..io.cluster import Cluster
-from ..io.fetch import fetch_once
+from ..io.fetch import cached_epochs, fetch_once
 from ..io.retry import Backoff, backoff_delay
 from ..protocol.fetch import PartitionFetch, split_batches
 from .fetch_budget import FetchBudget
-from .fetch_errors import FetchErrors, corrupt_message, partition_action, request_action
+from .fetch_errors import FetchErrors, corrupt_message, id_refused, partition_action, request_action
 from .fetch_sessions import FetchSessions
 from .fetched import Damage, FetchedBatch
 from .metrics import GroupMetrics
@@ -204,6 +223,8 @@ class _Partition:
     handed: int = -1
     #: The ranges the position moved past with no record to hand out.
     gaps: Gaps = field(default_factory=Gaps)
+    #: A leader hint moved it since its last good answer (the next move backs off).
+    moved: bool = False
 
 
 def _lagging(part: _Partition) -> bool:
@@ -247,6 +268,8 @@ class Prefetcher:
         self.on_damage: Callable[[TopicPartition, int, ProtocolError], None] = lambda *_: None
         #: Told of a partition's offsets moved past with no record to hand out: the generation.
         self.on_gap: Callable[[TopicPartition], None] = lambda tp: None
+        #: Told of a topic created again since its kept id was read: the generation.
+        self.on_recreated: Callable[[str], None] = lambda topic: None
         self._on_first_batch = on_first_batch
         self._loops: set[int] = set()
         self._space = anyio.Event()
@@ -263,6 +286,12 @@ class Prefetcher:
         self._sessions = FetchSessions(
             config.group_id, config.fetch_sessions, self._metrics, retired
         )
+        #: The id each topic's positions belong to: that of its first good answer.
+        self._topic_ids: dict[str, UUID] = {}
+        #: Topics whose leaders a hint moved: their metadata is to be refreshed.
+        self._hinted: set[str] = set()
+        #: Topics whose kept id a Fetch refused: is it another id now? (the next refresh says)
+        self._id_refused: set[str] = set()
 
     # ------------------------------------------------------------------ workers' side
 
@@ -417,6 +446,34 @@ class Prefetcher:
                 part.queue.clear()
         self.wake()
 
+    def _ids_for(self, partitions: Mapping[TopicPartition, int]) -> dict[str, UUID]:
+        """The id a Fetch of ``partitions`` names each topic by: the one its
+        positions belong to, or (none yet) the metadata cache's."""
+        ids: dict[str, UUID] = {}
+        cached = self._cluster.topics
+        for tp in partitions:
+            topic = tp.topic
+            if topic not in ids:
+                found = self._topic_ids.get(topic)
+                if found is None and (info := cached.get(topic)) is not None:
+                    found = info.topic_id
+                if found is not None:
+                    ids[topic] = found
+        return ids
+
+    async def _refresh(self, topics: set[str]) -> None:
+        """Refresh the metadata of ``topics``; a failure is logged once, until one works."""
+        try:
+            await self._cluster.refresh_metadata(topics)
+        except (KafkaConnectionError, BrokerError, ProtocolError) as exc:
+            if not self._metadata_failing:
+                self._metadata_failing = True
+                log.warning("group %s: metadata refresh failed: %s", self._config.group_id, exc)
+        else:
+            if self._metadata_failing:
+                self._metadata_failing = False
+                log.info("group %s: metadata refresh works again", self._config.group_id)
+
     async def _assign_leaders(self) -> None:
         """Look up the leaders of the partitions without one (metadata is
         refreshed no more often than the cluster's retry backoff: partitions
@@ -430,16 +487,8 @@ class Prefetcher:
                 await anyio.sleep(wait)
             missing = [p for p in self._parts.values() if p.leader < 0]
             self._refreshed = anyio.current_time()
-            try:
-                await self._cluster.refresh_metadata({p.tp.topic for p in missing})
-            except (KafkaConnectionError, BrokerError, ProtocolError) as exc:
-                if not self._metadata_failing:
-                    self._metadata_failing = True
-                    log.warning("group %s: metadata refresh failed: %s", self._config.group_id, exc)
-            else:
-                if self._metadata_failing:
-                    self._metadata_failing = False
-                    log.info("group %s: metadata refresh works again", self._config.group_id)
+            await self._refresh({p.tp.topic for p in missing})
+            self._find_recreated()
             for part in missing:
                 part.leader = self._cluster.leader_for(part.tp)
             if all(p.leader >= 0 for p in self._parts.values()):
@@ -449,7 +498,34 @@ class Prefetcher:
         for node in {p.leader for p in self._parts.values()} - self._loops:
             self._loops.add(node)
             self._tg.start_soon(self._broker_loop, node, name=f"gengroup-fetch-{node}")
+        if self._hinted:  # the refresh a leader hint still asks for, beside the move
+            self._tg.start_soon(self._refresh, set(self._hinted))
+            self._hinted.clear()
         self._changed()  # running loops pick up the partitions they lead now
+
+    def _find_recreated(self) -> None:
+        """Tell the generation of each topic whose kept id a Fetch refused and whose
+        metadata shows another id now: created again, only a new generation reads it."""
+        for topic in self._id_refused:
+            info = self._cluster.topics.get(topic)
+            if info is not None and info.topic_id not in (None, self._topic_ids[topic]):
+                self.on_recreated(topic)
+        self._id_refused.clear()
+
+    def _follow_hint(self, part: _Partition, pf: PartitionFetch) -> bool:
+        """Move ``part`` to the leader its refusal names, if newer than the cache's
+        (KIP-951): at once, unless a hint moved it since its last good answer.
+        Its metadata is refreshed beside it. Whether it moved."""
+        # The result carries the hint and the response's endpoints both.
+        if not self._cluster.take_leader_hint(part.tp, pf, pf):
+            return False
+        part.leader = self._cluster.leader_for(part.tp)
+        if not part.moved:
+            part.moved = True
+            part.not_before = 0.0
+        self._hinted.add(part.tp.topic)
+        self._reroute.set()
+        return True
 
     def _stale(self, part: _Partition) -> None:
         part.leader = -1
@@ -610,6 +686,7 @@ class Prefetcher:
         cfg = self._config
         session = self._sessions.session(node, channel)
         resets = session.resets
+        ids = self._ids_for(ready)
         try:
             result = await fetch_once(
                 self._cluster,
@@ -623,6 +700,8 @@ class Prefetcher:
                 decode=False,
                 channel=channel,
                 session=session,
+                topic_ids=ids,
+                leader_epochs=cached_epochs(self._cluster, ready),
             )
         except Exception as exc:
             # A top-level error code already dropped the connection's fetch
@@ -647,6 +726,8 @@ class Prefetcher:
         # ask would have fitted in that.
         left = limit - sum(pf.size for pf in result.values())
         for tp, pf in result.items():
+            if pf.error is None and tp.topic in ids:  # the positions are that topic's now
+                self._topic_ids.setdefault(tp.topic, ids[tp.topic])
             part = self._parts.get(tp)
             if part is None or part.position != ready.get(tp):
                 continue
@@ -657,6 +738,7 @@ class Prefetcher:
                 part = self._parts[tp]
                 if tp not in result and part.position == position:
                     self._errors.partition_ok(tp)
+                    part.moved = False
                     self._grow_if_held_back(part, part.position, left >= asks[tp])
         self._errors.flush(node)
 
@@ -679,10 +761,13 @@ class Prefetcher:
             action = partition_action(error, self._config.start_offset)
             if action in ("refresh_metadata", "retry"):
                 # Fetched again once its backoff has passed (stale leadership:
-                # once its leader was looked up again, too).
+                # once its leader was looked up again, too, or at once on the
+                # leader a hint names).
                 delay = self._errors.partition_failed(node, part.tp, error)
                 part.not_before = anyio.current_time() + delay
-                if action == "refresh_metadata":
+                if id_refused(error) and part.tp.topic in self._topic_ids:
+                    self._id_refused.add(part.tp.topic)
+                if action == "refresh_metadata" and not self._follow_hint(part, pf):
                     self._stale(part)
                 return
             self._errors.partition_stopped(part.tp)
@@ -717,6 +802,7 @@ class Prefetcher:
                 part.wake.set()
             return
         self._errors.partition_ok(part.tp)
+        part.moved = False
         part.high_watermark = max(part.high_watermark, pf.high_watermark)
         stable = pf.last_stable_offset
         committed = self._config.isolation_level == "read_committed"

@@ -765,9 +765,11 @@ class Cluster:
 
     def take_leader_hint(self, tp: TopicPartition, part: Any, response: Any) -> bool:
         """A broker's word on who leads ``tp`` now (KIP-951: ``part`` of a
-        ``response`` refusing it), taken if newer than the cache
-        (:func:`~gengroup.io.metadata.apply_leader_hint`): whether it was."""
-        hint = getattr(part, "current_leader", None)  # Produce v10+
+        ``response`` refusing it, Produce v10+ or Fetch v16; a
+        :class:`~gengroup.protocol.fetch.PartitionFetch` is both), taken if
+        newer than the cache (:func:`~gengroup.io.metadata.apply_leader_hint`):
+        whether it was."""
+        hint = getattr(part, "current_leader", None)
         if hint is None:
             return False
         endpoints = getattr(response, "node_endpoints", ())

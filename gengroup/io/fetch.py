@@ -14,13 +14,26 @@ failure, so it is never left expecting an answer that will not come);
 :func:`read_partition` is a convenience for tests and tools that reads a range
 of offsets, following leadership changes by refreshing metadata, with the
 client's retry helper (:mod:`gengroup.io.retry`).
+
+Topic ids. A broker that speaks Fetch v13+ is sent topic ids, not names:
+the caller's (``topic_ids``: a consumer keeps the ids its positions belong
+to) or, without them, the cluster's metadata cache's. A request whose topics
+do not all have an id (no Metadata named one yet, or the broker's Metadata
+does not send ids) goes as v12, by name, for that request only: a request
+is not held back waiting for a Metadata answer, and a broker that speaks
+v13 speaks v12 too. The answer's topic ids are mapped back to names through
+the ids that request used (:func:`parse_fetch_response`). A fetch session
+the broker created for requests by id refuses one by name and the other
+way round (FETCH_SESSION_TOPIC_ID_ERROR): that answer is dropped as the
+other session errors are, and the next request is full.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any, Final
+from uuid import UUID
 
 import anyio
 from kio.schema.errors import ErrorCode
@@ -35,7 +48,7 @@ from ..protocol.fetch import (
     isolation_code,
     parse_fetch_response,
 )
-from ..protocol.fetch_request import encode_fetch_request
+from ..protocol.fetch_request import TOPIC_IDS_FROM, encode_fetch_request
 from ..protocol.fetch_session import FetchPlan, FetchSession, PartitionParams
 from ..protocol.records import Record
 from ..protocol.versions import ApiKey
@@ -44,13 +57,20 @@ from .retry import Backoff, retry
 
 _LEADER_NOT_AVAILABLE: Final = int(ErrorCode.leader_not_available)
 _SESSION_ERRORS: Final = frozenset(
-    {int(ErrorCode.fetch_session_id_not_found), int(ErrorCode.invalid_fetch_session_epoch)}
+    {
+        int(ErrorCode.fetch_session_id_not_found),
+        int(ErrorCode.invalid_fetch_session_epoch),
+        int(ErrorCode.fetch_session_topic_id_error),
+    }
 )
+#: The newest Fetch version that names topics by name.
+_BY_NAME: Final = TOPIC_IDS_FROM - 1
 
 __all__ = [
     "IsolationLevelArg",
     "PartitionFetch",
     "build_fetch_request",
+    "cached_epochs",
     "fetch_once",
     "fetch_partition",
     "isolation_code",
@@ -72,6 +92,8 @@ async def fetch_once(
     decode: bool = True,
     channel: str = "fetch",
     session: FetchSession | None = None,
+    topic_ids: Mapping[str, UUID] | None = None,
+    leader_epochs: Mapping[TopicPartition, int] | None = None,
 ) -> dict[TopicPartition, PartitionFetch]:
     """Send one Fetch to broker ``node_id`` and parse the answer.
 
@@ -90,6 +112,13 @@ async def fetch_once(
     (the broker lost the session, an epoch out of order) is dropped whole:
     the result is empty and the session's next request is full.
 
+    ``topic_ids`` are the ids the request names its topics by, if the broker
+    speaks Fetch v13+ (default: the cluster's metadata cache's); a request
+    with a topic of unknown id goes by name, as v12. ``leader_epochs``: the
+    leader epoch to send per partition (KIP-320; default: none, -1), which a
+    broker no longer leading at that epoch refuses (FENCED_LEADER_EPOCH) rather
+    than answering as a follower (:func:`cached_epochs`).
+
     Returns:
         See :func:`parse_fetch_response`.
 
@@ -103,19 +132,27 @@ async def fetch_once(
     if not positions:
         return {}
     plan: FetchPlan | None = None
+    #: The topic of each id the request named (empty: it named topics by name).
+    names: dict[UUID, str] = {}
+    if topic_ids is None:
+        topic_ids = _cached_ids(cluster)
     if session is None:
 
         def make(mod: Any) -> object:
+            version = _version(mod, topic_ids, positions, names)
             return encode_fetch_request(
-                mod.FetchRequest.__version__,
+                version,
                 positions,
                 max_wait=max_wait,
                 min_bytes=min_bytes,
                 max_bytes=max_bytes,
                 partition_max_bytes=partition_max_bytes,
                 isolation_level=isolation_level,
+                leader_epochs=leader_epochs,
+                topic_ids=topic_ids,
             )
     else:
+        epochs = leader_epochs or {}
         plan = session.plan(
             {
                 tp: PartitionParams(
@@ -123,9 +160,11 @@ async def fetch_once(
                     partition_max_bytes
                     if isinstance(partition_max_bytes, int)
                     else partition_max_bytes[tp],
+                    epochs.get(tp, -1),
                 )
                 for tp, offset in positions.items()
-            }
+            },
+            topic_ids,
         )
         make = partial(
             _session_request,
@@ -134,6 +173,8 @@ async def fetch_once(
             min_bytes=min_bytes,
             max_bytes=max_bytes,
             isolation_level=isolation_level,
+            topic_ids=topic_ids,
+            names=names,
         )
     try:
         resp = await cluster.call(
@@ -145,7 +186,7 @@ async def fetch_once(
         raise
     if session is None or plan is None:
         return parse_fetch_response(
-            resp, isolation_level=isolation_level, positions=positions, decode=decode
+            resp, isolation_level=isolation_level, positions=positions, decode=decode, names=names
         )
     code = int(resp.error_code)
     try:
@@ -153,7 +194,7 @@ async def fetch_once(
             code,
             int(resp.session_id),
             (
-                TopicPartition(t.topic, int(p.partition_index))
+                TopicPartition(_answered_topic(t, names), int(p.partition_index))
                 for t in resp.responses
                 for p in t.partitions
             ),
@@ -168,8 +209,64 @@ async def fetch_once(
             raise ProtocolError(f"broker {node_id} rejected a full Fetch: {rejected}")
         return {}
     return parse_fetch_response(
-        resp, isolation_level=isolation_level, positions=positions, decode=decode
+        resp, isolation_level=isolation_level, positions=positions, decode=decode, names=names
     )
+
+
+def cached_epochs(
+    cluster: Cluster, partitions: Iterable[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """The leader epoch the cluster's metadata cache holds for each of ``partitions``
+    (those it knows)."""
+    out: dict[TopicPartition, int] = {}
+    topics = cluster.topics
+    for tp in partitions:
+        topic = topics.get(tp.topic)
+        part = None if topic is None else topic.partitions.get(tp.partition)
+        if part is not None and part.leader_epoch >= 0:
+            out[tp] = part.leader_epoch
+    return out
+
+
+def _cached_ids(cluster: Cluster) -> dict[str, UUID]:
+    """The topic ids the cluster's metadata cache holds, by topic name."""
+    return {name: t.topic_id for name, t in cluster.topics.items() if t.topic_id is not None}
+
+
+def _version(
+    mod: Any,
+    topic_ids: Mapping[str, UUID],
+    partitions: Iterable[TopicPartition],
+    names: dict[UUID, str],
+) -> int:
+    """The version to send: the negotiated one (``mod``'s), or v12 if it names
+    topics by id and a topic of ``partitions`` (those the request fetches or
+    forgets, named in it or kept by its session) has none; ``names`` gets the
+    ids of their topics, by which the answer names them."""
+    version = int(mod.FetchRequest.__version__)
+    if version < TOPIC_IDS_FROM:
+        return version
+    last = None
+    for tp in partitions:
+        topic = tp.topic
+        if topic == last:  # a topic's partitions mostly come together: one look-up
+            continue
+        last = topic
+        topic_id = topic_ids.get(topic)
+        if topic_id is None:
+            names.clear()
+            return _BY_NAME
+        names[topic_id] = topic
+    return version
+
+
+def _answered_topic(topic: Any, names: Mapping[UUID, str]) -> str:
+    """A response topic's name (v13+: its id's, as the request named it; an id
+    the request did not name: "topic id <id>", which the session finds stray)."""
+    name = getattr(topic, "topic", None)
+    if name is not None:
+        return str(name)
+    return names.get(topic.topic_id, f"topic id {topic.topic_id}")
 
 
 def _session_request(
@@ -180,11 +277,17 @@ def _session_request(
     min_bytes: int,
     max_bytes: int,
     isolation_level: IsolationLevelArg | int,
+    topic_ids: Mapping[str, UUID],
+    names: dict[UUID, str],
 ) -> object:
-    """The Fetch request of a session's ``plan``, in the version of ``mod``."""
+    """The Fetch request of a session's ``plan``, in the version of ``mod`` (v12
+    if a topic has no id in ``topic_ids``; ``names`` gets the ids named)."""
     send = plan.send
+    version = _version(mod, topic_ids, plan.desired, names)
+    if version >= TOPIC_IDS_FROM:  # forgotten topics go by the ids the session added them under
+        version = _version(mod, plan.forgotten_ids, plan.forgotten, names)
     return encode_fetch_request(
-        mod.FetchRequest.__version__,
+        version,
         {tp: p.offset for tp, p in send.items()},
         max_wait=max_wait,
         min_bytes=min_bytes,
@@ -195,6 +298,8 @@ def _session_request(
         session_id=plan.session_id,
         session_epoch=plan.epoch,
         forgotten=plan.forgotten,
+        topic_ids=topic_ids,
+        forgotten_ids=plan.forgotten_ids,
     )
 
 

@@ -14,11 +14,13 @@ leader and leader epoch. Two rules keep that cache from going backwards:
   created again has a new id, and its epochs start over; without topic ids
   (a broker that does not send them) every answer is taken as it is.
 * A leader hint (KIP-951) is taken only when newer than the cache. A broker
-  refusing a Produce with NOT_LEADER_OR_FOLLOWER (Produce v10+) says who
-  leads the partition now, at which epoch, and how to reach that broker;
-  :func:`apply_leader_hint` puts it in the cache, so that the retry goes to
-  the new leader at once instead of after a Metadata round trip. A hint
-  names the topic only (Produce carries no topic id): one from a broker
+  refusing a Produce with NOT_LEADER_OR_FOLLOWER (Produce v10+), or a Fetch
+  with it or FENCED_LEADER_EPOCH (Fetch v16), says who leads the partition
+  now, at which epoch, and how to reach that broker; :func:`apply_leader_hint`
+  puts it in the cache, so that the retry goes to the new leader at once
+  instead of after a Metadata round trip. A Produce hint names the topic
+  only (Produce carries no topic id), and a Fetch one is taken the same
+  way, by name: one from a broker
   that has not yet heard the topic was deleted and created again names the
   old topic's leader and epoch. So a hinted epoch binds nothing: the next
   Metadata answer replaces it whatever its epoch (``hinted``), and only an

@@ -59,6 +59,21 @@ decodes: every one with ``decode=True``, those above with ``decode=False``;
 a batch left undecoded meets its damage when the consumer reads it
 (:attr:`PartitionFetch.records`, ``FetchedBatch``).
 
+Topic ids. From v13 a Fetch names each topic by its id, never by its name
+(``topic_ids``: the ids the caller's Metadata gave), and the response
+answers by id: :func:`parse_fetch_response` maps each id back to a name
+through the ids the *request* used (``names``), not through a metadata cache
+that may have changed while the request was out, so an answer for a topic
+deleted and created again under the same name is never taken for the new
+topic's. A topic id the request did not use is a :class:`ProtocolError`.
+
+Leader hints (KIP-951, v16). A partition refused with NOT_LEADER_OR_FOLLOWER
+or FENCED_LEADER_EPOCH may name its current leader and epoch
+(``current_leader``) and the response that leader's address
+(``node_endpoints``): both are left on the partition's result
+(:attr:`PartitionFetch.current_leader`, :attr:`PartitionFetch.node_endpoints`)
+for the consumer to move the partition at once.
+
 Nothing here touches a socket or a clock; sending is :mod:`gengroup.io.fetch`'s.
 """
 
@@ -69,6 +84,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, NamedTuple
+from uuid import UUID
 
 from .._errors import GengroupError, ProtocolError, error_for_code
 from .._types import TopicPartition
@@ -139,6 +155,10 @@ class PartitionFetch:
         raw: with ``decode=False``, the data batches still undecoded, in
             offset order after those in ``batches`` (checked, filtered like
             them; none starts below the requested offset).
+        current_leader: with an error, the answer's leader hint (``leader_id``,
+            ``leader_epoch``; KIP-951, v16), or None.
+        node_endpoints: with an error, the response's ``node_endpoints`` (the
+            hinted leaders' addresses; v16), else empty.
     """
 
     error: GengroupError | None
@@ -150,6 +170,8 @@ class PartitionFetch:
     truncated: bool = False
     size: int = 0
     raw: list[RawBatch] = field(default_factory=list)
+    current_leader: Any = None
+    node_endpoints: Sequence[Any] = ()
 
     @property
     def records(self) -> list[Record]:
@@ -175,6 +197,7 @@ def build_fetch_request(
     session_id: int = 0,
     session_epoch: int = -1,
     forgotten: Iterable[TopicPartition] = (),
+    topic_ids: Mapping[str, UUID] | None = None,
 ) -> Any:
     """Build a Fetch request: full and sessionless unless a session is given.
 
@@ -193,11 +216,16 @@ def build_fetch_request(
             :mod:`gengroup.protocol.fetch_session`).
         session_epoch: the session epoch (-1: sessionless, 0: a new session).
         forgotten: the partitions the session drops (incremental requests).
+        topic_ids: each topic's id (v13+, which name topics by id only).
 
     Returns:
         A kio ``FetchRequest`` of that version.
+
+    Raises:
+        ValueError: from v13, a topic of the request has no id in ``topic_ids``.
     """
     mod = request_module(ApiKey.FETCH, version)
+    ids = _ids(version, topic_ids)
     by_topic: dict[str, list[Any]] = defaultdict(list)
     epochs = leader_epochs or {}
     for tp, offset in positions.items():
@@ -227,20 +255,34 @@ def build_fetch_request(
         session_id=session_id,
         session_epoch=session_epoch,
         topics=tuple(
-            build(mod.FetchTopic, topic=topic, partitions=tuple(parts))
+            build(mod.FetchTopic, topic=topic, topic_id=ids(topic), partitions=tuple(parts))
             for topic, parts in by_topic.items()
         ),
-        forgotten_topics_data=_forgotten(mod, forgotten),
+        forgotten_topics_data=_forgotten(mod, forgotten, ids),
         rack_id="",
     )
 
 
-def _forgotten(mod: Any, forgotten: Iterable[TopicPartition]) -> tuple[Any, ...]:
+def _ids(version: int, topic_ids: Mapping[str, UUID] | None) -> Any:
+    """The topic id of a topic name for a request of ``version`` (None before v13)."""
+    if version < 13:
+        return lambda topic: None
+    found = topic_ids or {}
+
+    def topic_id(topic: str) -> UUID:
+        if topic not in found:
+            raise ValueError(f"Fetch v{version} names topics by id: no id for {topic!r}")
+        return found[topic]
+
+    return topic_id
+
+
+def _forgotten(mod: Any, forgotten: Iterable[TopicPartition], ids: Any) -> tuple[Any, ...]:
     by_topic: dict[str, list[int]] = defaultdict(list)
     for tp in forgotten:
         by_topic[tp.topic].append(tp.partition)
     return tuple(
-        build(mod.ForgottenTopic, topic=topic, partitions=tuple(parts))
+        build(mod.ForgottenTopic, topic=topic, topic_id=ids(topic), partitions=tuple(parts))
         for topic, parts in by_topic.items()
     )
 
@@ -349,16 +391,18 @@ def parse_fetch_response(
     isolation_level: IsolationLevelArg | int,
     positions: Mapping[TopicPartition, int] | None = None,
     decode: bool = True,
+    names: Mapping[UUID, str] | None = None,
 ) -> dict[TopicPartition, PartitionFetch]:
     """Read a Fetch response into filtered, decoded per-partition results.
 
     Args:
-        resp: a kio ``FetchResponse`` (v11 or v12).
+        resp: a kio ``FetchResponse`` (v11 to v16).
         isolation_level: the level the request was made with.
         positions: the requested offsets; needed to trim records below them
             and to report ``next_offset`` for partitions that returned nothing.
         decode: False leaves the data batches undecoded in ``raw`` (checked;
             see the theory of operation).
+        names: v13+, the topic name of each topic id the request used.
 
     Returns:
         A :class:`PartitionFetch` per partition in the response. A partition
@@ -367,14 +411,16 @@ def parse_fetch_response(
 
     Raises:
         BrokerError: the response's top-level error code is set.
+        ProtocolError: the response names a topic id the request did not use.
     """
     if getattr(resp, "error_code", 0):
         raise error_for_code(int(resp.error_code), "Fetch")
     read_committed = isolation_code(isolation_level) == READ_COMMITTED
     out: dict[TopicPartition, PartitionFetch] = {}
     for topic in resp.responses:
+        name = _topic_name(topic, names)
         for part in topic.partitions:
-            tp = TopicPartition(topic.topic, int(part.partition_index))
+            tp = TopicPartition(name, int(part.partition_index))
             start = None if positions is None else positions.get(tp)
             result = PartitionFetch(
                 error=None,
@@ -386,6 +432,8 @@ def parse_fetch_response(
             out[tp] = result
             if part.error_code:
                 result.error = error_for_code(int(part.error_code), f"Fetch {tp}")
+                result.current_leader = getattr(part, "current_leader", None)
+                result.node_endpoints = getattr(resp, "node_endpoints", ())
                 continue
             data = part.records
             if not data:
@@ -429,6 +477,18 @@ def parse_fetch_response(
                 if looked_at < len(raws):
                     result.truncated = False  # ends at the damaged batch, complete
     return out
+
+
+def _topic_name(topic: Any, names: Mapping[UUID, str] | None) -> str:
+    """The name of a response's topic: its own (v12-), or that of its id in ``names``."""
+    name = getattr(topic, "topic", None)
+    if name is not None:
+        return str(name)
+    topic_id = topic.topic_id  # v13+ (None: the nil id)
+    name = None if names is None or topic_id is None else names.get(topic_id)
+    if name is None:
+        raise ProtocolError(f"Fetch answered for topic id {topic_id}, which it did not ask for")
+    return name
 
 
 def _named(tp: TopicPartition, damage: ProtocolError) -> ProtocolError:

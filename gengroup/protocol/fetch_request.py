@@ -8,16 +8,21 @@ whose position moved. kio's generic writer walks a request's dataclasses
 field by field, and the dataclasses must be built first
 (:func:`~gengroup.protocol.fetch.build_fetch_request`): for a request of a few
 partitions that is most of the Python work a Fetch costs apart from the
-socket. :func:`encode_fetch_request` writes the two versions gengroup speaks
-(v11, and v12, the first flexible one) with precompiled ``struct`` formats
-into an :class:`~gengroup.protocol.framing.EncodedRequest`, whose header
-:func:`~gengroup.protocol.framing.encode_request` adds.
+socket. :func:`encode_fetch_request` writes the versions gengroup speaks
+(v11; v12, the first flexible one; v13 to v16) with precompiled ``struct``
+formats into an :class:`~gengroup.protocol.framing.EncodedRequest`, whose
+header :func:`~gengroup.protocol.framing.encode_request` adds.
 
 The bytes are those kio writes for the same request (the tests compare the
-two for random requests of both versions), so the kio path stays the
+two for random requests of every version), so the kio path stays the
 reference: v12 adds ``last_fetched_epoch`` to each partition, compact
 lengths (unsigned varints of length + 1) and an empty tagged-field section
-after each structure; the tagged ``cluster_id`` is never sent.
+after each structure; the tagged ``cluster_id`` is never sent. v13 names
+each topic (fetched or forgotten) by its id, 16 bytes in place of the name
+(``topic_ids``, the caller's, from the Metadata it acted on); v15 drops
+``replica_id`` (a follower's state moved to a tagged field a consumer never
+sends). A partition costs one ``struct`` pack in every version, a topic one
+dictionary look-up more from v13.
 """
 
 from __future__ import annotations
@@ -25,18 +30,25 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping
 from typing import Final
+from uuid import UUID
 
 from .._types import TopicPartition
 from .fetch import IsolationLevelArg, isolation_code
 from .framing import EncodedRequest
 from .versions import ApiKey
 
-__all__ = ["FLEXIBLE_FROM", "encode_fetch_request"]
+__all__ = ["FLEXIBLE_FROM", "TOPIC_IDS_FROM", "encode_fetch_request"]
 
 #: The first flexible Fetch version.
 FLEXIBLE_FROM: Final = 12
+#: The first Fetch version naming topics by id.
+TOPIC_IDS_FROM: Final = 13
+#: The first Fetch version without ``replica_id``.
+_NO_REPLICA_ID_FROM: Final = 15
+_VERSIONS: Final = frozenset(range(11, 17))
 _INT32_MAX: Final = (1 << 31) - 1
 _HEAD = struct.Struct(">iiiibii")  # replica_id .. session_epoch
+_HEAD_V15 = struct.Struct(">iiibii")  # max_wait .. session_epoch
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PART_V11 = struct.Struct(">iiqqi")  # partition, epoch, offset, log start, max bytes
@@ -76,16 +88,39 @@ def encode_fetch_request(
     session_id: int = 0,
     session_epoch: int = -1,
     forgotten: Iterable[TopicPartition] = (),
+    topic_ids: Mapping[str, UUID] | None = None,
+    forgotten_ids: Mapping[str, UUID] | None = None,
 ) -> EncodedRequest:
     """The Fetch request :func:`~gengroup.protocol.fetch.build_fetch_request`
     builds from the same arguments, already encoded.
 
+    ``forgotten_ids`` (v13+): the ids that forgotten topics are named by, where
+    they differ from ``topic_ids`` (a session forgets a topic under the id it
+    was added with, which a topic created again no longer has).
+
     Raises:
-        ValueError: ``version`` is not one this encoder writes (11 or 12).
+        ValueError: ``version`` is not one this encoder writes (11 to 16), or
+            from v13 a topic of the request has no id in ``topic_ids``.
     """
-    if version not in (11, 12):
-        raise ValueError(f"Fetch v{version} is not written here (v11 and v12 are)")
+    if version not in _VERSIONS:
+        raise ValueError(f"Fetch v{version} is not written here (v11 to v16 are)")
     flexible = version >= FLEXIBLE_FROM
+    gone: Mapping[str, UUID] = {}  # the ids of forgotten topics (v13+)
+    if version >= TOPIC_IDS_FROM:
+        ids = topic_ids or {}
+
+        def name(topic: str, ids: Mapping[str, UUID] = ids) -> bytes:
+            found = ids.get(topic)
+            if found is None:
+                raise ValueError(f"Fetch v{version} names topics by id: no id for {topic!r}")
+            return found.bytes
+
+        gone = {**ids, **(forgotten_ids or {})}
+    else:
+
+        def name(topic: str, ids: Mapping[str, UUID] = gone) -> bytes:
+            return _string(topic, flexible)
+
     epochs = leader_epochs or {}
     one_limit = partition_max_bytes if isinstance(partition_max_bytes, int) else None
     by_topic: dict[str, list[bytes]] = {}
@@ -99,21 +134,21 @@ def encode_fetch_request(
             else _PART_V11.pack(tp.partition, epoch, offset, -1, limit)
         )
         by_topic.setdefault(tp.topic, []).append(part)
+    head = (
+        round(max_wait * 1000),
+        min_bytes,
+        min(max_bytes, _INT32_MAX),
+        isolation_code(isolation_level),
+        session_id,
+        session_epoch,
+    )
     out = [
-        _HEAD.pack(
-            -1,
-            round(max_wait * 1000),
-            min_bytes,
-            min(max_bytes, _INT32_MAX),
-            isolation_code(isolation_level),
-            session_id,
-            session_epoch,
-        ),
+        _HEAD_V15.pack(*head) if version >= _NO_REPLICA_ID_FROM else _HEAD.pack(-1, *head),
         _count(len(by_topic), flexible),
     ]
     end = b"\x00" if flexible else b""
     for topic, parts in by_topic.items():
-        out.append(_string(topic, flexible))
+        out.append(name(topic))
         out.append(_count(len(parts), flexible))
         out.extend(parts)
         out.append(end)
@@ -122,7 +157,7 @@ def encode_fetch_request(
         dropped.setdefault(tp.topic, []).append(tp.partition)
     out.append(_count(len(dropped), flexible))
     for topic, partitions in dropped.items():
-        out.append(_string(topic, flexible))
+        out.append(name(topic, gone))
         out.append(_count(len(partitions), flexible))
         out.append(struct.pack(f">{len(partitions)}i", *partitions))
         out.append(end)

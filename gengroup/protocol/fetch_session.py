@@ -38,7 +38,9 @@ only when an answer is read:
 * answered with a session id: incremental requests follow;
 * ``FETCH_SESSION_ID_NOT_FOUND``: the session is gone; the next request is
   full with no session id;
-* ``INVALID_FETCH_SESSION_EPOCH``, any other top-level error, an answer that
+* ``INVALID_FETCH_SESSION_EPOCH``, ``FETCH_SESSION_TOPIC_ID_ERROR`` (a
+  session made by requests naming topics by id, Fetch v13+, got one by name,
+  or the other way round), any other top-level error, an answer that
   names a partition the request did not ask for, a failed request (broken
   connection, timeout, undecodable answer) or one never answered (cancelled):
   the next request is full with epoch 0 and the old session id, which makes
@@ -50,18 +52,29 @@ After a reset nothing is lost nor repeated: the answer that caused it is
 dropped whole and the next (full) request names every desired partition at
 the caller's positions.
 
+Partitions are keyed here by topic name; the request names them by the ids
+the caller gives for the topics it fetches (``ids``, Fetch v13+:
+:mod:`gengroup.io.fetch`), and the session keeps the id each of its topics
+was added under (as Java's ``FetchSessionHandler`` does): a topic that
+leaves the request is forgotten by that id (the caller need not know it
+any more), and a topic whose id changed under the session (a topic created
+again, before the consumer took its id) is forgotten under its old id and
+added under its new one in the same request, so the broker's session never
+holds the old id's partitions once the caller names the new id.
+
 Nothing here touches a socket or a clock; :mod:`gengroup.io.fetch` sends.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, NamedTuple
+from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from .._types import TopicPartition
+from .._types import TopicPartition, show_partitions
 
 __all__ = [
     "FINAL_EPOCH",
@@ -119,6 +132,8 @@ class FetchPlan:
         send: the partitions to name in ``topics``, with their parameters.
         forgotten: the partitions to name in ``forgotten_topics_data``.
         desired: every partition the request fetches (in the session after it).
+        ids: the id of each desired topic the caller named (v13+).
+        forgotten_ids: the id each forgotten topic was added under (v13+).
     """
 
     session_id: int
@@ -126,6 +141,8 @@ class FetchPlan:
     send: Mapping[TopicPartition, PartitionParams]
     forgotten: tuple[TopicPartition, ...]
     desired: Mapping[TopicPartition, PartitionParams]
+    ids: Mapping[str, UUID] = field(default_factory=dict)
+    forgotten_ids: Mapping[str, UUID] = field(default_factory=dict)
 
     @property
     def full(self) -> bool:
@@ -150,6 +167,7 @@ class FetchSession:
 
     __slots__ = (
         "_cached",
+        "_cached_ids",
         "_enabled",
         "_epoch",
         "_pending",
@@ -166,6 +184,8 @@ class FetchSession:
         self._epoch = INITIAL_EPOCH if enabled else FINAL_EPOCH
         #: What the broker's session holds, as of the last answer read.
         self._cached: dict[TopicPartition, PartitionParams] = {}
+        #: The id each of its topics was added under (v13+), as of the last answer read.
+        self._cached_ids: dict[str, UUID] = {}
         self._pending: FetchPlan | None = None
         #: Times an established session was dropped (errors and failures).
         self.resets = 0
@@ -195,18 +215,27 @@ class FetchSession:
         """Whether the next request is incremental."""
         return self._session_id != 0 and self._epoch > 0
 
-    def plan(self, desired: Mapping[TopicPartition, PartitionParams]) -> FetchPlan:
-        """The next request, fetching exactly ``desired``."""
+    def plan(
+        self,
+        desired: Mapping[TopicPartition, PartitionParams],
+        ids: Mapping[str, UUID] | None = None,
+    ) -> FetchPlan:
+        """The next request, fetching exactly ``desired``, its topics named by
+        ``ids`` (v13+; a topic left out has no id)."""
         if self._pending is not None:
             self.failed()
         wanted = dict(desired)
+        found = ids or {}
+        named = {tp.topic: found[tp.topic] for tp in wanted if tp.topic in found}
         if not self.established:
-            plan = FetchPlan(self._session_id, self._epoch, wanted, (), wanted)
+            plan = FetchPlan(self._session_id, self._epoch, wanted, (), wanted, named)
         else:
-            cached = self._cached
-            send = {tp: p for tp, p in wanted.items() if cached.get(tp) != p}
-            forgotten = tuple(tp for tp in cached if tp not in wanted)
-            plan = FetchPlan(self._session_id, self._epoch, send, forgotten, wanted)
+            cached, was = self._cached, self._cached_ids
+            moved = {t for t, old in was.items() if named.get(t, old) != old}
+            send = {tp: p for tp, p in wanted.items() if tp.topic in moved or cached.get(tp) != p}
+            forgotten = tuple(tp for tp in cached if tp not in wanted or tp.topic in moved)
+            gone = {tp.topic: was[tp.topic] for tp in forgotten if tp.topic in was}
+            plan = FetchPlan(self._session_id, self._epoch, send, forgotten, wanted, named, gone)
         self._pending = self.last_plan = plan
         self.last_answer_used = False
         return plan
@@ -246,19 +275,23 @@ class FetchSession:
             return None
         stray = [tp for tp in partitions if tp not in plan.desired]
         if stray:
-            return self._reset(f"answer for partitions not asked for: {stray[:3]}")
+            shown = show_partitions(stray[:3])
+            return self._reset(f"answer for partitions not asked for: {shown}")
         if plan.full:
             # 0: the broker declined; the next request asks again.
             self._session_id = session_id
             self._epoch = 1 if session_id else INITIAL_EPOCH
             self._cached = dict(plan.desired) if session_id else {}
+            self._cached_ids = dict(plan.ids) if session_id else {}
             return None
         if session_id == 0:  # the broker closed the session; the data is good
             self._session_id, self._epoch, self._cached = 0, INITIAL_EPOCH, {}
+            self._cached_ids = {}
             return None
         if session_id != plan.session_id:
             return self._reset(f"answer for session {session_id}, not {plan.session_id}")
         self._cached = dict(plan.desired)
+        self._cached_ids = dict(plan.ids)
         self._epoch = next_epoch(self._epoch)
         return None
 
@@ -271,7 +304,7 @@ class FetchSession:
         self.reset_reason = reason
         if self.established:
             self.resets += 1
-        self._cached = {}
+        self._cached, self._cached_ids = {}, {}
         if self._enabled:
             self._epoch = INITIAL_EPOCH
         return reason

@@ -6,9 +6,12 @@ Each connection asks the broker for its ``ApiVersions`` once, then every
 request uses the highest version both sides support. :data:`CLIENT_VERSIONS`
 is the table of what gengroup's client code knows how to build and read; the
 ranges are chosen so the same code path covers each range (fields a version
-lacks are dropped by :func:`gengroup.protocol.framing.build`). Topic-ID-only
-versions (Fetch v13+, OffsetFetch v10) are left out: they buy nothing for a
-consumer that already knows topic names.
+lacks are dropped by :func:`gengroup.protocol.framing.build`). Fetch v13-v16
+name topics by id (a recreated topic is never read at the old one's
+positions) and v16 carries leader hints (KIP-951); a Fetch whose topics'
+ids are not known yet goes as v12 (:mod:`gengroup.io.fetch`). OffsetFetch
+v10 (topic ids only) is left out: it buys nothing for a consumer whose
+committed offsets are kept by topic name.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ CLIENT_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = {
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.METADATA: (9, 12),
     ApiKey.PRODUCE: (8, 11),
-    ApiKey.FETCH: (11, 12),
+    ApiKey.FETCH: (11, 16),
     ApiKey.LIST_OFFSETS: (4, 7),
     ApiKey.FIND_COORDINATOR: (3, 4),
     ApiKey.JOIN_GROUP: (5, 9),

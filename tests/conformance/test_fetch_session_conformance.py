@@ -1,7 +1,8 @@
 """Conformance of the embedded broker's incremental fetch sessions (KIP-227) with Apache Kafka.
 
-Each scenario sends raw Fetch v12 requests with explicit session ids, epochs
-and ``forgotten_topics_data`` on one connection, against the session's real
+Each scenario sends raw Fetch v12 requests (or v16, naming topics by id)
+with explicit session ids, epochs and ``forgotten_topics_data`` on one
+connection, against the session's real
 Apache Kafka (``kafka``, marked ``kafka``) and a fresh embedded cluster, and
 both transcripts must equal the expected one, written from what Kafka
 answers. Session ids are random on both brokers, so they are shown as labels:
@@ -17,6 +18,7 @@ tests are ``tests/embedded/test_fetch_sessions.py``.
 from __future__ import annotations
 
 import datetime
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
@@ -34,6 +36,10 @@ from .scenarios import _topic
 from .test_conformance import SCENARIO_TIMEOUT, Divergence, resolve
 
 FETCH_V: Final = 12
+#: The Fetch version naming topics by id that the by-id scenarios send.
+BY_ID_V: Final = 16
+UNKNOWN_ID: Final = uuid.UUID(int=0x5EED)
+"""A topic id no topic has (labelled ``"?"``)."""
 PRODUCE_V: Final = 9
 NO_SUCH_SESSION: Final = 1
 """A session id no live session has (ids are drawn at random from 31 bits), labelled ``"X"``."""
@@ -59,6 +65,22 @@ class Fetcher:
         self.conn = conn
         self._labels: dict[int, str] = {0: "none", NO_SUCH_SESSION: "X", BEYOND_SHARDS: "Y"}
         self.ids: dict[str, int] = {v: k for k, v in self._labels.items()}
+        #: Topic ids by name (from Metadata), and names by id.
+        self.topic_ids: dict[str, uuid.UUID] = {"?": UNKNOWN_ID}
+        self._names: dict[uuid.UUID, str] = {UNKNOWN_ID: "?"}
+
+    async def learn_id(self, topic: str) -> None:
+        """Look ``topic``'s id up (Metadata v12), for the requests by id."""
+        resp = await self.conn.request(rq.metadata(12, [topic], auto=False))
+        (found,) = resp.topics
+        self.topic_ids[topic] = found.topic_id
+        self._names[found.topic_id] = topic
+
+    def _topic_label(self, topic: Any) -> str | None:
+        name = getattr(topic, "topic", None)
+        if name is None:
+            name = self._names.get(topic.topic_id, "?")
+        return "?" if name == "?" else self.s.names.label(name)
 
     def _label(self, session_id: int) -> str:
         if session_id not in self._labels:
@@ -76,14 +98,18 @@ class Fetcher:
         forget: Sequence[tuple[str, int]] = (),
         max_bytes: int = 1 << 20,
         max_wait_ms: int = 100,
+        version: int = FETCH_V,
     ) -> dict[str, Any]:
-        """A Fetch v12 of ``parts`` in session ``session`` (a label or a raw id) at ``epoch``.
+        """A Fetch (v12 unless ``version``; v13+ naming topics by the ids
+        :meth:`learn_id` found, ``"?"`` by an id no topic has) of ``parts`` in
+        session ``session`` (a label or a raw id) at ``epoch``.
 
         Returns:
             ``error``, ``session`` (label) and ``partitions`` (one string each).
         """
         session_id = self.ids[session] if isinstance(session, str) else session
-        mod = request_module(ApiKey.FETCH, FETCH_V)
+        mod = request_module(ApiKey.FETCH, version)
+        ids = self.topic_ids
         topics: dict[str, list[tuple[int, int]]] = {}
         for topic, partition, offset in parts:
             topics.setdefault(topic, []).append((partition, offset))
@@ -104,6 +130,7 @@ class Fetcher:
                     build(
                         mod.FetchTopic,
                         topic=topic,
+                        topic_id=ids.get(topic),
                         partitions=tuple(
                             build(
                                 mod.FetchPartition,
@@ -120,7 +147,7 @@ class Fetcher:
                     for topic, entries in topics.items()
                 ),
                 forgotten_topics_data=tuple(
-                    build(mod.ForgottenTopic, topic=t, partitions=tuple(ps))
+                    build(mod.ForgottenTopic, topic=t, topic_id=ids.get(t), partitions=tuple(ps))
                     for t, ps in forgotten.items()
                 ),
                 rack_id="",
@@ -130,7 +157,7 @@ class Fetcher:
             "error": error_name(resp.error_code),
             "session": self._label(int(resp.session_id)),
             "partitions": [
-                f"{self.s.names.label(t.topic)}[{p.partition_index}] {error_name(p.error_code)} "
+                f"{self._topic_label(t)}[{p.partition_index}] {error_name(p.error_code)} "
                 f"hw={p.high_watermark} start={p.log_start_offset} "
                 f"bytes={0 if p.records is None else len(bytes(p.records))}"
                 for t in resp.responses
@@ -231,8 +258,34 @@ async def unknown_partition_in_session(s: Session) -> None:
     s.record("increment after a produce", await f.fetch("S1", 2))
 
 
+async def session_by_topic_id(s: Session) -> None:
+    """Fetch v16 names topics by id: a session of two partitions, one changed,
+    one forgotten by id; a topic id no topic has is UNKNOWN_TOPIC_ID; a
+    request by name to the session made by id is FETCH_SESSION_TOPIC_ID_ERROR,
+    and the other way round."""
+    f = await _fetcher(s)
+    t = await _topic(s, "t", 2)
+    await f.learn_id(t)
+    v = BY_ID_V
+    s.record("full by id, epoch 0", await f.fetch(0, 0, [(t, 0, 0), (t, 1, 0)], version=v))
+    s.record("incremental, nothing new", await f.fetch("S1", 1, version=v))
+    await f.produce(t, 1, b"x")
+    s.record("incremental after a produce to t[1]", await f.fetch("S1", 2, version=v))
+    s.record("t[1] at its new offset", await f.fetch("S1", 3, [(t, 1, 1)], version=v))
+    s.record("forget t[0] by id", await f.fetch("S1", 4, forget=[(t, 0)], version=v))
+    s.record("incremental by name", await f.fetch("S1", 5))
+    s.record("the session goes on by id", await f.fetch("S1", 5, version=v))
+    s.record("full, an unknown topic id", await f.fetch(0, -1, [("?", 0, 0)], version=v))
+    s.record("full by name, epoch 0", await f.fetch(0, 0, [(t, 0, 0)]))
+    s.record("incremental by id", await f.fetch("S2", 1, version=v))
+
+
 SCENARIOS: Final[dict[str, Callable[[Session], Awaitable[None]]]] = by_name(
-    incremental_session, session_errors, session_rotation, unknown_partition_in_session
+    incremental_session,
+    session_errors,
+    session_rotation,
+    unknown_partition_in_session,
+    session_by_topic_id,
 )
 
 
@@ -303,6 +356,21 @@ EXPECTED: Final[dict[str, Transcript]] = {
                 part("t[3]", -1, error="UNKNOWN_TOPIC_OR_PARTITION", start=-1),
             ),
         ),
+    ],
+    "session_by_topic_id": [
+        ("full by id, epoch 0", fetched("NONE", "S1", part("t[0]", 0), part("t[1]", 0))),
+        ("incremental, nothing new", fetched("NONE", "S1")),
+        ("incremental after a produce to t[1]", fetched("NONE", "S1", part("t[1]", 1, BATCH))),
+        ("t[1] at its new offset", fetched("NONE", "S1")),
+        ("forget t[0] by id", fetched("NONE", "S1")),
+        ("incremental by name", fetched("FETCH_SESSION_TOPIC_ID_ERROR", "none")),
+        ("the session goes on by id", fetched("NONE", "S1")),
+        (
+            "full, an unknown topic id",
+            fetched("NONE", "none", part("?[0]", -1, error="UNKNOWN_TOPIC_ID", start=-1)),
+        ),
+        ("full by name, epoch 0", fetched("NONE", "S2", part("t[0]", 0))),
+        ("incremental by id", fetched("FETCH_SESSION_TOPIC_ID_ERROR", "none")),
     ],
 }
 

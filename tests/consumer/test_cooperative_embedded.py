@@ -374,7 +374,7 @@ async def test_retained_partitions_are_served_between_generations_and_never_twic
 
     def note_fetch(req: Intercepted) -> None:
         parts = {
-            TopicPartition(t.topic, int(p.partition))
+            TopicPartition("t", int(p.partition))  # the one topic
             for t in req.request.topics
             for p in t.partitions
         }

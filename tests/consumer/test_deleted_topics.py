@@ -4,6 +4,7 @@ the new topic, and the commit of the other partitions is not held up."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
 
@@ -16,6 +17,7 @@ from gengroup import (
     ConsumerGroup,
     CooperativeStickyBalancer,
     Generation,
+    GenerationEnded,
     TopicDeleted,
     TopicPartition,
 )
@@ -328,13 +330,18 @@ async def test_a_partition_being_revoked_does_not_commit_its_old_offset_onto_a_r
             b_gen = next(gen for name, gen in owners if name == "b")
             assert b_gen.assignments[tp] == 0
             assert all(processed[f"new-{i}".encode()] == 1 for i in range(20))
-            await b_gen.commit()
+            with contextlib.suppress(GenerationEnded):
+                await b_gen.commit()
             # b's generation formed with metadata that still had the old t's id
             # (a follower does not wait for a metadata refresh; the consumer
             # protocol's coordinator assigned t[0] before t was created again),
             # and its commits name the topic by that id (OffsetCommit v10): the
             # coordinator refuses it, the generation ends, and the next one reads
             # the new t again and commits it. Records read twice, none skipped.
+            # (Under the consumer protocol the generation may have ended before
+            # that commit: its first Fetch, by the old id, was answered
+            # UNKNOWN_TOPIC_ID, and the metadata refresh that asked for showed
+            # the assignment's topic id changed.)
             await wait_until(
                 lambda: cluster.committed_offsets("g").get(tp) == 20, "t[0] committed", 120.0
             )

@@ -29,6 +29,7 @@ from gengroup.broker.faults import Fail, Intercepted, Respond
 from gengroup.protocol.framing import build, response_module
 from gengroup.protocol.versions import ApiKey
 
+from ..embedded import fetch_topic
 from .helpers import EMBEDDED_SETTINGS
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -47,7 +48,7 @@ def _answer_with(code: int, which: Callable[[TopicPartition, int], bool]) -> Cal
     def handle(req: Intercepted) -> Respond | None:
         nonlocal answered
         asked = [
-            (TopicPartition(t.topic, int(p.partition)), int(p.fetch_offset))
+            (TopicPartition("t", int(p.partition)), int(p.fetch_offset))  # one topic
             for t in req.request.topics
             for p in t.partitions
         ]
@@ -71,7 +72,9 @@ def _answer_with(code: int, which: Callable[[TopicPartition, int], bool]) -> Cal
             for tp, _ in asked
             if tp in failing
         )
-        topics = (build(mod.FetchableTopicResponse, topic="t", partitions=partitions),)
+        topics = (
+            build(mod.FetchableTopicResponse, **fetch_topic(req, "t"), partitions=partitions),
+        )
         return Respond(
             build(
                 mod.FetchResponse,

@@ -257,8 +257,8 @@ async def test_a_new_generation_closes_the_sessions_of_the_last(
     closed: list[int] = []
     plan = FetchSession.plan
 
-    def spy(session: FetchSession, desired: Any) -> FetchPlan:
-        made = plan(session, desired)
+    def spy(session: FetchSession, desired: Any, *args: Any) -> FetchPlan:
+        made = plan(session, desired, *args)
         if made.epoch == 0 and made.session_id:
             closed.append(made.session_id)
         return made

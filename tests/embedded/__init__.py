@@ -153,7 +153,10 @@ def fetch(
     session_epoch: int = -1,
     leader_epoch: int = -1,
     extra_partitions: Sequence[tuple[str, int, int]] = (),
+    topic_ids: Mapping[str, uuid.UUID] | None = None,
 ) -> Any:
+    """A Fetch of ``v`` (v13+: naming each topic by its id in ``topic_ids``,
+    the nil id if absent)."""
     mod = request_module(ApiKey.FETCH, v)
     by_topic = _by_topic((t, (p, o)) for t, p, o in [(topic, partition, offset), *extra_partitions])
     return build(
@@ -170,7 +173,7 @@ def fetch(
             build(
                 mod.FetchTopic,
                 topic=t,
-                topic_id=NIL,
+                topic_id=(topic_ids or {}).get(t, NIL),
                 partitions=tuple(
                     build(
                         mod.FetchPartition,
@@ -382,6 +385,25 @@ def create_partitions(v: int, topic: str, count: int) -> Any:
     )
 
 
+def fetch_topic(call: Intercepted, topic: str = "t") -> dict[str, Any]:
+    """How an answer to the Fetch ``call`` names ``topic``: by its name before
+    v13, else by the id the request named its first topic by (the tests that
+    answer Fetch themselves fetch one topic)."""
+    if call.api_version < 13:
+        return {"topic": topic}
+    named = [t.topic_id for t in call.request.topics]
+    named += [t.topic_id for t in call.request.forgotten_topics_data]
+    return {"topic_id": named[0] if named else NIL}
+
+
+def fetch_topic_name(cluster: FakeCluster, topic: Any) -> str:
+    """The name of a topic of a Fetch request (v13+: of its id in ``cluster``)."""
+    name = getattr(topic, "topic", None)
+    if name is not None:
+        return str(name)
+    return cluster.state.topics.by_id[topic.topic_id].name
+
+
 def fetch_answer(
     call: Intercepted,
     records: bytes,
@@ -410,7 +432,13 @@ def fetch_answer(
             throttle_time=datetime.timedelta(0),
             error_code=ErrorCode.none,
             session_id=0,
-            responses=(mod.FetchableTopicResponse(topic=topic, partitions=(part,)),),
+            responses=(
+                build(
+                    mod.FetchableTopicResponse,
+                    **fetch_topic(call, topic),
+                    partitions=(part,),
+                ),
+            ),
         )
     )
 

@@ -30,8 +30,10 @@ def test_advertised_versions_cover_the_client_table() -> None:
     for key, (lo, hi) in CLIENT_VERSIONS.items():
         blo, bhi = SUPPORTED_VERSIONS[key]
         assert blo <= lo and hi <= bhi, key
-    # topic-ID-only versions are not advertised (OffsetCommit v10 is served: its conformance test)
-    assert SUPPORTED_VERSIONS[ApiKey.FETCH][1] < 13
+    # Fetch by topic id is served up to v16 (leader hints; v17 adds nothing a
+    # consumer sends); other topic-ID-only versions are not advertised
+    # (OffsetCommit v10 is served: its conformance test)
+    assert SUPPORTED_VERSIONS[ApiKey.FETCH][1] == 16
     assert SUPPORTED_VERSIONS[ApiKey.PRODUCE][1] < 13
     assert SUPPORTED_VERSIONS[ApiKey.OFFSET_FETCH][1] < 10
 
@@ -58,7 +60,7 @@ async def test_api_versions_every_version(autojump_clock: trio.testing.MockClock
             got = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
             assert got == {int(k): r for k, r in SUPPORTED_VERSIONS.items()}
         # the connection negotiated from the table
-        assert conn.versions[ApiKey.FETCH] == 12
+        assert conn.versions[ApiKey.FETCH] == 16
         assert not cluster.errors
 
 
@@ -135,15 +137,16 @@ async def test_produce_fetch_list_offsets_every_version(
             assert part.error_code == 0, v
             assert part.base_offset == len(expected)
             expected += [value, value]
+        ids = {"t": cluster.state.topics.by_name["t"].topic_id}
         for v in versions(ApiKey.FETCH):
-            resp = await conn.request(rq.fetch(v, "t", 0, 0))
+            resp = await conn.request(rq.fetch(v, "t", 0, 0, topic_ids=ids))
             part = resp.responses[0].partitions[0]
             assert part.error_code == 0
             assert part.high_watermark == len(expected)
             values = [r.value for b in decode_batches(part.records) for r in b.records]
             assert values == expected, v
             # mid-batch offsets return the whole batch holding them
-            resp = await conn.request(rq.fetch(v, "t", 0, 3))
+            resp = await conn.request(rq.fetch(v, "t", 0, 3, topic_ids=ids))
             first = decode_batches(resp.responses[0].partitions[0].records)[0]
             assert first.base_offset == 2
         for v in versions(ApiKey.LIST_OFFSETS):

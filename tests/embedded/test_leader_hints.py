@@ -30,7 +30,7 @@ from gengroup.producer import Producer
 from gengroup.protocol.framing import response_module
 from gengroup.protocol.versions import ApiKey
 
-from ..test_leader_hints_kafka import refusal_from_a_follower
+from ..test_leader_hints_kafka import fenced_fetch_at_a_follower, refusal_from_a_follower
 from . import batch, connect, produce
 
 NOT_LEADER = 6
@@ -269,3 +269,14 @@ async def test_the_embedded_broker_names_the_leader_in_a_followers_refusal_as_ka
         cluster.create_topic("t", 1, replication_factor=3)
         cluster.move_partition_leader("t", 0, 2)
         await refusal_from_a_follower(cluster.bootstrap, "t")
+
+
+async def test_the_embedded_broker_names_the_leader_in_a_fenced_fetch_as_kafka_does(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with FakeCluster(brokers=3) as cluster:
+        cluster.create_topic("t", 1, replication_factor=3)
+        part = cluster.state.topics.partition("t", 0)
+        assert part is not None
+        cluster.move_partition_leader("t", 0, (part.leader + 1) % 3)
+        await fenced_fetch_at_a_follower(cluster.bootstrap, "t")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import struct
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -79,7 +80,7 @@ HOSTILE: dict[str, Callable[[], bytes]] = {
     "negative length": lambda: struct.pack(">i", -5),
     "unknown api key": lambda: frame(header(999, 0)),
     "known api, version kio lacks": lambda: frame(header(1, 99, flexible=True)),
-    "Fetch v13 (topic ids, not advertised)": lambda: frame(
+    "Fetch v13 (by topic id) with a body of zeros": lambda: frame(
         header(1, 13, flexible=True) + b"\x00" * 40
     ),
     "Produce v2 (below the supported range)": lambda: frame(header(0, 2) + b"\x00" * 20),
@@ -162,7 +163,8 @@ async def test_gengroup_client_sees_the_close_as_a_broken_connection(
 
     async with FakeCluster(topics={"t": 1}) as cluster, connect(cluster) as conn:
         with pytest.raises(BrokenConnection):
-            await conn.request(fetch(13, "t", 0, 0))  # not advertised: Kafka closes
+            # Fetch v17 is not advertised: Kafka closes the connection.
+            await conn.request(fetch(17, "t", 0, 0, topic_ids={"t": uuid.uuid4()}))
         assert not conn.is_usable
         assert not cluster.errors
 

@@ -4,7 +4,8 @@
 :func:`encode_request` writes every request's header by hand. Both are
 compared here with kio's own encoding (the dataclasses of
 :func:`build_fetch_request`, written by kio's entity writer, header
-included), for random requests of both Fetch versions gengroup speaks, and
+included), for random requests of every Fetch version gengroup speaks (v13+
+naming topics by id), and
 the result is read back by kio's reader, as a broker would.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import io
 import struct
+import uuid
 from typing import Any
 
 import pytest
@@ -49,7 +51,8 @@ def kio_frame(request: Any, correlation_id: int, client_id: str | None) -> bytes
     return struct.pack(">i", len(body)) + body
 
 
-topics = st.sampled_from(["t", "orders", "ünïcode-topic", "x" * 200])
+TOPIC_NAMES = ["t", "orders", "ünïcode-topic", "x" * 200]
+topics = st.sampled_from(TOPIC_NAMES)
 partitions = st.builds(TopicPartition, topics, st.integers(0, INT32_MAX))
 client_ids = st.none() | st.text(max_size=40)
 
@@ -74,10 +77,11 @@ def fetch_arguments(draw: st.DrawFn) -> dict[str, Any]:
         "session_id": draw(st.integers(0, INT32_MAX)),
         "session_epoch": draw(st.integers(-1, INT32_MAX)),
         "forgotten": draw(st.lists(partitions, max_size=6, unique=True)),
+        "topic_ids": {name: draw(st.uuids(allow_nil=False)) for name in TOPIC_NAMES},
     }
 
 
-@pytest.mark.parametrize("version", [11, 12])
+@pytest.mark.parametrize("version", range(11, 17))
 @settings(max_examples=300, deadline=None)
 @given(
     args=fetch_arguments(),
@@ -101,9 +105,9 @@ def test_a_fetch_written_by_hand_is_the_fetch_kio_writes(
 
 
 def test_only_the_versions_it_knows_are_written_by_hand() -> None:
-    with pytest.raises(ValueError, match="Fetch v13"):
+    with pytest.raises(ValueError, match="Fetch v17"):
         encode_fetch_request(
-            13,
+            17,
             {TopicPartition("t", 0): 0},
             max_wait=0.5,
             min_bytes=1,
@@ -111,6 +115,25 @@ def test_only_the_versions_it_knows_are_written_by_hand() -> None:
             partition_max_bytes=1 << 20,
             isolation_level=0,
         )
+
+
+@pytest.mark.parametrize("version", [13, 16])
+@pytest.mark.parametrize("forgotten", [False, True])
+def test_a_topic_without_an_id_is_refused_from_v13(version: int, forgotten: bool) -> None:
+    args: dict[str, Any] = {
+        "max_wait": 0.5,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "partition_max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "topic_ids": {"t": uuid.uuid4()},
+    }
+    tp = TopicPartition("other", 0)
+    positions = {TopicPartition("t", 0): 0} if forgotten else {tp: 0}
+    dropped = [tp] if forgotten else []
+    for write in (encode_fetch_request, build_fetch_request):
+        with pytest.raises(ValueError, match="no id for 'other'"):
+            write(version, positions, forgotten=dropped, **args)
 
 
 @pytest.mark.parametrize("client_id", [None, "", "gengroup-ü"])

@@ -100,10 +100,10 @@ for _module in (
     _specs[ApiKey(_module.SPEC.key)] = _module.SPEC
 _specs[api_versions.KEY] = api_versions.spec(SPECS)
 
-#: The versions the embedded broker implements, per API. Topic-ID-only
-#: versions (Produce 13, Fetch 13+, OffsetCommit 10, OffsetFetch 10) are left
-#: out; the rest covers gengroup's client table (with the KIP-848 APIs) and
-#: librdkafka 2.x.
+#: The versions the embedded broker implements, per API. Of the topic-id-only
+#: versions, Fetch 13-16 and OffsetCommit 10 are served; Produce 13 and
+#: OffsetFetch 10 are left out. The rest covers gengroup's client table (with
+#: the KIP-848 APIs) and librdkafka 2.x.
 SUPPORTED_VERSIONS: Final[Mapping[ApiKey, tuple[int, int]]] = MappingProxyType(
     {key: (s.min_version, s.max_version) for key, s in SPECS.items()}
 )

@@ -1,6 +1,6 @@
 """Fetch (key 1): read record batches, long-polling for ``min_bytes``.
 
-Version notes: v4-v12 served (v13+ name topics by id only). v3+ carry a
+Version notes: v4-v16 served. v3+ carry a
 response-wide ``max_bytes``; v4 adds the isolation level (read_committed gets
 an empty aborted-transaction list); v7 adds incremental fetch sessions
 (KIP-227, :mod:`gengroup.broker.fetch_sessions`, one cache per broker): epoch
@@ -11,7 +11,17 @@ session errors (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH) go in
 the top-level error code with session id 0 and no partitions, which is also
 where :func:`error_response` puts any error from v7. Requests before v7 are
 sessionless. v9 adds the current leader epoch per partition (fenced or
-unknown epochs are refused).
+unknown epochs are refused). v13 names topics by id, in the request
+(fetched and forgotten) and the response: an id no topic has is answered
+UNKNOWN_TOPIC_ID (a topic deleted and created again has a new id, so a
+request for the old one never reads the new one's log); a session's
+partitions are keyed by topic id then, and a session created by requests of
+one kind refuses an incremental request of the other with
+FETCH_SESSION_TOPIC_ID_ERROR (Kafka's ``FetchManager``). v15 drops
+``replica_id``. v16 adds leader hints (KIP-951): a partition refused
+NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names its current leader and
+epoch (``current_leader``), and ``node_endpoints`` those leaders' addresses
+when they are up, as Kafka's ``KafkaApis`` answers.
 
 Order, as Kafka's ``KafkaApis``: a partition named twice is read once; the
 partitions are read in request order (an incremental request: the session's
@@ -35,8 +45,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, Final
+from uuid import UUID
 
 import anyio
+from kio.schema.errors import ErrorCode
 
 from ...protocol.framing import build, response_module
 from ...protocol.versions import ApiKey
@@ -48,12 +60,20 @@ from ..fetch_sessions import (
     PartitionOutcome,
     PartitionRequest,
 )
-from ..log import LogError
+from ..log import LogError, Partition
 from ._base import ZERO, ApiSpec, Context, ec, ms, per_partition
 
 __all__ = ["SPEC", "error_response", "handle"]
 
 KEY: Final = ApiKey.FETCH
+#: The first version naming topics by id.
+_TOPIC_IDS_FROM: Final = 13
+#: The first version answering leader hints (KIP-951).
+_HINTS_FROM: Final = 16
+_NIL: Final = UUID(int=0)
+_HINTED: Final = frozenset(
+    {int(ErrorCode.not_leader_or_follower), int(ErrorCode.fenced_leader_epoch)}
+)
 
 _Answer = tuple[str, Any]
 """A partition's answer and its topic."""
@@ -67,9 +87,14 @@ def _partition(
     log_offsets: tuple[int, int] = (-1, -1),
     aborted: tuple[()] | None = None,
     records: bytes | None = None,
+    leader: tuple[int, int] | None = None,
 ) -> Any:
-    """A partition's answer; ``log_offsets`` are its high watermark (also the LSO) and log start."""
+    """A partition's answer; ``log_offsets`` are its high watermark (also the LSO)
+    and log start; ``leader``: the leader hint (id, epoch) to name."""
     hw, start = log_offsets
+    hint: dict[str, Any] = {}
+    if leader is not None:
+        hint["current_leader"] = mod.LeaderIdAndEpoch(leader_id=leader[0], leader_epoch=leader[1])
     return build(
         mod.PartitionData,
         partition_index=index,
@@ -80,16 +105,20 @@ def _partition(
         aborted_transactions=aborted,
         preferred_read_replica=-1,
         records=records,
+        **hint,
     )
 
 
-def _response(mod: Any, code: int, session_id: int, topics: tuple[Any, ...]) -> Any:
+def _response(
+    mod: Any, code: int, session_id: int, topics: tuple[Any, ...], endpoints: tuple[Any, ...] = ()
+) -> Any:
     return build(
         mod.FetchResponse,
         throttle_time=ZERO,
         error_code=ec(code),
         session_id=session_id,
         responses=topics,
+        node_endpoints=endpoints,
     )
 
 
@@ -108,11 +137,18 @@ def error_response(version: int, request: Any, code: int, message: str | None = 
     return build(mod.FetchResponse, throttle_time=ZERO, responses=topics)
 
 
-def _requested(req: Any) -> list[PartitionRequest]:
+def _key(topic: Any, by_id: bool) -> str:
+    """A request's topic as the session keys it: its name, or (v13+) its id's text."""
+    if not by_id:
+        return str(topic.topic)
+    return str(topic.topic_id or _NIL)  # kio reads the nil id as None
+
+
+def _requested(req: Any, by_id: bool) -> list[PartitionRequest]:
     """The request's partitions, in request order."""
     return [
         PartitionRequest(
-            topic=str(t.topic),
+            topic=_key(t, by_id),
             partition=int(p.partition),
             fetch_offset=int(p.fetch_offset),
             max_bytes=int(p.partition_max_bytes),
@@ -125,14 +161,27 @@ def _requested(req: Any) -> list[PartitionRequest]:
     ]
 
 
-def _forgotten(req: Any) -> list[tuple[str, int]]:
+def _forgotten(req: Any, by_id: bool) -> list[tuple[str, int]]:
     """The request's ``forgotten_topics_data`` (v7+) as ``(topic, partition)`` pairs."""
     forgotten = getattr(req, "forgotten_topics_data", ())
-    return [(str(t.topic), int(p)) for t in forgotten for p in t.partitions]
+    return [(_key(t, by_id), int(p)) for t in forgotten for p in t.partitions]
+
+
+def _lookup(ctx: Context, key: str, index: int, by_id: bool) -> tuple[Partition | None, int]:
+    """The partition a request names (by topic name, or v13+ id), and the error
+    answered if there is none."""
+    topics = ctx.state.topics
+    if not by_id:
+        return topics.partition(key, index), ErrorCode.unknown_topic_or_partition
+    topic = topics.by_id.get(UUID(key))
+    if topic is None:
+        return None, ErrorCode.unknown_topic_id
+    return topics.partition(topic.name, index), ErrorCode.unknown_topic_or_partition
 
 
 def _topics(mod: Any, answers: Sequence[_Answer]) -> tuple[Any, ...]:
-    """The response's topics: consecutive answers of one topic share an entry."""
+    """The response's topics: consecutive answers of one topic share an entry
+    (named by the request's key: a name, or v13+ a topic id's text)."""
     grouped: list[tuple[str, list[Any]]] = []
     for topic, data in answers:
         if grouped and grouped[-1][0] == topic:
@@ -140,8 +189,24 @@ def _topics(mod: Any, answers: Sequence[_Answer]) -> tuple[Any, ...]:
         else:
             grouped.append((topic, [data]))
     return tuple(
-        build(mod.FetchableTopicResponse, topic=topic, partitions=tuple(parts))
+        build(
+            mod.FetchableTopicResponse,
+            topic=topic,
+            topic_id=UUID(topic) if hasattr(mod.FetchableTopicResponse, "topic_id") else None,
+            partitions=tuple(parts),
+        )
         for topic, parts in grouped
+    )
+
+
+def _endpoints(ctx: Context, mod: Any, answers: Sequence[_Answer]) -> tuple[Any, ...]:
+    """The ``node_endpoints`` of the leaders the answers' hints name, when up."""
+    state = ctx.state
+    leaders = {int(data.current_leader.leader_id) for _, data in answers if data.error_code}
+    return tuple(
+        build(mod.NodeEndpoint, node_id=b, host=state.addresses[b][0], port=state.addresses[b][1])
+        for b in sorted(leaders)
+        if b in state.online
     )
 
 
@@ -161,7 +226,6 @@ def _fetch_once(
         limit (Kafka's ``DelayedFetch`` measure), counted no further than
         ``enough``.
     """
-    state = ctx.state
     read_committed = int(getattr(req, "isolation_level", 0)) == 1
     remaining = int(req.max_bytes) if v >= 3 else 2**31 - 1
     total = 0
@@ -169,9 +233,13 @@ def _fetch_once(
     errors = 0
     found: Read = []
     unknown: Read = []
+    by_id = v >= _TOPIC_IDS_FROM
     for fpart in parts:
-        part = state.topics.partition(fpart.topic, fpart.partition)
-        code = ctx.leader_error(part, fpart.current_leader_epoch)
+        part, missing = _lookup(ctx, fpart.topic, fpart.partition, by_id)
+        code = ctx.leader_error(part, fpart.current_leader_epoch) if part is not None else missing
+        leader = None
+        if code in _HINTED and v >= _HINTS_FROM and part is not None:
+            leader = (part.leader, part.leader_epoch)
         data = b""
         hw, start = -1, -1
         if code == 0:
@@ -200,6 +268,7 @@ def _fetch_once(
             log_offsets=(hw, start),
             aborted=() if read_committed else None,
             records=data,
+            leader=leader,
         )
         outcome = PartitionOutcome(code, hw, start, len(data))
         (found if part is not None else unknown).append((fpart, outcome, (fpart.topic, answer)))
@@ -208,16 +277,18 @@ def _fetch_once(
 
 def _context(ctx: Context, req: Any, v: int) -> FetchContext:
     """The request's fetch-session context (a sessionless one before v7)."""
+    by_id = v >= _TOPIC_IDS_FROM
     if v < 7:
         return ctx.fetch_sessions.new_context(
-            INVALID_SESSION_ID, FINAL_EPOCH, _requested(req), (), ctx.state.now_ms()
+            INVALID_SESSION_ID, FINAL_EPOCH, _requested(req, by_id), (), ctx.state.now_ms()
         )
     return ctx.fetch_sessions.new_context(
         int(req.session_id),
         int(req.session_epoch),
-        _requested(req),
-        _forgotten(req),
+        _requested(req, by_id),
+        _forgotten(req, by_id),
         ctx.state.now_ms(),
+        by_id=by_id,
     )
 
 
@@ -238,7 +309,10 @@ async def handle(ctx: Context, req: Any, v: int) -> Any:
         with anyio.move_on_after(deadline - anyio.current_time()):
             await changed.wait()
     answer = ctx.fetch_sessions.respond(context, read, ctx.state.now_ms())
-    return _response(mod, answer.error_code, answer.session_id, _topics(mod, answer.partitions))
+    endpoints = _endpoints(ctx, mod, answer.partitions) if v >= _HINTS_FROM else ()
+    return _response(
+        mod, answer.error_code, answer.session_id, _topics(mod, answer.partitions), endpoints
+    )
 
 
-SPEC: Final = ApiSpec(KEY, 4, 12, handle, error_response)
+SPEC: Final = ApiSpec(KEY, 4, 16, handle, error_response)
