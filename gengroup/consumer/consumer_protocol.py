@@ -97,7 +97,7 @@ from .commits import TopicIds
 from .early_revocation import EarlyRevocation
 from .forming import Formed, GroupClient, generation_identity
 from .generation import CommitCodes, Generation, OffsetMetadata, Offsets, RebalanceTimings
-from .ownership import Ownership, kept_partitions
+from .ownership import Ownership, kept_partitions, known_topic_ids
 
 __all__ = ["ConsumerProtocolMember"]
 
@@ -347,7 +347,8 @@ class ConsumerProtocolMember:
                 # The previous generation's prefetcher went on handing out the
                 # spans' batches until now; from here their positions are final.
                 own.stop_prefetcher()
-                for tp in target & kept_partitions(owned, own, self._target_ids):
+                ids = (self._target_ids, known_topic_ids(self.client.cluster))
+                for tp in target & kept_partitions(owned, own, *ids):
                     span = own.spans.get(tp)
                     if span is not None and not span.closed:
                         positions[tp] = span.position  # its worker goes on from there
@@ -355,7 +356,7 @@ class ConsumerProtocolMember:
             if own is not None:
                 gen = formed.generation
                 gen.rebalance_protocol = "cooperative"
-                kept = kept_partitions(owned, own, self._target_ids)
+                kept = kept_partitions(owned, own, *ids)
                 gen.added = target - kept
                 gen.retained = target & kept
                 gen.revoked = (owned | early) - target

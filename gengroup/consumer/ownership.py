@@ -328,21 +328,23 @@ class Ownership:
 
 
 def kept_partitions(
-    owned: AbstractSet[TopicPartition], host: SpanHost, topic_ids: Mapping[str, UUID]
+    owned: AbstractSet[TopicPartition], host: SpanHost, *topic_ids: Mapping[str, UUID]
 ) -> set[TopicPartition]:
     """The partitions of ``owned`` a new generation retains, not adds: all but
     those a generation the application never took added (``host.unseen``),
     unless a span of theirs is open: the application took it after all (the
     send handing it out was cancelled after it was received) and started
     their tasks; and but those whose open span belongs to a topic deleted and
-    created again (``topic_ids``, the ids the new generation knows, name
-    another id than the span was opened with): their tasks would go on at the
-    old topic's position in the new one. The new generation adds them: it
-    revokes the old span first (``running.py``), then they start as any added
-    partition does."""
+    created again (one of ``topic_ids``, the ids the new generation knows
+    from each of its sources, names another id than the span was opened
+    with; under the consumer protocol the heartbeat's and the metadata's: the
+    prefetcher that ended a generation for a new id may be ahead of the
+    heartbeat): their tasks would go on at the old topic's position in the new one.
+    The new generation adds them: it revokes the old span first
+    (``running.py``), then they start as any added partition does."""
     spans = host.spans
     unseen = {tp for tp in host.unseen if tp not in spans or spans[tp].closed}
-    recreated = {tp for tp in owned if recreated_span(host, tp, topic_ids)}
+    recreated = {tp for tp in owned if any(recreated_span(host, tp, i) for i in topic_ids)}
     return set(owned) - unseen - recreated
 
 

@@ -242,3 +242,45 @@ async def test_a_topic_created_again_ends_the_generation_with_no_watcher(
     assert handed == [f"new-{i}".encode() for i in range(5)]
     warned = [r for r in caplog.records if "created again" in r.getMessage()]
     assert [r.levelno for r in warned] == [logging.WARNING], [r.getMessage() for r in warned]
+
+
+async def test_a_topic_created_again_ahead_of_the_heartbeat_is_read_from_its_start(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Under the consumer protocol the prefetcher may end the generation for a
+    topic created again before a heartbeat brings the coordinator's new topic
+    id: the next generation must not keep the partition at the old topic's
+    position (it would read the new topic from there, then again from its
+    start once the heartbeat names the new id), but add it and read the new
+    topic once, from its start."""
+    handed: list[bytes] = []
+    settings = {**EMBEDDED_SETTINGS, "group_protocol": "consumer", "commit_interval": 1.0}
+    async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
+        produce(cluster, "old", 3)
+        async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
+
+            async def worker(gen: Generation, tp: TopicPartition) -> None:
+                async for batch in gen.fetch(tp):
+                    handed.extend(r.value or b"" for r in batch.records)
+                    gen.mark(tp, batch.next_offset)
+
+            async def member() -> None:
+                async for gen in group:
+                    for tp in gen.added:
+                        gen.start_soon(worker, gen, tp, partition=tp)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(member)
+                old = [f"old-{i}".encode() for i in range(3)]
+                await wait_until(lambda: handed == old, "the old topic's records", 60.0)
+                await anyio.sleep(5.0)  # their marks committed, the old id kept
+                # The coordinator's answers (the new id among them) come 3 s late.
+                cluster.control(ApiKey.CONSUMER_GROUP_HEARTBEAT, lambda call: Delay(3.0))
+                cluster.delete_topic("t")
+                cluster.create_topic("t", 1)
+                produce(cluster, "new", 10)
+                new = [f"new-{i}".encode() for i in range(10)]
+                await wait_until(lambda: handed[3:] == new, "the new topic's records", 120.0)
+                await anyio.sleep(20.0)  # nothing handed twice
+                tg.cancel_scope.cancel()
+    assert handed == old + new
