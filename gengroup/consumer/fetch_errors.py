@@ -162,8 +162,9 @@ class FetchErrors:
         # lets each broker's failure and recovery be logged once.
         self._brokers: dict[int, Backoff] = {}
         self._failing_brokers: set[int] = set()
-        #: Each partition with errors: its backoff, and the code last logged.
-        self._partitions: dict[TopicPartition, tuple[Backoff, int]] = {}
+        #: Each partition with errors: its backoff, and the codes logged since
+        #: its last good answer (two errors taking turns are a line each, once).
+        self._partitions: dict[TopicPartition, tuple[Backoff, frozenset[int]]] = {}
         #: What the current answer changed, told by :meth:`flush`.
         self._failed: dict[tuple[int, str], list[TopicPartition]] = defaultdict(list)
         self._recovered: list[TopicPartition] = []
@@ -189,11 +190,11 @@ class FetchErrors:
         count it. Returns the seconds the partition waits before that."""
         self._metrics.fetch_errors += 1
         code = error.code if isinstance(error, BrokerError) else -1
-        backoff, logged = self._partitions.get(tp, (Backoff(self._base), None))
-        if logged != code:
+        backoff, logged = self._partitions.get(tp, (Backoff(self._base), frozenset()))
+        if code not in logged:
             what = f"{error.name} ({code})" if isinstance(error, BrokerError) else str(error)
             self._failed[node, what].append(tp)
-        self._partitions[tp] = (backoff, code)
+        self._partitions[tp] = (backoff, logged | {code})
         return backoff.next_delay()
 
     def partition_stopped(self, tp: TopicPartition) -> None:

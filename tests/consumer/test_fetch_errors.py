@@ -271,3 +271,32 @@ async def test_a_fetch_refused_for_authorization_still_ends_the_generation(
             with trio.fail_after(30), pytest.raises(BrokerError, match="CLUSTER_AUTHORIZATION"):
                 await gen.wait_ended()
                 await group.next()
+
+
+def test_two_errors_taking_turns_on_a_partition_are_a_line_each_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A leader hint naming a broker not yet leading makes a partition's answers
+    alternate between NOT_LEADER_OR_FOLLOWER and UNKNOWN_LEADER_EPOCH until it
+    takes over: each code is said once, not once per turn, until the
+    partition's next good answer."""
+    from gengroup._errors import error_for_code
+    from gengroup.consumer.fetch_errors import FetchErrors
+    from gengroup.consumer.metrics import GroupMetrics
+
+    caplog.set_level(logging.INFO, logger="gengroup")
+    metrics = GroupMetrics()
+    errors = FetchErrors("g", 0.1, metrics)
+    codes = [ErrorCode.not_leader_or_follower, ErrorCode.unknown_leader_epoch] * 10
+    for code in codes:
+        errors.partition_failed(0, T0, error_for_code(int(code)))
+        errors.flush(0)
+    errors.partition_ok(T0)
+    errors.flush(0)
+    errors.partition_failed(0, T0, error_for_code(int(codes[0])))  # a new outage: said again
+    errors.flush(0)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 4, said
+    assert "NOT_LEADER_OR_FOLLOWER" in said[0] and "UNKNOWN_LEADER_EPOCH" in said[1]
+    assert "fetching t[0] again" in said[2] and "NOT_LEADER_OR_FOLLOWER" in said[3]
+    assert metrics.fetch_errors == len(codes) + 1
