@@ -20,9 +20,11 @@ new leader: with hints the prefetcher fetches from it at once; without them
 (the member's ``Cluster.take_leader_hint`` made to take none) after its
 backoff and a Metadata refresh.
 
-The record is written (acks=1) after the election, so the figure also holds
-the write and its replication to the followers (a consumer reads up to the
-high watermark); the hint saves the member's backoff and Metadata round trip.
+The record is written after the election (acks="all": a record the old
+leader took with acks=1 just before it stepped down can be truncated away
+there and never read), so the figure also holds the write and its
+replication to the followers (a consumer reads up to the high watermark);
+the hint saves the member's backoff and Metadata round trip.
 The first group on a fresh cluster waits for Kafka to create its offsets
 topic: one group's run before the measured ones is not counted.
 
@@ -76,7 +78,7 @@ async def one_consume(cluster: KafkaCluster, hints: bool, run: int) -> float:
                 got.set()
 
     group = ConsumerGroup(f"bench-move-{run}-{hints}", [TOPIC], cluster.bootstrap)
-    async with Producer(cluster.bootstrap, linger=0, acks=1) as producer, group:
+    async with Producer(cluster.bootstrap, linger=0, acks="all") as producer, group:
         if not hints:
             group.cluster.take_leader_hint = lambda *args: False  # type: ignore[method-assign]
         await producer.send(TOPIC, before, partition=0)
@@ -96,9 +98,10 @@ async def one_consume(cluster: KafkaCluster, hints: bool, run: int) -> float:
             await anyio.to_thread.run_sync(partial(cluster.move_leader, TOPIC, 0, new))
             start = time.perf_counter()
             await producer.send(TOPIC, after, partition=0)
-            while after not in seen:
-                await got.wait()
-                got = anyio.Event()
+            with anyio.fail_after(60):
+                while after not in seen:
+                    await got.wait()
+                    got = anyio.Event()
             tg.cancel_scope.cancel()
     return (seen[after] - start) * 1000
 
