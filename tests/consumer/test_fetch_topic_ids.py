@@ -38,6 +38,19 @@ def produce(cluster: FakeCluster, prefix: str, count: int) -> None:
     cluster.produce("t", [NewRecord(None, f"{prefix}-{i}".encode(), (), 0) for i in range(count)])
 
 
+async def hand_values(group: ConsumerGroup, handed: list[bytes]) -> None:
+    """The group's member: a worker per added partition, its records' values into ``handed``."""
+
+    async def worker(gen: Generation, tp: TopicPartition) -> None:
+        async for batch in gen.fetch(tp):
+            handed.extend(r.value or b"" for r in batch.records)
+            gen.mark(tp, batch.next_offset)
+
+    async for gen in group:
+        for tp in gen.added:
+            gen.start_soon(worker, gen, tp, partition=tp)
+
+
 async def test_a_topic_created_again_is_not_read_at_the_old_topics_positions(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -218,19 +231,8 @@ async def test_a_topic_created_again_ends_the_generation_with_no_watcher(
     handed: list[bytes] = []
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
-
-            async def worker(gen: Generation, tp: TopicPartition) -> None:
-                async for batch in gen.fetch(tp):
-                    handed.extend(r.value or b"" for r in batch.records)
-                    gen.mark(tp, batch.next_offset)
-
-            async def member() -> None:
-                async for gen in group:
-                    for tp in gen.added:
-                        gen.start_soon(worker, gen, tp, partition=tp)
-
             async with anyio.create_task_group() as tg:
-                tg.start_soon(member)
+                tg.start_soon(hand_values, group, handed)
                 await anyio.sleep(5.0)  # empty answers: the prefetcher keeps the id
                 cluster.delete_topic("t")
                 cluster.create_topic("t", 1)
@@ -258,19 +260,8 @@ async def test_a_topic_created_again_ahead_of_the_heartbeat_is_read_from_its_sta
     async with FakeCluster(topics={"t": 1}, initial_rebalance_delay_ms=0) as cluster:
         produce(cluster, "old", 3)
         async with ConsumerGroup("g", ["t"], cluster.bootstrap, **settings) as group:
-
-            async def worker(gen: Generation, tp: TopicPartition) -> None:
-                async for batch in gen.fetch(tp):
-                    handed.extend(r.value or b"" for r in batch.records)
-                    gen.mark(tp, batch.next_offset)
-
-            async def member() -> None:
-                async for gen in group:
-                    for tp in gen.added:
-                        gen.start_soon(worker, gen, tp, partition=tp)
-
             async with anyio.create_task_group() as tg:
-                tg.start_soon(member)
+                tg.start_soon(hand_values, group, handed)
                 old = [f"old-{i}".encode() for i in range(3)]
                 await wait_until(lambda: handed == old, "the old topic's records", 60.0)
                 await anyio.sleep(5.0)  # their marks committed, the old id kept
