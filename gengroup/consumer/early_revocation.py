@@ -16,7 +16,9 @@ happens): an :class:`EarlyRevocation` cancels their tasks, and its
 :meth:`~EarlyRevocation.run`, beside the member's heartbeat, waits for them
 to return, commits the marks they made (under the member's newest epoch,
 through the ended generation that held them, its retriable refusals retried
-until the revocation's deadline), then acknowledges: the heartbeat reported
+until the revocation's deadline: timed from the first revocation while one
+is unacknowledged, never later than Kafka's timer, which starts then or is
+restarted later), then acknowledges: the heartbeat reported
 the partitions as owned until then. Marks left unstored by the deadline are
 dropped and named in one WARNING: the partitions' new owner processes their
 records again. The member may have been fenced meanwhile (a task that took
@@ -135,15 +137,23 @@ class EarlyRevocation:
     def hand_to(self, gen: Generation) -> None:
         """``gen``, the generation revoking the partitions, formed before the
         revocation was acknowledged: it holds their spans from here (their
-        marks, and those made as their tasks return, go into its commit)."""
+        marks, and those made as their tasks return, go into its commit).
+
+        A partition ``gen`` assigns again (its topic deleted and created
+        again: the coordinator assigns the new topic's partition while the
+        old one's revocation is pending) is not handed over: its marks are the
+        old topic's. Its span stays closed under the ended generation, which
+        ``gen`` awaits before it starts the partition again as added, as
+        running.py does for a topic created again under a kept span."""
         self.scope.cancel()
+        revoked = [s for s in self.spans if s.tp in gen.revoked]
         for span in self.spans:
             span.revoker = None
-            if span.gen is not gen:
+            if span.gen is not gen and span in revoked:
                 span.hand_to(gen)
         # Their commits name the topic ids the spans were opened with
         # (``gen.know_spans`` saw only those its host still had).
-        ids = {s.tp: s.topic_id for s in self.spans if s.topic_id is not None}
+        ids = {s.tp: s.topic_id for s in revoked if s.topic_id is not None}
         gen._span_ids = {**ids, **gen._span_ids}
 
     async def run(

@@ -413,3 +413,43 @@ async def test_the_position_of_a_partition_being_revoked_is_where_its_span_ends(
     # The revoking generation's prefetcher is built from its own assignments, as formed.
     first, _ = being_revoked(Recorder(), 7, unstarted_prefetcher({}))
     assert first.position(TP) == 7
+
+
+async def test_a_partition_assigned_again_while_revoked_early_starts_on_the_new_topic() -> None:
+    """A topic deleted and created again while its partition's early revocation
+    (consumer protocol: early_revocation.py) is pending: the coordinator assigns
+    the new topic's partition to the member, and the generation that forms
+    takes the revocation over. It must not take the old span's mark, committed
+    offset or topic id for the new topic's partition (a commit of them would
+    store an offset of the new topic that was never processed): the partition
+    starts again as added, and its first commit is the new topic's own."""
+    from uuid import uuid4
+
+    from gengroup.consumer.early_revocation import EarlyRevocation
+
+    old_id, new_id = uuid4(), uuid4()
+    recorder = Recorder()
+    own = Ownership(GroupConfig.create("g", ["t"], "127.0.0.1:9092"))
+    first = generation(1, own.spans, recorder)
+    first._topic_ids = {"t": old_id}
+    own.spans[TP] = Span(TP, first, position=10_000)
+    own.owned = {TP}
+    first.mark(TP, 10_000)
+    first._committed[TP] = 9_000
+    first.set_ended()
+    revocation = EarlyRevocation.release(
+        own, frozenset({TP}), first, 0, 5, RuntimeError("loading"), lambda: 5.0
+    )
+    second = generation(2, own.spans, recorder, added=frozenset({TP}))
+    second._topic_ids = {"t": new_id}
+    second.know_spans()
+    revocation.hand_to(second)
+    assert TP not in second._marks and TP not in second._committed
+    assert TP not in second._span_ids
+    # The old span's tasks returned; the new topic's partition opens a span.
+    del own.spans[TP]
+    new = own.spans[TP] = Span(TP, second, position=0)
+    assert new.topic_id == new_id
+    second.mark(TP, 50)
+    await second.commit()
+    assert recorder.commits == [(second.identity, {TP: 50})]
