@@ -338,11 +338,11 @@ class ConsumerProtocolMember:
             timings.offset_fetch = anyio.current_time() - t1
             self.client.coordinator.accepted()
             early_wait = any(e.awaiting > self._beat_sent_at for e in self._early)
-            while early_wait and incarnation == self.incarnation:  # past rebalance_timeout:
+            while early_wait and incarnation == self.incarnation and self._fatal is None:
                 await self._heard.wait()  # an early revocation waits for a heartbeat's answer
                 early_wait = any(e.awaiting > self._beat_sent_at for e in self._early)
-            if incarnation != self.incarnation or target != self._target:
-                continue  # fenced or reassigned meanwhile
+            if incarnation != self.incarnation or target != self._target or self._fatal:
+                continue  # fenced, reassigned or failed meanwhile
             if own is not None:
                 # The previous generation's prefetcher went on handing out the
                 # spans' batches until now; from here their positions are final.
@@ -434,6 +434,8 @@ class ConsumerProtocolMember:
             revocation.awaiting = now
             self._wake.set()
             while self._beat_sent_at < now and revocation.incarnation == self.incarnation:
+                if self._fatal is not None:
+                    return None  # the group stops: nothing acknowledged nor said
                 await self._heard.wait()
         if revocation.incarnation != self.incarnation or revocation not in self._early:
             return None
@@ -782,9 +784,6 @@ class ConsumerProtocolMember:
             return
         old = self._target
         self._target = target
-        # Kept from the first revocation while one is unacknowledged: conservative,
-        # as Kafka's timer starts with it, or later (restarted as the member record
-        # changes, or at load); the deadline comes early (marks dropped), never late.
         if self._revoke_asked_at is None and self._owned - target:
             self._revoke_asked_at = answered_at
         self._changed.set()
@@ -877,6 +876,7 @@ class ConsumerProtocolMember:
         if gen is not None:
             gen.end(Outcome.FATAL, str(error))
         self._changed.set()
+        self._heard.set()  # (a wait for a heartbeat's answer ends too)
 
     async def _leave(self) -> None:
         """Leave the group (epoch -1; -2 for a static member), bounded, never raising."""

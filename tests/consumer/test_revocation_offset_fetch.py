@@ -672,3 +672,53 @@ async def test_a_generation_taking_over_a_revocation_past_rebalance_timeout_wait
     assert not early, early
     warned = [r.getMessage() for r in caplog.records[:fenced] if r.levelno >= logging.WARNING]
     assert not warned, warned
+
+
+async def test_a_fatal_heartbeat_answer_ends_forming_that_waits_for_an_early_revocation(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Forming that waits for a heartbeat's answer for an early revocation past
+    rebalance_timeout (the member may have been fenced) must end when the
+    heartbeat fails fatally (its loop returns, no answer comes): it raises the
+    fatal error, where it used to wait for ever. The member's state machine
+    alone, on a client that answers forming's requests at once."""
+    import types
+
+    from gengroup._config import GroupConfig
+    from gengroup.consumer.consumer_protocol import ConsumerProtocolMember
+
+    class Coordinator:
+        def accepted(self) -> None:
+            pass
+
+    class Client:
+        config = GroupConfig.create("g", ["t"], "127.0.0.1:9092")
+        coordinator = Coordinator()
+
+        async def find_coordinator(self, timings: object) -> int:
+            return 1
+
+        async def start_positions(
+            self, node: int, tps: object
+        ) -> tuple[dict[str, int], dict[str, int]]:
+            return {}, {}
+
+        def forget_coordinator(self) -> None:
+            pass
+
+    member = ConsumerProtocolMember(Client())  # type: ignore[arg-type]
+    member._target = frozenset()
+    waiting = types.SimpleNamespace(partitions=frozenset(), acknowledged=False, awaiting=5.0)
+    member._early = [waiting]  # type: ignore[list-item]
+    fatal = RuntimeError("GROUP_AUTHORIZATION_FAILED (heartbeat)")
+    with anyio.fail_after(600):
+        async with anyio.create_task_group() as tg:
+
+            async def fail_soon() -> None:
+                await anyio.sleep(1)
+                member._fail(fatal)  # the heartbeat loop returns with it
+
+            tg.start_soon(fail_soon)
+            with pytest.raises(RuntimeError) as raised:
+                await member.form_generation(lambda: False)
+    assert raised.value is fatal
